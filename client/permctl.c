@@ -1,0 +1,183 @@
+/* permctl: the command-line client of permd; dispatches subcommands and holds their shared helpers. */
+#include "permctl.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/parse.h"
+
+static const permctl_cmd permctl_cmds[] = {
+    {"perm", permctl_cmd_perm, "print σ(p): the sample ids of an epoch, in order"},
+    {"inverse", permctl_cmd_inverse, "print σ⁻¹(s): the position of each given sample"},
+    {"rank", permctl_cmd_rank, "print one rank's sample ids (pad, drop or exact)"},
+};
+
+static void permctl_help(FILE *f)
+{
+    fprintf(f, "usage: permctl COMMAND [OPTIONS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof permctl_cmds / sizeof permctl_cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", permctl_cmds[i].name, permctl_cmds[i].summary);
+    fprintf(f, "\n'permctl COMMAND --help' describes a command's options.\n");
+}
+
+int permctl_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("permctl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return PERMCTL_EXIT_USAGE;
+}
+
+int permctl_fail(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("permctl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, ": %s (%s)\n", pd_strerror(err), pd_errname(err));
+    va_end(ap);
+    return PERMCTL_EXIT_FAIL;
+}
+
+int permctl_opt_u64(const char *name, const char *value, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    int rc = pd_parse_u64_range(value, lo, hi, out);
+    if (rc == PD_EINVAL)
+        return permctl_usage_error("--%s: '%s' is not an unsigned decimal integer", name, value);
+    if (rc == PD_ERANGE)
+        return permctl_usage_error("--%s: %s is outside [%llu, %llu]", name, value,
+                                   (unsigned long long)lo, (unsigned long long)hi);
+    return rc ? PERMCTL_EXIT_USAGE : 0;
+}
+
+void permctl_out_init(permctl_out *o, FILE *f)
+{
+    o->f = f;
+    o->len = 0;
+}
+
+static void permctl_out_drain(permctl_out *o)
+{
+    if (o->len)
+        fwrite(o->buf, 1, o->len, o->f);
+    o->len = 0;
+}
+
+void permctl_out_u64(permctl_out *o, uint64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (o->len + n + 1 > sizeof o->buf)
+        permctl_out_drain(o);
+    while (n)
+        o->buf[o->len++] = tmp[--n];
+    o->buf[o->len++] = '\n';
+}
+
+int permctl_out_flush(permctl_out *o)
+{
+    permctl_out_drain(o);
+    if (fflush(o->f) != 0 || ferror(o->f)) {
+        fprintf(stderr, "permctl: writing output failed\n");
+        return PERMCTL_EXIT_FAIL;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        permctl_help(stderr);
+        return PERMCTL_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        permctl_help(stdout);
+        return PERMCTL_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("permctl %s (permutation spec v1)\n", PERMD_VERSION);
+        return PERMCTL_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof permctl_cmds / sizeof permctl_cmds[0]; i++)
+        if (!strcmp(argv[1], permctl_cmds[i].name))
+            return permctl_cmds[i].run(argc - 1, argv + 1);
+    permctl_help(stderr);
+    return permctl_usage_error("unknown command '%s'", argv[1]);
+}
+
+static const struct {
+    const char *name;
+    uint64_t lo, hi;
+} permctl_opt_info[PERMCTL_OPT__COUNT] = {
+    [PERMCTL_OPT_SEED] = {"seed", 0, UINT64_MAX},
+    [PERMCTL_OPT_EPOCH] = {"epoch", 0, UINT64_MAX},
+    [PERMCTL_OPT_SIZE] = {"size", 1, PD_N_MAX},
+    [PERMCTL_OPT_START] = {"start", 0, PD_N_MAX},
+    [PERMCTL_OPT_COUNT] = {"count", 0, UINT64_MAX},
+    [PERMCTL_OPT_WORLD] = {"world", 1, UINT32_MAX},
+    [PERMCTL_OPT_RANK] = {"rank", 0, UINT32_MAX - 1},
+    [PERMCTL_OPT_MODE] = {"mode", 0, 0},
+    [PERMCTL_OPT_OFFSET] = {"offset", 0, UINT64_MAX},
+};
+
+int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, const char *usage,
+                  permctl_args *a)
+{
+    memset(a, 0, sizeof *a);
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--")) {
+            i++;
+            break;
+        }
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            fputs(usage, stdout);
+            return -1;
+        }
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+            break; /* first positional argument */
+        const char *name = arg + 2, *value = NULL;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        int o = 0;
+        while (o < PERMCTL_OPT__COUNT &&
+               !(strlen(permctl_opt_info[o].name) == nlen && !strncmp(name, permctl_opt_info[o].name, nlen)))
+            o++;
+        if (o == PERMCTL_OPT__COUNT || !(allowed & (1u << o)))
+            return permctl_usage_error("%s: unknown option '--%.*s' (see %s --help)", argv[0], (int)nlen,
+                                       name, argv[0]);
+        if (a->set & (1u << o))
+            return permctl_usage_error("--%s given twice", permctl_opt_info[o].name);
+        if (eq)
+            value = eq + 1;
+        else if (i + 1 < argc)
+            value = argv[++i];
+        else
+            return permctl_usage_error("--%s needs a value", permctl_opt_info[o].name);
+        if (o == PERMCTL_OPT_MODE) {
+            if (pd_mode_parse(value, &a->mode))
+                return permctl_usage_error("--mode: '%s' is not one of pad, drop, exact", value);
+        } else if (permctl_opt_u64(permctl_opt_info[o].name, value, permctl_opt_info[o].lo,
+                                   permctl_opt_info[o].hi, &a->u[o])) {
+            return PERMCTL_EXIT_USAGE;
+        }
+        a->set |= 1u << o;
+    }
+    unsigned missing = required & ~a->set;
+    for (int o = 0; o < PERMCTL_OPT__COUNT; o++)
+        if (missing & (1u << o))
+            return permctl_usage_error("%s: --%s is required (see %s --help)", argv[0],
+                                       permctl_opt_info[o].name, argv[0]);
+    a->pos = argv + i;
+    a->npos = argc - i;
+    return 0;
+}

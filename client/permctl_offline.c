@@ -1,0 +1,156 @@
+/* permctl perm | inverse | rank: spec-v1 answers computed locally by the core, no daemon involved. */
+#include "permctl.h"
+
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "core/parse.h"
+
+#define PERMCTL_CHUNK 4096 /* ids computed per bulk call before printing */
+
+static const char permctl_perm_usage[] =
+    "usage: permctl perm --seed S --epoch E --size N [--start P] [--count C]\n"
+    "\n"
+    "Print σ(P), σ(P+1), …: the sample id at each global position of epoch E,\n"
+    "one per line. --start defaults to 0, --count to the rest of the epoch.\n"
+    "S and E are any u64; 1 ≤ N ≤ 2^63; P + C ≤ N.\n";
+
+static const char permctl_inverse_usage[] =
+    "usage: permctl inverse --seed S --epoch E --size N SAMPLE...\n"
+    "\n"
+    "Print σ⁻¹(SAMPLE): the global position of each sample id (each < N), one per line.\n";
+
+static const char permctl_rank_usage[] =
+    "usage: permctl rank --seed S --epoch E --size N --world W --rank R\n"
+    "                    --mode pad|drop|exact [--offset O] [--count C]\n"
+    "\n"
+    "Print the sample ids rank R of W reads after O global positions were\n"
+    "consumed (positions O + R + k·W), one per line. pad repeats samples so every\n"
+    "rank reads ⌈N/W⌉; drop discards the last N mod W positions; exact reads\n"
+    "every sample once. --count defaults to all the rank has left.\n";
+
+#define PERMCTL_KEY_OPTS (PERMCTL_BIT(SEED) | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(SIZE))
+
+static int permctl_init_perm(const permctl_args *a, pd_perm *p)
+{
+    int rc = pd_perm_init(p, a->u[PERMCTL_OPT_SEED], a->u[PERMCTL_OPT_EPOCH], PD_STREAM_SAMPLES,
+                          a->u[PERMCTL_OPT_SIZE]);
+    return rc ? permctl_fail(rc, "--size") : 0;
+}
+
+int permctl_cmd_perm(int argc, char **argv)
+{
+    permctl_args a;
+    pd_perm p;
+    int rc = permctl_parse(argc, argv, PERMCTL_KEY_OPTS | PERMCTL_BIT(START) | PERMCTL_BIT(COUNT),
+                           PERMCTL_KEY_OPTS, permctl_perm_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if (a.npos)
+        return permctl_usage_error("perm: unexpected argument '%s'", a.pos[0]);
+    if ((rc = permctl_init_perm(&a, &p)))
+        return rc;
+    uint64_t n = a.u[PERMCTL_OPT_SIZE], start = a.u[PERMCTL_OPT_START];
+    if (start > n)
+        return permctl_usage_error("--start: %llu is past the end of the epoch (size %llu)",
+                                   (unsigned long long)start, (unsigned long long)n);
+    uint64_t count = (a.set & PERMCTL_BIT(COUNT)) ? a.u[PERMCTL_OPT_COUNT] : n - start;
+    if (count > n - start)
+        return permctl_usage_error("--count: start %llu + count %llu exceeds size %llu",
+                                   (unsigned long long)start, (unsigned long long)count,
+                                   (unsigned long long)n);
+    static uint64_t ids[PERMCTL_CHUNK];
+    static permctl_out out;
+    permctl_out_init(&out, stdout);
+    while (count) {
+        uint64_t c = count < PERMCTL_CHUNK ? count : PERMCTL_CHUNK;
+        if ((rc = pd_perm_fill_u64(&p, start, c, ids)))
+            return permctl_fail(rc, "perm");
+        for (uint64_t i = 0; i < c; i++)
+            permctl_out_u64(&out, ids[i]);
+        start += c;
+        count -= c;
+    }
+    return permctl_out_flush(&out);
+}
+
+int permctl_cmd_inverse(int argc, char **argv)
+{
+    permctl_args a;
+    pd_perm p;
+    int rc = permctl_parse(argc, argv, PERMCTL_KEY_OPTS, PERMCTL_KEY_OPTS, permctl_inverse_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if (!a.npos)
+        return permctl_usage_error("inverse: give at least one SAMPLE (see permctl inverse --help)");
+    if ((rc = permctl_init_perm(&a, &p)))
+        return rc;
+    /* Validate every sample before printing any answer: all or nothing. */
+    uint64_t n = a.u[PERMCTL_OPT_SIZE];
+    uint64_t *samples = malloc((size_t)a.npos * sizeof *samples);
+    if (!samples)
+        return permctl_fail(PD_ENOMEM, "inverse");
+    for (int i = 0; i < a.npos; i++) {
+        rc = pd_parse_u64(a.pos[i], &samples[i]);
+        if (rc || samples[i] >= n) {
+            free(samples);
+            if (rc == PD_EINVAL)
+                return permctl_usage_error("inverse: SAMPLE '%s' is not an unsigned decimal integer",
+                                           a.pos[i]);
+            return permctl_usage_error("inverse: SAMPLE %s is not below --size %llu", a.pos[i],
+                                       (unsigned long long)n);
+        }
+    }
+    static permctl_out out;
+    permctl_out_init(&out, stdout);
+    for (int i = 0; i < a.npos; i++)
+        permctl_out_u64(&out, pd_perm_inv(&p, samples[i]));
+    free(samples);
+    return permctl_out_flush(&out);
+}
+
+int permctl_cmd_rank(int argc, char **argv)
+{
+    permctl_args a;
+    pd_perm p;
+    const unsigned req = PERMCTL_KEY_OPTS | PERMCTL_BIT(WORLD) | PERMCTL_BIT(RANK) | PERMCTL_BIT(MODE);
+    int rc = permctl_parse(argc, argv, req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(COUNT), req,
+                           permctl_rank_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if (a.npos)
+        return permctl_usage_error("rank: unexpected argument '%s'", a.pos[0]);
+    if ((rc = permctl_init_perm(&a, &p)))
+        return rc;
+    pd_slice s = {
+        .world = (uint32_t)a.u[PERMCTL_OPT_WORLD],
+        .rank = (uint32_t)a.u[PERMCTL_OPT_RANK],
+        .mode = a.mode,
+        .offset = a.u[PERMCTL_OPT_OFFSET],
+    };
+    uint64_t left, len;
+    pd_epoch_length(p.n, s.world, s.mode, &len);
+    if (s.rank >= s.world)
+        return permctl_usage_error("--rank: %u must be below --world %u", s.rank, s.world);
+    if (s.offset > len)
+        return permctl_usage_error("--offset: %llu is past the end of the epoch (%llu positions in %s mode)",
+                                   (unsigned long long)s.offset, (unsigned long long)len,
+                                   pd_mode_name(s.mode));
+    if ((rc = pd_slice_remaining(p.n, &s, &left)))
+        return permctl_fail(rc, "rank");
+    uint64_t count = (a.set & PERMCTL_BIT(COUNT)) && a.u[PERMCTL_OPT_COUNT] < left ? a.u[PERMCTL_OPT_COUNT]
+                                                                                  : left;
+    static uint64_t ids[PERMCTL_CHUNK];
+    static permctl_out out;
+    permctl_out_init(&out, stdout);
+    while (count) {
+        uint64_t c = count < PERMCTL_CHUNK ? count : PERMCTL_CHUNK, got;
+        if ((rc = pd_slice_fill_u64(&p, &s, c, ids, &got)))
+            return permctl_fail(rc, "rank");
+        for (uint64_t i = 0; i < got; i++)
+            permctl_out_u64(&out, ids[i]);
+        s.offset += got * s.world; /* the next chunk starts where this one ended */
+        count -= got;
+    }
+    return permctl_out_flush(&out);
+}
