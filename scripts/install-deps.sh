@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages permd's build, tests and benchmarks need; quiet and offline when all are present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git      # toolchain
+  libuv1-dev                                # daemon event loop
+  libprotobuf-c-dev protobuf-c-compiler     # wire protocol
+  libcyaml-dev                              # config file
+  libsqlite3-dev                            # dataset registry
+  libcmocka-dev                             # unit tests
+  clang libclang-rt-14-dev                  # fuzzers (libFuzzer) and sanitizers
+  valgrind                                  # leak checks
+  python3 python3-numpy python3-torch       # Python package, its tests, peers in benchmarks
+  redis-server redis-tools                  # the serve benchmark's peer
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
