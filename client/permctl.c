@@ -95,6 +95,7 @@ int permctl_out_flush(permctl_out *o)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
+        permctl_usage_error("missing COMMAND");
         permctl_help(stderr);
         return PERMCTL_EXIT_USAGE;
     }
@@ -109,8 +110,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof permctl_cmds / sizeof permctl_cmds[0]; i++)
         if (!strcmp(argv[1], permctl_cmds[i].name))
             return permctl_cmds[i].run(argc - 1, argv + 1);
+    permctl_usage_error("unknown command '%s'", argv[1]);
     permctl_help(stderr);
-    return permctl_usage_error("unknown command '%s'", argv[1]);
+    return PERMCTL_EXIT_USAGE;
 }
 
 static const struct {

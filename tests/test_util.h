@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <cmocka.h>
 
 /* splitmix64: reproducible inputs for sampled tests (never used by permd itself). */
@@ -21,6 +22,13 @@ static inline uint64_t test_rand(uint64_t *state)
 static inline uint64_t test_below(uint64_t *state, uint64_t bound)
 {
     return test_rand(state) % bound;
+}
+
+/* PERMD_TEST_QUICK=1 (set for the valgrind pass) shrinks exhaustive loops to a smoke size. */
+static inline int test_quick(void)
+{
+    const char *q = getenv("PERMD_TEST_QUICK");
+    return q && *q && *q != '0';
 }
 
 #endif

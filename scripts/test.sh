@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: the Release build (unit, quality, cli, integration), then the unit and
+# integration tests again under ASan+UBSan, then the unit tests under valgrind. Fails on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "build (Release, -Werror)"
+bash scripts/build.sh
+
+step "tests (Release)"
+(cd build && ctest --output-on-failure -j"$jobs")
+
+step "build (ASan+UBSan)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPERMD_SANITIZE=ON -DPERMD_WERROR=ON \
+      -DPERMD_CUDA=OFF -DPERMD_BUILD_BENCH=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+
+step "tests (ASan+UBSan)"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+   ctest --output-on-failure -j"$jobs" -L 'unit|cli|integration')
+
+step "unit tests under valgrind (reduced sizes)"
+for name in $(cd build && ctest -N -L unit | sed -n 's/^ *Test *#[0-9]*: //p'); do
+  if ! log=$(PERMD_TEST_QUICK=1 valgrind -q --error-exitcode=99 --leak-check=full \
+               --errors-for-leak-kinds=definite,indirect "build/bin/$name" 2>&1); then
+    printf '%s\nvalgrind: %s failed\n' "$log" "$name" >&2
+    exit 1
+  fi
+  echo "valgrind ok: $name"
+done
+
+step "all tests passed"
