@@ -76,20 +76,28 @@ PD_STATIC_INLINE void pd__perm_shape(pd_perm *p, uint64_t n, uint32_t min_bits)
     p->rmask = (uint32_t)((UINT64_C(1) << p->rbits) - 1);
 }
 
-/* VariablePhilox on [0, 2^b) (Mitchell et al., Figure 5). */
-PD_STATIC_INLINE uint64_t pd__vphilox(const pd_perm *p, uint64_t v, int rounds)
+/* VariablePhilox on [0, 2^b) (Mitchell et al., Figure 5). d = rbits - lbits
+ * is a parameter so that kernels can fix it at compile time: when b is even,
+ * s1 < 2^lbits and the paper's (lo << d) | (s1 >> lbits) is just lo. */
+PD_STATIC_INLINE uint64_t pd__vphilox_d(const pd_perm *p, uint64_t v, int rounds, uint32_t d)
 {
-    const uint32_t d = p->rbits - p->lbits;
     uint32_t s0 = (uint32_t)(v >> p->rbits);
     uint32_t s1 = (uint32_t)v & p->rmask;
     for (int i = 0; i < rounds; i++) {
         uint64_t prod = PD_VP_M0 * s0;
         uint32_t hi = (uint32_t)(prod >> 32);
-        uint32_t lo = ((uint32_t)prod << d) | (s1 >> p->lbits);
+        uint32_t lo = (uint32_t)prod;
+        if (d)
+            lo = (lo << 1) | (s1 >> p->lbits);
         s0 = (hi ^ p->keys.k[i] ^ s1) & p->lmask;
         s1 = lo & p->rmask;
     }
     return ((uint64_t)s0 << p->rbits) | s1;
+}
+
+PD_STATIC_INLINE uint64_t pd__vphilox(const pd_perm *p, uint64_t v, int rounds)
+{
+    return pd__vphilox_d(p, v, rounds, p->rbits - p->lbits);
 }
 
 /* Inverse of pd__vphilox. A round keeps the low lbits of M0·s0 in s1, and
