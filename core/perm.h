@@ -119,10 +119,15 @@ PD_STATIC_INLINE uint64_t pd__vphilox_inv(const pd_perm *p, uint64_t v, int roun
 }
 
 /* f = VariablePhilox composed with the key-chosen transposition (0 1). */
+PD_STATIC_INLINE uint64_t pd__f_d(const pd_perm *p, uint64_t v, int rounds, int parity, uint32_t d)
+{
+    uint64_t w = pd__vphilox_d(p, v, rounds, d);
+    return w ^ (uint64_t)((uint32_t)parity & p->keys.flip & (uint32_t)(w < 2));
+}
+
 PD_STATIC_INLINE uint64_t pd__f(const pd_perm *p, uint64_t v, int rounds, int parity)
 {
-    uint64_t w = pd__vphilox(p, v, rounds);
-    return w ^ (uint64_t)((uint32_t)parity & p->keys.flip & (uint32_t)(w < 2));
+    return pd__f_d(p, v, rounds, parity, p->rbits - p->lbits);
 }
 
 PD_STATIC_INLINE uint64_t pd__f_inv(const pd_perm *p, uint64_t w, int rounds, int parity)
