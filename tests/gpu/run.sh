@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU session's script, run on a GPU machine through the device tool (see docs): builds with CUDA,
+# runs the GPU and unit tests, then the GPU benchmark, leaving logs and results in $OUT.
+# Prepare here first: scripts/device-sysroot.sh (then carry .carry).
+#   usage: tests/gpu/run.sh [tests|bench|all] [--quick]
+set -uo pipefail
+what=${1:-all}
+shift || true
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+sys=$PWD/.carry/sysroot
+export LD_LIBRARY_PATH=$sys/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0 # never NVLink multicast on shared machines
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/machine.txt"
+cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DPERMD_WERROR=ON \
+      -DCMAKE_PREFIX_PATH="$sys/usr" ${PERMD_DEVICE_CMAKE_ARGS:-} >"$OUT/configure.log" 2>&1 \
+  || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build build-dev -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+rc=0
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  (cd build-dev && ctest --output-on-failure -L 'gpu|unit' 2>&1) | tee "$OUT/tests.log" | tail -25
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  bench/gpu_gen.sh build-dev "$OUT/gpu_gen.md" "$@" || rc=1
+fi
+exit $rc
