@@ -83,8 +83,8 @@ __global__ void plain_gather(const E *in, const uint32_t *idx, E *out, uint64_t 
 static void index_generation(pd_gpu *g, int sms)
 {
     printf("\n### Index generation (u32 ids, G indices/s)\n\n");
-    printf("| n | permd refill | permd naive | thrust::shuffle_copy | CUB radix-sort shuffle | permd / thrust | permd / CUB | refill / naive |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
+    printf("| n | permd (staged refill, default) | permd direct refill | permd naive | thrust::shuffle_copy | CUB radix-sort shuffle | permd / thrust | permd / CUB | permd / naive |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
     const uint64_t ns[] = {(UINT64_C(1) << 29) + 1, UINT64_C(1) << 29};
     for (uint64_t n : ns) {
         pd_perm p;
@@ -93,6 +93,8 @@ static void index_generation(pd_gpu *g, int sms)
         CK(cudaMalloc(&out, n * 4));
         PK(pd_gpu_set_walk(g, PD_GPU_WALK_REFILL));
         double refill = time_ms([&] { PK(pd_gpu_perm_fill(g, &p, 0, n, out, 4)); PK(pd_gpu_sync(g)); });
+        PK(pd_gpu_set_walk(g, PD_GPU_WALK_REFILL_DIRECT));
+        double direct = time_ms([&] { PK(pd_gpu_perm_fill(g, &p, 0, n, out, 4)); PK(pd_gpu_sync(g)); });
         PK(pd_gpu_set_walk(g, PD_GPU_WALK_NAIVE));
         double naive = time_ms([&] { PK(pd_gpu_perm_fill(g, &p, 0, n, out, 4)); PK(pd_gpu_sync(g)); });
         PK(pd_gpu_set_walk(g, PD_GPU_WALK_REFILL));
@@ -112,8 +114,8 @@ static void index_generation(pd_gpu *g, int sms)
             random_keys<<<sms * 8, 256>>>(keys, out, n, 7);
             CK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys2, out, vals2, (int64_t)n));
         });
-        printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.2f× | %.2f× | %.2f× |\n", (unsigned long long)n, gps(n, refill),
-               gps(n, naive), gps(n, thr), gps(n, sort), thr / refill, sort / refill, naive / refill);
+        printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f× | %.2f× | %.2f× |\n", (unsigned long long)n, gps(n, refill),
+               gps(n, direct), gps(n, naive), gps(n, thr), gps(n, sort), thr / refill, sort / refill, naive / refill);
         fflush(stdout);
         CK(cudaFree(temp));
         CK(cudaFree(keys));
@@ -126,8 +128,8 @@ static void index_generation(pd_gpu *g, int sms)
 static void payload_shuffle(pd_gpu *g, int sms, int max_log)
 {
     printf("\n### Payload shuffle of u64 elements (G elements/s)\n\n");
-    printf("| n | permd gather (σ order) | permd fused (Algorithm 1) | thrust::shuffle_copy | random gather (bound) | permd gather / bound | fused / bound |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| n | permd gather (σ order, default) | gather, direct refill | gather, naive | permd fused (Algorithm 1) | thrust::shuffle_copy | random gather (bound) | permd gather / bound | fused / bound | permd / thrust |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
     const uint64_t maxn = (UINT64_C(1) << max_log) + 1;
     uint64_t *in, *out;
     uint32_t *idx;
@@ -140,15 +142,22 @@ static void payload_shuffle(pd_gpu *g, int sms, int max_log)
             uint64_t n = (UINT64_C(1) << lg) + (uint64_t)plus;
             pd_perm p;
             PK(pd_perm_init(&p, 42, (uint64_t)lg, 0, n));
-            double gat = time_ms([&] { PK(pd_gpu_gather(g, &p, in, out, 8)); PK(pd_gpu_sync(g)); });
+            double gw[3];
+            for (int w = 0; w < 3; w++) {
+                PK(pd_gpu_set_walk(g, (pd_gpu_walk)w));
+                gw[w] = time_ms([&] { PK(pd_gpu_gather(g, &p, in, out, 8)); PK(pd_gpu_sync(g)); });
+            }
+            PK(pd_gpu_set_walk(g, PD_GPU_WALK_REFILL));
+            double gat = gw[PD_GPU_WALK_REFILL];
             double fus = time_ms([&] { PK(pd_gpu_shuffle_fused(g, &p, in, out, 8)); PK(pd_gpu_sync(g)); });
             thrust::device_ptr<uint64_t> i0(in), o0(out);
             double thr = time_ms([&] { thrust::shuffle_copy(i0, i0 + n, o0, thrust::default_random_engine(7)); });
             PK(pd_gpu_perm_fill(g, &p, 0, n, idx, 4));
             PK(pd_gpu_sync(g));
             double bound = time_ms([&] { plain_gather<<<sms * 16, 256>>>(in, idx, out, n); });
-            printf("| 2^%d%s | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f |\n", lg, plus ? "+1" : "", gps(n, gat), gps(n, fus),
-                   gps(n, thr), gps(n, bound), bound / gat, bound / fus);
+            printf("| 2^%d%s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f× |\n", lg, plus ? "+1" : "",
+                   gps(n, gat), gps(n, gw[PD_GPU_WALK_REFILL_DIRECT]), gps(n, gw[PD_GPU_WALK_NAIVE]), gps(n, fus),
+                   gps(n, thr), gps(n, bound), bound / gat, bound / fus, thr / gat);
             fflush(stdout);
         }
     }

@@ -19,10 +19,9 @@ struct StoreIds {
 /* Queue out[j] = sample at position first + j·stride for j < count. */
 int queue_ids(pd_gpu *g, const pd_perm *p, Positions at, uint64_t count, void *dev_out, unsigned width)
 {
-    const bool refill = g->walk == PD_GPU_WALK_REFILL;
-    cudaError_t e = width == 4
-                        ? launch_walk(*p, at, count, StoreIds<uint32_t>{(uint32_t *)dev_out}, refill, g->sms, g->stream)
-                        : launch_walk(*p, at, count, StoreIds<uint64_t>{(uint64_t *)dev_out}, refill, g->sms, g->stream);
+        cudaError_t e = width == 4
+                        ? launch_walk(*p, at, count, StoreIds<uint32_t>{(uint32_t *)dev_out}, g->walk, g->sms, g->stream)
+                        : launch_walk(*p, at, count, StoreIds<uint64_t>{(uint64_t *)dev_out}, g->walk, g->sms, g->stream);
     return pd_gpu_err(e);
 }
 
@@ -108,7 +107,7 @@ extern "C" int pd_gpu_set_stream(pd_gpu *g, void *cuda_stream)
 
 extern "C" int pd_gpu_set_walk(pd_gpu *g, pd_gpu_walk walk)
 {
-    if (!g || (walk != PD_GPU_WALK_REFILL && walk != PD_GPU_WALK_NAIVE))
+    if (!g || (unsigned)walk > PD_GPU_WALK_REFILL_DIRECT)
         return PD_EINVAL;
     g->walk = walk;
     return PD_OK;

@@ -21,7 +21,7 @@ template <class E>
 int gather_as(pd_gpu *g, const pd_perm *p, const void *in, void *out)
 {
     Gather<E> sink{(const E *)in, (E *)out};
-    return pd_gpu_err(launch_walk(*p, Positions{0, 1}, p->n, sink, g->walk == PD_GPU_WALK_REFILL, g->sms,
+    return pd_gpu_err(launch_walk(*p, Positions{0, 1}, p->n, sink, g->walk, g->sms,
                                   g->stream));
 }
 

@@ -5,12 +5,14 @@
 #include <stdint.h>
 
 #include "core/perm.h"
+#include "permd_gpu.h"
 
 namespace pd_gpu_detail {
 
 constexpr int kBlock = 256;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint64_t kRefillChunk = 32 * 64; /* indices per warp before it takes a new chunk */
+constexpr uint32_t kStageChunk = 32 * 16;  /* staged walk: indices per warp per shared-memory batch */
 
 /* Work item j sits at global position first + j·stride; pad mode's positions ≥ n wrap. */
 struct Positions {
@@ -80,30 +82,89 @@ __global__ void __launch_bounds__(kBlock) walk_refill(const __grid_constant__ pd
     }
 }
 
+/* Staged refill: the warp walks a batch as walk_refill does but parks the
+ * results in shared memory, then hands them to the sink in index order.
+ * The sink's memory traffic (stores, and a gather's random loads) is then
+ * coalesced and independent, so many requests are in flight at once instead
+ * of one dependent load stalling the walk at every step. */
+template <uint32_t D, class V, class Sink>
+__global__ void __launch_bounds__(kBlock) walk_staged(const __grid_constant__ pd_perm p, Positions at,
+                                                       uint64_t count, Sink sink)
+{
+    __shared__ V stage[kBlock / 32][kStageChunk];
+    V *buf = stage[threadIdx.x >> 5];
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned below = (1u << lane) - 1u;
+    const uint64_t warp = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) >> 5;
+    const uint64_t warps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    for (uint64_t base = warp * kStageChunk; base < count; base += warps * kStageChunk) {
+        const uint32_t size = (uint32_t)min((uint64_t)kStageChunk, count - base);
+        uint32_t next = 32, k = lane;
+        bool busy = k < size;
+        uint64_t v = busy ? start_value(p, at, base + k) : 0;
+        while (__any_sync(kFull, busy)) {
+            if (busy)
+                v = f<D>(p, v);
+            const bool done = busy && v < p.n;
+            if (done)
+                buf[k] = (V)v;
+            const unsigned finished = __ballot_sync(kFull, done);
+            if (done) {
+                k = next + __popc(finished & below);
+                busy = k < size;
+                if (busy)
+                    v = start_value(p, at, base + k);
+            }
+            next += __popc(finished);
+        }
+        __syncwarp();
+        for (uint32_t i = lane; i < size; i += 32)
+            sink(base + i, (uint64_t)buf[i]);
+        __syncwarp();
+    }
+}
+
 /* Launch the chosen walk with D taken from the shape. n = 2^b never walks,
  * so it always takes the plain kernel. */
 template <class Sink>
-cudaError_t launch_walk(const pd_perm &p, Positions at, uint64_t count, Sink sink, bool refill, int sms,
+cudaError_t launch_walk(const pd_perm &p, Positions at, uint64_t count, Sink sink, pd_gpu_walk walk, int sms,
                         cudaStream_t stream)
 {
     if (count == 0)
         return cudaSuccess;
-    const bool walks = p.n != (UINT64_C(1) << p.bits);
-    const uint64_t per_block = refill && walks ? kRefillChunk * (kBlock / 32) : kBlock;
-    uint64_t want = (count + per_block - 1) / per_block;
+    if (p.n == (UINT64_C(1) << p.bits))
+        walk = PD_GPU_WALK_NAIVE;
+    const uint64_t per_block = walk == PD_GPU_WALK_NAIVE          ? kBlock
+                               : walk == PD_GPU_WALK_REFILL_DIRECT ? kRefillChunk * (kBlock / 32)
+                                                                   : kStageChunk * (kBlock / 32);
+    const uint64_t want = (count + per_block - 1) / per_block;
     const uint64_t cap = (uint64_t)sms * 16; /* enough blocks to fill the GPU; the rest loop */
     const unsigned grid = (unsigned)(want < cap ? want : cap);
-    const uint32_t d = p.rbits - p.lbits;
-    if (refill && walks) {
-        if (d)
-            walk_refill<1><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
-        else
-            walk_refill<0><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
-    } else {
-        if (d)
+    const bool odd = p.rbits != p.lbits;
+    const bool narrow = p.n <= (UINT64_C(1) << 32); /* staged values fit u32 */
+    switch (walk) {
+    case PD_GPU_WALK_NAIVE:
+        if (odd)
             walk_naive<1><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
         else
             walk_naive<0><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
+        break;
+    case PD_GPU_WALK_REFILL_DIRECT:
+        if (odd)
+            walk_refill<1><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
+        else
+            walk_refill<0><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
+        break;
+    default:
+        if (odd && narrow)
+            walk_staged<1, uint32_t><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
+        else if (odd)
+            walk_staged<1, uint64_t><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
+        else if (narrow)
+            walk_staged<0, uint32_t><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
+        else
+            walk_staged<0, uint64_t><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
+        break;
     }
     return cudaGetLastError();
 }

@@ -80,6 +80,12 @@ static void ranges_match_core_naive(void **state)
     compare_ranges(PD_GPU_WALK_NAIVE);
 }
 
+static void ranges_match_core_refill_direct(void **state)
+{
+    (void)state;
+    compare_ranges(PD_GPU_WALK_REFILL_DIRECT);
+}
+
 static void slices_match_core(void **state)
 {
     (void)state;
@@ -134,11 +140,17 @@ static void gather_follows_sigma(void **state)
             assert_int_equal(pd_gpu_alloc(gpu, n * es, &din), PD_OK);
             assert_int_equal(pd_gpu_alloc(gpu, n * es, &dout), PD_OK);
             assert_int_equal(pd_gpu_copy_to_device(gpu, din, in, n * es), PD_OK);
-            assert_int_equal(pd_gpu_gather(gpu, &p, din, dout, es), PD_OK);
-            assert_int_equal(pd_gpu_sync(gpu), PD_OK);
-            assert_int_equal(pd_gpu_copy_to_host(gpu, out, dout, n * es), PD_OK);
-            for (uint64_t i = 0; i < n; i++)
-                assert_memory_equal(out + i * es, in + pd_perm_at(&p, i) * es, es);
+            for (int walk = PD_GPU_WALK_REFILL; walk <= PD_GPU_WALK_REFILL_DIRECT; walk++) {
+                assert_int_equal(pd_gpu_set_walk(gpu, (pd_gpu_walk)walk), PD_OK);
+                memset(out, 0, n * es);
+                assert_int_equal(pd_gpu_copy_to_device(gpu, dout, out, n * es), PD_OK);
+                assert_int_equal(pd_gpu_gather(gpu, &p, din, dout, es), PD_OK);
+                assert_int_equal(pd_gpu_sync(gpu), PD_OK);
+                assert_int_equal(pd_gpu_copy_to_host(gpu, out, dout, n * es), PD_OK);
+                for (uint64_t i = 0; i < n; i++)
+                    assert_memory_equal(out + i * es, in + pd_perm_at(&p, i) * es, es);
+            }
+            assert_int_equal(pd_gpu_set_walk(gpu, PD_GPU_WALK_REFILL), PD_OK);
             pd_gpu_free(gpu, din);
             pd_gpu_free(gpu, dout);
             free(in);
@@ -223,6 +235,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ranges_match_core_refill),
         cmocka_unit_test(ranges_match_core_naive),
+        cmocka_unit_test(ranges_match_core_refill_direct),
         cmocka_unit_test(slices_match_core),
         cmocka_unit_test(gather_follows_sigma),
         cmocka_unit_test(fused_is_compaction_order),
