@@ -33,8 +33,10 @@
     } while (0)
 
 static int reps = 5;
+static void *l2_flush; /* written before every timed run so each starts with a cold L2 */
+static size_t l2_flush_bytes;
 
-/* Median milliseconds of fn over reps runs after one warm-up. */
+/* Median milliseconds of fn over reps runs after one warm-up, each from a cold L2. */
 template <class F>
 static double time_ms(F fn)
 {
@@ -45,6 +47,7 @@ static double time_ms(F fn)
     CK(cudaDeviceSynchronize());
     std::vector<float> t;
     for (int r = 0; r < reps; r++) {
+        CK(cudaMemsetAsync(l2_flush, r, l2_flush_bytes));
         CK(cudaEventRecord(a));
         fn();
         CK(cudaEventRecord(b));
@@ -83,7 +86,7 @@ __global__ void plain_gather(const E *in, const uint32_t *idx, E *out, uint64_t 
 static void index_generation(pd_gpu *g, int sms)
 {
     printf("\n### Index generation (u32 ids, G indices/s)\n\n");
-    printf("| n | permd (staged refill, default) | permd direct refill | permd naive | thrust::shuffle_copy | CUB radix-sort shuffle | permd / thrust | permd / CUB | permd / naive |\n");
+    printf("| n | permd (default: refill) | permd staged | permd naive | thrust::shuffle_copy | CUB radix-sort shuffle | permd / thrust | permd / CUB | permd / naive |\n");
     printf("|---|---|---|---|---|---|---|---|---|\n");
     const uint64_t ns[] = {(UINT64_C(1) << 29) + 1, UINT64_C(1) << 29};
     for (uint64_t n : ns) {
@@ -91,13 +94,13 @@ static void index_generation(pd_gpu *g, int sms)
         PK(pd_perm_init(&p, 42, 7, 0, n));
         uint32_t *out, *keys, *keys2, *vals2;
         CK(cudaMalloc(&out, n * 4));
-        PK(pd_gpu_set_walk(g, PD_GPU_WALK_REFILL));
-        double refill = time_ms([&] { PK(pd_gpu_perm_fill(g, &p, 0, n, out, 4)); PK(pd_gpu_sync(g)); });
-        PK(pd_gpu_set_walk(g, PD_GPU_WALK_REFILL_DIRECT));
-        double direct = time_ms([&] { PK(pd_gpu_perm_fill(g, &p, 0, n, out, 4)); PK(pd_gpu_sync(g)); });
-        PK(pd_gpu_set_walk(g, PD_GPU_WALK_NAIVE));
-        double naive = time_ms([&] { PK(pd_gpu_perm_fill(g, &p, 0, n, out, 4)); PK(pd_gpu_sync(g)); });
-        PK(pd_gpu_set_walk(g, PD_GPU_WALK_REFILL));
+        double w[4];
+        for (int k = PD_GPU_WALK_AUTO; k <= PD_GPU_WALK_STAGED; k++) {
+            PK(pd_gpu_set_walk(g, (pd_gpu_walk)k));
+            w[k] = time_ms([&] { PK(pd_gpu_perm_fill(g, &p, 0, n, out, 4)); PK(pd_gpu_sync(g)); });
+        }
+        PK(pd_gpu_set_walk(g, PD_GPU_WALK_AUTO));
+        double refill = w[PD_GPU_WALK_AUTO], staged = w[PD_GPU_WALK_STAGED], naive = w[PD_GPU_WALK_NAIVE];
         thrust::device_ptr<uint32_t> o(out);
         double thr = time_ms([&] {
             thrust::shuffle_copy(thrust::counting_iterator<uint32_t>(0), thrust::counting_iterator<uint32_t>((uint32_t)n), o,
@@ -115,7 +118,7 @@ static void index_generation(pd_gpu *g, int sms)
             CK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys2, out, vals2, (int64_t)n));
         });
         printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f× | %.2f× | %.2f× |\n", (unsigned long long)n, gps(n, refill),
-               gps(n, direct), gps(n, naive), gps(n, thr), gps(n, sort), thr / refill, sort / refill, naive / refill);
+               gps(n, staged), gps(n, naive), gps(n, thr), gps(n, sort), thr / refill, sort / refill, naive / refill);
         fflush(stdout);
         CK(cudaFree(temp));
         CK(cudaFree(keys));
@@ -128,7 +131,7 @@ static void index_generation(pd_gpu *g, int sms)
 static void payload_shuffle(pd_gpu *g, int sms, int max_log)
 {
     printf("\n### Payload shuffle of u64 elements (G elements/s)\n\n");
-    printf("| n | permd gather (σ order, default) | gather, direct refill | gather, naive | permd fused (Algorithm 1) | thrust::shuffle_copy | random gather (bound) | permd gather / bound | fused / bound | permd / thrust |\n");
+    printf("| n | permd gather (σ order; default: staged) | gather, refill | gather, naive | permd fused (Algorithm 1) | thrust::shuffle_copy | random gather (bound) | permd gather / bound | fused / bound | permd / thrust |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     const uint64_t maxn = (UINT64_C(1) << max_log) + 1;
     uint64_t *in, *out;
@@ -142,13 +145,13 @@ static void payload_shuffle(pd_gpu *g, int sms, int max_log)
             uint64_t n = (UINT64_C(1) << lg) + (uint64_t)plus;
             pd_perm p;
             PK(pd_perm_init(&p, 42, (uint64_t)lg, 0, n));
-            double gw[3];
-            for (int w = 0; w < 3; w++) {
+            double gw[4];
+            for (int w = PD_GPU_WALK_AUTO; w <= PD_GPU_WALK_REFILL; w++) {
                 PK(pd_gpu_set_walk(g, (pd_gpu_walk)w));
                 gw[w] = time_ms([&] { PK(pd_gpu_gather(g, &p, in, out, 8)); PK(pd_gpu_sync(g)); });
             }
-            PK(pd_gpu_set_walk(g, PD_GPU_WALK_REFILL));
-            double gat = gw[PD_GPU_WALK_REFILL];
+            PK(pd_gpu_set_walk(g, PD_GPU_WALK_AUTO));
+            double gat = gw[PD_GPU_WALK_AUTO];
             double fus = time_ms([&] { PK(pd_gpu_shuffle_fused(g, &p, in, out, 8)); PK(pd_gpu_sync(g)); });
             thrust::device_ptr<uint64_t> i0(in), o0(out);
             double thr = time_ms([&] { thrust::shuffle_copy(i0, i0 + n, o0, thrust::default_random_engine(7)); });
@@ -156,7 +159,7 @@ static void payload_shuffle(pd_gpu *g, int sms, int max_log)
             PK(pd_gpu_sync(g));
             double bound = time_ms([&] { plain_gather<<<sms * 16, 256>>>(in, idx, out, n); });
             printf("| 2^%d%s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f× |\n", lg, plus ? "+1" : "",
-                   gps(n, gat), gps(n, gw[PD_GPU_WALK_REFILL_DIRECT]), gps(n, gw[PD_GPU_WALK_NAIVE]), gps(n, fus),
+                   gps(n, gat), gps(n, gw[PD_GPU_WALK_REFILL]), gps(n, gw[PD_GPU_WALK_NAIVE]), gps(n, fus),
                    gps(n, thr), gps(n, bound), bound / gat, bound / fus, thr / gat);
             fflush(stdout);
         }
@@ -182,6 +185,8 @@ int main(int argc, char **argv)
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
+    l2_flush_bytes = (size_t)prop.l2CacheSize * 4;
+    CK(cudaMalloc(&l2_flush, l2_flush_bytes));
     printf("GPU: %s\n", pd_gpu_describe(g));
     index_generation(g, prop.multiProcessorCount);
     payload_shuffle(g, prop.multiProcessorCount, max_log);

@@ -12,6 +12,7 @@ namespace {
 
 template <class T>
 struct StoreIds {
+    static constexpr bool kGathers = false;
     T *out;
     __device__ __forceinline__ void operator()(uint64_t j, uint64_t v) const { out[j] = (T)v; }
 };
@@ -69,7 +70,7 @@ extern "C" int pd_gpu_open(int device, pd_gpu **out)
     CUDACHECKGOTO(cudaStreamCreateWithFlags(&g->own, cudaStreamNonBlocking), rc, fail);
     g->stream = g->own;
     g->sms = prop.multiProcessorCount;
-    g->walk = PD_GPU_WALK_REFILL;
+    g->walk = PD_GPU_WALK_AUTO;
     snprintf(g->desc, sizeof g->desc, "%s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor, g->sms);
     *out = g;
     return PD_OK;
@@ -107,7 +108,7 @@ extern "C" int pd_gpu_set_stream(pd_gpu *g, void *cuda_stream)
 
 extern "C" int pd_gpu_set_walk(pd_gpu *g, pd_gpu_walk walk)
 {
-    if (!g || (unsigned)walk > PD_GPU_WALK_REFILL_DIRECT)
+    if (!g || (unsigned)walk > PD_GPU_WALK_STAGED)
         return PD_EINVAL;
     g->walk = walk;
     return PD_OK;

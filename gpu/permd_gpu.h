@@ -17,11 +17,11 @@ typedef struct pd_gpu pd_gpu;
 /* How kernels handle cycle walking, whose length varies per index (~2 steps
  * on average, 6+ for some lanes of every warp when n is just above 2^k). */
 typedef enum pd_gpu_walk {
-    PD_GPU_WALK_REFILL = 0,        /* default: a lane that finishes takes the warp's next pending
-                                      index; results are staged in shared memory and written
-                                      (or gathered) coalesced */
-    PD_GPU_WALK_NAIVE = 1,         /* one index per thread; the warp waits for its longest walk */
-    PD_GPU_WALK_REFILL_DIRECT = 2, /* refill, each lane writing its result as it finishes */
+    PD_GPU_WALK_AUTO = 0,   /* default: REFILL for ids, STAGED for payload gathers (measured best) */
+    PD_GPU_WALK_NAIVE = 1,  /* one index per thread; the warp waits for its longest walk */
+    PD_GPU_WALK_REFILL = 2, /* a lane that finishes takes the warp's next pending index */
+    PD_GPU_WALK_STAGED = 3, /* refill, with results parked in shared memory and then written
+                               (or gathered) coalesced, many loads in flight */
 } pd_gpu_walk;
 
 /* Number of usable CUDA devices; 0 (and PD_OK) when there is no driver or no GPU. */

@@ -12,6 +12,7 @@ namespace {
 
 template <class E>
 struct Gather {
+    static constexpr bool kGathers = true;
     const E *in;
     E *out;
     __device__ __forceinline__ void operator()(uint64_t j, uint64_t v) const { out[j] = __ldg(in + v); }

@@ -125,18 +125,21 @@ __global__ void __launch_bounds__(kBlock) walk_staged(const __grid_constant__ pd
 }
 
 /* Launch the chosen walk with D taken from the shape. n = 2^b never walks,
- * so it always takes the plain kernel. */
+ * so it always takes the plain kernel. Sinks say whether they gather
+ * (kGathers): AUTO stages those, whose random loads gain most from it. */
 template <class Sink>
 cudaError_t launch_walk(const pd_perm &p, Positions at, uint64_t count, Sink sink, pd_gpu_walk walk, int sms,
                         cudaStream_t stream)
 {
     if (count == 0)
         return cudaSuccess;
+    if (walk == PD_GPU_WALK_AUTO)
+        walk = Sink::kGathers ? PD_GPU_WALK_STAGED : PD_GPU_WALK_REFILL;
     if (p.n == (UINT64_C(1) << p.bits))
         walk = PD_GPU_WALK_NAIVE;
-    const uint64_t per_block = walk == PD_GPU_WALK_NAIVE          ? kBlock
-                               : walk == PD_GPU_WALK_REFILL_DIRECT ? kRefillChunk * (kBlock / 32)
-                                                                   : kStageChunk * (kBlock / 32);
+    const uint64_t per_block = walk == PD_GPU_WALK_NAIVE    ? kBlock
+                               : walk == PD_GPU_WALK_REFILL ? kRefillChunk * (kBlock / 32)
+                                                            : kStageChunk * (kBlock / 32);
     const uint64_t want = (count + per_block - 1) / per_block;
     const uint64_t cap = (uint64_t)sms * 16; /* enough blocks to fill the GPU; the rest loop */
     const unsigned grid = (unsigned)(want < cap ? want : cap);
@@ -149,7 +152,7 @@ cudaError_t launch_walk(const pd_perm &p, Positions at, uint64_t count, Sink sin
         else
             walk_naive<0><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
         break;
-    case PD_GPU_WALK_REFILL_DIRECT:
+    case PD_GPU_WALK_REFILL:
         if (odd)
             walk_refill<1><<<grid, kBlock, 0, stream>>>(p, at, count, sink);
         else

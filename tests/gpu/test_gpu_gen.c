@@ -68,10 +68,22 @@ static void compare_ranges(pd_gpu_walk walk)
     free(got);
 }
 
+static void ranges_match_core_auto(void **state)
+{
+    (void)state;
+    compare_ranges(PD_GPU_WALK_AUTO);
+}
+
 static void ranges_match_core_refill(void **state)
 {
     (void)state;
     compare_ranges(PD_GPU_WALK_REFILL);
+}
+
+static void ranges_match_core_staged(void **state)
+{
+    (void)state;
+    compare_ranges(PD_GPU_WALK_STAGED);
 }
 
 static void ranges_match_core_naive(void **state)
@@ -80,11 +92,7 @@ static void ranges_match_core_naive(void **state)
     compare_ranges(PD_GPU_WALK_NAIVE);
 }
 
-static void ranges_match_core_refill_direct(void **state)
-{
-    (void)state;
-    compare_ranges(PD_GPU_WALK_REFILL_DIRECT);
-}
+
 
 static void slices_match_core(void **state)
 {
@@ -94,7 +102,7 @@ static void slices_match_core(void **state)
     uint64_t *want = malloc(cap * 8), *got = malloc(cap * 8), *host = malloc(cap * 8);
     void *dev = NULL;
     assert_int_equal(pd_gpu_alloc(gpu, cap * 8, &dev), PD_OK);
-    assert_int_equal(pd_gpu_set_walk(gpu, PD_GPU_WALK_REFILL), PD_OK);
+    assert_int_equal(pd_gpu_set_walk(gpu, PD_GPU_WALK_AUTO), PD_OK);
     for (int i = 0; i < 120; i++) {
         uint64_t n = pick_n(&rng, i % 16 + (i >= 16 ? 16 : 0));
         pd_perm p;
@@ -140,7 +148,7 @@ static void gather_follows_sigma(void **state)
             assert_int_equal(pd_gpu_alloc(gpu, n * es, &din), PD_OK);
             assert_int_equal(pd_gpu_alloc(gpu, n * es, &dout), PD_OK);
             assert_int_equal(pd_gpu_copy_to_device(gpu, din, in, n * es), PD_OK);
-            for (int walk = PD_GPU_WALK_REFILL; walk <= PD_GPU_WALK_REFILL_DIRECT; walk++) {
+            for (int walk = PD_GPU_WALK_AUTO; walk <= PD_GPU_WALK_STAGED; walk++) {
                 assert_int_equal(pd_gpu_set_walk(gpu, (pd_gpu_walk)walk), PD_OK);
                 memset(out, 0, n * es);
                 assert_int_equal(pd_gpu_copy_to_device(gpu, dout, out, n * es), PD_OK);
@@ -150,7 +158,7 @@ static void gather_follows_sigma(void **state)
                 for (uint64_t i = 0; i < n; i++)
                     assert_memory_equal(out + i * es, in + pd_perm_at(&p, i) * es, es);
             }
-            assert_int_equal(pd_gpu_set_walk(gpu, PD_GPU_WALK_REFILL), PD_OK);
+            assert_int_equal(pd_gpu_set_walk(gpu, PD_GPU_WALK_AUTO), PD_OK);
             pd_gpu_free(gpu, din);
             pd_gpu_free(gpu, dout);
             free(in);
@@ -233,9 +241,10 @@ int main(void)
     }
     printf("GPU: %s\n", pd_gpu_describe(gpu));
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(ranges_match_core_auto),
         cmocka_unit_test(ranges_match_core_refill),
+        cmocka_unit_test(ranges_match_core_staged),
         cmocka_unit_test(ranges_match_core_naive),
-        cmocka_unit_test(ranges_match_core_refill_direct),
         cmocka_unit_test(slices_match_core),
         cmocka_unit_test(gather_follows_sigma),
         cmocka_unit_test(fused_is_compaction_order),
