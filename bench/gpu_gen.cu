@@ -171,11 +171,15 @@ static void payload_shuffle(pd_gpu *g, int sms, int max_log)
 
 int main(int argc, char **argv)
 {
-    int max_log = 29;
+    int max_log = 29, ids = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             max_log = 25;
             reps = 2;
+        } else if (!strcmp(argv[i], "--payload-only")) {
+            ids = 0;
+        } else if (!strncmp(argv[i], "--max-log=", 10)) {
+            max_log = atoi(argv[i] + 10);
         }
     }
     pd_gpu *g;
@@ -188,7 +192,8 @@ int main(int argc, char **argv)
     l2_flush_bytes = (size_t)prop.l2CacheSize * 4;
     CK(cudaMalloc(&l2_flush, l2_flush_bytes));
     printf("GPU: %s\n", pd_gpu_describe(g));
-    index_generation(g, prop.multiProcessorCount);
+    if (ids)
+        index_generation(g, prop.multiProcessorCount);
     payload_shuffle(g, prop.multiProcessorCount, max_log);
     pd_gpu_close(g);
     return 0;

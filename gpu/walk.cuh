@@ -12,7 +12,15 @@ namespace pd_gpu_detail {
 constexpr int kBlock = 256;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint64_t kRefillChunk = 32 * 64; /* indices per warp before it takes a new chunk */
-constexpr uint32_t kStageChunk = 32 * 16;  /* staged walk: indices per warp per shared-memory batch */
+/* Tuned on an H100 (bench/gpu_gen --payload-only across 128…1024 and 16/32): smaller
+ * batches and more resident blocks overlap the walk with the gather best at 2^23 + 1. */
+#ifndef PD_GPU_STAGE_CHUNK
+#define PD_GPU_STAGE_CHUNK 256
+#endif
+#ifndef PD_GPU_BLOCKS_PER_SM
+#define PD_GPU_BLOCKS_PER_SM 32
+#endif
+constexpr uint32_t kStageChunk = PD_GPU_STAGE_CHUNK; /* staged walk: indices per warp per shared-memory batch */
 
 /* Work item j sits at global position first + j·stride; pad mode's positions ≥ n wrap. */
 struct Positions {
@@ -141,7 +149,7 @@ cudaError_t launch_walk(const pd_perm &p, Positions at, uint64_t count, Sink sin
                                : walk == PD_GPU_WALK_REFILL ? kRefillChunk * (kBlock / 32)
                                                             : kStageChunk * (kBlock / 32);
     const uint64_t want = (count + per_block - 1) / per_block;
-    const uint64_t cap = (uint64_t)sms * 16; /* enough blocks to fill the GPU; the rest loop */
+    const uint64_t cap = (uint64_t)sms * PD_GPU_BLOCKS_PER_SM; /* enough blocks to fill the GPU; the rest loop */
     const unsigned grid = (unsigned)(want < cap ? want : cap);
     const bool odd = p.rbits != p.lbits;
     const bool narrow = p.n <= (UINT64_C(1) << 32); /* staged values fit u32 */
