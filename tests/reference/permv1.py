@@ -77,3 +77,66 @@ def rank_ids(perm, world, rank, mode, offset=0, count=None):
         out.append(perm.sigma(pos % perm.n))
         pos += world
     return out
+
+
+# ---- Sharded epochs (docs/spec/shards-v1.md), again written from the text alone ----
+
+STREAM_SHARD_ORDER = 1
+STREAM_WINDOW_BASE = 2
+
+
+class ShardPlan:
+    def __init__(self, seed, epoch, sizes, window=1, lanes=1):
+        import bisect
+        self._bisect = bisect
+        self.seed, self.epoch = seed, epoch
+        self.sizes = list(sizes)
+        self.S = len(self.sizes)
+        self.start = [0]
+        for c in self.sizes:
+            self.start.append(self.start[-1] + c)
+        self.n = self.start[-1]
+        self.K, self.G = window, lanes
+        order = Permutation(seed, epoch, self.S, STREAM_SHARD_ORDER)
+        self.pi = [order.sigma(t) for t in range(self.S)]
+        self.P = [0]
+        for t in range(self.S):
+            self.P.append(self.P[-1] + self.sizes[self.pi[t]])
+        self.windows = -(-self.S // self.K)
+        self.q, self.r = divmod(self.n, self.G)
+
+    def _window_bounds(self, w):
+        first = w * self.K
+        end = min(first + self.K, self.S)
+        return first, end
+
+    def window_stream(self, x):
+        """Window-stream index -> (sample, shard, offset)."""
+        # the window with P[wK] <= x < P[e_w]: scan (plain on purpose)
+        for w in range(self.windows):
+            first, end = self._window_bounds(w)
+            if self.P[first] <= x < self.P[end]:
+                break
+        m = self.P[end] - self.P[first]
+        u = Permutation(self.seed, self.epoch, m, STREAM_WINDOW_BASE + w).sigma(x - self.P[first])
+        y = self.P[first] + u
+        t = first
+        while not (self.P[t] <= y < self.P[t + 1]):
+            t += 1
+        s = self.pi[t]
+        o = y - self.P[t]
+        return self.start[s] + o, s, o
+
+    def locate(self, p):
+        lane, step = p % self.G, p // self.G
+        b = lane * self.q + min(lane, self.r)
+        length = self.q + (1 if lane < self.r else 0)
+        return self.window_stream(b + step if lane % 2 == 0 else b + length - 1 - step)
+
+    def rank_ids(self, world, rank, mode, offset=0, count=None):
+        t = epoch_length(self.n, world, mode)
+        out, pos = [], offset + rank
+        while pos < t and (count is None or len(out) < count):
+            out.append(self.locate(pos % self.n)[0])
+            pos += world
+        return out

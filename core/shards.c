@@ -1,0 +1,226 @@
+/* Sharded epoch plans: the per-epoch slot table, position → sample through windows and lanes, and back. */
+#include "shards.h"
+
+#include <stdint.h>
+
+int pd_shard_layout_build(const uint64_t *sizes, uint64_t shards, uint64_t *start)
+{
+    if (!sizes || !start || shards == 0 || shards > PD_SHARDS_MAX)
+        return PD_EINVAL;
+    uint64_t sum = 0;
+    for (uint64_t s = 0; s < shards; s++) {
+        start[s] = sum;
+        if (sizes[s] > PD_N_MAX - sum)
+            return PD_EINVAL;
+        sum += sizes[s];
+    }
+    start[shards] = sum;
+    return sum == 0 ? PD_EINVAL : PD_OK;
+}
+
+size_t pd_shard_plan_bytes(uint64_t shards)
+{
+    return (size_t)(2 * shards + 1) * sizeof(uint64_t);
+}
+
+int pd_shard_plan_init(pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
+                       uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes)
+{
+    if (!plan || !start || !mem || shards == 0 || shards > PD_SHARDS_MAX || window == 0 || lanes == 0 ||
+        lanes > UINT32_MAX || start[0] != 0 || start[shards] == 0 || start[shards] > PD_N_MAX)
+        return PD_EINVAL;
+    if (mem_bytes < pd_shard_plan_bytes(shards))
+        return PD_ERANGE;
+    plan->start = start;
+    plan->shards = shards;
+    plan->n = start[shards];
+    plan->window = window;
+    plan->windows = shards / window + (shards % window != 0);
+    plan->lanes = lanes;
+    plan->lane_q = plan->n / lanes;
+    plan->lane_r = plan->n % lanes;
+    plan->seed = seed;
+    plan->epoch = epoch;
+    plan->slot_shard = mem;
+    plan->slot_start = plan->slot_shard + shards;
+    int rc = pd_perm_init(&plan->order, seed, epoch, PD_STREAM_SHARD_ORDER, shards);
+    if (rc)
+        return rc;
+    uint64_t acc = 0;
+    for (uint64_t t = 0; t < shards; t++) {
+        uint64_t s = pd_perm_at(&plan->order, t);
+        plan->slot_shard[t] = s;
+        plan->slot_start[t] = acc;
+        acc += start[s + 1] - start[s];
+    }
+    plan->slot_start[shards] = acc;
+    return PD_OK;
+}
+
+/* Last index i in [lo, hi) with a[i·stride] ≤ x, given a[lo·stride] ≤ x (a is non-decreasing). */
+static uint64_t pd_last_at_most(const uint64_t *a, uint64_t stride, uint64_t lo, uint64_t hi, uint64_t x)
+{
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (a[mid * stride] <= x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* One past window w's last slot; wK < S for every window, but (w + 1)K may overflow. */
+static uint64_t pd_window_end(const pd_shard_plan *plan, uint64_t w)
+{
+    uint64_t first = w * plan->window;
+    return plan->window < plan->shards - first ? first + plan->window : plan->shards;
+}
+
+/* Window w's sample permutation τ_w, re-derived only when the window changes. */
+typedef struct pd_window_cache {
+    uint64_t w;
+    int valid;
+    pd_perm tau;
+} pd_window_cache;
+
+static const pd_perm *pd_window_perm(const pd_shard_plan *plan, pd_window_cache *c, uint64_t w)
+{
+    if (!c->valid || c->w != w) {
+        uint64_t first = w * plan->window;
+        uint64_t m = plan->slot_start[pd_window_end(plan, w)] - plan->slot_start[first];
+        pd_perm_init(&c->tau, plan->seed, plan->epoch, PD_STREAM_WINDOW_BASE + (uint32_t)w, m);
+        c->w = w;
+        c->valid = 1;
+    }
+    return &c->tau;
+}
+
+/* Window-stream index x (spec §3.4) → sample. */
+static void pd_window_stream_locate(const pd_shard_plan *plan, pd_window_cache *c, uint64_t x, pd_shard_loc *loc)
+{
+    const uint64_t *P = plan->slot_start;
+    /* window: last w with P[wK] ≤ x, so an empty window never wins over the one starting at x */
+    uint64_t w = pd_last_at_most(P, plan->window, 0, plan->windows, x);
+    uint64_t base = P[w * plan->window];
+    uint64_t u = pd_perm_at(pd_window_perm(plan, c, w), x - base);
+    uint64_t t = pd_last_at_most(P, 1, w * plan->window, pd_window_end(plan, w), base + u);
+    uint64_t s = plan->slot_shard[t];
+    loc->shard = s;
+    loc->offset = base + u - P[t];
+    loc->sample = plan->start[s] + loc->offset;
+}
+
+/* First window-stream index of a lane and its length (spec §3.5). */
+static uint64_t pd_lane_begin(const pd_shard_plan *plan, uint64_t lane)
+{
+    return lane * plan->lane_q + (lane < plan->lane_r ? lane : plan->lane_r);
+}
+
+static uint64_t pd_lane_length(const pd_shard_plan *plan, uint64_t lane)
+{
+    return plan->lane_q + (lane < plan->lane_r);
+}
+
+/* Lane interleaving (spec §3.6): position p → window-stream index; odd lanes run backward. */
+static uint64_t pd_lane_index(const pd_shard_plan *plan, uint64_t p)
+{
+    uint64_t lane = p % plan->lanes, step = p / plan->lanes;
+    uint64_t begin = pd_lane_begin(plan, lane);
+    return lane % 2 == 0 ? begin + step : begin + pd_lane_length(plan, lane) - 1 - step;
+}
+
+int pd_shard_locate(const pd_shard_plan *plan, uint64_t position, pd_shard_loc *loc)
+{
+    if (!plan || !loc)
+        return PD_EINVAL;
+    if (position >= plan->n)
+        return PD_ERANGE;
+    pd_window_cache c = {0};
+    pd_window_stream_locate(plan, &c, pd_lane_index(plan, position), loc);
+    return PD_OK;
+}
+
+int pd_shard_position(const pd_shard_plan *plan, uint64_t sample, uint64_t *position)
+{
+    if (!plan || !position)
+        return PD_EINVAL;
+    if (sample >= plan->n)
+        return PD_ERANGE;
+    const uint64_t *P = plan->slot_start;
+    uint64_t s = pd_last_at_most(plan->start, 1, 0, plan->shards, sample); /* skips empty shards */
+    uint64_t t = pd_perm_inv(&plan->order, s);
+    uint64_t w = t / plan->window, base = P[w * plan->window];
+    pd_window_cache c = {0};
+    uint64_t x = base + pd_perm_inv(pd_window_perm(plan, &c, w), P[t] + (sample - plan->start[s]) - base);
+    uint64_t q = plan->lane_q, r = plan->lane_r, lane;
+    if (x < r * (q + 1))
+        lane = x / (q + 1);
+    else
+        lane = r + (x - r * (q + 1)) / q; /* q > 0 here: x ≥ r(q+1) and x < N = qG + r */
+    uint64_t begin = pd_lane_begin(plan, lane);
+    uint64_t step = lane % 2 == 0 ? x - begin : begin + pd_lane_length(plan, lane) - 1 - x;
+    *position = step * plan->lanes + lane;
+    return PD_OK;
+}
+
+/* Shared loop of the slice fills: validate, clamp, then visit each position. */
+typedef void (*pd_shard_emit)(void *out, uint64_t k, const pd_shard_loc *loc);
+
+static int pd_shard_fill(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, void *out,
+                         uint64_t *written, pd_shard_emit emit)
+{
+    uint64_t left;
+    if (!plan || !written || (!out && count))
+        return PD_EINVAL;
+    int rc = pd_slice_remaining(plan->n, s, &left);
+    if (rc)
+        return rc;
+    if (count > left)
+        count = left;
+    pd_window_cache c = {0};
+    pd_shard_loc loc;
+    uint64_t pos = s->offset + s->rank;
+    for (uint64_t k = 0; k < count; k++, pos += s->world) {
+        uint64_t p = pos < plan->n ? pos : pos % plan->n; /* pad wraps */
+        pd_window_stream_locate(plan, &c, pd_lane_index(plan, p), &loc);
+        emit(out, k, &loc);
+    }
+    *written = count;
+    return PD_OK;
+}
+
+static void pd_emit_u64(void *out, uint64_t k, const pd_shard_loc *loc)
+{
+    ((uint64_t *)out)[k] = loc->sample;
+}
+
+static void pd_emit_u32(void *out, uint64_t k, const pd_shard_loc *loc)
+{
+    ((uint32_t *)out)[k] = (uint32_t)loc->sample;
+}
+
+static void pd_emit_loc(void *out, uint64_t k, const pd_shard_loc *loc)
+{
+    ((pd_shard_loc *)out)[k] = *loc;
+}
+
+int pd_shard_slice_fill_u64(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, uint64_t *out,
+                            uint64_t *written)
+{
+    return pd_shard_fill(plan, s, count, out, written, pd_emit_u64);
+}
+
+int pd_shard_slice_fill_u32(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, uint32_t *out,
+                            uint64_t *written)
+{
+    if (plan && pd_id_width(plan->n) != 4)
+        return PD_EOVERFLOW;
+    return pd_shard_fill(plan, s, count, out, written, pd_emit_u32);
+}
+
+int pd_shard_slice_fill_locs(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, pd_shard_loc *out,
+                             uint64_t *written)
+{
+    return pd_shard_fill(plan, s, count, out, written, pd_emit_loc);
+}

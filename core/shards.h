@@ -1,0 +1,74 @@
+/* Sharded epochs (docs/spec/shards-v1.md): shard order, K-shard windows, G lanes; position ↔ sample in O(log S). */
+#ifndef PD_SHARDS_H
+#define PD_SHARDS_H
+
+#include <stddef.h>
+
+#include "rank.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PD_STREAM_SHARD_ORDER 1u /* π over shards */
+#define PD_STREAM_WINDOW_BASE 2u /* window w's sample order uses stream 2 + w */
+#define PD_SHARDS_MAX UINT64_C(0xFFFFFFFE) /* 2^32 - 2: one stream per window */
+
+/* Natural offsets of a shard layout: start[s] = Σ sizes[< s], S + 1 values,
+ * start[S] = N. PD_EINVAL for S outside [1, PD_SHARDS_MAX] or N outside
+ * [1, 2^63] (the sum is checked for overflow). */
+int pd_shard_layout_build(const uint64_t *sizes, uint64_t shards, uint64_t *start);
+
+/* One epoch's plan. Holds pointers to the caller's layout and memory; no
+ * allocation happens inside the core. Treat as read-only. */
+typedef struct pd_shard_plan {
+    const uint64_t *start; /* natural offsets, S + 1 (the caller's) */
+    uint64_t shards;       /* S */
+    uint64_t n;            /* N */
+    uint64_t window;       /* K */
+    uint64_t windows;      /* ⌈S/K⌉ */
+    uint64_t lanes;        /* G */
+    uint64_t lane_q;       /* ⌊N/G⌋ */
+    uint64_t lane_r;       /* N mod G */
+    uint64_t seed, epoch;
+    pd_perm order;         /* π (stream 1) */
+    uint64_t *slot_shard;  /* π(t) for every slot t: S values */
+    uint64_t *slot_start;  /* P: S + 1 values */
+} pd_shard_plan;
+
+/* Bytes of memory a plan over S shards needs (16 per shard): the per-epoch cache. */
+size_t pd_shard_plan_bytes(uint64_t shards);
+
+/* Compute the per-epoch table into mem (at least pd_shard_plan_bytes(S), 8-byte aligned).
+ * start comes from pd_shard_layout_build and must outlive the plan. O(S).
+ * PD_EINVAL for a bad layout, window = 0 or lanes = 0 or lanes ≥ 2^32; PD_ERANGE if mem is too small. */
+int pd_shard_plan_init(pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
+                       uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes);
+
+/* Where a sample lives. */
+typedef struct pd_shard_loc {
+    uint64_t sample; /* global id: start[shard] + offset */
+    uint64_t shard;
+    uint64_t offset;
+} pd_shard_loc;
+
+/* The sample at stream position p < N (pad positions ≥ N: the caller takes p mod N). PD_ERANGE past N. */
+int pd_shard_locate(const pd_shard_plan *plan, uint64_t position, pd_shard_loc *loc);
+
+/* The stream position of a sample id < N. */
+int pd_shard_position(const pd_shard_plan *plan, uint64_t sample, uint64_t *position);
+
+/* A rank's next samples (spec v1 §5 over the sharded stream), as pd_slice_fill_*:
+ * ids (u64, or u32 when N ≤ 2^32: else PD_EOVERFLOW), or locations. */
+int pd_shard_slice_fill_u64(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, uint64_t *out,
+                            uint64_t *written);
+int pd_shard_slice_fill_u32(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, uint32_t *out,
+                            uint64_t *written);
+int pd_shard_slice_fill_locs(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, pd_shard_loc *out,
+                             uint64_t *written);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
