@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/perm.h"
+#include "stats.h"
 
 #define QUALITY_SEED UINT64_C(20261123)
 #define QUALITY_PERMS 100000 /* |Π|, as in the paper and the spec */
@@ -34,18 +35,6 @@ static void permutation(const variant *v, uint64_t epoch, uint32_t n, uint32_t *
 
 /* ---- χ² over the 120 permutations of 5 elements ---- */
 
-static unsigned lehmer_rank5(const uint32_t *s)
-{
-    unsigned r = 0;
-    for (int i = 0; i < 5; i++) {
-        unsigned smaller = 0;
-        for (int j = i + 1; j < 5; j++)
-            smaller += s[j] < s[i];
-        r = r * (unsigned)(5 - i) + smaller;
-    }
-    return r;
-}
-
 static double chi2_n5(const variant *v)
 {
     unsigned counts[120] = {0};
@@ -54,13 +43,9 @@ static double chi2_n5(const variant *v)
         permutation(v, e, 5, s);
         counts[lehmer_rank5(s)]++;
     }
-    double expect = QUALITY_PERMS / 120.0, chi2 = 0;
-    for (int i = 0; i < 120; i++)
-        chi2 += (counts[i] - expect) * (counts[i] - expect) / expect;
-    return chi2;
+    return chi2_uniform120(counts, QUALITY_PERMS);
 }
 
-#define CHI2_THRESHOLD 145.5 /* χ²(119) at α = 0.05, from the spec */
 
 static void chi2_passes(void **state)
 {
@@ -88,89 +73,22 @@ static void chi2_negative_controls_fail(void **state)
 
 /* ---- MMD with the Mallows kernel (Mitchell et al., §5) ---- */
 
-/* Inversions of c[0..n) by merge sort; tmp has room for n. */
-static uint64_t inversions(uint32_t *c, uint32_t *tmp, uint32_t n)
-{
-    if (n < 2)
-        return 0;
-    uint32_t h = n / 2;
-    uint64_t inv = inversions(c, tmp, h) + inversions(c + h, tmp, n - h);
-    uint32_t i = 0, j = h, k = 0;
-    while (i < h && j < n) {
-        if (c[i] <= c[j]) {
-            tmp[k++] = c[i++];
-        } else {
-            inv += h - i;
-            tmp[k++] = c[j++];
-        }
-    }
-    while (i < h)
-        tmp[k++] = c[i++];
-    while (j < n)
-        tmp[k++] = c[j++];
-    memcpy(c, tmp, n * sizeof *c);
-    return inv;
-}
+/* Consecutive epochs of one variant, as the MMD's sample. */
+typedef struct variant_at {
+    const variant *v;
+    uint32_t n;
+} variant_at;
 
-/* Discordant pairs of (a, b): inversions of b read in a's order. */
-static uint64_t discordant(const uint32_t *a, const uint32_t *b, uint32_t n, uint32_t *c, uint32_t *tmp)
+static void next_epoch(void *ctx, uint64_t e, uint32_t *out)
 {
-    for (uint32_t i = 0; i < n; i++)
-        c[a[i]] = b[i];
-    return inversions(c, tmp, n);
+    const variant_at *va = ctx;
+    permutation(va->v, e, va->n, out);
 }
-
-/* E over uniform σ' of exp(-lambda·n_dis/C(n,2)): a product of n terms, in logs for n = 1000. */
-static double mallows_expectation(uint32_t n, double lambda)
-{
-    double pairs = n * (n - 1) / 2.0, log_e = 0;
-    for (uint32_t j = 1; j <= n; j++)
-        log_e += log(-expm1(-lambda * j / pairs)) - log(j * -expm1(-lambda / pairs));
-    return exp(log_e);
-}
-
-/* erf⁻¹ by bisection: the test's one use does not justify a dependency. */
-static double erfinv(double y)
-{
-    double lo = 0, hi = 6;
-    for (int i = 0; i < 200; i++) {
-        double mid = (lo + hi) / 2;
-        if (erf(mid) < y)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return (lo + hi) / 2;
-}
-
-typedef struct mmd_result {
-    double mmd2, threshold;
-} mmd_result;
 
 static mmd_result mmd(const variant *v, uint32_t n)
 {
-    const double lambda = 5;
-    uint32_t *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
-    uint32_t *c = malloc(n * sizeof *c), *tmp = malloc(n * sizeof *tmp);
-    assert_non_null(a);
-    assert_non_null(b);
-    assert_non_null(c);
-    assert_non_null(tmp);
-    double pairs = n * (n - 1) / 2.0, sum = 0;
-    for (uint64_t e = 0; e < QUALITY_PERMS; e += 2) {
-        permutation(v, e, n, a);
-        permutation(v, e + 1, n, b);
-        sum += exp(-lambda * (double)discordant(a, b, n, c, tmp) / pairs);
-    }
-    free(a);
-    free(b);
-    free(c);
-    free(tmp);
-    double ek = mallows_expectation(n, lambda);
-    double var_k = mallows_expectation(n, 2 * lambda) - ek * ek;
-    double var_mmd = 2 * var_k / QUALITY_PERMS;
-    mmd_result r = {2.0 * sum / QUALITY_PERMS - ek, sqrt(2 * var_mmd) * erfinv(0.95)};
-    return r;
+    variant_at va = {v, n};
+    return mmd_estimate(n, QUALITY_PERMS, next_epoch, &va);
 }
 
 static const uint32_t MMD_SIZES[] = {5, 100, 1000};
