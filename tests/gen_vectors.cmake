@@ -3,19 +3,7 @@
 file(READ "${IN}" J)
 set(H "/* Generated from vectors-v1.json by tests/gen_vectors.cmake; do not edit. */\n#include <stdint.h>\n#include <stddef.h>\n\n")
 
-function(json_u64_list out json)
-  # Emit the elements of a JSON array of decimal strings or numbers as C u64 literals.
-  string(JSON len LENGTH "${json}")
-  set(s "")
-  if(len GREATER 0)
-    math(EXPR last "${len} - 1")
-    foreach(i RANGE ${last})
-      string(JSON v GET "${json}" ${i})
-      string(APPEND s "UINT64_C(${v}),")
-    endforeach()
-  endif()
-  set(${out} "${s}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/json_u64.cmake)
 
 # Philox known answers
 string(JSON n LENGTH "${J}" philox4x32_10)

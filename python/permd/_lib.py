@@ -1,0 +1,107 @@
+"""Loads libpermd (the C client and the spec-v1 core) through ctypes and declares its signatures."""
+import ctypes
+import os
+
+from ._args import MODES  # noqa: F401 (re-exported)
+from .errors import raise_for
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Dataset(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 129), ("size", ctypes.c_uint64), ("id_width", ctypes.c_uint32),
+                ("from_config", ctypes.c_uint32), ("created_unix_ms", ctypes.c_int64)]
+
+
+class Slice(ctypes.Structure):
+    _fields_ = [("dataset", ctypes.c_char_p), ("seed", ctypes.c_uint64), ("epoch", ctypes.c_uint64),
+                ("world", ctypes.c_uint32), ("rank", ctypes.c_uint32), ("mode", ctypes.c_uint32),
+                ("offset", ctypes.c_uint64)]
+
+
+class ServerInfo(ctypes.Structure):
+    _fields_ = [("server", ctypes.c_char * 64), ("protocol_version", ctypes.c_uint32),
+                ("spec_version", ctypes.c_uint32), ("max_frame", ctypes.c_uint32), ("max_streams", ctypes.c_uint32),
+                ("max_credits", ctypes.c_uint32), ("max_count", ctypes.c_uint64), ("output_cap", ctypes.c_uint64)]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "uptime_ms", "connections", "connections_total", "requests_total", "errors_total", "ids_served_total",
+        "bytes_out_total", "datasets", "streams_active", "streams_total", "backpressure_pauses", "workers")]
+
+
+def _candidates():
+    env = os.environ.get("PERMD_LIB")
+    if env:
+        return [env]
+    return [os.path.join(_HERE, "libpermd.so"),
+            os.path.join(_HERE, "..", "..", "build", "lib", "libpermd.so")]
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.isfile(path):
+            return ctypes.CDLL(os.path.realpath(path))
+        tried.append(path)
+    raise ImportError(
+        "permd: libpermd.so not found (looked at: " + ", ".join(tried) + "). Build permd with "
+        "scripts/build.sh and set PERMD_LIB=/path/to/build/lib/libpermd.so, or install the package "
+        "from a tree where build/lib/libpermd.so exists.")
+
+
+lib = _load()
+
+u64, u32, i32, p = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int32, ctypes.c_void_p
+P64 = ctypes.POINTER(ctypes.c_uint64)
+P32 = ctypes.POINTER(ctypes.c_uint32)
+
+
+def _sig(name, args, res=ctypes.c_int):
+    fn = getattr(lib, name)
+    fn.argtypes = args
+    fn.restype = res
+    return fn
+
+
+strerror = _sig("permd_strerror", [ctypes.c_int], ctypes.c_char_p)
+version = _sig("permd_version", [], ctypes.c_char_p)
+
+# offline: spec v1 computed in-process
+perm_fill = _sig("permd_perm_fill", [u64, u64, u64, u64, u64, p, ctypes.c_uint])
+perm_inverse = _sig("permd_perm_inverse", [u64, u64, u64, P64, u64, P64])
+epoch_length = _sig("permd_epoch_length", [u64, u32, ctypes.c_int, P64])
+rank_remaining = _sig("permd_rank_remaining", [u64, u32, u32, ctypes.c_int, u64, P64])
+rank_fill = _sig("permd_rank_fill", [u64, u64, u64, u32, u32, ctypes.c_int, u64, u64, p, ctypes.c_uint, P64])
+
+# the daemon client
+connect = _sig("permd_connect", [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(p)])
+close = _sig("permd_close", [p], None)
+set_timeout = _sig("permd_set_timeout", [p, u32])
+last_error = _sig("permd_last_error", [p], ctypes.c_char_p)
+server_info_get = _sig("permd_server_info_get", [p, ctypes.POINTER(ServerInfo)])
+put_dataset = _sig("permd_put_dataset", [p, ctypes.c_char_p, u64, ctypes.POINTER(Dataset), ctypes.POINTER(i32)])
+get_dataset = _sig("permd_get_dataset", [p, ctypes.c_char_p, ctypes.POINTER(Dataset)])
+list_datasets = _sig("permd_list_datasets", [p, ctypes.POINTER(Dataset), ctypes.c_size_t,
+                                             ctypes.POINTER(ctypes.c_size_t)])
+delete_dataset = _sig("permd_delete_dataset", [p, ctypes.c_char_p])
+fetch_u32 = _sig("permd_fetch_u32", [p, ctypes.POINTER(Slice), u64, p, P64, P64])
+fetch_u64 = _sig("permd_fetch_u64", [p, ctypes.POINTER(Slice), u64, p, P64, P64])
+stream_open = _sig("permd_stream_open", [p, ctypes.POINTER(Slice), u64, u64, ctypes.POINTER(p)])
+stream_next = _sig("permd_stream_next", [p, ctypes.POINTER(p), P32, P64])
+stream_offset = _sig("permd_stream_offset", [p], u64)
+stream_close = _sig("permd_stream_close", [p])
+inverse = _sig("permd_inverse", [p, ctypes.c_char_p, u64, u64, u32, i32, P64, ctypes.c_size_t, P64, P32])
+stats_get = _sig("permd_stats_get", [p, ctypes.POINTER(Stats)])
+
+
+def check(rc, what, client=None):
+    """Raise the exception that matches a PERMD_E* code (no-op for 0)."""
+    if rc == 0:
+        return
+    detail = None
+    if client:
+        msg = last_error(client)
+        detail = msg.decode("utf-8", "replace") if msg else None
+    raise_for(rc, what, detail or strerror(rc).decode())

@@ -1,0 +1,92 @@
+"""permd.Permutation: one epoch's order as a lazy sequence: p -> sample id, sample id -> p, slices."""
+import ctypes
+
+from . import _args, _lib
+
+try:
+    import numpy as np
+except ImportError:  # numpy is optional
+    np = None
+
+_CHUNK = 1 << 16
+
+
+class Permutation:
+    """σ for (seed, epoch) over `size` samples (spec v1), computed on demand: no table.
+
+    perm[p] is the sample at position p; perm[a:b] a numpy array (a list without numpy);
+    perm.inverse(s) the position of sample s. len() works up to 2**63 - 1; .size always."""
+
+    def __init__(self, seed, epoch, size):
+        self.seed = _args.integer("seed", seed)
+        self.epoch = _args.integer("epoch", epoch)
+        self.size = _args.integer("size", size, 1, _args.N_MAX)
+        self._width = 4 if self.size <= 1 << 32 else 8
+
+    def __repr__(self):
+        return f"Permutation(seed={self.seed}, epoch={self.epoch}, size={self.size})"
+
+    def __len__(self):
+        return self.size
+
+    def _fill(self, start, count, out_ptr, width):
+        rc = _lib.perm_fill(self.seed, self.epoch, self.size, start, count, out_ptr, width)
+        _lib.check(rc, "Permutation")
+
+    def numpy(self, start=0, stop=None):
+        """σ(start..stop) written straight into a new numpy array (uint32 when size <= 2**32)."""
+        if np is None:
+            raise ImportError("Permutation.numpy needs numpy")
+        start, stop, _ = slice(start, stop).indices(self.size)
+        count = max(0, stop - start)
+        out = np.empty(count, dtype=np.uint32 if self._width == 4 else np.uint64)
+        if count:
+            self._fill(start, count, out.ctypes.data_as(ctypes.c_void_p), self._width)
+        return out
+
+    def _list(self, start, count):
+        buf = (ctypes.c_uint64 * count)()
+        if count:
+            self._fill(start, count, ctypes.cast(buf, ctypes.c_void_p), 8)
+        return list(buf)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.size)
+            if step == 1:
+                return self.numpy(start, stop) if np is not None else self._list(start, max(0, stop - start))
+            positions = range(start, stop, step)
+            if np is not None:
+                return np.array([self[p] for p in positions], dtype=np.uint32 if self._width == 4 else np.uint64)
+            return [self[p] for p in positions]
+        p = _args.integer("index", key, -self.size, self.size - 1)
+        if p < 0:
+            p += self.size
+        return self._list(p, 1)[0]
+
+    def __iter__(self):
+        for start in range(0, self.size, _CHUNK):
+            yield from self._list(start, min(_CHUNK, self.size - start))
+
+    def inverse(self, samples):
+        """The position of a sample id, or of each in a sequence/array (then an array or list)."""
+        single = not hasattr(samples, "__len__")
+        values = [samples] if single else samples
+        if np is not None and isinstance(values, np.ndarray):
+            if values.dtype.kind not in "ui":
+                raise TypeError(f"samples must be integers, not {values.dtype}")
+            arr = np.ascontiguousarray(values, dtype=np.uint64)
+            if arr.size and (values.min() < 0 or int(arr.max()) >= self.size):
+                raise ValueError(f"samples must be in [0, {self.size - 1}]")
+        else:
+            checked = [_args.integer("sample", s, 0, self.size - 1) for s in values]
+            arr = (ctypes.c_uint64 * len(checked))(*checked)
+        n = len(arr)
+        out = np.empty(n, dtype=np.uint64) if np is not None else (ctypes.c_uint64 * n)()
+        src = arr.ctypes.data_as(_lib.P64) if np is not None and isinstance(arr, np.ndarray) else ctypes.cast(arr, _lib.P64)
+        dst = out.ctypes.data_as(_lib.P64) if np is not None else ctypes.cast(out, _lib.P64)
+        if n:
+            _lib.check(_lib.perm_inverse(self.seed, self.epoch, self.size, src, n, dst), "Permutation.inverse")
+        if single:
+            return int(out[0])
+        return out if np is not None else list(out)

@@ -1,0 +1,13 @@
+# Shared by the vector generators: JSON arrays of decimal strings or numbers as C u64 literals.
+function(json_u64_list out json)
+  string(JSON len LENGTH "${json}")
+  set(s "")
+  if(len GREATER 0)
+    math(EXPR last "${len} - 1")
+    foreach(i RANGE ${last})
+      string(JSON v GET "${json}" ${i})
+      string(APPEND s "UINT64_C(${v}),")
+    endforeach()
+  endif()
+  set(${out} "${s}" PARENT_SCOPE)
+endfunction()

@@ -1,0 +1,26 @@
+"""Starts a real permd on a temporary socket and state directory for the Python tests."""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+
+class Daemon:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="permd-py-")
+        self.socket = os.path.join(self.dir, "permd.sock")
+        exe = os.environ.get("PERMD_BIN", "permd")
+        self.proc = subprocess.Popen([exe, "--socket", self.socket, "--state-dir", os.path.join(self.dir, "state")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(self.socket):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("permd did not start: " + self.proc.stderr.read().decode(errors="replace"))
+            time.sleep(0.02)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.proc.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
