@@ -10,7 +10,7 @@
 #endif
 
 static const char *const pd_isa_names[] = {"auto", "scalar", "avx2", "avx512"};
-static const char *const pd_walk_names[] = {"auto", "lockstep", "refill", "refill-scalar"};
+static const char *const pd_walk_names[] = {"auto", "lockstep", "refill", "refill-scalar", "compact"};
 
 /* ---- Instruction sets */
 
@@ -101,7 +101,7 @@ int pd_isa_parse(const char *s, pd_isa *isa)
 
 const char *pd_walk_name(pd_walk walk)
 {
-    return (unsigned)walk <= PD_WALK_REFILL_SCALAR ? pd_walk_names[walk] : "?";
+    return (unsigned)walk <= PD_WALK_COMPACT ? pd_walk_names[walk] : "?";
 }
 
 /* ---- Generators */
@@ -119,7 +119,7 @@ int pd_gen_init(pd_gen *g, pd_isa isa)
 
 int pd_gen_set_walk(pd_gen *g, pd_walk walk)
 {
-    if (!g || (unsigned)walk > PD_WALK_REFILL_SCALAR || g->isa < PD_ISA_SCALAR || g->isa > PD_ISA_AVX512)
+    if (!g || (unsigned)walk > PD_WALK_COMPACT || g->isa < PD_ISA_SCALAR || g->isa > PD_ISA_AVX512)
         return PD_EINVAL;
     if (walk != PD_WALK_AUTO) {
         if (g->isa == PD_ISA_SCALAR) /* one lane has nothing to refill */
@@ -133,7 +133,7 @@ int pd_gen_set_walk(pd_gen *g, pd_walk walk)
 
 static int pd_gen_check(const pd_gen *g)
 {
-    if (!g || g->isa < PD_ISA_SCALAR || g->isa > PD_ISA_AVX512 || (unsigned)g->walk > PD_WALK_REFILL_SCALAR)
+    if (!g || g->isa < PD_ISA_SCALAR || g->isa > PD_ISA_AVX512 || (unsigned)g->walk > PD_WALK_COMPACT)
         return PD_EINVAL;
     return pd_cpu_has_isa(g->isa) ? PD_OK : PD_EUNSUPPORTED;
 }
@@ -225,8 +225,8 @@ void pd__gen_run(const pd_gen *g, const pd__run *run)
     }
     pd__kernel_fn *kernel = pd_kernel_for(g, run->count);
     pd__run part = *run;
-    if (part.walk == PD_WALK_AUTO)
-        part.walk = PD_WALK_REFILL;
+    if (part.walk == PD_WALK_AUTO) /* the fastest in bench/results/cpu_gen.md */
+        part.walk = PD_WALK_COMPACT;
     for (uint64_t done = 0; done < run->count; done += part.count) {
         part.count = run->count - done < PD__RUN_MAX ? run->count - done : PD__RUN_MAX;
         part.first = run->first + done * run->stride;

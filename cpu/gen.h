@@ -23,11 +23,13 @@ typedef enum pd_isa {
  * must apply f again while their neighbours are done. Only benchmarks and
  * tests need anything but AUTO; every strategy gives the same bytes. */
 typedef enum pd_walk {
-    PD_WALK_AUTO = 0,     /* the fastest measured strategy for the ISA (REFILL) */
+    PD_WALK_AUTO = 0,     /* the fastest measured strategy (COMPACT) */
     PD_WALK_LOCKSTEP = 1, /* a vector of consecutive positions walks until all its lanes are done: the naive baseline */
     PD_WALK_REFILL = 2,   /* finished lanes are compress-stored with their output index and refilled with the
                              next positions by vector permutes (AVX2: lookup tables; AVX-512: vpcompressd/vpexpandd) */
     PD_WALK_REFILL_SCALAR = 3, /* the same refill, done lane by lane in scalar code (AVX2 only) */
+    PD_WALK_COMPACT = 4,  /* every position is evaluated once in order; lanes still outside are
+                             compress-stored to a queue that later passes evaluate and compact */
 } pd_walk;
 
 /* A generator: which kernel runs and how it walks. A plain value; set it up

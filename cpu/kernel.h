@@ -48,9 +48,19 @@ void pd__gen_run(const pd_gen *g, const pd__run *run);
 /* Write a request's wrapped last id, if it has one. */
 void pd__req_tail(const pd__req *req);
 
+/* The parity correction (spec §3) swaps the images 0 and 1 of f. Both are
+ * below any n ≥ 2, so it never changes whether a walk goes on, only the final
+ * id of the two positions whose walk ends at 0 or 1. The SIMD kernels
+ * therefore walk without it and call this at the end: it finds those two
+ * positions with the core's inverse walk (no parity) and flips their ids. */
+void pd__run_fix_parity(const pd__run *run);
+
 /* Kernels. The SIMD ones exist only in x86-64 builds and may only be called
  * once pd_cpu_has_isa said yes: they are compiled for their ISA. */
 void pd__run_scalar(const pd__run *run);
+/* The scalar walk with the parity correction on (1, σ) or off (0: for the
+ * tails of SIMD kernels, which fix the parity of the whole run at the end). */
+void pd__run_scalar_walk(const pd__run *run, int parity);
 #if defined(PD_CPU_HAVE_AVX2)
 void pd__run_avx2(const pd__run *run);
 #endif

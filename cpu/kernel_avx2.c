@@ -1,4 +1,4 @@
-/* The AVX2 kernel: VariablePhilox on 8 lanes of 32 bits per register, cycle-walked three ways (lockstep, table refill, scalar refill). */
+/* The AVX2 kernel: VariablePhilox on 8 lanes of 32 bits per register, cycle-walked four ways (lockstep, table refill, scalar refill, compaction). */
 #include "cpu/kernel.h"
 
 #include <immintrin.h>
@@ -8,20 +8,31 @@
  * Layout. However wide n is (up to 2^63), the Feistel halves s0 (≤ 31 bits)
  * and s1 (≤ 32 bits) each fit a 32-bit lane, so every n uses the same
  * 8-lane round; only turning positions into (s0, s1) and results back into
- * ids needs 64-bit lanes when b > 32 ("wide"). NV independent vectors are in
- * flight so that one vector's multiplies hide the others' latency: a round
- * is a chain of ~6 dependent operations, 3 cycles of them multiplies.
+ * ids needs 64-bit lanes when b > 32 ("wide"). Several independent vectors
+ * are in flight so that one vector's multiplies hide the others' latency: a
+ * round is a chain of ~6 dependent operations, 3 cycles of them multiplies.
  *
  * Every kernel body below is an always-inline function of compile-time
- * flags (d = rbits - lbits, wide), instantiated once per combination at the
- * bottom, so the hot loops carry no run-time branches on the shape of n.
+ * flags (d = rbits - lbits, and the shape of n: ids below 2^31, of exactly
+ * 32 bits, or wider), instantiated once per combination at the bottom, so
+ * the hot loops carry no run-time branches on the shape of n.
+ *
+ * The parity correction is left to pd__run_fix_parity (kernel.h says why),
+ * which saves four operations per vector and evaluation.
  */
 
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 8          /* lanes per vector */
-#define NV 3          /* vectors in flight */
+#define NV 3          /* vectors in flight in the refill walks (each evaluation waits for the last) */
 #define LANES (VW * NV)
+#define CNV 4         /* vectors per group where groups are independent (no walk, compaction) */
+#define CLANES (VW * CNV)
 #define OBUF 1024     /* finished (id, index) pairs buffered before they are scattered */
+
+/* The shape of n, for the compare v < n and the id layout. */
+enum { NARROW = 0,   /* b ≤ 31: ids and n fit a signed lane, one vpcmpgtd */
+       NARROW32 = 1, /* b = 32: ids fit a lane but need an unsigned compare */
+       WIDE = 2 };   /* b > 32: ids are (s0, s1) pairs; positions need 64-bit lanes */
 
 typedef struct avx2_ctx {
     __m256i k[PD_ROUNDS];      /* round keys, broadcast */
@@ -29,9 +40,8 @@ typedef struct avx2_ctx {
     __m256i m_lo_d;            /* m_lo << d: folds the round's "lo << d" into the multiply */
     __m256i lmask, rmask;
     __m128i lbits, rbits;      /* shift counts */
-    __m256i n_m1;              /* narrow: n - 1 (ids fit 32 bits) */
+    __m256i n32, n_m1;         /* narrow: n and n - 1 (ids fit 32 bits) */
     __m256i n_hi, n_lo_x;      /* wide: n >> rbits, and (n & rmask) with its sign bit flipped */
-    __m256i flip;              /* 1 where f swaps the images 0 and 1, else 0 */
     __m256i first32, stride32; /* narrow: position = first + i·stride, exact mod 2^32 */
     __m256i first64, stride64; /* wide: the same in 64-bit lanes */
     __m256i count;             /* lanes whose index is not below count are idle */
@@ -66,19 +76,24 @@ PD_AI void vp_round(const avx2_ctx *c, int i, __m256i *s0, __m256i *s1, const in
     *s1 = d ? _mm256_and_si256(lo, c->rmask) : lo;
 }
 
-/* The 24 rounds on NV vectors, interleaved round by round. */
-PD_AI void vp_eval(const avx2_ctx *c, __m256i s0[NV], __m256i s1[NV], const int d)
+/* The 24 rounds on nv vectors, interleaved round by round. */
+PD_AI void vp_eval_n(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, const int d)
 {
 #pragma GCC unroll 24
     for (int i = 0; i < PD_ROUNDS; i++) {
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++)
             vp_round(c, i, &s0[v], &s1[v], d);
     }
     if (!d) {
-        for (int v = 0; v < NV; v++)
+        for (int v = 0; v < nv; v++)
             s1[v] = _mm256_and_si256(s1[v], c->rmask);
     }
+}
+
+PD_AI void vp_eval(const avx2_ctx *c, __m256i s0[NV], __m256i s1[NV], const int d)
+{
+    vp_eval_n(c, s0, s1, NV, d);
 }
 
 /* ---- Positions in, ids out */
@@ -91,9 +106,9 @@ PD_AI __m256i pack_lo32(__m256i a, __m256i b)
 }
 
 /* Lanes with output index idx start at position first + idx·stride. */
-PD_AI void positions(const avx2_ctx *c, __m256i idx, __m256i *s0, __m256i *s1, const int wide)
+PD_AI void positions(const avx2_ctx *c, __m256i idx, __m256i *s0, __m256i *s1, const int shape)
 {
-    if (!wide) { /* every position is below n ≤ 2^32, so 32-bit arithmetic is exact */
+    if (shape != WIDE) { /* every position is below n ≤ 2^32, so 32-bit arithmetic is exact */
         const __m256i p = _mm256_add_epi32(c->first32, _mm256_mullo_epi32(idx, c->stride32));
         *s0 = _mm256_srl_epi32(p, c->rbits);
         *s1 = _mm256_and_si256(p, c->rmask);
@@ -113,9 +128,12 @@ PD_AI __m256i join(const avx2_ctx *c, __m256i s0, __m256i s1)
     return _mm256_or_si256(_mm256_sll_epi32(s0, c->rbits), s1);
 }
 
-/* v < n, unsigned: AVX2 compares only signed, but min_epu32 is unsigned. */
-PD_AI __m256i inside_narrow(const avx2_ctx *c, __m256i v)
+/* v < n for narrow ids. AVX2 compares only signed; below 2^31 that is
+ * exact, and at b = 32 min_epu32 gives an unsigned v ≤ n - 1. */
+PD_AI __m256i inside_narrow(const avx2_ctx *c, __m256i v, const int shape)
 {
+    if (shape == NARROW)
+        return _mm256_cmpgt_epi32(c->n32, v);
     return _mm256_cmpeq_epi32(_mm256_min_epu32(v, c->n_m1), v);
 }
 
@@ -129,22 +147,6 @@ PD_AI __m256i inside_wide(const avx2_ctx *c, __m256i s0, __m256i s1)
     const __m256i eq0 = _mm256_cmpeq_epi32(s0, c->n_hi);
     const __m256i lt1 = _mm256_cmpgt_epi32(c->n_lo_x, _mm256_xor_si256(s1, sign));
     return _mm256_or_si256(lt0, _mm256_and_si256(eq0, lt1));
-}
-
-/* The parity correction swaps the images 0 and 1 (spec §3). Both are below
- * any n ≥ 2, so it never changes whether a lane walks on: it is applied once,
- * to finished ids, instead of after every evaluation. */
-PD_AI __m256i flip_narrow(const avx2_ctx *c, __m256i v)
-{
-    const __m256i small = _mm256_cmpeq_epi32(_mm256_srli_epi32(v, 1), _mm256_setzero_si256());
-    return _mm256_xor_si256(v, _mm256_and_si256(small, c->flip));
-}
-
-PD_AI __m256i flip_wide_s1(const avx2_ctx *c, __m256i s0, __m256i s1)
-{
-    const __m256i small =
-        _mm256_cmpeq_epi32(_mm256_or_si256(s0, _mm256_srli_epi32(s1, 1)), _mm256_setzero_si256());
-    return _mm256_xor_si256(s1, _mm256_and_si256(small, c->flip));
 }
 
 /* 8 consecutive ids from out + i: narrow v, or wide (s0, s1), in u32 or u64. */
@@ -177,27 +179,27 @@ static void scalar_tail(const pd__run *r, uint64_t from)
     rest.first += from * r->stride;
     rest.count -= from;
     rest.out = (char *)r->out + from * r->width;
-    pd__run_scalar(&rest);
+    pd__run_scalar_walk(&rest, 0); /* the parity is fixed for the whole run at the end */
 }
 
 /* ---- n = 2^b: f is already a permutation of [0, n), nothing walks */
 
-PD_AI void walk_none(const avx2_ctx *c, const int d, const int wide)
+PD_AI void walk_none(const avx2_ctx *c, const int d, const int shape)
 {
     const pd__run *r = c->run;
     uint64_t i = 0;
-    for (; i + LANES <= r->count; i += LANES) {
-        __m256i s0[NV], s1[NV];
-        for (int v = 0; v < NV; v++) {
+    for (; i + CLANES <= r->count; i += CLANES) {
+        __m256i s0[CNV], s1[CNV];
+        for (int v = 0; v < CNV; v++) {
             const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(i + VW * v)), *pd_avx2_iota());
-            positions(c, idx, &s0[v], &s1[v], wide);
+            positions(c, idx, &s0[v], &s1[v], shape);
         }
-        vp_eval(c, s0, s1, d);
-        for (int v = 0; v < NV; v++) {
-            if (wide)
-                store_wide(c, i + VW * v, s0[v], flip_wide_s1(c, s0[v], s1[v]));
+        vp_eval_n(c, s0, s1, CNV, d);
+        for (int v = 0; v < CNV; v++) {
+            if (shape == WIDE)
+                store_wide(c, i + VW * v, s0[v], s1[v]);
             else
-                store_narrow(c, i + VW * v, flip_narrow(c, join(c, s0[v], s1[v])));
+                store_narrow(c, i + VW * v, join(c, s0[v], s1[v]));
         }
     }
     scalar_tail(r, i);
@@ -205,10 +207,10 @@ PD_AI void walk_none(const avx2_ctx *c, const int d, const int wide)
 
 /* ---- Lockstep: the naive baseline. Each group of LANES consecutive
  * positions evaluates f until its slowest lane is inside, so it pays for the
- * maximum walk length of LANES lanes (~4.6 evaluations when n ≈ 2^b/2, where
- * the average is 2). Measured only to show what the refill saves. */
+ * longest of LANES walks (~5.5 evaluations for 24 lanes when n ≈ 2^b / 2,
+ * where the average walk is 2). Kept to measure what the refill saves. */
 
-PD_AI void walk_lockstep(const avx2_ctx *c, const int d, const int wide)
+PD_AI void walk_lockstep(const avx2_ctx *c, const int d, const int shape)
 {
     const pd__run *r = c->run;
     uint64_t i = 0;
@@ -216,14 +218,14 @@ PD_AI void walk_lockstep(const avx2_ctx *c, const int d, const int wide)
         __m256i s0[NV], s1[NV], r0[NV], r1[NV], fin[NV];
         for (int v = 0; v < NV; v++) {
             const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(i + VW * v)), *pd_avx2_iota());
-            positions(c, idx, &s0[v], &s1[v], wide);
+            positions(c, idx, &s0[v], &s1[v], shape);
             r0[v] = r1[v] = fin[v] = _mm256_setzero_si256();
         }
         for (;;) {
             vp_eval(c, s0, s1, d);
             int all = 1;
             for (int v = 0; v < NV; v++) {
-                if (wide) {
+                if (shape == WIDE) {
                     const __m256i in = inside_wide(c, s0[v], s1[v]);
                     const __m256i now = _mm256_andnot_si256(fin[v], in);
                     r0[v] = _mm256_blendv_epi8(r0[v], s0[v], now);
@@ -231,7 +233,7 @@ PD_AI void walk_lockstep(const avx2_ctx *c, const int d, const int wide)
                     fin[v] = _mm256_or_si256(fin[v], in);
                 } else {
                     const __m256i val = join(c, s0[v], s1[v]);
-                    const __m256i in = inside_narrow(c, val);
+                    const __m256i in = inside_narrow(c, val, shape);
                     r0[v] = _mm256_blendv_epi8(r0[v], val, _mm256_andnot_si256(fin[v], in));
                     fin[v] = _mm256_or_si256(fin[v], in);
                 }
@@ -241,10 +243,10 @@ PD_AI void walk_lockstep(const avx2_ctx *c, const int d, const int wide)
                 break;
         }
         for (int v = 0; v < NV; v++) {
-            if (wide)
-                store_wide(c, i + VW * v, r0[v], flip_wide_s1(c, r0[v], r1[v]));
+            if (shape == WIDE)
+                store_wide(c, i + VW * v, r0[v], r1[v]);
             else
-                store_narrow(c, i + VW * v, flip_narrow(c, r0[v]));
+                store_narrow(c, i + VW * v, r0[v]);
         }
     }
     scalar_tail(r, i);
@@ -255,16 +257,16 @@ PD_AI void walk_lockstep(const avx2_ctx *c, const int d, const int wide)
  * Lanes walk independently: after each evaluation, the lanes that are inside
  * hand their id and output index to a buffer and take the next pending
  * positions, so no lane idles while another walks (each position costs its
- * own walk length, 2 evaluations on average at n = 2^26 + 1). AVX2 has no
- * compress or expand instruction, so both go through vpermd with patterns
- * looked up by the 8-bit mask of finished lanes:
+ * own walk, 2 evaluations on average at n = 2^26 + 1). AVX2 has no compress
+ * or expand instruction, so both go through vpermd with patterns looked up
+ * by the 8-bit mask of finished lanes:
  *   PD_COMPRESS(m): byte k = the lane of m's k-th set bit, so vpermd moves
  *                   the finished lanes to the front for one unaligned store;
  *   PD_RANK(m):     byte j = how many set bits m has below lane j, so a
  *                   finished lane j takes index next + rank.
- * The outputs land out of order (a lane may walk 6 times while its
- * neighbours finish), so they are scattered from the buffer in a batch
- * (OBUF at a time: one loop, one branch miss, per thousand ids). */
+ * The ids come out of order (a lane may walk 6 times while its neighbours
+ * finish), so they are scattered from the buffer in batches: one loop, and
+ * one mispredicted branch, per thousand ids. */
 
 #define PD_BIT(m, j) (((m) >> (j)) & 1)
 #define PD_BELOW(m, j)                                                                                 \
@@ -293,15 +295,15 @@ PD_AI __m256i table_vec(const uint64_t *tab, unsigned m)
 }
 
 /* Finished ids waiting to be scattered: v (narrow) or (v, v1) = (s0, s1) (wide). */
-typedef struct outbuf {
-    uint32_t v[OBUF + LANES], v1[OBUF + LANES], idx[OBUF + LANES];
+typedef struct outbuf { /* filled up to OBUF, plus one group of lanes of slack */
+    uint32_t v[OBUF + 64], v1[OBUF + 64], idx[OBUF + 64];
     uint32_t n;
 } outbuf;
 
-PD_AI void outbuf_flush(const avx2_ctx *c, outbuf *b, const int wide)
+PD_AI void outbuf_flush(const avx2_ctx *c, outbuf *b, const int shape)
 {
     const pd__run *r = c->run;
-    if (wide) {
+    if (shape == WIDE) {
         const uint32_t rb = r->perm->rbits;
         uint64_t *out = r->out;
         for (uint32_t j = 0; j < b->n; j++)
@@ -318,54 +320,200 @@ PD_AI void outbuf_flush(const avx2_ctx *c, outbuf *b, const int wide)
     b->n = 0;
 }
 
-PD_AI void walk_refill(const avx2_ctx *c, const int d, const int wide)
-{
-    const uint32_t count = (uint32_t)c->run->count;
+/* Lanes in flight: state, output index, and the refill cursor. */
+typedef struct lanes {
     __m256i s0[NV], s1[NV], idx[NV];
+    uint32_t next;     /* the next output index to hand out */
+    uint32_t produced; /* ids finished so far */
+} lanes;
+
+/* One evaluation of every lane, then out with the finished, in with the
+ * next positions. While drain is 0 the caller guarantees that LANES more
+ * indices exist, so no lane can be idle and the liveness test is skipped;
+ * in the drain, lanes past the end idle until the last walk finishes. */
+PD_AI void refill_step(const avx2_ctx *c, lanes *L, outbuf *buf, const int d, const int shape, const int drain)
+{
+    vp_eval(c, L->s0, L->s1, d);
+    for (int v = 0; v < NV; v++) {
+        __m256i val = L->s0[v], done;
+        if (shape == WIDE)
+            done = inside_wide(c, L->s0[v], L->s1[v]);
+        else
+            done = inside_narrow(c, val = join(c, L->s0[v], L->s1[v]), shape);
+        if (drain)
+            done = _mm256_and_si256(done, _mm256_cmpgt_epi32(c->count, L->idx[v]));
+        const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(done));
+        const unsigned k = (unsigned)__builtin_popcount(m);
+        const __m256i pack = table_vec(pd_compress_tab, m);
+        if (shape == WIDE)
+            _mm256_storeu_si256((__m256i *)(buf->v1 + buf->n), _mm256_permutevar8x32_epi32(L->s1[v], pack));
+        _mm256_storeu_si256((__m256i *)(buf->v + buf->n), _mm256_permutevar8x32_epi32(val, pack));
+        _mm256_storeu_si256((__m256i *)(buf->idx + buf->n), _mm256_permutevar8x32_epi32(L->idx[v], pack));
+        buf->n += k;
+        /* Refill: finished lanes take indices next, next + 1, … in lane order. */
+        const __m256i nidx = _mm256_add_epi32(_mm256_set1_epi32((int)L->next), table_vec(pd_rank_tab, m));
+        L->next += k;
+        L->produced += k;
+        __m256i n0, n1;
+        positions(c, nidx, &n0, &n1, shape);
+        L->s0[v] = _mm256_blendv_epi8(L->s0[v], n0, done);
+        L->s1[v] = _mm256_blendv_epi8(L->s1[v], n1, done);
+        L->idx[v] = _mm256_blendv_epi8(L->idx[v], nidx, done);
+    }
+    if (buf->n >= OBUF)
+        outbuf_flush(c, buf, shape);
+}
+
+PD_AI void walk_refill(const avx2_ctx *c, const int d, const int shape)
+{
+    const uint32_t count = (uint32_t)c->run->count; /* ≥ PD__SIMD_MIN > LANES */
+    lanes L;
     outbuf buf;
     buf.n = 0;
     for (int v = 0; v < NV; v++) {
-        idx[v] = _mm256_add_epi32(_mm256_set1_epi32(VW * v), *pd_avx2_iota());
-        positions(c, idx[v], &s0[v], &s1[v], wide);
+        L.idx[v] = _mm256_add_epi32(_mm256_set1_epi32(VW * v), *pd_avx2_iota());
+        positions(c, L.idx[v], &L.s0[v], &L.s1[v], shape);
     }
-    uint32_t next = LANES, produced = 0;
-    while (produced < count) {
-        vp_eval(c, s0, s1, d);
-        for (int v = 0; v < NV; v++) {
-            const __m256i live = _mm256_cmpgt_epi32(c->count, idx[v]);
-            __m256i val = s0[v], done;
-            if (wide) {
-                done = _mm256_and_si256(inside_wide(c, s0[v], s1[v]), live);
-            } else {
-                val = join(c, s0[v], s1[v]);
-                done = _mm256_and_si256(inside_narrow(c, val), live);
-            }
-            const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(done));
-            const unsigned k = (unsigned)__builtin_popcount(m);
-            const __m256i pack = table_vec(pd_compress_tab, m);
-            if (wide) {
-                const __m256i t1 = flip_wide_s1(c, s0[v], s1[v]);
-                _mm256_storeu_si256((__m256i *)(buf.v1 + buf.n), _mm256_permutevar8x32_epi32(t1, pack));
-            } else {
-                val = flip_narrow(c, val);
-            }
-            _mm256_storeu_si256((__m256i *)(buf.v + buf.n), _mm256_permutevar8x32_epi32(val, pack));
-            _mm256_storeu_si256((__m256i *)(buf.idx + buf.n), _mm256_permutevar8x32_epi32(idx[v], pack));
-            buf.n += k;
-            /* Refill: finished lanes take indices next, next + 1, … in lane order. */
-            const __m256i nidx = _mm256_add_epi32(_mm256_set1_epi32((int)next), table_vec(pd_rank_tab, m));
-            next += k;
-            __m256i n0, n1;
-            positions(c, nidx, &n0, &n1, wide);
-            s0[v] = _mm256_blendv_epi8(s0[v], n0, done);
-            s1[v] = _mm256_blendv_epi8(s1[v], n1, done);
-            idx[v] = _mm256_blendv_epi8(idx[v], nidx, done);
-            produced += k;
+    L.next = LANES;
+    L.produced = 0;
+    while (L.next + LANES <= count)
+        refill_step(c, &L, &buf, d, shape, 0);
+    while (L.produced < count)
+        refill_step(c, &L, &buf, d, shape, 1);
+    outbuf_flush(c, &buf, shape);
+}
+
+/* ---- Compaction passes.
+ *
+ * The refill above chains every lane's next walk to its last: the 24 rounds
+ * (~190 cycles of latency) of one iteration must finish before the compare
+ * and refill that feed the next, so only NV vectors are ever in flight.
+ * Here a block of BLOCK positions is evaluated once with nothing carried
+ * over: inside ids go straight to the output in order, and the lanes still
+ * outside are compress-stored, with their output index, to a queue. Passes
+ * over the queue evaluate it again, scatter the ids that came inside
+ * (through the output buffer) and compact the rest in place. No evaluation
+ * depends on the one before it except through memory, so the out-of-order
+ * core overlaps consecutive groups, and every lane of every vector does
+ * useful work. The queue is passed over until it is at most BLOCK / 2 long
+ * (at n just above 2^b that is one pass per block), and emptied at the end
+ * by padding it with copies of its last entry: a copy walks the same way and
+ * writes the same id to the same place. */
+
+#define BLOCK (1024 / CLANES * CLANES) /* whole groups */
+#define QCAP (BLOCK / 2 + BLOCK + CLANES)
+
+typedef struct queue {
+    uint32_t s0[QCAP + CLANES], s1[QCAP + CLANES], idx[QCAP + CLANES];
+    uint32_t n;
+} queue;
+
+/* Append the lanes of (s0, s1, idx) selected by m to q. */
+PD_AI void queue_push(queue *q, unsigned m, __m256i s0, __m256i s1, __m256i idx)
+{
+    const __m256i pack = table_vec(pd_compress_tab, m);
+    _mm256_storeu_si256((__m256i *)(q->s0 + q->n), _mm256_permutevar8x32_epi32(s0, pack));
+    _mm256_storeu_si256((__m256i *)(q->s1 + q->n), _mm256_permutevar8x32_epi32(s1, pack));
+    _mm256_storeu_si256((__m256i *)(q->idx + q->n), _mm256_permutevar8x32_epi32(idx, pack));
+    q->n += (unsigned)__builtin_popcount(m);
+}
+
+/* The first evaluation of CLANES consecutive output indices from i. */
+PD_AI void compact_first(const avx2_ctx *c, queue *q, uint32_t i, const int d, const int shape)
+{
+    __m256i s0[CNV], s1[CNV], idx[CNV];
+    for (int v = 0; v < CNV; v++) {
+        idx[v] = _mm256_add_epi32(_mm256_set1_epi32((int)(i + VW * v)), *pd_avx2_iota());
+        positions(c, idx[v], &s0[v], &s1[v], shape);
+    }
+    vp_eval_n(c, s0, s1, CNV, d);
+    for (int v = 0; v < CNV; v++) {
+        __m256i in;
+        if (shape == WIDE) {
+            in = inside_wide(c, s0[v], s1[v]);
+            store_wide(c, i + VW * v, s0[v], s1[v]); /* lanes still outside are overwritten later */
+        } else {
+            const __m256i val = join(c, s0[v], s1[v]);
+            in = inside_narrow(c, val, shape);
+            store_narrow(c, i + VW * v, val);
         }
-        if (buf.n >= OBUF)
-            outbuf_flush(c, &buf, wide);
+        queue_push(q, ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(in)) & 0xFF, s0[v], s1[v], idx[v]);
     }
-    outbuf_flush(c, &buf, wide);
+}
+
+/* One pass over the queue's whole groups of CLANES; a shorter rest stays queued. */
+PD_AI void compact_pass(const avx2_ctx *c, queue *q, outbuf *buf, const int d, const int shape)
+{
+    uint32_t r = 0, w = 0;
+    for (; r + CLANES <= q->n; r += CLANES) {
+        __m256i s0[CNV], s1[CNV], idx[CNV];
+        for (int v = 0; v < CNV; v++) {
+            s0[v] = _mm256_loadu_si256((const __m256i *)(q->s0 + r + VW * v));
+            s1[v] = _mm256_loadu_si256((const __m256i *)(q->s1 + r + VW * v));
+            idx[v] = _mm256_loadu_si256((const __m256i *)(q->idx + r + VW * v));
+        }
+        vp_eval_n(c, s0, s1, CNV, d);
+        for (int v = 0; v < CNV; v++) {
+            __m256i val = s0[v], in;
+            if (shape == WIDE)
+                in = inside_wide(c, s0[v], s1[v]);
+            else
+                in = inside_narrow(c, val = join(c, s0[v], s1[v]), shape);
+            const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(in));
+            const __m256i pack = table_vec(pd_compress_tab, m);
+            if (shape == WIDE)
+                _mm256_storeu_si256((__m256i *)(buf->v1 + buf->n), _mm256_permutevar8x32_epi32(s1[v], pack));
+            _mm256_storeu_si256((__m256i *)(buf->v + buf->n), _mm256_permutevar8x32_epi32(val, pack));
+            _mm256_storeu_si256((__m256i *)(buf->idx + buf->n), _mm256_permutevar8x32_epi32(idx[v], pack));
+            buf->n += (unsigned)__builtin_popcount(m);
+            /* In place: w ≤ r + VW·v, so this overwrites only entries already loaded. */
+            const uint32_t keep = q->n;
+            q->n = w;
+            queue_push(q, ~m & 0xFF, s0[v], s1[v], idx[v]);
+            w = q->n;
+            q->n = keep;
+        }
+        if (buf->n >= OBUF)
+            outbuf_flush(c, buf, shape);
+    }
+    for (; r < q->n; r++, w++) { /* the rest moves down behind the survivors */
+        q->s0[w] = q->s0[r];
+        q->s1[w] = q->s1[r];
+        q->idx[w] = q->idx[r];
+    }
+    q->n = w;
+}
+
+PD_AI void walk_compact(const avx2_ctx *c, const int d, const int shape)
+{
+    const pd__run *r = c->run;
+    const uint32_t count = (uint32_t)r->count;
+    queue q;
+    outbuf buf;
+    q.n = buf.n = 0;
+    uint32_t i = 0;
+    while (i + CLANES <= count) {
+        const uint32_t end = count - i < BLOCK ? i + (count - i) / CLANES * CLANES : i + BLOCK;
+        for (; i < end; i += CLANES)
+            compact_first(c, &q, i, d, shape);
+        while (q.n > BLOCK / 2)
+            compact_pass(c, &q, &buf, d, shape);
+    }
+    for (; i < count; i++) { /* fewer than CLANES positions left: queue them unevaluated */
+        const uint64_t pos = r->first + i * r->stride;
+        q.s0[q.n] = (uint32_t)(pos >> r->perm->rbits);
+        q.s1[q.n] = (uint32_t)pos & r->perm->rmask;
+        q.idx[q.n++] = i;
+    }
+    while (q.n) {
+        for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) { /* pad with copies of the last entry */
+            q.s0[q.n] = q.s0[last];
+            q.s1[q.n] = q.s1[last];
+            q.idx[q.n] = q.idx[last];
+        }
+        compact_pass(c, &q, &buf, d, shape);
+    }
+    outbuf_flush(c, &buf, shape);
 }
 
 /* ---- Refill lane by lane in scalar code: the lane state round-trips
@@ -373,7 +521,7 @@ PD_AI void walk_refill(const avx2_ctx *c, const int d, const int wide)
  * its next position by ordinary loads and stores. Simple, but the vector
  * reload after scalar stores to the same lines defeats store forwarding. */
 
-PD_AI void walk_refill_scalar(const avx2_ctx *c, const int d, const int wide)
+PD_AI void walk_refill_scalar(const avx2_ctx *c, const int d, const int shape)
 {
     const pd__run *r = c->run;
     const pd_perm *p = r->perm;
@@ -398,21 +546,21 @@ PD_AI void walk_refill_scalar(const avx2_ctx *c, const int d, const int wide)
         for (int v = 0; v < NV; v++) {
             const __m256i live = _mm256_cmpgt_epi32(c->count, _mm256_load_si256((const __m256i *)(I + VW * v)));
             __m256i done;
-            if (wide) {
-                done = _mm256_and_si256(inside_wide(c, s0[v], s1[v]), live);
-                _mm256_store_si256((__m256i *)(V + VW * v), flip_wide_s1(c, s0[v], s1[v]));
+            if (shape == WIDE) {
+                done = inside_wide(c, s0[v], s1[v]);
+                _mm256_store_si256((__m256i *)(V + VW * v), s1[v]);
             } else {
                 const __m256i val = join(c, s0[v], s1[v]);
-                done = _mm256_and_si256(inside_narrow(c, val), live);
-                _mm256_store_si256((__m256i *)(V + VW * v), flip_narrow(c, val));
+                done = inside_narrow(c, val, shape);
+                _mm256_store_si256((__m256i *)(V + VW * v), val);
             }
             _mm256_store_si256((__m256i *)(S0 + VW * v), s0[v]);
             _mm256_store_si256((__m256i *)(S1 + VW * v), s1[v]);
-            mask |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(done)) << (VW * v);
+            mask |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(done, live))) << (VW * v);
         }
         for (; mask; mask &= mask - 1) {
             const int j = __builtin_ctz(mask);
-            if (wide)
+            if (shape == WIDE)
                 ((uint64_t *)r->out)[I[j]] = ((uint64_t)S0[j] << p->rbits) | V[j];
             else if (r->width == 4)
                 ((uint32_t *)r->out)[I[j]] = V[j];
@@ -435,17 +583,21 @@ PD_AI void walk_refill_scalar(const avx2_ctx *c, const int d, const int wide)
 
 typedef void walk_fn(const avx2_ctx *c);
 
-#define PD_AVX2_INSTANCES(walk)                                                 \
-    static void walk##_00(const avx2_ctx *c) { walk(c, 0, 0); }                 \
-    static void walk##_01(const avx2_ctx *c) { walk(c, 0, 1); }                 \
-    static void walk##_10(const avx2_ctx *c) { walk(c, 1, 0); }                 \
-    static void walk##_11(const avx2_ctx *c) { walk(c, 1, 1); }                 \
-    static walk_fn *const walk##_by_shape[2][2] = {{walk##_00, walk##_01}, {walk##_10, walk##_11}};
+#define PD_AVX2_INSTANCES(walk)                                                          \
+    static void walk##_0n(const avx2_ctx *c) { walk(c, 0, NARROW); }                     \
+    static void walk##_0m(const avx2_ctx *c) { walk(c, 0, NARROW32); }                   \
+    static void walk##_0w(const avx2_ctx *c) { walk(c, 0, WIDE); }                       \
+    static void walk##_1n(const avx2_ctx *c) { walk(c, 1, NARROW); }                     \
+    static void walk##_1m(const avx2_ctx *c) { walk(c, 1, NARROW32); }                   \
+    static void walk##_1w(const avx2_ctx *c) { walk(c, 1, WIDE); }                       \
+    static walk_fn *const walk##_by_shape[2][3] = {{walk##_0n, walk##_0m, walk##_0w},    \
+                                                   {walk##_1n, walk##_1m, walk##_1w}};
 
 PD_AVX2_INSTANCES(walk_none)
 PD_AVX2_INSTANCES(walk_lockstep)
 PD_AVX2_INSTANCES(walk_refill)
 PD_AVX2_INSTANCES(walk_refill_scalar)
+PD_AVX2_INSTANCES(walk_compact)
 
 static void avx2_ctx_init(avx2_ctx *c, const pd__run *r)
 {
@@ -460,10 +612,10 @@ static void avx2_ctx_init(avx2_ctx *c, const pd__run *r)
     c->rmask = _mm256_set1_epi32((int)p->rmask);
     c->lbits = _mm_cvtsi32_si128((int)p->lbits);
     c->rbits = _mm_cvtsi32_si128((int)p->rbits);
+    c->n32 = _mm256_set1_epi32((int)(uint32_t)p->n);
     c->n_m1 = _mm256_set1_epi32((int)(uint32_t)(p->n - 1));
     c->n_hi = _mm256_set1_epi32((int)(uint32_t)(p->n >> p->rbits));
     c->n_lo_x = _mm256_set1_epi32((int)(((uint32_t)p->n & p->rmask) ^ UINT32_C(0x80000000)));
-    c->flip = _mm256_set1_epi32((int)p->keys.flip);
     c->first32 = _mm256_set1_epi32((int)(uint32_t)r->first);
     c->stride32 = _mm256_set1_epi32((int)(uint32_t)r->stride);
     c->first64 = _mm256_set1_epi64x((long long)r->first);
@@ -474,16 +626,21 @@ static void avx2_ctx_init(avx2_ctx *c, const pd__run *r)
 
 void pd__run_avx2(const pd__run *r)
 {
+    _Static_assert(PD__SIMD_MIN > LANES, "the refill walks assume every lane starts with a position");
     const pd_perm *p = r->perm;
     avx2_ctx c;
     avx2_ctx_init(&c, r);
-    const int d = (int)(p->rbits - p->lbits), wide = p->bits > 32;
+    const int d = (int)(p->rbits - p->lbits);
+    const int shape = p->bits > 32 ? WIDE : p->bits == 32 ? NARROW32 : NARROW;
     if (p->n == UINT64_C(1) << p->bits)
-        walk_none_by_shape[d][wide](&c);
+        walk_none_by_shape[d][shape](&c);
     else if (r->walk == PD_WALK_LOCKSTEP)
-        walk_lockstep_by_shape[d][wide](&c);
+        walk_lockstep_by_shape[d][shape](&c);
     else if (r->walk == PD_WALK_REFILL_SCALAR)
-        walk_refill_scalar_by_shape[d][wide](&c);
+        walk_refill_scalar_by_shape[d][shape](&c);
+    else if (r->walk == PD_WALK_COMPACT)
+        walk_compact_by_shape[d][shape](&c);
     else
-        walk_refill_by_shape[d][wide](&c);
+        walk_refill_by_shape[d][shape](&c);
+    pd__run_fix_parity(r);
 }

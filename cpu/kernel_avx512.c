@@ -1,13 +1,14 @@
-/* The AVX-512F kernel: VariablePhilox on 16 lanes of 32 bits per register, cycle-walked in lockstep or by native compress/expand refill. */
+/* The AVX-512F kernel: VariablePhilox on 16 lanes of 32 bits per register, cycle-walked in lockstep, by compress/expand refill, or by compaction. */
 #include "cpu/kernel.h"
 
 #include <immintrin.h>
 
 /*
- * Same plan as kernel_avx2.c (read its opening comment first), with what
- * AVX-512F adds: 16 lanes, opmask registers instead of vector masks, a
- * 3-input logic instruction (vpternlogd) that fuses the round's xor/xor and
- * or/and pairs, unsigned compares, and vpcompressd/vpexpandd, which do in
+ * Same plan as kernel_avx2.c (read its opening comment and its walks'
+ * comments first), with what AVX-512F adds: 16 lanes, opmask registers
+ * instead of vector masks, unsigned compares (so ids of 32 bits need no
+ * special case), a 3-input logic instruction (vpternlogd) that fuses the
+ * round's xor/xor and or/and pairs, and vpcompressd/vpexpandd, which do in
  * one instruction what the AVX2 kernel does with lookup tables. Only
  * AVX-512F is used, so any AVX-512 CPU (Skylake-SP on, Zen 4 on) runs it.
  * Compress goes to a register and then to memory: the memory form of
@@ -16,22 +17,23 @@
 
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 16        /* lanes per vector */
-#define NV 4         /* vectors in flight (32 zmm registers leave room) */
+#define NV 4         /* vectors in flight in the refill walks (32 zmm registers leave room) */
 #define LANES (VW * NV)
+#define CNV 4        /* vectors per group where groups are independent */
+#define CLANES (VW * CNV)
 #define OBUF 1024
 
 /* vpternlogd truth tables, indexed by (a, b, c) = (0xF0, 0xCC, 0xAA). */
-#define PD_TL_XOR3 0x96     /* a ^ b ^ c */
-#define PD_TL_OR_AND 0xA8   /* (a | b) & c */
+#define PD_TL_XOR3 0x96   /* a ^ b ^ c */
+#define PD_TL_OR_AND 0xA8 /* (a | b) & c */
 
 typedef struct avx512_ctx {
     __m512i k[PD_ROUNDS];
     __m512i m_lo, m_hi, m_lo_d;
     __m512i lmask, rmask;
     __m128i lbits, rbits;
-    __m512i n_m1;        /* narrow: n - 1 */
-    __m512i n_hi, n_lo;  /* wide: n >> rbits, n & rmask */
-    __mmask16 flip;      /* all lanes if f swaps the images 0 and 1, else none */
+    __m512i n_m1;       /* narrow: n - 1 */
+    __m512i n_hi, n_lo; /* wide: n >> rbits, n & rmask */
     __m512i first32, stride32, first64, stride64, count;
     const pd__run *run;
 } avx512_ctx;
@@ -60,16 +62,16 @@ PD_AI void vp_round(const avx512_ctx *c, int i, __m512i *s0, __m512i *s1, const 
         *s1 = lo;
 }
 
-PD_AI void vp_eval(const avx512_ctx *c, __m512i s0[NV], __m512i s1[NV], const int d)
+PD_AI void vp_eval_n(const avx512_ctx *c, __m512i *s0, __m512i *s1, const int nv, const int d)
 {
 #pragma GCC unroll 24
     for (int i = 0; i < PD_ROUNDS; i++) {
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++)
             vp_round(c, i, &s0[v], &s1[v], d);
     }
     if (!d) {
-        for (int v = 0; v < NV; v++)
+        for (int v = 0; v < nv; v++)
             s1[v] = _mm512_and_si512(s1[v], c->rmask);
     }
 }
@@ -99,36 +101,28 @@ PD_AI void positions(const avx512_ctx *c, __m512i idx, __m512i *s0, __m512i *s1,
     *s1 = _mm512_and_si512(pack_lo32(p0, p1), c->rmask);
 }
 
+PD_AI __m512i idx_from(uint32_t i)
+{
+    return _mm512_add_epi32(_mm512_set1_epi32((int)i), iota16());
+}
+
 PD_AI __m512i join(const avx512_ctx *c, __m512i s0, __m512i s1)
 {
     return _mm512_or_si512(_mm512_sll_epi32(s0, c->rbits), s1);
 }
 
-PD_AI __mmask16 inside_narrow(const avx512_ctx *c, __m512i v)
+/* Which lanes are inside [0, n); narrow lanes also get their joined id. */
+PD_AI __mmask16 inside(const avx512_ctx *c, __m512i s0, __m512i s1, __m512i *val, const int wide)
 {
-    return _mm512_cmple_epu32_mask(v, c->n_m1);
-}
-
-PD_AI __mmask16 inside_wide(const avx512_ctx *c, __m512i s0, __m512i s1)
-{
+    if (!wide) {
+        *val = join(c, s0, s1);
+        return _mm512_cmple_epu32_mask(*val, c->n_m1);
+    }
+    *val = s0;
     const __mmask16 lt0 = _mm512_cmplt_epu32_mask(s0, c->n_hi);
     const __mmask16 eq0 = _mm512_cmpeq_epi32_mask(s0, c->n_hi);
     const __mmask16 lt1 = _mm512_cmplt_epu32_mask(s1, c->n_lo);
     return (__mmask16)(lt0 | (eq0 & lt1));
-}
-
-/* Parity correction on finished ids only (why: kernel_avx2.c, flip_narrow). */
-PD_AI __m512i flip_narrow(const avx512_ctx *c, __m512i v)
-{
-    const __mmask16 small = (__mmask16)(_mm512_cmplt_epu32_mask(v, _mm512_set1_epi32(2)) & c->flip);
-    return _mm512_mask_xor_epi32(v, small, v, _mm512_set1_epi32(1));
-}
-
-PD_AI __m512i flip_wide_s1(const avx512_ctx *c, __m512i s0, __m512i s1)
-{
-    const __m512i hi_bits = _mm512_or_si512(s0, _mm512_srli_epi32(s1, 1));
-    const __mmask16 small = (__mmask16)(_mm512_cmpeq_epi32_mask(hi_bits, _mm512_setzero_si512()) & c->flip);
-    return _mm512_mask_xor_epi32(s1, small, s1, _mm512_set1_epi32(1));
 }
 
 PD_AI void store_narrow(const avx512_ctx *c, uint64_t i, __m512i v)
@@ -153,13 +147,22 @@ PD_AI void store_wide(const avx512_ctx *c, uint64_t i, __m512i s0, __m512i s1)
     _mm512_storeu_si512(out + 8, _mm512_or_si512(_mm512_sll_epi64(a1, c->rbits), b1));
 }
 
+/* Ids of the lanes whose value is inside: narrow val, or wide (val, s1) = (s0, s1). */
+PD_AI void store_ids(const avx512_ctx *c, uint64_t i, __m512i val, __m512i s1, const int wide)
+{
+    if (wide)
+        store_wide(c, i, val, s1);
+    else
+        store_narrow(c, i, val);
+}
+
 static void scalar_tail(const pd__run *r, uint64_t from)
 {
     pd__run rest = *r;
     rest.first += from * r->stride;
     rest.count -= from;
     rest.out = (char *)r->out + from * r->width;
-    pd__run_scalar(&rest);
+    pd__run_scalar_walk(&rest, 0); /* the parity is fixed for the whole run at the end */
 }
 
 /* ---- n = 2^b: nothing walks */
@@ -168,22 +171,18 @@ PD_AI void walk_none(const avx512_ctx *c, const int d, const int wide)
 {
     const pd__run *r = c->run;
     uint64_t i = 0;
-    for (; i + LANES <= r->count; i += LANES) {
-        __m512i s0[NV], s1[NV];
-        for (int v = 0; v < NV; v++)
-            positions(c, _mm512_add_epi32(_mm512_set1_epi32((int)(i + VW * v)), iota16()), &s0[v], &s1[v], wide);
-        vp_eval(c, s0, s1, d);
-        for (int v = 0; v < NV; v++) {
-            if (wide)
-                store_wide(c, i + VW * v, s0[v], flip_wide_s1(c, s0[v], s1[v]));
-            else
-                store_narrow(c, i + VW * v, flip_narrow(c, join(c, s0[v], s1[v])));
-        }
+    for (; i + CLANES <= r->count; i += CLANES) {
+        __m512i s0[CNV], s1[CNV];
+        for (int v = 0; v < CNV; v++)
+            positions(c, idx_from((uint32_t)i + VW * v), &s0[v], &s1[v], wide);
+        vp_eval_n(c, s0, s1, CNV, d);
+        for (int v = 0; v < CNV; v++)
+            store_ids(c, i + VW * v, wide ? s0[v] : join(c, s0[v], s1[v]), s1[v], wide);
     }
     scalar_tail(r, i);
 }
 
-/* ---- Lockstep: the naive baseline (see kernel_avx2.c) */
+/* ---- Lockstep: the naive baseline */
 
 PD_AI void walk_lockstep(const avx512_ctx *c, const int d, const int wide)
 {
@@ -193,48 +192,35 @@ PD_AI void walk_lockstep(const avx512_ctx *c, const int d, const int wide)
         __m512i s0[NV], s1[NV], r0[NV], r1[NV];
         __mmask16 fin[NV];
         for (int v = 0; v < NV; v++) {
-            positions(c, _mm512_add_epi32(_mm512_set1_epi32((int)(i + VW * v)), iota16()), &s0[v], &s1[v], wide);
+            positions(c, idx_from((uint32_t)i + VW * v), &s0[v], &s1[v], wide);
             r0[v] = r1[v] = _mm512_setzero_si512();
             fin[v] = 0;
         }
         for (;;) {
-            vp_eval(c, s0, s1, d);
+            vp_eval_n(c, s0, s1, NV, d);
             int all = 1;
             for (int v = 0; v < NV; v++) {
-                __mmask16 in;
-                if (wide) {
-                    in = inside_wide(c, s0[v], s1[v]);
-                    const __mmask16 now = (__mmask16)(in & ~fin[v]);
-                    r0[v] = _mm512_mask_mov_epi32(r0[v], now, s0[v]);
-                    r1[v] = _mm512_mask_mov_epi32(r1[v], now, s1[v]);
-                } else {
-                    const __m512i val = join(c, s0[v], s1[v]);
-                    in = inside_narrow(c, val);
-                    r0[v] = _mm512_mask_mov_epi32(r0[v], (__mmask16)(in & ~fin[v]), val);
-                }
+                __m512i val;
+                const __mmask16 in = inside(c, s0[v], s1[v], &val, wide);
+                const __mmask16 now = (__mmask16)(in & ~fin[v]);
+                r0[v] = _mm512_mask_mov_epi32(r0[v], now, val);
+                r1[v] = _mm512_mask_mov_epi32(r1[v], now, s1[v]);
                 fin[v] = (__mmask16)(fin[v] | in);
                 all &= fin[v] == 0xFFFF;
             }
             if (all)
                 break;
         }
-        for (int v = 0; v < NV; v++) {
-            if (wide)
-                store_wide(c, i + VW * v, r0[v], flip_wide_s1(c, r0[v], r1[v]));
-            else
-                store_narrow(c, i + VW * v, flip_narrow(c, r0[v]));
-        }
+        for (int v = 0; v < NV; v++)
+            store_ids(c, i + VW * v, r0[v], r1[v], wide);
     }
     scalar_tail(r, i);
 }
 
-/* ---- Refill with vpcompressd / vpexpandd (the idea: kernel_avx2.c, walk_refill).
- * Finished lanes are compressed (ids and output indices) to a buffer that is
- * scattered in batches; vpexpandd hands the indices next, next + 1, … to the
- * finished lanes in lane order. */
+/* ---- Finished ids waiting to be scattered (see kernel_avx2.c, outbuf) */
 
 typedef struct outbuf {
-    uint32_t v[OBUF + LANES], v1[OBUF + LANES], idx[OBUF + LANES];
+    uint32_t v[OBUF + 64], v1[OBUF + 64], idx[OBUF + 64];
     uint32_t n;
 } outbuf;
 
@@ -258,48 +244,157 @@ PD_AI void outbuf_flush(const avx512_ctx *c, outbuf *b, const int wide)
     b->n = 0;
 }
 
+/* Compress-store the lanes m selects. */
+PD_AI void outbuf_push(outbuf *b, __mmask16 m, __m512i val, __m512i s1, __m512i idx, const int wide)
+{
+    if (wide)
+        _mm512_storeu_si512(b->v1 + b->n, _mm512_maskz_compress_epi32(m, s1));
+    _mm512_storeu_si512(b->v + b->n, _mm512_maskz_compress_epi32(m, val));
+    _mm512_storeu_si512(b->idx + b->n, _mm512_maskz_compress_epi32(m, idx));
+    b->n += (unsigned)__builtin_popcount(m);
+}
+
+/* ---- Refill with vpcompressd / vpexpandd (the idea: kernel_avx2.c, walk_refill) */
+
+typedef struct lanes {
+    __m512i s0[NV], s1[NV], idx[NV];
+    uint32_t next, produced;
+} lanes;
+
+PD_AI void refill_step(const avx512_ctx *c, lanes *L, outbuf *buf, const int d, const int wide, const int drain)
+{
+    vp_eval_n(c, L->s0, L->s1, NV, d);
+    for (int v = 0; v < NV; v++) {
+        __m512i val;
+        __mmask16 done = inside(c, L->s0[v], L->s1[v], &val, wide);
+        if (drain)
+            done = (__mmask16)(done & _mm512_cmplt_epi32_mask(L->idx[v], c->count));
+        const unsigned k = (unsigned)__builtin_popcount(done);
+        outbuf_push(buf, done, val, L->s1[v], L->idx[v], wide);
+        /* vpexpandd hands next, next + 1, … to the finished lanes in lane order. */
+        const __m512i nidx = _mm512_maskz_expand_epi32(done, idx_from(L->next));
+        L->next += k;
+        L->produced += k;
+        __m512i n0, n1;
+        positions(c, nidx, &n0, &n1, wide);
+        L->s0[v] = _mm512_mask_mov_epi32(L->s0[v], done, n0);
+        L->s1[v] = _mm512_mask_mov_epi32(L->s1[v], done, n1);
+        L->idx[v] = _mm512_mask_mov_epi32(L->idx[v], done, nidx);
+    }
+    if (buf->n >= OBUF)
+        outbuf_flush(c, buf, wide);
+}
+
 PD_AI void walk_refill(const avx512_ctx *c, const int d, const int wide)
 {
-    const uint32_t count = (uint32_t)c->run->count;
-    __m512i s0[NV], s1[NV], idx[NV];
+    const uint32_t count = (uint32_t)c->run->count; /* ≥ PD__SIMD_MIN ≥ LANES */
+    lanes L;
     outbuf buf;
     buf.n = 0;
     for (int v = 0; v < NV; v++) {
-        idx[v] = _mm512_add_epi32(_mm512_set1_epi32(VW * v), iota16());
+        L.idx[v] = idx_from(VW * v);
+        positions(c, L.idx[v], &L.s0[v], &L.s1[v], wide);
+    }
+    L.next = LANES;
+    L.produced = 0;
+    while (L.next + LANES <= count)
+        refill_step(c, &L, &buf, d, wide, 0);
+    while (L.produced < count)
+        refill_step(c, &L, &buf, d, wide, 1);
+    outbuf_flush(c, &buf, wide);
+}
+
+/* ---- Compaction passes (the idea: kernel_avx2.c, walk_compact) */
+
+#define BLOCK (1024 / CLANES * CLANES)
+#define QCAP (BLOCK / 2 + BLOCK + CLANES)
+
+typedef struct queue {
+    uint32_t s0[QCAP + CLANES], s1[QCAP + CLANES], idx[QCAP + CLANES];
+    uint32_t n;
+} queue;
+
+PD_AI void queue_push_at(queue *q, uint32_t at, __mmask16 m, __m512i s0, __m512i s1, __m512i idx)
+{
+    _mm512_storeu_si512(q->s0 + at, _mm512_maskz_compress_epi32(m, s0));
+    _mm512_storeu_si512(q->s1 + at, _mm512_maskz_compress_epi32(m, s1));
+    _mm512_storeu_si512(q->idx + at, _mm512_maskz_compress_epi32(m, idx));
+}
+
+PD_AI void compact_first(const avx512_ctx *c, queue *q, uint32_t i, const int d, const int wide)
+{
+    __m512i s0[CNV], s1[CNV], idx[CNV];
+    for (int v = 0; v < CNV; v++) {
+        idx[v] = idx_from(i + VW * v);
         positions(c, idx[v], &s0[v], &s1[v], wide);
     }
-    uint32_t next = LANES, produced = 0;
-    while (produced < count) {
-        vp_eval(c, s0, s1, d);
-        for (int v = 0; v < NV; v++) {
-            const __mmask16 live = _mm512_cmplt_epi32_mask(idx[v], c->count);
-            __mmask16 done;
-            __m512i val;
-            if (wide) {
-                done = (__mmask16)(inside_wide(c, s0[v], s1[v]) & live);
-                const __m512i t1 = flip_wide_s1(c, s0[v], s1[v]);
-                _mm512_storeu_si512(buf.v1 + buf.n, _mm512_maskz_compress_epi32(done, t1));
-                val = s0[v];
-            } else {
-                val = join(c, s0[v], s1[v]);
-                done = (__mmask16)(inside_narrow(c, val) & live);
-                val = flip_narrow(c, val);
-            }
-            const unsigned k = (unsigned)__builtin_popcount(done);
-            _mm512_storeu_si512(buf.v + buf.n, _mm512_maskz_compress_epi32(done, val));
-            _mm512_storeu_si512(buf.idx + buf.n, _mm512_maskz_compress_epi32(done, idx[v]));
-            buf.n += k;
-            const __m512i nidx = _mm512_maskz_expand_epi32(done, _mm512_add_epi32(_mm512_set1_epi32((int)next), iota16()));
-            next += k;
-            __m512i n0, n1;
-            positions(c, nidx, &n0, &n1, wide);
-            s0[v] = _mm512_mask_mov_epi32(s0[v], done, n0);
-            s1[v] = _mm512_mask_mov_epi32(s1[v], done, n1);
-            idx[v] = _mm512_mask_mov_epi32(idx[v], done, nidx);
-            produced += k;
+    vp_eval_n(c, s0, s1, CNV, d);
+    for (int v = 0; v < CNV; v++) {
+        __m512i val;
+        const __mmask16 out = (__mmask16)~inside(c, s0[v], s1[v], &val, wide);
+        store_ids(c, i + VW * v, val, s1[v], wide); /* lanes still outside are overwritten later */
+        queue_push_at(q, q->n, out, s0[v], s1[v], idx[v]);
+        q->n += (unsigned)__builtin_popcount(out);
+    }
+}
+
+PD_AI void compact_pass(const avx512_ctx *c, queue *q, outbuf *buf, const int d, const int wide)
+{
+    uint32_t r = 0, w = 0;
+    for (; r + CLANES <= q->n; r += CLANES) {
+        __m512i s0[CNV], s1[CNV], idx[CNV];
+        for (int v = 0; v < CNV; v++) {
+            s0[v] = _mm512_loadu_si512(q->s0 + r + VW * v);
+            s1[v] = _mm512_loadu_si512(q->s1 + r + VW * v);
+            idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
         }
-        if (buf.n >= OBUF)
-            outbuf_flush(c, &buf, wide);
+        vp_eval_n(c, s0, s1, CNV, d);
+        for (int v = 0; v < CNV; v++) {
+            __m512i val;
+            const __mmask16 in = inside(c, s0[v], s1[v], &val, wide);
+            outbuf_push(buf, in, val, s1[v], idx[v], wide);
+            queue_push_at(q, w, (__mmask16)~in, s0[v], s1[v], idx[v]); /* w ≤ r + VW·v: only loaded entries */
+            w += (unsigned)__builtin_popcount((__mmask16)~in);
+        }
+        if (buf->n >= OBUF)
+            outbuf_flush(c, buf, wide);
+    }
+    for (; r < q->n; r++, w++) {
+        q->s0[w] = q->s0[r];
+        q->s1[w] = q->s1[r];
+        q->idx[w] = q->idx[r];
+    }
+    q->n = w;
+}
+
+PD_AI void walk_compact(const avx512_ctx *c, const int d, const int wide)
+{
+    const pd__run *r = c->run;
+    const uint32_t count = (uint32_t)r->count;
+    queue q;
+    outbuf buf;
+    q.n = buf.n = 0;
+    uint32_t i = 0;
+    while (i + CLANES <= count) {
+        const uint32_t end = count - i < BLOCK ? i + (count - i) / CLANES * CLANES : i + BLOCK;
+        for (; i < end; i += CLANES)
+            compact_first(c, &q, i, d, wide);
+        while (q.n > BLOCK / 2)
+            compact_pass(c, &q, &buf, d, wide);
+    }
+    for (; i < count; i++) {
+        const uint64_t pos = r->first + i * r->stride;
+        q.s0[q.n] = (uint32_t)(pos >> r->perm->rbits);
+        q.s1[q.n] = (uint32_t)pos & r->perm->rmask;
+        q.idx[q.n++] = i;
+    }
+    while (q.n) {
+        for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) {
+            q.s0[q.n] = q.s0[last];
+            q.s1[q.n] = q.s1[last];
+            q.idx[q.n] = q.idx[last];
+        }
+        compact_pass(c, &q, &buf, d, wide);
     }
     outbuf_flush(c, &buf, wide);
 }
@@ -318,6 +413,7 @@ typedef void walk_fn(const avx512_ctx *c);
 PD_AVX512_INSTANCES(walk_none)
 PD_AVX512_INSTANCES(walk_lockstep)
 PD_AVX512_INSTANCES(walk_refill)
+PD_AVX512_INSTANCES(walk_compact)
 
 static void avx512_ctx_init(avx512_ctx *c, const pd__run *r)
 {
@@ -335,7 +431,6 @@ static void avx512_ctx_init(avx512_ctx *c, const pd__run *r)
     c->n_m1 = _mm512_set1_epi32((int)(uint32_t)(p->n - 1));
     c->n_hi = _mm512_set1_epi32((int)(uint32_t)(p->n >> p->rbits));
     c->n_lo = _mm512_set1_epi32((int)((uint32_t)p->n & p->rmask));
-    c->flip = p->keys.flip ? (__mmask16)0xFFFF : (__mmask16)0;
     c->first32 = _mm512_set1_epi32((int)(uint32_t)r->first);
     c->stride32 = _mm512_set1_epi32((int)(uint32_t)r->stride);
     c->first64 = _mm512_set1_epi64((long long)r->first);
@@ -346,6 +441,7 @@ static void avx512_ctx_init(avx512_ctx *c, const pd__run *r)
 
 void pd__run_avx512(const pd__run *r)
 {
+    _Static_assert(PD__SIMD_MIN >= LANES, "the refill walk assumes every lane starts with a position");
     const pd_perm *p = r->perm;
     avx512_ctx c;
     avx512_ctx_init(&c, r);
@@ -354,6 +450,9 @@ void pd__run_avx512(const pd__run *r)
         walk_none_by_shape[d][wide](&c);
     else if (r->walk == PD_WALK_LOCKSTEP)
         walk_lockstep_by_shape[d][wide](&c);
-    else
+    else if (r->walk == PD_WALK_REFILL)
         walk_refill_by_shape[d][wide](&c);
+    else
+        walk_compact_by_shape[d][wide](&c);
+    pd__run_fix_parity(r);
 }

@@ -30,7 +30,7 @@ static size_t gens_for(pd_isa isa, gen_case *out)
     size_t n = 0;
     if (!pd_cpu_has_isa(isa))
         return 0;
-    for (int w = PD_WALK_AUTO; w <= PD_WALK_REFILL_SCALAR; w++) {
+    for (int w = PD_WALK_AUTO; w <= PD_WALK_COMPACT; w++) {
         gen_case *c = &out[n];
         assert_int_equal(pd_gen_init(&c->g, isa), PD_OK);
         if (pd_gen_set_walk(&c->g, (pd_walk)w) != PD_OK)
