@@ -14,6 +14,8 @@ static const char *const pd_walk_names[] = {"auto", "lockstep", "refill", "refil
 
 /* ---- Instruction sets */
 
+#define PD_ISA_BIT(isa) (1u << (isa))
+
 #ifdef PD_CPU_PROBE_X86
 /* XCR0 says which register files the OS saves on a context switch; a CPU
  * that has AVX-512 is no use if the kernel would lose the upper halves. */
@@ -24,61 +26,67 @@ static uint64_t pd_xgetbv0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 
-static pd_isa pd_cpu_probe(void)
+/* The set of ISAs whose kernel this build has and this CPU and OS can run. */
+static unsigned pd_cpu_probe(void)
 {
-    unsigned a, b, c, d;
-    pd_isa best = PD_ISA_SCALAR;
+    unsigned a, b, c, d, set = PD_ISA_BIT(PD_ISA_SCALAR);
+#ifdef PD_CPU_AVX512_EMULATED /* a test build: the AVX-512 kernel runs on SIMDe's portable intrinsics */
+    set |= PD_ISA_BIT(PD_ISA_AVX512);
+#endif
     if (!__get_cpuid(1, &a, &b, &c, &d))
-        return best;
+        return set;
     const unsigned osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, popcnt = (c >> 23) & 1;
     if (!osxsave || !avx || !popcnt)
-        return best;
+        return set;
     const uint64_t xcr0 = pd_xgetbv0();
     if ((xcr0 & 0x6) != 0x6) /* SSE and AVX state */
-        return best;
+        return set;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return best;
+        return set;
 #ifdef PD_CPU_HAVE_AVX2
     if ((b >> 5) & 1)
-        best = PD_ISA_AVX2;
+        set |= PD_ISA_BIT(PD_ISA_AVX2);
 #endif
 #ifdef PD_CPU_HAVE_AVX512
     if (((b >> 16) & 1) && (xcr0 & 0xE6) == 0xE6) /* AVX-512F; opmask, ZMM upper halves, ZMM16-31 */
-        best = PD_ISA_AVX512;
+        set |= PD_ISA_BIT(PD_ISA_AVX512);
 #endif
-    return best;
+    return set;
 }
 #else
-static pd_isa pd_cpu_probe(void)
+static unsigned pd_cpu_probe(void)
 {
-    return PD_ISA_SCALAR;
+    return PD_ISA_BIT(PD_ISA_SCALAR);
 }
 #endif
 
-pd_isa pd_cpu_best_isa(void)
+static unsigned pd_cpu_isas(void)
 {
     /* The probe is pure, so racing threads store the same value. */
-    static atomic_int cached; /* 0 (PD_ISA_AUTO): not probed yet */
-    int isa = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (isa == PD_ISA_AUTO) {
-        isa = (int)pd_cpu_probe();
-        atomic_store_explicit(&cached, isa, memory_order_relaxed);
+    static atomic_uint cached; /* 0: not probed yet (the set always holds scalar) */
+    unsigned set = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!set) {
+        set = pd_cpu_probe();
+        atomic_store_explicit(&cached, set, memory_order_relaxed);
     }
-    return (pd_isa)isa;
+    return set;
+}
+
+pd_isa pd_cpu_best_isa(void)
+{
+    const unsigned set = pd_cpu_isas();
+    pd_isa best = PD_ISA_SCALAR;
+    for (int i = PD_ISA_SCALAR; i <= PD_ISA_AVX512; i++)
+        if (set & PD_ISA_BIT(i))
+            best = (pd_isa)i;
+    return best;
 }
 
 int pd_cpu_has_isa(pd_isa isa)
 {
-    switch (isa) {
-    case PD_ISA_AUTO:
-    case PD_ISA_SCALAR:
+    if (isa == PD_ISA_AUTO)
         return 1;
-    case PD_ISA_AVX2:
-    case PD_ISA_AVX512:
-        /* Each ISA here is a superset of the one before it. */
-        return pd_cpu_best_isa() >= isa;
-    }
-    return 0;
+    return (unsigned)isa <= PD_ISA_AVX512 && (pd_cpu_isas() & PD_ISA_BIT(isa)) != 0;
 }
 
 const char *pd_isa_name(pd_isa isa)

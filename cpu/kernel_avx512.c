@@ -1,7 +1,11 @@
 /* The AVX-512F kernel: VariablePhilox on 16 lanes of 32 bits per register, cycle-walked in lockstep, by compress/expand refill, or by compaction. */
 #include "cpu/kernel.h"
 
+#ifdef PD_CPU_AVX512_EMULATED /* tests on CPUs without AVX-512: see avx512_emu.h */
+#include "cpu/avx512_emu.h"
+#else
 #include <immintrin.h>
+#endif
 
 /*
  * Same plan as kernel_avx2.c (read its opening comment and its walks'
@@ -15,7 +19,14 @@
  * vpcompressd is microcoded and very slow on Zen 4.
  */
 
+#ifdef PD_CPU_AVX512_EMULATED /* emulated intrinsics unrolled 96 times would take the compiler ages */
+#define PD_AI static inline
+#define PD_UNROLL(n)
+#else
 #define PD_AI static inline __attribute__((always_inline))
+#define PD_UNROLL(n) _Pragma(PD_STR(GCC unroll n))
+#endif
+#define PD_STR(x) #x
 #define VW 16        /* lanes per vector */
 #define NV 4         /* vectors in flight in the refill walks (32 zmm registers leave room) */
 #define LANES (VW * NV)
@@ -64,9 +75,9 @@ PD_AI void vp_round(const avx512_ctx *c, int i, __m512i *s0, __m512i *s1, const 
 
 PD_AI void vp_eval_n(const avx512_ctx *c, __m512i *s0, __m512i *s1, const int nv, const int d)
 {
-#pragma GCC unroll 24
+    PD_UNROLL(24)
     for (int i = 0; i < PD_ROUNDS; i++) {
-#pragma GCC unroll 8
+        PD_UNROLL(8)
         for (int v = 0; v < nv; v++)
             vp_round(c, i, &s0[v], &s1[v], d);
     }
