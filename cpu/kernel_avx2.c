@@ -2,7 +2,6 @@
 #include "cpu/kernel.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 /*
  * Layout. However wide n is (up to 2^63), the Feistel halves s0 (≤ 31 bits)
