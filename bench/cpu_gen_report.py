@@ -47,18 +47,20 @@ def size_name(n):
 
 def main():
     raw, command = sys.argv[1], sys.argv[2]
-    rows = {}  # (case, threads) -> {n: M/s}
+    rows = {}  # (case, threads) -> {n: M/s of the median run}
+    best = {}  # (case, threads) -> {n: M/s of the fastest run}
     order, sizes = [], []
     with open(raw) as f:
         for line in f:
             if not line.strip() or line.startswith("#"):
                 continue
-            case, n, threads, _, mps = line.rstrip("\n").split("\t")
+            case, n, threads, _, mps, top = line.rstrip("\n").split("\t")
             key = (case, int(threads))
             if key not in rows:
-                rows[key] = {}
+                rows[key], best[key] = {}, {}
                 order.append(key)
             rows[key][int(n)] = float(mps)
+            best[key][int(n)] = float(top)
             if int(n) not in sizes:
                 sizes.append(int(n))
 
@@ -74,8 +76,10 @@ def main():
     w(f"- Machine: {model}, {cores} cores (`nproc`), SIMD flags seen: {flags.strip() or 'none'}; {platform.system()} {platform.release()}")
     w(f"- Compiler: {gcc}; peers: {pyver}")
     w(f"- Command: `{command}`")
-    w("- Each cell: n ids of a full permutation of [0, n), M indices/s: the median of at least REPS runs and at")
-    w("  least 1 s of runs, after one warm-up.")
+    w("- Each cell: M indices/s producing a full permutation of [0, n), for the median run and (in brackets) the")
+    w("  fastest run, of at least REPS runs and at least 1 s of runs after one warm-up. permd's cases of one size")
+    w("  run in rounds, one run of each per round, so that the machine's slow spells hit them alike; the Python")
+    w("  peers run right after, in the same script.")
     w("  permd writes u32 ids (u64 where marked); numpy and torch produce int64. Each permd run uses a new epoch.\n")
 
     w("## M indices/s\n")
@@ -83,7 +87,8 @@ def main():
     w("|---|---|---|" + "---:|" * len(sizes))
     for case, threads in order:
         base, _, ids = case.partition("/")
-        cells = " | ".join(f"{rows[(case, threads)].get(n, float('nan')):.1f}" for n in sizes)
+        cells = " | ".join(f"{rows[(case, threads)][n]:.1f} ({best[(case, threads)][n]:.1f})"
+                           if n in rows[(case, threads)] else "–" for n in sizes)
         w(f"| {LABELS.get(base, base)} | {ids} | {threads} | {cells} |")
 
     def get(base, ids, threads, n):
@@ -92,7 +97,7 @@ def main():
     simd = next((b for b in ("avx512-compact", "avx2-compact") if any(k[0] == b + "/u32" for k in rows)), None)
     pool_threads = max((t for (c, t) in rows if c.startswith("pool-auto/")), default=1)
     torch_all = max((t for (c, t) in rows if c.startswith("torch-randperm/")), default=1)
-    w("\n## Ratios (permd ÷ peer; above 1 means permd is faster)\n")
+    w("\n## Ratios (median permd ÷ median peer; above 1 means permd is faster)\n")
     w("Single-threaded permd against single-threaded peers; the pool (all cores) against every peer,")
     w(f"and against `torch.randperm` on all {torch_all} threads.\n")
     head = ["n", "permd"] + [f"÷ {SHORT[p]}" for p in PEERS] + [f"÷ torch.randperm, {torch_all} threads"]

@@ -231,7 +231,6 @@ void pd__gen_run(const pd_gen *g, const pd__run *run)
         memset(run->out, 0, run->count * run->width);
         return;
     }
-    pd__kernel_fn *kernel = pd_kernel_for(g, run->count);
     pd__run part = *run;
     if (part.walk == PD_WALK_AUTO) /* the fastest in bench/results/cpu_gen.md */
         part.walk = PD_WALK_COMPACT;
@@ -239,7 +238,7 @@ void pd__gen_run(const pd_gen *g, const pd__run *run)
         part.count = run->count - done < PD__RUN_MAX ? run->count - done : PD__RUN_MAX;
         part.first = run->first + done * run->stride;
         part.out = (char *)run->out + done * run->width;
-        kernel(&part);
+        pd_kernel_for(g, part.count)(&part);
     }
 }
 

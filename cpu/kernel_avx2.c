@@ -26,7 +26,7 @@
 #define LANES (VW * NV)
 #define CNV 4         /* vectors per group where groups are independent (no walk, compaction) */
 #define CLANES (VW * CNV)
-#define OBUF 1024     /* finished (id, index) pairs buffered before they are scattered */
+#define OBUF 512     /* finished (id, index) pairs buffered before they are scattered */
 
 /* The shape of n, for the compare v < n and the id layout. */
 enum { NARROW = 0,   /* b ≤ 31: ids and n fit a signed lane, one vpcmpgtd */
@@ -399,22 +399,41 @@ PD_AI void walk_refill(const avx2_ctx *c, const int d, const int shape)
  * by padding it with copies of its last entry: a copy walks the same way and
  * writes the same id to the same place. */
 
-#define BLOCK (1024 / CLANES * CLANES) /* whole groups */
+#define BLOCK (512 / CLANES * CLANES) /* whole groups */
 #define QCAP (BLOCK / 2 + BLOCK + CLANES)
 
+/* Values still walking and their output indices. A narrow value is kept
+ * joined (v = s0·2^rbits + s1, one array, split again when loaded), which
+ * saves a third of the queue's loads and stores; wide ones keep (v, v1) =
+ * (s0, s1). */
 typedef struct queue {
-    uint32_t s0[QCAP + CLANES], s1[QCAP + CLANES], idx[QCAP + CLANES];
+    uint32_t v[QCAP + CLANES], v1[QCAP + CLANES], idx[QCAP + CLANES];
     uint32_t n;
 } queue;
 
-/* Append the lanes of (s0, s1, idx) selected by m to q. */
-PD_AI void queue_push(queue *q, unsigned m, __m256i s0, __m256i s1, __m256i idx)
+/* Store the lanes of (val, s1, idx) selected by m at q's entry `at`. */
+PD_AI void queue_put(queue *q, uint32_t at, unsigned m, __m256i val, __m256i s1, __m256i idx, const int shape)
 {
     const __m256i pack = table_vec(pd_compress_tab, m);
-    _mm256_storeu_si256((__m256i *)(q->s0 + q->n), _mm256_permutevar8x32_epi32(s0, pack));
-    _mm256_storeu_si256((__m256i *)(q->s1 + q->n), _mm256_permutevar8x32_epi32(s1, pack));
-    _mm256_storeu_si256((__m256i *)(q->idx + q->n), _mm256_permutevar8x32_epi32(idx, pack));
-    q->n += (unsigned)__builtin_popcount(m);
+    _mm256_storeu_si256((__m256i *)(q->v + at), _mm256_permutevar8x32_epi32(val, pack));
+    if (shape == WIDE)
+        _mm256_storeu_si256((__m256i *)(q->v1 + at), _mm256_permutevar8x32_epi32(s1, pack));
+    _mm256_storeu_si256((__m256i *)(q->idx + at), _mm256_permutevar8x32_epi32(idx, pack));
+}
+
+/* Load 8 entries from `at` as (s0, s1, idx). */
+PD_AI void queue_get(const avx2_ctx *c, const queue *q, uint32_t at, __m256i *s0, __m256i *s1, __m256i *idx,
+                     const int shape)
+{
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(q->v + at));
+    if (shape == WIDE) {
+        *s0 = v;
+        *s1 = _mm256_loadu_si256((const __m256i *)(q->v1 + at));
+    } else {
+        *s0 = _mm256_srl_epi32(v, c->rbits);
+        *s1 = _mm256_and_si256(v, c->rmask);
+    }
+    *idx = _mm256_loadu_si256((const __m256i *)(q->idx + at));
 }
 
 /* The first evaluation of CLANES consecutive output indices from i. */
@@ -427,16 +446,18 @@ PD_AI void compact_first(const avx2_ctx *c, queue *q, uint32_t i, const int d, c
     }
     vp_eval_n(c, s0, s1, CNV, d);
     for (int v = 0; v < CNV; v++) {
-        __m256i in;
+        __m256i in, val = s0[v];
         if (shape == WIDE) {
             in = inside_wide(c, s0[v], s1[v]);
             store_wide(c, i + VW * v, s0[v], s1[v]); /* lanes still outside are overwritten later */
         } else {
-            const __m256i val = join(c, s0[v], s1[v]);
+            val = join(c, s0[v], s1[v]);
             in = inside_narrow(c, val, shape);
             store_narrow(c, i + VW * v, val);
         }
-        queue_push(q, ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(in)) & 0xFF, s0[v], s1[v], idx[v]);
+        const unsigned out = ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(in)) & 0xFF;
+        queue_put(q, q->n, out, val, s1[v], idx[v], shape);
+        q->n += (unsigned)__builtin_popcount(out);
     }
 }
 
@@ -446,11 +467,8 @@ PD_AI void compact_pass(const avx2_ctx *c, queue *q, outbuf *buf, const int d, c
     uint32_t r = 0, w = 0;
     for (; r + CLANES <= q->n; r += CLANES) {
         __m256i s0[CNV], s1[CNV], idx[CNV];
-        for (int v = 0; v < CNV; v++) {
-            s0[v] = _mm256_loadu_si256((const __m256i *)(q->s0 + r + VW * v));
-            s1[v] = _mm256_loadu_si256((const __m256i *)(q->s1 + r + VW * v));
-            idx[v] = _mm256_loadu_si256((const __m256i *)(q->idx + r + VW * v));
-        }
+        for (int v = 0; v < CNV; v++)
+            queue_get(c, q, r + VW * v, &s0[v], &s1[v], &idx[v], shape);
         vp_eval_n(c, s0, s1, CNV, d);
         for (int v = 0; v < CNV; v++) {
             __m256i val = s0[v], in;
@@ -466,18 +484,15 @@ PD_AI void compact_pass(const avx2_ctx *c, queue *q, outbuf *buf, const int d, c
             _mm256_storeu_si256((__m256i *)(buf->idx + buf->n), _mm256_permutevar8x32_epi32(idx[v], pack));
             buf->n += (unsigned)__builtin_popcount(m);
             /* In place: w ≤ r + VW·v, so this overwrites only entries already loaded. */
-            const uint32_t keep = q->n;
-            q->n = w;
-            queue_push(q, ~m & 0xFF, s0[v], s1[v], idx[v]);
-            w = q->n;
-            q->n = keep;
+            queue_put(q, w, ~m & 0xFF, val, s1[v], idx[v], shape);
+            w += 8 - (unsigned)__builtin_popcount(m);
         }
         if (buf->n >= OBUF)
             outbuf_flush(c, buf, shape);
     }
     for (; r < q->n; r++, w++) { /* the rest moves down behind the survivors */
-        q->s0[w] = q->s0[r];
-        q->s1[w] = q->s1[r];
+        q->v[w] = q->v[r];
+        q->v1[w] = q->v1[r];
         q->idx[w] = q->idx[r];
     }
     q->n = w;
@@ -500,14 +515,14 @@ PD_AI void walk_compact(const avx2_ctx *c, const int d, const int shape)
     }
     for (; i < count; i++) { /* fewer than CLANES positions left: queue them unevaluated */
         const uint64_t pos = r->first + i * r->stride;
-        q.s0[q.n] = (uint32_t)(pos >> r->perm->rbits);
-        q.s1[q.n] = (uint32_t)pos & r->perm->rmask;
+        q.v[q.n] = shape == WIDE ? (uint32_t)(pos >> r->perm->rbits) : (uint32_t)pos;
+        q.v1[q.n] = (uint32_t)pos & r->perm->rmask;
         q.idx[q.n++] = i;
     }
     while (q.n) {
         for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) { /* pad with copies of the last entry */
-            q.s0[q.n] = q.s0[last];
-            q.s1[q.n] = q.s1[last];
+            q.v[q.n] = q.v[last];
+            q.v1[q.n] = q.v1[last];
             q.idx[q.n] = q.idx[last];
         }
         compact_pass(c, &q, &buf, d, shape);
