@@ -55,7 +55,7 @@ const char *pd_isa_name(pd_isa isa);
 /* Inverse of pd_isa_name; PD_EINVAL for an unknown name. */
 int pd_isa_parse(const char *s, pd_isa *isa);
 
-/* "auto", "lockstep", "refill", "refill-scalar"; "?" for anything else. */
+/* "auto", "lockstep", "refill", "refill-scalar", "compact"; "?" for anything else. */
 const char *pd_walk_name(pd_walk walk);
 
 /* ---- Generators */
@@ -71,7 +71,9 @@ int pd_gen_set_walk(pd_gen *g, pd_walk walk);
 
 /* Bulk σ: out[i] = σ(start + i) for i < count, as pd_perm_fill_u64/u32 and
  * with the same errors: PD_EINVAL for a NULL g or p (or out with count > 0),
- * PD_ERANGE if start + count > n, PD_EOVERFLOW for u32 output when n > 2^32. */
+ * PD_ERANGE if start + count > n, PD_EOVERFLOW for u32 output when n > 2^32;
+ * besides, PD_EINVAL for a g that pd_gen_init did not set up and
+ * PD_EUNSUPPORTED for one whose ISA this CPU cannot run. */
 int pd_gen_fill_u64(const pd_gen *g, const pd_perm *p, uint64_t start, uint64_t count, uint64_t *out);
 int pd_gen_fill_u32(const pd_gen *g, const pd_perm *p, uint64_t start, uint64_t count, uint32_t *out);
 
