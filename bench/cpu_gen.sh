@@ -11,8 +11,9 @@ sizes=${SIZES:-"2^20+1 2^26+1 2^26"}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target cpu_gen -j "$(nproc)" >/dev/null
 
-raw=$(mktemp)
-trap 'rm -f "$raw"' EXIT
+mkdir -p bench/results
+raw=bench/results/cpu_gen.tsv # kept: the report can be rebuilt from it with bench/cpu_gen_report.py
+echo "# measured $(date -u '+%Y-%m-%d %H:%M UTC')" >"$raw"
 nargs=()
 ints=()
 for s in $sizes; do
@@ -22,6 +23,6 @@ done
 
 "$build/bin/cpu_gen" "${nargs[@]}" --reps "$reps" --u64 | tee -a "$raw"
 /usr/bin/python3 bench/cpu_gen_peers.py --reps "$reps" "${ints[@]}" | tee -a "$raw"
-mkdir -p bench/results
+echo "# finished $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$raw"
 /usr/bin/python3 bench/cpu_gen_report.py "$raw" "bash bench/cpu_gen.sh  (REPS=$reps SIZES=\"$sizes\")" >bench/results/cpu_gen.md
 echo "wrote bench/results/cpu_gen.md" >&2
