@@ -9,6 +9,7 @@ PACKAGES=(
   libcyaml-dev                              # config file
   libsqlite3-dev                            # dataset registry
   libcmocka-dev                             # unit tests
+  libsimde-dev                              # tests of the AVX-512 kernel on CPUs without AVX-512
   clang libclang-rt-14-dev                  # fuzzers (libFuzzer) and sanitizers
   valgrind                                  # leak checks
   python3 python3-numpy python3-torch       # Python package, its tests, peers in benchmarks

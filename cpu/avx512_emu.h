@@ -1,0 +1,53 @@
+/* Tests only: SIMDe's portable AVX-512 intrinsics, plus the few SIMDe 0.7 lacks, so kernel_avx512.c can be checked on CPUs without AVX-512. */
+#ifndef PD_CPU_AVX512_EMU_H
+#define PD_CPU_AVX512_EMU_H
+
+/* With native aliases, SIMDe defines _mm512_* and __m512i as portable C (or
+ * AVX2) code when the compiler is not targeting AVX-512. */
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+
+#include <stdint.h>
+
+typedef simde__mmask16 __mmask16;
+#define _MM_PERM_DDBB 0xF5
+
+/* The rest follow the pseudocode of Intel's intrinsics guide, lane by lane. */
+
+static inline __m512i pd_emu_mask_shuffle_epi32(__m512i src, __mmask16 k, __m512i a, int imm)
+{
+    uint32_t s[16], x[16], r[16];
+    _mm512_storeu_si512(s, src);
+    _mm512_storeu_si512(x, a);
+    for (int j = 0; j < 16; j++) /* each 128-bit lane picks its dwords by imm's 2-bit fields */
+        r[j] = (k >> j) & 1 ? x[(j & ~3) + ((imm >> (2 * (j & 3))) & 3)] : s[j];
+    return _mm512_loadu_si512(r);
+}
+
+static inline __m512i pd_emu_maskz_expand_epi32(__mmask16 k, __m512i a)
+{
+    uint32_t x[16], r[16];
+    int m = 0;
+    _mm512_storeu_si512(x, a);
+    for (int j = 0; j < 16; j++) /* consecutive elements of a go to the set lanes, in order */
+        r[j] = (k >> j) & 1 ? x[m++] : 0;
+    return _mm512_loadu_si512(r);
+}
+
+static inline __m512i pd_emu_cvtepu32_epi64(__m256i a)
+{
+    uint32_t x[8];
+    uint64_t r[8];
+    _mm256_storeu_si256((__m256i *)x, a);
+    for (int j = 0; j < 8; j++)
+        r[j] = x[j];
+    return _mm512_loadu_si512(r);
+}
+
+#define _mm512_mask_shuffle_epi32(src, k, a, imm) pd_emu_mask_shuffle_epi32(src, k, a, imm)
+#define _mm512_maskz_expand_epi32(k, a) pd_emu_maskz_expand_epi32(k, a)
+#define _mm512_cvtepu32_epi64(a) pd_emu_cvtepu32_epi64(a)
+#define _mm512_cmplt_epu32_mask(a, b) ((__mmask16)~_mm512_cmpge_epu32_mask(a, b))
+#define _mm512_cmplt_epi32_mask(a, b) _mm512_cmpgt_epi32_mask(b, a)
+
+#endif

@@ -1,0 +1,117 @@
+/* Bulk σ on the CPU: scalar, AVX2 and AVX-512 kernels chosen at run time, and a thread pool; bit-identical to core/. */
+#ifndef PD_CPU_GEN_H
+#define PD_CPU_GEN_H
+
+#include <stdint.h>
+
+#include "core/perm.h"
+#include "core/rank.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Instruction sets with a kernel. The numbering orders them by preference. */
+typedef enum pd_isa {
+    PD_ISA_AUTO = 0,   /* the best one this CPU (and OS) can run */
+    PD_ISA_SCALAR = 1, /* the core's loop: always available */
+    PD_ISA_AVX2 = 2,   /* 8 lanes of 32 bits */
+    PD_ISA_AVX512 = 3, /* 16 lanes of 32 bits (AVX-512F) */
+} pd_isa;
+
+/* How a SIMD kernel cycle-walks (spec §4): lanes whose value is still ≥ n
+ * must apply f again while their neighbours are done. Only benchmarks and
+ * tests need anything but AUTO; every strategy gives the same bytes. */
+typedef enum pd_walk {
+    PD_WALK_AUTO = 0,     /* the fastest measured strategy (COMPACT) */
+    PD_WALK_LOCKSTEP = 1, /* a vector of consecutive positions walks until all its lanes are done: the naive baseline */
+    PD_WALK_REFILL = 2,   /* finished lanes are compress-stored with their output index and refilled with the
+                             next positions by vector permutes (AVX2: lookup tables; AVX-512: vpcompressd/vpexpandd) */
+    PD_WALK_REFILL_SCALAR = 3, /* the same refill, done lane by lane in scalar code (AVX2 only) */
+    PD_WALK_COMPACT = 4,  /* every position is evaluated once in order; lanes still outside are
+                             compress-stored to a queue that later passes evaluate and compact */
+} pd_walk;
+
+/* A generator: which kernel runs and how it walks. A plain value; set it up
+ * with pd_gen_init (and, for experiments, pd_gen_set_walk); it is read-only
+ * afterwards, so one pd_gen may serve any number of threads. */
+typedef struct pd_gen {
+    pd_isa isa;   /* never PD_ISA_AUTO after pd_gen_init */
+    pd_walk walk; /* PD_WALK_AUTO unless pd_gen_set_walk chose one */
+} pd_gen;
+
+/* ---- Instruction sets */
+
+/* The best ISA that this CPU and OS support and this build contains. The
+ * CPUID probe runs once; its result is cached (the only global state here). */
+pd_isa pd_cpu_best_isa(void);
+
+/* 1 if isa can run here (PD_ISA_AUTO and PD_ISA_SCALAR always can), else 0. */
+int pd_cpu_has_isa(pd_isa isa);
+
+/* "auto", "scalar", "avx2", "avx512"; "?" for anything else. */
+const char *pd_isa_name(pd_isa isa);
+
+/* Inverse of pd_isa_name; PD_EINVAL for an unknown name. */
+int pd_isa_parse(const char *s, pd_isa *isa);
+
+/* "auto", "lockstep", "refill", "refill-scalar", "compact"; "?" for anything else. */
+const char *pd_walk_name(pd_walk walk);
+
+/* ---- Generators */
+
+/* Choose isa (PD_ISA_AUTO: the best available) with its default walk.
+ * PD_EINVAL for a NULL g or an unknown isa; PD_EUNSUPPORTED when this CPU
+ * or build cannot run isa. */
+int pd_gen_init(pd_gen *g, pd_isa isa);
+
+/* Choose how g's ISA walks. PD_EINVAL for an unknown walk; PD_EUNSUPPORTED
+ * when the ISA has no such strategy (the scalar ISA takes only AUTO). */
+int pd_gen_set_walk(pd_gen *g, pd_walk walk);
+
+/* Bulk σ: out[i] = σ(start + i) for i < count, as pd_perm_fill_u64/u32 and
+ * with the same errors: PD_EINVAL for a NULL g or p (or out with count > 0),
+ * PD_ERANGE if start + count > n, PD_EOVERFLOW for u32 output when n > 2^32;
+ * besides, PD_EINVAL for a g that pd_gen_init did not set up and
+ * PD_EUNSUPPORTED for one whose ISA this CPU cannot run. */
+int pd_gen_fill_u64(const pd_gen *g, const pd_perm *p, uint64_t start, uint64_t count, uint64_t *out);
+int pd_gen_fill_u32(const pd_gen *g, const pd_perm *p, uint64_t start, uint64_t count, uint32_t *out);
+
+/* A rank's next min(count, remaining) sample ids, as pd_slice_fill_u64/u32
+ * and with the same errors. *written gets how many were written. */
+int pd_gen_slice_fill_u64(const pd_gen *g, const pd_perm *p, const pd_slice *s, uint64_t count,
+                          uint64_t *out, uint64_t *written);
+int pd_gen_slice_fill_u32(const pd_gen *g, const pd_perm *p, const pd_slice *s, uint64_t count,
+                          uint32_t *out, uint64_t *written);
+
+/* ---- Thread pool: one request split across cores */
+
+typedef struct pd_pool pd_pool;
+
+/* A pool in which each request runs on nthreads threads: the caller and
+ * nthreads - 1 helpers it starts (0: one per online CPU). gen picks the
+ * kernel (NULL: PD_ISA_AUTO). Any number of threads may submit requests at
+ * once; each waits for its own. PD_EINVAL for a NULL out or a bad gen,
+ * PD_ENOMEM when memory or threads run out. */
+int pd_pool_create(unsigned nthreads, const pd_gen *gen, pd_pool **out);
+
+/* Stop and join the helpers. No request may be in flight. NULL is a no-op. */
+void pd_pool_destroy(pd_pool *pool);
+
+/* Threads that work on one request, the caller included. */
+unsigned pd_pool_threads(const pd_pool *pool);
+
+/* The pd_gen_* fills, split across the pool; same results and errors
+ * (PD_EINVAL for a NULL pool too). Small requests run on the caller alone. */
+int pd_pool_fill_u64(pd_pool *pool, const pd_perm *p, uint64_t start, uint64_t count, uint64_t *out);
+int pd_pool_fill_u32(pd_pool *pool, const pd_perm *p, uint64_t start, uint64_t count, uint32_t *out);
+int pd_pool_slice_fill_u64(pd_pool *pool, const pd_perm *p, const pd_slice *s, uint64_t count,
+                           uint64_t *out, uint64_t *written);
+int pd_pool_slice_fill_u32(pd_pool *pool, const pd_perm *p, const pd_slice *s, uint64_t count,
+                           uint32_t *out, uint64_t *written);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

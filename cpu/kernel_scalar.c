@@ -1,0 +1,41 @@
+/* The scalar kernel (the core's σ one position at a time, for CPUs without SIMD and short runs) and the SIMD kernels' parity fix-up. */
+#include "cpu/kernel.h"
+
+void pd__run_scalar_walk(const pd__run *run, int parity)
+{
+    const pd_perm *p = run->perm;
+    uint64_t pos = run->first;
+    if (run->width == 4) {
+        uint32_t *out = run->out;
+        for (uint64_t i = 0; i < run->count; i++, pos += run->stride)
+            out[i] = (uint32_t)pd__sigma(p, pos, PD_ROUNDS, parity);
+    } else {
+        uint64_t *out = run->out;
+        for (uint64_t i = 0; i < run->count; i++, pos += run->stride)
+            out[i] = pd__sigma(p, pos, PD_ROUNDS, parity);
+    }
+}
+
+void pd__run_scalar(const pd__run *run)
+{
+    pd__run_scalar_walk(run, 1);
+}
+
+void pd__run_fix_parity(const pd__run *run)
+{
+    const pd_perm *p = run->perm;
+    if (!p->keys.flip)
+        return;
+    for (uint64_t id = 0; id < 2; id++) {
+        const uint64_t q = pd__sigma_inv(p, id, PD_ROUNDS, 0); /* the position whose unflipped walk ends at id */
+        if (q < run->first || (q - run->first) % run->stride)
+            continue;
+        const uint64_t i = (q - run->first) / run->stride;
+        if (i >= run->count)
+            continue;
+        if (run->width == 4)
+            ((uint32_t *)run->out)[i] ^= 1;
+        else
+            ((uint64_t *)run->out)[i] ^= 1;
+    }
+}

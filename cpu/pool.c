@@ -1,0 +1,261 @@
+/* A pthread pool that splits one bulk σ request into chunks, run by the calling thread and a few helpers. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "cpu/kernel.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Chunks are big enough that taking one (a mutex round trip) is noise next
+ * to computing it, and small enough that 4 per thread balance the load. */
+#define PD_POOL_CHUNK_MIN (UINT64_C(1) << 15)
+#define PD_POOL_CHUNK_MAX (UINT64_C(1) << 20)
+#define PD_POOL_MAX_THREADS 4096u
+
+/* One request. It lives on its caller's stack: the caller returns only once
+ * every chunk has finished, and helpers touch a job only between taking a
+ * chunk and reporting it finished, both under the pool's mutex. */
+typedef struct pd_pool_job {
+    struct pd_pool_job *next; /* in the queue while chunks are left to take */
+    pd__run run;
+    uint64_t chunk;    /* ids per chunk */
+    uint64_t nchunks;
+    uint64_t taken;    /* chunks handed out */
+    uint64_t finished; /* chunks computed */
+} pd_pool_job;
+
+struct pd_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* a job was queued, or the pool stops */
+    pthread_cond_t done; /* some job finished its last chunk */
+    pd_pool_job *head, *tail;
+    int stop;
+    unsigned nthreads; /* per request, the caller included */
+    unsigned started;  /* helpers running */
+    pd_gen gen;
+    pthread_t helpers[];
+};
+
+/* Take the next chunk of job; the queue drops a job once all are taken. Under mu. */
+static int pd_pool_take(pd_pool *pool, pd_pool_job *job, uint64_t *chunk)
+{
+    if (job->taken == job->nchunks)
+        return 0;
+    *chunk = job->taken++;
+    if (job->taken == job->nchunks) { /* unlink it: helpers look only at the head */
+        pd_pool_job **link = &pool->head, *prev = NULL;
+        while (*link != job) {
+            prev = *link;
+            link = &prev->next;
+        }
+        *link = job->next;
+        if (pool->tail == job)
+            pool->tail = prev;
+    }
+    return 1;
+}
+
+/* Compute one chunk. Outside mu. */
+static void pd_pool_run_chunk(const pd_pool *pool, const pd_pool_job *job, uint64_t c)
+{
+    pd__run part = job->run;
+    const uint64_t begin = c * job->chunk;
+    part.count = job->run.count - begin < job->chunk ? job->run.count - begin : job->chunk;
+    part.first += begin * job->run.stride;
+    part.out = (char *)job->run.out + begin * job->run.width;
+    pd__gen_run(&pool->gen, &part);
+}
+
+/* Report a chunk finished. Under mu. */
+static void pd_pool_finish(pd_pool *pool, pd_pool_job *job)
+{
+    if (++job->finished == job->nchunks)
+        pthread_cond_broadcast(&pool->done);
+}
+
+static void *pd_pool_helper(void *arg)
+{
+    pd_pool *pool = arg;
+    pthread_mutex_lock(&pool->mu);
+    for (;;) {
+        while (!pool->head && !pool->stop)
+            pthread_cond_wait(&pool->work, &pool->mu);
+        if (!pool->head) /* stopping, and nothing is left */
+            break;
+        pd_pool_job *job = pool->head;
+        uint64_t c = 0;
+        pd_pool_take(pool, job, &c); /* a queued job always has a chunk left */
+        pthread_mutex_unlock(&pool->mu);
+        pd_pool_run_chunk(pool, job, c);
+        pthread_mutex_lock(&pool->mu);
+        pd_pool_finish(pool, job);
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return NULL;
+}
+
+static void pd_pool_stop(pd_pool *pool)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->stop = 1;
+    pthread_cond_broadcast(&pool->work);
+    pthread_mutex_unlock(&pool->mu);
+    for (unsigned i = 0; i < pool->started; i++)
+        pthread_join(pool->helpers[i], NULL);
+    pool->started = 0;
+}
+
+int pd_pool_create(unsigned nthreads, const pd_gen *gen, pd_pool **out)
+{
+    pd_pool *pool = NULL;
+    pd_gen g;
+    int rc = PD_EINVAL, sync = 0;
+    if (!out || nthreads > PD_POOL_MAX_THREADS)
+        return PD_EINVAL;
+    *out = NULL;
+    if (gen) {
+        if ((rc = pd_gen_init(&g, gen->isa)) != PD_OK || (rc = pd_gen_set_walk(&g, gen->walk)) != PD_OK)
+            return rc;
+    } else if ((rc = pd_gen_init(&g, PD_ISA_AUTO)) != PD_OK) {
+        return rc;
+    }
+    if (nthreads == 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        nthreads = online < 1 ? 1u : online > (long)PD_POOL_MAX_THREADS ? PD_POOL_MAX_THREADS : (unsigned)online;
+    }
+    rc = PD_ENOMEM;
+    pool = calloc(1, sizeof *pool + (nthreads - 1) * sizeof(pthread_t));
+    if (!pool)
+        goto fail;
+    pool->nthreads = nthreads;
+    pool->gen = g;
+    if (pthread_mutex_init(&pool->mu, NULL))
+        goto fail;
+    if (pthread_cond_init(&pool->work, NULL)) {
+        pthread_mutex_destroy(&pool->mu);
+        goto fail;
+    }
+    if (pthread_cond_init(&pool->done, NULL)) {
+        pthread_cond_destroy(&pool->work);
+        pthread_mutex_destroy(&pool->mu);
+        goto fail;
+    }
+    sync = 1;
+    for (; pool->started < nthreads - 1; pool->started++) {
+        if (pthread_create(&pool->helpers[pool->started], NULL, pd_pool_helper, pool))
+            goto fail;
+    }
+    *out = pool;
+    return PD_OK;
+fail:
+    if (sync) {
+        pd_pool_stop(pool);
+        pthread_cond_destroy(&pool->done);
+        pthread_cond_destroy(&pool->work);
+        pthread_mutex_destroy(&pool->mu);
+    }
+    free(pool);
+    return rc;
+}
+
+void pd_pool_destroy(pd_pool *pool)
+{
+    if (!pool)
+        return;
+    pd_pool_stop(pool);
+    pthread_cond_destroy(&pool->done);
+    pthread_cond_destroy(&pool->work);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool);
+}
+
+unsigned pd_pool_threads(const pd_pool *pool)
+{
+    return pool ? pool->nthreads : 0;
+}
+
+/* Run a validated request: its body across the pool, its wrapped tail here. */
+static void pd_pool_run(pd_pool *pool, pd__req *req)
+{
+    pd__run *run = &req->body;
+    run->walk = pool->gen.walk;
+    const uint64_t parts = (uint64_t)pool->nthreads * 4;
+    uint64_t chunk = run->count / parts;
+    chunk = chunk < PD_POOL_CHUNK_MIN ? PD_POOL_CHUNK_MIN : chunk > PD_POOL_CHUNK_MAX ? PD_POOL_CHUNK_MAX : chunk;
+    chunk = (chunk + 63) & ~UINT64_C(63); /* whole vectors for every SIMD kernel */
+    if (pool->nthreads == 1 || run->count < 2 * chunk) {
+        pd__gen_run(&pool->gen, run);
+        pd__req_tail(req);
+        return;
+    }
+    pd_pool_job job = {.run = *run, .chunk = chunk, .nchunks = (run->count + chunk - 1) / chunk};
+    uint64_t c = 0;
+    pthread_mutex_lock(&pool->mu);
+    if (pool->tail)
+        pool->tail->next = &job;
+    else
+        pool->head = &job;
+    pool->tail = &job;
+    pthread_cond_broadcast(&pool->work);
+    while (pd_pool_take(pool, &job, &c)) { /* the caller works on its own request too */
+        pthread_mutex_unlock(&pool->mu);
+        pd_pool_run_chunk(pool, &job, c);
+        pthread_mutex_lock(&pool->mu);
+        pd_pool_finish(pool, &job);
+    }
+    while (job.finished < job.nchunks)
+        pthread_cond_wait(&pool->done, &pool->mu);
+    pthread_mutex_unlock(&pool->mu);
+    pd__req_tail(req);
+}
+
+int pd_pool_fill_u64(pd_pool *pool, const pd_perm *p, uint64_t start, uint64_t count, uint64_t *out)
+{
+    pd__req req;
+    if (!pool)
+        return PD_EINVAL;
+    int rc = pd__req_range(p, start, count, out, 8, &req);
+    if (rc)
+        return rc;
+    pd_pool_run(pool, &req);
+    return PD_OK;
+}
+
+int pd_pool_fill_u32(pd_pool *pool, const pd_perm *p, uint64_t start, uint64_t count, uint32_t *out)
+{
+    pd__req req;
+    if (!pool)
+        return PD_EINVAL;
+    int rc = pd__req_range(p, start, count, out, 4, &req);
+    if (rc)
+        return rc;
+    pd_pool_run(pool, &req);
+    return PD_OK;
+}
+
+static int pd_pool_slice_fill(pd_pool *pool, const pd_perm *p, const pd_slice *s, uint64_t count, void *out,
+                              unsigned width, uint64_t *written)
+{
+    pd__req req;
+    if (!pool || !written)
+        return PD_EINVAL;
+    int rc = pd__req_slice(p, s, count, out, width, &req);
+    if (rc)
+        return rc;
+    pd_pool_run(pool, &req);
+    *written = req.total;
+    return PD_OK;
+}
+
+int pd_pool_slice_fill_u64(pd_pool *pool, const pd_perm *p, const pd_slice *s, uint64_t count,
+                           uint64_t *out, uint64_t *written)
+{
+    return pd_pool_slice_fill(pool, p, s, count, out, 8, written);
+}
+
+int pd_pool_slice_fill_u32(pd_pool *pool, const pd_perm *p, const pd_slice *s, uint64_t count,
+                           uint32_t *out, uint64_t *written)
+{
+    return pd_pool_slice_fill(pool, p, s, count, out, 4, written);
+}
