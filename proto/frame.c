@@ -199,6 +199,95 @@ int pd_frame_bulk_header(uint8_t *out, size_t cap, uint64_t id, uint32_t body_fi
     return 0;
 }
 
+/* ---- Scanning bulk replies -------------------------------------------------- */
+
+static int pd_varint_get(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (unsigned shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return PD_EPROTO;
+}
+
+/* Skip one field's value of the given wire type; PD_EPROTO on groups or overruns. */
+static int pd_skip_field(const uint8_t **p, const uint8_t *end, unsigned wire_type)
+{
+    uint64_t v;
+    switch (wire_type) {
+    case 0:
+        return pd_varint_get(p, end, &v);
+    case 1:
+        if (end - *p < 8)
+            return PD_EPROTO;
+        *p += 8;
+        return 0;
+    case 2:
+        if (pd_varint_get(p, end, &v) || v > (uint64_t)(end - *p))
+            return PD_EPROTO;
+        *p += v;
+        return 0;
+    case 5:
+        if (end - *p < 4)
+            return PD_EPROTO;
+        *p += 4;
+        return 0;
+    }
+    return PD_EPROTO;
+}
+
+int pd_frame_scan_bulk(const uint8_t *payload, size_t len, uint32_t want, pd_bulk_view *v)
+{
+    const uint8_t *p = payload, *end = payload + len, *body = NULL;
+    uint64_t tag, blen = 0;
+    memset(v, 0, sizeof *v);
+    while (p < end) {
+        if (pd_varint_get(&p, end, &tag))
+            return PD_EPROTO;
+        uint32_t field = (uint32_t)(tag >> 3);
+        unsigned wt = (unsigned)(tag & 7);
+        if (field == 1 && wt == PD_WIRE_VARINT) {
+            if (pd_varint_get(&p, end, &v->id))
+                return PD_EPROTO;
+        } else if (wt == PD_WIRE_LEN && field >= 10) { /* a body */
+            if (pd_varint_get(&p, end, &blen) || blen > (uint64_t)(end - p))
+                return PD_EPROTO;
+            v->body_field = field;
+            body = p;
+            p += blen;
+        } else if (pd_skip_field(&p, end, wt)) {
+            return PD_EPROTO;
+        }
+    }
+    if (v->body_field != want || !body)
+        return 0;
+    p = body;
+    end = body + blen;
+    while (p < end) {
+        if (pd_varint_get(&p, end, &tag))
+            return PD_EPROTO;
+        uint32_t field = (uint32_t)(tag >> 3);
+        unsigned wt = (unsigned)(tag & 7);
+        if (field >= 1 && field <= 4 && wt == PD_WIRE_VARINT) {
+            if (pd_varint_get(&p, end, &v->f[field]))
+                return PD_EPROTO;
+        } else if (field == 15 && wt == PD_WIRE_LEN) {
+            if (pd_varint_get(&p, end, &v->ids_len) || v->ids_len > (uint64_t)(end - p))
+                return PD_EPROTO;
+            v->ids = p;
+            p += v->ids_len;
+        } else if (pd_skip_field(&p, end, wt)) {
+            return PD_EPROTO;
+        }
+    }
+    return 1;
+}
+
 int pd_frame_unpack(const uint8_t *payload, size_t len, ProtobufCAllocator *alloc, pd_envelope **env)
 {
     *env = permd__v1__envelope__unpack(alloc, len, payload);

@@ -74,6 +74,22 @@ int pd_frame_bulk_header(uint8_t *out, size_t cap, uint64_t id, uint32_t body_fi
  * protobuf_c_message_free_unpacked (a no-op with an arena allocator). */
 int pd_frame_unpack(const uint8_t *payload, size_t len, ProtobufCAllocator *alloc, pd_envelope **env);
 
+/* Read a FetchReply or StreamBatch without copying its ids: the varint
+ * fields 1-4 of the body land in f[1..4] and `ids` points into payload.
+ * protobuf-c would copy the bytes field; at stream rates that copy costs as
+ * much as the socket read, so the hot reply types are scanned by hand. */
+typedef struct pd_bulk_view {
+    uint64_t id;          /* Envelope.id */
+    uint32_t body_field;  /* the body's field number */
+    uint64_t f[5];        /* FetchReply: id_width, count, next_offset, remaining; StreamBatch: …, seq */
+    const uint8_t *ids;
+    uint64_t ids_len;
+} pd_bulk_view;
+
+/* 1 when the envelope's body is field `want` (filled in v), 0 when it is
+ * another body (unpack it with pd_frame_unpack), PD_EPROTO when malformed. */
+int pd_frame_scan_bulk(const uint8_t *payload, size_t len, uint32_t want, pd_bulk_view *v);
+
 /* ---- Wire enums <-> core codes ------------------------------------------ */
 
 /* PD_E* -> ErrorCode sent in an Error message, and back (PD_EPROTO for unknown codes). */
