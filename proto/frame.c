@@ -57,13 +57,15 @@ int pd_frame_reader_space(pd_frame_reader *r, uint8_t **buf, size_t *len)
     if (need < PD_READER_MIN_FREE)
         need = PD_READER_MIN_FREE;
 
-    if (pending == 0 && r->cap > r->base_cap) {
-        /* A large frame came and went: give the memory back. */
-        uint8_t *small = malloc(r->base_cap);
-        if (small) {
-            free(r->buf);
-            r->buf = small;
-            r->cap = r->base_cap;
+    if (pending == 0) {
+        r->start = r->end = 0;
+        if (r->cap > r->base_cap) { /* a large frame came and went: give the memory back */
+            uint8_t *small = malloc(r->base_cap);
+            if (small) {
+                free(r->buf);
+                r->buf = small;
+                r->cap = r->base_cap;
+            }
         }
     }
     if (r->cap - r->end < need) {

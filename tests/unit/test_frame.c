@@ -117,6 +117,12 @@ static void test_reader_grows_and_shrinks(void **state)
     size_t room;
     assert_int_equal(pd_frame_reader_space(&r, &space, &room), 0);
     assert_int_equal(r.cap, 8192); /* back to its base size once empty */
+    assert_ptr_equal(space, r.buf);  /* and the space handed out lies inside it */
+    assert_int_equal(room, 8192);
+    feed(&r, frame, 4 + 100); /* a small frame after the big one still decodes */
+    pd_store_le32(r.buf, 100);
+    assert_int_equal(pd_frame_reader_next(&r, &payload, &len), 1);
+    assert_int_equal(len, 100);
     free(frame);
     pd_frame_reader_free(&r);
 }
