@@ -196,15 +196,22 @@ static void pd_on_write(uv_write_t *req, int status)
         pd_conn_finish_drain(c);
         return;
     }
+    pd_conn_maybe_resume(c);
+}
+
+void pd_conn_maybe_resume(pd_conn *c)
+{
     /* Resume below half the cap, so a slow reader does not flap on every write. */
-    if (pd_conn_pending(c) <= c->srv->cfg->output_cap / 2) {
-        if (c->nstreams)
-            pd_stream_pump(c);
-        if (c->paused || c->eof || c->srv->stopping) {
-            c->paused = 0;
-            pd_conn_process(c);
-        }
+    if (!pd_conn_open(c) || pd_conn_pending(c) > c->srv->cfg->output_cap / 2)
+        return;
+    /* Requests first: a Cancel or Credit waiting behind the pause should
+     * count before the streams produce again. */
+    if (c->paused || c->eof || c->srv->stopping) {
+        c->paused = 0;
+        pd_conn_process(c);
     }
+    if (c->nstreams && pd_conn_open(c))
+        pd_stream_pump(c);
 }
 
 /* Hand data inside the block base to libuv; base is released when written. */
@@ -339,20 +346,22 @@ static void pd_conn_update_reading(pd_conn *c)
     if (c->closing)
         return;
     int want;
-    if (c->draining)
+    if (c->draining) {
         want = c->shut; /* after shutdown, read only to see EOF */
-    else
-        want = !c->eof && !c->busy && !pd_conn_congested(c);
+    } else {
+        int congested = pd_conn_congested(c);
+        if (congested && !c->paused) { /* pd_on_write resumes it once the queue drains */
+            c->paused = 1;
+            c->srv->stats.backpressure_pauses++;
+        }
+        want = !c->eof && !c->busy && !congested;
+    }
     if (want && !c->reading) {
         if (uv_read_start(&c->h.stream, pd_on_alloc, pd_on_read) == 0)
             c->reading = 1;
     } else if (!want && c->reading) {
         uv_read_stop(&c->h.stream);
         c->reading = 0;
-        if (!c->draining && !c->busy && !c->eof) {
-            c->paused = 1;
-            c->srv->stats.backpressure_pauses++;
-        }
     }
 }
 

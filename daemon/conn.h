@@ -67,6 +67,11 @@ void pd_conn_unref(pd_conn *c);
 /* Output queued or promised beyond output_cap: stop producing for it. */
 int pd_conn_congested(const pd_conn *c);
 
+/* Output dropped below half the cap (a write completed, a job finished):
+ * resume reading requests and producing stream batches. Output written
+ * synchronously completes no write request, so job completions call this too. */
+void pd_conn_maybe_resume(pd_conn *c);
+
 /* Handle the complete frames buffered so far, as far as busy/congestion
  * allow, then flush and set reading on or off. Call after anything that
  * may unblock the connection. */

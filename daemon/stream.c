@@ -179,6 +179,7 @@ static void pd_batch_done(pd_job *job)
         return;
     pd_stream_pump(c);
     pd_conn_flush(c);
+    pd_conn_maybe_resume(c);
 }
 
 /* Generate the next batch inline into the output buffer (small batches,

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -73,9 +74,13 @@ int harness_start(harness *h, int with_tcp, const char *const *extra, int *statu
     if (pid < 0)
         fail_msg("fork: %s", strerror(errno));
     if (pid == 0) {
+        /* A failed assertion skips cleanup: take permd down with the test, and
+         * keep it off the test's stdout so nothing waits on an orphan. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(h->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, STDERR_FILENO);
+            dup2(fd, STDOUT_FILENO);
             close(fd);
         }
         execv(PERMD_BIN, (char *const *)argv);
@@ -228,7 +233,10 @@ static int raw_recv_exact(int fd, uint8_t *p, size_t len, int timeout_ms)
 {
     while (len) {
         struct pollfd pf = {.fd = fd, .events = POLLIN};
-        if (poll(&pf, 1, timeout_ms) <= 0)
+        int ready = poll(&pf, 1, timeout_ms);
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0)
             return -1;
         ssize_t n = recv(fd, p, len, 0);
         if (n == 0)
@@ -247,13 +255,20 @@ int raw_recv_env(int fd, int timeout_ms, pd_envelope **env)
 {
     uint8_t hdr[4];
     int rc = raw_recv_exact(fd, hdr, 4, timeout_ms);
+    if (rc < 0)
+        fprintf(stderr, "raw_recv_env: timeout or error before a frame\n");
     if (rc)
         return rc;
     uint32_t len = pd_load_le32(hdr);
     uint8_t *buf = malloc(len + 1);
     rc = raw_recv_exact(fd, buf, len, timeout_ms);
-    if (rc == 0)
-        rc = pd_frame_unpack(buf, len, NULL, env) ? -1 : 0;
+    if (rc == 0 && pd_frame_unpack(buf, len, NULL, env)) {
+        fprintf(stderr, "raw_recv_env: a frame of %u bytes does not unpack\n", len);
+        rc = -1;
+    } else if (rc) {
+        fprintf(stderr, "raw_recv_env: %s while reading a frame of %u bytes\n", rc > 0 ? "EOF" : "timeout or error",
+                len);
+    }
     free(buf);
     return rc;
 }
