@@ -726,7 +726,15 @@ int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint6
     }
     st->unacked++;
     st->offset = v.f[3];
-    *ids = v.ids;
+    /* Hand out aligned ids: slide them back over this frame's own header
+     * (already parsed, and always longer than 8 bytes) when they are not. */
+    uint8_t *p = (uint8_t *)v.ids; /* the client's own receive buffer */
+    size_t mis = (uintptr_t)p % v.f[1];
+    if (mis) {
+        memmove(p - mis, p, v.ids_len);
+        p -= mis;
+    }
+    *ids = p;
     *width = (uint32_t)v.f[1];
     *count = v.f[2];
     return 0;

@@ -152,7 +152,8 @@ PERMD_API int permd_fetch_u64(permd_client *c, const permd_slice *s, uint64_t co
 PERMD_API int permd_stream_open(permd_client *c, const permd_slice *s, uint64_t batch, uint64_t max_count,
                                 permd_stream **out);
 /* The next batch: *ids points at *count little-endian ids of *width bytes,
- * valid until the next call on the client. *count = 0: the stream is over. */
+ * aligned to *width, valid until the next call on the client. *count = 0:
+ * the stream is over. */
 PERMD_API int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint64_t *count);
 /* The offset that resumes after the batches returned so far (a checkpoint). */
 PERMD_API uint64_t permd_stream_offset(const permd_stream *st);
