@@ -66,8 +66,9 @@ static const pd_opt pd_opts[] = {
     PD_OPT(max_streams, PD_OPT_U64, "16", 1, 4096, "Concurrent streams per connection."),
     PD_OPT(max_credits, PD_OPT_U64, "64", 1, 65536, "Most outstanding credits (batches) per stream."),
     PD_OPT(inline_ids, PD_OPT_U64, "4096", 0, UINT64_C(1) << 27,
-           "Requests for at most this many ids are computed on the event loop (no thread\n"
-           "hop); larger ones on the worker pool. 0: always the pool."),
+           "Ids the event loop may generate itself per loop iteration, and only while\n"
+           "the worker pool is idle (no thread hop for a lone small request); all other\n"
+           "work goes to the pool. 0: always the pool."),
     PD_OPT(shutdown_timeout_ms, PD_OPT_U64, "5000", 0, 3600000,
            "On SIGTERM or SIGINT, how long in-flight replies may take before the\n"
            "remaining connections are closed."),

@@ -382,7 +382,10 @@ static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
         return;
     }
 
-    if (got <= s->cfg->inline_ids) { /* small: generate straight into the output buffer */
+    /* Small requests run on the loop when the pool is idle: no thread hop, and
+     * nothing else waits. Under load they go to the pool, so generation
+     * spreads over every core while the loop only moves bytes. */
+    if (pd_server_take_inline(s, got)) { /* straight into the output buffer */
         uint64_t w;
         uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, bytes, t.width);
         if (!payload) {
@@ -546,7 +549,7 @@ static void pd_on_inverse(pd_conn *c, uint64_t id, const Permd__V1__Inverse *m)
         pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
         return;
     }
-    if (v.count <= s->cfg->inline_ids) {
+    if (pd_server_take_inline(s, v.count)) {
         pd_inverse_compute(&v);
         pd_send_inverse(c, id, &v);
         return;

@@ -41,6 +41,20 @@ static void pd_on_sweep(uv_timer_t *t)
     }
 }
 
+static void pd_on_budget(uv_check_t *h)
+{
+    pd_server *s = h->data;
+    s->inline_left = s->cfg->inline_ids;
+}
+
+int pd_server_take_inline(pd_server *s, uint64_t count)
+{
+    if (s->jobs || count > s->inline_left)
+        return 0;
+    s->inline_left -= count;
+    return 1;
+}
+
 static void pd_on_stop_timeout(uv_timer_t *t)
 {
     pd_server *s = t->data;
@@ -83,7 +97,11 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
     uv_signal_init(loop, &s->sigterm);
     uv_signal_init(loop, &s->sigint);
     uv_timer_init(loop, &s->stop_timer);
-    s->sigterm.data = s->sigint.data = s->stop_timer.data = s;
+    uv_check_init(loop, &s->budget);
+    s->sigterm.data = s->sigint.data = s->stop_timer.data = s->budget.data = s;
+    s->inline_left = cfg->inline_ids;
+    uv_check_start(&s->budget, pd_on_budget);
+    uv_unref((uv_handle_t *)&s->budget); /* never what keeps the loop alive */
     uv_signal_start(&s->sigterm, pd_on_signal, SIGTERM);
     uv_signal_start(&s->sigint, pd_on_signal, SIGINT);
     uv_timer_start(&s->stop_timer, pd_on_sweep, PD_SWEEP_MS, PD_SWEEP_MS);
@@ -135,6 +153,7 @@ void pd_server_maybe_finish(pd_server *s)
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
+    uv_close((uv_handle_t *)&s->budget, NULL);
 }
 
 void pd_server_close(pd_server *s)
@@ -148,6 +167,7 @@ void pd_server_close(pd_server *s)
         uv_close((uv_handle_t *)&s->sigterm, NULL);
         uv_close((uv_handle_t *)&s->sigint, NULL);
         uv_close((uv_handle_t *)&s->stop_timer, NULL);
+        uv_close((uv_handle_t *)&s->budget, NULL);
     }
     uv_run(s->loop, UV_RUN_DEFAULT);
     pd_registry_close(s->reg);

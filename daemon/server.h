@@ -42,6 +42,8 @@ typedef struct pd_server {
     uint64_t started_ms;
     unsigned jobs; /* worker-pool jobs in flight */
     unsigned workers;
+    uint64_t inline_left; /* ids the loop may still generate itself this iteration */
+    uv_check_t budget;    /* refills inline_left once per loop iteration */
 
     uv_signal_t sigterm, sigint;
     uv_timer_t stop_timer; /* sweeps lingering connections; bounds the shutdown once stopping */
@@ -62,6 +64,11 @@ void pd_server_close(pd_server *s);
 /* Called whenever a connection or job goes away during shutdown: closes the
  * remaining handles once nothing is left in flight. */
 void pd_server_maybe_finish(pd_server *s);
+
+/* Whether count ids may be generated on the loop now (and take them from
+ * this iteration's budget): only while the pool is idle, and at most
+ * inline_ids per iteration, so one busy client cannot hold the loop. */
+int pd_server_take_inline(pd_server *s, uint64_t count);
 
 uint64_t pd_now_ms(void);
 

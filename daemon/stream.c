@@ -249,12 +249,12 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
 static void pd_stream_produce(pd_stream *st)
 {
     pd_conn *c = st->conn;
-    const pd_config *cfg = c->srv->cfg;
     while (!st->ended && st->credits && st->unscheduled && st->inflight < PD_STREAM_MAX_INFLIGHT &&
            pd_conn_open(c) && !pd_conn_congested(c)) {
         uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
-        int rc = count <= cfg->inline_ids && st->inflight == 0 && !st->ready ? pd_stream_inline(st, count)
-                                                                            : pd_stream_schedule(st, count);
+        /* Inline only in order (nothing in flight) and within the loop's budget. */
+        int inl = st->inflight == 0 && !st->ready && pd_server_take_inline(c->srv, count);
+        int rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
         if (rc) {
             pd_conn_send_error(c, st->id, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));
             pd_stream_stop(st);

@@ -52,9 +52,11 @@ static int free_tcp_port(void)
 
 int harness_start(harness *h, int with_tcp, const char *const *extra, int *status)
 {
+    /* PERMD_TEST_BIN runs permd through a wrapper (valgrind) instead. */
+    const char *bin = getenv("PERMD_TEST_BIN") ? getenv("PERMD_TEST_BIN") : PERMD_BIN;
     const char *argv[64];
     int n = 0;
-    argv[n++] = PERMD_BIN;
+    argv[n++] = bin;
     argv[n++] = "--socket";
     argv[n++] = h->sock;
     argv[n++] = "--state-dir";
@@ -83,11 +85,11 @@ int harness_start(harness *h, int with_tcp, const char *const *extra, int *statu
             dup2(fd, STDOUT_FILENO);
             close(fd);
         }
-        execv(PERMD_BIN, (char *const *)argv);
+        execv(bin, (char *const *)argv);
         _exit(127);
     }
     h->pid = pid;
-    for (int i = 0; i < 1000; i++) { /* up to 10 s for a cold start under sanitizers */
+    for (int i = 0; i < 3000; i++) { /* up to 30 s for a cold start under sanitizers or valgrind */
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             h->pid = 0;
@@ -119,7 +121,7 @@ int harness_stop(harness *h, int sig)
     if (!h->pid)
         return -1;
     kill(h->pid, sig);
-    for (int i = 0; i < 1000; i++) {
+    for (int i = 0; i < 3000; i++) {
         if (waitpid(h->pid, &st, WNOHANG) == h->pid) {
             h->pid = 0;
             return st;

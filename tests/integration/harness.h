@@ -19,11 +19,11 @@ typedef struct harness {
 
 /* Make the temporary directory. */
 void harness_init(harness *h);
-/* Start permd on h's socket and state dir with extra flags (NULL-terminated
+/* Start permd (or $PERMD_TEST_BIN, e.g. a valgrind wrapper) on h's socket and state dir with extra flags (NULL-terminated
  * list, may be NULL); with_tcp adds --tcp on a free loopback port. Returns 0
  * once the socket accepts, -1 if permd exited (its status in *status). */
 int harness_start(harness *h, int with_tcp, const char *const *extra, int *status);
-/* Send sig and wait (10 s at most, then SIGKILL): the exit status as
+/* Send sig and wait (30 s at most, then SIGKILL): the exit status as
  * waitpid reports it, or -1. */
 int harness_stop(harness *h, int sig);
 /* Remove the directory (after stopping). */
