@@ -385,7 +385,7 @@ static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
     /* Small requests run on the loop when the pool is idle: no thread hop, and
      * nothing else waits. Under load they go to the pool, so generation
      * spreads over every core while the loop only moves bytes. */
-    if (pd_server_take_inline(s, got)) { /* straight into the output buffer */
+    if (got == 0 || pd_server_take_inline(s, got)) { /* straight into the output buffer */
         uint64_t w;
         uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, bytes, t.width);
         if (!payload) {
