@@ -34,6 +34,7 @@ _Static_assert(PD_SAME(PERMD_MODE_PAD, PD_MODE_PAD) && PD_SAME(PERMD_MODE_DROP, 
 #define PD_CL_ARENA (16u << 10)
 #define PD_CL_STREAM_BYTES (4u << 20)  /* how far a stream may run ahead of the reader */
 #define PD_CL_MAX_WINDOW 16u
+#define PD_CL_HELLO_TIMEOUT_MS 10000u  /* a server that accepts but never answers fails connect */
 
 /* A stream frame that arrived while the client waited for another reply. */
 typedef struct pd_qframe {
@@ -293,7 +294,9 @@ static int pd_cl_start(int fd, const char *token, permd_client **out)
         permd_close(c);
         return pd_cl_fail(NULL, PD_ENOMEM, "out of memory");
     }
+    c->timeout_ms = PD_CL_HELLO_TIMEOUT_MS;
     int rc = pd_cl_hello(c, token);
+    c->timeout_ms = 0;
     if (rc) {
         pd_cl_fail(NULL, rc, "%s", c->err);
         permd_close(c);

@@ -109,7 +109,7 @@ PERMD_API const char *permd_strerror(int err);
 /* "0.1.0" */
 PERMD_API const char *permd_version(void);
 
-/* Connect and say Hello. endpoint: NULL or "" for the default socket
+/* Connect and say Hello (waiting at most 10 s for the answer). endpoint: NULL or "" for the default socket
  * ($PERMD_SOCKET, $XDG_RUNTIME_DIR/permd.sock, /tmp/permd-<uid>/permd.sock);
  * "unix:PATH" or anything containing '/' for a Unix socket; "tcp:HOST:PORT"
  * or "HOST:PORT" for TCP. token: the TCP auth secret, or NULL. */
