@@ -169,6 +169,28 @@ PERMD_API int permd_inverse(permd_client *c, const char *dataset, uint64_t seed,
 
 PERMD_API int permd_stats_get(permd_client *c, permd_stats *out);
 
+/* ---- Offline: spec v1 computed in this process, no daemon ------------------
+ * The same answers as the daemon (and `permctl perm | inverse | rank`), for
+ * callers that know the dataset size. Ids are written as `width`-byte host
+ * integers (4 or 8; 4 needs n <= 2^32, else PERMD_EOVERFLOW). mode is a
+ * PERMD_MODE_*. PERMD_EINVAL for n outside [1, 2^63], world 0, rank >= world
+ * or an unknown mode; PERMD_ERANGE past the end. */
+
+/* out[i] = σ(start + i), i < count; start + count <= n. */
+PERMD_API int permd_perm_fill(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t start, uint64_t count, void *out,
+                              unsigned width);
+/* positions[i] = σ⁻¹(samples[i]); every sample < n. */
+PERMD_API int permd_perm_inverse(uint64_t seed, uint64_t epoch, uint64_t n, const uint64_t *samples, uint64_t count,
+                                 uint64_t *positions);
+/* T, the number of global positions of an epoch in this mode. */
+PERMD_API int permd_epoch_length(uint64_t n, uint32_t world, int mode, uint64_t *len);
+/* How many ids rank has left after offset (0 at or past T; offset > T is PERMD_ERANGE). */
+PERMD_API int permd_rank_remaining(uint64_t n, uint32_t world, uint32_t rank, int mode, uint64_t offset,
+                                   uint64_t *count);
+/* The rank's next min(count, remaining) ids after offset; *written gets how many. */
+PERMD_API int permd_rank_fill(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t world, uint32_t rank, int mode,
+                              uint64_t offset, uint64_t count, void *out, unsigned width, uint64_t *written);
+
 #ifdef __cplusplus
 }
 #endif
