@@ -21,6 +21,7 @@ command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
   { echo "serve.sh: needs redis-server and redis-benchmark (scripts/install-deps.sh)" >&2; exit 2; }
 
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg) # before anything of ours runs
+BUSY=$(ps -eo pcpu=,comm= --sort=-pcpu | awk 'NR == 1 {printf "%s at %s%% CPU", $2, $1}')
 TMP=$(mktemp -d /tmp/permd-bench-XXXXXX)
 PIDS=()
 cleanup() {
@@ -106,7 +107,8 @@ mkdir -p "$(dirname "$OUT")"
   echo "- Date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- Machine: $MODEL, $NCPU CPUs ($(uname -sr)); the generator on all $NCPU CPUs at once runs"
   echo "  $(ratio "$PAR" "$GEN")× its one-CPU rate, so this machine has that much parallel compute."
-  echo "- Load average before the run (1/5/15 min): $LOAD; the CPUs may be shared with other work."
+  echo "- Before the run: load average (1/5/15 min) $LOAD; busiest process: $BUSY."
+  echo "  Other work on these CPUs during the run lowers both peers' numbers."
   echo "- Command: \`bench/serve.sh\` (SECONDS_PER_RUN=$RUN_S, REPS=$REPS: each cell is the median of $REPS interleaved runs), permd $("$PERMD" --version | awk '{print $2}') with its"
   echo "  default config (workers = CPUs, inline_ids 4096), $(redis-server --version | awk '{print $1, $2, $3}')"
   echo "- Peers on private Unix sockets; Redis: \`redis-benchmark -t get -c C\` of one 4096-byte value;"
