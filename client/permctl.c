@@ -8,9 +8,13 @@
 #include "core/parse.h"
 
 static const permctl_cmd permctl_cmds[] = {
-    {"perm", permctl_cmd_perm, "print σ(p): the sample ids of an epoch, in order"},
-    {"inverse", permctl_cmd_inverse, "print σ⁻¹(s): the position of each given sample"},
-    {"rank", permctl_cmd_rank, "print one rank's sample ids (pad, drop or exact)"},
+    {"perm", permctl_cmd_perm, "print σ(p): the sample ids of an epoch, in order (offline)"},
+    {"inverse", permctl_cmd_inverse, "print σ⁻¹(s): positions of samples (offline with --size, else from permd)"},
+    {"rank", permctl_cmd_rank, "print one rank's sample ids (pad, drop or exact) (offline)"},
+    {"datasets", permctl_cmd_datasets, "put | list | get | rm datasets on permd"},
+    {"fetch", permctl_cmd_fetch, "print the next ids of a rank, fetched from permd"},
+    {"stream", permctl_cmd_stream, "print all ids left to a rank, streamed from permd"},
+    {"stats", permctl_cmd_stats, "print permd's counters"},
 };
 
 static void permctl_help(FILE *f)
@@ -18,7 +22,9 @@ static void permctl_help(FILE *f)
     fprintf(f, "usage: permctl COMMAND [OPTIONS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof permctl_cmds / sizeof permctl_cmds[0]; i++)
         fprintf(f, "  %-10s %s\n", permctl_cmds[i].name, permctl_cmds[i].summary);
-    fprintf(f, "\n'permctl COMMAND --help' describes a command's options.\n");
+    fprintf(f, "\n'permctl COMMAND --help' describes a command's options. Daemon commands connect to\n"
+               "--socket PATH, else $PERMD_SOCKET, else $XDG_RUNTIME_DIR/permd.sock, else\n"
+               "/tmp/permd-<uid>/permd.sock; or to --tcp HOST:PORT (--token-file FILE).\n");
 }
 
 int permctl_usage_error(const char *fmt, ...)
@@ -69,6 +75,24 @@ static void permctl_out_drain(permctl_out *o)
 
 void permctl_out_u64(permctl_out *o, uint64_t v)
 {
+    permctl_out_u64_sep(o, v, '\n');
+}
+
+void permctl_out_str(permctl_out *o, const char *s)
+{
+    size_t n = strlen(s);
+    if (o->len + n > sizeof o->buf)
+        permctl_out_drain(o);
+    if (n > sizeof o->buf) {
+        fwrite(s, 1, n, o->f);
+        return;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+}
+
+void permctl_out_u64_sep(permctl_out *o, uint64_t v, char sep)
+{
     char tmp[24];
     size_t n = 0;
     do {
@@ -79,7 +103,7 @@ void permctl_out_u64(permctl_out *o, uint64_t v)
         permctl_out_drain(o);
     while (n)
         o->buf[o->len++] = tmp[--n];
-    o->buf[o->len++] = '\n';
+    o->buf[o->len++] = sep;
 }
 
 int permctl_out_flush(permctl_out *o)
@@ -115,38 +139,49 @@ int main(int argc, char **argv)
     return PERMCTL_EXIT_USAGE;
 }
 
+enum permctl_opt_kind { PERMCTL_U64, PERMCTL_MODE, PERMCTL_STR, PERMCTL_FLAG };
+
 static const struct {
     const char *name;
+    enum permctl_opt_kind kind;
     uint64_t lo, hi;
 } permctl_opt_info[PERMCTL_OPT__COUNT] = {
-    [PERMCTL_OPT_SEED] = {"seed", 0, UINT64_MAX},
-    [PERMCTL_OPT_EPOCH] = {"epoch", 0, UINT64_MAX},
-    [PERMCTL_OPT_SIZE] = {"size", 1, PD_N_MAX},
-    [PERMCTL_OPT_START] = {"start", 0, PD_N_MAX},
-    [PERMCTL_OPT_COUNT] = {"count", 0, UINT64_MAX},
-    [PERMCTL_OPT_WORLD] = {"world", 1, UINT32_MAX},
-    [PERMCTL_OPT_RANK] = {"rank", 0, UINT32_MAX - 1},
-    [PERMCTL_OPT_MODE] = {"mode", 0, 0},
-    [PERMCTL_OPT_OFFSET] = {"offset", 0, UINT64_MAX},
+    [PERMCTL_OPT_SEED] = {"seed", PERMCTL_U64, 0, UINT64_MAX},
+    [PERMCTL_OPT_EPOCH] = {"epoch", PERMCTL_U64, 0, UINT64_MAX},
+    [PERMCTL_OPT_SIZE] = {"size", PERMCTL_U64, 1, PD_N_MAX},
+    [PERMCTL_OPT_START] = {"start", PERMCTL_U64, 0, PD_N_MAX},
+    [PERMCTL_OPT_COUNT] = {"count", PERMCTL_U64, 0, UINT64_MAX},
+    [PERMCTL_OPT_WORLD] = {"world", PERMCTL_U64, 1, UINT32_MAX},
+    [PERMCTL_OPT_RANK] = {"rank", PERMCTL_U64, 0, UINT32_MAX - 1},
+    [PERMCTL_OPT_MODE] = {"mode", PERMCTL_MODE, 0, 0},
+    [PERMCTL_OPT_OFFSET] = {"offset", PERMCTL_U64, 0, UINT64_MAX},
+    [PERMCTL_OPT_BATCH] = {"batch", PERMCTL_U64, 1, UINT32_MAX},
+    [PERMCTL_OPT_SOCKET] = {"socket", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_TCP] = {"tcp", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_TOKEN_FILE] = {"token-file", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_JSON] = {"json", PERMCTL_FLAG, 0, 0},
 };
 
 int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, const char *usage,
                   permctl_args *a)
 {
     memset(a, 0, sizeof *a);
-    int i = 1;
-    for (; i < argc; i++) {
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        if (!strcmp(arg, "--")) {
-            i++;
+        if (!strcmp(arg, "--")) { /* everything after is positional */
+            while (++i < argc)
+                argv[1 + npos++] = argv[i];
             break;
         }
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             fputs(usage, stdout);
             return -1;
         }
-        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
-            break; /* first positional argument */
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+            argv[1 + npos++] = argv[i]; /* i ≥ 1 + npos: only consumed slots are overwritten */
+            continue;
+        }
         const char *name = arg + 2, *value = NULL;
         const char *eq = strchr(name, '=');
         size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
@@ -159,27 +194,40 @@ int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, co
                                        name, argv[0]);
         if (a->set & (1u << o))
             return permctl_usage_error("--%s given twice", permctl_opt_info[o].name);
+        a->set |= 1u << o;
+        if (permctl_opt_info[o].kind == PERMCTL_FLAG) {
+            if (eq)
+                return permctl_usage_error("--%s takes no value", permctl_opt_info[o].name);
+            continue;
+        }
         if (eq)
             value = eq + 1;
         else if (i + 1 < argc)
             value = argv[++i];
         else
             return permctl_usage_error("--%s needs a value", permctl_opt_info[o].name);
-        if (o == PERMCTL_OPT_MODE) {
+        switch (permctl_opt_info[o].kind) {
+        case PERMCTL_MODE:
             if (pd_mode_parse(value, &a->mode))
                 return permctl_usage_error("--mode: '%s' is not one of pad, drop, exact", value);
-        } else if (permctl_opt_u64(permctl_opt_info[o].name, value, permctl_opt_info[o].lo,
-                                   permctl_opt_info[o].hi, &a->u[o])) {
-            return PERMCTL_EXIT_USAGE;
+            break;
+        case PERMCTL_STR:
+            if (!*value)
+                return permctl_usage_error("--%s: the value is empty", permctl_opt_info[o].name);
+            a->s[o] = value;
+            break;
+        default:
+            if (permctl_opt_u64(permctl_opt_info[o].name, value, permctl_opt_info[o].lo, permctl_opt_info[o].hi,
+                                &a->u[o]))
+                return PERMCTL_EXIT_USAGE;
         }
-        a->set |= 1u << o;
     }
     unsigned missing = required & ~a->set;
     for (int o = 0; o < PERMCTL_OPT__COUNT; o++)
         if (missing & (1u << o))
             return permctl_usage_error("%s: --%s is required (see %s --help)", argv[0],
                                        permctl_opt_info[o].name, argv[0]);
-    a->pos = argv + i;
-    a->npos = argc - i;
+    a->pos = argv + 1;
+    a->npos = npos;
     return 0;
 }

@@ -53,26 +53,51 @@ enum permctl_opt {
     PERMCTL_OPT_RANK,
     PERMCTL_OPT_MODE,
     PERMCTL_OPT_OFFSET,
+    PERMCTL_OPT_BATCH,
+    PERMCTL_OPT_SOCKET,     /* the daemon's Unix socket (else $PERMD_SOCKET, else the default) */
+    PERMCTL_OPT_TCP,        /* HOST:PORT instead of the Unix socket */
+    PERMCTL_OPT_TOKEN_FILE, /* TCP auth secret (else $PERMD_TOKEN_FILE) */
+    PERMCTL_OPT_JSON,       /* a flag: structured output */
     PERMCTL_OPT__COUNT
 };
 #define PERMCTL_BIT(o) (1u << PERMCTL_OPT_##o)
 
 typedef struct permctl_args {
-    uint64_t u[PERMCTL_OPT__COUNT]; /* numeric values, indexed by permctl_opt */
+    uint64_t u[PERMCTL_OPT__COUNT];    /* numeric values, indexed by permctl_opt */
+    const char *s[PERMCTL_OPT__COUNT]; /* string values */
     pd_mode mode;
     unsigned set;                   /* PERMCTL_BIT of each option given */
-    int npos;                       /* positional arguments left in pos[] */
+    int npos;                       /* positional arguments, in order, wherever they appeared */
     char **pos;
 } permctl_args;
 
-/* Parse argv (argv[0] is the subcommand's name). Returns 0, PERMCTL_EXIT_USAGE
- * after printing what is wrong, or -1 after printing usage for --help. */
+/* Parse argv (argv[0] is the subcommand's name); options and positional
+ * arguments may be mixed, "--" ends options. Returns 0, PERMCTL_EXIT_USAGE
+ * after printing what is wrong, or -1 after printing usage for --help.
+ * Reorders argv so that the positional arguments come first. */
 int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, const char *usage,
                   permctl_args *a);
 
+/* Write v then one separator byte (',' for JSON arrays, '\n' for lines). */
+void permctl_out_u64_sep(permctl_out *o, uint64_t v, char sep);
+/* Write a string as-is (JSON punctuation, labels). */
+void permctl_out_str(permctl_out *o, const char *s);
+
+/* Options every daemon subcommand accepts. */
+#define PERMCTL_CONN_OPTS (PERMCTL_BIT(SOCKET) | PERMCTL_BIT(TCP) | PERMCTL_BIT(TOKEN_FILE))
+
 /* The offline subcommands (no daemon needed). */
 int permctl_cmd_perm(int argc, char **argv);
-int permctl_cmd_inverse(int argc, char **argv);
+int permctl_cmd_inverse(int argc, char **argv); /* dispatches to the daemon form without --size */
 int permctl_cmd_rank(int argc, char **argv);
+
+extern const char permctl_inverse_usage[]; /* both forms of inverse */
+
+/* The daemon subcommands (permctl_daemon.c). */
+int permctl_cmd_datasets(int argc, char **argv);
+int permctl_cmd_fetch(int argc, char **argv);
+int permctl_cmd_stream(int argc, char **argv);
+int permctl_cmd_inverse_daemon(int argc, char **argv);
+int permctl_cmd_stats(int argc, char **argv);
 
 #endif

@@ -2,6 +2,7 @@
 #include "permctl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "core/parse.h"
@@ -15,10 +16,14 @@ static const char permctl_perm_usage[] =
     "one per line. --start defaults to 0, --count to the rest of the epoch.\n"
     "S and E are any u64; 1 ≤ N ≤ 2^63; P + C ≤ N.\n";
 
-static const char permctl_inverse_usage[] =
-    "usage: permctl inverse --seed S --epoch E --size N SAMPLE...\n"
+const char permctl_inverse_usage[] =
+    "usage: permctl inverse --seed S --epoch E --size N SAMPLE...              (offline)\n"
+    "       permctl inverse NAME --seed S --epoch E --world W [--mode M] SAMPLE... [--json]\n"
     "\n"
-    "Print σ⁻¹(SAMPLE): the global position of each sample id (each < N), one per line.\n";
+    "Print σ⁻¹(SAMPLE): the global position of each sample id, one per line.\n"
+    "With --size the core computes it here; with a dataset NAME instead, permd\n"
+    "does, and each line also names the rank of W that reads the position\n"
+    "(position mod W; '-' when drop mode discards it).\n";
 
 static const char permctl_rank_usage[] =
     "usage: permctl rank --seed S --epoch E --size N --world W --rank R\n"
@@ -74,10 +79,26 @@ int permctl_cmd_perm(int argc, char **argv)
     return permctl_out_flush(&out);
 }
 
+/* Whether argv holds --NAME or --NAME=VALUE before any "--". */
+static int permctl_has_option(int argc, char **argv, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, name, n) &&
+            (argv[i][2 + n] == '\0' || argv[i][2 + n] == '='))
+            return 1;
+    return 0;
+}
+
 int permctl_cmd_inverse(int argc, char **argv)
 {
     permctl_args a;
     pd_perm p;
+    int help = permctl_has_option(argc, argv, "help");
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        help |= !strcmp(argv[i], "-h");
+    if (!help && !permctl_has_option(argc, argv, "size"))
+        return permctl_cmd_inverse_daemon(argc, argv); /* a dataset NAME instead of --size */
     int rc = permctl_parse(argc, argv, PERMCTL_KEY_OPTS, PERMCTL_KEY_OPTS, permctl_inverse_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;

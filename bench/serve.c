@@ -1,0 +1,251 @@
+/* bench/serve: load generator for permd built on libpermd — Fetch requests/s with latency percentiles, Stream ids/s. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/permd.h"
+#include "core/parse.h"
+#include "core/rank.h"
+
+static const char usage[] =
+    "usage: serve fetch  --socket PATH --dataset NAME [--clients N] [--count C] [--seconds S]\n"
+    "       serve stream --socket PATH --dataset NAME [--batch B] [--seconds S]\n"
+    "       serve gen    [--count C] [--seconds S]     (the core's scalar fill rate, no daemon)\n"
+    "\n"
+    "fetch: N threads, one connection each, each Fetch asks rank 0 of 8 for C ids\n"
+    "       at a fresh offset; prints requests/s and p50/p99 latency (after 0.5 s warm-up).\n"
+    "stream: one Stream of rank 0 of 1 in batches of B; prints ids/s.\n"
+    "Output is one line of key=value pairs (bench/serve.sh parses it).\n";
+
+typedef struct options {
+    const char *cmd, *socket, *tcp, *dataset;
+    uint64_t clients, count, batch;
+    double seconds;
+} options;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int connect_client(const options *o, permd_client **c)
+{
+    int rc = o->tcp ? permd_connect_tcp(o->tcp, NULL, c) : permd_connect_unix(o->socket, c);
+    if (rc)
+        fprintf(stderr, "serve: %s\n", permd_last_error(NULL));
+    return rc;
+}
+
+/* ---- fetch ---- */
+
+typedef struct worker {
+    const options *o;
+    int index;
+    double start, warm, stop;
+    uint64_t n, cap;
+    double *lat; /* seconds per request after the warm-up */
+    int failed;
+} worker;
+
+static void *fetch_worker(void *arg)
+{
+    worker *w = arg;
+    const options *o = w->o;
+    permd_client *c;
+    if (connect_client(o, &c)) {
+        w->failed = 1;
+        return NULL;
+    }
+    permd_dataset d;
+    if (permd_get_dataset(c, o->dataset, &d)) {
+        fprintf(stderr, "serve: %s\n", permd_last_error(c));
+        w->failed = 1;
+        permd_close(c);
+        return NULL;
+    }
+    uint32_t *ids = malloc(o->count * sizeof *ids);
+    permd_slice s = {.dataset = o->dataset, .seed = 1234, .epoch = (uint64_t)w->index, .world = 8,
+                     .rank = 0, .mode = PERMD_MODE_PAD};
+    uint64_t span = d.size / 8 / o->count; /* distinct offsets before wrapping */
+    for (uint64_t i = 0;; i++) {
+        double t0 = now_s();
+        if (t0 >= w->stop)
+            break;
+        uint64_t got;
+        s.offset = (i % (span ? span : 1)) * o->count * 8;
+        if (permd_fetch_u32(c, &s, o->count, ids, &got, NULL) || got != o->count) {
+            fprintf(stderr, "serve: fetch: %s\n", permd_last_error(c));
+            w->failed = 1;
+            break;
+        }
+        double t1 = now_s();
+        if (t0 < w->warm)
+            continue;
+        if (w->n == w->cap) {
+            w->cap = w->cap ? w->cap * 2 : 1 << 16;
+            w->lat = realloc(w->lat, w->cap * sizeof *w->lat);
+        }
+        w->lat[w->n++] = t1 - t0;
+    }
+    free(ids);
+    permd_close(c);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int run_fetch(const options *o)
+{
+    worker *w = calloc(o->clients, sizeof *w);
+    pthread_t *th = calloc(o->clients, sizeof *th);
+    double start = now_s();
+    for (uint64_t i = 0; i < o->clients; i++) {
+        w[i] = (worker){.o = o, .index = (int)i, .start = start, .warm = start + 0.5, .stop = start + 0.5 + o->seconds};
+        pthread_create(&th[i], NULL, fetch_worker, &w[i]);
+    }
+    uint64_t total = 0;
+    int failed = 0;
+    for (uint64_t i = 0; i < o->clients; i++) {
+        pthread_join(th[i], NULL);
+        total += w[i].n;
+        failed |= w[i].failed;
+    }
+    if (failed || total == 0)
+        return 1;
+    double *all = malloc(total * sizeof *all);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < o->clients; i++) {
+        memcpy(all + k, w[i].lat, w[i].n * sizeof *all);
+        k += w[i].n;
+        free(w[i].lat);
+    }
+    qsort(all, total, sizeof *all, cmp_double);
+    printf("mode=fetch clients=%llu count=%llu requests=%llu seconds=%.2f rps=%.0f p50_us=%.1f p99_us=%.1f\n",
+           (unsigned long long)o->clients, (unsigned long long)o->count, (unsigned long long)total, o->seconds,
+           (double)total / o->seconds, all[total / 2] * 1e6, all[(uint64_t)((double)total * 0.99)] * 1e6);
+    free(all);
+    free(w);
+    free(th);
+    return 0;
+}
+
+/* ---- stream ---- */
+
+static int run_stream(const options *o)
+{
+    permd_client *c;
+    permd_stream *st;
+    if (connect_client(o, &c))
+        return 1;
+    permd_slice s = {.dataset = o->dataset, .seed = 99, .world = 1, .rank = 0, .mode = PERMD_MODE_EXACT};
+    if (permd_stream_open(c, &s, o->batch, 0, &st)) {
+        fprintf(stderr, "serve: stream: %s\n", permd_last_error(c));
+        return 1;
+    }
+    uint64_t ids_total = 0, sink = 0;
+    double start = now_s(), t = start;
+    while (t - start < o->seconds) {
+        const void *ids;
+        uint32_t width;
+        uint64_t n;
+        if (permd_stream_next(st, &ids, &width, &n) || n == 0) {
+            fprintf(stderr, "serve: stream ended early: %s\n", permd_last_error(c));
+            return 1;
+        }
+        sink += ((const uint32_t *)ids)[n - 1]; /* touch the data like a consumer would */
+        ids_total += n;
+        t = now_s();
+    }
+    permd_stream_close(st);
+    permd_close(c);
+    printf("mode=stream batch=%llu ids=%llu seconds=%.2f ids_per_s=%.0f sink=%llu\n", (unsigned long long)o->batch,
+           (unsigned long long)ids_total, t - start, (double)ids_total / (t - start), (unsigned long long)(sink & 1));
+    return 0;
+}
+
+/* ---- gen: the core alone, for context ---- */
+
+static int run_gen(const options *o)
+{
+    pd_perm p;
+    pd_slice s = {8, 0, PD_MODE_PAD, 0};
+    uint32_t *ids = malloc(o->count * sizeof *ids);
+    uint64_t n = UINT64_C(1) << 30, got, total = 0;
+    pd_perm_init(&p, 1234, 0, PD_STREAM_SAMPLES, n);
+    double start = now_s(), t = start;
+    while (t - start < o->seconds) {
+        pd_slice_fill_u32(&p, &s, o->count, ids, &got);
+        s.offset = (s.offset + got * 8) % (n / 2);
+        total += got;
+        t = now_s();
+    }
+    printf("mode=gen count=%llu ids=%llu seconds=%.2f ids_per_s=%.0f ns_per_id=%.1f\n", (unsigned long long)o->count,
+           (unsigned long long)total, t - start, (double)total / (t - start), (t - start) * 1e9 / (double)total);
+    free(ids);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.clients = 1, .count = 1024, .batch = 65536, .seconds = 5};
+    if (argc < 2 || !strcmp(argv[1], "--help")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    o.cmd = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t x;
+        if (!v) {
+            fprintf(stderr, "serve: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--socket"))
+            o.socket = v;
+        else if (!strcmp(a, "--tcp"))
+            o.tcp = v;
+        else if (!strcmp(a, "--dataset"))
+            o.dataset = v;
+        else if (!strcmp(a, "--seconds"))
+            o.seconds = atof(v);
+        else if (pd_parse_u64_range(v, 1, UINT32_MAX, &x)) {
+            fprintf(stderr, "serve: %s: '%s' is not a positive integer\n", a, v);
+            return 2;
+        } else if (!strcmp(a, "--clients"))
+            o.clients = x;
+        else if (!strcmp(a, "--count"))
+            o.count = x;
+        else if (!strcmp(a, "--batch"))
+            o.batch = x;
+        else {
+            fprintf(stderr, "serve: unknown option %s\n%s", a, usage);
+            return 2;
+        }
+    }
+    if (o.seconds <= 0) {
+        fprintf(stderr, "serve: --seconds must be positive\n");
+        return 2;
+    }
+    if (!strcmp(o.cmd, "gen"))
+        return run_gen(&o);
+    if ((!o.socket && !o.tcp) || !o.dataset) {
+        fprintf(stderr, "serve: --socket (or --tcp) and --dataset are required\n%s", usage);
+        return 2;
+    }
+    if (!strcmp(o.cmd, "fetch"))
+        return run_fetch(&o);
+    if (!strcmp(o.cmd, "stream"))
+        return run_stream(&o);
+    fprintf(stderr, "serve: unknown mode '%s'\n%s", o.cmd, usage);
+    return 2;
+}

@@ -1,0 +1,474 @@
+/* permctl datasets | fetch | stream | inverse NAME | stats: the subcommands that talk to permd through libpermd. */
+#include "permctl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/permd.h"
+#include "core/error.h"
+#include "core/parse.h"
+#include "proto/frame.h"
+
+static const char permctl_datasets_usage[] =
+    "usage: permctl datasets put NAME --size N [--json]\n"
+    "       permctl datasets list [--json]\n"
+    "       permctl datasets get NAME [--json]\n"
+    "       permctl datasets rm NAME\n"
+    "\n"
+    "Register, show and remove datasets on permd. put is idempotent; a different\n"
+    "size for an existing name is a conflict. Names: 1-128 of A-Z a-z 0-9 . _ -\n"
+    "Connection: [--socket PATH | --tcp HOST:PORT [--token-file FILE]].\n";
+
+static const char permctl_fetch_usage[] =
+    "usage: permctl fetch NAME --seed S --epoch E --world W --rank R --mode pad|drop|exact\n"
+    "                     [--offset O] --count C [--json]\n"
+    "\n"
+    "Print the next C sample ids of rank R (fewer at the end of the epoch), one per\n"
+    "line, exactly as the offline 'permctl rank' prints them. --json prints\n"
+    "{\"ids\":[...],\"next_offset\":N}, next_offset being the checkpoint to resume from.\n";
+
+static const char permctl_stream_usage[] =
+    "usage: permctl stream NAME --seed S --epoch E --world W --rank R --mode pad|drop|exact\n"
+    "                      [--offset O] [--batch B] [--count C]\n"
+    "\n"
+    "Stream every id rank R has left (or the first C), one per line, exactly as the\n"
+    "offline 'permctl rank' prints them. --batch sets ids per message (default 65536).\n";
+
+static const char permctl_stats_usage[] =
+    "usage: permctl stats [--json]\n"
+    "\n"
+    "Print permd's counters: uptime, connections, requests, errors, ids served.\n";
+
+#define PERMCTL_SLICE_OPTS                                                                                   \
+    (PERMCTL_BIT(SEED) | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(WORLD) | PERMCTL_BIT(RANK) | PERMCTL_BIT(MODE))
+#define PERMCTL_DEFAULT_BATCH 65536
+
+/* ---- Connection ------------------------------------------------------------------ */
+
+/* The first line of a token file, for TCP. */
+static int permctl_read_token(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return permctl_usage_error("--token-file: cannot read %s", path);
+    size_t n = fread(buf, 1, len - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    if (!buf[0])
+        return permctl_usage_error("--token-file: %s is empty", path);
+    return 0;
+}
+
+static int permctl_connect(const permctl_args *a, permd_client **c)
+{
+    int rc;
+    if (a->s[PERMCTL_OPT_TCP] && a->s[PERMCTL_OPT_SOCKET])
+        return permctl_usage_error("give --socket or --tcp, not both");
+    if (a->s[PERMCTL_OPT_TCP]) {
+        char token[4096];
+        const char *tf = a->s[PERMCTL_OPT_TOKEN_FILE] ? a->s[PERMCTL_OPT_TOKEN_FILE] : getenv("PERMD_TOKEN_FILE");
+        if (tf && *tf && (rc = permctl_read_token(tf, token, sizeof token)))
+            return rc;
+        rc = permd_connect_tcp(a->s[PERMCTL_OPT_TCP], tf && *tf ? token : NULL, c);
+    } else {
+        if (a->s[PERMCTL_OPT_TOKEN_FILE])
+            return permctl_usage_error("--token-file applies to --tcp only");
+        rc = permd_connect_unix(a->s[PERMCTL_OPT_SOCKET], c);
+    }
+    if (rc) {
+        fprintf(stderr, "permctl: %s\n", permd_last_error(NULL));
+        return PERMCTL_EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* Report a failed call: the server's typed error and message. */
+static int permctl_call_failed(permd_client *c, const char *what)
+{
+    fprintf(stderr, "permctl: %s: %s\n", what, permd_last_error(c));
+    permd_close(c);
+    return PERMCTL_EXIT_FAIL;
+}
+
+/* ---- JSON output ------------------------------------------------------------------ */
+
+/* Dataset names are restricted to [A-Za-z0-9._-]; server strings are escaped anyway. */
+static void permctl_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void permctl_json_dataset(FILE *f, const permd_dataset *d)
+{
+    fputs("{\"name\":", f);
+    permctl_json_string(f, d->name);
+    fprintf(f, ",\"size\":%llu,\"id_width\":%u,\"source\":\"%s\",\"created_unix_ms\":%lld}",
+            (unsigned long long)d->size, d->id_width, d->from_config ? "config" : "api",
+            (long long)d->created_unix_ms);
+}
+
+static void permctl_table_header(void)
+{
+    printf("%-32s %20s %8s %6s\n", "NAME", "SIZE", "ID_WIDTH", "SOURCE");
+}
+
+static void permctl_table_row(const permd_dataset *d)
+{
+    printf("%-32s %20llu %8u %6s\n", d->name, (unsigned long long)d->size, d->id_width,
+           d->from_config ? "config" : "api");
+}
+
+/* ---- datasets ------------------------------------------------------------------------ */
+
+int permctl_cmd_datasets(int argc, char **argv)
+{
+    permctl_args a;
+    permd_client *c;
+    int rc = permctl_parse(argc, argv, PERMCTL_CONN_OPTS | PERMCTL_BIT(JSON) | PERMCTL_BIT(SIZE), 0,
+                           permctl_datasets_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if (a.npos < 1)
+        return permctl_usage_error("datasets: give an action: put, list, get or rm (see permctl datasets --help)");
+    const char *action = a.pos[0];
+    int json = (a.set & PERMCTL_BIT(JSON)) != 0;
+    int is_put = !strcmp(action, "put"), is_list = !strcmp(action, "list");
+    int is_get = !strcmp(action, "get"), is_rm = !strcmp(action, "rm");
+    if (!is_put && !is_list && !is_get && !is_rm)
+        return permctl_usage_error("datasets: unknown action '%s' (put, list, get or rm)", action);
+    if (is_list ? a.npos != 1 : a.npos != 2)
+        return permctl_usage_error(is_list ? "datasets list: unexpected argument '%s'"
+                                           : "datasets %s: give exactly one dataset NAME",
+                                   is_list ? a.pos[1] : action);
+    if (is_put != ((a.set & PERMCTL_BIT(SIZE)) != 0))
+        return permctl_usage_error(is_put ? "datasets put: --size is required" : "datasets %s: --size applies to put only",
+                                   action);
+    if (is_rm && json)
+        return permctl_usage_error("datasets rm: --json does not apply");
+    if ((rc = permctl_connect(&a, &c)))
+        return rc;
+
+    permd_dataset d;
+    if (is_put) {
+        int32_t created;
+        if (permd_put_dataset(c, a.pos[1], a.u[PERMCTL_OPT_SIZE], &d, &created))
+            return permctl_call_failed(c, "datasets put");
+        if (json) {
+            fputs("{\"dataset\":", stdout);
+            permctl_json_dataset(stdout, &d);
+            printf(",\"created\":%s}\n", created ? "true" : "false");
+        } else {
+            printf("%s %s (size %llu)\n", created ? "created" : "exists", d.name, (unsigned long long)d.size);
+        }
+    } else if (is_get) {
+        if (permd_get_dataset(c, a.pos[1], &d))
+            return permctl_call_failed(c, "datasets get");
+        if (json) {
+            permctl_json_dataset(stdout, &d);
+            fputc('\n', stdout);
+        } else {
+            permctl_table_header();
+            permctl_table_row(&d);
+        }
+    } else if (is_rm) {
+        if (permd_delete_dataset(c, a.pos[1]))
+            return permctl_call_failed(c, "datasets rm");
+        printf("deleted %s\n", a.pos[1]);
+    } else {
+        size_t total, cap = 64;
+        permd_dataset *all = NULL;
+        for (;;) { /* grow until everything fits */
+            permd_dataset *p = realloc(all, cap * sizeof *all);
+            if (!p) {
+                free(all);
+                permd_close(c);
+                return permctl_fail(PD_ENOMEM, "datasets list");
+            }
+            all = p;
+            if (permd_list_datasets(c, all, cap, &total)) {
+                free(all);
+                return permctl_call_failed(c, "datasets list");
+            }
+            if (total <= cap)
+                break;
+            cap = total;
+        }
+        if (json) {
+            fputs("{\"datasets\":[", stdout);
+            for (size_t i = 0; i < total; i++) {
+                if (i)
+                    fputc(',', stdout);
+                permctl_json_dataset(stdout, &all[i]);
+            }
+            fputs("]}\n", stdout);
+        } else {
+            permctl_table_header();
+            for (size_t i = 0; i < total; i++)
+                permctl_table_row(&all[i]);
+        }
+        free(all);
+    }
+    permd_close(c);
+    if (fflush(stdout) || ferror(stdout))
+        return permctl_fail(PD_EIO, "writing output");
+    return PERMCTL_EXIT_OK;
+}
+
+/* ---- fetch and stream ---------------------------------------------------------------------- */
+
+/* Shared checks of NAME and the slice options. */
+static int permctl_slice(const char *cmd, const permctl_args *a, permd_slice *s)
+{
+    if (a->npos != 1)
+        return permctl_usage_error(a->npos ? "%s: give one dataset NAME, not '%s' too" : "%s: give a dataset NAME",
+                                   cmd, a->npos > 1 ? a->pos[1] : "");
+    if (a->u[PERMCTL_OPT_RANK] >= a->u[PERMCTL_OPT_WORLD])
+        return permctl_usage_error("--rank: %llu must be below --world %llu", (unsigned long long)a->u[PERMCTL_OPT_RANK],
+                                   (unsigned long long)a->u[PERMCTL_OPT_WORLD]);
+    memset(s, 0, sizeof *s);
+    s->dataset = a->pos[0];
+    s->seed = a->u[PERMCTL_OPT_SEED];
+    s->epoch = a->u[PERMCTL_OPT_EPOCH];
+    s->world = (uint32_t)a->u[PERMCTL_OPT_WORLD];
+    s->rank = (uint32_t)a->u[PERMCTL_OPT_RANK];
+    s->mode = (uint32_t)a->mode;
+    s->offset = a->u[PERMCTL_OPT_OFFSET];
+    return 0;
+}
+
+int permctl_cmd_fetch(int argc, char **argv)
+{
+    permctl_args a;
+    permd_slice s;
+    permd_client *c;
+    const unsigned req = PERMCTL_SLICE_OPTS | PERMCTL_BIT(COUNT);
+    int rc = permctl_parse(argc, argv, req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(JSON) | PERMCTL_CONN_OPTS, req,
+                           permctl_fetch_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if ((rc = permctl_slice("fetch", &a, &s)) || (rc = permctl_connect(&a, &c)))
+        return rc;
+    permd_server_info info;
+    permd_server_info_get(c, &info);
+    uint64_t chunk = info.max_count ? info.max_count : 65536, want = a.u[PERMCTL_OPT_COUNT];
+    if (chunk > (1u << 20))
+        chunk = 1u << 20;
+    uint64_t *ids = malloc(chunk * sizeof *ids);
+    if (!ids) {
+        permd_close(c);
+        return permctl_fail(PD_ENOMEM, "fetch");
+    }
+    int json = (a.set & PERMCTL_BIT(JSON)) != 0, first = 1;
+    static permctl_out out;
+    permctl_out_init(&out, stdout);
+    if (json)
+        permctl_out_str(&out, "{\"ids\":[");
+    /* Counts above the server's max_count are fetched in pieces; the output is the same. */
+    while (want) {
+        uint64_t n = want < chunk ? want : chunk, got;
+        if (permd_fetch_u64(c, &s, n, ids, &got, &s.offset)) {
+            free(ids);
+            permctl_out_flush(&out);
+            return permctl_call_failed(c, "fetch");
+        }
+        for (uint64_t i = 0; i < got; i++) {
+            if (json && !first)
+                permctl_out_str(&out, ",");
+            first = 0;
+            if (json) {
+                char tmp[24];
+                snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)ids[i]);
+                permctl_out_str(&out, tmp);
+            } else {
+                permctl_out_u64(&out, ids[i]);
+            }
+        }
+        want -= got;
+        if (got < n)
+            break; /* the rank's slice ended */
+    }
+    if (json) {
+        char tail[64];
+        snprintf(tail, sizeof tail, "],\"next_offset\":%llu}\n", (unsigned long long)s.offset);
+        permctl_out_str(&out, tail);
+    }
+    free(ids);
+    permd_close(c);
+    return permctl_out_flush(&out);
+}
+
+int permctl_cmd_stream(int argc, char **argv)
+{
+    permctl_args a;
+    permd_slice s;
+    permd_client *c;
+    permd_stream *st;
+    const unsigned req = PERMCTL_SLICE_OPTS;
+    int rc = permctl_parse(argc, argv,
+                           req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(BATCH) | PERMCTL_BIT(COUNT) | PERMCTL_CONN_OPTS,
+                           req, permctl_stream_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if ((rc = permctl_slice("stream", &a, &s)))
+        return rc;
+    if ((a.set & PERMCTL_BIT(COUNT)) && a.u[PERMCTL_OPT_COUNT] == 0)
+        return PERMCTL_EXIT_OK; /* nothing asked, nothing printed (0 means "all" on the wire) */
+    if ((rc = permctl_connect(&a, &c)))
+        return rc;
+    uint64_t batch = (a.set & PERMCTL_BIT(BATCH)) ? a.u[PERMCTL_OPT_BATCH] : PERMCTL_DEFAULT_BATCH;
+    if (permd_stream_open(c, &s, batch, a.u[PERMCTL_OPT_COUNT], &st))
+        return permctl_call_failed(c, "stream");
+    static permctl_out out;
+    permctl_out_init(&out, stdout);
+    for (;;) {
+        const void *ids;
+        uint32_t width;
+        uint64_t n;
+        if (permd_stream_next(st, &ids, &width, &n)) {
+            permctl_out_flush(&out);
+            permd_stream_close(st);
+            return permctl_call_failed(c, "stream");
+        }
+        if (n == 0)
+            break;
+        const uint8_t *p = ids;
+        for (uint64_t i = 0; i < n; i++)
+            permctl_out_u64(&out, width == 4 ? pd_load_le32(p + 4 * i) : pd_load_le64(p + 8 * i));
+    }
+    permd_stream_close(st);
+    permd_close(c);
+    return permctl_out_flush(&out);
+}
+
+/* ---- inverse NAME ---------------------------------------------------------------------------- */
+
+int permctl_cmd_inverse_daemon(int argc, char **argv)
+{
+    permctl_args a;
+    permd_client *c;
+    const unsigned req = PERMCTL_BIT(SEED) | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(WORLD);
+    int rc = permctl_parse(argc, argv, req | PERMCTL_BIT(MODE) | PERMCTL_BIT(JSON) | PERMCTL_CONN_OPTS, req,
+                           permctl_inverse_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if (a.npos < 2)
+        return permctl_usage_error("inverse: give a dataset NAME and at least one SAMPLE (or --size N for the "
+                                   "offline form; see permctl inverse --help)");
+    size_t n = (size_t)a.npos - 1;
+    uint64_t *samples = malloc(n * sizeof *samples), *pos = malloc(n * sizeof *pos);
+    uint32_t *ranks = malloc(n * sizeof *ranks);
+    if (!samples || !pos || !ranks) {
+        rc = permctl_fail(PD_ENOMEM, "inverse");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (pd_parse_u64(a.pos[i + 1], &samples[i])) {
+            rc = permctl_usage_error("inverse: SAMPLE '%s' is not an unsigned decimal integer", a.pos[i + 1]);
+            goto done;
+        }
+    }
+    if ((rc = permctl_connect(&a, &c)))
+        goto done;
+    int32_t mode = (a.set & PERMCTL_BIT(MODE)) ? (int32_t)a.mode : -1;
+    if (permd_inverse(c, a.pos[0], a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], (uint32_t)a.u[PERMCTL_OPT_WORLD],
+                      mode, samples, n, pos, ranks)) {
+        rc = permctl_call_failed(c, "inverse");
+        goto done;
+    }
+    permd_close(c);
+    if (a.set & PERMCTL_BIT(JSON)) {
+        fputs("{\"samples\":[", stdout);
+        for (size_t i = 0; i < n; i++)
+            printf("%s%llu", i ? "," : "", (unsigned long long)samples[i]);
+        fputs("],\"positions\":[", stdout);
+        for (size_t i = 0; i < n; i++)
+            printf("%s%llu", i ? "," : "", (unsigned long long)pos[i]);
+        fputs("],\"ranks\":[", stdout);
+        for (size_t i = 0; i < n; i++) {
+            if (ranks[i] == PERMD_NO_RANK)
+                printf("%snull", i ? "," : "");
+            else
+                printf("%s%u", i ? "," : "", ranks[i]);
+        }
+        fputs("]}\n", stdout);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            if (ranks[i] == PERMD_NO_RANK)
+                printf("%llu -\n", (unsigned long long)pos[i]);
+            else
+                printf("%llu %u\n", (unsigned long long)pos[i], ranks[i]);
+        }
+    }
+    rc = fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+done:
+    free(samples);
+    free(pos);
+    free(ranks);
+    return rc;
+}
+
+/* ---- stats ------------------------------------------------------------------------------------ */
+
+int permctl_cmd_stats(int argc, char **argv)
+{
+    permctl_args a;
+    permd_client *c;
+    permd_stats st;
+    int rc = permctl_parse(argc, argv, PERMCTL_BIT(JSON) | PERMCTL_CONN_OPTS, 0, permctl_stats_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if (a.npos)
+        return permctl_usage_error("stats: unexpected argument '%s'", a.pos[0]);
+    if ((rc = permctl_connect(&a, &c)))
+        return rc;
+    if (permd_stats_get(c, &st))
+        return permctl_call_failed(c, "stats");
+    permd_server_info info;
+    permd_server_info_get(c, &info);
+    permd_close(c);
+    const struct {
+        const char *name;
+        uint64_t v;
+    } rows[] = {
+        {"uptime_ms", st.uptime_ms},
+        {"connections", st.connections},
+        {"connections_total", st.connections_total},
+        {"requests_total", st.requests_total},
+        {"errors_total", st.errors_total},
+        {"ids_served_total", st.ids_served_total},
+        {"bytes_out_total", st.bytes_out_total},
+        {"datasets", st.datasets},
+        {"streams_active", st.streams_active},
+        {"streams_total", st.streams_total},
+        {"backpressure_pauses", st.backpressure_pauses},
+        {"workers", st.workers},
+    };
+    int json = (a.set & PERMCTL_BIT(JSON)) != 0;
+    if (json) {
+        fputs("{\"server\":", stdout);
+        permctl_json_string(stdout, info.server);
+    } else {
+        printf("%-20s %s\n", "server", info.server);
+    }
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (json)
+            printf(",\"%s\":%llu", rows[i].name, (unsigned long long)rows[i].v);
+        else
+            printf("%-20s %llu\n", rows[i].name, (unsigned long long)rows[i].v);
+    }
+    if (json)
+        fputs("}\n", stdout);
+    return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+}

@@ -1,0 +1,867 @@
+/* libpermd: blocking client connections to permd, one request at a time, with credit-managed streams. */
+#include "client/permd.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/rank.h"
+#include "proto/arena.h"
+#include "proto/endpoint.h"
+#include "proto/frame.h"
+
+/* The public header repeats core's numbers so that it stands alone. */
+#define PD_SAME(a, b) ((int)(a) == (int)(b))
+_Static_assert(PD_SAME(PERMD_EINVAL, PD_EINVAL) && PD_SAME(PERMD_EIO, PD_EIO) && PD_SAME(PERMD_EAUTH, PD_EAUTH) &&
+                   PD_SAME(PERMD_ETOOBIG, PD_ETOOBIG) && PD_SAME(PERMD_EINTERNAL, PD_EINTERNAL),
+               "permd.h error codes must equal core/error.h");
+_Static_assert(PD_SAME(PERMD_MODE_PAD, PD_MODE_PAD) && PD_SAME(PERMD_MODE_DROP, PD_MODE_DROP) &&
+                   PD_SAME(PERMD_MODE_EXACT, PD_MODE_EXACT),
+               "permd.h modes must equal core/rank.h");
+
+#define PD_CL_HELLO_FRAME (1u << 20)   /* the largest frame accepted before Hello says more */
+#define PD_CL_READ_BASE (64u << 10)
+#define PD_CL_ARENA (16u << 10)
+#define PD_CL_STREAM_BYTES (4u << 20)  /* how far a stream may run ahead of the reader */
+#define PD_CL_MAX_WINDOW 16u
+#define PD_CL_HELLO_TIMEOUT_MS 10000u  /* a server that accepts but never answers fails connect */
+
+/* A stream frame that arrived while the client waited for another reply. */
+typedef struct pd_qframe {
+    struct pd_qframe *next;
+    uint32_t len;
+    uint8_t data[];
+} pd_qframe;
+
+struct permd_stream {
+    permd_client *c;
+    uint64_t id;
+    uint32_t window;  /* credits granted ahead */
+    uint32_t unacked; /* batches consumed since the last Credit */
+    uint64_t offset;
+    int done, rc;
+    pd_qframe *head, *tail;
+    pd_qframe *held; /* the frame whose ids the caller holds */
+};
+
+struct permd_client {
+    int fd;
+    int broken; /* after an I/O failure or timeout nothing more is sent */
+    uint32_t timeout_ms;
+    uint64_t next_id;
+    pd_frame_reader in;
+    pd_arena arena;
+    uint8_t *wbuf;
+    size_t wcap;
+    permd_server_info info;
+    permd_stream *stream;
+    char cached_name[PERMD_NAME_MAX + 1]; /* the last dataset inverse looked up */
+    uint32_t cached_width;
+    char err[512];
+};
+
+static __thread char pd_cl_tls_err[512]; /* permd_last_error(NULL): why a connect failed */
+
+const char *permd_strerror(int err)
+{
+    return pd_strerror(err);
+}
+
+const char *permd_version(void)
+{
+    return PERMD_VERSION;
+}
+
+const char *permd_last_error(const permd_client *c)
+{
+    return c ? c->err : pd_cl_tls_err;
+}
+
+static int pd_cl_fail(permd_client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int pd_cl_fail(permd_client *c, int err, const char *fmt, ...)
+{
+    char *buf = c ? c->err : pd_cl_tls_err;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof c->err, fmt, ap);
+    va_end(ap);
+    if (c && (err == PD_EIO || err == PD_ECLOSED || err == PD_ETIMEDOUT || err == PD_EPROTO))
+        c->broken = 1;
+    return err;
+}
+
+/* ---- Socket I/O -------------------------------------------------------------- */
+
+static int pd_cl_poll(permd_client *c, short events)
+{
+    if (!c->timeout_ms)
+        return 0;
+    struct pollfd p = {.fd = c->fd, .events = events};
+    int n;
+    do
+        n = poll(&p, 1, (int)c->timeout_ms);
+    while (n < 0 && errno == EINTR);
+    if (n == 0)
+        return pd_cl_fail(c, PD_ETIMEDOUT, "no answer from permd within %u ms", c->timeout_ms);
+    return n < 0 ? pd_cl_fail(c, PD_EIO, "poll: %s", strerror(errno)) : 0;
+}
+
+static int pd_cl_write_all(permd_client *c, const uint8_t *p, size_t len)
+{
+    if (c->broken)
+        return pd_cl_fail(c, PD_ECLOSED, "the connection is no longer usable");
+    while (len) {
+        int rc = pd_cl_poll(c, POLLOUT);
+        if (rc)
+            return rc;
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return pd_cl_fail(c, errno == EPIPE || errno == ECONNRESET ? PD_ECLOSED : PD_EIO,
+                              "sending to permd: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Pack and send one envelope, giving it the next request id. */
+static int pd_cl_send(permd_client *c, pd_envelope *env)
+{
+    size_t n = pd_frame_size(env);
+    if (n > c->wcap) {
+        uint8_t *p = realloc(c->wbuf, n);
+        if (!p)
+            return pd_cl_fail(c, PD_ENOMEM, "out of memory");
+        c->wbuf = p;
+        c->wcap = n;
+    }
+    pd_frame_pack(env, c->wbuf);
+    return pd_cl_write_all(c, c->wbuf, n);
+}
+
+/* The next whole frame from the socket; the payload is valid until the next read. */
+static int pd_cl_read_frame(permd_client *c, const uint8_t **payload, uint32_t *len)
+{
+    if (c->broken)
+        return pd_cl_fail(c, PD_ECLOSED, "the connection is no longer usable");
+    for (;;) {
+        int rc = pd_frame_reader_next(&c->in, payload, len);
+        if (rc == 1)
+            return 0;
+        if (rc < 0)
+            return pd_cl_fail(c, PD_EPROTO, "permd sent a frame above %u bytes", c->in.max_frame);
+        uint8_t *p;
+        size_t room;
+        if (pd_frame_reader_space(&c->in, &p, &room))
+            return pd_cl_fail(c, PD_ENOMEM, "out of memory");
+        if ((rc = pd_cl_poll(c, POLLIN)))
+            return rc;
+        ssize_t n = recv(c->fd, p, room, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0)
+            return pd_cl_fail(c, PD_ECLOSED, "permd closed the connection");
+        if (n < 0)
+            return pd_cl_fail(c, PD_EIO, "reading from permd: %s", strerror(errno));
+        pd_frame_reader_commit(&c->in, (size_t)n);
+    }
+}
+
+static int pd_cl_queue_stream_frame(permd_stream *st, const uint8_t *payload, uint32_t len)
+{
+    pd_qframe *q = malloc(sizeof *q + len);
+    if (!q)
+        return pd_cl_fail(st->c, PD_ENOMEM, "out of memory");
+    q->next = NULL;
+    q->len = len;
+    memcpy(q->data, payload, len);
+    if (st->tail)
+        st->tail->next = q;
+    else
+        st->head = q;
+    st->tail = q;
+    return 0;
+}
+
+/* Read until the frame answering id (or a connection-level error, id 0);
+ * the open stream's frames are queued for it on the way. */
+static int pd_cl_wait(permd_client *c, uint64_t id, const uint8_t **payload, uint32_t *len)
+{
+    for (;;) {
+        pd_bulk_view v;
+        int rc = pd_cl_read_frame(c, payload, len);
+        if (rc)
+            return rc;
+        if (pd_frame_scan_bulk(*payload, *len, 0, &v) < 0)
+            return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed frame");
+        if (v.id == id || v.id == 0)
+            return 0;
+        if (c->stream && v.id == c->stream->id && (rc = pd_cl_queue_stream_frame(c->stream, *payload, *len)))
+            return rc;
+        /* anything else answers a request abandoned earlier: skip it */
+    }
+}
+
+/* Unpack a reply; an Error becomes its code with the server's message. */
+static int pd_cl_unpack(permd_client *c, const uint8_t *payload, uint32_t len, int want, pd_envelope **env)
+{
+    pd_arena_reset(&c->arena);
+    if (pd_frame_unpack(payload, len, &c->arena.pb, env))
+        return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed reply");
+    if ((*env)->body_case == PERMD__V1__ENVELOPE__BODY_ERROR) {
+        const Permd__V1__Error *e = (*env)->error;
+        int err = pd_wire_error_to_pd(e->code);
+        pd_cl_fail(c, err, "%s: %s", pd_wire_error_name(e->code), e->message);
+        if ((*env)->id == 0 && err != PD_EPROTO)
+            c->broken = 1; /* connection-level errors come before a close */
+        return err;
+    }
+    if ((int)(*env)->body_case != want)
+        return pd_cl_fail(c, PD_EPROTO, "unexpected reply (message %d)", (int)(*env)->body_case);
+    return 0;
+}
+
+/* Send a request and unpack its reply of type want. */
+static int pd_cl_call(permd_client *c, pd_envelope *req, int want, pd_envelope **reply)
+{
+    const uint8_t *payload;
+    uint32_t len;
+    req->id = ++c->next_id;
+    int rc = pd_cl_send(c, req);
+    if (rc == 0)
+        rc = pd_cl_wait(c, req->id, &payload, &len);
+    if (rc == 0)
+        rc = pd_cl_unpack(c, payload, len, want, reply);
+    return rc;
+}
+
+/* ---- Connecting ------------------------------------------------------------------ */
+
+static int pd_cl_hello(permd_client *c, const char *token)
+{
+    Permd__V1__Hello h = PERMD__V1__HELLO__INIT;
+    h.protocol_version = PD_PROTOCOL_VERSION;
+    h.client_name = "libpermd " PERMD_VERSION;
+    h.token = (char *)(token ? token : "");
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_HELLO;
+    req.hello = &h;
+    int rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_HELLO_REPLY, &rep);
+    if (rc)
+        return rc;
+    const Permd__V1__HelloReply *r = rep->hello_reply;
+    snprintf(c->info.server, sizeof c->info.server, "%s", r->server);
+    c->info.protocol_version = r->protocol_version;
+    c->info.spec_version = r->spec_version;
+    if (r->limits) {
+        c->info.max_frame = r->limits->max_frame;
+        c->info.max_count = r->limits->max_count;
+        c->info.max_streams = r->limits->max_streams;
+        c->info.max_credits = r->limits->max_credits;
+        c->info.output_cap = r->limits->output_cap;
+    }
+    if (r->spec_version != 1)
+        return pd_cl_fail(c, PD_EUNSUPPORTED, "permd computes permutation spec v%u; this client knows v1",
+                          r->spec_version);
+    /* Replies may now be as large as max_count 8-byte ids. */
+    uint64_t max = c->info.max_count * 8 + (64u << 10);
+    c->in.max_frame = max < PD_FRAME_MAX_LIMIT ? (uint32_t)max : PD_FRAME_MAX_LIMIT;
+    return 0;
+}
+
+/* Wrap a connected socket and say Hello; closes fd on failure. */
+static int pd_cl_start(int fd, const char *token, permd_client **out)
+{
+    permd_client *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return pd_cl_fail(NULL, PD_ENOMEM, "out of memory");
+    }
+    c->fd = fd;
+    if (pd_frame_reader_init(&c->in, PD_CL_READ_BASE, PD_CL_HELLO_FRAME) || pd_arena_init(&c->arena, PD_CL_ARENA)) {
+        permd_close(c);
+        return pd_cl_fail(NULL, PD_ENOMEM, "out of memory");
+    }
+    c->timeout_ms = PD_CL_HELLO_TIMEOUT_MS;
+    int rc = pd_cl_hello(c, token);
+    c->timeout_ms = 0;
+    if (rc) {
+        pd_cl_fail(NULL, rc, "%s", c->err);
+        permd_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int permd_connect_unix(const char *path, permd_client **out)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char def[sizeof sa.sun_path];
+    if (!out)
+        return pd_cl_fail(NULL, PD_EINVAL, "out is NULL");
+    if (!path || !*path) {
+        if (pd_endpoint_default_socket(def, sizeof def))
+            return pd_cl_fail(NULL, PD_EINVAL, "the default socket path is too long");
+        path = def;
+    }
+    if (strlen(path) >= sizeof sa.sun_path)
+        return pd_cl_fail(NULL, PD_EINVAL, "socket path too long: %s", path);
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return pd_cl_fail(NULL, PD_EIO, "socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
+        int e = errno;
+        close(fd);
+        return pd_cl_fail(NULL, PD_EIO, "cannot connect to %s: %s%s", path, strerror(e),
+                          e == ENOENT || e == ECONNREFUSED ? " (is permd running? see --socket / PERMD_SOCKET)"
+                                                           : "");
+    }
+    return pd_cl_start(fd, NULL, out);
+}
+
+int permd_connect_tcp(const char *host_port, const char *token, permd_client **out)
+{
+    char host[256], port[8];
+    uint16_t p;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
+    if (!out || pd_endpoint_parse_hostport(host_port, host, sizeof host, &p))
+        return pd_cl_fail(NULL, PD_EINVAL, "'%s' is not HOST:PORT", host_port ? host_port : "(null)");
+    snprintf(port, sizeof port, "%u", p);
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc)
+        return pd_cl_fail(NULL, PD_EIO, "cannot resolve %s: %s", host, gai_strerror(rc));
+    int fd = -1, e = 0;
+    for (ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+            break;
+        e = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return pd_cl_fail(NULL, PD_EIO, "cannot connect to %s: %s", host_port, strerror(e));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* requests are small and latency-bound */
+    return pd_cl_start(fd, token, out);
+}
+
+int permd_connect(const char *endpoint, const char *token, permd_client **out)
+{
+    if (!endpoint || !*endpoint)
+        return permd_connect_unix(NULL, out);
+    if (!strncmp(endpoint, "unix:", 5))
+        return permd_connect_unix(endpoint + 5, out);
+    if (!strncmp(endpoint, "tcp:", 4))
+        return permd_connect_tcp(endpoint + 4, token, out);
+    if (strchr(endpoint, '/'))
+        return permd_connect_unix(endpoint, out);
+    return permd_connect_tcp(endpoint, token, out);
+}
+
+static void pd_stream_free(permd_stream *st)
+{
+    while (st->head) {
+        pd_qframe *q = st->head;
+        st->head = q->next;
+        free(q);
+    }
+    free(st->held);
+    if (st->c)
+        st->c->stream = NULL;
+    free(st);
+}
+
+void permd_close(permd_client *c)
+{
+    if (!c)
+        return;
+    if (c->stream) /* the caller forgot permd_stream_close: detach it */
+        c->stream->c = NULL;
+    close(c->fd);
+    pd_frame_reader_free(&c->in);
+    pd_arena_free(&c->arena);
+    free(c->wbuf);
+    free(c);
+}
+
+int permd_set_timeout(permd_client *c, uint32_t ms)
+{
+    if (!c)
+        return PD_EINVAL;
+    c->timeout_ms = ms;
+    return 0;
+}
+
+int permd_server_info_get(const permd_client *c, permd_server_info *out)
+{
+    if (!c || !out)
+        return PD_EINVAL;
+    *out = c->info;
+    return 0;
+}
+
+/* ---- Datasets ---------------------------------------------------------------------- */
+
+static void pd_cl_dataset(const Permd__V1__Dataset *m, permd_dataset *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!m)
+        return;
+    snprintf(out->name, sizeof out->name, "%s", m->name);
+    out->size = m->size;
+    out->id_width = m->id_width;
+    out->from_config = m->source == PERMD__V1__DATASET_SOURCE__DATASET_SOURCE_CONFIG;
+    out->created_unix_ms = m->created_unix_ms;
+}
+
+static int pd_cl_check_name(permd_client *c, const char *name)
+{
+    if (!c)
+        return PD_EINVAL;
+    if (!name || !*name || strlen(name) > PERMD_NAME_MAX)
+        return pd_cl_fail(c, PD_EINVAL, "a dataset name of 1-%d characters is required", PERMD_NAME_MAX);
+    return 0;
+}
+
+int permd_put_dataset(permd_client *c, const char *name, uint64_t size, permd_dataset *out, int32_t *created)
+{
+    int rc = pd_cl_check_name(c, name);
+    if (rc)
+        return rc;
+    Permd__V1__PutDataset m = PERMD__V1__PUT_DATASET__INIT;
+    m.name = (char *)name;
+    m.size = size;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_PUT_DATASET;
+    req.put_dataset = &m;
+    if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY, &rep)))
+        return rc;
+    if (out)
+        pd_cl_dataset(rep->dataset_reply->dataset, out);
+    if (created)
+        *created = rep->dataset_reply->created;
+    return 0;
+}
+
+int permd_get_dataset(permd_client *c, const char *name, permd_dataset *out)
+{
+    int rc = pd_cl_check_name(c, name);
+    if (rc)
+        return rc;
+    if (!out)
+        return pd_cl_fail(c, PD_EINVAL, "out is NULL");
+    Permd__V1__GetDataset m = PERMD__V1__GET_DATASET__INIT;
+    m.name = (char *)name;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_GET_DATASET;
+    req.get_dataset = &m;
+    if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY, &rep)))
+        return rc;
+    pd_cl_dataset(rep->dataset_reply->dataset, out);
+    return 0;
+}
+
+int permd_list_datasets(permd_client *c, permd_dataset *out, size_t cap, size_t *total)
+{
+    if (!c || !total || (cap && !out))
+        return PD_EINVAL;
+    Permd__V1__ListDatasets m = PERMD__V1__LIST_DATASETS__INIT;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_LIST_DATASETS;
+    req.list_datasets = &m;
+    int rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_LIST_DATASETS_REPLY, &rep);
+    if (rc)
+        return rc;
+    const Permd__V1__ListDatasetsReply *r = rep->list_datasets_reply;
+    for (size_t i = 0; i < r->n_datasets && i < cap; i++)
+        pd_cl_dataset(r->datasets[i], &out[i]);
+    *total = r->n_datasets;
+    return 0;
+}
+
+int permd_delete_dataset(permd_client *c, const char *name)
+{
+    int rc = pd_cl_check_name(c, name);
+    if (rc)
+        return rc;
+    Permd__V1__DeleteDataset m = PERMD__V1__DELETE_DATASET__INIT;
+    m.name = (char *)name;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_DELETE_DATASET;
+    req.delete_dataset = &m;
+    return pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY, &rep);
+}
+
+/* ---- Fetch ---------------------------------------------------------------------------- */
+
+static int pd_cl_slice(permd_client *c, const permd_slice *s, Permd__V1__Slice *m)
+{
+    if (!s || !s->dataset)
+        return pd_cl_fail(c, PD_EINVAL, "a slice with a dataset name is required");
+    if (s->mode > PERMD_MODE_EXACT)
+        return pd_cl_fail(c, PD_EINVAL, "mode %u is not PERMD_MODE_PAD, _DROP or _EXACT", s->mode);
+    permd__v1__slice__init(m);
+    m->dataset = (char *)s->dataset;
+    m->seed = s->seed;
+    m->epoch = s->epoch;
+    m->world = s->world;
+    m->rank = s->rank;
+    m->mode = pd_wire_mode_from_pd((int)s->mode);
+    m->offset = s->offset;
+    return 0;
+}
+
+/* Wire ids (little-endian, src_width bytes) into a host array of dst_width. */
+static void pd_cl_copy_ids(void *dst, unsigned dst_width, const uint8_t *src, unsigned src_width, uint64_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (dst_width == src_width) {
+        memcpy(dst, src, (size_t)n * src_width);
+        return;
+    }
+#endif
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t v = src_width == 4 ? pd_load_le32(src + 4 * i) : pd_load_le64(src + 8 * i);
+        if (dst_width == 4)
+            ((uint32_t *)dst)[i] = (uint32_t)v;
+        else
+            ((uint64_t *)dst)[i] = v;
+    }
+}
+
+static int pd_cl_fetch(permd_client *c, const permd_slice *s, uint64_t count, void *out, unsigned out_width,
+                       uint64_t *got, uint64_t *next_offset)
+{
+    Permd__V1__Slice sm;
+    int rc;
+    if (!c || !got || (count && !out))
+        return c ? pd_cl_fail(c, PD_EINVAL, "out and got are required") : PD_EINVAL;
+    if ((rc = pd_cl_slice(c, s, &sm)))
+        return rc;
+    Permd__V1__Fetch m = PERMD__V1__FETCH__INIT;
+    m.slice = &sm;
+    m.count = count;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.id = ++c->next_id;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
+    req.fetch = &m;
+    const uint8_t *payload;
+    uint32_t len;
+    pd_bulk_view v;
+    if ((rc = pd_cl_send(c, &req)) || (rc = pd_cl_wait(c, req.id, &payload, &len)))
+        return rc;
+    rc = pd_frame_scan_bulk(payload, len, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY, &v);
+    if (rc < 0)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed reply");
+    if (rc == 0) /* an Error */
+        return pd_cl_unpack(c, payload, len, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY, &rep);
+    uint64_t width = v.f[1], n = v.f[2];
+    if ((width != 4 && width != 8) || n > count || v.ids_len != n * width)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent FetchReply");
+    if (width > out_width)
+        return pd_cl_fail(c, PD_EOVERFLOW, "dataset '%s' has ids above 2^32: use permd_fetch_u64", s->dataset);
+    pd_cl_copy_ids(out, out_width, v.ids, (unsigned)width, n);
+    *got = n;
+    if (next_offset)
+        *next_offset = v.f[3];
+    return 0;
+}
+
+int permd_fetch_u32(permd_client *c, const permd_slice *s, uint64_t count, uint32_t *out, uint64_t *got,
+                    uint64_t *next_offset)
+{
+    return pd_cl_fetch(c, s, count, out, 4, got, next_offset);
+}
+
+int permd_fetch_u64(permd_client *c, const permd_slice *s, uint64_t count, uint64_t *out, uint64_t *got,
+                    uint64_t *next_offset)
+{
+    return pd_cl_fetch(c, s, count, out, 8, got, next_offset);
+}
+
+/* ---- Streams ---------------------------------------------------------------------------- */
+
+/* The stream's next frame: queued first, then from the socket. */
+static int pd_cl_stream_frame(permd_stream *st, const uint8_t **payload, uint32_t *len)
+{
+    permd_client *c = st->c;
+    free(st->held);
+    st->held = NULL;
+    if (st->head) {
+        pd_qframe *q = st->head;
+        st->head = q->next;
+        if (!st->head)
+            st->tail = NULL;
+        st->held = q;
+        *payload = q->data;
+        *len = q->len;
+        return 0;
+    }
+    return pd_cl_wait(c, st->id, payload, len);
+}
+
+/* Interpret one stream frame: 1 for a batch (filled in v), 0 for the end, or an error. */
+static int pd_cl_stream_decode(permd_stream *st, const uint8_t *payload, uint32_t len, pd_bulk_view *v)
+{
+    permd_client *c = st->c;
+    pd_envelope *env;
+    int rc = pd_frame_scan_bulk(payload, len, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH, v);
+    if (rc < 0)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed stream frame");
+    if (rc == 1) {
+        if ((v->f[1] != 4 && v->f[1] != 8) || v->ids_len != v->f[1] * v->f[2])
+            return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
+        return 1;
+    }
+    if ((rc = pd_cl_unpack(c, payload, len, PERMD__V1__ENVELOPE__BODY_STREAM_END, &env)))
+        return rc;
+    st->offset = env->stream_end->next_offset;
+    if (env->stream_end->reason == PERMD__V1__END_REASON__END_REASON_SHUTDOWN)
+        return pd_cl_fail(c, PD_ECLOSED, "permd is shutting down; resume from offset %llu",
+                          (unsigned long long)st->offset);
+    return 0;
+}
+
+int permd_stream_open(permd_client *c, const permd_slice *s, uint64_t batch, uint64_t max_count,
+                      permd_stream **out)
+{
+    Permd__V1__Slice sm;
+    int rc;
+    if (!c || !out)
+        return PD_EINVAL;
+    if (c->stream)
+        return pd_cl_fail(c, PD_EBUSY, "this client already has an open stream");
+    if ((rc = pd_cl_slice(c, s, &sm)))
+        return rc;
+    if (batch == 0)
+        return pd_cl_fail(c, PD_EINVAL, "batch must be at least 1");
+    permd_stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return pd_cl_fail(c, PD_ENOMEM, "out of memory");
+    uint64_t window = PD_CL_STREAM_BYTES / (batch * 4 + 1);
+    uint64_t max_window = c->info.max_credits && c->info.max_credits < PD_CL_MAX_WINDOW ? c->info.max_credits
+                                                                                       : PD_CL_MAX_WINDOW;
+    if (window > max_window)
+        window = max_window;
+    st->window = (uint32_t)(window < 2 ? 2 : window);
+    st->c = c;
+    st->offset = s->offset;
+    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
+    m.slice = &sm;
+    m.batch = batch;
+    m.credits = st->window;
+    m.max_count = max_count;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT;
+    req.id = st->id = ++c->next_id;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    req.stream = &m;
+    const uint8_t *payload;
+    uint32_t len;
+    pd_bulk_view v;
+    /* Wait for the first frame so a refused stream fails here, not in next. */
+    if ((rc = pd_cl_send(c, &req)) || (rc = pd_cl_wait(c, st->id, &payload, &len)) ||
+        ((rc = pd_cl_stream_decode(st, payload, len, &v)) < 0)) {
+        pd_stream_free(st);
+        return rc;
+    }
+    c->stream = st;
+    if ((rc = pd_cl_queue_stream_frame(st, payload, len))) {
+        pd_stream_free(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint64_t *count)
+{
+    if (!st || !ids || !width || !count)
+        return PD_EINVAL;
+    permd_client *c = st->c;
+    *count = 0;
+    *ids = NULL;
+    *width = 0;
+    if (!c)
+        return PD_ECLOSED;
+    if (st->done)
+        return st->rc;
+    if (st->unacked && st->unacked >= st->window / 2) { /* top the window up in one message */
+        Permd__V1__Credit m = PERMD__V1__CREDIT__INIT;
+        m.credits = st->unacked;
+        pd_envelope req = PERMD__V1__ENVELOPE__INIT;
+        req.id = st->id;
+        req.body_case = PERMD__V1__ENVELOPE__BODY_CREDIT;
+        req.credit = &m;
+        if ((st->rc = pd_cl_send(c, &req))) {
+            st->done = 1;
+            return st->rc;
+        }
+        st->unacked = 0;
+    }
+    const uint8_t *payload;
+    uint32_t len;
+    pd_bulk_view v;
+    int rc = pd_cl_stream_frame(st, &payload, &len);
+    if (rc == 0)
+        rc = pd_cl_stream_decode(st, payload, len, &v);
+    if (rc <= 0) {
+        st->done = 1;
+        st->rc = rc;
+        return rc;
+    }
+    st->unacked++;
+    st->offset = v.f[3];
+    /* Hand out aligned ids: slide them back over this frame's own header
+     * (already parsed, and always longer than 8 bytes) when they are not. */
+    uint8_t *p = (uint8_t *)v.ids; /* the client's own receive buffer */
+    size_t mis = (uintptr_t)p % v.f[1];
+    if (mis) {
+        memmove(p - mis, p, v.ids_len);
+        p -= mis;
+    }
+    *ids = p;
+    *width = (uint32_t)v.f[1];
+    *count = v.f[2];
+    return 0;
+}
+
+uint64_t permd_stream_offset(const permd_stream *st)
+{
+    return st ? st->offset : 0;
+}
+
+int permd_stream_close(permd_stream *st)
+{
+    if (!st)
+        return PD_EINVAL;
+    permd_client *c = st->c;
+    int rc = st->rc;
+    if (c && !st->done && !c->broken) {
+        Permd__V1__Cancel m = PERMD__V1__CANCEL__INIT;
+        pd_envelope req = PERMD__V1__ENVELOPE__INIT;
+        req.id = st->id;
+        req.body_case = PERMD__V1__ENVELOPE__BODY_CANCEL;
+        req.cancel = &m;
+        rc = pd_cl_send(c, &req);
+        /* Drain the batches already on their way, up to StreamEnd. */
+        while (rc == 0) {
+            const uint8_t *payload;
+            uint32_t len;
+            pd_bulk_view v;
+            rc = pd_cl_stream_frame(st, &payload, &len);
+            if (rc == 0 && (rc = pd_cl_stream_decode(st, payload, len, &v)) == 0)
+                break;
+            if (rc == 1)
+                rc = 0;
+        }
+    }
+    pd_stream_free(st);
+    return rc;
+}
+
+/* ---- Inverse and stats ------------------------------------------------------------------ */
+
+int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world, int32_t mode,
+                  const uint64_t *samples, size_t n, uint64_t *positions, uint32_t *ranks)
+{
+    int rc = pd_cl_check_name(c, dataset);
+    if (rc)
+        return rc;
+    if (n && (!samples || !positions))
+        return pd_cl_fail(c, PD_EINVAL, "samples and positions are required");
+    if (mode > PERMD_MODE_EXACT)
+        return pd_cl_fail(c, PD_EINVAL, "mode %d is not a PERMD_MODE_* (or negative for none)", mode);
+    if (strcmp(c->cached_name, dataset)) { /* samples travel at the dataset's id width */
+        permd_dataset d;
+        if ((rc = permd_get_dataset(c, dataset, &d)))
+            return rc;
+        snprintf(c->cached_name, sizeof c->cached_name, "%s", dataset);
+        c->cached_width = d.id_width;
+    }
+    unsigned w = c->cached_width;
+    uint8_t *buf = malloc(n * w + 1);
+    if (!buf)
+        return pd_cl_fail(c, PD_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (w == 4 && samples[i] > UINT32_MAX) {
+            free(buf);
+            return pd_cl_fail(c, PD_EINVAL, "samples[%zu] = %llu is not a sample id of '%s'", i,
+                              (unsigned long long)samples[i], dataset);
+        }
+        if (w == 4)
+            pd_store_le32(buf + 4 * i, (uint32_t)samples[i]);
+        else
+            pd_store_le64(buf + 8 * i, samples[i]);
+    }
+    Permd__V1__Inverse m = PERMD__V1__INVERSE__INIT;
+    m.dataset = (char *)dataset;
+    m.seed = seed;
+    m.epoch = epoch;
+    m.world = world;
+    m.mode = mode < 0 ? PERMD__V1__MODE__MODE_UNSPECIFIED : pd_wire_mode_from_pd(mode);
+    m.samples.data = buf;
+    m.samples.len = n * w;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_INVERSE;
+    req.inverse = &m;
+    rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &rep);
+    free(buf);
+    if (rc) {
+        if (rc == PD_ENOTFOUND)
+            c->cached_name[0] = '\0';
+        return rc;
+    }
+    const Permd__V1__InverseReply *r = rep->inverse_reply;
+    if (r->count != n || r->positions.len != n * r->id_width || r->ranks.len != n * 4 ||
+        (r->id_width != 4 && r->id_width != 8))
+        return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent InverseReply");
+    pd_cl_copy_ids(positions, 8, r->positions.data, r->id_width, n);
+    for (size_t i = 0; ranks && i < n; i++)
+        ranks[i] = pd_load_le32(r->ranks.data + 4 * i);
+    return 0;
+}
+
+int permd_stats_get(permd_client *c, permd_stats *out)
+{
+    if (!c || !out)
+        return PD_EINVAL;
+    Permd__V1__Stats m = PERMD__V1__STATS__INIT;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_STATS;
+    req.stats = &m;
+    int rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_STATS_REPLY, &rep);
+    if (rc)
+        return rc;
+    const Permd__V1__StatsReply *r = rep->stats_reply;
+    out->uptime_ms = r->uptime_ms;
+    out->connections = r->connections;
+    out->connections_total = r->connections_total;
+    out->requests_total = r->requests_total;
+    out->errors_total = r->errors_total;
+    out->ids_served_total = r->ids_served_total;
+    out->bytes_out_total = r->bytes_out_total;
+    out->datasets = r->datasets;
+    out->streams_active = r->streams_active;
+    out->streams_total = r->streams_total;
+    out->backpressure_pauses = r->backpressure_pauses;
+    out->workers = r->workers;
+    return 0;
+}

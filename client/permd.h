@@ -1,0 +1,198 @@
+/* libpermd: the C client of the permd daemon (connect, datasets, fetch, stream, inverse, stats). */
+#ifndef PERMD_H
+#define PERMD_H
+
+/*
+ * One permd_client is one connection. Calls on it are blocking and not
+ * thread-safe: give each thread its own client (connections are cheap; the
+ * daemon serves them concurrently). Functions return 0 or a negative
+ * PERMD_E* code; permd_last_error() then holds the server's message.
+ *
+ * The ABI is plain for foreign-function callers (Python ctypes): opaque
+ * handles, fixed-width integers, structs only through pointers, and
+ * error-code numbering that is only ever appended to.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PERMD_API __attribute__((visibility("default")))
+#else
+#define PERMD_API
+#endif
+
+/* Error codes (the same numbers as the daemon's core/error.h). */
+enum {
+    PERMD_OK = 0,
+    PERMD_EINVAL = -1,        /* an argument is out of its domain (INVALID_ARGUMENT) */
+    PERMD_ERANGE = -2,
+    PERMD_ENOMEM = -3,
+    PERMD_EOVERFLOW = -4,     /* ids need 64 bits: use the _u64 call */
+    PERMD_EIO = -5,           /* connecting, reading or writing the socket failed */
+    PERMD_EPROTO = -6,        /* a malformed frame (BAD_FRAME) */
+    PERMD_ENOTFOUND = -7,     /* no such dataset (NOT_FOUND) */
+    PERMD_ECONFLICT = -8,     /* e.g. a dataset exists with another size (CONFLICT) */
+    PERMD_EAUTH = -9,         /* a token is required or wrong (UNAUTHENTICATED) */
+    PERMD_EBUSY = -10,        /* the server is overloaded; retry later (OVERLOADED) */
+    PERMD_ETOOBIG = -11,      /* a request exceeds a server limit (TOO_LARGE) */
+    PERMD_EUNSUPPORTED = -12, /* the server does not know the message (UNKNOWN_MESSAGE) */
+    PERMD_ECLOSED = -13,      /* the connection was closed */
+    PERMD_ETIMEDOUT = -14,    /* no reply within permd_set_timeout */
+    PERMD_EINTERNAL = -15,    /* a failure inside the server (INTERNAL) */
+};
+
+/* How the last positions of an epoch are shared among ranks (spec §5). */
+enum {
+    PERMD_MODE_PAD = 0,   /* every rank gets ceil(n/W) ids; the stream wraps */
+    PERMD_MODE_DROP = 1,  /* every rank gets floor(n/W) ids */
+    PERMD_MODE_EXACT = 2, /* every sample exactly once; ranks may differ by one */
+};
+
+#define PERMD_NAME_MAX 128
+#define PERMD_NO_RANK UINT32_MAX /* permd_inverse: a position that drop mode discards */
+
+typedef struct permd_client permd_client;
+typedef struct permd_stream permd_stream;
+
+typedef struct permd_dataset {
+    char name[PERMD_NAME_MAX + 1];
+    uint64_t size;            /* n */
+    uint32_t id_width;        /* 4 when n <= 2^32, else 8 */
+    uint32_t from_config;     /* 1: declared in the daemon's config file */
+    int64_t created_unix_ms;
+} permd_dataset;
+
+/* One rank's view of one epoch. */
+typedef struct permd_slice {
+    const char *dataset;
+    uint64_t seed;
+    uint64_t epoch;
+    uint32_t world;  /* W >= 1 */
+    uint32_t rank;   /* < W */
+    uint32_t mode;   /* PERMD_MODE_* */
+    uint64_t offset; /* global positions already consumed (a checkpoint) */
+} permd_slice;
+
+typedef struct permd_server_info {
+    char server[64];          /* "permd 0.1.0" */
+    uint32_t protocol_version;
+    uint32_t spec_version;
+    uint32_t max_frame;
+    uint32_t max_streams;
+    uint32_t max_credits;
+    uint64_t max_count;       /* most ids per fetch, batch or inverse */
+    uint64_t output_cap;
+} permd_server_info;
+
+typedef struct permd_stats {
+    uint64_t uptime_ms;
+    uint64_t connections;
+    uint64_t connections_total;
+    uint64_t requests_total;
+    uint64_t errors_total;
+    uint64_t ids_served_total;
+    uint64_t bytes_out_total;
+    uint64_t datasets;
+    uint64_t streams_active;
+    uint64_t streams_total;
+    uint64_t backpressure_pauses;
+    uint64_t workers;
+} permd_stats;
+
+/* A static description of an error code. */
+PERMD_API const char *permd_strerror(int err);
+/* "0.1.0" */
+PERMD_API const char *permd_version(void);
+
+/* Connect and say Hello (waiting at most 10 s for the answer). endpoint: NULL or "" for the default socket
+ * ($PERMD_SOCKET, $XDG_RUNTIME_DIR/permd.sock, /tmp/permd-<uid>/permd.sock);
+ * "unix:PATH" or anything containing '/' for a Unix socket; "tcp:HOST:PORT"
+ * or "HOST:PORT" for TCP. token: the TCP auth secret, or NULL. */
+PERMD_API int permd_connect(const char *endpoint, const char *token, permd_client **out);
+PERMD_API int permd_connect_unix(const char *path, permd_client **out);
+PERMD_API int permd_connect_tcp(const char *host_port, const char *token, permd_client **out);
+/* Close the connection (and any open stream's resources). NULL is fine. */
+PERMD_API void permd_close(permd_client *c);
+
+/* Give up on a reply after ms milliseconds (0: wait forever, the default).
+ * After PERMD_ETIMEDOUT the connection is unusable: close it. */
+PERMD_API int permd_set_timeout(permd_client *c, uint32_t ms);
+/* The message of the last failure on c (the server's text when it sent one). */
+PERMD_API const char *permd_last_error(const permd_client *c);
+/* What the server said in Hello. */
+PERMD_API int permd_server_info_get(const permd_client *c, permd_server_info *out);
+
+/* Datasets. put: created (may be NULL) gets 1 when new, 0 when it existed
+ * with this size; out may be NULL. Durable when it returns 0. */
+PERMD_API int permd_put_dataset(permd_client *c, const char *name, uint64_t size, permd_dataset *out,
+                                int32_t *created);
+PERMD_API int permd_get_dataset(permd_client *c, const char *name, permd_dataset *out);
+/* Fill up to cap entries (sorted by name); *total gets how many exist. */
+PERMD_API int permd_list_datasets(permd_client *c, permd_dataset *out, size_t cap, size_t *total);
+PERMD_API int permd_delete_dataset(permd_client *c, const char *name);
+
+/* Fetch the rank's next min(count, remaining) ids into out; *got gets how
+ * many, *next_offset (may be NULL) the offset that continues after them.
+ * count is at most permd_server_info.max_count. The u32 form fails with
+ * PERMD_EOVERFLOW for datasets above 2^32 samples. */
+PERMD_API int permd_fetch_u32(permd_client *c, const permd_slice *s, uint64_t count, uint32_t *out, uint64_t *got,
+                              uint64_t *next_offset);
+PERMD_API int permd_fetch_u64(permd_client *c, const permd_slice *s, uint64_t count, uint64_t *out, uint64_t *got,
+                              uint64_t *next_offset);
+
+/* Stream the rank's ids in batches of `batch` (max_count = 0: to the end of
+ * its slice). Credits are managed inside: the server runs ahead by a few
+ * batches and stops when the reader does. One stream per client at a time;
+ * other calls on the client may be made while it is open. */
+PERMD_API int permd_stream_open(permd_client *c, const permd_slice *s, uint64_t batch, uint64_t max_count,
+                                permd_stream **out);
+/* The next batch: *ids points at *count little-endian ids of *width bytes,
+ * aligned to *width, valid until the next call on the client. *count = 0:
+ * the stream is over. */
+PERMD_API int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint64_t *count);
+/* The offset that resumes after the batches returned so far (a checkpoint). */
+PERMD_API uint64_t permd_stream_offset(const permd_stream *st);
+/* Cancel if unfinished and free. Returns the stream's error, if it had one. */
+PERMD_API int permd_stream_close(permd_stream *st);
+
+/* Positions of samples: positions[i] = σ⁻¹(samples[i]) (global position in
+ * the epoch), ranks[i] = the rank that reads it (position mod W), or
+ * PERMD_NO_RANK when mode is PERMD_MODE_DROP and the position is dropped.
+ * mode < 0: no mode (no position is dropped). ranks may be NULL. */
+PERMD_API int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world,
+                            int32_t mode, const uint64_t *samples, size_t n, uint64_t *positions, uint32_t *ranks);
+
+PERMD_API int permd_stats_get(permd_client *c, permd_stats *out);
+
+/* ---- Offline: spec v1 computed in this process, no daemon ------------------
+ * The same answers as the daemon (and `permctl perm | inverse | rank`), for
+ * callers that know the dataset size. Ids are written as `width`-byte host
+ * integers (4 or 8; 4 needs n <= 2^32, else PERMD_EOVERFLOW). mode is a
+ * PERMD_MODE_*. PERMD_EINVAL for n outside [1, 2^63], world 0, rank >= world
+ * or an unknown mode; PERMD_ERANGE past the end. */
+
+/* out[i] = σ(start + i), i < count; start + count <= n. */
+PERMD_API int permd_perm_fill(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t start, uint64_t count, void *out,
+                              unsigned width);
+/* positions[i] = σ⁻¹(samples[i]); every sample < n. */
+PERMD_API int permd_perm_inverse(uint64_t seed, uint64_t epoch, uint64_t n, const uint64_t *samples, uint64_t count,
+                                 uint64_t *positions);
+/* T, the number of global positions of an epoch in this mode. */
+PERMD_API int permd_epoch_length(uint64_t n, uint32_t world, int mode, uint64_t *len);
+/* How many ids rank has left after offset (0 at or past T; offset > T is PERMD_ERANGE). */
+PERMD_API int permd_rank_remaining(uint64_t n, uint32_t world, uint32_t rank, int mode, uint64_t offset,
+                                   uint64_t *count);
+/* The rank's next min(count, remaining) ids after offset; *written gets how many. */
+PERMD_API int permd_rank_fill(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t world, uint32_t rank, int mode,
+                              uint64_t offset, uint64_t count, void *out, unsigned width, uint64_t *written);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,603 @@
+/* The configuration table and everything it drives: defaults, YAML loading, flags, validation, docs. */
+#include "daemon/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cyaml/cyaml.h>
+
+#include "core/error.h"
+#include "core/parse.h"
+#include "core/perm.h"
+#include "daemon/log.h"
+#include "daemon/registry.h"
+#include "proto/endpoint.h"
+#include "proto/frame.h"
+
+typedef enum pd_opt_type { PD_OPT_STR, PD_OPT_U64, PD_OPT_OCTAL, PD_OPT_LEVEL } pd_opt_type;
+
+typedef struct pd_opt {
+    const char *key; /* YAML key; the flag is --key with '_' as '-' */
+    pd_opt_type type;
+    size_t offset;   /* of the value in pd_config */
+    const char *def; /* default, as text */
+    uint64_t min, max;
+    const char *doc;
+} pd_opt;
+
+#define PD_OPT(key, type, def, min, max, doc) {#key, type, offsetof(pd_config, key), def, min, max, doc}
+
+/* The one table. Its order is the order of config/permd.yaml. */
+static const pd_opt pd_opts[] = {
+    PD_OPT(socket, PD_OPT_STR, "", 0, 0,
+           "Unix socket to listen on (always on). Empty: $PERMD_SOCKET if set, else\n"
+           "$XDG_RUNTIME_DIR/permd.sock, else /tmp/permd-<uid>/permd.sock; permctl and\n"
+           "libpermd look in the same places."),
+    PD_OPT(socket_mode, PD_OPT_OCTAL, "0660", 0, 0777,
+           "File mode of the Unix socket (octal): owner and group may connect."),
+    PD_OPT(tcp, PD_OPT_STR, "", 0, 0,
+           "TCP listener, HOST:PORT with a numeric address or localhost ([::1]:7470 for\n"
+           "IPv6). Empty: no TCP. Any address but loopback requires token_file."),
+    PD_OPT(token_file, PD_OPT_STR, "", 0, 0,
+           "File whose first line is the shared secret TCP clients must send in Hello.\n"
+           "When set, every TCP connection must authenticate; Unix socket clients are\n"
+           "trusted by socket_mode."),
+    PD_OPT(state_dir, PD_OPT_STR, "", 0, 0,
+           "Directory of the dataset registry (SQLite, WAL). Empty: $STATE_DIRECTORY if\n"
+           "set (systemd), else $XDG_STATE_HOME/permd, else ~/.local/state/permd."),
+    PD_OPT(log_level, PD_OPT_LEVEL, "info", 0, 0, "error, warn, info or debug; logs go to stderr."),
+    PD_OPT(workers, PD_OPT_U64, "0", 0, 1024,
+           "Worker threads for large generation and storage I/O; 0: one per CPU."),
+    PD_OPT(max_frame, PD_OPT_U64, "1048576", 4096, PD_FRAME_MAX_LIMIT,
+           "Largest request frame accepted, in bytes. A larger frame gets TOO_LARGE and\n"
+           "its connection is closed."),
+    PD_OPT(max_connections, PD_OPT_U64, "1024", 1, 1000000,
+           "Connections beyond this are answered OVERLOADED and closed."),
+    PD_OPT(max_count, PD_OPT_U64, "1048576", 1, UINT64_C(1) << 27,
+           "Most ids in one Fetch reply, one Stream batch or one Inverse request."),
+    PD_OPT(output_cap, PD_OPT_U64, "4194304", 65536, UINT64_C(1) << 34,
+           "Bytes queued for one connection before permd stops reading its requests and\n"
+           "pauses its streams (a client that stops reading costs at most this, plus one\n"
+           "reply or batch per stream)."),
+    PD_OPT(max_streams, PD_OPT_U64, "16", 1, 4096, "Concurrent streams per connection."),
+    PD_OPT(max_credits, PD_OPT_U64, "64", 1, 65536, "Most outstanding credits (batches) per stream."),
+    PD_OPT(inline_ids, PD_OPT_U64, "4096", 0, UINT64_C(1) << 27,
+           "Ids the event loop may generate itself per loop iteration, and only while\n"
+           "the worker pool is idle (no thread hop for a lone small request); all other\n"
+           "work goes to the pool. 0: always the pool."),
+    PD_OPT(shutdown_timeout_ms, PD_OPT_U64, "5000", 0, 3600000,
+           "On SIGTERM or SIGINT, how long in-flight replies may take before the\n"
+           "remaining connections are closed."),
+};
+#define PD_NOPTS (sizeof pd_opts / sizeof pd_opts[0])
+
+static const char pd_datasets_doc[] =
+    "Datasets declared here exist whenever permd runs, beside those stored with\n"
+    "PutDataset; they cannot be deleted over the wire. Example:\n"
+    "  datasets:\n"
+    "    - name: imagenet-train\n"
+    "      size: 1281167";
+
+static void pd_errf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void pd_errf(char *err, size_t len, const char *fmt, ...)
+{
+    if (!err || !len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}
+
+static char **pd_opt_str(pd_config *c, const pd_opt *o)
+{
+    return (char **)((char *)c + o->offset);
+}
+
+static uint64_t *pd_opt_u64(pd_config *c, const pd_opt *o)
+{
+    return (uint64_t *)((char *)c + o->offset);
+}
+
+static const pd_opt *pd_opt_find(const char *key)
+{
+    for (size_t i = 0; i < PD_NOPTS; i++)
+        if (!strcmp(pd_opts[i].key, key))
+            return &pd_opts[i];
+    return NULL;
+}
+
+int pd_config_set(pd_config *c, const char *key, const char *value, char *err, size_t errlen)
+{
+    const pd_opt *o = pd_opt_find(key);
+    uint64_t v;
+    int rc;
+    if (!o) {
+        pd_errf(err, errlen, "unknown key '%s'", key);
+        return PD_ENOTFOUND;
+    }
+    switch (o->type) {
+    case PD_OPT_STR: {
+        char *s = strdup(value);
+        if (!s)
+            return PD_ENOMEM;
+        free(*pd_opt_str(c, o));
+        *pd_opt_str(c, o) = s;
+        return 0;
+    }
+    case PD_OPT_LEVEL: {
+        pd_log_level l;
+        if (pd_log_level_parse(value, &l)) {
+            pd_errf(err, errlen, "%s: '%s' is not one of error, warn, info, debug", key, value);
+            return PD_EINVAL;
+        }
+        *pd_opt_u64(c, o) = (uint64_t)l;
+        return 0;
+    }
+    case PD_OPT_OCTAL: {
+        char *end;
+        if (!*value || strspn(value, "01234567") != strlen(value)) {
+            pd_errf(err, errlen, "%s: '%s' is not an octal file mode like 0660", key, value);
+            return PD_EINVAL;
+        }
+        v = strtoull(value, &end, 8);
+        if (v > o->max) {
+            pd_errf(err, errlen, "%s: %s is not a file mode (at most 0777)", key, value);
+            return PD_ERANGE;
+        }
+        *pd_opt_u64(c, o) = v;
+        return 0;
+    }
+    case PD_OPT_U64:
+        rc = pd_parse_u64_range(value, o->min, o->max, &v);
+        if (rc == PD_EINVAL)
+            pd_errf(err, errlen, "%s: '%s' is not an unsigned decimal integer", key, value);
+        else if (rc)
+            pd_errf(err, errlen, "%s: %s is outside [%llu, %llu]", key, value, (unsigned long long)o->min,
+                    (unsigned long long)o->max);
+        else
+            *pd_opt_u64(c, o) = v;
+        return rc;
+    }
+    return PD_EINTERNAL;
+}
+
+int pd_config_init(pd_config *c)
+{
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < PD_NOPTS; i++) {
+        int rc = pd_config_set(c, pd_opts[i].key, pd_opts[i].def, NULL, 0);
+        if (rc) {
+            pd_config_free(c);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+void pd_config_free(pd_config *c)
+{
+    for (size_t i = 0; i < PD_NOPTS; i++)
+        if (pd_opts[i].type == PD_OPT_STR)
+            free(*pd_opt_str(c, &pd_opts[i]));
+    for (size_t i = 0; i < c->ndatasets; i++)
+        free(c->datasets[i].name);
+    free(c->datasets);
+    memset(c, 0, sizeof *c);
+}
+
+int pd_config_add_dataset(pd_config *c, const char *name, const char *size, char *err, size_t errlen)
+{
+    uint64_t n;
+    int rc = pd_parse_u64_range(size, 1, PD_N_MAX, &n);
+    if (rc) {
+        pd_errf(err, errlen, "dataset '%s': size '%s' is not an integer in [1, 2^63]", name, size);
+        return rc;
+    }
+    if (pd_registry_name_check(name)) {
+        pd_errf(err, errlen, "dataset name '%s': use 1-%d of A-Z a-z 0-9 . _ -, starting with a letter, digit or _",
+                name, PD_NAME_MAX);
+        return PD_EINVAL;
+    }
+    pd_config_dataset *d = realloc(c->datasets, (c->ndatasets + 1) * sizeof *d);
+    if (!d)
+        return PD_ENOMEM;
+    c->datasets = d;
+    if (!(d[c->ndatasets].name = strdup(name)))
+        return PD_ENOMEM;
+    d[c->ndatasets++].size = n;
+    return 0;
+}
+
+/* ---- YAML --------------------------------------------------------------- */
+
+typedef struct pd_raw_dataset {
+    char *name;
+    char *size;
+} pd_raw_dataset;
+
+/* What libcyaml fills: every scalar as text, so file values go through
+ * pd_config_set exactly like flags. */
+typedef struct pd_raw_config {
+    char *v[PD_NOPTS];
+    pd_raw_dataset *datasets;
+    unsigned datasets_count;
+} pd_raw_config;
+
+static const cyaml_schema_field_t pd_raw_dataset_fields[] = {
+    CYAML_FIELD_STRING_PTR("name", CYAML_FLAG_DEFAULT, pd_raw_dataset, name, 1, CYAML_UNLIMITED),
+    CYAML_FIELD_STRING_PTR("size", CYAML_FLAG_DEFAULT, pd_raw_dataset, size, 1, CYAML_UNLIMITED),
+    CYAML_FIELD_END,
+};
+
+static const cyaml_schema_value_t pd_raw_dataset_schema = {
+    CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, pd_raw_dataset, pd_raw_dataset_fields),
+};
+
+static const cyaml_schema_field_t pd_raw_datasets_field = CYAML_FIELD_SEQUENCE(
+    "datasets", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, pd_raw_config, datasets, &pd_raw_dataset_schema,
+    0, CYAML_UNLIMITED);
+
+/* A model optional string field; the schema copies it once per table row. */
+static const cyaml_schema_field_t pd_raw_string_field =
+    CYAML_FIELD_STRING_PTR("-", CYAML_FLAG_OPTIONAL, pd_raw_config, v[0], 0, CYAML_UNLIMITED);
+
+typedef struct pd_yaml_log {
+    char *err;
+    size_t len, used;
+} pd_yaml_log;
+
+/* Collect libcyaml's error lines (the message, then a backtrace with line numbers). */
+static void pd_yaml_log_fn(cyaml_log_t level, void *ctx, const char *fmt, va_list args)
+{
+    pd_yaml_log *l = ctx;
+    if (level < CYAML_LOG_ERROR || !l->err || l->used + 1 >= l->len)
+        return;
+    char line[256];
+    vsnprintf(line, sizeof line, fmt, args);
+    line[strcspn(line, "\n")] = '\0';
+    const char *s = line;
+    if (!strncmp(s, "Load: ", 6))
+        s += 6;
+    if (!strcmp(s, "Backtrace:"))
+        return;
+    while (*s == ' ')
+        s++;
+    int n = snprintf(l->err + l->used, l->len - l->used, "%s%s", l->used ? "; " : "", s);
+    if (n > 0)
+        l->used += (size_t)n < l->len - l->used ? (size_t)n : l->len - l->used - 1;
+}
+
+int pd_config_load_file(pd_config *c, const char *path, char *err, size_t errlen)
+{
+    cyaml_schema_field_t fields[PD_NOPTS + 2];
+    for (size_t i = 0; i < PD_NOPTS; i++) {
+        fields[i] = pd_raw_string_field;
+        fields[i].key = pd_opts[i].key;
+        fields[i].data_offset = (uint32_t)(offsetof(pd_raw_config, v) + i * sizeof(char *));
+    }
+    fields[PD_NOPTS] = pd_raw_datasets_field;
+    fields[PD_NOPTS + 1] = (cyaml_schema_field_t)CYAML_FIELD_END;
+    const cyaml_schema_value_t top = {CYAML_VALUE_MAPPING(CYAML_FLAG_POINTER, pd_raw_config, fields)};
+
+    char yerr[512] = "";
+    pd_yaml_log log = {yerr, sizeof yerr, 0};
+    const cyaml_config_t ycfg = {
+        .log_fn = pd_yaml_log_fn,
+        .log_ctx = &log,
+        .mem_fn = cyaml_mem,
+        .log_level = CYAML_LOG_ERROR,
+        .flags = CYAML_CFG_DEFAULT,
+    };
+    FILE *probe = fopen(path, "r");
+    if (!probe) {
+        pd_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return PD_EIO;
+    }
+    fclose(probe);
+
+    pd_raw_config *raw = NULL;
+    cyaml_err_t yrc = cyaml_load_file(path, &ycfg, &top, (cyaml_data_t **)&raw, NULL);
+    if (yrc != CYAML_OK) {
+        pd_errf(err, errlen, "%s: %s%s%s", path, cyaml_strerror(yrc), yerr[0] ? ": " : "", yerr);
+        return PD_EINVAL;
+    }
+    int rc = 0;
+    if (!raw)
+        return 0; /* an empty file: nothing to override */
+    char msg[256];
+    for (size_t i = 0; i < PD_NOPTS && !rc; i++) {
+        if (raw->v[i] && (rc = pd_config_set(c, pd_opts[i].key, raw->v[i], msg, sizeof msg)))
+            pd_errf(err, errlen, "%s: %s", path, msg);
+    }
+    for (unsigned i = 0; i < raw->datasets_count && !rc; i++) {
+        if ((rc = pd_config_add_dataset(c, raw->datasets[i].name, raw->datasets[i].size, msg, sizeof msg)))
+            pd_errf(err, errlen, "%s: %s", path, msg);
+    }
+    cyaml_free(&ycfg, &top, raw, 0);
+    return rc;
+}
+
+/* ---- Validation ----------------------------------------------------------- */
+
+int pd_config_host_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (!strcasecmp(host, "localhost"))
+        return 1;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return !memcmp(&a6, &in6addr_loopback, sizeof a6);
+    return 0;
+}
+
+int pd_config_validate(const pd_config *c, char *err, size_t errlen)
+{
+    if (c->tcp[0]) {
+        char host[256];
+        uint16_t port;
+        struct in6_addr a6;
+        if (pd_endpoint_parse_hostport(c->tcp, host, sizeof host, &port)) {
+            pd_errf(err, errlen, "tcp: '%s' is not HOST:PORT (port 1-65535; IPv6 as [ADDR]:PORT)", c->tcp);
+            return PD_EINVAL;
+        }
+        if (strcasecmp(host, "localhost") && inet_pton(AF_INET, host, &a6) != 1 &&
+            inet_pton(AF_INET6, host, &a6) != 1) {
+            pd_errf(err, errlen, "tcp: '%s' is not a numeric address or localhost", host);
+            return PD_EINVAL;
+        }
+        if (!pd_config_host_is_loopback(host) && !c->token_file[0]) {
+            pd_errf(err, errlen,
+                    "tcp: %s is not a loopback address; set token_file so that clients must authenticate",
+                    c->tcp);
+            return PD_EAUTH;
+        }
+    }
+    for (size_t i = 0; i < c->ndatasets; i++)
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(c->datasets[i].name, c->datasets[j].name)) {
+                pd_errf(err, errlen, "datasets: '%s' is declared twice", c->datasets[i].name);
+                return PD_ECONFLICT;
+            }
+    return 0;
+}
+
+/* ---- Paths ------------------------------------------------------------------ */
+
+int pd_config_socket_path(const pd_config *c, char *buf, size_t len)
+{
+    if (c->socket[0]) {
+        if (strlen(c->socket) >= len)
+            return PD_ETOOBIG;
+        strcpy(buf, c->socket);
+        return 0;
+    }
+    return pd_endpoint_default_socket(buf, len);
+}
+
+int pd_config_state_dir(const pd_config *c, char *buf, size_t len)
+{
+    const char *sd = getenv("STATE_DIRECTORY"), *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    int n;
+    if (c->state_dir[0])
+        n = snprintf(buf, len, "%s", c->state_dir);
+    else if (sd && *sd)
+        n = snprintf(buf, len, "%.*s", (int)strcspn(sd, ":"), sd); /* systemd may list several */
+    else if (xdg && *xdg == '/')
+        n = snprintf(buf, len, "%s/permd", xdg);
+    else if (home && *home)
+        n = snprintf(buf, len, "%s/.local/state/permd", home);
+    else
+        return PD_EINVAL;
+    return n < 0 || (size_t)n >= len ? PD_ETOOBIG : 0;
+}
+
+/* ---- Flags ------------------------------------------------------------------ */
+
+/* "--max-frame" -> "max_frame" (NUL-terminated in key, at most len). */
+static int pd_flag_key(const char *flag, size_t flen, char *key, size_t len)
+{
+    if (flen >= len)
+        return PD_ETOOBIG;
+    for (size_t i = 0; i < flen; i++)
+        key[i] = flag[i] == '-' ? '_' : flag[i];
+    key[flen] = '\0';
+    return 0;
+}
+
+int pd_config_from_args(pd_config *c, int argc, char **argv, int *check_only, char *err, size_t errlen)
+{
+    int rc;
+    *check_only = 0;
+    /* Pass 1: the file, so that flags override it whatever their order. */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") || !strncmp(argv[i], "--config=", 9)) {
+            const char *path = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[i + 1] : NULL);
+            if (!path) {
+                pd_errf(err, errlen, "--config needs a FILE");
+                return PD_EINVAL;
+            }
+            if ((rc = pd_config_load_file(c, path, err, errlen)))
+                return rc;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            pd_config_write_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--version")) {
+            printf("permd %s (protocol %u, permutation spec v1)\n", PERMD_VERSION, PD_PROTOCOL_VERSION);
+            return 1;
+        }
+        if (!strcmp(a, "--check-config")) {
+            *check_only = 1;
+            continue;
+        }
+        if (!strcmp(a, "--print-template")) {
+            pd_config_write_template(stdout);
+            return 1;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            pd_errf(err, errlen, "unexpected argument '%s' (see permd --help)", a);
+            return PD_EINVAL;
+        }
+        const char *name = a + 2, *eq = strchr(name, '='), *value;
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        if (eq)
+            value = eq + 1;
+        else if (i + 1 < argc)
+            value = argv[++i];
+        else {
+            pd_errf(err, errlen, "--%s needs a value", name);
+            return PD_EINVAL;
+        }
+        char key[64];
+        if (pd_flag_key(name, nlen, key, sizeof key)) {
+            pd_errf(err, errlen, "unknown option '%s' (see permd --help)", a);
+            return PD_EINVAL;
+        }
+        if (!strcmp(key, "config"))
+            continue; /* loaded in pass 1 */
+        if (!strcmp(key, "dataset")) {
+            const char *colon = strrchr(value, ':');
+            char dname[PD_NAME_MAX + 2];
+            if (!colon || (size_t)(colon - value) >= sizeof dname) {
+                pd_errf(err, errlen, "--dataset: '%s' is not NAME:SIZE", value);
+                return PD_EINVAL;
+            }
+            memcpy(dname, value, (size_t)(colon - value));
+            dname[colon - value] = '\0';
+            if ((rc = pd_config_add_dataset(c, dname, colon + 1, err, errlen)))
+                return rc;
+            continue;
+        }
+        rc = pd_config_set(c, key, value, err, errlen);
+        if (rc == PD_ENOTFOUND)
+            pd_errf(err, errlen, "unknown option '--%.*s' (see permd --help)", (int)nlen, name);
+        if (rc)
+            return rc;
+    }
+    return pd_config_validate(c, err, errlen);
+}
+
+/* ---- Docs ------------------------------------------------------------------ */
+
+static void pd_write_comment(FILE *f, const char *doc)
+{
+    const char *p = doc;
+    while (*p) {
+        size_t n = strcspn(p, "\n");
+        fprintf(f, "# %.*s\n", (int)n, p);
+        p += n;
+        if (*p)
+            p++;
+    }
+}
+
+static void pd_write_yaml_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void pd_write_value(FILE *f, const pd_config *c, const pd_opt *o)
+{
+    pd_config *m = (pd_config *)c; /* the accessors are shared with the setters */
+    switch (o->type) {
+    case PD_OPT_STR:
+        pd_write_yaml_string(f, *pd_opt_str(m, o));
+        break;
+    case PD_OPT_LEVEL:
+        fputs(pd_log_level_name((pd_log_level)*pd_opt_u64(m, o)), f);
+        break;
+    case PD_OPT_OCTAL:
+        fprintf(f, "\"%04llo\"", (unsigned long long)*pd_opt_u64(m, o));
+        break;
+    case PD_OPT_U64:
+        fprintf(f, "%llu", (unsigned long long)*pd_opt_u64(m, o));
+        break;
+    }
+}
+
+static void pd_write_config(FILE *f, const pd_config *c, int docs)
+{
+    for (size_t i = 0; i < PD_NOPTS; i++) {
+        if (docs)
+            pd_write_comment(f, pd_opts[i].doc);
+        fprintf(f, "%s: ", pd_opts[i].key);
+        pd_write_value(f, c, &pd_opts[i]);
+        fputs(docs ? "\n\n" : "\n", f);
+    }
+    if (docs)
+        pd_write_comment(f, pd_datasets_doc);
+    if (!c->ndatasets) {
+        fputs("datasets: []\n", f);
+        return;
+    }
+    fputs("datasets:\n", f);
+    for (size_t i = 0; i < c->ndatasets; i++)
+        fprintf(f, "  - name: %s\n    size: %llu\n", c->datasets[i].name,
+                (unsigned long long)c->datasets[i].size);
+}
+
+void pd_config_write_template(FILE *f)
+{
+    pd_config c;
+    fputs("# permd configuration (generated by `permd --print-template`; keep in sync).\n"
+          "# Every key is optional and shows its built-in default: permd runs without\n"
+          "# this file. Each key is also a flag, --key-name VALUE, which overrides the\n"
+          "# file; permd --check-config --config FILE validates a file and exits.\n\n",
+          f);
+    if (pd_config_init(&c))
+        return;
+    pd_write_config(f, &c, 1);
+    pd_config_free(&c);
+}
+
+void pd_config_write_effective(const pd_config *c, FILE *f)
+{
+    pd_write_config(f, c, 0);
+}
+
+void pd_config_write_usage(FILE *f)
+{
+    fputs("usage: permd [--config FILE] [--check-config] [--KEY VALUE ...] [--dataset NAME:SIZE ...]\n"
+          "\n"
+          "Serve epoch permutations of registered datasets over a Unix socket (and TCP).\n"
+          "\n"
+          "  --config FILE        load a YAML config (config/permd.yaml documents every key)\n"
+          "  --check-config       validate the configuration, print the effective values, exit\n"
+          "  --print-template     print the documented config template and exit\n"
+          "  --dataset NAME:SIZE  declare a dataset (repeatable), like the file's datasets list\n"
+          "  --version, --help\n"
+          "\n"
+          "Every config key is also a flag (flags override the file):\n",
+          f);
+    for (size_t i = 0; i < PD_NOPTS; i++) {
+        char flag[64];
+        size_t n = strlen(pd_opts[i].key);
+        for (size_t j = 0; j <= n; j++)
+            flag[j] = pd_opts[i].key[j] == '_' ? '-' : pd_opts[i].key[j];
+        fprintf(f, "\n  --%s (default: %s)\n", flag, pd_opts[i].def[0] ? pd_opts[i].def : "\"\"");
+        for (const char *d = pd_opts[i].doc; *d;) {
+            size_t len = strcspn(d, "\n");
+            fprintf(f, "      %.*s\n", (int)len, d);
+            d += len;
+            if (*d)
+                d++;
+        }
+    }
+}

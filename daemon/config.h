@@ -1,0 +1,75 @@
+/* permd's configuration: one table drives the YAML file, the command-line flags, the defaults and the docs. */
+#ifndef PD_CONFIG_H
+#define PD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct pd_config_dataset {
+    char *name;
+    uint64_t size;
+} pd_config_dataset;
+
+/* Every field has a default (pd_config_init), may be set by the file and
+ * overridden by a flag. Strings are owned; "" means "not set" or "auto". */
+typedef struct pd_config {
+    char *socket;        /* Unix socket path; "" = $PERMD_SOCKET, $XDG_RUNTIME_DIR/permd.sock or /tmp/permd-UID/ */
+    uint64_t socket_mode;
+    char *tcp;           /* HOST:PORT; "" = no TCP listener */
+    char *token_file;
+    char *state_dir;     /* "" = $STATE_DIRECTORY, $XDG_STATE_HOME/permd or ~/.local/state/permd */
+    uint64_t log_level;  /* pd_log_level */
+    uint64_t workers;    /* 0 = one per CPU */
+    uint64_t max_frame;
+    uint64_t max_connections;
+    uint64_t max_count;
+    uint64_t output_cap;
+    uint64_t max_streams;
+    uint64_t max_credits;
+    uint64_t inline_ids;
+    uint64_t shutdown_timeout_ms;
+    pd_config_dataset *datasets;
+    size_t ndatasets;
+} pd_config;
+
+/* Embedded defaults. PD_ENOMEM. */
+int pd_config_init(pd_config *c);
+void pd_config_free(pd_config *c);
+
+/* Set one key from text, as the file and flags do. PD_ENOTFOUND for an
+ * unknown key, PD_EINVAL/PD_ERANGE for a bad value; err (may be NULL) gets
+ * a message naming the key. */
+int pd_config_set(pd_config *c, const char *key, const char *value, char *err, size_t errlen);
+
+/* Append a dataset declaration ("NAME:SIZE" on the command line). */
+int pd_config_add_dataset(pd_config *c, const char *name, const char *size, char *err, size_t errlen);
+
+/* Load a YAML file over the current values (unknown keys are errors). */
+int pd_config_load_file(pd_config *c, const char *path, char *err, size_t errlen);
+
+/* Cross-key checks: TCP address syntax, a token file for non-loopback TCP,
+ * dataset names and duplicates. */
+int pd_config_validate(const pd_config *c, char *err, size_t errlen);
+
+/* Parse argv: defaults, then --config FILE, then every other flag.
+ * *check_only is set by --check-config. Returns 0, 1 after printing help
+ * or the version (exit 0), or a negative PD_E* after writing err. */
+int pd_config_from_args(pd_config *c, int argc, char **argv, int *check_only, char *err, size_t errlen);
+
+/* Resolve the "" defaults of socket and state_dir into buffers. */
+int pd_config_socket_path(const pd_config *c, char *buf, size_t len);
+int pd_config_state_dir(const pd_config *c, char *buf, size_t len);
+
+/* Write the documented YAML template (every key commented with its default),
+ * or the effective values. config/permd.yaml is the template. */
+void pd_config_write_template(FILE *f);
+void pd_config_write_effective(const pd_config *c, FILE *f);
+
+/* Flag help generated from the table. */
+void pd_config_write_usage(FILE *f);
+
+/* Whether a host string names the loopback interface (127.0.0.0/8, ::1, localhost). */
+int pd_config_host_is_loopback(const char *host);
+
+#endif

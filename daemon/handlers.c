@@ -1,0 +1,661 @@
+/* Request handlers: Hello, datasets, Fetch, Inverse and Stats; streams live in stream.c. */
+#include "daemon/handlers.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "daemon/gen.h"
+#include "daemon/job.h"
+#include "daemon/log.h"
+#include "daemon/stream.h"
+
+#define PD_HDR_MAX 128 /* a bulk frame header: prefix, id, two tags and lengths, a few small fields */
+
+const char *pd_printable_name(const char *name)
+{
+    return pd_registry_name_check(name) ? "(invalid name)" : name;
+}
+
+/* ---- Hello -------------------------------------------------------------------- */
+
+/* Token comparison in time independent of where the first difference is. */
+static int pd_token_equal(const char *given, const char *want, size_t want_len)
+{
+    size_t given_len = strlen(given);
+    unsigned diff = given_len != want_len;
+    for (size_t i = 0; i < want_len; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < given_len ? given[i] : 0);
+    return diff == 0;
+}
+
+static void pd_on_hello(pd_conn *c, uint64_t id, const Permd__V1__Hello *m)
+{
+    pd_server *s = c->srv;
+    if (m->protocol_version && m->protocol_version != PD_PROTOCOL_VERSION) {
+        pd_conn_send_error(c, id, PD_EINVAL, "protocol version %u is not supported; this server speaks %u",
+                           m->protocol_version, PD_PROTOCOL_VERSION);
+        return;
+    }
+    if (c->is_tcp && s->token) {
+        if (!pd_token_equal(m->token, s->token, s->token_len)) {
+            pd_log_warn("auth_fail", "conn=%llu", (unsigned long long)c->serial);
+            pd_conn_send_error(c, id, PD_EAUTH, m->token[0] ? "wrong token" : "this listener requires a token");
+            pd_conn_drain_close(c);
+            return;
+        }
+        c->authed = 1;
+    }
+    static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats"};
+    Permd__V1__Limits lim = PERMD__V1__LIMITS__INIT;
+    lim.max_frame = (uint32_t)s->cfg->max_frame;
+    lim.max_count = s->cfg->max_count;
+    lim.max_streams = (uint32_t)s->cfg->max_streams;
+    lim.max_credits = (uint32_t)s->cfg->max_credits;
+    lim.output_cap = s->cfg->output_cap;
+    Permd__V1__HelloReply r = PERMD__V1__HELLO_REPLY__INIT;
+    r.protocol_version = PD_PROTOCOL_VERSION;
+    r.spec_version = 1;
+    r.server = "permd " PERMD_VERSION;
+    r.n_features = sizeof features / sizeof features[0];
+    r.features = features;
+    r.limits = &lim;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_HELLO_REPLY;
+    env.hello_reply = &r;
+    pd_conn_send(c, &env);
+}
+
+/* ---- Datasets ------------------------------------------------------------------ */
+
+static void pd_dataset_msg(const pd_dataset *d, Permd__V1__Dataset *m)
+{
+    permd__v1__dataset__init(m);
+    m->name = (char *)d->name;
+    m->size = d->size;
+    m->id_width = pd_id_width(d->size);
+    m->created_unix_ms = d->created_ms;
+    m->source = d->from_config ? PERMD__V1__DATASET_SOURCE__DATASET_SOURCE_CONFIG
+                               : PERMD__V1__DATASET_SOURCE__DATASET_SOURCE_API;
+}
+
+static void pd_send_dataset(pd_conn *c, uint64_t id, const pd_dataset *d, int created)
+{
+    Permd__V1__Dataset dm;
+    pd_dataset_msg(d, &dm);
+    Permd__V1__DatasetReply r = PERMD__V1__DATASET_REPLY__INIT;
+    r.dataset = &dm;
+    r.created = created;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_DATASET_REPLY;
+    env.dataset_reply = &r;
+    pd_conn_send(c, &env);
+}
+
+static int pd_check_name(pd_conn *c, uint64_t id, const char *name)
+{
+    if (!pd_registry_name_check(name))
+        return 0;
+    pd_conn_send_error(c, id, PD_EINVAL,
+                       "dataset name must be 1-%d characters of A-Z a-z 0-9 . _ -, starting with a letter, "
+                       "digit or _",
+                       PD_NAME_MAX);
+    return PD_EINVAL;
+}
+
+/* PutDataset and DeleteDataset commit to SQLite on the pool. */
+typedef struct pd_registry_job {
+    pd_job job;
+    uint64_t id;
+    int is_put;
+    char name[PD_NAME_MAX + 1];
+    uint64_t size;
+    int rc, created;
+    pd_dataset result;
+} pd_registry_job;
+
+static void pd_registry_job_run(pd_job *job)
+{
+    pd_registry_job *j = (pd_registry_job *)job;
+    pd_registry *reg = job->conn->srv->reg;
+    if (j->is_put)
+        j->rc = pd_registry_put(reg, j->name, j->size, &j->result, &j->created);
+    else
+        j->rc = pd_registry_delete(reg, j->name);
+}
+
+static void pd_registry_job_done(pd_job *job)
+{
+    pd_registry_job *j = (pd_registry_job *)job;
+    pd_conn *c = job->conn;
+    if (j->is_put && j->rc == 0 && j->created)
+        pd_log_info("dataset_put", "name=%s size=%llu", j->name, (unsigned long long)j->size);
+    if (!j->is_put && j->rc == 0)
+        pd_log_info("dataset_delete", "name=%s", j->name);
+    if (pd_conn_open(c)) {
+        if (j->rc == PD_ECONFLICT && j->is_put)
+            pd_conn_send_error(c, j->id, PD_ECONFLICT, "dataset '%s' exists with size %llu, not %llu", j->name,
+                               (unsigned long long)j->result.size, (unsigned long long)j->size);
+        else if (j->rc == PD_ECONFLICT)
+            pd_conn_send_error(c, j->id, PD_ECONFLICT,
+                               "dataset '%s' is declared in the config file and cannot be deleted", j->name);
+        else if (j->rc == PD_ENOTFOUND)
+            pd_conn_send_error(c, j->id, PD_ENOTFOUND, "dataset '%s' does not exist", j->name);
+        else if (j->rc)
+            pd_conn_send_error(c, j->id, PD_EINTERNAL, "storing the registry failed: %s", pd_strerror(j->rc));
+        else if (j->is_put)
+            pd_send_dataset(c, j->id, &j->result, j->created);
+        else {
+            Permd__V1__DeleteDatasetReply r = PERMD__V1__DELETE_DATASET_REPLY__INIT;
+            r.name = j->name;
+            pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+            env.id = j->id;
+            env.body_case = PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY;
+            env.delete_dataset_reply = &r;
+            pd_conn_send(c, &env);
+        }
+    }
+    free(j);
+    pd_conn_job_done(c);
+}
+
+static void pd_registry_job_start(pd_conn *c, uint64_t id, int is_put, const char *name, uint64_t size)
+{
+    pd_registry_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    j->id = id;
+    j->is_put = is_put;
+    strcpy(j->name, name);
+    j->size = size;
+    if (pd_job_submit(&j->job, c, pd_registry_job_run, pd_registry_job_done, 256)) {
+        free(j);
+        pd_conn_send_error(c, id, PD_EINTERNAL, "cannot queue work");
+        return;
+    }
+    c->busy = 1;
+}
+
+static void pd_on_put(pd_conn *c, uint64_t id, const Permd__V1__PutDataset *m)
+{
+    pd_dataset d;
+    if (pd_check_name(c, id, m->name))
+        return;
+    if (m->size == 0 || m->size > PD_N_MAX) {
+        pd_conn_send_error(c, id, PD_EINVAL, "size must be in [1, 2^63], not %llu", (unsigned long long)m->size);
+        return;
+    }
+    if (pd_registry_get(c->srv->reg, m->name, &d) == 0) { /* answered from memory: no disk round trip */
+        if (d.size != m->size)
+            pd_conn_send_error(c, id, PD_ECONFLICT, "dataset '%s' exists with size %llu, not %llu", m->name,
+                               (unsigned long long)d.size, (unsigned long long)m->size);
+        else
+            pd_send_dataset(c, id, &d, 0);
+        return;
+    }
+    pd_registry_job_start(c, id, 1, m->name, m->size);
+}
+
+static void pd_on_get(pd_conn *c, uint64_t id, const Permd__V1__GetDataset *m)
+{
+    pd_dataset d;
+    if (pd_check_name(c, id, m->name))
+        return;
+    if (pd_registry_get(c->srv->reg, m->name, &d))
+        pd_conn_send_error(c, id, PD_ENOTFOUND, "dataset '%s' does not exist", m->name);
+    else
+        pd_send_dataset(c, id, &d, 0);
+}
+
+static void pd_on_delete(pd_conn *c, uint64_t id, const Permd__V1__DeleteDataset *m)
+{
+    pd_dataset d;
+    if (pd_check_name(c, id, m->name))
+        return;
+    if (pd_registry_get(c->srv->reg, m->name, &d)) {
+        pd_conn_send_error(c, id, PD_ENOTFOUND, "dataset '%s' does not exist", m->name);
+        return;
+    }
+    if (d.from_config) {
+        pd_conn_send_error(c, id, PD_ECONFLICT, "dataset '%s' is declared in the config file and cannot be deleted",
+                           m->name);
+        return;
+    }
+    pd_registry_job_start(c, id, 0, m->name, 0);
+}
+
+static void pd_on_list(pd_conn *c, uint64_t id)
+{
+    pd_dataset *all;
+    size_t n;
+    if (pd_registry_list(c->srv->reg, &all, &n)) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    Permd__V1__Dataset *msgs = pd_arena_alloc(&c->arena, n * sizeof *msgs + 1);
+    Permd__V1__Dataset **ptrs = pd_arena_alloc(&c->arena, n * sizeof *ptrs + 1);
+    if (!msgs || !ptrs) {
+        free(all);
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pd_dataset_msg(&all[i], &msgs[i]);
+        ptrs[i] = &msgs[i];
+    }
+    Permd__V1__ListDatasetsReply r = PERMD__V1__LIST_DATASETS_REPLY__INIT;
+    r.n_datasets = n;
+    r.datasets = ptrs;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_LIST_DATASETS_REPLY;
+    env.list_datasets_reply = &r;
+    pd_conn_send(c, &env);
+    free(all);
+}
+
+/* ---- Slices --------------------------------------------------------------------- */
+
+int pd_target_resolve(pd_server *s, const Permd__V1__Slice *m, pd_target *t, char *msg, size_t len)
+{
+    int mode;
+    if (!m) {
+        snprintf(msg, len, "slice is required");
+        return PD_EINVAL;
+    }
+    if (pd_registry_name_check(m->dataset)) {
+        snprintf(msg, len, "slice.dataset: %s", m->dataset[0] ? "invalid dataset name" : "a dataset name is required");
+        return PD_EINVAL;
+    }
+    if (pd_registry_get(s->reg, m->dataset, &t->ds)) {
+        snprintf(msg, len, "dataset '%s' does not exist", m->dataset);
+        return PD_ENOTFOUND;
+    }
+    if (m->world == 0) {
+        snprintf(msg, len, "slice.world must be at least 1");
+        return PD_EINVAL;
+    }
+    if (m->rank >= m->world) {
+        snprintf(msg, len, "slice.rank %u must be below world %u", m->rank, m->world);
+        return PD_EINVAL;
+    }
+    if (pd_wire_mode_to_pd(m->mode, &mode)) {
+        snprintf(msg, len, "slice.mode must be MODE_PAD, MODE_DROP or MODE_EXACT");
+        return PD_EINVAL;
+    }
+    uint64_t n = t->ds.size;
+    pd_epoch_length(n, m->world, (pd_mode)mode, &t->epoch_len);
+    if (m->offset > t->epoch_len) {
+        snprintf(msg, len, "slice.offset %llu is past the end of the epoch (%llu positions in %s mode)",
+                 (unsigned long long)m->offset, (unsigned long long)t->epoch_len, pd_mode_name((pd_mode)mode));
+        return PD_EINVAL;
+    }
+    pd_perm_init(&t->perm, m->seed, m->epoch, PD_STREAM_SAMPLES, n);
+    t->slice.world = m->world;
+    t->slice.rank = m->rank;
+    t->slice.mode = (pd_mode)mode;
+    t->slice.offset = m->offset;
+    t->width = pd_id_width(n);
+    pd_slice_remaining(n, &t->slice, &t->remaining);
+    return 0;
+}
+
+uint64_t pd_target_next_offset(const pd_target *t, uint64_t offset, uint64_t got)
+{
+    /* offset ≤ T ≤ 2^63 + 2^32 and got·W ≤ T: no overflow */
+    uint64_t next = offset + got * t->slice.world;
+    return next < t->epoch_len ? next : t->epoch_len;
+}
+
+/* ---- Fetch ------------------------------------------------------------------------ */
+
+/* A Fetch too large for the loop: the frame is built in its own buffer and
+ * leaves as one owned write. */
+typedef struct pd_fetch_job {
+    pd_job job;
+    uint64_t id, count;
+    pd_perm perm;
+    pd_slice slice;
+    unsigned width;
+    uint8_t *base, *frame, *payload;
+    size_t frame_len;
+    int rc;
+} pd_fetch_job;
+
+static void pd_fetch_job_run(pd_job *job)
+{
+    pd_fetch_job *j = (pd_fetch_job *)job;
+    uint64_t got;
+    j->rc = pd_gen_slice(&j->perm, &j->slice, j->count, j->width, j->payload, &got);
+    if (j->rc == 0 && got != j->count)
+        j->rc = PD_EINTERNAL;
+}
+
+static void pd_fetch_job_done(pd_job *job)
+{
+    pd_fetch_job *j = (pd_fetch_job *)job;
+    pd_conn *c = job->conn;
+    if (!pd_conn_open(c)) {
+        free(j->base);
+    } else if (j->rc) {
+        free(j->base);
+        pd_conn_send_error(c, j->id, PD_EINTERNAL, "generation failed: %s", pd_strerror(j->rc));
+    } else {
+        c->srv->stats.ids_served_total += j->count;
+        pd_conn_write_owned(c, j->base, j->frame, j->frame_len);
+    }
+    free(j);
+    pd_conn_job_done(c);
+}
+
+static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
+{
+    pd_server *s = c->srv;
+    pd_target t;
+    char msg[256];
+    int rc = pd_target_resolve(s, m->slice, &t, msg, sizeof msg);
+    if (rc) {
+        pd_conn_send_error(c, id, rc, "%s", msg);
+        return;
+    }
+    if (m->count > s->cfg->max_count) {
+        pd_conn_send_error(c, id, PD_ETOOBIG, "count %llu exceeds max_count %llu; fetch in pieces",
+                           (unsigned long long)m->count, (unsigned long long)s->cfg->max_count);
+        return;
+    }
+    uint64_t got = m->count < t.remaining ? m->count : t.remaining;
+    size_t bytes = (size_t)got * t.width;
+    Permd__V1__FetchReply head = PERMD__V1__FETCH_REPLY__INIT;
+    head.id_width = t.width;
+    head.count = got;
+    head.next_offset = pd_target_next_offset(&t, t.slice.offset, got);
+    head.remaining = t.remaining - got;
+    uint8_t hdr[PD_HDR_MAX];
+    size_t hlen;
+    if (pd_frame_bulk_header(hdr, sizeof hdr, id, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY, &head.base, 15, bytes,
+                             &hlen)) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "reply header does not fit");
+        return;
+    }
+
+    /* Small requests run on the loop when the pool is idle: no thread hop, and
+     * nothing else waits. Under load they go to the pool, so generation
+     * spreads over every core while the loop only moves bytes. */
+    if (got == 0 || pd_server_take_inline(s, got)) { /* straight into the output buffer */
+        uint64_t w;
+        uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, bytes, t.width);
+        if (!payload) {
+            pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+            return;
+        }
+        rc = pd_gen_slice(&t.perm, &t.slice, got, t.width, payload, &w);
+        if (rc || w != got) { /* the unfinished frame is simply not committed */
+            pd_conn_send_error(c, id, PD_EINTERNAL, "generation failed: %s", pd_strerror(rc ? rc : PD_EINTERNAL));
+            return;
+        }
+        pd_conn_bulk_end(c, payload);
+        s->stats.ids_served_total += got;
+        return;
+    }
+
+    pd_fetch_job *j = calloc(1, sizeof *j);
+    size_t pad = (16 - hlen % 16) % 16;
+    uint8_t *base = j ? malloc(pad + hlen + bytes) : NULL;
+    if (!base) {
+        free(j);
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    j->id = id;
+    j->count = got;
+    j->perm = t.perm;
+    j->slice = t.slice;
+    j->width = t.width;
+    j->base = base;
+    j->frame = base + pad;
+    j->payload = j->frame + hlen; /* 16-aligned */
+    j->frame_len = hlen + bytes;
+    memcpy(j->frame, hdr, hlen);
+    if (pd_job_submit(&j->job, c, pd_fetch_job_run, pd_fetch_job_done, j->frame_len)) {
+        free(base);
+        free(j);
+        pd_conn_send_error(c, id, PD_EINTERNAL, "cannot queue work");
+        return;
+    }
+    c->busy = 1;
+}
+
+/* ---- Inverse ---------------------------------------------------------------------- */
+
+typedef struct pd_inverse {
+    pd_perm perm;
+    uint32_t world;
+    uint64_t keep; /* positions ≥ keep are dropped (drop mode), else n */
+    unsigned width;
+    const uint8_t *samples;
+    uint64_t count;
+    uint8_t *positions, *ranks;
+} pd_inverse;
+
+static void pd_inverse_compute(const pd_inverse *v)
+{
+    for (uint64_t i = 0; i < v->count; i++) {
+        uint64_t s = v->width == 4 ? pd_load_le32(v->samples + 4 * i) : pd_load_le64(v->samples + 8 * i);
+        uint64_t p = pd_perm_inv(&v->perm, s);
+        if (v->width == 4)
+            pd_store_le32(v->positions + 4 * i, (uint32_t)p);
+        else
+            pd_store_le64(v->positions + 8 * i, p);
+        pd_store_le32(v->ranks + 4 * i, p < v->keep ? (uint32_t)(p % v->world) : UINT32_MAX);
+    }
+}
+
+static void pd_send_inverse(pd_conn *c, uint64_t id, const pd_inverse *v)
+{
+    Permd__V1__InverseReply r = PERMD__V1__INVERSE_REPLY__INIT;
+    r.id_width = v->width;
+    r.count = v->count;
+    r.positions.data = v->positions;
+    r.positions.len = (size_t)v->count * v->width;
+    r.ranks.data = v->ranks;
+    r.ranks.len = (size_t)v->count * 4;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY;
+    env.inverse_reply = &r;
+    if (pd_conn_send(c, &env))
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+}
+
+/* While the connection is busy no other frame is read, so the request (and
+ * these buffers) stay valid in its arena until the job is done. */
+typedef struct pd_inverse_job {
+    pd_job job;
+    uint64_t id;
+    pd_inverse v;
+} pd_inverse_job;
+
+static void pd_inverse_job_run(pd_job *job)
+{
+    pd_inverse_compute(&((pd_inverse_job *)job)->v);
+}
+
+static void pd_inverse_job_done(pd_job *job)
+{
+    pd_inverse_job *j = (pd_inverse_job *)job;
+    pd_conn *c = job->conn;
+    if (pd_conn_open(c))
+        pd_send_inverse(c, j->id, &j->v);
+    free(j);
+    pd_conn_job_done(c);
+}
+
+static void pd_on_inverse(pd_conn *c, uint64_t id, const Permd__V1__Inverse *m)
+{
+    pd_server *s = c->srv;
+    pd_dataset d;
+    pd_inverse v = {0};
+    int mode = -1;
+    if (pd_registry_name_check(m->dataset)) {
+        pd_conn_send_error(c, id, PD_EINVAL, "dataset: %s",
+                           m->dataset[0] ? "invalid dataset name" : "a dataset name is required");
+        return;
+    }
+    if (pd_registry_get(s->reg, m->dataset, &d)) {
+        pd_conn_send_error(c, id, PD_ENOTFOUND, "dataset '%s' does not exist", m->dataset);
+        return;
+    }
+    if (m->world == 0) {
+        pd_conn_send_error(c, id, PD_EINVAL, "world must be at least 1");
+        return;
+    }
+    if (m->mode != PERMD__V1__MODE__MODE_UNSPECIFIED && pd_wire_mode_to_pd(m->mode, &mode)) {
+        pd_conn_send_error(c, id, PD_EINVAL, "mode must be unspecified, MODE_PAD, MODE_DROP or MODE_EXACT");
+        return;
+    }
+    v.width = pd_id_width(d.size);
+    if (m->samples.len % v.width) {
+        pd_conn_send_error(c, id, PD_EINVAL, "samples holds %zu bytes, not a multiple of id_width %u",
+                           m->samples.len, v.width);
+        return;
+    }
+    v.count = m->samples.len / v.width;
+    if (v.count > s->cfg->max_count) {
+        pd_conn_send_error(c, id, PD_ETOOBIG, "%llu samples exceed max_count %llu", (unsigned long long)v.count,
+                           (unsigned long long)s->cfg->max_count);
+        return;
+    }
+    v.samples = m->samples.data;
+    for (uint64_t i = 0; i < v.count; i++) {
+        uint64_t smp = v.width == 4 ? pd_load_le32(v.samples + 4 * i) : pd_load_le64(v.samples + 8 * i);
+        if (smp >= d.size) {
+            pd_conn_send_error(c, id, PD_EINVAL, "samples[%llu] = %llu is not below the dataset size %llu",
+                               (unsigned long long)i, (unsigned long long)smp, (unsigned long long)d.size);
+            return;
+        }
+    }
+    pd_perm_init(&v.perm, m->seed, m->epoch, PD_STREAM_SAMPLES, d.size);
+    v.world = m->world;
+    v.keep = d.size;
+    if (mode == PD_MODE_DROP)
+        pd_epoch_length(d.size, m->world, PD_MODE_DROP, &v.keep);
+    v.positions = pd_arena_alloc(&c->arena, (size_t)v.count * v.width + 1);
+    v.ranks = pd_arena_alloc(&c->arena, (size_t)v.count * 4 + 1);
+    if (!v.positions || !v.ranks) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    if (pd_server_take_inline(s, v.count)) {
+        pd_inverse_compute(&v);
+        pd_send_inverse(c, id, &v);
+        return;
+    }
+    pd_inverse_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    j->id = id;
+    j->v = v;
+    if (pd_job_submit(&j->job, c, pd_inverse_job_run, pd_inverse_job_done, (size_t)v.count * (v.width + 4))) {
+        free(j);
+        pd_conn_send_error(c, id, PD_EINTERNAL, "cannot queue work");
+        return;
+    }
+    c->busy = 1;
+}
+
+/* ---- Stats ------------------------------------------------------------------------- */
+
+static void pd_on_stats(pd_conn *c, uint64_t id)
+{
+    pd_server *s = c->srv;
+    Permd__V1__StatsReply r = PERMD__V1__STATS_REPLY__INIT;
+    r.server = "permd " PERMD_VERSION;
+    r.uptime_ms = pd_now_ms() - s->started_ms;
+    r.connections = s->stats.connections;
+    r.connections_total = s->stats.connections_total;
+    r.requests_total = s->stats.requests_total;
+    r.errors_total = s->stats.errors_total;
+    r.ids_served_total = s->stats.ids_served_total;
+    r.bytes_out_total = s->stats.bytes_out_total;
+    r.datasets = (uint32_t)pd_registry_count(s->reg);
+    r.streams_active = s->stats.streams_active;
+    r.streams_total = s->stats.streams_total;
+    r.backpressure_pauses = s->stats.backpressure_pauses;
+    r.workers = s->workers;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STATS_REPLY;
+    env.stats_reply = &r;
+    pd_conn_send(c, &env);
+}
+
+/* ---- Dispatch ------------------------------------------------------------------------ */
+
+void pd_handle_frame(pd_conn *c, const uint8_t *payload, uint32_t len)
+{
+    pd_envelope *env;
+    pd_arena_reset(&c->arena);
+    c->srv->stats.requests_total++;
+    if (pd_frame_unpack(payload, len, &c->arena.pb, &env)) {
+        pd_conn_send_error(c, 0, PD_EPROTO, "a frame of %u bytes is not a valid permd.v1.Envelope", len);
+        pd_conn_drain_close(c);
+        return;
+    }
+    uint64_t id = env->id;
+    if (!c->authed && env->body_case != PERMD__V1__ENVELOPE__BODY_HELLO) {
+        pd_conn_send_error(c, id, PD_EAUTH, "this listener requires Hello with a token first");
+        pd_conn_drain_close(c);
+        return;
+    }
+    switch (env->body_case) {
+    case PERMD__V1__ENVELOPE__BODY_HELLO:
+        pd_on_hello(c, id, env->hello);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_PUT_DATASET:
+        pd_on_put(c, id, env->put_dataset);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_GET_DATASET:
+        pd_on_get(c, id, env->get_dataset);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_LIST_DATASETS:
+        pd_on_list(c, id);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_DELETE_DATASET:
+        pd_on_delete(c, id, env->delete_dataset);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_FETCH:
+        pd_on_fetch(c, id, env->fetch);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_STREAM:
+        pd_stream_open(c, id, env->stream);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_CREDIT:
+        pd_stream_credit(c, id, env->credit->credits);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_CANCEL:
+        pd_stream_cancel(c, id);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_INVERSE:
+        pd_on_inverse(c, id, env->inverse);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_STATS:
+        pd_on_stats(c, id);
+        break;
+    default:
+        if (env->base.n_unknown_fields)
+            pd_conn_send_error(c, id, PD_EUNSUPPORTED, "unknown message (envelope field %u)",
+                               env->base.unknown_fields[0].tag);
+        else if (env->body_case == PERMD__V1__ENVELOPE__BODY__NOT_SET)
+            pd_conn_send_error(c, id, PD_EUNSUPPORTED, "the envelope carries no message");
+        else
+            pd_conn_send_error(c, id, PD_EUNSUPPORTED, "message %d is sent by servers, not clients",
+                               (int)env->body_case);
+        break;
+    }
+}

@@ -1,0 +1,88 @@
+/* permd: parse the configuration, size the worker pool, run the server until SIGTERM/SIGINT. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <uv.h>
+
+#include "core/error.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+/* Exit codes: 0 clean (including after SIGTERM/SIGINT), 1 startup failed, 2 bad configuration. */
+enum { PD_EXIT_OK = 0, PD_EXIT_FAIL = 1, PD_EXIT_CONFIG = 2 };
+
+/* --check-config: what the configuration alone can tell (no socket, no registry). */
+static int pd_check_config(const pd_config *cfg)
+{
+    char path[4096];
+    if (cfg->token_file[0]) {
+        FILE *f = fopen(cfg->token_file, "r");
+        if (!f) {
+            fprintf(stderr, "permd: token_file %s cannot be read\n", cfg->token_file);
+            return PD_EXIT_CONFIG;
+        }
+        fclose(f);
+    }
+    if (pd_config_state_dir(cfg, path, sizeof path)) {
+        fprintf(stderr, "permd: no state directory: set state_dir (HOME is not set either)\n");
+        return PD_EXIT_CONFIG;
+    }
+    pd_config_write_effective(cfg, stdout);
+    fprintf(stderr, "permd: configuration OK\n");
+    return PD_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    pd_config cfg;
+    char err[512] = "";
+    int check_only = 0, status = PD_EXIT_OK;
+    signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error return, not a signal */
+
+    if (pd_config_init(&cfg)) {
+        fprintf(stderr, "permd: out of memory\n");
+        return PD_EXIT_FAIL;
+    }
+    int rc = pd_config_from_args(&cfg, argc, argv, &check_only, err, sizeof err);
+    if (rc != 0) {
+        pd_config_free(&cfg);
+        if (rc > 0)
+            return PD_EXIT_OK; /* --help, --version, --print-template */
+        fprintf(stderr, "permd: %s\n", err);
+        return PD_EXIT_CONFIG;
+    }
+    if (check_only) {
+        status = pd_check_config(&cfg);
+        pd_config_free(&cfg);
+        return status;
+    }
+    pd_log_set_level((pd_log_level)cfg.log_level);
+
+    /* libuv sizes its pool from the environment at first use. */
+    unsigned workers = cfg.workers ? (unsigned)cfg.workers : uv_available_parallelism();
+    char nbuf[16];
+    snprintf(nbuf, sizeof nbuf, "%u", workers);
+    setenv("UV_THREADPOOL_SIZE", nbuf, 1);
+
+    uv_loop_t loop;
+    pd_server srv;
+    if (uv_loop_init(&loop)) {
+        fprintf(stderr, "permd: cannot create the event loop\n");
+        pd_config_free(&cfg);
+        return PD_EXIT_FAIL;
+    }
+    if (pd_server_init(&srv, &loop, &cfg, workers) == 0) {
+        pd_server_run(&srv);
+        pd_log_info("stopped", "requests=%llu connections=%llu", (unsigned long long)srv.stats.requests_total,
+                    (unsigned long long)srv.stats.connections_total);
+    } else {
+        status = PD_EXIT_FAIL;
+    }
+    pd_server_close(&srv);
+    if (uv_loop_close(&loop))
+        pd_log_warn("loop_close", "msg=\"handles still open\"");
+    pd_config_free(&cfg);
+    return status;
+}

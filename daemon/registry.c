@@ -1,0 +1,377 @@
+/* Dataset registry: a sorted in-memory table guarded by a mutex, written through to SQLite in WAL mode. */
+#include "daemon/registry.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <sqlite3.h>
+
+#include "core/error.h"
+#include "core/perm.h"
+#include "daemon/log.h"
+
+#define PD_REGISTRY_SCHEMA 1 /* PRAGMA user_version of the current layout */
+
+struct pd_registry {
+    sqlite3 *db;
+    sqlite3_stmt *put, *del;
+    pthread_mutex_t write_lock; /* one SQLite transaction at a time */
+    pthread_mutex_t lock;       /* guards the table below; never held across disk I/O */
+    pd_dataset *sets;           /* sorted by name */
+    size_t n, cap;
+};
+
+int pd_registry_name_check(const char *name)
+{
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len > PD_NAME_MAX)
+        return PD_EINVAL;
+    if (name[0] == '.' || name[0] == '-')
+        return PD_EINVAL;
+    for (size_t i = 0; i < len; i++) {
+        char ch = name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+              ch == '_' || ch == '-'))
+            return PD_EINVAL;
+    }
+    return 0;
+}
+
+static int64_t pd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- The in-memory table (caller holds r->lock) --------------------------- */
+
+/* Index of name, or of where it would go (with *found = 0). */
+static size_t pd_table_find(const pd_registry *r, const char *name, int *found)
+{
+    size_t lo = 0, hi = r->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(r->sets[mid].name, name);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = 0;
+    return lo;
+}
+
+static int pd_table_insert(pd_registry *r, size_t at, const pd_dataset *d)
+{
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 16;
+        pd_dataset *s = realloc(r->sets, cap * sizeof *s);
+        if (!s)
+            return PD_ENOMEM;
+        r->sets = s;
+        r->cap = cap;
+    }
+    memmove(r->sets + at + 1, r->sets + at, (r->n - at) * sizeof *r->sets);
+    r->sets[at] = *d;
+    r->n++;
+    return 0;
+}
+
+static void pd_table_remove(pd_registry *r, size_t at)
+{
+    memmove(r->sets + at, r->sets + at + 1, (r->n - at - 1) * sizeof *r->sets);
+    r->n--;
+}
+
+/* ---- SQLite ---------------------------------------------------------------- */
+
+static void pd_errf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void pd_errf(char *err, size_t len, const char *fmt, ...)
+{
+    if (!err || !len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}
+
+/* mkdir -p with mode 0700 for directories permd creates (the registry is private). */
+static int pd_mkdirs(const char *path)
+{
+    char tmp[4096];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof tmp)
+        return -1;
+    memcpy(tmp, path, len + 1);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0700) && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0700) && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+/* SQLite integers are signed; sizes up to 2^63 are stored as their two's-complement bit pattern. */
+static int64_t pd_size_to_db(uint64_t size)
+{
+    int64_t v;
+    memcpy(&v, &size, sizeof v);
+    return v;
+}
+
+static uint64_t pd_size_from_db(int64_t v)
+{
+    uint64_t size;
+    memcpy(&size, &v, sizeof size);
+    return size;
+}
+
+static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(r->db, "SELECT name, size, created_ms FROM datasets ORDER BY name", -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        pd_dataset d = {0};
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        d.size = pd_size_from_db(sqlite3_column_int64(st, 1));
+        d.created_ms = sqlite3_column_int64(st, 2);
+        if (!name || pd_registry_name_check(name) || d.size == 0 || d.size > PD_N_MAX) {
+            pd_log_warn("registry_skip", "reason=\"invalid row\" name=\"%s\"", name ? name : "");
+            continue;
+        }
+        strcpy(d.name, name);
+        if (pd_table_insert(r, r->n, &d)) { /* rows arrive sorted */
+            sqlite3_finalize(st);
+            pd_errf(err, errlen, "out of memory loading the registry");
+            return PD_ENOMEM;
+        }
+    }
+    if (rc != SQLITE_DONE)
+        goto fail;
+    sqlite3_finalize(st);
+    return 0;
+fail:
+    pd_errf(err, errlen, "reading the registry: %s", sqlite3_errmsg(r->db));
+    sqlite3_finalize(st);
+    return PD_EIO;
+}
+
+int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t errlen)
+{
+    char path[4096];
+    pd_registry *r = calloc(1, sizeof *r);
+    if (!r)
+        return PD_ENOMEM;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->write_lock, NULL);
+    if (pd_mkdirs(state_dir)) {
+        pd_errf(err, errlen, "state_dir %s: cannot create: %s", state_dir, strerror(errno));
+        goto fail_io;
+    }
+    if ((size_t)snprintf(path, sizeof path, "%s/registry.db", state_dir) >= sizeof path) {
+        pd_errf(err, errlen, "state_dir: path too long");
+        goto fail_io;
+    }
+    if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                        NULL) != SQLITE_OK)
+        goto fail_db;
+    sqlite3_busy_timeout(r->db, 5000);
+    /* WAL: readers never block the writer; synchronous=FULL: a commit is on
+     * disk (fsync of the WAL) before sqlite3_step returns, so an ack means durable. */
+    static const char schema[] = "PRAGMA journal_mode=WAL;"
+                                 "PRAGMA synchronous=FULL;"
+                                 "CREATE TABLE IF NOT EXISTS datasets ("
+                                 "  name TEXT PRIMARY KEY NOT NULL,"
+                                 "  size INTEGER NOT NULL,"
+                                 "  created_ms INTEGER NOT NULL) WITHOUT ROWID;"
+                                 "PRAGMA user_version=1;";
+    if (sqlite3_exec(r->db, schema, NULL, NULL, NULL) != SQLITE_OK)
+        goto fail_db;
+    if (sqlite3_prepare_v2(r->db, "INSERT INTO datasets(name, size, created_ms) VALUES(?1, ?2, ?3)", -1, &r->put,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(r->db, "DELETE FROM datasets WHERE name = ?1", -1, &r->del, NULL) != SQLITE_OK)
+        goto fail_db;
+    int rc = pd_registry_load(r, err, errlen);
+    if (rc) {
+        pd_registry_close(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+fail_db:
+    pd_errf(err, errlen, "%s: %s", path, r->db ? sqlite3_errmsg(r->db) : "cannot open");
+fail_io:
+    pd_registry_close(r);
+    return PD_EIO;
+}
+
+void pd_registry_close(pd_registry *r)
+{
+    if (!r)
+        return;
+    sqlite3_finalize(r->put);
+    sqlite3_finalize(r->del);
+    sqlite3_close(r->db);
+    pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->write_lock);
+    free(r->sets);
+    free(r);
+}
+
+int pd_registry_declare(pd_registry *r, const char *name, uint64_t size)
+{
+    if (pd_registry_name_check(name) || size == 0 || size > PD_N_MAX)
+        return PD_EINVAL;
+    int found, rc = 0;
+    pthread_mutex_lock(&r->lock);
+    size_t at = pd_table_find(r, name, &found);
+    if (found) {
+        if (r->sets[at].size != size)
+            rc = PD_ECONFLICT;
+        else
+            r->sets[at].from_config = 1;
+    } else {
+        pd_dataset d = {.size = size, .created_ms = pd_now_ms(), .from_config = 1};
+        strcpy(d.name, name);
+        rc = pd_table_insert(r, at, &d);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int pd_registry_get(pd_registry *r, const char *name, pd_dataset *out)
+{
+    int found;
+    pthread_mutex_lock(&r->lock);
+    size_t at = pd_table_find(r, name, &found);
+    if (found)
+        *out = r->sets[at];
+    pthread_mutex_unlock(&r->lock);
+    return found ? 0 : PD_ENOTFOUND;
+}
+
+int pd_registry_list(pd_registry *r, pd_dataset **out, size_t *n)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->lock);
+    *out = NULL;
+    *n = r->n;
+    if (r->n) {
+        *out = malloc(r->n * sizeof **out);
+        if (*out)
+            memcpy(*out, r->sets, r->n * sizeof **out);
+        else
+            rc = PD_ENOMEM;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+size_t pd_registry_count(pd_registry *r)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->n;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created)
+{
+    if (pd_registry_name_check(name) || size == 0 || size > PD_N_MAX)
+        return PD_EINVAL;
+    int rc = 0, found;
+    *created = 0;
+    /* The write lock orders puts and deletes, so the table check below stays
+     * true until the commit lands. */
+    pthread_mutex_lock(&r->write_lock);
+    pthread_mutex_lock(&r->lock);
+    size_t at = pd_table_find(r, name, &found);
+    if (found) {
+        rc = r->sets[at].size == size ? 0 : PD_ECONFLICT;
+        *out = r->sets[at];
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (found)
+        goto done;
+
+    pd_dataset d = {.size = size, .created_ms = pd_now_ms()};
+    strcpy(d.name, name);
+    sqlite3_reset(r->put);
+    sqlite3_bind_text(r->put, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(r->put, 2, pd_size_to_db(size));
+    sqlite3_bind_int64(r->put, 3, d.created_ms);
+    int step = sqlite3_step(r->put);
+    sqlite3_clear_bindings(r->put);
+    sqlite3_reset(r->put);
+    if (step != SQLITE_DONE) {
+        pd_log_error("registry_put", "name=%s msg=\"%s\"", name, sqlite3_errmsg(r->db));
+        rc = PD_EIO;
+        goto done;
+    }
+    pthread_mutex_lock(&r->lock);
+    at = pd_table_find(r, name, &found);
+    rc = pd_table_insert(r, at, &d);
+    pthread_mutex_unlock(&r->lock);
+    if (rc == 0) {
+        *out = d;
+        *created = 1;
+    }
+done:
+    pthread_mutex_unlock(&r->write_lock);
+    return rc;
+}
+
+int pd_registry_delete(pd_registry *r, const char *name)
+{
+    int rc = 0, found;
+    pthread_mutex_lock(&r->write_lock);
+    pthread_mutex_lock(&r->lock);
+    size_t at = pd_table_find(r, name, &found);
+    int from_config = found && r->sets[at].from_config;
+    pthread_mutex_unlock(&r->lock);
+    if (!found) {
+        rc = PD_ENOTFOUND;
+        goto done;
+    }
+    if (from_config) {
+        rc = PD_ECONFLICT;
+        goto done;
+    }
+    sqlite3_reset(r->del);
+    sqlite3_bind_text(r->del, 1, name, -1, SQLITE_STATIC);
+    int step = sqlite3_step(r->del);
+    sqlite3_clear_bindings(r->del);
+    sqlite3_reset(r->del);
+    if (step != SQLITE_DONE) {
+        pd_log_error("registry_delete", "name=%s msg=\"%s\"", name, sqlite3_errmsg(r->db));
+        rc = PD_EIO;
+        goto done;
+    }
+    pthread_mutex_lock(&r->lock);
+    at = pd_table_find(r, name, &found);
+    if (found)
+        pd_table_remove(r, at);
+    pthread_mutex_unlock(&r->lock);
+done:
+    pthread_mutex_unlock(&r->write_lock);
+    return rc;
+}

@@ -1,0 +1,47 @@
+/* The dataset registry: names and sizes, durable in SQLite (WAL) under the state directory, cached in memory. */
+#ifndef PD_REGISTRY_H
+#define PD_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PD_NAME_MAX 128
+
+typedef struct pd_dataset {
+    char name[PD_NAME_MAX + 1];
+    uint64_t size;
+    int64_t created_ms; /* Unix time of the first PutDataset (or of startup, for config datasets) */
+    int from_config;    /* declared in the config file: not stored, not deletable */
+} pd_dataset;
+
+typedef struct pd_registry pd_registry;
+
+/* Names are 1..PD_NAME_MAX bytes of [A-Za-z0-9._-], starting with a letter,
+ * a digit or '_' (safe in paths, logs and shells). PD_EINVAL otherwise. */
+int pd_registry_name_check(const char *name);
+
+/* Open (creating the directory and database as needed) and load every
+ * stored dataset. Blocking; call at startup. PD_EIO with a message in err. */
+int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t errlen);
+void pd_registry_close(pd_registry *r);
+
+/* Declare a config dataset (startup only). PD_ECONFLICT when the store or
+ * an earlier declaration has another size. */
+int pd_registry_declare(pd_registry *r, const char *name, uint64_t size);
+
+/* The calls below are thread-safe. get/list/count read memory only and
+ * never wait for the disk; put/delete commit to SQLite before returning and
+ * must run off the event loop. */
+
+/* Create or confirm: *created = 1 when new. PD_ECONFLICT when it exists with
+ * another size; PD_EINVAL for a bad name or size; PD_EIO when the commit failed. */
+int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created);
+/* PD_ENOTFOUND; PD_ECONFLICT for a config dataset; PD_EIO. */
+int pd_registry_delete(pd_registry *r, const char *name);
+/* PD_ENOTFOUND */
+int pd_registry_get(pd_registry *r, const char *name, pd_dataset *out);
+/* A malloc'd copy sorted by name (free it); *n may be 0 with *out NULL. */
+int pd_registry_list(pd_registry *r, pd_dataset **out, size_t *n);
+size_t pd_registry_count(pd_registry *r);
+
+#endif

@@ -1,0 +1,384 @@
+/* Stream state machine: credits, in-order delivery of batches generated ahead on the pool, cancel and end. */
+#include "daemon/stream.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "daemon/gen.h"
+#include "daemon/handlers.h"
+#include "daemon/job.h"
+#include "daemon/log.h"
+
+#define PD_STREAM_HDR_MAX 128
+
+typedef struct pd_batch pd_batch;
+
+typedef struct pd_stream {
+    struct pd_stream *next;
+    pd_conn *conn;
+    uint64_t id;
+    pd_target t;            /* t.slice.offset: where the next scheduled batch starts */
+    uint64_t batch;         /* ids per batch */
+    uint64_t unscheduled;   /* ids not yet handed to a batch */
+    uint64_t delivered;     /* ids sent */
+    uint64_t sent_offset;   /* the offset after the last batch sent */
+    uint64_t next_seq;      /* seq of the next batch scheduled */
+    uint64_t send_seq;      /* seq of the next batch to send */
+    uint32_t credits;
+    unsigned inflight;      /* batch jobs running */
+    pd_batch *ready;        /* finished out of order, sorted by seq */
+    int ended;              /* StreamEnd sent or connection gone: freed once inflight is 0 */
+} pd_stream;
+
+/* One batch: its frame is built in its own buffer and sent as an owned write. */
+struct pd_batch {
+    pd_job job;
+    pd_stream *st;
+    pd_batch *next;
+    uint64_t seq, count, next_offset;
+    pd_perm perm;
+    pd_slice slice;
+    unsigned width;
+    uint8_t *base, *frame, *payload;
+    size_t frame_len;
+    int rc;
+};
+
+static pd_stream *pd_stream_find(pd_conn *c, uint64_t id)
+{
+    for (pd_stream *st = c->streams; st; st = st->next)
+        if (st->id == id && !st->ended)
+            return st;
+    return NULL;
+}
+
+static void pd_stream_unlink_free(pd_stream *st)
+{
+    pd_conn *c = st->conn;
+    for (pd_stream **pp = &c->streams; *pp; pp = &(*pp)->next) {
+        if (*pp == st) {
+            *pp = st->next;
+            break;
+        }
+    }
+    c->nstreams--;
+    while (st->ready) {
+        pd_batch *b = st->ready;
+        st->ready = b->next;
+        free(b->base);
+        free(b);
+    }
+    free(st);
+}
+
+/* Mark ended; free now (returning 1) unless batch jobs still point at it. */
+static int pd_stream_stop(pd_stream *st)
+{
+    if (!st->ended) {
+        st->ended = 1;
+        st->conn->srv->stats.streams_active--;
+    }
+    if (st->inflight)
+        return 0;
+    pd_stream_unlink_free(st);
+    return 1;
+}
+
+static void pd_stream_send_end(pd_stream *st, Permd__V1__EndReason reason)
+{
+    Permd__V1__StreamEnd e = PERMD__V1__STREAM_END__INIT;
+    e.reason = reason;
+    e.delivered = st->delivered;
+    e.next_offset = st->sent_offset;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = st->id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_END;
+    env.stream_end = &e;
+    pd_conn_send(st->conn, &env);
+}
+
+/* Header of a batch frame: known before generation, so ids go right after it. */
+static int pd_batch_header(const pd_stream *st, const pd_batch *b, uint8_t *hdr, size_t *hlen)
+{
+    Permd__V1__StreamBatch head = PERMD__V1__STREAM_BATCH__INIT;
+    head.id_width = b->width;
+    head.count = b->count;
+    head.next_offset = b->next_offset;
+    head.seq = b->seq;
+    return pd_frame_bulk_header(hdr, PD_STREAM_HDR_MAX, st->id, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH, &head.base,
+                                15, b->count * b->width, hlen);
+}
+
+static void pd_batch_run(pd_job *job)
+{
+    pd_batch *b = (pd_batch *)job;
+    uint64_t got;
+    b->rc = pd_gen_slice(&b->perm, &b->slice, b->count, b->width, b->payload, &got);
+    if (b->rc == 0 && got != b->count)
+        b->rc = PD_EINTERNAL;
+}
+
+/* Send every ready batch whose turn it is. Returns 1 when st is gone (or
+ * its connection is closing) and must not be touched. */
+static int pd_stream_deliver(pd_stream *st)
+{
+    pd_conn *c = st->conn;
+    while (st->ready && st->ready->seq == st->send_seq && !st->ended) {
+        pd_batch *b = st->ready;
+        st->ready = b->next;
+        st->send_seq++;
+        if (b->rc) {
+            pd_conn_send_error(c, st->id, PD_EINTERNAL, "generation failed: %s", pd_strerror(b->rc));
+            free(b->base);
+            free(b);
+            pd_stream_stop(st);
+            return 1;
+        }
+        st->delivered += b->count;
+        st->sent_offset = b->next_offset;
+        c->srv->stats.ids_served_total += b->count;
+        pd_conn_write_owned(c, b->base, b->frame, b->frame_len);
+        free(b);
+        if (c->closing)
+            return 1;
+    }
+    return st->ended;
+}
+
+/* After deliveries: end the stream when everything went out. */
+static void pd_stream_maybe_complete(pd_stream *st)
+{
+    if (!st->ended && st->unscheduled == 0 && st->inflight == 0 && !st->ready) {
+        pd_stream_send_end(st, PERMD__V1__END_REASON__END_REASON_COMPLETE);
+        pd_stream_stop(st);
+    }
+}
+
+static void pd_batch_done(pd_job *job)
+{
+    pd_batch *b = (pd_batch *)job;
+    pd_stream *st = b->st;
+    pd_conn *c = job->conn;
+    st->inflight--;
+    if (st->ended || !pd_conn_open(c)) {
+        free(b->base);
+        free(b);
+        if (st->ended && st->inflight == 0)
+            pd_stream_unlink_free(st);
+        return;
+    }
+    pd_batch **pp = &st->ready; /* keep the ready list sorted by seq */
+    while (*pp && (*pp)->seq < b->seq)
+        pp = &(*pp)->next;
+    b->next = *pp;
+    *pp = b;
+    if (!pd_stream_deliver(st))
+        pd_stream_maybe_complete(st);
+    if (c->closing)
+        return;
+    pd_stream_pump(c);
+    pd_conn_flush(c);
+    pd_conn_maybe_resume(c);
+}
+
+/* Generate the next batch inline into the output buffer (small batches,
+ * nothing in flight, so order holds). */
+static int pd_stream_inline(pd_stream *st, uint64_t count)
+{
+    pd_conn *c = st->conn;
+    pd_batch b = {.seq = st->next_seq, .count = count, .width = st->t.width};
+    b.next_offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
+    uint8_t hdr[PD_STREAM_HDR_MAX];
+    size_t hlen;
+    uint64_t got;
+    int rc = pd_batch_header(st, &b, hdr, &hlen);
+    if (rc)
+        return rc;
+    uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, (size_t)count * b.width, b.width);
+    if (!payload)
+        return PD_ENOMEM;
+    rc = pd_gen_slice(&st->t.perm, &st->t.slice, count, b.width, payload, &got);
+    if (rc || got != count)
+        return rc ? rc : PD_EINTERNAL;
+    pd_conn_bulk_end(c, payload);
+    st->next_seq++;
+    st->send_seq++;
+    st->delivered += count;
+    st->sent_offset = b.next_offset;
+    c->srv->stats.ids_served_total += count;
+    return 0;
+}
+
+static int pd_stream_schedule(pd_stream *st, uint64_t count)
+{
+    pd_conn *c = st->conn;
+    pd_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return PD_ENOMEM;
+    b->st = st;
+    b->seq = st->next_seq;
+    b->count = count;
+    b->width = st->t.width;
+    b->perm = st->t.perm;
+    b->slice = st->t.slice;
+    b->next_offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
+    uint8_t hdr[PD_STREAM_HDR_MAX];
+    size_t hlen;
+    int rc = pd_batch_header(st, b, hdr, &hlen);
+    size_t pad = (16 - hlen % 16) % 16;
+    if (rc || !(b->base = malloc(pad + hlen + (size_t)count * b->width))) {
+        free(b);
+        return rc ? rc : PD_ENOMEM;
+    }
+    b->frame = b->base + pad;
+    b->payload = b->frame + hlen; /* 16-aligned */
+    b->frame_len = hlen + (size_t)count * b->width;
+    memcpy(b->frame, hdr, hlen);
+    if (pd_job_submit(&b->job, c, pd_batch_run, pd_batch_done, b->frame_len)) {
+        free(b->base);
+        free(b);
+        return PD_EINTERNAL;
+    }
+    st->next_seq++;
+    st->inflight++;
+    return 0;
+}
+
+/* Produce as far as credits, the in-flight bound and the output cap allow. */
+static void pd_stream_produce(pd_stream *st)
+{
+    pd_conn *c = st->conn;
+    while (!st->ended && st->credits && st->unscheduled && st->inflight < PD_STREAM_MAX_INFLIGHT &&
+           pd_conn_open(c) && !pd_conn_congested(c)) {
+        uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
+        /* Inline only in order (nothing in flight) and within the loop's budget. */
+        int inl = st->inflight == 0 && !st->ready && pd_server_take_inline(c->srv, count);
+        int rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
+        if (rc) {
+            pd_conn_send_error(c, st->id, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));
+            pd_stream_stop(st);
+            return;
+        }
+        st->credits--;
+        st->unscheduled -= count;
+        st->t.slice.offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
+    }
+    pd_stream_maybe_complete(st);
+}
+
+void pd_stream_pump(pd_conn *c)
+{
+    pd_stream *st = c->streams;
+    while (st) {
+        pd_stream *next = st->next; /* st may be freed */
+        if (!st->ended)
+            pd_stream_produce(st);
+        st = next;
+    }
+}
+
+void pd_stream_open(pd_conn *c, uint64_t id, const Permd__V1__Stream *m)
+{
+    pd_server *s = c->srv;
+    const pd_config *cfg = s->cfg;
+    char msg[256];
+    pd_target t;
+    int rc = pd_target_resolve(s, m->slice, &t, msg, sizeof msg);
+    if (rc) {
+        pd_conn_send_error(c, id, rc, "%s", msg);
+        return;
+    }
+    if (m->batch == 0 || m->batch > cfg->max_count) {
+        pd_conn_send_error(c, id, m->batch ? PD_ETOOBIG : PD_EINVAL, "batch must be in [1, %llu] (max_count), not %llu",
+                           (unsigned long long)cfg->max_count, (unsigned long long)m->batch);
+        return;
+    }
+    if (m->credits == 0 || m->credits > cfg->max_credits) {
+        pd_conn_send_error(c, id, PD_EINVAL, "credits must be in [1, %llu] (max_credits), not %u",
+                           (unsigned long long)cfg->max_credits, m->credits);
+        return;
+    }
+    if (pd_stream_find(c, id)) {
+        pd_conn_send_error(c, id, PD_ECONFLICT, "a stream with id %llu is already open on this connection",
+                           (unsigned long long)id);
+        return;
+    }
+    if (c->nstreams >= cfg->max_streams) {
+        pd_conn_send_error(c, id, PD_EBUSY, "too many streams on this connection (max_streams = %llu)",
+                           (unsigned long long)cfg->max_streams);
+        return;
+    }
+    pd_stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    st->conn = c;
+    st->id = id;
+    st->t = t;
+    st->batch = m->batch;
+    st->credits = m->credits;
+    st->unscheduled = m->max_count && m->max_count < t.remaining ? m->max_count : t.remaining;
+    st->sent_offset = t.slice.offset;
+    st->next = c->streams;
+    c->streams = st;
+    c->nstreams++;
+    s->stats.streams_total++;
+    s->stats.streams_active++;
+    pd_log_debug("stream_open", "conn=%llu id=%llu dataset=%s ids=%llu batch=%llu", (unsigned long long)c->serial,
+                 (unsigned long long)id, t.ds.name, (unsigned long long)st->unscheduled,
+                 (unsigned long long)st->batch);
+    pd_stream_produce(st);
+}
+
+void pd_stream_credit(pd_conn *c, uint64_t id, uint32_t credits)
+{
+    pd_stream *st = pd_stream_find(c, id);
+    if (!st)
+        return;
+    uint64_t total = (uint64_t)st->credits + credits;
+    uint64_t cap = c->srv->cfg->max_credits;
+    st->credits = (uint32_t)(total < cap ? total : cap);
+    pd_stream_produce(st);
+}
+
+void pd_stream_cancel(pd_conn *c, uint64_t id)
+{
+    pd_stream *st = pd_stream_find(c, id);
+    if (!st)
+        return;
+    /* Batches already generated are not sent: StreamEnd reports exactly what was. */
+    pd_stream_send_end(st, PERMD__V1__END_REASON__END_REASON_CANCELLED);
+    pd_stream_stop(st);
+}
+
+void pd_stream_end_all(pd_conn *c, Permd__V1__EndReason reason)
+{
+    pd_stream *st = c->streams;
+    while (st) {
+        pd_stream *next = st->next;
+        if (!st->ended) {
+            pd_stream_send_end(st, reason);
+            pd_stream_stop(st);
+        }
+        st = next;
+    }
+}
+
+void pd_stream_discard_all(pd_conn *c)
+{
+    pd_stream *st = c->streams;
+    while (st) {
+        pd_stream *next = st->next;
+        if (!st->ended)
+            pd_stream_stop(st);
+        st = next;
+    }
+}
+
+void pd_stream_free_all(pd_conn *c)
+{
+    while (c->streams)
+        pd_stream_unlink_free(c->streams);
+}

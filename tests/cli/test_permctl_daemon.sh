@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# CLI test: permctl's daemon subcommands against a real permd — outputs, --json, exit codes and messages.
+set -euo pipefail
+
+BIN=${1:?usage: test_permctl_daemon.sh BIN_DIR SOURCE_DIR}
+SRC=${2:?}
+PERMD="$BIN/permd"
+PERMCTL="$BIN/permctl"
+DIR=$(mktemp -d /tmp/permd-cli-XXXXXX)
+PID=
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect CODE NEEDLE CMD...: run CMD, want exit CODE and NEEDLE in its stderr.
+expect() {
+  local code=$1 needle=$2; shift 2
+  local rc=0
+  "$@" >"$DIR/out" 2>"$DIR/err" || rc=$?
+  [ "$rc" = "$code" ] || fail "$* exited $rc, wanted $code: $(cat "$DIR/err")"
+  grep -qF -- "$needle" "$DIR/err" || fail "$*: stderr lacks '$needle': $(cat "$DIR/err")"
+}
+
+export PERMD_SOCKET="$DIR/permd.sock"
+"$PERMD" --state-dir "$DIR/state" 2>"$DIR/permd.log" &
+PID=$!
+for _ in $(seq 200); do [ -S "$PERMD_SOCKET" ] && break; sleep 0.05; done
+[ -S "$PERMD_SOCKET" ] || fail "permd did not start: $(cat "$DIR/permd.log")"
+
+# The quickstart session (docs/quickstart-daemon.md) works as printed.
+"$PERMCTL" datasets put imagenet --size 1281167 | grep -qx "created imagenet (size 1281167)" || fail "put"
+"$PERMCTL" datasets put imagenet --size 1281167 | grep -qx "exists imagenet (size 1281167)" || fail "put again"
+"$PERMCTL" datasets list | grep -qE "^imagenet +1281167 +4 +api$" || fail "list"
+"$PERMCTL" datasets get imagenet --json | grep -qF '"name":"imagenet","size":1281167,"id_width":4,"source":"api"' \
+  || fail "get --json"
+"$PERMCTL" datasets list --json | grep -q '^{"datasets":\[{"name":"imagenet"' || fail "list --json"
+
+# fetch and stream print exactly what the offline rank prints.
+for mode in pad drop exact; do
+  args=(--seed 42 --epoch 3 --world 7 --rank 5 --mode "$mode")
+  "$PERMCTL" rank --size 1281167 "${args[@]}" --offset 21 --count 1000 >"$DIR/want"
+  "$PERMCTL" fetch imagenet "${args[@]}" --offset 21 --count 1000 >"$DIR/got"
+  cmp -s "$DIR/want" "$DIR/got" || fail "fetch $mode differs from rank"
+  "$PERMCTL" stream imagenet "${args[@]}" --offset 21 --count 1000 --batch 77 >"$DIR/got"
+  cmp -s "$DIR/want" "$DIR/got" || fail "stream $mode differs from rank"
+done
+# A whole rank, streamed, and a fetch larger than max_count (fetched in pieces).
+"$PERMCTL" rank --size 1281167 --seed 1 --epoch 0 --world 3 --rank 2 --mode drop >"$DIR/want"
+"$PERMCTL" stream imagenet --seed 1 --epoch 0 --world 3 --rank 2 --mode drop >"$DIR/got"
+cmp -s "$DIR/want" "$DIR/got" || fail "whole stream differs from rank"
+[ "$(wc -l <"$DIR/got")" = 427055 ] || fail "whole stream length"
+"$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 3 --rank 2 --mode drop --count 2000000 >"$DIR/got"
+cmp -s "$DIR/want" "$DIR/got" || fail "large fetch differs from rank"
+
+"$PERMCTL" fetch imagenet --seed 42 --epoch 3 --world 7 --rank 5 --mode pad --count 3 --json >"$DIR/got"
+want=$("$PERMCTL" rank --size 1281167 --seed 42 --epoch 3 --world 7 --rank 5 --mode pad --count 3 | paste -sd,)
+grep -qx "{\"ids\":\[$want\],\"next_offset\":21}" "$DIR/got" || fail "fetch --json: $(cat "$DIR/got")"
+
+# inverse NAME: positions agree with the offline inverse; ranks are position mod W.
+"$PERMCTL" inverse --size 1281167 --seed 42 --epoch 3 17 99 >"$DIR/want"
+"$PERMCTL" inverse imagenet --seed 42 --epoch 3 --world 7 17 99 >"$DIR/got"
+paste -d' ' "$DIR/want" <(awk '{print $1 % 7}' "$DIR/want") | cmp -s - "$DIR/got" || fail "inverse NAME"
+"$PERMCTL" inverse imagenet --seed 42 --epoch 3 --world 7 --json 17 | grep -q '^{"samples":\[17\],"positions":\[' \
+  || fail "inverse --json"
+
+"$PERMCTL" stats | grep -qE "^ids_served_total +[1-9]" || fail "stats"
+"$PERMCTL" stats --json | grep -q '"requests_total":' || fail "stats --json"
+
+# Wrong command lines: exit 2 and say what is wrong, before touching the daemon.
+expect 2 "--count is required" "$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 2 --rank 0 --mode pad
+expect 2 "give a dataset NAME" "$PERMCTL" fetch --seed 1 --epoch 0 --world 2 --rank 0 --mode pad --count 1
+expect 2 "must be below --world" "$PERMCTL" stream imagenet --seed 1 --epoch 0 --world 2 --rank 2 --mode pad
+expect 2 "not one of pad, drop, exact" "$PERMCTL" stream imagenet --seed 1 --epoch 0 --world 2 --rank 0 --mode all
+expect 2 "unknown action" "$PERMCTL" datasets show imagenet
+expect 2 "--size is required" "$PERMCTL" datasets put other
+expect 2 "not both" "$PERMCTL" stats --socket "$PERMD_SOCKET" --tcp 127.0.0.1:1
+expect 2 "unknown option '--bogus'" "$PERMCTL" stats --bogus
+expect 2 "not an unsigned decimal" "$PERMCTL" inverse imagenet --seed 1 --epoch 0 --world 2 x
+expect 2 "give an action" "$PERMCTL" datasets
+
+# The daemon's errors: exit 1 with the typed error and its message.
+expect 1 "NOT_FOUND: dataset 'nope' does not exist" "$PERMCTL" fetch nope --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 1
+expect 1 "CONFLICT: dataset 'imagenet' exists with size 1281167, not 5" "$PERMCTL" datasets put imagenet --size 5
+expect 1 "INVALID_ARGUMENT" "$PERMCTL" datasets put 'bad/name' --size 5
+expect 1 "past the end of the epoch" "$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --offset 2000000 --count 1
+expect 1 "is not below the dataset size" "$PERMCTL" inverse imagenet --seed 1 --epoch 0 --world 2 1281167
+expect 1 "is permd running?" "$PERMCTL" stats --socket "$DIR/absent.sock"
+
+"$PERMCTL" datasets rm imagenet | grep -qx "deleted imagenet" || fail "rm"
+expect 1 "NOT_FOUND" "$PERMCTL" datasets rm imagenet
+
+# The documented config is exactly what the table generates, and it loads.
+"$PERMD" --print-template | cmp -s - "$SRC/config/permd.yaml" || fail "config/permd.yaml is out of date: regenerate with permd --print-template"
+"$PERMD" --check-config --config "$SRC/config/permd.yaml" >/dev/null 2>"$DIR/err" || fail "template does not validate"
+expect 2 "max_frame" "$PERMD" --check-config --max-frame 1
+
+kill -TERM "$PID"
+rc=0
+wait "$PID" || rc=$?
+PID=
+[ "$rc" = 0 ] || fail "permd exited $rc on SIGTERM"
+[ ! -e "$PERMD_SOCKET" ] || fail "socket left behind"
+echo "ok"

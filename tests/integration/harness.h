@@ -1,0 +1,51 @@
+/* Integration-test harness: run a real permd on a temporary socket and state dir, and speak raw frames to it. */
+#ifndef PERMD_TEST_HARNESS_H
+#define PERMD_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/frame.h"
+
+typedef struct harness {
+    char dir[64];     /* temporary directory, removed by harness_cleanup */
+    char sock[128];   /* dir/permd.sock */
+    char state[128];  /* dir/state */
+    char log[128];    /* permd's stderr */
+    char tcp[64];     /* "127.0.0.1:PORT" when started with TCP, else "" */
+    pid_t pid;
+} harness;
+
+/* Make the temporary directory. */
+void harness_init(harness *h);
+/* Start permd (or $PERMD_TEST_BIN, e.g. a valgrind wrapper) on h's socket and state dir with extra flags (NULL-terminated
+ * list, may be NULL); with_tcp adds --tcp on a free loopback port. Returns 0
+ * once the socket accepts, -1 if permd exited (its status in *status). */
+int harness_start(harness *h, int with_tcp, const char *const *extra, int *status);
+/* Send sig and wait (30 s at most, then SIGKILL): the exit status as
+ * waitpid reports it, or -1. */
+int harness_stop(harness *h, int sig);
+/* Remove the directory (after stopping). */
+void harness_cleanup(harness *h);
+/* permd's resident memory in KiB (VmRSS). */
+long harness_rss_kb(const harness *h);
+/* Whether permd's log contains s. */
+int harness_log_contains(const harness *h, const char *s);
+
+/* ---- Raw protocol ---- */
+
+int raw_connect_unix(const char *path);
+int raw_connect_tcp(const char *hostport);
+/* Write all bytes; 0 or -1. */
+int raw_send(int fd, const void *buf, size_t len);
+int raw_send_env(int fd, const pd_envelope *env);
+/* Read one frame (waiting at most timeout_ms) and unpack it: 0, 1 on EOF,
+ * -1 on error or timeout. Free *env with protobuf_c_message_free_unpacked. */
+int raw_recv_env(int fd, int timeout_ms, pd_envelope **env);
+/* Expect an Error with this code; returns 0 or fails the test. */
+void raw_expect_error(int fd, Permd__V1__ErrorCode code);
+/* Whether the server closes the connection (EOF) within timeout_ms. */
+int raw_wait_eof(int fd, int timeout_ms);
+
+#endif

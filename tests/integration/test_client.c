@@ -1,0 +1,226 @@
+/* Integration: libpermd against scripted fake servers — endpoints, timeouts, closed or malformed peers, argument checks. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "client/permd.h"
+#include "harness.h"
+
+typedef enum { FAKE_SILENT, FAKE_CLOSE, FAKE_GARBAGE, FAKE_SPEC2, FAKE_ERROR0 } fake_kind;
+
+typedef struct fake {
+    char dir[64], path[128];
+    int listen_fd;
+    fake_kind kind;
+    pthread_t th;
+} fake;
+
+static int read_frame(int fd, pd_envelope **env)
+{
+    return raw_recv_env(fd, 10000, env);
+}
+
+static void send_hello_reply(int fd, uint64_t id, uint32_t spec)
+{
+    Permd__V1__Limits lim = PERMD__V1__LIMITS__INIT;
+    lim.max_frame = 4096;
+    lim.max_count = 1000;
+    lim.max_credits = 4;
+    Permd__V1__HelloReply r = PERMD__V1__HELLO_REPLY__INIT;
+    r.protocol_version = 1;
+    r.spec_version = spec;
+    r.server = "fake";
+    r.limits = &lim;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_HELLO_REPLY;
+    env.hello_reply = &r;
+    raw_send_env(fd, &env);
+}
+
+/* One connection, scripted by kind. */
+static void *fake_main(void *arg)
+{
+    fake *f = arg;
+    int fd = accept(f->listen_fd, NULL, NULL);
+    pd_envelope *env;
+    if (fd < 0 || read_frame(fd, &env))
+        return NULL;
+    uint64_t id = env->id;
+    protobuf_c_message_free_unpacked(&env->base, NULL);
+    if (f->kind == FAKE_ERROR0) { /* refuse the connection as an overloaded server does */
+        Permd__V1__Error e = PERMD__V1__ERROR__INIT;
+        e.code = PERMD__V1__ERROR_CODE__ERROR_CODE_OVERLOADED;
+        e.message = "too many connections";
+        pd_envelope out = PERMD__V1__ENVELOPE__INIT;
+        out.body_case = PERMD__V1__ENVELOPE__BODY_ERROR;
+        out.error = &e;
+        raw_send_env(fd, &out);
+        close(fd);
+        return NULL;
+    }
+    send_hello_reply(fd, id, f->kind == FAKE_SPEC2 ? 2 : 1);
+    if (f->kind != FAKE_SPEC2 && read_frame(fd, &env) == 0) { /* the request under test */
+        protobuf_c_message_free_unpacked(&env->base, NULL);
+        if (f->kind == FAKE_GARBAGE) {
+            const uint8_t junk[] = {3, 0, 0, 0, 0xff, 0xff, 0xff};
+            raw_send(fd, junk, sizeof junk);
+        }
+        if (f->kind == FAKE_SILENT) {
+            char b;
+            while (recv(fd, &b, 1, 0) > 0) /* until the client hangs up */
+                ;
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+static void fake_start(fake *f, fake_kind kind)
+{
+    memset(f, 0, sizeof *f);
+    strcpy(f->dir, "/tmp/permd-fake-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof f->path, "%s/fake.sock", f->dir);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(sa.sun_path, f->path);
+    f->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(f->listen_fd, 4), 0);
+    f->kind = kind;
+    pthread_create(&f->th, NULL, fake_main, f);
+}
+
+static void fake_stop(fake *f)
+{
+    pthread_join(f->th, NULL);
+    close(f->listen_fd);
+    unlink(f->path);
+    rmdir(f->dir);
+}
+
+static const permd_slice any_slice = {.dataset = "d", .world = 1, .mode = PERMD_MODE_PAD};
+
+static void test_timeout(void **state)
+{
+    (void)state;
+    fake f;
+    fake_start(&f, FAKE_SILENT);
+    permd_client *c;
+    char ep[160];
+    snprintf(ep, sizeof ep, "unix:%s", f.path);
+    assert_int_equal(permd_connect(ep, NULL, &c), 0);
+    permd_server_info info;
+    assert_int_equal(permd_server_info_get(c, &info), 0);
+    assert_string_equal(info.server, "fake");
+    assert_int_equal(info.max_count, 1000);
+    assert_int_equal(permd_set_timeout(c, 200), 0);
+    uint64_t ids[4], got;
+    assert_int_equal(permd_fetch_u64(c, &any_slice, 4, ids, &got, NULL), PERMD_ETIMEDOUT);
+    assert_non_null(strstr(permd_last_error(c), "200 ms"));
+    /* after a timeout the connection is not reused: its reply could still come */
+    assert_int_equal(permd_fetch_u64(c, &any_slice, 4, ids, &got, NULL), PERMD_ECLOSED);
+    permd_close(c);
+    fake_stop(&f);
+}
+
+static void test_peer_closes(void **state)
+{
+    (void)state;
+    fake f;
+    fake_start(&f, FAKE_CLOSE);
+    permd_client *c;
+    assert_int_equal(permd_connect(f.path, NULL, &c), 0); /* a path with '/' is a Unix socket */
+    permd_dataset d;
+    assert_int_equal(permd_get_dataset(c, "d", &d), PERMD_ECLOSED);
+    assert_non_null(strstr(permd_last_error(c), "closed"));
+    permd_close(c);
+    fake_stop(&f);
+}
+
+static void test_garbage_reply(void **state)
+{
+    (void)state;
+    fake f;
+    fake_start(&f, FAKE_GARBAGE);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(f.path, &c), 0);
+    uint64_t ids[4], got;
+    assert_int_equal(permd_fetch_u64(c, &any_slice, 4, ids, &got, NULL), PERMD_EPROTO);
+    permd_close(c);
+    fake_stop(&f);
+}
+
+static void test_handshake_refusals(void **state)
+{
+    (void)state;
+    fake f;
+    permd_client *c;
+    fake_start(&f, FAKE_SPEC2); /* a server computing another permutation spec */
+    assert_int_equal(permd_connect_unix(f.path, &c), PERMD_EUNSUPPORTED);
+    assert_non_null(strstr(permd_last_error(NULL), "spec v2"));
+    fake_stop(&f);
+    fake_start(&f, FAKE_ERROR0);
+    assert_int_equal(permd_connect_unix(f.path, &c), PERMD_EBUSY);
+    assert_non_null(strstr(permd_last_error(NULL), "OVERLOADED: too many connections"));
+    fake_stop(&f);
+}
+
+static void test_endpoints_and_arguments(void **state)
+{
+    (void)state;
+    permd_client *c = NULL;
+    assert_int_equal(permd_connect_unix("/nonexistent/permd.sock", &c), PERMD_EIO);
+    assert_non_null(strstr(permd_last_error(NULL), "is permd running?"));
+    assert_int_equal(permd_connect_tcp("127.0.0.1:0", NULL, &c), PERMD_EINVAL);
+    assert_int_equal(permd_connect_tcp("::1:80", NULL, &c), PERMD_EINVAL);
+    assert_int_equal(permd_connect("tcp:127.0.0.1:1", NULL, &c), PERMD_EIO); /* nothing listens on port 1 */
+    assert_null(c);
+    assert_int_equal(permd_connect_unix(NULL, NULL), PERMD_EINVAL);
+
+    assert_string_not_equal(permd_strerror(PERMD_ENOTFOUND), permd_strerror(PERMD_ECONFLICT));
+    assert_string_equal(permd_version(), PERMD_VERSION_STRING);
+    permd_close(NULL);
+
+    fake f;
+    fake_start(&f, FAKE_CLOSE);
+    assert_int_equal(permd_connect_unix(f.path, &c), 0);
+    permd_slice bad = any_slice;
+    bad.mode = 7;
+    uint64_t ids[4], got;
+    assert_int_equal(permd_fetch_u64(c, &bad, 4, ids, &got, NULL), PERMD_EINVAL);
+    bad = any_slice;
+    bad.dataset = NULL;
+    assert_int_equal(permd_fetch_u64(c, &bad, 4, ids, &got, NULL), PERMD_EINVAL);
+    assert_int_equal(permd_fetch_u64(c, &any_slice, 4, NULL, &got, NULL), PERMD_EINVAL);
+    assert_int_equal(permd_put_dataset(c, "", 5, NULL, NULL), PERMD_EINVAL);
+    char longname[PERMD_NAME_MAX + 2];
+    memset(longname, 'a', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_int_equal(permd_get_dataset(c, longname, NULL), PERMD_EINVAL);
+    permd_stream *st;
+    assert_int_equal(permd_stream_open(c, &any_slice, 0, 0, &st), PERMD_EINVAL);
+    assert_int_equal(permd_inverse(c, "d", 1, 1, 1, 5, NULL, 0, NULL, NULL), PERMD_EINVAL);
+    assert_int_equal(permd_stats_get(c, NULL), PERMD_EINVAL);
+    permd_close(c); /* none of those reached the fake, which just hangs up */
+    fake_stop(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_peer_closes),
+        cmocka_unit_test(test_garbage_reply),
+        cmocka_unit_test(test_handshake_refusals),
+        cmocka_unit_test(test_endpoints_and_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

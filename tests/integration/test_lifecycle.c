@@ -1,0 +1,209 @@
+/* Integration: datasets survive restarts, config datasets, startup refusals, and clean exits on SIGTERM/SIGINT. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "client/permd.h"
+#include "harness.h"
+
+static int exited_with(int status, int code)
+{
+    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
+
+static void test_restart_keeps_datasets(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    assert_int_equal(harness_start(&h, 0, NULL, NULL), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_put_dataset(c, "a", 10, NULL, NULL), 0);
+    assert_int_equal(permd_put_dataset(c, "b", UINT64_C(1) << 63, NULL, NULL), 0);
+    assert_int_equal(permd_put_dataset(c, "c", 7, NULL, NULL), 0);
+    assert_int_equal(permd_delete_dataset(c, "c"), 0);
+    permd_close(c);
+    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+
+    assert_int_equal(harness_start(&h, 0, NULL, NULL), 0);
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    permd_dataset all[4];
+    size_t total;
+    assert_int_equal(permd_list_datasets(c, all, 4, &total), 0);
+    assert_int_equal(total, 2);
+    assert_string_equal(all[0].name, "a");
+    assert_int_equal(all[0].size, 10);
+    assert_string_equal(all[1].name, "b");
+    assert_int_equal(all[1].size, UINT64_C(1) << 63);
+    assert_int_equal(all[1].id_width, 8);
+    permd_close(c);
+
+    /* A crash (SIGKILL) right after an acknowledged put loses nothing either. */
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_put_dataset(c, "acked", 99, NULL, NULL), 0);
+    permd_close(c);
+    harness_stop(&h, SIGKILL);
+    assert_int_equal(harness_start(&h, 0, NULL, NULL), 0);
+    permd_dataset d;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_get_dataset(c, "acked", &d), 0);
+    assert_int_equal(d.size, 99);
+    permd_close(c);
+    assert_true(exited_with(harness_stop(&h, SIGINT), 0));
+    harness_cleanup(&h);
+}
+
+static void test_config_datasets(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    char cfg[160];
+    snprintf(cfg, sizeof cfg, "%s/permd.yaml", h.dir);
+    FILE *f = fopen(cfg, "w");
+    fputs("max_streams: 4\ndatasets:\n  - name: declared\n    size: 1281167\n", f);
+    fclose(f);
+    const char *extra[] = {"--config", cfg, "--dataset", "flagged:77", NULL};
+    assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
+    permd_client *c;
+    permd_dataset d;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_get_dataset(c, "declared", &d), 0);
+    assert_int_equal(d.size, 1281167);
+    assert_int_equal(d.from_config, 1);
+    assert_int_equal(permd_get_dataset(c, "flagged", &d), 0);
+    assert_int_equal(permd_delete_dataset(c, "declared"), PERMD_ECONFLICT);
+    assert_int_equal(permd_put_dataset(c, "declared", 5, NULL, NULL), PERMD_ECONFLICT);
+    assert_int_equal(permd_put_dataset(c, "stored", 5, NULL, NULL), 0);
+    permd_server_info info;
+    permd_server_info_get(c, &info);
+    assert_int_equal(info.max_streams, 4); /* the file's value reached the server */
+    permd_close(c);
+    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+
+    /* A config that contradicts the stored registry refuses to start, and says why. */
+    const char *bad[] = {"--dataset", "stored:6", NULL};
+    int status;
+    assert_int_equal(harness_start(&h, 0, bad, &status), -1);
+    assert_true(exited_with(status, 1));
+    assert_true(harness_log_contains(&h, "dataset=stored"));
+    harness_cleanup(&h);
+}
+
+static void test_startup_refusals(void **state)
+{
+    (void)state;
+    harness h;
+    int status;
+    harness_init(&h);
+
+    /* Non-loopback TCP without a token file: a configuration error. */
+    const char *open_tcp[] = {"--tcp", "0.0.0.0:7471", NULL};
+    assert_int_equal(harness_start(&h, 0, open_tcp, &status), -1);
+    assert_true(exited_with(status, 2));
+
+    /* A stale socket file is replaced; a live server's socket is not stolen. */
+    FILE *f = fopen(h.sock, "w"); /* a regular file in the way: refused */
+    fclose(f);
+    assert_int_equal(harness_start(&h, 0, NULL, &status), -1);
+    assert_true(exited_with(status, 1));
+    unlink(h.sock);
+    assert_int_equal(harness_start(&h, 0, NULL, NULL), 0);
+    struct stat st;
+    assert_int_equal(stat(h.sock, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0660);
+    char cmd[512]; /* a second permd on the same socket exits 1 and says why */
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' --state-dir '%s/state2' 2>>'%s'", PERMD_BIN, h.sock, h.dir, h.log);
+    status = system(cmd);
+    assert_true(exited_with(status, 1));
+    assert_true(harness_log_contains(&h, "another server is listening"));
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0); /* the first still serves */
+    permd_close(c);
+    pid_t first = h.pid;
+    assert_int_equal(kill(first, SIGKILL), 0); /* dies without removing its socket */
+    waitpid(first, NULL, 0);
+    h.pid = 0;
+    assert_int_equal(stat(h.sock, &st), 0);
+    assert_int_equal(harness_start(&h, 0, NULL, NULL), 0); /* the stale one is replaced */
+    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+    assert_int_equal(stat(h.sock, &st), -1); /* a clean exit removes it */
+    harness_cleanup(&h);
+}
+
+/* SIGTERM while a stream runs and clients are connected: exit 0, the stream
+ * ends with a resumable offset, idle clients see the close. */
+static void test_sigterm_with_active_stream(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    assert_int_equal(harness_start(&h, 1, NULL, NULL), 0);
+    permd_client *c, *idle;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_connect_tcp(h.tcp, NULL, &idle), 0);
+    assert_int_equal(permd_put_dataset(c, "big", UINT64_C(1) << 40, NULL, NULL), 0);
+    permd_slice s = {.dataset = "big", .seed = 1, .world = 1, .mode = PERMD_MODE_EXACT};
+    permd_stream *st;
+    assert_int_equal(permd_stream_open(c, &s, 4096, 0, &st), 0);
+    const void *ids;
+    uint32_t width;
+    uint64_t n, seen = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(permd_stream_next(st, &ids, &width, &n), 0);
+        assert_int_equal(n, 4096);
+        seen += n;
+    }
+    kill(h.pid, SIGTERM);
+    int rc;
+    while ((rc = permd_stream_next(st, &ids, &width, &n)) == 0 && n)
+        seen += n;
+    assert_int_equal(rc, PERMD_ECLOSED); /* told it is a shutdown, not the end of the slice */
+    assert_non_null(strstr(permd_last_error(c), "resume"));
+    assert_int_equal(permd_stream_offset(st), seen); /* W = 1: the offset counts what was read */
+    permd_stream_close(st);
+    permd_dataset d;
+    assert_true(permd_get_dataset(idle, "big", &d) < 0);
+    permd_close(idle);
+    permd_close(c);
+    int status = harness_stop(&h, SIGTERM); /* already stopping: collect the exit */
+    assert_true(exited_with(status, 0));
+    assert_true(harness_log_contains(&h, "event=stopped"));
+    harness_cleanup(&h);
+}
+
+static void test_check_config(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' --check-config --max-streams 3 > '%s/out' 2>&1", PERMD_BIN, h.dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "grep -q '^max_streams: 3$' '%s/out'", h.dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "'%s' --check-config --max-frame 1 > /dev/null 2>&1", PERMD_BIN);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    harness_cleanup(&h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_restart_keeps_datasets),
+        cmocka_unit_test(test_config_datasets),
+        cmocka_unit_test(test_startup_refusals),
+        cmocka_unit_test(test_sigterm_with_active_stream),
+        cmocka_unit_test(test_check_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

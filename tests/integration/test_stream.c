@@ -1,0 +1,260 @@
+/* Integration: stream credits, in-order batches, Cancel, max_count, resume offsets and several streams per connection. */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "client/permd.h"
+#include "core/rank.h"
+#include "harness.h"
+
+#define N 100000
+
+static harness h;
+
+static int setup(void **state)
+{
+    (void)state;
+    harness_init(&h);
+    const char *extra[] = {"--inline-ids", "100", NULL}; /* batches of 100 inline, larger on the pool */
+    if (harness_start(&h, 0, extra, NULL))
+        return -1;
+    permd_client *c;
+    if (permd_connect_unix(h.sock, &c) || permd_put_dataset(c, "d", N, NULL, NULL))
+        return -1;
+    permd_close(c);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    int st = harness_stop(&h, SIGTERM);
+    harness_cleanup(&h);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static void send_stream(int fd, uint64_t id, uint64_t batch, uint32_t credits, uint64_t max_count, uint64_t offset)
+{
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "d";
+    sl.seed = 5;
+    sl.epoch = 6;
+    sl.world = 3;
+    sl.rank = 2;
+    sl.mode = PERMD__V1__MODE__MODE_PAD;
+    sl.offset = offset;
+    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
+    m.slice = &sl;
+    m.batch = batch;
+    m.credits = credits;
+    m.max_count = max_count;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &m;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+}
+
+static void send_credit(int fd, uint64_t id, uint32_t credits)
+{
+    Permd__V1__Credit m = PERMD__V1__CREDIT__INIT;
+    m.credits = credits;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_CREDIT;
+    env.credit = &m;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+}
+
+static void send_cancel(int fd, uint64_t id)
+{
+    Permd__V1__Cancel m = PERMD__V1__CANCEL__INIT;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_CANCEL;
+    env.cancel = &m;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+}
+
+/* The k-th id (from offset) of rank 2 of 3, pad mode, per the core. */
+static uint64_t want_id(uint64_t offset, uint64_t k)
+{
+    pd_perm p;
+    pd_perm_init(&p, 5, 6, PD_STREAM_SAMPLES, N);
+    return pd_stream_sample(&p, offset + 2 + 3 * k);
+}
+
+/* Receive one batch of the stream and check it against the core. */
+static void expect_batch(int fd, uint64_t id, uint64_t seq, uint64_t offset, uint64_t first_k, uint64_t count)
+{
+    pd_envelope *env;
+    assert_int_equal(raw_recv_env(fd, 10000, &env), 0);
+    assert_int_equal(env->id, id);
+    if (env->body_case != PERMD__V1__ENVELOPE__BODY_STREAM_BATCH)
+        fail_msg("expected batch %llu, got body %d", (unsigned long long)seq, (int)env->body_case);
+    const Permd__V1__StreamBatch *b = env->stream_batch;
+    assert_int_equal(b->seq, seq);
+    assert_int_equal(b->count, count);
+    assert_int_equal(b->id_width, 4);
+    assert_int_equal(b->ids.len, count * 4);
+    for (uint64_t i = 0; i < count; i++)
+        assert_int_equal(pd_load_le32(b->ids.data + 4 * i), want_id(offset, first_k + i));
+    assert_int_equal(b->next_offset, offset + 3 * (first_k + count));
+    protobuf_c_message_free_unpacked(&env->base, NULL);
+}
+
+static void expect_end(int fd, uint64_t id, Permd__V1__EndReason reason, uint64_t delivered, uint64_t next_offset)
+{
+    pd_envelope *env;
+    assert_int_equal(raw_recv_env(fd, 10000, &env), 0);
+    assert_int_equal(env->id, id);
+    assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_END);
+    assert_int_equal(env->stream_end->reason, reason);
+    assert_int_equal(env->stream_end->delivered, delivered);
+    assert_int_equal(env->stream_end->next_offset, next_offset);
+    protobuf_c_message_free_unpacked(&env->base, NULL);
+}
+
+/* Nothing arrives while the stream has no credits. */
+static void expect_silence(int fd)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&pf, 1, 300), 0);
+}
+
+static void test_credits_pace_batches(void **state)
+{
+    (void)state;
+    for (int pooled = 0; pooled <= 1; pooled++) {
+        uint64_t batch = pooled ? 1000 : 50; /* inline_ids is 100 */
+        int fd = raw_connect_unix(h.sock);
+        send_stream(fd, 9, batch, 2, 0, 30);
+        expect_batch(fd, 9, 0, 30, 0, batch);
+        expect_batch(fd, 9, 1, 30, batch, batch);
+        expect_silence(fd);
+        send_credit(fd, 9, 1);
+        expect_batch(fd, 9, 2, 30, 2 * batch, batch);
+        expect_silence(fd);
+        send_cancel(fd, 9);
+        expect_end(fd, 9, PERMD__V1__END_REASON__END_REASON_CANCELLED, 3 * batch, 30 + 3 * 3 * batch);
+        send_credit(fd, 9, 5); /* after the end: ignored, no reply */
+        send_cancel(fd, 9);
+        expect_silence(fd);
+        close(fd);
+    }
+}
+
+static void test_max_count_and_end_of_slice(void **state)
+{
+    (void)state;
+    int fd = raw_connect_unix(h.sock);
+    /* max_count 250 in batches of 100: 100, 100, 50, then COMPLETE. */
+    send_stream(fd, 1, 100, 8, 250, 0);
+    expect_batch(fd, 1, 0, 0, 0, 100);
+    expect_batch(fd, 1, 1, 0, 100, 100);
+    expect_batch(fd, 1, 2, 0, 200, 50);
+    expect_end(fd, 1, PERMD__V1__END_REASON__END_REASON_COMPLETE, 250, 750);
+    /* Near the end of the epoch: T = 100002 (pad, W = 3); rank 2 has 1 id left after 99999. */
+    send_stream(fd, 2, 100, 8, 0, 99999);
+    expect_batch(fd, 2, 0, 99999, 0, 1);
+    expect_end(fd, 2, PERMD__V1__END_REASON__END_REASON_COMPLETE, 1, 100002);
+    /* At T exactly: an empty stream ends at once. */
+    send_stream(fd, 3, 100, 8, 0, 100002);
+    expect_end(fd, 3, PERMD__V1__END_REASON__END_REASON_COMPLETE, 0, 100002);
+    close(fd);
+}
+
+/* Two streams on one connection interleave, each in order, with requests between. */
+static void test_two_streams_and_requests(void **state)
+{
+    (void)state;
+    int fd = raw_connect_unix(h.sock);
+    send_stream(fd, 10, 500, 64, 5000, 0);
+    send_stream(fd, 11, 700, 64, 4900, 300);
+    Permd__V1__Stats st = PERMD__V1__STATS__INIT;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *env;
+    req.id = 12;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_STATS;
+    req.stats = &st;
+    raw_send_env(fd, &req);
+    uint64_t seq[2] = {0, 0}, got[2] = {0, 0};
+    int ended = 0, stats_seen = 0;
+    while (ended < 2 || !stats_seen) {
+        assert_int_equal(raw_recv_env(fd, 10000, &env), 0);
+        if (env->id == 12) {
+            assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STATS_REPLY);
+            stats_seen = 1;
+        } else {
+            int s = env->id == 11;
+            uint64_t off = s ? 300 : 0;
+            assert_true(env->id == 10 || env->id == 11);
+            if (env->body_case == PERMD__V1__ENVELOPE__BODY_STREAM_END) {
+                assert_int_equal(env->stream_end->delivered, got[s]);
+                ended++;
+            } else {
+                const Permd__V1__StreamBatch *b = env->stream_batch;
+                assert_int_equal(b->seq, seq[s]++);
+                for (uint64_t i = 0; i < b->count; i++)
+                    assert_int_equal(pd_load_le32(b->ids.data + 4 * i), want_id(off, got[s] + i));
+                got[s] += b->count;
+            }
+        }
+        protobuf_c_message_free_unpacked(&env->base, NULL);
+    }
+    assert_int_equal(got[0], 5000);
+    assert_int_equal(got[1], 4900);
+    close(fd);
+}
+
+/* libpermd: a fetch while a stream is open is answered, and the stream's
+ * frames that arrive meanwhile are kept for it; close mid-stream cancels. */
+static void test_client_stream_with_fetch(void **state)
+{
+    (void)state;
+    permd_client *c;
+    permd_stream *st, *second;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    permd_slice s = {.dataset = "d", .seed = 5, .epoch = 6, .world = 3, .rank = 2, .mode = PERMD_MODE_PAD};
+    assert_int_equal(permd_stream_open(c, &s, 64, 0, &st), 0);
+    assert_int_equal(permd_stream_open(c, &s, 64, 0, &second), PERMD_EBUSY);
+    uint64_t k = 0;
+    for (int round = 0; round < 20; round++) {
+        const void *ids;
+        uint32_t width;
+        uint64_t n;
+        assert_int_equal(permd_stream_next(st, &ids, &width, &n), 0);
+        assert_int_equal(n, 64);
+        for (uint64_t i = 0; i < n; i++)
+            assert_int_equal(((const uint32_t *)ids)[i], want_id(0, k + i));
+        k += n;
+        uint64_t f[8], got;
+        permd_slice fs = s;
+        fs.offset = 600;
+        assert_int_equal(permd_fetch_u64(c, &fs, 8, f, &got, NULL), 0);
+        assert_int_equal(f[0], want_id(600, 0));
+    }
+    assert_int_equal(permd_stream_offset(st), 3 * k);
+    assert_int_equal(permd_stream_close(st), 0); /* cancels and drains */
+    uint64_t f[1], got;
+    assert_int_equal(permd_fetch_u64(c, &s, 1, f, &got, NULL), 0); /* the connection is clean */
+    assert_int_equal(f[0], want_id(0, 0));
+    permd_close(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_credits_pace_batches),
+        cmocka_unit_test(test_max_count_and_end_of_slice),
+        cmocka_unit_test(test_two_streams_and_requests),
+        cmocka_unit_test(test_client_stream_with_fetch),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

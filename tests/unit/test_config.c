@@ -1,0 +1,277 @@
+/* Tests for daemon/config.c: defaults, typed setters, YAML files, flags over files, validation, the template. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "core/error.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
+
+/* Write text to a fresh temporary file; the caller unlinks path. */
+static void write_tmp(char *path, const char *text)
+{
+    strcpy(path, "/tmp/permd-test-config-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    pd_config c;
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_string_equal(c.socket, "");
+    assert_string_equal(c.tcp, "");
+    assert_int_equal(c.socket_mode, 0660);
+    assert_int_equal(c.log_level, PD_LOG_INFO);
+    assert_int_equal(c.max_frame, 1048576);
+    assert_int_equal(c.max_connections, 1024);
+    assert_int_equal(c.output_cap, 4194304);
+    assert_int_equal(c.ndatasets, 0);
+    assert_int_equal(pd_config_validate(&c, NULL, 0), 0);
+    pd_config_free(&c);
+}
+
+static void test_set_values_and_errors(void **state)
+{
+    (void)state;
+    pd_config c;
+    char err[256];
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(pd_config_set(&c, "max_frame", "65536", err, sizeof err), 0);
+    assert_int_equal(c.max_frame, 65536);
+    assert_int_equal(pd_config_set(&c, "socket_mode", "0600", err, sizeof err), 0);
+    assert_int_equal(c.socket_mode, 0600);
+    assert_int_equal(pd_config_set(&c, "log_level", "debug", err, sizeof err), 0);
+    assert_int_equal(c.log_level, PD_LOG_DEBUG);
+    assert_int_equal(pd_config_set(&c, "socket", "/run/x.sock", err, sizeof err), 0);
+    assert_string_equal(c.socket, "/run/x.sock");
+
+    assert_int_equal(pd_config_set(&c, "max_frame", "12", err, sizeof err), PD_ERANGE);
+    assert_non_null(strstr(err, "max_frame"));
+    assert_int_equal(c.max_frame, 65536); /* unchanged after a rejected value */
+    assert_int_equal(pd_config_set(&c, "max_count", "-1", err, sizeof err), PD_EINVAL);
+    assert_non_null(strstr(err, "max_count"));
+    assert_int_equal(pd_config_set(&c, "socket_mode", "0999", err, sizeof err), PD_EINVAL);
+    assert_int_equal(pd_config_set(&c, "socket_mode", "1777", err, sizeof err), PD_ERANGE);
+    assert_int_equal(pd_config_set(&c, "log_level", "loud", err, sizeof err), PD_EINVAL);
+    assert_int_equal(pd_config_set(&c, "no_such_key", "1", err, sizeof err), PD_ENOTFOUND);
+    assert_non_null(strstr(err, "no_such_key"));
+
+    assert_int_equal(pd_config_add_dataset(&c, "imagenet", "1281167", err, sizeof err), 0);
+    assert_int_equal(pd_config_add_dataset(&c, "bad/name", "5", err, sizeof err), PD_EINVAL);
+    assert_int_equal(pd_config_add_dataset(&c, "zero", "0", err, sizeof err), PD_ERANGE);
+    assert_int_equal(pd_config_add_dataset(&c, "huge", "9223372036854775809", err, sizeof err), PD_ERANGE);
+    assert_int_equal(c.ndatasets, 1);
+    pd_config_free(&c);
+}
+
+static void test_load_file(void **state)
+{
+    (void)state;
+    pd_config c;
+    char path[64], err[512];
+    write_tmp(path, "# a comment\n"
+                    "socket: /tmp/p.sock\n"
+                    "max_connections: 7\n"
+                    "socket_mode: 0640\n"
+                    "datasets:\n"
+                    "  - name: a\n"
+                    "    size: 10\n"
+                    "  - name: b.c-d_e\n"
+                    "    size: 9223372036854775808\n");
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(pd_config_load_file(&c, path, err, sizeof err), 0);
+    assert_string_equal(c.socket, "/tmp/p.sock");
+    assert_int_equal(c.max_connections, 7);
+    assert_int_equal(c.socket_mode, 0640);
+    assert_int_equal(c.ndatasets, 2);
+    assert_string_equal(c.datasets[1].name, "b.c-d_e");
+    assert_int_equal(c.datasets[1].size, UINT64_C(1) << 63);
+    assert_int_equal(c.max_frame, 1048576); /* untouched keys keep their defaults */
+    pd_config_free(&c);
+    unlink(path);
+}
+
+static void test_load_file_errors(void **state)
+{
+    (void)state;
+    struct {
+        const char *text, *needle;
+    } cases[] = {
+        {"max_frame: 1\n", "max_frame"},
+        {"maxframe: 65536\n", "maxframe"},         /* a typo is an error, not silently ignored */
+        {"max_count: [1, 2]\n", "max_count"},
+        {"datasets:\n  - name: x\n", "size"},       /* a dataset needs both fields */
+        {"datasets:\n  - name: x\n    size: no\n", "size"},
+        {"log_level: chatty\n", "log_level"},
+        {"socket: a\nsocket: b\n", "socket"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pd_config c;
+        char path[64], err[512] = "";
+        write_tmp(path, cases[i].text);
+        assert_int_equal(pd_config_init(&c), 0);
+        int rc = pd_config_load_file(&c, path, err, sizeof err);
+        if (rc == 0 || !strstr(err, cases[i].needle))
+            fail_msg("case %zu: rc=%d err='%s'", i, rc, err);
+        pd_config_free(&c);
+        unlink(path);
+    }
+    pd_config c;
+    char err[256];
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(pd_config_load_file(&c, "/nonexistent/permd.yaml", err, sizeof err), PD_EIO);
+    assert_non_null(strstr(err, "/nonexistent/permd.yaml"));
+    char path[64];
+    write_tmp(path, "");
+    assert_int_equal(pd_config_load_file(&c, path, err, sizeof err), 0); /* empty: nothing overridden */
+    unlink(path);
+    pd_config_free(&c);
+}
+
+/* The template documents every key with its default: loading it changes nothing. */
+static void test_template_is_defaults(void **state)
+{
+    (void)state;
+    char path[64], err[512] = "", *a = NULL, *b = NULL;
+    size_t alen, blen;
+    strcpy(path, "/tmp/permd-test-template-XXXXXX");
+    int fd = mkstemp(path);
+    FILE *f = fdopen(fd, "w");
+    pd_config_write_template(f);
+    fclose(f);
+
+    pd_config dflt, loaded;
+    assert_int_equal(pd_config_init(&dflt), 0);
+    assert_int_equal(pd_config_init(&loaded), 0);
+    assert_int_equal(pd_config_set(&loaded, "max_frame", "4096", NULL, 0), 0); /* the file must reset it */
+    if (pd_config_load_file(&loaded, path, err, sizeof err))
+        fail_msg("template does not load: %s", err);
+    FILE *fa = open_memstream(&a, &alen), *fb = open_memstream(&b, &blen);
+    pd_config_write_effective(&dflt, fa);
+    pd_config_write_effective(&loaded, fb);
+    fclose(fa);
+    fclose(fb);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    pd_config_free(&dflt);
+    pd_config_free(&loaded);
+    unlink(path);
+}
+
+static void test_flags_override_file(void **state)
+{
+    (void)state;
+    char path[64], err[512] = "", cfgarg[80];
+    write_tmp(path, "max_streams: 3\nmax_credits: 5\n");
+    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
+    char *argv[] = {"permd", "--max-streams", "9", cfgarg, "--dataset", "x:100", "--check-config",
+                    "--log-level=warn", NULL};
+    pd_config c;
+    int check = 0;
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(pd_config_from_args(&c, 8, argv, &check, err, sizeof err), 0);
+    assert_int_equal(c.max_streams, 9); /* the flag wins although it comes first */
+    assert_int_equal(c.max_credits, 5); /* the file still applies */
+    assert_int_equal(c.log_level, PD_LOG_WARN);
+    assert_int_equal(c.ndatasets, 1);
+    assert_int_equal(c.datasets[0].size, 100);
+    assert_int_equal(check, 1);
+    pd_config_free(&c);
+    unlink(path);
+
+    struct {
+        int argc;
+        char *argv[4];
+        const char *needle;
+    } bad[] = {
+        {2, {"permd", "--bogus", NULL}, "bogus"},
+        {2, {"permd", "--max-frame", NULL}, "needs a value"},
+        {2, {"permd", "stray", NULL}, "stray"},
+        {3, {"permd", "--dataset", "nosize", NULL}, "NAME:SIZE"},
+        {3, {"permd", "--tcp", "0.0.0.0:7470", NULL}, "token_file"},
+        {3, {"permd", "--tcp", "example.com:80", NULL}, "numeric"},
+        {3, {"permd", "--tcp", "127.0.0.1:0", NULL}, "HOST:PORT"},
+        {3, {"permd", "--config", "/nonexistent.yaml", NULL}, "nonexistent"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(pd_config_init(&c), 0);
+        err[0] = '\0';
+        int rc = pd_config_from_args(&c, bad[i].argc, bad[i].argv, &check, err, sizeof err);
+        if (rc >= 0 || !strstr(err, bad[i].needle))
+            fail_msg("case %zu: rc=%d err='%s'", i, rc, err);
+        pd_config_free(&c);
+    }
+}
+
+static void test_validate(void **state)
+{
+    (void)state;
+    pd_config c;
+    char err[256];
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(pd_config_set(&c, "tcp", "[::1]:7470", NULL, 0), 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), 0);
+    assert_int_equal(pd_config_set(&c, "tcp", "10.1.2.3:7470", NULL, 0), 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), PD_EAUTH);
+    assert_int_equal(pd_config_set(&c, "token_file", "/etc/permd/token", NULL, 0), 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), 0);
+    assert_int_equal(pd_config_add_dataset(&c, "d", "5", NULL, 0), 0);
+    assert_int_equal(pd_config_add_dataset(&c, "d", "5", NULL, 0), 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), PD_ECONFLICT);
+    pd_config_free(&c);
+
+    assert_true(pd_config_host_is_loopback("127.0.0.1"));
+    assert_true(pd_config_host_is_loopback("127.200.0.9"));
+    assert_true(pd_config_host_is_loopback("::1"));
+    assert_true(pd_config_host_is_loopback("localhost"));
+    assert_false(pd_config_host_is_loopback("0.0.0.0"));
+    assert_false(pd_config_host_is_loopback("::"));
+    assert_false(pd_config_host_is_loopback("128.0.0.1"));
+}
+
+static void test_state_dir(void **state)
+{
+    (void)state;
+    pd_config c;
+    char buf[256];
+    assert_int_equal(pd_config_init(&c), 0);
+    setenv("STATE_DIRECTORY", "/var/lib/permd:/other", 1);
+    assert_int_equal(pd_config_state_dir(&c, buf, sizeof buf), 0);
+    assert_string_equal(buf, "/var/lib/permd");
+    unsetenv("STATE_DIRECTORY");
+    setenv("XDG_STATE_HOME", "/home/u/.state", 1);
+    assert_int_equal(pd_config_state_dir(&c, buf, sizeof buf), 0);
+    assert_string_equal(buf, "/home/u/.state/permd");
+    unsetenv("XDG_STATE_HOME");
+    setenv("HOME", "/home/u", 1);
+    assert_int_equal(pd_config_state_dir(&c, buf, sizeof buf), 0);
+    assert_string_equal(buf, "/home/u/.local/state/permd");
+    assert_int_equal(pd_config_set(&c, "state_dir", "/srv/permd", NULL, 0), 0);
+    assert_int_equal(pd_config_state_dir(&c, buf, sizeof buf), 0);
+    assert_string_equal(buf, "/srv/permd");
+    pd_config_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_set_values_and_errors),
+        cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_load_file_errors),
+        cmocka_unit_test(test_template_is_defaults),
+        cmocka_unit_test(test_flags_override_file),
+        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_state_dir),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,206 @@
+/* Tests for daemon/registry.c: names, put/get/list/delete, conflicts, persistence, config datasets, threads. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "core/error.h"
+#include "daemon/registry.h"
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    strcpy(dir, "/tmp/permd-test-registry-XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static pd_registry *open_reg(void)
+{
+    pd_registry *r;
+    char err[256];
+    if (pd_registry_open(dir, &r, err, sizeof err))
+        fail_msg("open: %s", err);
+    return r;
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    char longest[PD_NAME_MAX + 2];
+    memset(longest, 'a', sizeof longest);
+    longest[PD_NAME_MAX] = '\0';
+    assert_int_equal(pd_registry_name_check(longest), 0);
+    longest[PD_NAME_MAX] = 'a';
+    longest[PD_NAME_MAX + 1] = '\0';
+    assert_int_equal(pd_registry_name_check(longest), PD_EINVAL);
+    const char *good[] = {"imagenet", "c4.en-train_2", "0", "_x"};
+    const char *bad[] = {"", ".hidden", "-flag", "a/b", "a b", "naïve", "x\n"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        assert_int_equal(pd_registry_name_check(good[i]), 0);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(pd_registry_name_check(bad[i]), PD_EINVAL);
+}
+
+static void test_put_get_list_delete(void **state)
+{
+    (void)state;
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    int created;
+    assert_int_equal(pd_registry_put(r, "zeta", 10, &d, &created), 0);
+    assert_int_equal(created, 1);
+    assert_int_equal(pd_registry_put(r, "alpha", UINT64_C(1) << 63, &d, &created), 0);
+    assert_int_equal(pd_registry_put(r, "zeta", 10, &d, &created), 0); /* idempotent */
+    assert_int_equal(created, 0);
+    assert_int_equal(pd_registry_put(r, "zeta", 11, &d, &created), PD_ECONFLICT);
+    assert_int_equal(d.size, 10); /* reports what exists */
+    assert_int_equal(pd_registry_put(r, "bad name", 1, &d, &created), PD_EINVAL);
+    assert_int_equal(pd_registry_put(r, "zero", 0, &d, &created), PD_EINVAL);
+    assert_int_equal(pd_registry_put(r, "big", (UINT64_C(1) << 63) + 1, &d, &created), PD_EINVAL);
+
+    assert_int_equal(pd_registry_get(r, "alpha", &d), 0);
+    assert_int_equal(d.size, UINT64_C(1) << 63);
+    assert_int_equal(pd_registry_get(r, "beta", &d), PD_ENOTFOUND);
+
+    pd_dataset *all;
+    size_t n;
+    assert_int_equal(pd_registry_list(r, &all, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(all[0].name, "alpha"); /* sorted */
+    assert_string_equal(all[1].name, "zeta");
+    free(all);
+
+    assert_int_equal(pd_registry_delete(r, "zeta"), 0);
+    assert_int_equal(pd_registry_delete(r, "zeta"), PD_ENOTFOUND);
+    assert_int_equal(pd_registry_count(r), 1);
+    pd_registry_close(r);
+}
+
+static void test_survives_reopen(void **state)
+{
+    (void)state;
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    int created;
+    assert_int_equal(pd_registry_put(r, "kept", 1281167, &d, &created), 0);
+    assert_int_equal(pd_registry_put(r, "gone", 5, &d, &created), 0);
+    assert_int_equal(pd_registry_put(r, "max", UINT64_C(1) << 63, &d, &created), 0);
+    assert_int_equal(pd_registry_delete(r, "gone"), 0);
+    int64_t created_ms = d.created_ms;
+    pd_registry_close(r);
+
+    r = open_reg();
+    assert_int_equal(pd_registry_count(r), 2);
+    assert_int_equal(pd_registry_get(r, "kept", &d), 0);
+    assert_int_equal(d.size, 1281167);
+    assert_int_equal(pd_registry_get(r, "max", &d), 0);
+    assert_int_equal(d.size, UINT64_C(1) << 63); /* stored beyond SQLite's signed range */
+    assert_int_equal(d.created_ms, created_ms);
+    assert_int_equal(pd_registry_get(r, "gone", &d), PD_ENOTFOUND);
+    pd_registry_close(r);
+}
+
+static void test_config_datasets(void **state)
+{
+    (void)state;
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    int created;
+    assert_int_equal(pd_registry_put(r, "stored", 100, &d, &created), 0);
+    assert_int_equal(pd_registry_declare(r, "stored", 100), 0); /* same size: fine */
+    assert_int_equal(pd_registry_declare(r, "cfg", 7), 0);
+    assert_int_equal(pd_registry_declare(r, "cfg", 8), PD_ECONFLICT);
+    assert_int_equal(pd_registry_get(r, "cfg", &d), 0);
+    assert_true(d.from_config);
+    assert_int_equal(pd_registry_put(r, "cfg", 7, &d, &created), 0);
+    assert_int_equal(created, 0);
+    assert_int_equal(pd_registry_put(r, "cfg", 9, &d, &created), PD_ECONFLICT);
+    assert_int_equal(pd_registry_delete(r, "cfg"), PD_ECONFLICT);
+    assert_int_equal(pd_registry_delete(r, "stored"), PD_ECONFLICT);
+    pd_registry_close(r);
+
+    r = open_reg(); /* config datasets are not stored */
+    assert_int_equal(pd_registry_get(r, "cfg", &d), PD_ENOTFOUND);
+    assert_int_equal(pd_registry_declare(r, "stored", 101), PD_ECONFLICT);
+    pd_registry_close(r);
+}
+
+static void test_open_errors(void **state)
+{
+    (void)state;
+    pd_registry *r;
+    char err[256] = "", path[128];
+    snprintf(path, sizeof path, "%s/file", dir);
+    FILE *f = fopen(path, "w");
+    fclose(f);
+    snprintf(path, sizeof path, "%s/file/sub", dir); /* a file where a directory must be */
+    assert_int_equal(pd_registry_open(path, &r, err, sizeof err), PD_EIO);
+    assert_non_null(strstr(err, "file/sub"));
+}
+
+typedef struct {
+    pd_registry *r;
+    int t;
+    int errors;
+} worker_arg;
+
+static void *worker(void *p)
+{
+    worker_arg *a = p;
+    for (int i = 0; i < 50; i++) {
+        char name[32];
+        pd_dataset d;
+        int created;
+        snprintf(name, sizeof name, "ds%d", i);
+        /* every thread races to create the same names with the same sizes */
+        if (pd_registry_put(a->r, name, (uint64_t)i + 1, &d, &created) || d.size != (uint64_t)i + 1)
+            a->errors++;
+        if (pd_registry_get(a->r, name, &d) || d.size != (uint64_t)i + 1)
+            a->errors++;
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    pd_registry *r = open_reg();
+    pthread_t th[4];
+    worker_arg args[4];
+    for (int t = 0; t < 4; t++) {
+        args[t] = (worker_arg){r, t, 0};
+        pthread_create(&th[t], NULL, worker, &args[t]);
+    }
+    for (int t = 0; t < 4; t++) {
+        pthread_join(th[t], NULL);
+        assert_int_equal(args[t].errors, 0);
+    }
+    assert_int_equal(pd_registry_count(r), 50);
+    pd_registry_close(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names),
+        cmocka_unit_test_setup_teardown(test_put_get_list_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_survives_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_config_datasets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
