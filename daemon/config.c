@@ -72,6 +72,23 @@ static const pd_opt pd_opts[] = {
     PD_OPT(shutdown_timeout_ms, PD_OPT_U64, "5000", 0, 3600000,
            "On SIGTERM or SIGINT, how long in-flight replies may take before the\n"
            "remaining connections are closed."),
+    PD_OPT(cpu_isa, PD_OPT_STR, "auto", 0, 0,
+           "CPU kernels: auto (the best this CPU runs), scalar, avx2 or avx512. Every\n"
+           "choice gives the same ids."),
+    PD_OPT(cpu_threads, PD_OPT_U64, "0", 0, 1024,
+           "Threads one large request is split over (the worker that took it\n"
+           "included); 0: one per CPU."),
+    PD_OPT(gpu, PD_OPT_STR, "auto", 0, 0,
+           "auto: serve large requests from a GPU when libpermd_gpu.so loads and a\n"
+           "device opens (otherwise one log line, and the CPU serves everything);\n"
+           "off: never."),
+    PD_OPT(gpu_device, PD_OPT_U64, "0", 0, 1023, "CUDA device index for gpu: auto."),
+    PD_OPT(gpu_min_ids, PD_OPT_U64, "1048576", 1, UINT64_C(1) << 40,
+           "Requests (a Fetch or a Stream batch) of at least this many ids go to the\n"
+           "GPU; smaller ones stay on the CPU, where the copy back would cost more."),
+    PD_OPT(gpu_library, PD_OPT_STR, "", 0, 0,
+           "Path of libpermd_gpu.so. Empty: ../lib beside the permd executable, then\n"
+           "the dynamic loader's search path."),
 };
 #define PD_NOPTS (sizeof pd_opts / sizeof pd_opts[0])
 
@@ -358,6 +375,18 @@ int pd_config_validate(const pd_config *c, char *err, size_t errlen)
                     c->tcp);
             return PD_EAUTH;
         }
+    }
+    static const char *const isas[] = {"auto", "scalar", "avx2", "avx512"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
+        known |= !strcmp(c->cpu_isa, isas[i]);
+    if (!known) {
+        pd_errf(err, errlen, "cpu_isa: '%s' is not one of auto, scalar, avx2, avx512", c->cpu_isa);
+        return PD_EINVAL;
+    }
+    if (strcmp(c->gpu, "auto") && strcmp(c->gpu, "off")) {
+        pd_errf(err, errlen, "gpu: '%s' is not auto or off", c->gpu);
+        return PD_EINVAL;
     }
     for (size_t i = 0; i < c->ndatasets; i++)
         for (size_t j = 0; j < i; j++)

@@ -29,6 +29,12 @@ typedef struct pd_config {
     uint64_t max_credits;
     uint64_t inline_ids;
     uint64_t shutdown_timeout_ms;
+    char *cpu_isa;       /* auto | scalar | avx2 | avx512 */
+    uint64_t cpu_threads; /* 0 = one per CPU */
+    char *gpu;           /* auto | off */
+    uint64_t gpu_device;
+    uint64_t gpu_min_ids;
+    char *gpu_library;   /* "" = beside the executable, then the loader's path */
     pd_config_dataset *datasets;
     size_t ndatasets;
 } pd_config;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "daemon/gen.h"
+#include "daemon/backend.h"
 #include "daemon/job.h"
 #include "daemon/log.h"
 #include "daemon/stream.h"
@@ -317,6 +317,7 @@ uint64_t pd_target_next_offset(const pd_target *t, uint64_t offset, uint64_t got
  * leaves as one owned write. */
 typedef struct pd_fetch_job {
     pd_job job;
+    pd_backend *backend;
     uint64_t id, count;
     pd_perm perm;
     pd_slice slice;
@@ -330,7 +331,7 @@ static void pd_fetch_job_run(pd_job *job)
 {
     pd_fetch_job *j = (pd_fetch_job *)job;
     uint64_t got;
-    j->rc = pd_gen_slice(&j->perm, &j->slice, j->count, j->width, j->payload, &got);
+    j->rc = pd_backend_slice(j->backend, &j->perm, &j->slice, j->count, j->width, j->payload, &got);
     if (j->rc == 0 && got != j->count)
         j->rc = PD_EINTERNAL;
 }
@@ -392,7 +393,7 @@ static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
             pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
             return;
         }
-        rc = pd_gen_slice(&t.perm, &t.slice, got, t.width, payload, &w);
+        rc = pd_backend_slice(s->backend, &t.perm, &t.slice, got, t.width, payload, &w);
         if (rc || w != got) { /* the unfinished frame is simply not committed */
             pd_conn_send_error(c, id, PD_EINTERNAL, "generation failed: %s", pd_strerror(rc ? rc : PD_EINTERNAL));
             return;
@@ -411,6 +412,7 @@ static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
         return;
     }
     j->id = id;
+    j->backend = s->backend;
     j->count = got;
     j->perm = t.perm;
     j->slice = t.slice;

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "daemon/conn.h"
-#include "daemon/gen.h"
+#include "daemon/backend.h"
 #include "daemon/listen.h"
 #include "daemon/log.h"
 
@@ -74,6 +74,14 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
     s->workers = workers;
     s->started_ms = pd_now_ms();
 
+    pd_backend_opts bo = {.cpu_isa = cfg->cpu_isa, .cpu_threads = (unsigned)cfg->cpu_threads, .gpu = cfg->gpu,
+                          .gpu_device = (unsigned)cfg->gpu_device, .gpu_min_ids = cfg->gpu_min_ids,
+                          .gpu_library = cfg->gpu_library};
+    if ((rc = pd_backend_open(&bo, &s->backend))) {
+        pd_log_error("startup", "msg=\"cannot start the generation backend: %s\" cpu_isa=%s", pd_strerror(rc),
+                     cfg->cpu_isa);
+        return rc;
+    }
     if ((rc = pd_config_state_dir(cfg, path, sizeof path))) {
         pd_log_error("startup", "msg=\"cannot choose a state directory; set state_dir\"");
         return rc;
@@ -115,8 +123,8 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
         return rc;
     if (cfg->tcp[0] && (rc = pd_listen_tcp(s, cfg->tcp)))
         return rc;
-    pd_log_info("ready", "version=%s workers=%u backend=%s max_connections=%llu output_cap=%llu", PERMD_VERSION,
-                workers, pd_gen_backend(), (unsigned long long)cfg->max_connections,
+    pd_log_info("ready", "version=%s workers=%u %s max_connections=%llu output_cap=%llu", PERMD_VERSION,
+                workers, pd_backend_describe(s->backend), (unsigned long long)cfg->max_connections,
                 (unsigned long long)cfg->output_cap);
     return 0;
 }
@@ -172,6 +180,8 @@ void pd_server_close(pd_server *s)
     uv_run(s->loop, UV_RUN_DEFAULT);
     pd_registry_close(s->reg);
     s->reg = NULL;
+    pd_backend_close(s->backend);
+    s->backend = NULL;
     free(s->token);
     s->token = NULL;
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "daemon/gen.h"
+#include "daemon/backend.h"
 #include "daemon/handlers.h"
 #include "daemon/job.h"
 #include "daemon/log.h"
@@ -34,6 +34,7 @@ typedef struct pd_stream {
 /* One batch: its frame is built in its own buffer and sent as an owned write. */
 struct pd_batch {
     pd_job job;
+    pd_backend *backend;
     pd_stream *st;
     pd_batch *next;
     uint64_t seq, count, next_offset;
@@ -114,7 +115,7 @@ static void pd_batch_run(pd_job *job)
 {
     pd_batch *b = (pd_batch *)job;
     uint64_t got;
-    b->rc = pd_gen_slice(&b->perm, &b->slice, b->count, b->width, b->payload, &got);
+    b->rc = pd_backend_slice(b->backend, &b->perm, &b->slice, b->count, b->width, b->payload, &got);
     if (b->rc == 0 && got != b->count)
         b->rc = PD_EINTERNAL;
 }
@@ -198,7 +199,7 @@ static int pd_stream_inline(pd_stream *st, uint64_t count)
     uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, (size_t)count * b.width, b.width);
     if (!payload)
         return PD_ENOMEM;
-    rc = pd_gen_slice(&st->t.perm, &st->t.slice, count, b.width, payload, &got);
+    rc = pd_backend_slice(c->srv->backend, &st->t.perm, &st->t.slice, count, b.width, payload, &got);
     if (rc || got != count)
         return rc ? rc : PD_EINTERNAL;
     pd_conn_bulk_end(c, payload);
@@ -217,6 +218,7 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
     if (!b)
         return PD_ENOMEM;
     b->st = st;
+    b->backend = c->srv->backend;
     b->seq = st->next_seq;
     b->count = count;
     b->width = st->t.width;

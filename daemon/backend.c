@@ -1,0 +1,216 @@
+/* The daemon's generation backends: SIMD on the CPU through a thread pool, and a GPU loaded with dlopen. */
+#include "daemon/backend.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "cpu/gen.h"
+#include "daemon/log.h"
+#include "gpu/permd_gpu.h"
+
+/* The GPU library's entry points. It is loaded at run time so that permd
+ * starts on machines without CUDA; the library links the CUDA runtime
+ * statically and needs only the driver. */
+typedef struct pd_gpu_api {
+    void *dl;
+    int (*device_count)(int *);
+    int (*open)(int, pd_gpu **);
+    void (*close)(pd_gpu *);
+    const char *(*describe)(const pd_gpu *);
+    int (*slice_fill_host)(pd_gpu *, const pd_perm *, const pd_slice *, uint64_t, void *, unsigned, uint64_t *);
+} pd_gpu_api;
+
+struct pd_backend {
+    pd_pool *pool;
+    pd_gen gen;
+    pd_gpu_api api;
+    pd_gpu *gpu;                /* NULL: CPU only */
+    pthread_mutex_t gpu_lock;   /* a pd_gpu serves one request at a time */
+    uint64_t gpu_min_ids;
+    _Atomic uint64_t cpu_ids, gpu_ids;
+    char desc[512];
+};
+
+/* libpermd_gpu.so: the configured path, else beside the executable (../lib), else the loader's path. */
+static void *pd_gpu_dlopen(const char *configured, char *why, size_t whylen)
+{
+    if (configured && *configured) {
+        void *dl = dlopen(configured, RTLD_NOW | RTLD_LOCAL);
+        if (!dl)
+            snprintf(why, whylen, "%s", dlerror());
+        return dl;
+    }
+    char exe[PATH_MAX], path[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(path, sizeof path, "%s/../lib/libpermd_gpu.so", exe);
+            if (access(path, F_OK) == 0) { /* there but unloadable: that is the reason to report */
+                void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+                if (!dl)
+                    snprintf(why, whylen, "%s", dlerror());
+                return dl;
+            }
+        }
+    }
+    void *dl = dlopen("libpermd_gpu.so", RTLD_NOW | RTLD_LOCAL);
+    if (!dl)
+        snprintf(why, whylen, "%s", dlerror());
+    return dl;
+}
+
+static int pd_gpu_try(pd_backend *b, const pd_backend_opts *o, char *why, size_t whylen)
+{
+    pd_gpu_api *a = &b->api;
+    int count = 0;
+    if (!(a->dl = pd_gpu_dlopen(o->gpu_library, why, whylen)))
+        return PD_EUNSUPPORTED;
+    *(void **)&a->device_count = dlsym(a->dl, "pd_gpu_device_count");
+    *(void **)&a->open = dlsym(a->dl, "pd_gpu_open");
+    *(void **)&a->close = dlsym(a->dl, "pd_gpu_close");
+    *(void **)&a->describe = dlsym(a->dl, "pd_gpu_describe");
+    *(void **)&a->slice_fill_host = dlsym(a->dl, "pd_gpu_slice_fill_host");
+    if (!a->device_count || !a->open || !a->close || !a->describe || !a->slice_fill_host) {
+        snprintf(why, whylen, "libpermd_gpu.so lacks the expected symbols");
+        return PD_EUNSUPPORTED;
+    }
+    a->device_count(&count);
+    if (count == 0) {
+        snprintf(why, whylen, "no CUDA device (or no driver)");
+        return PD_EUNSUPPORTED;
+    }
+    int rc = a->open((int)o->gpu_device, &b->gpu);
+    if (rc) {
+        snprintf(why, whylen, "device %u of %d: %s", o->gpu_device, count, pd_strerror(rc));
+        return rc;
+    }
+    return PD_OK;
+}
+
+int pd_backend_open(const pd_backend_opts *o, pd_backend **out)
+{
+    pd_isa isa;
+    int rc;
+    if (!o || !out || pd_isa_parse(o->cpu_isa ? o->cpu_isa : "auto", &isa))
+        return PD_EINVAL;
+    const char *gpu = o->gpu ? o->gpu : "auto";
+    if (strcmp(gpu, "auto") && strcmp(gpu, "off"))
+        return PD_EINVAL;
+    pd_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return PD_ENOMEM;
+    pthread_mutex_init(&b->gpu_lock, NULL);
+    b->gpu_min_ids = o->gpu_min_ids;
+    if ((rc = pd_gen_init(&b->gen, isa)) || (rc = pd_pool_create(o->cpu_threads, &b->gen, &b->pool)))
+        goto fail;
+    if (!strcmp(gpu, "auto")) {
+        char why[256] = "";
+        if (pd_gpu_try(b, o, why, sizeof why)) {
+            pd_log_info("gpu", "state=unavailable reason=\"%s\" msg=\"serving from the CPU\"", why);
+            if (b->api.dl)
+                dlclose(b->api.dl);
+            memset(&b->api, 0, sizeof b->api);
+            b->gpu = NULL;
+        }
+    }
+    if (b->gpu)
+        snprintf(b->desc, sizeof b->desc, "cpu=%s threads=%u gpu=\"%s\" gpu_min_ids=%llu", pd_isa_name(b->gen.isa),
+                 pd_pool_threads(b->pool), b->api.describe(b->gpu), (unsigned long long)b->gpu_min_ids);
+    else
+        snprintf(b->desc, sizeof b->desc, "cpu=%s threads=%u gpu=none", pd_isa_name(b->gen.isa),
+                 pd_pool_threads(b->pool));
+    *out = b;
+    return PD_OK;
+fail:
+    pd_backend_close(b);
+    return rc;
+}
+
+void pd_backend_close(pd_backend *b)
+{
+    if (!b)
+        return;
+    if (b->gpu)
+        b->api.close(b->gpu);
+    if (b->api.dl)
+        dlclose(b->api.dl);
+    pd_pool_destroy(b->pool);
+    pthread_mutex_destroy(&b->gpu_lock);
+    free(b);
+}
+
+const char *pd_backend_describe(const pd_backend *b)
+{
+    return b ? b->desc : "";
+}
+
+void pd_backend_counts(const pd_backend *b, uint64_t *cpu_ids, uint64_t *gpu_ids)
+{
+    *cpu_ids = atomic_load(&b->cpu_ids);
+    *gpu_ids = atomic_load(&b->gpu_ids);
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+/* The wire is little-endian; big-endian hosts swap in place after filling. */
+static void pd_to_le(void *out, uint64_t n, unsigned width)
+{
+    if (width == 4)
+        for (uint64_t i = 0; i < n; i++)
+            ((uint32_t *)out)[i] = __builtin_bswap32(((uint32_t *)out)[i]);
+    else
+        for (uint64_t i = 0; i < n; i++)
+            ((uint64_t *)out)[i] = __builtin_bswap64(((uint64_t *)out)[i]);
+}
+#else
+static void pd_to_le(void *out, uint64_t n, unsigned width)
+{
+    (void)out;
+    (void)n;
+    (void)width;
+}
+#endif
+
+/* Large requests try the GPU; one that is busy with another request leaves
+ * this one to the CPU rather than queueing behind it. */
+static int pd_gpu_slice(pd_backend *b, const pd_perm *perm, const pd_slice *slice, uint64_t count, unsigned width,
+                        void *out, uint64_t *written)
+{
+    if (!b->gpu || count < b->gpu_min_ids || pthread_mutex_trylock(&b->gpu_lock))
+        return PD_EBUSY;
+    int rc = b->api.slice_fill_host(b->gpu, perm, slice, count, out, width, written);
+    pthread_mutex_unlock(&b->gpu_lock);
+    if (rc && rc != PD_EINVAL && rc != PD_ERANGE && rc != PD_EOVERFLOW) {
+        pd_log_warn("gpu", "err=%s msg=\"request served by the CPU instead\"", pd_errname(rc));
+        return PD_EBUSY;
+    }
+    return rc;
+}
+
+int pd_backend_slice(pd_backend *b, const pd_perm *perm, const pd_slice *slice, uint64_t count, unsigned width,
+                     void *out, uint64_t *written)
+{
+    if (!b || (width != 4 && width != 8))
+        return PD_EINVAL;
+    int rc = pd_gpu_slice(b, perm, slice, count, width, out, written);
+    if (rc == PD_EBUSY) {
+        rc = width == 4 ? pd_pool_slice_fill_u32(b->pool, perm, slice, count, out, written)
+                        : pd_pool_slice_fill_u64(b->pool, perm, slice, count, out, written);
+        if (rc == 0)
+            atomic_fetch_add(&b->cpu_ids, *written);
+    } else if (rc == 0) {
+        atomic_fetch_add(&b->gpu_ids, *written);
+    }
+    if (rc == 0)
+        pd_to_le(out, *written, width);
+    return rc;
+}

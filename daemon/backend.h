@@ -1,0 +1,42 @@
+/* Where the daemon's ids come from: the CPU (SIMD kernels, a thread pool) or, for large requests, a GPU. */
+#ifndef PD_BACKEND_H
+#define PD_BACKEND_H
+
+#include <stdint.h>
+
+#include "core/rank.h"
+
+typedef struct pd_backend pd_backend;
+
+typedef struct pd_backend_opts {
+    const char *cpu_isa;     /* "auto", "scalar", "avx2", "avx512" */
+    unsigned cpu_threads;    /* threads one large request is split over; 0: one per CPU */
+    const char *gpu;         /* "auto": use a GPU when one can be opened; "off" */
+    unsigned gpu_device;     /* CUDA device index */
+    uint64_t gpu_min_ids;    /* requests below this stay on the CPU */
+    const char *gpu_library; /* path of libpermd_gpu.so; "": beside the executable, then the loader's path */
+} pd_backend_opts;
+
+/* Probe the CPU, start the pool, try the GPU. A GPU that cannot be used is
+ * not an error: one log line says why, and everything runs on the CPU.
+ * PD_EINVAL for an unknown option value, PD_EUNSUPPORTED for a CPU ISA this
+ * machine lacks, PD_ENOMEM. */
+int pd_backend_open(const pd_backend_opts *opts, pd_backend **out);
+void pd_backend_close(pd_backend *b);
+
+/* Write the rank's next min(count, remaining) ids as `width`-byte
+ * little-endian integers (4 or 8, see pd_id_width) into out, aligned to
+ * width; *written gets how many. Callable from any thread at once.
+ * PD_EINVAL for a bad width or slice, PD_EOVERFLOW for width 4 when n > 2^32.
+ * Every Fetch and Stream batch goes through here: the same bytes whichever
+ * backend serves it. */
+int pd_backend_slice(pd_backend *b, const pd_perm *perm, const pd_slice *slice, uint64_t count, unsigned width,
+                     void *out, uint64_t *written);
+
+/* "cpu=avx2 threads=16 gpu=NVIDIA H100 80GB HBM3 (sm_90, 132 SMs) gpu_min_ids=1048576", for logs. */
+const char *pd_backend_describe(const pd_backend *b);
+
+/* Ids served by each side so far (for Stats and metrics). */
+void pd_backend_counts(const pd_backend *b, uint64_t *cpu_ids, uint64_t *gpu_ids);
+
+#endif

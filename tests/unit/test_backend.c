@@ -1,0 +1,158 @@
+/* Tests for daemon/backend.c: the daemon's generation entry point agrees with σ for every mode, width
+ * and CPU ISA; a GPU library that is missing or broken leaves a working CPU backend. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#include "core/error.h"
+#include "cpu/gen.h"
+#include "daemon/backend.h"
+#include "proto/frame.h"
+
+/* Reference: rank r's k-th id straight from the spec's definition. */
+static uint64_t expected(const pd_perm *p, const pd_slice *s, uint64_t k)
+{
+    uint64_t pos = s->offset + s->rank + k * s->world;
+    return pd_perm_at(p, pos % p->n);
+}
+
+static pd_backend *backend;
+
+static void check(uint64_t n, uint32_t world, uint32_t rank, pd_mode mode, uint64_t offset, uint64_t count)
+{
+    pd_perm p;
+    pd_slice s = {world, rank, mode, offset};
+    uint64_t left, got;
+    assert_int_equal(pd_perm_init(&p, 0x1234, 7, PD_STREAM_SAMPLES, n), 0);
+    assert_int_equal(pd_slice_remaining(n, &s, &left), 0);
+    uint64_t want = count < left ? count : left;
+    unsigned width = pd_id_width(n);
+    uint8_t *buf = malloc(count * 8 + 8);
+    assert_int_equal(pd_backend_slice(backend, &p, &s, count, width, buf, &got), 0);
+    assert_int_equal(got, want);
+    for (uint64_t k = 0; k < got; k++) {
+        uint64_t v = width == 4 ? pd_load_le32(buf + 4 * k) : pd_load_le64(buf + 8 * k); /* little-endian wire */
+        assert_int_equal(v, expected(&p, &s, k));
+    }
+    /* u64 output always works */
+    assert_int_equal(pd_backend_slice(backend, &p, &s, count, 8, buf, &got), 0);
+    for (uint64_t k = 0; k < got; k++)
+        assert_int_equal(pd_load_le64(buf + 8 * k), expected(&p, &s, k));
+    free(buf);
+}
+
+static void test_matches_sigma(void **state)
+{
+    (void)state;
+    check(1000, 1, 0, PD_MODE_EXACT, 0, 1000);
+    check(1001, 8, 3, PD_MODE_PAD, 0, 200);   /* wraps past n */
+    check(1001, 8, 7, PD_MODE_DROP, 16, 200);
+    check(1001, 8, 2, PD_MODE_EXACT, 1000, 5); /* at the end: empty */
+    check(5, 7, 6, PD_MODE_PAD, 0, 3);         /* W > n */
+    check(UINT64_C(1) << 32, 3, 1, PD_MODE_PAD, 99, 50);
+    check((UINT64_C(1) << 32) + 1, 3, 1, PD_MODE_PAD, 99, 50); /* first size with 8-byte ids */
+    check(UINT64_C(1) << 63, 1000, 999, PD_MODE_EXACT, 12345, 64);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    pd_perm p;
+    pd_slice s = {4, 1, PD_MODE_PAD, 0};
+    uint64_t got;
+    uint64_t buf[8];
+    assert_int_equal(pd_perm_init(&p, 1, 2, PD_STREAM_SAMPLES, (UINT64_C(1) << 32) + 1), 0);
+    assert_int_equal(pd_backend_slice(backend, &p, &s, 4, 4, buf, &got), PD_EOVERFLOW);
+    assert_int_equal(pd_backend_slice(backend, &p, &s, 4, 2, buf, &got), PD_EINVAL);
+    s.rank = 4;
+    assert_int_equal(pd_backend_slice(backend, &p, &s, 4, 8, buf, &got), PD_EINVAL);
+    assert_int_equal(pd_backend_slice(NULL, &p, &s, 4, 8, buf, &got), PD_EINVAL);
+}
+
+static void test_bad_options(void **state)
+{
+    (void)state;
+    pd_backend *b = NULL;
+    pd_backend_opts o = {.cpu_isa = "sse9", .gpu = "off"};
+    assert_int_equal(pd_backend_open(&o, &b), PD_EINVAL);
+    o.cpu_isa = "auto";
+    o.gpu = "maybe";
+    assert_int_equal(pd_backend_open(&o, &b), PD_EINVAL);
+    assert_int_equal(pd_backend_open(NULL, &b), PD_EINVAL);
+    assert_null(b);
+    if (!pd_cpu_has_isa(PD_ISA_AVX512)) {
+        o.cpu_isa = "avx512";
+        o.gpu = "off";
+        assert_int_equal(pd_backend_open(&o, &b), PD_EUNSUPPORTED);
+    }
+}
+
+/* A GPU library that is not there is no error: the CPU serves, and says so. */
+static void test_missing_gpu_library_falls_back(void **state)
+{
+    (void)state;
+    pd_backend *b = NULL;
+    pd_backend_opts o = {.cpu_isa = "auto", .gpu = "auto", .gpu_min_ids = 1, .gpu_library = "/nonexistent/libpermd_gpu.so"};
+    assert_int_equal(pd_backend_open(&o, &b), PD_OK);
+    assert_non_null(strstr(pd_backend_describe(b), "gpu=none"));
+    pd_perm p;
+    pd_slice s = {2, 1, PD_MODE_EXACT, 0};
+    uint64_t buf[64], got, cpu, gpu;
+    assert_int_equal(pd_perm_init(&p, 3, 4, PD_STREAM_SAMPLES, 100), 0);
+    assert_int_equal(pd_backend_slice(b, &p, &s, 64, 8, buf, &got), PD_OK);
+    pd_backend_counts(b, &cpu, &gpu);
+    assert_int_equal(cpu, got);
+    assert_int_equal(gpu, 0);
+    pd_backend_close(b);
+}
+
+/* Where a GPU is present (the device machine), large requests take it and give the same bytes. */
+static void test_gpu_when_present(void **state)
+{
+    (void)state;
+    pd_backend *b = NULL;
+    pd_backend_opts o = {.cpu_isa = "auto", .gpu = "auto", .gpu_min_ids = 1};
+    assert_int_equal(pd_backend_open(&o, &b), PD_OK);
+    if (strstr(pd_backend_describe(b), "gpu=none")) {
+        pd_backend_close(b);
+        skip(); /* no GPU here: the fallback test above covers this machine */
+    }
+    backend = b;
+    check(1001, 8, 3, PD_MODE_PAD, 0, 200);
+    check((UINT64_C(1) << 32) + 1, 3, 1, PD_MODE_PAD, 99, 5000);
+    uint64_t cpu, gpu;
+    pd_backend_counts(b, &cpu, &gpu);
+    assert_true(gpu > 0);
+    pd_backend_close(b);
+    backend = NULL;
+}
+
+/* The whole check on every CPU ISA this machine runs. */
+static void test_every_isa(void **state)
+{
+    (void)state;
+    static const char *const isas[] = {"scalar", "avx2", "avx512", "auto"};
+    static const pd_isa ids[] = {PD_ISA_SCALAR, PD_ISA_AVX2, PD_ISA_AVX512, PD_ISA_AUTO};
+    for (size_t i = 0; i < 4; i++) {
+        if (!pd_cpu_has_isa(ids[i]))
+            continue;
+        pd_backend_opts o = {.cpu_isa = isas[i], .gpu = "off", .cpu_threads = 2};
+        assert_int_equal(pd_backend_open(&o, &backend), PD_OK);
+        test_matches_sigma(state);
+        test_errors(state);
+        pd_backend_close(backend);
+        backend = NULL;
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_isa),
+        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_missing_gpu_library_falls_back),
+        cmocka_unit_test(test_gpu_when_present),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
