@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "cpu/gen.h"
 #include "core/parse.h"
 
 #define PERMCTL_CHUNK 4096 /* ids computed per bulk call before printing */
@@ -66,10 +67,12 @@ int permctl_cmd_perm(int argc, char **argv)
                                    (unsigned long long)n);
     static uint64_t ids[PERMCTL_CHUNK];
     static permctl_out out;
+    pd_gen gen;
+    pd_gen_init(&gen, PD_ISA_AUTO); /* the fastest kernel here: same ids as the core */
     permctl_out_init(&out, stdout);
     while (count) {
         uint64_t c = count < PERMCTL_CHUNK ? count : PERMCTL_CHUNK;
-        if ((rc = pd_perm_fill_u64(&p, start, c, ids)))
+        if ((rc = pd_gen_fill_u64(&gen, &p, start, c, ids)))
             return permctl_fail(rc, "perm");
         for (uint64_t i = 0; i < c; i++)
             permctl_out_u64(&out, ids[i]);
@@ -163,10 +166,12 @@ int permctl_cmd_rank(int argc, char **argv)
                                                                                   : left;
     static uint64_t ids[PERMCTL_CHUNK];
     static permctl_out out;
+    pd_gen gen;
+    pd_gen_init(&gen, PD_ISA_AUTO); /* the fastest kernel here: same ids as the core */
     permctl_out_init(&out, stdout);
     while (count) {
         uint64_t c = count < PERMCTL_CHUNK ? count : PERMCTL_CHUNK, got;
-        if ((rc = pd_slice_fill_u64(&p, &s, c, ids, &got)))
+        if ((rc = pd_gen_slice_fill_u64(&gen, &p, &s, c, ids, &got)))
             return permctl_fail(rc, "rank");
         for (uint64_t i = 0; i < got; i++)
             permctl_out_u64(&out, ids[i]);

@@ -1,6 +1,7 @@
 /* libpermd's offline half: spec-v1 permutations and rank slices computed in-process by the core. */
 #include "client/permd.h"
 
+#include "cpu/gen.h"
 #include "core/error.h"
 #include "core/rank.h"
 
@@ -21,10 +22,12 @@ int permd_perm_fill(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t start, u
         return rc;
     if (count && !out)
         return PD_EINVAL;
+    pd_gen g;
+    pd_gen_init(&g, PD_ISA_AUTO);
     if (width == 4)
-        return pd_perm_fill_u32(&p, start, count, out);
+        return pd_gen_fill_u32(&g, &p, start, count, out);
     if (width == 8)
-        return pd_perm_fill_u64(&p, start, count, out);
+        return pd_gen_fill_u64(&g, &p, start, count, out);
     return PD_EINVAL;
 }
 
@@ -71,9 +74,11 @@ int permd_rank_fill(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t world, u
         return rc;
     if (!written || pd_local_mode(mode, &s.mode))
         return PD_EINVAL;
+    pd_gen g;
+    pd_gen_init(&g, PD_ISA_AUTO);
     if (width == 4)
-        return pd_slice_fill_u32(&p, &s, count, out, written);
+        return pd_gen_slice_fill_u32(&g, &p, &s, count, out, written);
     if (width == 8)
-        return pd_slice_fill_u64(&p, &s, count, out, written);
+        return pd_gen_slice_fill_u64(&g, &p, &s, count, out, written);
     return PD_EINVAL;
 }

@@ -148,7 +148,9 @@ class Sampler(_Base):
             for k in range(got.value):
                 out[k] = (first + k * self.num_replicas) % self.size
         n = got.value
-        return (out[:n] if np is not None else list(out)[:n]), offset + n * self.num_replicas
+        # the offset after these ids, kept ≤ T (past T a request is an error, v1 §5)
+        return (out[:n] if np is not None else list(out)[:n]), min(offset + n * self.num_replicas,
+                                                                   self._epoch_length())
 
     # ---- checkpoints
 
