@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds permd if needed and runs an example: the first ids rank 0 of 4 reads in epoch 0.
+# Installs what is missing, builds permd if needed, and runs the daemon in the foreground on its defaults
+# (Unix socket $XDG_RUNTIME_DIR/permd.sock or /tmp/permd-$UID/permd.sock, registry ~/.local/state/permd).
+# Extra arguments go to permd (see build/bin/permd --help); Ctrl-C stops it cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x build/bin/permctl ] || bash scripts/build.sh >&2
-echo "permctl rank --seed 42 --epoch 0 --size 1000000 --world 4 --rank 0 --mode exact --count 10" >&2
-exec build/bin/permctl rank --seed 42 --epoch 0 --size 1000000 --world 4 --rank 0 --mode exact --count 10
+if [ ! -x build/bin/permd ] || [ ! -x build/bin/permctl ]; then
+  bash scripts/build.sh >&2
+fi
+exec build/bin/permd "$@"

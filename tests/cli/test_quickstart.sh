@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# CLI test: runs the console session in docs/quickstart-daemon.md verbatim (on permd's defaults) and diffs its output.
+# CLI test: runs the first console session of a document (docs/quickstart-daemon.md, README.md) verbatim,
+# on permd's defaults, and diffs its output.
 set -euo pipefail
 
-BIN=${1:?usage: test_quickstart.sh BIN_DIR SOURCE_DIR}
-DOC=${2:?}/docs/quickstart-daemon.md
+BIN=${1:?usage: test_quickstart.sh BIN_DIR SOURCE_DIR [DOC]}
+DOC=${2:?}/${3:-docs/quickstart-daemon.md}
 SANDBOX=$(mktemp -d /tmp/permd-quickstart-XXXXXX)
 PID=
 cleanup() {
