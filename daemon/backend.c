@@ -196,6 +196,52 @@ static int pd_gpu_slice(pd_backend *b, const pd_perm *perm, const pd_slice *slic
     return rc;
 }
 
+static void pd_store_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, const pd_slice *slice, uint64_t count,
+                           unsigned width, void *out, uint64_t *written)
+{
+    int rc;
+    if (!b || !plan)
+        return PD_EINVAL;
+    if (width == 4)
+        rc = pd_shard_slice_fill_u32(plan, slice, count, out, written);
+    else if (width == 8)
+        rc = pd_shard_slice_fill_u64(plan, slice, count, out, written);
+    else if (width == 16) { /* through a small buffer: pd_shard_loc is wider than the wire's pair */
+        pd_shard_loc locs[512];
+        pd_slice cur = *slice;
+        uint64_t left, got;
+        if ((rc = pd_slice_remaining(plan->n, slice, &left)))
+            return rc;
+        if (count > left)
+            count = left;
+        for (uint64_t done = 0; done < count; done += got) {
+            uint64_t want = count - done < 512 ? count - done : 512;
+            if ((rc = pd_shard_slice_fill_locs(plan, &cur, want, locs, &got)))
+                return rc;
+            for (uint64_t i = 0; i < got; i++) {
+                pd_store_le64((uint8_t *)out + 16 * (done + i), locs[i].shard);
+                pd_store_le64((uint8_t *)out + 16 * (done + i) + 8, locs[i].offset);
+            }
+            cur.offset += got * cur.world; /* more follow, so this stays ≤ T */
+        }
+        *written = count;
+        atomic_fetch_add(&b->cpu_ids, count);
+        return 0;
+    } else
+        return PD_EINVAL;
+    if (rc == 0) {
+        atomic_fetch_add(&b->cpu_ids, *written);
+        pd_to_le(out, *written, width);
+    }
+    return rc;
+}
+
 int pd_backend_slice(pd_backend *b, const pd_perm *perm, const pd_slice *slice, uint64_t count, unsigned width,
                      void *out, uint64_t *written)
 {

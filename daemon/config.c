@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "core/perm.h"
+#include "core/shards.h"
 #include "daemon/log.h"
 #include "daemon/registry.h"
 #include "proto/endpoint.h"
@@ -59,6 +60,12 @@ static const pd_opt pd_opts[] = {
            "Connections beyond this are answered OVERLOADED and closed."),
     PD_OPT(max_count, PD_OPT_U64, "1048576", 1, UINT64_C(1) << 27,
            "Most ids in one Fetch reply, one Stream batch or one Inverse request."),
+    PD_OPT(max_shards, PD_OPT_U64, "16777216", 1, PD_SHARDS_MAX,
+           "Most shards a sharded dataset may have (its upload is held in memory, 8\n"
+           "bytes a shard, until it is complete)."),
+    PD_OPT(plan_cache, PD_OPT_U64, "16", 1, 4096,
+           "Sharded epoch plans kept built (each 16 bytes a shard): one per dataset,\n"
+           "seed, epoch, window and lanes in use."),
     PD_OPT(output_cap, PD_OPT_U64, "4194304", 65536, UINT64_C(1) << 34,
            "Bytes queued for one connection before permd stops reading its requests and\n"
            "pauses its streams (a client that stops reading costs at most this, plus one\n"

@@ -24,6 +24,8 @@ typedef struct pd_config {
     uint64_t max_frame;
     uint64_t max_connections;
     uint64_t max_count;
+    uint64_t max_shards;
+    uint64_t plan_cache;
     uint64_t output_cap;
     uint64_t max_streams;
     uint64_t max_credits;

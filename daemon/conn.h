@@ -41,6 +41,7 @@ typedef struct pd_conn {
     size_t job_bytes; /* reply bytes that in-flight jobs will add */
     struct pd_stream *streams;
     unsigned nstreams;
+    struct pd_upload *upload; /* a sharded PutDataset arriving in parts */
     unsigned refs; /* the handle, plus one per job in flight */
     uint64_t linger_until; /* after an error: when to give up waiting for the peer's EOF */
     uv_shutdown_t shutdown_req;

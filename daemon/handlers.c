@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/digest.h"
 #include "daemon/backend.h"
 #include "daemon/job.h"
 #include "daemon/log.h"
+#include "daemon/plans.h"
 #include "daemon/stream.h"
 
 #define PD_HDR_MAX 128 /* a bulk frame header: prefix, id, two tags and lengths, a few small fields */
@@ -46,7 +48,7 @@ static void pd_on_hello(pd_conn *c, uint64_t id, const Permd__V1__Hello *m)
         }
         c->authed = 1;
     }
-    static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats"};
+    static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats", "shards", "digest"};
     Permd__V1__Limits lim = PERMD__V1__LIMITS__INIT;
     lim.max_frame = (uint32_t)s->cfg->max_frame;
     lim.max_count = s->cfg->max_count;
@@ -78,6 +80,9 @@ static void pd_dataset_msg(const pd_dataset *d, Permd__V1__Dataset *m)
     m->created_unix_ms = d->created_ms;
     m->source = d->from_config ? PERMD__V1__DATASET_SOURCE__DATASET_SOURCE_CONFIG
                                : PERMD__V1__DATASET_SOURCE__DATASET_SOURCE_API;
+    m->shards = d->shards;
+    m->window = d->window;
+    m->lanes = d->lanes;
 }
 
 static void pd_send_dataset(pd_conn *c, uint64_t id, const pd_dataset *d, int created)
@@ -112,6 +117,9 @@ typedef struct pd_registry_job {
     int is_put;
     char name[PD_NAME_MAX + 1];
     uint64_t size;
+    pd_layout *layout; /* a sharded put: its layout (released when done) */
+    uint64_t window;
+    uint32_t lanes;
     int rc, created;
     pd_dataset result;
 } pd_registry_job;
@@ -120,7 +128,9 @@ static void pd_registry_job_run(pd_job *job)
 {
     pd_registry_job *j = (pd_registry_job *)job;
     pd_registry *reg = job->conn->srv->reg;
-    if (j->is_put)
+    if (j->is_put && j->layout)
+        j->rc = pd_registry_put_sharded(reg, j->name, j->layout, j->window, j->lanes, &j->result, &j->created);
+    else if (j->is_put)
         j->rc = pd_registry_put(reg, j->name, j->size, &j->result, &j->created);
     else
         j->rc = pd_registry_delete(reg, j->name);
@@ -131,11 +141,15 @@ static void pd_registry_job_done(pd_job *job)
     pd_registry_job *j = (pd_registry_job *)job;
     pd_conn *c = job->conn;
     if (j->is_put && j->rc == 0 && j->created)
-        pd_log_info("dataset_put", "name=%s size=%llu", j->name, (unsigned long long)j->size);
+        pd_log_info("dataset_put", "name=%s size=%llu shards=%llu", j->name, (unsigned long long)j->result.size,
+                    (unsigned long long)j->result.shards);
     if (!j->is_put && j->rc == 0)
         pd_log_info("dataset_delete", "name=%s", j->name);
     if (pd_conn_open(c)) {
-        if (j->rc == PD_ECONFLICT && j->is_put)
+        if (j->rc == PD_ECONFLICT && j->is_put && (j->layout || j->result.shards))
+            pd_conn_send_error(c, j->id, PD_ECONFLICT,
+                               "dataset '%s' exists with another size, shard layout, window or lanes", j->name);
+        else if (j->rc == PD_ECONFLICT && j->is_put)
             pd_conn_send_error(c, j->id, PD_ECONFLICT, "dataset '%s' exists with size %llu, not %llu", j->name,
                                (unsigned long long)j->result.size, (unsigned long long)j->size);
         else if (j->rc == PD_ECONFLICT)
@@ -157,14 +171,18 @@ static void pd_registry_job_done(pd_job *job)
             pd_conn_send(c, &env);
         }
     }
+    pd_layout_release(j->layout);
     free(j);
     pd_conn_job_done(c);
 }
 
-static void pd_registry_job_start(pd_conn *c, uint64_t id, int is_put, const char *name, uint64_t size)
+/* Queue a put or delete; a sharded put passes its layout (the job takes the reference). */
+static void pd_registry_job_start(pd_conn *c, uint64_t id, int is_put, const char *name, uint64_t size,
+                                  pd_layout *layout, uint64_t window, uint32_t lanes)
 {
     pd_registry_job *j = calloc(1, sizeof *j);
     if (!j) {
+        pd_layout_release(layout);
         pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
         return;
     }
@@ -172,7 +190,11 @@ static void pd_registry_job_start(pd_conn *c, uint64_t id, int is_put, const cha
     j->is_put = is_put;
     strcpy(j->name, name);
     j->size = size;
+    j->layout = layout;
+    j->window = window;
+    j->lanes = lanes;
     if (pd_job_submit(&j->job, c, pd_registry_job_run, pd_registry_job_done, 256)) {
+        pd_layout_release(layout);
         free(j);
         pd_conn_send_error(c, id, PD_EINTERNAL, "cannot queue work");
         return;
@@ -180,24 +202,127 @@ static void pd_registry_job_start(pd_conn *c, uint64_t id, int is_put, const cha
     c->busy = 1;
 }
 
+/* ---- Sharded uploads: shard sizes arrive in parts, each within max_frame ---------- */
+
+struct pd_upload {
+    char name[PD_NAME_MAX + 1];
+    uint64_t total, received, size, window;
+    uint32_t lanes;
+    uint64_t *sizes;
+};
+
+void pd_upload_free(struct pd_upload *u)
+{
+    if (u) {
+        free(u->sizes);
+        free(u);
+    }
+}
+
+static void pd_on_put_sharded(pd_conn *c, uint64_t id, const Permd__V1__PutDataset *m)
+{
+    const pd_config *cfg = c->srv->cfg;
+    struct pd_upload *u = c->upload;
+    if (m->shards_first == 0) { /* a new upload replaces any unfinished one */
+        pd_upload_free(u);
+        c->upload = u = NULL;
+        if (m->shards_total > cfg->max_shards) {
+            pd_conn_send_error(c, id, PD_ETOOBIG, "%llu shards exceed max_shards %llu",
+                               (unsigned long long)m->shards_total, (unsigned long long)cfg->max_shards);
+            return;
+        }
+        if (m->size > PD_N_MAX) {
+            pd_conn_send_error(c, id, PD_EINVAL, "size must be at most 2^63, not %llu", (unsigned long long)m->size);
+            return;
+        }
+        u = calloc(1, sizeof *u);
+        uint64_t *sizes = u ? malloc((size_t)m->shards_total * sizeof *sizes) : NULL;
+        if (!sizes) {
+            free(u);
+            pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory for %llu shard sizes",
+                               (unsigned long long)m->shards_total);
+            return;
+        }
+        strcpy(u->name, m->name);
+        u->sizes = sizes;
+        u->total = m->shards_total;
+        u->size = m->size;
+        u->window = m->window ? m->window : PD_DEFAULT_WINDOW;
+        u->lanes = m->lanes ? m->lanes : 1;
+        c->upload = u;
+    } else if (!u || strcmp(u->name, m->name) || u->total != m->shards_total || u->received != m->shards_first) {
+        pd_conn_send_error(c, id, PD_EINVAL,
+                           "shards_first %llu does not continue an upload of '%s' on this connection (%s)",
+                           (unsigned long long)m->shards_first, pd_printable_name(m->name),
+                           u ? "parts must arrive in order, with the same name and shards_total"
+                             : "none in progress");
+        return;
+    }
+    if (m->n_shard_sizes > u->total - u->received) {
+        pd_conn_send_error(c, id, PD_EINVAL, "%zu more shard sizes overrun shards_total %llu", m->n_shard_sizes,
+                           (unsigned long long)u->total);
+        pd_upload_free(u);
+        c->upload = NULL;
+        return;
+    }
+    memcpy(u->sizes + u->received, m->shard_sizes, m->n_shard_sizes * sizeof *u->sizes);
+    u->received += m->n_shard_sizes;
+    if (u->received < u->total) {
+        Permd__V1__DatasetReply r = PERMD__V1__DATASET_REPLY__INIT;
+        r.shards_received = u->received;
+        pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+        env.id = id;
+        env.body_case = PERMD__V1__ENVELOPE__BODY_DATASET_REPLY;
+        env.dataset_reply = &r;
+        pd_conn_send(c, &env);
+        return;
+    }
+    c->upload = NULL;
+    pd_layout *layout = NULL;
+    int rc = pd_layout_create(u->sizes, u->total, &layout);
+    if (rc == 0 && u->size && u->size != layout->start[layout->shards]) {
+        pd_conn_send_error(c, id, PD_EINVAL, "size %llu is not the sum of the shard sizes, %llu",
+                           (unsigned long long)u->size, (unsigned long long)layout->start[layout->shards]);
+        pd_layout_release(layout);
+    } else if (rc == PD_EINVAL) {
+        pd_conn_send_error(c, id, PD_EINVAL, "the shard sizes must sum to between 1 and 2^63 samples");
+    } else if (rc) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+    } else {
+        pd_registry_job_start(c, id, 1, u->name, layout->start[layout->shards], layout, u->window, u->lanes);
+    }
+    pd_upload_free(u);
+}
+
 static void pd_on_put(pd_conn *c, uint64_t id, const Permd__V1__PutDataset *m)
 {
     pd_dataset d;
     if (pd_check_name(c, id, m->name))
         return;
+    if (m->shards_total) {
+        pd_on_put_sharded(c, id, m);
+        return;
+    }
+    if (m->n_shard_sizes || m->shards_first || m->window || m->lanes) {
+        pd_conn_send_error(c, id, PD_EINVAL,
+                           "shard_sizes, shards_first, window and lanes need shards_total (a sharded dataset)");
+        return;
+    }
     if (m->size == 0 || m->size > PD_N_MAX) {
         pd_conn_send_error(c, id, PD_EINVAL, "size must be in [1, 2^63], not %llu", (unsigned long long)m->size);
         return;
     }
     if (pd_registry_get(c->srv->reg, m->name, &d) == 0) { /* answered from memory: no disk round trip */
-        if (d.size != m->size)
+        if (d.shards)
+            pd_conn_send_error(c, id, PD_ECONFLICT, "dataset '%s' exists as a sharded dataset", m->name);
+        else if (d.size != m->size)
             pd_conn_send_error(c, id, PD_ECONFLICT, "dataset '%s' exists with size %llu, not %llu", m->name,
                                (unsigned long long)d.size, (unsigned long long)m->size);
         else
             pd_send_dataset(c, id, &d, 0);
         return;
     }
-    pd_registry_job_start(c, id, 1, m->name, m->size);
+    pd_registry_job_start(c, id, 1, m->name, m->size, NULL, 0, 0);
 }
 
 static void pd_on_get(pd_conn *c, uint64_t id, const Permd__V1__GetDataset *m)
@@ -225,7 +350,7 @@ static void pd_on_delete(pd_conn *c, uint64_t id, const Permd__V1__DeleteDataset
                            m->name);
         return;
     }
-    pd_registry_job_start(c, id, 0, m->name, 0);
+    pd_registry_job_start(c, id, 0, m->name, 0, NULL, 0, 0);
 }
 
 static void pd_on_list(pd_conn *c, uint64_t id)
@@ -260,9 +385,47 @@ static void pd_on_list(pd_conn *c, uint64_t id)
 
 /* ---- Slices --------------------------------------------------------------------- */
 
-int pd_target_resolve(pd_server *s, const Permd__V1__Slice *m, pd_target *t, char *msg, size_t len)
+/* Sharded datasets: the plan (dataset layout, seed, epoch, K, G) from the cache. */
+static int pd_target_plan(pd_server *s, const pd_dataset *d, uint64_t seed, uint64_t epoch, uint64_t window,
+                          uint32_t lanes, pd_plan **out, char *msg, size_t len)
+{
+    pd_layout *layout;
+    if (pd_registry_layout(s->reg, d->name, &layout)) {
+        snprintf(msg, len, "dataset '%s' does not exist", d->name);
+        return PD_ENOTFOUND;
+    }
+    int rc = pd_plans_get(s->plans, layout, seed, epoch, window ? window : d->window, lanes ? lanes : d->lanes, out);
+    pd_layout_release(layout);
+    if (rc)
+        snprintf(msg, len, "out of memory");
+    return rc ? PD_EINTERNAL : 0;
+}
+
+void pd_target_release(pd_target *t)
+{
+    pd_plan_release(t->plan);
+    t->plan = NULL;
+}
+
+int pd_target_may_block(const pd_target *t)
+{
+    return t->plan && !pd_plan_ready(t->plan);
+}
+
+int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
+                       uint64_t *written)
+{
+    const pd_shard_plan *plan;
+    if (!t->plan)
+        return pd_backend_slice(b, &t->perm, slice, count, t->width, out, written);
+    int rc = pd_plan_use(t->plan, &plan);
+    return rc ? rc : pd_backend_shard_slice(b, plan, slice, count, t->width, out, written);
+}
+
+int pd_target_resolve(pd_server *s, const Permd__V1__Slice *m, int locations, pd_target *t, char *msg, size_t len)
 {
     int mode;
+    t->plan = NULL;
     if (!m) {
         snprintf(msg, len, "slice is required");
         return PD_EINVAL;
@@ -294,12 +457,22 @@ int pd_target_resolve(pd_server *s, const Permd__V1__Slice *m, pd_target *t, cha
                  (unsigned long long)m->offset, (unsigned long long)t->epoch_len, pd_mode_name((pd_mode)mode));
         return PD_EINVAL;
     }
-    pd_perm_init(&t->perm, m->seed, m->epoch, PD_STREAM_SAMPLES, n);
+    if (!t->ds.shards && (m->window || m->lanes || locations)) {
+        snprintf(msg, len, "window, lanes and locations apply to sharded datasets; '%s' is flat", t->ds.name);
+        return PD_EINVAL;
+    }
+    if (t->ds.shards) {
+        int rc = pd_target_plan(s, &t->ds, m->seed, m->epoch, m->window, m->lanes, &t->plan, msg, len);
+        if (rc)
+            return rc;
+    } else {
+        pd_perm_init(&t->perm, m->seed, m->epoch, PD_STREAM_SAMPLES, n);
+    }
     t->slice.world = m->world;
     t->slice.rank = m->rank;
     t->slice.mode = (pd_mode)mode;
     t->slice.offset = m->offset;
-    t->width = pd_id_width(n);
+    t->width = locations ? 16 : pd_id_width(n);
     pd_slice_remaining(n, &t->slice, &t->remaining);
     return 0;
 }
@@ -319,9 +492,7 @@ typedef struct pd_fetch_job {
     pd_job job;
     pd_backend *backend;
     uint64_t id, count;
-    pd_perm perm;
-    pd_slice slice;
-    unsigned width;
+    pd_target t; /* owns its plan reference */
     uint8_t *base, *frame, *payload;
     size_t frame_len;
     int rc;
@@ -331,7 +502,7 @@ static void pd_fetch_job_run(pd_job *job)
 {
     pd_fetch_job *j = (pd_fetch_job *)job;
     uint64_t got;
-    j->rc = pd_backend_slice(j->backend, &j->perm, &j->slice, j->count, j->width, j->payload, &got);
+    j->rc = pd_target_generate(j->backend, &j->t, &j->t.slice, j->count, j->payload, &got);
     if (j->rc == 0 && got != j->count)
         j->rc = PD_EINTERNAL;
 }
@@ -349,57 +520,52 @@ static void pd_fetch_job_done(pd_job *job)
         c->srv->stats.ids_served_total += j->count;
         pd_conn_write_owned(c, j->base, j->frame, j->frame_len);
     }
+    pd_target_release(&j->t);
     free(j);
     pd_conn_job_done(c);
 }
 
-static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
+/* After a successful resolve: answer inline or queue a job; t's plan reference is consumed. */
+static void pd_fetch_reply(pd_conn *c, uint64_t id, uint64_t count, pd_target *t)
 {
     pd_server *s = c->srv;
-    pd_target t;
-    char msg[256];
-    int rc = pd_target_resolve(s, m->slice, &t, msg, sizeof msg);
-    if (rc) {
-        pd_conn_send_error(c, id, rc, "%s", msg);
-        return;
-    }
-    if (m->count > s->cfg->max_count) {
+    if (count > s->cfg->max_count) {
         pd_conn_send_error(c, id, PD_ETOOBIG, "count %llu exceeds max_count %llu; fetch in pieces",
-                           (unsigned long long)m->count, (unsigned long long)s->cfg->max_count);
+                           (unsigned long long)count, (unsigned long long)s->cfg->max_count);
+        pd_target_release(t);
         return;
     }
-    uint64_t got = m->count < t.remaining ? m->count : t.remaining;
-    size_t bytes = (size_t)got * t.width;
+    uint64_t got = count < t->remaining ? count : t->remaining;
+    size_t bytes = (size_t)got * t->width;
     Permd__V1__FetchReply head = PERMD__V1__FETCH_REPLY__INIT;
-    head.id_width = t.width;
+    head.id_width = t->width;
     head.count = got;
-    head.next_offset = pd_target_next_offset(&t, t.slice.offset, got);
-    head.remaining = t.remaining - got;
+    head.next_offset = pd_target_next_offset(t, t->slice.offset, got);
+    head.remaining = t->remaining - got;
     uint8_t hdr[PD_HDR_MAX];
     size_t hlen;
     if (pd_frame_bulk_header(hdr, sizeof hdr, id, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY, &head.base, 15, bytes,
                              &hlen)) {
         pd_conn_send_error(c, id, PD_EINTERNAL, "reply header does not fit");
+        pd_target_release(t);
         return;
     }
 
     /* Small requests run on the loop when the pool is idle: no thread hop, and
      * nothing else waits. Under load they go to the pool, so generation
-     * spreads over every core while the loop only moves bytes. */
-    if (got == 0 || pd_server_take_inline(s, got)) { /* straight into the output buffer */
-        uint64_t w;
-        uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, bytes, t.width);
-        if (!payload) {
-            pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
-            return;
-        }
-        rc = pd_backend_slice(s->backend, &t.perm, &t.slice, got, t.width, payload, &w);
-        if (rc || w != got) { /* the unfinished frame is simply not committed */
+     * spreads over every core while the loop only moves bytes. A sharded
+     * plan not built yet always goes to the pool. */
+    if (got == 0 || (!pd_target_may_block(t) && pd_server_take_inline(s, got))) {
+        uint64_t w = 0;
+        int rc = PD_ENOMEM;
+        uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, bytes, t->width);
+        if (payload && (rc = pd_target_generate(s->backend, t, &t->slice, got, payload, &w)) == 0 && w == got) {
+            pd_conn_bulk_end(c, payload);
+            s->stats.ids_served_total += got;
+        } else { /* the unfinished frame is simply not committed */
             pd_conn_send_error(c, id, PD_EINTERNAL, "generation failed: %s", pd_strerror(rc ? rc : PD_EINTERNAL));
-            return;
         }
-        pd_conn_bulk_end(c, payload);
-        s->stats.ids_served_total += got;
+        pd_target_release(t);
         return;
     }
 
@@ -408,22 +574,116 @@ static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
     uint8_t *base = j ? malloc(pad + hlen + bytes) : NULL;
     if (!base) {
         free(j);
+        pd_target_release(t);
         pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
         return;
     }
     j->id = id;
     j->backend = s->backend;
     j->count = got;
-    j->perm = t.perm;
-    j->slice = t.slice;
-    j->width = t.width;
+    j->t = *t;
     j->base = base;
     j->frame = base + pad;
     j->payload = j->frame + hlen; /* 16-aligned */
     j->frame_len = hlen + bytes;
     memcpy(j->frame, hdr, hlen);
     if (pd_job_submit(&j->job, c, pd_fetch_job_run, pd_fetch_job_done, j->frame_len)) {
+        pd_target_release(t);
         free(base);
+        free(j);
+        pd_conn_send_error(c, id, PD_EINTERNAL, "cannot queue work");
+        return;
+    }
+    c->busy = 1;
+}
+
+static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
+{
+    pd_target t;
+    char msg[256];
+    int rc = pd_target_resolve(c->srv, m->slice, m->locations, &t, msg, sizeof msg);
+    if (rc) {
+        pd_conn_send_error(c, id, rc, "%s", msg);
+        return;
+    }
+    pd_fetch_reply(c, id, m->count, &t);
+}
+
+/* ---- Digest: everything a rank has left, reduced to (count, sum, hash) ------------- */
+
+typedef struct pd_digest_job {
+    pd_job job;
+    pd_backend *backend;
+    uint64_t id;
+    pd_target t;
+    pd_digest d;
+    int rc;
+} pd_digest_job;
+
+static void pd_digest_job_run(pd_job *job)
+{
+    pd_digest_job *j = (pd_digest_job *)job;
+    enum { CHUNK = 1 << 16 };
+    uint64_t *ids = malloc(CHUNK * sizeof *ids), left = j->t.remaining, got;
+    pd_slice cur = j->t.slice;
+    pd_digest_init(&j->d);
+    if (!ids) {
+        j->rc = PD_ENOMEM;
+        return;
+    }
+    j->t.width = 8; /* host-order u64s: the digest mixes values, not wire bytes */
+    while (left && !j->rc) {
+        j->rc = pd_target_generate(j->backend, &j->t, &cur, left < CHUNK ? left : CHUNK, ids, &got);
+        for (uint64_t i = 0; i < got && !j->rc; i++)
+            pd_digest_add(&j->d, pd_load_le64((const uint8_t *)&ids[i]));
+        left -= got;
+        cur.offset += got * cur.world; /* more remain, so this stays ≤ T */
+    }
+    free(ids);
+}
+
+static void pd_digest_job_done(pd_job *job)
+{
+    pd_digest_job *j = (pd_digest_job *)job;
+    pd_conn *c = job->conn;
+    if (pd_conn_open(c)) {
+        if (j->rc) {
+            pd_conn_send_error(c, j->id, PD_EINTERNAL, "digest failed: %s", pd_strerror(j->rc));
+        } else {
+            Permd__V1__DigestReply r = PERMD__V1__DIGEST_REPLY__INIT;
+            r.count = j->d.count;
+            r.sum = j->d.sum;
+            r.hash = j->d.hash;
+            pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+            env.id = j->id;
+            env.body_case = PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY;
+            env.digest_reply = &r;
+            pd_conn_send(c, &env);
+        }
+    }
+    pd_target_release(&j->t);
+    free(j);
+    pd_conn_job_done(c);
+}
+
+static void pd_on_digest(pd_conn *c, uint64_t id, const Permd__V1__Digest *m)
+{
+    char msg[256];
+    pd_digest_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    int rc = pd_target_resolve(c->srv, m->slice, 0, &j->t, msg, sizeof msg);
+    if (rc) {
+        free(j);
+        pd_conn_send_error(c, id, rc, "%s", msg);
+        return;
+    }
+    j->id = id;
+    j->backend = c->srv->backend;
+    if (pd_job_submit(&j->job, c, pd_digest_job_run, pd_digest_job_done, 128)) {
+        pd_target_release(&j->t);
         free(j);
         pd_conn_send_error(c, id, PD_EINTERNAL, "cannot queue work");
         return;
@@ -435,6 +695,7 @@ static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
 
 typedef struct pd_inverse {
     pd_perm perm;
+    pd_plan *plan; /* sharded datasets (a reference) */
     uint32_t world;
     uint64_t keep; /* positions ≥ keep are dropped (drop mode), else n */
     unsigned width;
@@ -445,9 +706,15 @@ typedef struct pd_inverse {
 
 static void pd_inverse_compute(const pd_inverse *v)
 {
+    const pd_shard_plan *plan = NULL;
+    if (v->plan && pd_plan_use(v->plan, &plan))
+        return; /* out of memory building the plan: pd_send_inverse reports it */
     for (uint64_t i = 0; i < v->count; i++) {
-        uint64_t s = v->width == 4 ? pd_load_le32(v->samples + 4 * i) : pd_load_le64(v->samples + 8 * i);
-        uint64_t p = pd_perm_inv(&v->perm, s);
+        uint64_t s = v->width == 4 ? pd_load_le32(v->samples + 4 * i) : pd_load_le64(v->samples + 8 * i), p;
+        if (plan)
+            pd_shard_position(plan, s, &p);
+        else
+            p = pd_perm_inv(&v->perm, s);
         if (v->width == 4)
             pd_store_le32(v->positions + 4 * i, (uint32_t)p);
         else
@@ -458,6 +725,10 @@ static void pd_inverse_compute(const pd_inverse *v)
 
 static void pd_send_inverse(pd_conn *c, uint64_t id, const pd_inverse *v)
 {
+    if (v->plan && !pd_plan_ready(v->plan)) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory building the shard plan");
+        return;
+    }
     Permd__V1__InverseReply r = PERMD__V1__INVERSE_REPLY__INIT;
     r.id_width = v->width;
     r.count = v->count;
@@ -492,6 +763,7 @@ static void pd_inverse_job_done(pd_job *job)
     pd_conn *c = job->conn;
     if (pd_conn_open(c))
         pd_send_inverse(c, j->id, &j->v);
+    pd_plan_release(j->v.plan);
     free(j);
     pd_conn_job_done(c);
 }
@@ -540,7 +812,20 @@ static void pd_on_inverse(pd_conn *c, uint64_t id, const Permd__V1__Inverse *m)
             return;
         }
     }
-    pd_perm_init(&v.perm, m->seed, m->epoch, PD_STREAM_SAMPLES, d.size);
+    if (!d.shards && (m->window || m->lanes)) {
+        pd_conn_send_error(c, id, PD_EINVAL, "window and lanes apply to sharded datasets; '%s' is flat", d.name);
+        return;
+    }
+    char msg[256];
+    if (d.shards) {
+        int rc = pd_target_plan(s, &d, m->seed, m->epoch, m->window, m->lanes, &v.plan, msg, sizeof msg);
+        if (rc) {
+            pd_conn_send_error(c, id, rc, "%s", msg);
+            return;
+        }
+    } else {
+        pd_perm_init(&v.perm, m->seed, m->epoch, PD_STREAM_SAMPLES, d.size);
+    }
     v.world = m->world;
     v.keep = d.size;
     if (mode == PD_MODE_DROP)
@@ -548,22 +833,26 @@ static void pd_on_inverse(pd_conn *c, uint64_t id, const Permd__V1__Inverse *m)
     v.positions = pd_arena_alloc(&c->arena, (size_t)v.count * v.width + 1);
     v.ranks = pd_arena_alloc(&c->arena, (size_t)v.count * 4 + 1);
     if (!v.positions || !v.ranks) {
+        pd_plan_release(v.plan);
         pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
         return;
     }
-    if (pd_server_take_inline(s, v.count)) {
+    if ((!v.plan || pd_plan_ready(v.plan)) && pd_server_take_inline(s, v.count)) {
         pd_inverse_compute(&v);
         pd_send_inverse(c, id, &v);
+        pd_plan_release(v.plan);
         return;
     }
     pd_inverse_job *j = calloc(1, sizeof *j);
     if (!j) {
+        pd_plan_release(v.plan);
         pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
         return;
     }
     j->id = id;
     j->v = v;
     if (pd_job_submit(&j->job, c, pd_inverse_job_run, pd_inverse_job_done, (size_t)v.count * (v.width + 4))) {
+        pd_plan_release(v.plan);
         free(j);
         pd_conn_send_error(c, id, PD_EINTERNAL, "cannot queue work");
         return;
@@ -648,6 +937,9 @@ void pd_handle_frame(pd_conn *c, const uint8_t *payload, uint32_t len)
         break;
     case PERMD__V1__ENVELOPE__BODY_STATS:
         pd_on_stats(c, id);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_DIGEST:
+        pd_on_digest(c, id, env->digest);
         break;
     default:
         if (env->base.n_unknown_fields)

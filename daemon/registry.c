@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,18 +15,63 @@
 
 #include "core/error.h"
 #include "core/perm.h"
+#include "core/shards.h"
 #include "daemon/log.h"
 
-#define PD_REGISTRY_SCHEMA 1 /* PRAGMA user_version of the current layout */
+#define PD_REGISTRY_SCHEMA 2 /* PRAGMA user_version of the current schema (2: shard layouts) */
+
+/* A dataset and, when sharded, its layout (the table owns one reference). */
+typedef struct pd_entry {
+    pd_dataset d;
+    pd_layout *layout;
+} pd_entry;
 
 struct pd_registry {
     sqlite3 *db;
     sqlite3_stmt *put, *del;
     pthread_mutex_t write_lock; /* one SQLite transaction at a time */
     pthread_mutex_t lock;       /* guards the table below; never held across disk I/O */
-    pd_dataset *sets;           /* sorted by name */
+    pd_entry *sets;             /* sorted by name */
     size_t n, cap;
 };
+
+/* ---- Layouts ------------------------------------------------------------------- */
+
+int pd_layout_create(const uint64_t *sizes, uint64_t shards, pd_layout **out)
+{
+    if (!sizes || !out || shards == 0 || shards > PD_SHARDS_MAX)
+        return PD_EINVAL;
+    pd_layout *l = malloc(sizeof *l + (size_t)(shards + 1) * sizeof l->start[0]);
+    if (!l)
+        return PD_ENOMEM;
+    int rc = pd_shard_layout_build(sizes, shards, l->start);
+    if (rc) {
+        free(l);
+        return rc;
+    }
+    atomic_init(&l->refs, 1);
+    l->shards = shards;
+    *out = l;
+    return 0;
+}
+
+pd_layout *pd_layout_ref(pd_layout *l)
+{
+    if (l)
+        atomic_fetch_add(&l->refs, 1);
+    return l;
+}
+
+void pd_layout_release(pd_layout *l)
+{
+    if (l && atomic_fetch_sub(&l->refs, 1) == 1)
+        free(l);
+}
+
+static int pd_layout_equal(const pd_layout *a, const pd_layout *b)
+{
+    return a->shards == b->shards && !memcmp(a->start, b->start, (size_t)(a->shards + 1) * sizeof a->start[0]);
+}
 
 int pd_registry_name_check(const char *name)
 {
@@ -58,7 +104,7 @@ static size_t pd_table_find(const pd_registry *r, const char *name, int *found)
     size_t lo = 0, hi = r->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(r->sets[mid].name, name);
+        int c = strcmp(r->sets[mid].d.name, name);
         if (c == 0) {
             *found = 1;
             return mid;
@@ -72,24 +118,27 @@ static size_t pd_table_find(const pd_registry *r, const char *name, int *found)
     return lo;
 }
 
-static int pd_table_insert(pd_registry *r, size_t at, const pd_dataset *d)
+/* Insert d at `at`; the table takes over the caller's reference to layout (may be NULL). */
+static int pd_table_insert(pd_registry *r, size_t at, const pd_dataset *d, pd_layout *layout)
 {
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 16;
-        pd_dataset *s = realloc(r->sets, cap * sizeof *s);
+        pd_entry *s = realloc(r->sets, cap * sizeof *s);
         if (!s)
             return PD_ENOMEM;
         r->sets = s;
         r->cap = cap;
     }
     memmove(r->sets + at + 1, r->sets + at, (r->n - at) * sizeof *r->sets);
-    r->sets[at] = *d;
+    r->sets[at].d = *d;
+    r->sets[at].layout = layout;
     r->n++;
     return 0;
 }
 
 static void pd_table_remove(pd_registry *r, size_t at)
 {
+    pd_layout_release(r->sets[at].layout);
     memmove(r->sets + at, r->sets + at + 1, (r->n - at - 1) * sizeof *r->sets);
     r->n--;
 }
@@ -143,23 +192,74 @@ static uint64_t pd_size_from_db(int64_t v)
     return size;
 }
 
+/* Sizes travel to and from SQLite as a BLOB of little-endian u64s. */
+static int pd_layout_from_blob(const void *blob, int bytes, pd_layout **out)
+{
+    if (bytes <= 0 || bytes % 8)
+        return PD_EINVAL;
+    uint64_t shards = (uint64_t)bytes / 8;
+    uint64_t *sizes = malloc((size_t)bytes);
+    if (!sizes)
+        return PD_ENOMEM;
+    const uint8_t *b = blob;
+    for (uint64_t i = 0; i < shards; i++) {
+        uint64_t v = 0;
+        for (int k = 7; k >= 0; k--)
+            v = v << 8 | b[8 * i + (uint64_t)k];
+        sizes[i] = v;
+    }
+    int rc = pd_layout_create(sizes, shards, out);
+    free(sizes);
+    return rc;
+}
+
+static uint8_t *pd_layout_to_blob(const pd_layout *l, size_t *bytes)
+{
+    *bytes = (size_t)l->shards * 8;
+    uint8_t *b = malloc(*bytes);
+    if (!b)
+        return NULL;
+    for (uint64_t i = 0; i < l->shards; i++) {
+        uint64_t v = l->start[i + 1] - l->start[i];
+        for (int k = 0; k < 8; k++, v >>= 8)
+            b[8 * i + (uint64_t)k] = (uint8_t)v;
+    }
+    return b;
+}
+
 static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(r->db, "SELECT name, size, created_ms FROM datasets ORDER BY name", -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(r->db, "SELECT name, size, created_ms, shards, window, lanes FROM datasets ORDER BY name",
+                                -1, &st, NULL);
     if (rc != SQLITE_OK)
         goto fail;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         pd_dataset d = {0};
+        pd_layout *layout = NULL;
         const char *name = (const char *)sqlite3_column_text(st, 0);
         d.size = pd_size_from_db(sqlite3_column_int64(st, 1));
         d.created_ms = sqlite3_column_int64(st, 2);
-        if (!name || pd_registry_name_check(name) || d.size == 0 || d.size > PD_N_MAX) {
+        if (sqlite3_column_type(st, 3) == SQLITE_BLOB) {
+            if (pd_layout_from_blob(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3), &layout) ||
+                layout->start[layout->shards] != d.size) {
+                pd_layout_release(layout);
+                pd_log_warn("registry_skip", "reason=\"invalid shard layout\" name=\"%s\"", name ? name : "");
+                continue;
+            }
+            d.shards = layout->shards;
+            d.window = (uint64_t)sqlite3_column_int64(st, 4);
+            d.lanes = (uint32_t)sqlite3_column_int64(st, 5);
+        }
+        if (!name || pd_registry_name_check(name) || d.size == 0 || d.size > PD_N_MAX ||
+            (layout && (d.window == 0 || d.lanes == 0))) {
+            pd_layout_release(layout);
             pd_log_warn("registry_skip", "reason=\"invalid row\" name=\"%s\"", name ? name : "");
             continue;
         }
         strcpy(d.name, name);
-        if (pd_table_insert(r, r->n, &d)) { /* rows arrive sorted */
+        if (pd_table_insert(r, r->n, &d, layout)) { /* rows arrive sorted */
+            pd_layout_release(layout);
             sqlite3_finalize(st);
             pd_errf(err, errlen, "out of memory loading the registry");
             return PD_ENOMEM;
@@ -173,6 +273,32 @@ fail:
     pd_errf(err, errlen, "reading the registry: %s", sqlite3_errmsg(r->db));
     sqlite3_finalize(st);
     return PD_EIO;
+}
+
+/* Schema 1 (flat datasets only) gains the shard columns in place. */
+static int pd_registry_migrate(pd_registry *r)
+{
+    sqlite3_stmt *st;
+    int version = 0;
+    if (sqlite3_prepare_v2(r->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
+        return PD_EIO;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (version >= PD_REGISTRY_SCHEMA)
+        return 0;
+    static const char v2[] = "BEGIN;"
+                             "ALTER TABLE datasets ADD COLUMN shards BLOB;"
+                             "ALTER TABLE datasets ADD COLUMN window INTEGER NOT NULL DEFAULT 0;"
+                             "ALTER TABLE datasets ADD COLUMN lanes INTEGER NOT NULL DEFAULT 0;"
+                             "PRAGMA user_version=2;"
+                             "COMMIT;";
+    if (sqlite3_exec(r->db, v2, NULL, NULL, NULL) != SQLITE_OK) {
+        sqlite3_exec(r->db, "ROLLBACK;", NULL, NULL, NULL);
+        return PD_EIO;
+    }
+    pd_log_info("registry_migrate", "from=%d to=%d", version, PD_REGISTRY_SCHEMA);
+    return 0;
 }
 
 int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t errlen)
@@ -197,17 +323,19 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
     sqlite3_busy_timeout(r->db, 5000);
     /* WAL: readers never block the writer; synchronous=FULL: a commit is on
      * disk (fsync of the WAL) before sqlite3_step returns, so an ack means durable. */
+    /* A new database starts at schema 1 and migrates like an old one. */
     static const char schema[] = "PRAGMA journal_mode=WAL;"
                                  "PRAGMA synchronous=FULL;"
                                  "CREATE TABLE IF NOT EXISTS datasets ("
                                  "  name TEXT PRIMARY KEY NOT NULL,"
                                  "  size INTEGER NOT NULL,"
-                                 "  created_ms INTEGER NOT NULL) WITHOUT ROWID;"
-                                 "PRAGMA user_version=1;";
-    if (sqlite3_exec(r->db, schema, NULL, NULL, NULL) != SQLITE_OK)
+                                 "  created_ms INTEGER NOT NULL) WITHOUT ROWID;";
+    if (sqlite3_exec(r->db, schema, NULL, NULL, NULL) != SQLITE_OK || pd_registry_migrate(r))
         goto fail_db;
-    if (sqlite3_prepare_v2(r->db, "INSERT INTO datasets(name, size, created_ms) VALUES(?1, ?2, ?3)", -1, &r->put,
-                           NULL) != SQLITE_OK ||
+    if (sqlite3_prepare_v2(r->db,
+                           "INSERT INTO datasets(name, size, created_ms, shards, window, lanes) "
+                           "VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+                           -1, &r->put, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(r->db, "DELETE FROM datasets WHERE name = ?1", -1, &r->del, NULL) != SQLITE_OK)
         goto fail_db;
     int rc = pd_registry_load(r, err, errlen);
@@ -233,6 +361,8 @@ void pd_registry_close(pd_registry *r)
     sqlite3_close(r->db);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->write_lock);
+    for (size_t i = 0; i < r->n; i++)
+        pd_layout_release(r->sets[i].layout);
     free(r->sets);
     free(r);
 }
@@ -245,14 +375,14 @@ int pd_registry_declare(pd_registry *r, const char *name, uint64_t size)
     pthread_mutex_lock(&r->lock);
     size_t at = pd_table_find(r, name, &found);
     if (found) {
-        if (r->sets[at].size != size)
+        if (r->sets[at].d.size != size || r->sets[at].layout)
             rc = PD_ECONFLICT;
         else
-            r->sets[at].from_config = 1;
+            r->sets[at].d.from_config = 1;
     } else {
         pd_dataset d = {.size = size, .created_ms = pd_now_ms(), .from_config = 1};
         strcpy(d.name, name);
-        rc = pd_table_insert(r, at, &d);
+        rc = pd_table_insert(r, at, &d, NULL);
     }
     pthread_mutex_unlock(&r->lock);
     return rc;
@@ -264,9 +394,22 @@ int pd_registry_get(pd_registry *r, const char *name, pd_dataset *out)
     pthread_mutex_lock(&r->lock);
     size_t at = pd_table_find(r, name, &found);
     if (found)
-        *out = r->sets[at];
+        *out = r->sets[at].d;
     pthread_mutex_unlock(&r->lock);
     return found ? 0 : PD_ENOTFOUND;
+}
+
+int pd_registry_layout(pd_registry *r, const char *name, pd_layout **out)
+{
+    int found, rc = PD_ENOTFOUND;
+    pthread_mutex_lock(&r->lock);
+    size_t at = pd_table_find(r, name, &found);
+    if (found) {
+        *out = pd_layout_ref(r->sets[at].layout);
+        rc = *out ? 0 : PD_EINVAL;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
 }
 
 int pd_registry_list(pd_registry *r, pd_dataset **out, size_t *n)
@@ -278,7 +421,8 @@ int pd_registry_list(pd_registry *r, pd_dataset **out, size_t *n)
     if (r->n) {
         *out = malloc(r->n * sizeof **out);
         if (*out)
-            memcpy(*out, r->sets, r->n * sizeof **out);
+            for (size_t i = 0; i < r->n; i++)
+                (*out)[i] = r->sets[i].d;
         else
             rc = PD_ENOMEM;
     }
@@ -294,7 +438,17 @@ size_t pd_registry_count(pd_registry *r)
     return n;
 }
 
-int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created)
+/* Whether an existing entry is the dataset a put describes (then the put is a no-op). */
+static int pd_entry_matches(const pd_entry *e, uint64_t size, const pd_layout *layout, uint64_t window, uint32_t lanes)
+{
+    if (e->d.size != size || !e->layout != !layout)
+        return 0;
+    return !layout || (pd_layout_equal(e->layout, layout) && e->d.window == window && e->d.lanes == lanes);
+}
+
+/* Create or confirm a dataset; layout (NULL when flat) gets one more reference if stored. */
+static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, pd_layout *layout, uint64_t window,
+                               uint32_t lanes, pd_dataset *out, int *created)
 {
     if (pd_registry_name_check(name) || size == 0 || size > PD_N_MAX)
         return PD_EINVAL;
@@ -306,22 +460,40 @@ int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset 
     pthread_mutex_lock(&r->lock);
     size_t at = pd_table_find(r, name, &found);
     if (found) {
-        rc = r->sets[at].size == size ? 0 : PD_ECONFLICT;
-        *out = r->sets[at];
+        rc = pd_entry_matches(&r->sets[at], size, layout, window, lanes) ? 0 : PD_ECONFLICT;
+        *out = r->sets[at].d;
     }
     pthread_mutex_unlock(&r->lock);
     if (found)
         goto done;
 
     pd_dataset d = {.size = size, .created_ms = pd_now_ms()};
+    size_t blob_len = 0;
+    uint8_t *blob = NULL;
     strcpy(d.name, name);
+    if (layout) {
+        d.shards = layout->shards;
+        d.window = window;
+        d.lanes = lanes;
+        if (!(blob = pd_layout_to_blob(layout, &blob_len))) {
+            rc = PD_ENOMEM;
+            goto done;
+        }
+    }
     sqlite3_reset(r->put);
     sqlite3_bind_text(r->put, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(r->put, 2, pd_size_to_db(size));
     sqlite3_bind_int64(r->put, 3, d.created_ms);
+    if (blob)
+        sqlite3_bind_blob64(r->put, 4, blob, blob_len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(r->put, 4);
+    sqlite3_bind_int64(r->put, 5, (int64_t)window);
+    sqlite3_bind_int64(r->put, 6, (int64_t)lanes);
     int step = sqlite3_step(r->put);
     sqlite3_clear_bindings(r->put);
     sqlite3_reset(r->put);
+    free(blob);
     if (step != SQLITE_DONE) {
         pd_log_error("registry_put", "name=%s msg=\"%s\"", name, sqlite3_errmsg(r->db));
         rc = PD_EIO;
@@ -329,7 +501,9 @@ int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset 
     }
     pthread_mutex_lock(&r->lock);
     at = pd_table_find(r, name, &found);
-    rc = pd_table_insert(r, at, &d);
+    rc = pd_table_insert(r, at, &d, pd_layout_ref(layout));
+    if (rc)
+        pd_layout_release(layout);
     pthread_mutex_unlock(&r->lock);
     if (rc == 0) {
         *out = d;
@@ -340,13 +514,26 @@ done:
     return rc;
 }
 
+int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created)
+{
+    return pd_registry_put_any(r, name, size, NULL, 0, 0, out, created);
+}
+
+int pd_registry_put_sharded(pd_registry *r, const char *name, pd_layout *layout, uint64_t window, uint32_t lanes,
+                            pd_dataset *out, int *created)
+{
+    if (!layout || window == 0 || lanes == 0)
+        return PD_EINVAL;
+    return pd_registry_put_any(r, name, layout->start[layout->shards], layout, window, lanes, out, created);
+}
+
 int pd_registry_delete(pd_registry *r, const char *name)
 {
     int rc = 0, found;
     pthread_mutex_lock(&r->write_lock);
     pthread_mutex_lock(&r->lock);
     size_t at = pd_table_find(r, name, &found);
-    int from_config = found && r->sets[at].from_config;
+    int from_config = found && r->sets[at].d.from_config;
     pthread_mutex_unlock(&r->lock);
     if (!found) {
         rc = PD_ENOTFOUND;

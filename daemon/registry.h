@@ -7,12 +7,31 @@
 
 #define PD_NAME_MAX 128
 
+#define PD_DEFAULT_WINDOW 8 /* K of a sharded dataset put without one */
+
 typedef struct pd_dataset {
     char name[PD_NAME_MAX + 1];
     uint64_t size;
     int64_t created_ms; /* Unix time of the first PutDataset (or of startup, for config datasets) */
     int from_config;    /* declared in the config file: not stored, not deletable */
+    uint64_t shards;    /* 0: flat; else the shard count (its layout: pd_registry_layout) */
+    uint64_t window;    /* sharded: default K */
+    uint32_t lanes;     /* sharded: default G */
 } pd_dataset;
+
+/* A sharded dataset's natural offsets (docs/spec/shards-v1.md §1): start[s],
+ * S + 1 values. Immutable and reference-counted, so a request keeps using
+ * the layout it resolved even if the dataset is deleted meanwhile. */
+typedef struct pd_layout {
+    _Atomic unsigned refs;
+    uint64_t shards;
+    uint64_t start[]; /* S + 1 */
+} pd_layout;
+
+/* A new layout from sizes (one reference). PD_EINVAL when S or N is out of range. */
+int pd_layout_create(const uint64_t *sizes, uint64_t shards, pd_layout **out);
+pd_layout *pd_layout_ref(pd_layout *l);
+void pd_layout_release(pd_layout *l);
 
 typedef struct pd_registry pd_registry;
 
@@ -36,6 +55,14 @@ int pd_registry_declare(pd_registry *r, const char *name, uint64_t size);
 /* Create or confirm: *created = 1 when new. PD_ECONFLICT when it exists with
  * another size; PD_EINVAL for a bad name or size; PD_EIO when the commit failed. */
 int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created);
+/* Create or confirm a sharded dataset (takes its own reference to layout):
+ * *created = 1 when new; PD_ECONFLICT when the name exists with another
+ * size, layout, window or lanes. */
+int pd_registry_put_sharded(pd_registry *r, const char *name, pd_layout *layout, uint64_t window, uint32_t lanes,
+                            pd_dataset *out, int *created);
+/* A reference to a sharded dataset's layout (release it). PD_ENOTFOUND, or
+ * PD_EINVAL for a flat dataset. */
+int pd_registry_layout(pd_registry *r, const char *name, pd_layout **out);
 /* PD_ENOTFOUND; PD_ECONFLICT for a config dataset; PD_EIO. */
 int pd_registry_delete(pd_registry *r, const char *name);
 /* PD_ENOTFOUND */

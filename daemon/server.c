@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "daemon/conn.h"
 #include "daemon/backend.h"
+#include "daemon/plans.h"
 #include "daemon/listen.h"
 #include "daemon/log.h"
 
@@ -80,6 +81,10 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
     if ((rc = pd_backend_open(&bo, &s->backend))) {
         pd_log_error("startup", "msg=\"cannot start the generation backend: %s\" cpu_isa=%s", pd_strerror(rc),
                      cfg->cpu_isa);
+        return rc;
+    }
+    if ((rc = pd_plans_open((unsigned)cfg->plan_cache, &s->plans))) {
+        pd_log_error("startup", "msg=\"out of memory\"");
         return rc;
     }
     if ((rc = pd_config_state_dir(cfg, path, sizeof path))) {
@@ -182,6 +187,8 @@ void pd_server_close(pd_server *s)
     s->reg = NULL;
     pd_backend_close(s->backend);
     s->backend = NULL;
+    pd_plans_close(s->plans);
+    s->plans = NULL;
     free(s->token);
     s->token = NULL;
 }

@@ -38,8 +38,7 @@ struct pd_batch {
     pd_stream *st;
     pd_batch *next;
     uint64_t seq, count, next_offset;
-    pd_perm perm;
-    pd_slice slice;
+    pd_slice slice; /* this batch's; the rest of the target is st->t */
     unsigned width;
     uint8_t *base, *frame, *payload;
     size_t frame_len;
@@ -70,6 +69,7 @@ static void pd_stream_unlink_free(pd_stream *st)
         free(b->base);
         free(b);
     }
+    pd_target_release(&st->t);
     free(st);
 }
 
@@ -115,7 +115,7 @@ static void pd_batch_run(pd_job *job)
 {
     pd_batch *b = (pd_batch *)job;
     uint64_t got;
-    b->rc = pd_backend_slice(b->backend, &b->perm, &b->slice, b->count, b->width, b->payload, &got);
+    b->rc = pd_target_generate(b->backend, &b->st->t, &b->slice, b->count, b->payload, &got);
     if (b->rc == 0 && got != b->count)
         b->rc = PD_EINTERNAL;
 }
@@ -199,7 +199,7 @@ static int pd_stream_inline(pd_stream *st, uint64_t count)
     uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, (size_t)count * b.width, b.width);
     if (!payload)
         return PD_ENOMEM;
-    rc = pd_backend_slice(c->srv->backend, &st->t.perm, &st->t.slice, count, b.width, payload, &got);
+    rc = pd_target_generate(c->srv->backend, &st->t, &st->t.slice, count, payload, &got);
     if (rc || got != count)
         return rc ? rc : PD_EINTERNAL;
     pd_conn_bulk_end(c, payload);
@@ -222,7 +222,6 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
     b->seq = st->next_seq;
     b->count = count;
     b->width = st->t.width;
-    b->perm = st->t.perm;
     b->slice = st->t.slice;
     b->next_offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
     uint8_t hdr[PD_STREAM_HDR_MAX];
@@ -255,7 +254,8 @@ static void pd_stream_produce(pd_stream *st)
            pd_conn_open(c) && !pd_conn_congested(c)) {
         uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
         /* Inline only in order (nothing in flight) and within the loop's budget. */
-        int inl = st->inflight == 0 && !st->ready && pd_server_take_inline(c->srv, count);
+        int inl = st->inflight == 0 && !st->ready && !pd_target_may_block(&st->t) &&
+                  pd_server_take_inline(c->srv, count);
         int rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
         if (rc) {
             pd_conn_send_error(c, st->id, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));
@@ -280,41 +280,36 @@ void pd_stream_pump(pd_conn *c)
     }
 }
 
-void pd_stream_open(pd_conn *c, uint64_t id, const Permd__V1__Stream *m)
+/* Validate the rest of a Stream request and start it; 0 when the stream took t over. */
+static int pd_stream_start(pd_conn *c, uint64_t id, const Permd__V1__Stream *m, const pd_target *tp)
 {
     pd_server *s = c->srv;
     const pd_config *cfg = s->cfg;
-    char msg[256];
-    pd_target t;
-    int rc = pd_target_resolve(s, m->slice, &t, msg, sizeof msg);
-    if (rc) {
-        pd_conn_send_error(c, id, rc, "%s", msg);
-        return;
-    }
+    const pd_target t = *tp;
+    pd_stream *st;
     if (m->batch == 0 || m->batch > cfg->max_count) {
         pd_conn_send_error(c, id, m->batch ? PD_ETOOBIG : PD_EINVAL, "batch must be in [1, %llu] (max_count), not %llu",
                            (unsigned long long)cfg->max_count, (unsigned long long)m->batch);
-        return;
+        return -1;
     }
     if (m->credits == 0 || m->credits > cfg->max_credits) {
         pd_conn_send_error(c, id, PD_EINVAL, "credits must be in [1, %llu] (max_credits), not %u",
                            (unsigned long long)cfg->max_credits, m->credits);
-        return;
+        return -1;
     }
     if (pd_stream_find(c, id)) {
         pd_conn_send_error(c, id, PD_ECONFLICT, "a stream with id %llu is already open on this connection",
                            (unsigned long long)id);
-        return;
+        return -1;
     }
     if (c->nstreams >= cfg->max_streams) {
         pd_conn_send_error(c, id, PD_EBUSY, "too many streams on this connection (max_streams = %llu)",
                            (unsigned long long)cfg->max_streams);
-        return;
+        return -1;
     }
-    pd_stream *st = calloc(1, sizeof *st);
-    if (!st) {
+    if (!(st = calloc(1, sizeof *st))) {
         pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
-        return;
+        return -1;
     }
     st->conn = c;
     st->id = id;
@@ -332,6 +327,22 @@ void pd_stream_open(pd_conn *c, uint64_t id, const Permd__V1__Stream *m)
                  (unsigned long long)id, t.ds.name, (unsigned long long)st->unscheduled,
                  (unsigned long long)st->batch);
     pd_stream_produce(st);
+    return 0;
+}
+
+void pd_stream_open(pd_conn *c, uint64_t id, const Permd__V1__Stream *m)
+{
+    pd_server *s = c->srv;
+    char msg[256];
+    pd_target t;
+    int rc = pd_target_resolve(s, m->slice, m->locations, &t, msg, sizeof msg);
+    if (rc) {
+        pd_conn_send_error(c, id, rc, "%s", msg);
+        return;
+    }
+    rc = pd_stream_start(c, id, m, &t);
+    if (rc)
+        pd_target_release(&t);
 }
 
 void pd_stream_credit(pd_conn *c, uint64_t id, uint32_t credits)

@@ -1,0 +1,33 @@
+/* A cache of sharded epoch plans (per dataset layout, seed, epoch, K, G): built once on a worker, shared by requests. */
+#ifndef PD_PLANS_H
+#define PD_PLANS_H
+
+#include <stdint.h>
+
+#include "core/shards.h"
+#include "daemon/registry.h"
+
+typedef struct pd_plans pd_plans;
+typedef struct pd_plan pd_plan;
+
+/* Keep at most max_entries plans (least recently used go first; one still
+ * in use lives on until released). PD_ENOMEM. */
+int pd_plans_open(unsigned max_entries, pd_plans **out);
+void pd_plans_close(pd_plans *c);
+
+/* A reference to the plan of (layout, seed, epoch, window, lanes). Cheap and
+ * never builds, so the event loop may call it. PD_ENOMEM. */
+int pd_plans_get(pd_plans *c, pd_layout *layout, uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes,
+                 pd_plan **out);
+
+/* Whether the plan's O(S) table is built (then pd_plan_use never blocks). */
+int pd_plan_ready(pd_plan *p);
+
+/* The plan, built first if needed (O(S): call off the event loop unless
+ * pd_plan_ready). Concurrent callers build once. PD_ENOMEM, PD_EINVAL. */
+int pd_plan_use(pd_plan *p, const pd_shard_plan **out);
+
+pd_plan *pd_plan_ref(pd_plan *p);
+void pd_plan_release(pd_plan *p);
+
+#endif
