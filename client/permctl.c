@@ -2,6 +2,7 @@
 #include "permctl.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -15,6 +16,7 @@ static const permctl_cmd permctl_cmds[] = {
     {"fetch", permctl_cmd_fetch, "print the next ids of a rank, fetched from permd"},
     {"stream", permctl_cmd_stream, "print all ids left to a rank, streamed from permd"},
     {"stats", permctl_cmd_stats, "print permd's counters"},
+    {"verify", permctl_cmd_verify, "check a rank's received ids against the epoch's digest (exactly once)"},
 };
 
 static void permctl_help(FILE *f)
@@ -139,6 +141,52 @@ int main(int argc, char **argv)
     return PERMCTL_EXIT_USAGE;
 }
 
+int permctl_read_shards(const char *path, uint64_t **sizes, uint64_t *n)
+{
+    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
+    char line[256];
+    uint64_t cap = 1024, count = 0, lineno = 0;
+    uint64_t *v = malloc(cap * sizeof *v);
+    if (!f || !v) {
+        free(v);
+        if (f && f != stdin)
+            fclose(f);
+        return permctl_usage_error("--shards-file: cannot read %s", path);
+    }
+    int rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!line[0] || line[0] == '#')
+            continue;
+        if (count == cap) {
+            uint64_t *p = realloc(v, (cap *= 2) * sizeof *v);
+            if (!p) {
+                rc = permctl_usage_error("--shards-file: out of memory");
+                break;
+            }
+            v = p;
+        }
+        if (pd_parse_u64(line, &v[count])) {
+            rc = permctl_usage_error("--shards-file %s:%llu: '%s' is not a shard size (an unsigned decimal integer)",
+                                     path, (unsigned long long)lineno, line);
+            break;
+        }
+        count++;
+    }
+    if (f != stdin)
+        fclose(f);
+    if (!rc && count == 0)
+        rc = permctl_usage_error("--shards-file: %s lists no shard sizes", path);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *sizes = v;
+    *n = count;
+    return 0;
+}
+
 enum permctl_opt_kind { PERMCTL_U64, PERMCTL_MODE, PERMCTL_STR, PERMCTL_FLAG };
 
 static const struct {
@@ -160,6 +208,10 @@ static const struct {
     [PERMCTL_OPT_TCP] = {"tcp", PERMCTL_STR, 0, 0},
     [PERMCTL_OPT_TOKEN_FILE] = {"token-file", PERMCTL_STR, 0, 0},
     [PERMCTL_OPT_JSON] = {"json", PERMCTL_FLAG, 0, 0},
+    [PERMCTL_OPT_SHARDS_FILE] = {"shards-file", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_WINDOW] = {"window", PERMCTL_U64, 1, UINT64_MAX},
+    [PERMCTL_OPT_LANES] = {"lanes", PERMCTL_U64, 1, UINT32_MAX},
+    [PERMCTL_OPT_LOCATIONS] = {"locations", PERMCTL_FLAG, 0, 0},
 };
 
 int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, const char *usage,

@@ -58,6 +58,10 @@ enum permctl_opt {
     PERMCTL_OPT_TCP,        /* HOST:PORT instead of the Unix socket */
     PERMCTL_OPT_TOKEN_FILE, /* TCP auth secret (else $PERMD_TOKEN_FILE) */
     PERMCTL_OPT_JSON,       /* a flag: structured output */
+    PERMCTL_OPT_SHARDS_FILE, /* a sharded dataset's sizes, one per line */
+    PERMCTL_OPT_WINDOW,     /* K: shards per window */
+    PERMCTL_OPT_LANES,      /* G: lanes */
+    PERMCTL_OPT_LOCATIONS,  /* a flag: print "shard offset" instead of ids */
     PERMCTL_OPT__COUNT
 };
 #define PERMCTL_BIT(o) (1u << PERMCTL_OPT_##o)
@@ -83,6 +87,11 @@ void permctl_out_u64_sep(permctl_out *o, uint64_t v, char sep);
 /* Write a string as-is (JSON punctuation, labels). */
 void permctl_out_str(permctl_out *o, const char *s);
 
+/* Read a shards file: one decimal size per line (blank lines and # comments
+ * skipped). On failure prints a message naming the line and returns
+ * PERMCTL_EXIT_USAGE; else 0 with a malloc'd array. */
+int permctl_read_shards(const char *path, uint64_t **sizes, uint64_t *n);
+
 /* Options every daemon subcommand accepts. */
 #define PERMCTL_CONN_OPTS (PERMCTL_BIT(SOCKET) | PERMCTL_BIT(TCP) | PERMCTL_BIT(TOKEN_FILE))
 
@@ -99,5 +108,6 @@ int permctl_cmd_fetch(int argc, char **argv);
 int permctl_cmd_stream(int argc, char **argv);
 int permctl_cmd_inverse_daemon(int argc, char **argv);
 int permctl_cmd_stats(int argc, char **argv);
+int permctl_cmd_verify(int argc, char **argv); /* offline with --size / --shards-file, else the daemon */
 
 #endif

@@ -12,28 +12,35 @@
 
 static const char permctl_datasets_usage[] =
     "usage: permctl datasets put NAME --size N [--json]\n"
+    "       permctl datasets put NAME --shards-file FILE [--window K] [--lanes G] [--json]\n"
     "       permctl datasets list [--json]\n"
     "       permctl datasets get NAME [--json]\n"
     "       permctl datasets rm NAME\n"
     "\n"
     "Register, show and remove datasets on permd. put is idempotent; a different\n"
     "size for an existing name is a conflict. Names: 1-128 of A-Z a-z 0-9 . _ -\n"
+    "A sharded dataset (docs/spec/shards-v1.md) is put from a file of shard sizes,\n"
+    "one per line; its default window K (shards per window, default 8) and lanes G\n"
+    "(default 1; set it to the usual world size) apply to its epochs.\n"
     "Connection: [--socket PATH | --tcp HOST:PORT [--token-file FILE]].\n";
 
 static const char permctl_fetch_usage[] =
     "usage: permctl fetch NAME --seed S --epoch E --world W --rank R --mode pad|drop|exact\n"
-    "                     [--offset O] --count C [--json]\n"
+    "                     [--offset O] --count C [--json] [--locations] [--window K] [--lanes G]\n"
     "\n"
     "Print the next C sample ids of rank R (fewer at the end of the epoch), one per\n"
     "line, exactly as the offline 'permctl rank' prints them. --json prints\n"
-    "{\"ids\":[...],\"next_offset\":N}, next_offset being the checkpoint to resume from.\n";
+    "{\"ids\":[...],\"next_offset\":N}, next_offset being the checkpoint to resume from.\n"
+    "Sharded datasets: --locations prints \"SHARD OFFSET\" per line instead of ids;\n"
+    "--window and --lanes override the dataset's K and G.\n";
 
 static const char permctl_stream_usage[] =
     "usage: permctl stream NAME --seed S --epoch E --world W --rank R --mode pad|drop|exact\n"
-    "                      [--offset O] [--batch B] [--count C]\n"
+    "                      [--offset O] [--batch B] [--count C] [--locations] [--window K] [--lanes G]\n"
     "\n"
     "Stream every id rank R has left (or the first C), one per line, exactly as the\n"
-    "offline 'permctl rank' prints them. --batch sets ids per message (default 65536).\n";
+    "offline 'permctl rank' prints them. --batch sets ids per message (default 65536).\n"
+    "Sharded datasets: --locations, --window, --lanes as for fetch.\n";
 
 static const char permctl_stats_usage[] =
     "usage: permctl stats [--json]\n"
@@ -42,6 +49,7 @@ static const char permctl_stats_usage[] =
 
 #define PERMCTL_SLICE_OPTS                                                                                   \
     (PERMCTL_BIT(SEED) | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(WORLD) | PERMCTL_BIT(RANK) | PERMCTL_BIT(MODE))
+#define PERMCTL_SHARD_OPTS (PERMCTL_BIT(WINDOW) | PERMCTL_BIT(LANES))
 #define PERMCTL_DEFAULT_BATCH 65536
 
 /* ---- Connection ------------------------------------------------------------------ */
@@ -114,9 +122,13 @@ static void permctl_json_dataset(FILE *f, const permd_dataset *d)
 {
     fputs("{\"name\":", f);
     permctl_json_string(f, d->name);
-    fprintf(f, ",\"size\":%llu,\"id_width\":%u,\"source\":\"%s\",\"created_unix_ms\":%lld}",
+    fprintf(f, ",\"size\":%llu,\"id_width\":%u,\"source\":\"%s\",\"created_unix_ms\":%lld",
             (unsigned long long)d->size, d->id_width, d->from_config ? "config" : "api",
             (long long)d->created_unix_ms);
+    if (d->shards)
+        fprintf(f, ",\"shards\":%llu,\"window\":%llu,\"lanes\":%u", (unsigned long long)d->shards,
+                (unsigned long long)d->window, d->lanes);
+    fputc('}', f);
 }
 
 static void permctl_table_header(void)
@@ -136,8 +148,10 @@ int permctl_cmd_datasets(int argc, char **argv)
 {
     permctl_args a;
     permd_client *c;
-    int rc = permctl_parse(argc, argv, PERMCTL_CONN_OPTS | PERMCTL_BIT(JSON) | PERMCTL_BIT(SIZE), 0,
-                           permctl_datasets_usage, &a);
+    int rc = permctl_parse(argc, argv,
+                           PERMCTL_CONN_OPTS | PERMCTL_BIT(JSON) | PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE) |
+                               PERMCTL_SHARD_OPTS,
+                           0, permctl_datasets_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
     if (a.npos < 1)
@@ -152,23 +166,40 @@ int permctl_cmd_datasets(int argc, char **argv)
         return permctl_usage_error(is_list ? "datasets list: unexpected argument '%s'"
                                            : "datasets %s: give exactly one dataset NAME",
                                    is_list ? a.pos[1] : action);
-    if (is_put != ((a.set & PERMCTL_BIT(SIZE)) != 0))
-        return permctl_usage_error(is_put ? "datasets put: --size is required" : "datasets %s: --size applies to put only",
+    int sharded = (a.set & PERMCTL_BIT(SHARDS_FILE)) != 0;
+    if (is_put && sharded == ((a.set & PERMCTL_BIT(SIZE)) != 0))
+        return permctl_usage_error("datasets put: give --size N or --shards-file FILE");
+    if (!is_put && (a.set & (PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE) | PERMCTL_SHARD_OPTS)))
+        return permctl_usage_error("datasets %s: --size, --shards-file, --window and --lanes apply to put only",
                                    action);
+    if (is_put && !sharded && (a.set & PERMCTL_SHARD_OPTS))
+        return permctl_usage_error("datasets put: --window and --lanes need --shards-file");
+    uint64_t *sizes = NULL, nshards = 0;
+    if (sharded && (rc = permctl_read_shards(a.s[PERMCTL_OPT_SHARDS_FILE], &sizes, &nshards)))
+        return rc;
     if (is_rm && json)
         return permctl_usage_error("datasets rm: --json does not apply");
-    if ((rc = permctl_connect(&a, &c)))
+    if ((rc = permctl_connect(&a, &c))) {
+        free(sizes);
         return rc;
+    }
 
     permd_dataset d;
     if (is_put) {
         int32_t created;
-        if (permd_put_dataset(c, a.pos[1], a.u[PERMCTL_OPT_SIZE], &d, &created))
+        rc = sharded ? permd_put_dataset_sharded(c, a.pos[1], sizes, nshards, a.u[PERMCTL_OPT_WINDOW],
+                                                 (uint32_t)a.u[PERMCTL_OPT_LANES], &d, &created)
+                     : permd_put_dataset(c, a.pos[1], a.u[PERMCTL_OPT_SIZE], &d, &created);
+        free(sizes);
+        if (rc)
             return permctl_call_failed(c, "datasets put");
         if (json) {
             fputs("{\"dataset\":", stdout);
             permctl_json_dataset(stdout, &d);
             printf(",\"created\":%s}\n", created ? "true" : "false");
+        } else if (d.shards) {
+            printf("%s %s (size %llu, %llu shards, window %llu, lanes %u)\n", created ? "created" : "exists", d.name,
+                   (unsigned long long)d.size, (unsigned long long)d.shards, (unsigned long long)d.window, d.lanes);
         } else {
             printf("%s %s (size %llu)\n", created ? "created" : "exists", d.name, (unsigned long long)d.size);
         }
@@ -245,6 +276,8 @@ static int permctl_slice(const char *cmd, const permctl_args *a, permd_slice *s)
     s->rank = (uint32_t)a->u[PERMCTL_OPT_RANK];
     s->mode = (uint32_t)a->mode;
     s->offset = a->u[PERMCTL_OPT_OFFSET];
+    s->window = a->u[PERMCTL_OPT_WINDOW];
+    s->lanes = (uint32_t)a->u[PERMCTL_OPT_LANES];
     return 0;
 }
 
@@ -254,8 +287,10 @@ int permctl_cmd_fetch(int argc, char **argv)
     permd_slice s;
     permd_client *c;
     const unsigned req = PERMCTL_SLICE_OPTS | PERMCTL_BIT(COUNT);
-    int rc = permctl_parse(argc, argv, req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(JSON) | PERMCTL_CONN_OPTS, req,
-                           permctl_fetch_usage, &a);
+    int rc = permctl_parse(argc, argv,
+                           req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(JSON) | PERMCTL_CONN_OPTS | PERMCTL_SHARD_OPTS |
+                               PERMCTL_BIT(LOCATIONS),
+                           req, permctl_fetch_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
     if ((rc = permctl_slice("fetch", &a, &s)) || (rc = permctl_connect(&a, &c)))
@@ -265,7 +300,8 @@ int permctl_cmd_fetch(int argc, char **argv)
     uint64_t chunk = info.max_count ? info.max_count : 65536, want = a.u[PERMCTL_OPT_COUNT];
     if (chunk > (1u << 20))
         chunk = 1u << 20;
-    uint64_t *ids = malloc(chunk * sizeof *ids);
+    int locations = (a.set & PERMCTL_BIT(LOCATIONS)) != 0;
+    uint64_t *ids = malloc(chunk * sizeof *ids * (locations ? 2 : 1)), *offs = ids + chunk;
     if (!ids) {
         permd_close(c);
         return permctl_fail(PD_ENOMEM, "fetch");
@@ -274,11 +310,13 @@ int permctl_cmd_fetch(int argc, char **argv)
     static permctl_out out;
     permctl_out_init(&out, stdout);
     if (json)
-        permctl_out_str(&out, "{\"ids\":[");
+        permctl_out_str(&out, locations ? "{\"locations\":[" : "{\"ids\":[");
     /* Counts above the server's max_count are fetched in pieces; the output is the same. */
     while (want) {
         uint64_t n = want < chunk ? want : chunk, got;
-        if (permd_fetch_u64(c, &s, n, ids, &got, &s.offset)) {
+        rc = locations ? permd_fetch_locations(c, &s, n, ids, offs, &got, &s.offset)
+                       : permd_fetch_u64(c, &s, n, ids, &got, &s.offset);
+        if (rc) {
             free(ids);
             permctl_out_flush(&out);
             return permctl_call_failed(c, "fetch");
@@ -288,9 +326,15 @@ int permctl_cmd_fetch(int argc, char **argv)
                 permctl_out_str(&out, ",");
             first = 0;
             if (json) {
-                char tmp[24];
-                snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)ids[i]);
+                char tmp[48];
+                if (locations)
+                    snprintf(tmp, sizeof tmp, "[%llu,%llu]", (unsigned long long)ids[i], (unsigned long long)offs[i]);
+                else
+                    snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)ids[i]);
                 permctl_out_str(&out, tmp);
+            } else if (locations) {
+                permctl_out_u64_sep(&out, ids[i], ' ');
+                permctl_out_u64(&out, offs[i]);
             } else {
                 permctl_out_u64(&out, ids[i]);
             }
@@ -317,7 +361,8 @@ int permctl_cmd_stream(int argc, char **argv)
     permd_stream *st;
     const unsigned req = PERMCTL_SLICE_OPTS;
     int rc = permctl_parse(argc, argv,
-                           req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(BATCH) | PERMCTL_BIT(COUNT) | PERMCTL_CONN_OPTS,
+                           req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(BATCH) | PERMCTL_BIT(COUNT) | PERMCTL_CONN_OPTS |
+                               PERMCTL_SHARD_OPTS | PERMCTL_BIT(LOCATIONS),
                            req, permctl_stream_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
@@ -328,7 +373,8 @@ int permctl_cmd_stream(int argc, char **argv)
     if ((rc = permctl_connect(&a, &c)))
         return rc;
     uint64_t batch = (a.set & PERMCTL_BIT(BATCH)) ? a.u[PERMCTL_OPT_BATCH] : PERMCTL_DEFAULT_BATCH;
-    if (permd_stream_open(c, &s, batch, a.u[PERMCTL_OPT_COUNT], &st))
+    uint32_t flags = (a.set & PERMCTL_BIT(LOCATIONS)) ? PERMD_LOCATIONS : 0;
+    if (permd_stream_open_ex(c, &s, batch, a.u[PERMCTL_OPT_COUNT], flags, &st))
         return permctl_call_failed(c, "stream");
     static permctl_out out;
     permctl_out_init(&out, stdout);
@@ -344,8 +390,14 @@ int permctl_cmd_stream(int argc, char **argv)
         if (n == 0)
             break;
         const uint8_t *p = ids;
-        for (uint64_t i = 0; i < n; i++)
-            permctl_out_u64(&out, width == 4 ? pd_load_le32(p + 4 * i) : pd_load_le64(p + 8 * i));
+        for (uint64_t i = 0; i < n; i++) {
+            if (width == 16) {
+                permctl_out_u64_sep(&out, pd_load_le64(p + 16 * i), ' ');
+                permctl_out_u64(&out, pd_load_le64(p + 16 * i + 8));
+            } else {
+                permctl_out_u64(&out, width == 4 ? pd_load_le32(p + 4 * i) : pd_load_le64(p + 8 * i));
+            }
+        }
     }
     permd_stream_close(st);
     permd_close(c);
@@ -471,4 +523,117 @@ int permctl_cmd_stats(int argc, char **argv)
     if (json)
         fputs("}\n", stdout);
     return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+}
+
+/* ---- verify ------------------------------------------------------------------------------------ */
+
+static const char permctl_verify_usage[] =
+    "usage: permctl verify NAME --seed S --epoch E --world W --rank R --mode M [--offset O] [FILE]\n"
+    "       permctl verify (--size N | --shards-file F [--window K] [--lanes G])\n"
+    "                      --seed S --epoch E --world W --rank R --mode M [--offset O] [FILE]\n"
+    "\n"
+    "Check that the ids in FILE (default: standard input; one per line) are exactly\n"
+    "what rank R reads from offset O to the end of the epoch — no id missing,\n"
+    "repeated or foreign, in any order — by comparing order-independent digests\n"
+    "(count, sum, hash). The expected digest comes from permd (NAME) or is computed\n"
+    "here (--size / --shards-file). Exit 0 when they match, 1 when not.\n";
+
+/* Digest the ids in a file (or stdin): one decimal id per line. */
+static int permctl_digest_file(const char *path, permd_digest *d)
+{
+    FILE *f = !path || !strcmp(path, "-") ? stdin : fopen(path, "r");
+    char line[64];
+    uint64_t lineno = 0;
+    if (!f)
+        return permctl_usage_error("verify: cannot read %s", path);
+    memset(d, 0, sizeof *d);
+    while (fgets(line, sizeof line, f)) {
+        uint64_t id;
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!line[0])
+            continue;
+        if (pd_parse_u64(line, &id)) {
+            if (f != stdin)
+                fclose(f);
+            return permctl_usage_error("verify: %s:%llu: '%s' is not a sample id", path ? path : "-",
+                                       (unsigned long long)lineno, line);
+        }
+        permd_digest_add(d, &id, 1, 8);
+    }
+    if (f != stdin)
+        fclose(f);
+    return 0;
+}
+
+int permctl_cmd_verify(int argc, char **argv)
+{
+    permctl_args a;
+    const unsigned req = PERMCTL_SLICE_OPTS;
+    int rc = permctl_parse(argc, argv,
+                           req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE) |
+                               PERMCTL_SHARD_OPTS | PERMCTL_CONN_OPTS,
+                           req, permctl_verify_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    int offline = (a.set & (PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE))) != 0;
+    if ((a.set & PERMCTL_BIT(SIZE)) && (a.set & PERMCTL_BIT(SHARDS_FILE)))
+        return permctl_usage_error("verify: give --size or --shards-file, not both");
+    if (a.npos > (offline ? 1 : 2))
+        return permctl_usage_error("verify: unexpected argument '%s'", a.pos[a.npos - 1]);
+    if (!offline && a.npos < 1)
+        return permctl_usage_error("verify: give a dataset NAME, or --size / --shards-file to compute offline");
+    if (a.u[PERMCTL_OPT_RANK] >= a.u[PERMCTL_OPT_WORLD])
+        return permctl_usage_error("--rank: %llu must be below --world %llu", (unsigned long long)a.u[PERMCTL_OPT_RANK],
+                                   (unsigned long long)a.u[PERMCTL_OPT_WORLD]);
+    const char *file = a.npos > (offline ? 0 : 1) ? a.pos[offline ? 0 : 1] : NULL;
+    permd_digest want, got;
+    uint32_t world = (uint32_t)a.u[PERMCTL_OPT_WORLD], rank = (uint32_t)a.u[PERMCTL_OPT_RANK];
+    if (offline) {
+        uint64_t *sizes = NULL, nshards = 0;
+        if (a.set & PERMCTL_BIT(SHARDS_FILE)) {
+            permd_plan *plan;
+            if ((rc = permctl_read_shards(a.s[PERMCTL_OPT_SHARDS_FILE], &sizes, &nshards)))
+                return rc;
+            rc = permd_plan_new(a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], sizes, nshards,
+                                a.u[PERMCTL_OPT_WINDOW], (uint32_t)a.u[PERMCTL_OPT_LANES], &plan);
+            free(sizes);
+            if (rc == 0) {
+                rc = permd_plan_rank_digest(plan, world, rank, (int)a.mode, a.u[PERMCTL_OPT_OFFSET], &want);
+                permd_plan_free(plan);
+            }
+        } else {
+            if (a.set & PERMCTL_SHARD_OPTS)
+                return permctl_usage_error("verify: --window and --lanes need --shards-file");
+            rc = permd_rank_digest(a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], a.u[PERMCTL_OPT_SIZE], world, rank,
+                                   (int)a.mode, a.u[PERMCTL_OPT_OFFSET], &want);
+        }
+        if (rc)
+            return rc == PD_ERANGE ? permctl_usage_error("--offset: past the end of the epoch")
+                                   : permctl_fail(rc, "verify");
+    } else {
+        permd_slice s;
+        permd_client *c;
+        char *keep = a.pos[1];
+        a.npos = 1; /* permctl_slice wants NAME alone */
+        if ((rc = permctl_slice("verify", &a, &s)))
+            return rc;
+        a.pos[1] = keep;
+        if ((rc = permctl_connect(&a, &c)))
+            return rc;
+        if (permd_digest_slice(c, &s, &want))
+            return permctl_call_failed(c, "verify");
+        permd_close(c);
+    }
+    if ((rc = permctl_digest_file(file, &got)))
+        return rc;
+    if (got.count == want.count && got.sum == want.sum && got.hash == want.hash) {
+        printf("ok: %llu ids, each exactly once (digest %016llx)\n", (unsigned long long)got.count,
+               (unsigned long long)got.hash);
+        return PERMCTL_EXIT_OK;
+    }
+    printf("MISMATCH: got %llu ids (sum %llu, hash %016llx), expected %llu ids (sum %llu, hash %016llx)\n",
+           (unsigned long long)got.count, (unsigned long long)got.sum, (unsigned long long)got.hash,
+           (unsigned long long)want.count, (unsigned long long)want.sum, (unsigned long long)want.hash);
+    return PERMCTL_EXIT_FAIL;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/shards.h"
 #include "cpu/gen.h"
 #include "core/parse.h"
 
@@ -27,13 +28,16 @@ const char permctl_inverse_usage[] =
     "(position mod W; '-' when drop mode discards it).\n";
 
 static const char permctl_rank_usage[] =
-    "usage: permctl rank --seed S --epoch E --size N --world W --rank R\n"
-    "                    --mode pad|drop|exact [--offset O] [--count C]\n"
+    "usage: permctl rank --seed S --epoch E (--size N | --shards-file F [--window K] [--lanes G]\n"
+    "                    [--locations]) --world W --rank R --mode pad|drop|exact [--offset O] [--count C]\n"
     "\n"
     "Print the sample ids rank R of W reads after O global positions were\n"
     "consumed (positions O + R + k·W), one per line. pad repeats samples so every\n"
     "rank reads ⌈N/W⌉; drop discards the last N mod W positions; exact reads\n"
-    "every sample once. --count defaults to all the rank has left.\n";
+    "every sample once. --count defaults to all the rank has left.\n"
+    "With --shards-file (one shard size per line) the epoch is the sharded order of\n"
+    "docs/spec/shards-v1.md: windows of K shards (default 8) read through G lanes\n"
+    "(default 1); --locations prints \"SHARD OFFSET\" instead of sample ids.\n";
 
 #define PERMCTL_KEY_OPTS (PERMCTL_BIT(SEED) | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(SIZE))
 
@@ -133,25 +137,91 @@ int permctl_cmd_inverse(int argc, char **argv)
     return permctl_out_flush(&out);
 }
 
+/* The sharded form of rank: a plan over the shard sizes, printed in chunks. */
+static int permctl_rank_sharded(const permctl_args *a, pd_slice *s, uint64_t want)
+{
+    uint64_t *sizes, nshards;
+    int rc = permctl_read_shards(a->s[PERMCTL_OPT_SHARDS_FILE], &sizes, &nshards);
+    if (rc)
+        return rc;
+    uint64_t *start = malloc((size_t)(nshards + 1) * sizeof *start);
+    size_t bytes = pd_shard_plan_bytes(nshards);
+    void *mem = malloc(bytes);
+    pd_shard_plan plan;
+    uint64_t left;
+    int locations = (a->set & PERMCTL_BIT(LOCATIONS)) != 0;
+    if (!start || !mem)
+        rc = permctl_fail(PD_ENOMEM, "rank");
+    else if (pd_shard_layout_build(sizes, nshards, start))
+        rc = permctl_usage_error("--shards-file: the sizes must sum to between 1 and 2^63 samples");
+    else if ((rc = pd_shard_plan_init(&plan, start, nshards, a->u[PERMCTL_OPT_SEED], a->u[PERMCTL_OPT_EPOCH],
+                                      (a->set & PERMCTL_BIT(WINDOW)) ? a->u[PERMCTL_OPT_WINDOW] : 8,
+                                      (a->set & PERMCTL_BIT(LANES)) ? a->u[PERMCTL_OPT_LANES] : 1, mem, bytes)))
+        rc = permctl_fail(rc, "rank");
+    else if ((rc = pd_slice_remaining(plan.n, s, &left)))
+        rc = rc == PD_ERANGE ? permctl_usage_error("--offset: %llu is past the end of the epoch",
+                                                   (unsigned long long)s->offset)
+                             : permctl_fail(rc, "rank");
+    if (rc)
+        goto done;
+    static pd_shard_loc locs[PERMCTL_CHUNK];
+    static permctl_out out;
+    permctl_out_init(&out, stdout);
+    for (uint64_t count = want < left ? want : left, got; count; count -= got) {
+        if ((rc = pd_shard_slice_fill_locs(&plan, s, count < PERMCTL_CHUNK ? count : PERMCTL_CHUNK, locs, &got))) {
+            rc = permctl_fail(rc, "rank");
+            goto done;
+        }
+        for (uint64_t i = 0; i < got; i++) {
+            if (locations) {
+                permctl_out_u64_sep(&out, locs[i].shard, ' ');
+                permctl_out_u64(&out, locs[i].offset);
+            } else {
+                permctl_out_u64(&out, locs[i].sample);
+            }
+        }
+        s->offset += got * s->world; /* the next chunk starts where this one ended */
+    }
+    rc = permctl_out_flush(&out);
+done:
+    free(sizes);
+    free(start);
+    free(mem);
+    return rc;
+}
+
 int permctl_cmd_rank(int argc, char **argv)
 {
     permctl_args a;
     pd_perm p;
-    const unsigned req = PERMCTL_KEY_OPTS | PERMCTL_BIT(WORLD) | PERMCTL_BIT(RANK) | PERMCTL_BIT(MODE);
-    int rc = permctl_parse(argc, argv, req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(COUNT), req,
-                           permctl_rank_usage, &a);
+    const unsigned req = PERMCTL_BIT(SEED) | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(WORLD) | PERMCTL_BIT(RANK) |
+                         PERMCTL_BIT(MODE);
+    const unsigned shard_opts = PERMCTL_BIT(WINDOW) | PERMCTL_BIT(LANES) | PERMCTL_BIT(LOCATIONS);
+    int rc = permctl_parse(argc, argv,
+                           req | PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE) | shard_opts | PERMCTL_BIT(OFFSET) |
+                               PERMCTL_BIT(COUNT),
+                           req, permctl_rank_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
     if (a.npos)
         return permctl_usage_error("rank: unexpected argument '%s'", a.pos[0]);
-    if ((rc = permctl_init_perm(&a, &p)))
-        return rc;
+    int sharded = (a.set & PERMCTL_BIT(SHARDS_FILE)) != 0;
+    if (sharded == ((a.set & PERMCTL_BIT(SIZE)) != 0))
+        return permctl_usage_error("rank: give --size N or --shards-file FILE (see permctl rank --help)");
+    if (!sharded && (a.set & shard_opts))
+        return permctl_usage_error("rank: --window, --lanes and --locations need --shards-file");
     pd_slice s = {
         .world = (uint32_t)a.u[PERMCTL_OPT_WORLD],
         .rank = (uint32_t)a.u[PERMCTL_OPT_RANK],
         .mode = a.mode,
         .offset = a.u[PERMCTL_OPT_OFFSET],
     };
+    if (s.rank >= s.world)
+        return permctl_usage_error("--rank: %u must be below --world %u", s.rank, s.world);
+    if (sharded)
+        return permctl_rank_sharded(&a, &s, (a.set & PERMCTL_BIT(COUNT)) ? a.u[PERMCTL_OPT_COUNT] : UINT64_MAX);
+    if ((rc = permctl_init_perm(&a, &p)))
+        return rc;
     uint64_t left, len;
     pd_epoch_length(p.n, s.world, s.mode, &len);
     if (s.rank >= s.world)

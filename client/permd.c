@@ -430,6 +430,9 @@ static void pd_cl_dataset(const Permd__V1__Dataset *m, permd_dataset *out)
     out->id_width = m->id_width;
     out->from_config = m->source == PERMD__V1__DATASET_SOURCE__DATASET_SOURCE_CONFIG;
     out->created_unix_ms = m->created_unix_ms;
+    out->shards = m->shards;
+    out->window = m->window;
+    out->lanes = m->lanes;
 }
 
 static int pd_cl_check_name(permd_client *c, const char *name)
@@ -454,6 +457,44 @@ int permd_put_dataset(permd_client *c, const char *name, uint64_t size, permd_da
     req.put_dataset = &m;
     if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY, &rep)))
         return rc;
+    if (out)
+        pd_cl_dataset(rep->dataset_reply->dataset, out);
+    if (created)
+        *created = rep->dataset_reply->created;
+    return 0;
+}
+
+int permd_put_dataset_sharded(permd_client *c, const char *name, const uint64_t *sizes, uint64_t nshards,
+                              uint64_t window, uint32_t lanes, permd_dataset *out, int32_t *created)
+{
+    int rc = pd_cl_check_name(c, name);
+    if (rc)
+        return rc;
+    if (!sizes || nshards == 0)
+        return pd_cl_fail(c, PD_EINVAL, "a sharded dataset needs at least one shard size");
+    /* A varint takes at most 10 bytes; leave room for the name and the other fields. */
+    uint64_t per = c->info.max_frame > 2048 ? (c->info.max_frame - 1024) / 10 : 100;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep = NULL;
+    Permd__V1__PutDataset m = PERMD__V1__PUT_DATASET__INIT;
+    m.name = (char *)name;
+    m.shards_total = nshards;
+    m.window = window;
+    m.lanes = lanes;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_PUT_DATASET;
+    req.put_dataset = &m;
+    for (uint64_t first = 0; first < nshards; first += per) {
+        m.shards_first = first;
+        m.shard_sizes = (uint64_t *)sizes + first;
+        m.n_shard_sizes = (size_t)(nshards - first < per ? nshards - first : per);
+        if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY, &rep)))
+            return rc;
+        if (first + m.n_shard_sizes < nshards && rep->dataset_reply->shards_received != first + m.n_shard_sizes)
+            return pd_cl_fail(c, PD_EPROTO, "permd acknowledged %llu shard sizes, not %llu",
+                              (unsigned long long)rep->dataset_reply->shards_received,
+                              (unsigned long long)(first + m.n_shard_sizes));
+    }
+    if (!rep->dataset_reply->dataset)
+        return pd_cl_fail(c, PD_EPROTO, "permd did not confirm the dataset after its last shard sizes");
     if (out)
         pd_cl_dataset(rep->dataset_reply->dataset, out);
     if (created)
@@ -526,6 +567,8 @@ static int pd_cl_slice(permd_client *c, const permd_slice *s, Permd__V1__Slice *
     m->rank = s->rank;
     m->mode = pd_wire_mode_from_pd((int)s->mode);
     m->offset = s->offset;
+    m->window = s->window;
+    m->lanes = s->lanes;
     return 0;
 }
 
@@ -547,18 +590,21 @@ static void pd_cl_copy_ids(void *dst, unsigned dst_width, const uint8_t *src, un
     }
 }
 
-static int pd_cl_fetch(permd_client *c, const permd_slice *s, uint64_t count, void *out, unsigned out_width,
-                       uint64_t *got, uint64_t *next_offset)
+/* One Fetch. out_width 4 or 8 fills out with ids; out_width 16 asks for
+ * locations and fills out (shards) and out2 (offsets). */
+static int pd_cl_fetch(permd_client *c, const permd_slice *s, uint64_t count, void *out, void *out2,
+                       unsigned out_width, uint64_t *got, uint64_t *next_offset)
 {
     Permd__V1__Slice sm;
     int rc;
-    if (!c || !got || (count && !out))
+    if (!c || !got || (count && (!out || (out_width == 16 && !out2))))
         return c ? pd_cl_fail(c, PD_EINVAL, "out and got are required") : PD_EINVAL;
     if ((rc = pd_cl_slice(c, s, &sm)))
         return rc;
     Permd__V1__Fetch m = PERMD__V1__FETCH__INIT;
     m.slice = &sm;
     m.count = count;
+    m.locations = out_width == 16;
     pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
     req.id = ++c->next_id;
     req.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
@@ -574,11 +620,19 @@ static int pd_cl_fetch(permd_client *c, const permd_slice *s, uint64_t count, vo
     if (rc == 0) /* an Error */
         return pd_cl_unpack(c, payload, len, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY, &rep);
     uint64_t width = v.f[1], n = v.f[2];
-    if ((width != 4 && width != 8) || n > count || v.ids_len != n * width)
+    if ((width != 4 && width != 8 && width != 16) || (width == 16) != (out_width == 16) || n > count ||
+        v.ids_len != n * width)
         return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent FetchReply");
     if (width > out_width)
         return pd_cl_fail(c, PD_EOVERFLOW, "dataset '%s' has ids above 2^32: use permd_fetch_u64", s->dataset);
-    pd_cl_copy_ids(out, out_width, v.ids, (unsigned)width, n);
+    if (width == 16) {
+        for (uint64_t i = 0; i < n; i++) {
+            ((uint64_t *)out)[i] = pd_load_le64(v.ids + 16 * i);
+            ((uint64_t *)out2)[i] = pd_load_le64(v.ids + 16 * i + 8);
+        }
+    } else {
+        pd_cl_copy_ids(out, out_width, v.ids, (unsigned)width, n);
+    }
     *got = n;
     if (next_offset)
         *next_offset = v.f[3];
@@ -588,13 +642,40 @@ static int pd_cl_fetch(permd_client *c, const permd_slice *s, uint64_t count, vo
 int permd_fetch_u32(permd_client *c, const permd_slice *s, uint64_t count, uint32_t *out, uint64_t *got,
                     uint64_t *next_offset)
 {
-    return pd_cl_fetch(c, s, count, out, 4, got, next_offset);
+    return pd_cl_fetch(c, s, count, out, NULL, 4, got, next_offset);
 }
 
 int permd_fetch_u64(permd_client *c, const permd_slice *s, uint64_t count, uint64_t *out, uint64_t *got,
                     uint64_t *next_offset)
 {
-    return pd_cl_fetch(c, s, count, out, 8, got, next_offset);
+    return pd_cl_fetch(c, s, count, out, NULL, 8, got, next_offset);
+}
+
+int permd_fetch_locations(permd_client *c, const permd_slice *s, uint64_t count, uint64_t *shards, uint64_t *offsets,
+                          uint64_t *got, uint64_t *next_offset)
+{
+    return pd_cl_fetch(c, s, count, shards, offsets, 16, got, next_offset);
+}
+
+int permd_digest_slice(permd_client *c, const permd_slice *s, permd_digest *out)
+{
+    Permd__V1__Slice sm;
+    int rc;
+    if (!c || !out)
+        return c ? pd_cl_fail(c, PD_EINVAL, "out is required") : PD_EINVAL;
+    if ((rc = pd_cl_slice(c, s, &sm)))
+        return rc;
+    Permd__V1__Digest m = PERMD__V1__DIGEST__INIT;
+    m.slice = &sm;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_DIGEST;
+    req.digest = &m;
+    if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY, &rep)))
+        return rc;
+    out->count = rep->digest_reply->count;
+    out->sum = rep->digest_reply->sum;
+    out->hash = rep->digest_reply->hash;
+    return 0;
 }
 
 /* ---- Streams ---------------------------------------------------------------------------- */
@@ -627,7 +708,7 @@ static int pd_cl_stream_decode(permd_stream *st, const uint8_t *payload, uint32_
     if (rc < 0)
         return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed stream frame");
     if (rc == 1) {
-        if ((v->f[1] != 4 && v->f[1] != 8) || v->ids_len != v->f[1] * v->f[2])
+        if ((v->f[1] != 4 && v->f[1] != 8 && v->f[1] != 16) || v->ids_len != v->f[1] * v->f[2])
             return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
         return 1;
     }
@@ -642,6 +723,12 @@ static int pd_cl_stream_decode(permd_stream *st, const uint8_t *payload, uint32_
 
 int permd_stream_open(permd_client *c, const permd_slice *s, uint64_t batch, uint64_t max_count,
                       permd_stream **out)
+{
+    return permd_stream_open_ex(c, s, batch, max_count, 0, out);
+}
+
+int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, uint64_t max_count, uint32_t flags,
+                         permd_stream **out)
 {
     Permd__V1__Slice sm;
     int rc;
@@ -669,6 +756,7 @@ int permd_stream_open(permd_client *c, const permd_slice *s, uint64_t batch, uin
     m.batch = batch;
     m.credits = st->window;
     m.max_count = max_count;
+    m.locations = (flags & PERMD_LOCATIONS) != 0;
     pd_envelope req = PERMD__V1__ENVELOPE__INIT;
     req.id = st->id = ++c->next_id;
     req.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
@@ -732,7 +820,7 @@ int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint6
     /* Hand out aligned ids: slide them back over this frame's own header
      * (already parsed, and always longer than 8 bytes) when they are not. */
     uint8_t *p = (uint8_t *)v.ids; /* the client's own receive buffer */
-    size_t mis = (uintptr_t)p % v.f[1];
+    size_t mis = (uintptr_t)p % (v.f[1] < 8 ? v.f[1] : 8); /* locations: two u64s, 8-aligned */
     if (mis) {
         memmove(p - mis, p, v.ids_len);
         p -= mis;

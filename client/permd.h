@@ -65,6 +65,9 @@ typedef struct permd_dataset {
     uint32_t id_width;        /* 4 when n <= 2^32, else 8 */
     uint32_t from_config;     /* 1: declared in the daemon's config file */
     int64_t created_unix_ms;
+    uint64_t shards;          /* 0: flat; else a sharded dataset's shard count */
+    uint64_t window;          /* sharded: its default K (shards per window) */
+    uint32_t lanes;           /* sharded: its default G (lanes) */
 } permd_dataset;
 
 /* One rank's view of one epoch. */
@@ -76,7 +79,20 @@ typedef struct permd_slice {
     uint32_t rank;   /* < W */
     uint32_t mode;   /* PERMD_MODE_* */
     uint64_t offset; /* global positions already consumed (a checkpoint) */
+    uint64_t window; /* sharded datasets: K for this request, 0 = the dataset's */
+    uint32_t lanes;  /* sharded datasets: G for this request, 0 = the dataset's */
 } permd_slice;
+
+/* An order-independent digest of ids (docs/protocol.md, Digest): equal
+ * multisets of ids have equal digests, whatever their order. */
+typedef struct permd_digest {
+    uint64_t count;
+    uint64_t sum;  /* Σ id mod 2^64 */
+    uint64_t hash; /* Σ mix(id) mod 2^64 */
+} permd_digest;
+
+/* permd_stream_open_ex flags */
+#define PERMD_LOCATIONS 1u /* sharded datasets: (shard, offset) pairs, 16 bytes each, instead of ids */
 
 typedef struct permd_server_info {
     char server[64];          /* "permd 0.1.0" */
@@ -169,6 +185,27 @@ PERMD_API int permd_inverse(permd_client *c, const char *dataset, uint64_t seed,
 
 PERMD_API int permd_stats_get(permd_client *c, permd_stats *out);
 
+/* ---- Sharded datasets (docs/spec/shards-v1.md) ----------------------------
+ * A sharded dataset is its shard sizes (zero allowed; the sum N is the
+ * sample count), a default window K (0: 8) and lanes G (0: 1); sample ids are
+ * offsets in the natural order. Fetch, stream, inverse and digest work on it
+ * as on a flat one (permd_slice.window/lanes override K and G). */
+
+/* Create or confirm (PERMD_ECONFLICT if the name exists otherwise); the sizes
+ * go in as many messages as the server's max_frame needs. */
+PERMD_API int permd_put_dataset_sharded(permd_client *c, const char *name, const uint64_t *sizes, uint64_t nshards,
+                                        uint64_t window, uint32_t lanes, permd_dataset *out, int32_t *created);
+/* The rank's next items as (shard, offset-in-shard) pairs. */
+PERMD_API int permd_fetch_locations(permd_client *c, const permd_slice *s, uint64_t count, uint64_t *shards,
+                                    uint64_t *offsets, uint64_t *got, uint64_t *next_offset);
+/* permd_stream_open with flags (PERMD_LOCATIONS: batches of width 16, shard
+ * then offset, little-endian u64 each). */
+PERMD_API int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, uint64_t max_count,
+                                   uint32_t flags, permd_stream **out);
+/* The digest of every id the slice has left, from its offset to the end of
+ * the epoch, computed by the daemon (O(remaining): a verification call). */
+PERMD_API int permd_digest_slice(permd_client *c, const permd_slice *s, permd_digest *out);
+
 /* ---- Offline: spec v1 computed in this process, no daemon ------------------
  * The same answers as the daemon (and `permctl perm | inverse | rank`), for
  * callers that know the dataset size. Ids are written as `width`-byte host
@@ -190,6 +227,34 @@ PERMD_API int permd_rank_remaining(uint64_t n, uint32_t world, uint32_t rank, in
 /* The rank's next min(count, remaining) ids after offset; *written gets how many. */
 PERMD_API int permd_rank_fill(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t world, uint32_t rank, int mode,
                               uint64_t offset, uint64_t count, void *out, unsigned width, uint64_t *written);
+/* The digest of everything the rank has left after offset. */
+PERMD_API int permd_rank_digest(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t world, uint32_t rank, int mode,
+                                uint64_t offset, permd_digest *out);
+
+/* Add ids (width 4 or 8, host order) to a digest; start from a zeroed one. */
+PERMD_API int permd_digest_add(permd_digest *d, const void *ids, uint64_t count, unsigned width);
+
+/* One epoch of a sharded dataset, offline: the O(S) table is built once in
+ * permd_plan_new (16 bytes a shard), then lookups are O(log S). */
+typedef struct permd_plan permd_plan;
+PERMD_API int permd_plan_new(uint64_t seed, uint64_t epoch, const uint64_t *sizes, uint64_t nshards, uint64_t window,
+                             uint32_t lanes, permd_plan **out);
+PERMD_API void permd_plan_free(permd_plan *p);
+/* N, the sample count. */
+PERMD_API uint64_t permd_plan_size(const permd_plan *p);
+/* The sample at a stream position < N, and where it lives. */
+PERMD_API int permd_plan_locate(const permd_plan *p, uint64_t position, uint64_t *sample, uint64_t *shard,
+                                uint64_t *offset);
+/* The stream position of a sample id < N. */
+PERMD_API int permd_plan_position(const permd_plan *p, uint64_t sample, uint64_t *position);
+/* As permd_rank_fill over the plan; shards/offsets: as locations (either may be NULL). */
+PERMD_API int permd_plan_rank_fill(const permd_plan *p, uint32_t world, uint32_t rank, int mode, uint64_t offset,
+                                   uint64_t count, void *out, unsigned width, uint64_t *written);
+PERMD_API int permd_plan_rank_locations(const permd_plan *p, uint32_t world, uint32_t rank, int mode,
+                                        uint64_t offset, uint64_t count, uint64_t *shards, uint64_t *offsets,
+                                        uint64_t *written);
+PERMD_API int permd_plan_rank_digest(const permd_plan *p, uint32_t world, uint32_t rank, int mode, uint64_t offset,
+                                     permd_digest *out);
 
 #ifdef __cplusplus
 }

@@ -75,7 +75,7 @@ expect 2 "give a dataset NAME" "$PERMCTL" fetch --seed 1 --epoch 0 --world 2 --r
 expect 2 "must be below --world" "$PERMCTL" stream imagenet --seed 1 --epoch 0 --world 2 --rank 2 --mode pad
 expect 2 "not one of pad, drop, exact" "$PERMCTL" stream imagenet --seed 1 --epoch 0 --world 2 --rank 0 --mode all
 expect 2 "unknown action" "$PERMCTL" datasets show imagenet
-expect 2 "--size is required" "$PERMCTL" datasets put other
+expect 2 "give --size N or --shards-file FILE" "$PERMCTL" datasets put other
 expect 2 "not both" "$PERMCTL" stats --socket "$PERMD_SOCKET" --tcp 127.0.0.1:1
 expect 2 "unknown option '--bogus'" "$PERMCTL" stats --bogus
 expect 2 "not an unsigned decimal" "$PERMCTL" inverse imagenet --seed 1 --epoch 0 --world 2 x
