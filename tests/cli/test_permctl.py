@@ -5,6 +5,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
@@ -109,6 +110,84 @@ class IndependentReference(unittest.TestCase):
         ref = permv1.rank_ids(permv1.Permutation(5, 6, 1001), 7, 3, "exact", 0)
         self.assertEqual(ids("rank", *key_args(5, 6, 1001), "--world", 7, "--rank", 3, "--mode", "exact"), ref)
         self.assertEqual(len(ref), 143)
+
+
+class ShardedOffline(unittest.TestCase):
+    """permctl rank --shards-file against the independent reading of docs/spec/shards-v1.md."""
+
+    def setUp(self):
+        self.rng = random.Random(31337)
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def shards_file(self, sizes):
+        path = os.path.join(self.tmp.name, f"shards-{len(sizes)}.txt")
+        with open(path, "w") as f:
+            f.write("# shard sizes\n" + "\n".join(map(str, sizes)) + "\n")
+        return path
+
+    def test_random_layouts(self):
+        for _ in range(25):
+            sizes = [self.rng.choice([0, 1, self.rng.randrange(60)]) for _ in range(self.rng.randrange(1, 80))]
+            if sum(sizes) == 0:
+                sizes[0] = 3
+            window, lanes = self.rng.randrange(1, 10), self.rng.randrange(1, 6)
+            seed, epoch = self.rng.randrange(1 << 64), self.rng.randrange(1 << 64)
+            world = self.rng.randrange(1, 8)
+            rank = self.rng.randrange(world)
+            mode = self.rng.choice(["pad", "drop", "exact"])
+            plan = permv1.ShardPlan(seed, epoch, sizes, window, lanes)
+            t = permv1.epoch_length(plan.n, world, mode)
+            offset = self.rng.randrange(t + 1)
+            want = plan.rank_ids(world, rank, mode, offset)
+            args = ["rank", "--seed", seed, "--epoch", epoch, "--shards-file", self.shards_file(sizes), "--window",
+                    window, "--lanes", lanes, "--world", world, "--rank", rank, "--mode", mode, "--offset", offset]
+            self.assertEqual(ids(*args), want, (sizes, window, lanes, world, rank, mode, offset))
+            r = run(*args, "--locations")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            locs = [tuple(map(int, line.split())) for line in r.stdout.splitlines()]
+            start = [sum(sizes[:s]) for s in range(len(sizes))]
+            self.assertEqual([start[s] + o for s, o in locs], want)
+
+    def test_verify_offline(self):
+        sizes = [5, 0, 9, 1, 30]
+        path = self.shards_file(sizes)
+        common = ["--seed", 3, "--epoch", 4, "--world", 3, "--rank", 1, "--mode", "exact"]
+        got = run("rank", "--shards-file", path, *common)
+        r = subprocess.run([PERMCTL, "verify", "--shards-file", path, *map(str, common)], input=got.stdout,
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("exactly once", r.stdout)
+        lines = got.stdout.splitlines()
+        for broken in (lines[:-1] + [lines[0]], lines[:-1], lines + ["44"]):  # repeat, miss, foreign
+            r = subprocess.run([PERMCTL, "verify", "--shards-file", path, *map(str, common)],
+                               input="\n".join(broken) + "\n", capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn("MISMATCH", r.stdout)
+        flat = run("rank", "--size", 1000, *common)
+        r = subprocess.run([PERMCTL, "verify", "--size", "1000", *map(str, common)], input=flat.stdout,
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_bad_shards_files(self):
+        bad = os.path.join(self.tmp.name, "bad.txt")
+        with open(bad, "w") as f:
+            f.write("5\nseven\n")
+        r = run("rank", "--seed", 1, "--epoch", 1, "--shards-file", bad, "--world", 1, "--rank", 0, "--mode", "pad")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(":2:", r.stderr)
+        empty = self.shards_file([0, 0])
+        r = run("rank", "--seed", 1, "--epoch", 1, "--shards-file", empty, "--world", 1, "--rank", 0, "--mode", "pad")
+        self.assertEqual(r.returncode, 2)
+        r = run("rank", "--seed", 1, "--epoch", 1, "--shards-file", "/nonexistent", "--world", 1, "--rank", 0,
+                "--mode", "pad")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot read", r.stderr)
+        r = run("rank", "--seed", 1, "--epoch", 1, "--size", 5, "--window", 2, "--world", 1, "--rank", 0,
+                "--mode", "pad")
+        self.assertEqual(r.returncode, 2)
 
 
 class BadArguments(unittest.TestCase):
