@@ -10,13 +10,18 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 class Dataset(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 129), ("size", ctypes.c_uint64), ("id_width", ctypes.c_uint32),
-                ("from_config", ctypes.c_uint32), ("created_unix_ms", ctypes.c_int64)]
+                ("from_config", ctypes.c_uint32), ("created_unix_ms", ctypes.c_int64), ("shards", ctypes.c_uint64),
+                ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32)]
 
 
 class Slice(ctypes.Structure):
     _fields_ = [("dataset", ctypes.c_char_p), ("seed", ctypes.c_uint64), ("epoch", ctypes.c_uint64),
                 ("world", ctypes.c_uint32), ("rank", ctypes.c_uint32), ("mode", ctypes.c_uint32),
-                ("offset", ctypes.c_uint64)]
+                ("offset", ctypes.c_uint64), ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32)]
+
+
+class Digest(ctypes.Structure):
+    _fields_ = [("count", ctypes.c_uint64), ("sum", ctypes.c_uint64), ("hash", ctypes.c_uint64)]
 
 
 class ServerInfo(ctypes.Structure):
@@ -74,6 +79,16 @@ perm_inverse = _sig("permd_perm_inverse", [u64, u64, u64, P64, u64, P64])
 epoch_length = _sig("permd_epoch_length", [u64, u32, ctypes.c_int, P64])
 rank_remaining = _sig("permd_rank_remaining", [u64, u32, u32, ctypes.c_int, u64, P64])
 rank_fill = _sig("permd_rank_fill", [u64, u64, u64, u32, u32, ctypes.c_int, u64, u64, p, ctypes.c_uint, P64])
+rank_digest = _sig("permd_rank_digest", [u64, u64, u64, u32, u32, ctypes.c_int, u64, ctypes.POINTER(Digest)])
+digest_add = _sig("permd_digest_add", [ctypes.POINTER(Digest), p, u64, ctypes.c_uint])
+plan_new = _sig("permd_plan_new", [u64, u64, P64, u64, u64, u32, ctypes.POINTER(p)])
+plan_free = _sig("permd_plan_free", [p], None)
+plan_size = _sig("permd_plan_size", [p], u64)
+plan_locate = _sig("permd_plan_locate", [p, u64, P64, P64, P64])
+plan_position = _sig("permd_plan_position", [p, u64, P64])
+plan_rank_fill = _sig("permd_plan_rank_fill", [p, u32, u32, ctypes.c_int, u64, u64, p, ctypes.c_uint, P64])
+plan_rank_locations = _sig("permd_plan_rank_locations", [p, u32, u32, ctypes.c_int, u64, u64, P64, P64, P64])
+plan_rank_digest = _sig("permd_plan_rank_digest", [p, u32, u32, ctypes.c_int, u64, ctypes.POINTER(Digest)])
 
 # the daemon client
 connect = _sig("permd_connect", [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(p)])
@@ -82,6 +97,11 @@ set_timeout = _sig("permd_set_timeout", [p, u32])
 last_error = _sig("permd_last_error", [p], ctypes.c_char_p)
 server_info_get = _sig("permd_server_info_get", [p, ctypes.POINTER(ServerInfo)])
 put_dataset = _sig("permd_put_dataset", [p, ctypes.c_char_p, u64, ctypes.POINTER(Dataset), ctypes.POINTER(i32)])
+put_dataset_sharded = _sig("permd_put_dataset_sharded", [p, ctypes.c_char_p, P64, u64, u64, u32,
+                                                         ctypes.POINTER(Dataset), ctypes.POINTER(i32)])
+fetch_locations = _sig("permd_fetch_locations", [p, ctypes.POINTER(Slice), u64, P64, P64, P64, P64])
+stream_open_ex = _sig("permd_stream_open_ex", [p, ctypes.POINTER(Slice), u64, u64, u32, ctypes.POINTER(p)])
+digest_slice = _sig("permd_digest_slice", [p, ctypes.POINTER(Slice), ctypes.POINTER(Digest)])
 get_dataset = _sig("permd_get_dataset", [p, ctypes.c_char_p, ctypes.POINTER(Dataset)])
 list_datasets = _sig("permd_list_datasets", [p, ctypes.POINTER(Dataset), ctypes.c_size_t,
                                              ctypes.POINTER(ctypes.c_size_t)])

@@ -10,8 +10,11 @@ except ImportError:
 
 
 def _dataset_dict(d):
-    return {"name": d.name.decode(), "size": d.size, "id_width": d.id_width, "from_config": bool(d.from_config),
-            "created_unix_ms": d.created_unix_ms}
+    out = {"name": d.name.decode(), "size": d.size, "id_width": d.id_width, "from_config": bool(d.from_config),
+           "created_unix_ms": d.created_unix_ms, "shards": d.shards}
+    if d.shards:
+        out.update(window=d.window, lanes=d.lanes)
+    return out
 
 
 class Client:
@@ -61,12 +64,31 @@ class Client:
 
     # ---- datasets
 
-    def put_dataset(self, name, size):
-        """Create a dataset (idempotent for the same size; Conflict for another size)."""
+    def put_dataset(self, name, size=None, *, shards=None, window=None, lanes=None):
+        """Create a dataset: put_dataset(name, size) for a flat one, put_dataset(name, shards=[sizes...],
+        window=K, lanes=G) for a sharded one (docs/spec/shards-v1.md). Idempotent for the same
+        definition; Conflict for another."""
         if not isinstance(name, str) or not name:
             raise TypeError("name must be a non-empty string")
-        size = _args.integer("size", size, 1, _args.N_MAX)
         d, created = _lib.Dataset(), ctypes.c_int32()
+        if shards is not None:
+            from .shards import _sizes_array
+            keep, ptr, n = _sizes_array(shards)
+            if n == 0:
+                raise ValueError("a sharded dataset needs at least one shard")
+            if size is not None and _args.integer("size", size) != sum(int(x) for x in shards):
+                raise ValueError("size must be the sum of the shard sizes")
+            rc = _lib.put_dataset_sharded(self._handle(), name.encode(), ptr, n,
+                                          _args.integer("window", window or 8, 1),
+                                          _args.integer("lanes", lanes or 1, 1, _args.U32_MAX), ctypes.byref(d),
+                                          ctypes.byref(created))
+            _lib.check(rc, f"put_dataset {name!r}", self._c)
+            return dict(_dataset_dict(d), created=bool(created.value))
+        if window is not None or lanes is not None:
+            raise ValueError("window and lanes apply to sharded datasets (shards=)")
+        if size is None:
+            raise TypeError("put_dataset needs size= or shards=")
+        size = _args.integer("size", size, 1, _args.N_MAX)
         rc = _lib.put_dataset(self._handle(), name.encode(), size, ctypes.byref(d), ctypes.byref(created))
         _lib.check(rc, f"put_dataset {name!r}", self._c)
         return dict(_dataset_dict(d), created=bool(created.value))
@@ -90,19 +112,33 @@ class Client:
     # ---- ids
 
     @staticmethod
-    def _slice(name, seed, epoch, world, rank, mode, offset):
+    def _slice(name, seed, epoch, world, rank, mode, offset, window=None, lanes=None):
         if not isinstance(name, str) or not name:
             raise TypeError("dataset name must be a non-empty string")
         world = _args.integer("world", world, 1, _args.U32_MAX)
         return _lib.Slice(name.encode(), _args.integer("seed", seed), _args.integer("epoch", epoch), world,
                           _args.integer("rank", rank, 0, world - 1), _lib.MODES[_args.mode(mode)],
-                          _args.integer("offset", offset))
+                          _args.integer("offset", offset), _args.integer("window", window or 0),
+                          _args.integer("lanes", lanes or 0, 0, _args.U32_MAX))
 
-    def fetch(self, name, seed, epoch, world, rank, mode="exact", offset=0, count=None):
+    def fetch(self, name, seed, epoch, world, rank, mode="exact", offset=0, count=None, *, locations=False,
+              window=None, lanes=None):
         """The rank's next ids (at most count, default the server's max_count): a numpy array
-        (uint32 for datasets up to 2**32 samples) or a list; and the offset that follows them."""
-        s = self._slice(name, seed, epoch, world, rank, mode, offset)
+        (uint32 for datasets up to 2**32 samples) or a list; and the offset that follows them.
+        Sharded datasets: locations=True returns ((shards, offsets), next_offset); window and
+        lanes override the dataset's K and G."""
+        s = self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes)
         count = self.max_count if count is None else _args.integer("count", count, 0, self.max_count)
+        if locations:
+            got, nxt = ctypes.c_uint64(), ctypes.c_uint64()
+            shards, offsets = (ctypes.c_uint64 * max(count, 1))(), (ctypes.c_uint64 * max(count, 1))()
+            _lib.check(_lib.fetch_locations(self._handle(), ctypes.byref(s), count, shards, offsets,
+                                            ctypes.byref(got), ctypes.byref(nxt)), "fetch", self._c)
+            n = got.value
+            if np is not None:
+                return (np.frombuffer(shards, dtype=np.uint64)[:n].copy(),
+                        np.frombuffer(offsets, dtype=np.uint64)[:n].copy()), nxt.value
+            return (list(shards)[:n], list(offsets)[:n]), nxt.value
         wide = self.get_dataset(name)["id_width"] == 8
         got, nxt = ctypes.c_uint64(), ctypes.c_uint64()
         if np is not None:
@@ -117,11 +153,20 @@ class Client:
         ids = out[: got.value] if np is not None else list(out)[: got.value]
         return ids, nxt.value
 
-    def stream(self, name, seed, epoch, world, rank, mode="exact", offset=0, batch=65536, max_count=0):
+    def stream(self, name, seed, epoch, world, rank, mode="exact", offset=0, batch=65536, max_count=0, *,
+               window=None, lanes=None):
         """Iterate over the rank's ids in batches (numpy arrays, or lists without numpy). The
         iterator's .offset is the checkpoint after the batches handed out so far."""
-        return _Stream(self, self._slice(name, seed, epoch, world, rank, mode, offset),
+        return _Stream(self, self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes),
                        _args.integer("batch", batch, 1, self.max_count), _args.integer("max_count", max_count))
+
+    def digest(self, name, seed, epoch, world, rank, mode="exact", offset=0, *, window=None, lanes=None):
+        """The daemon's digest {count, sum, hash} of everything the rank has left from offset: equal
+        to permd.digest(ids) of the ids it then receives, exactly when each arrives exactly once."""
+        s = self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes)
+        d = _lib.Digest()
+        _lib.check(_lib.digest_slice(self._handle(), ctypes.byref(s), ctypes.byref(d)), "digest", self._c)
+        return {"count": d.count, "sum": d.sum, "hash": d.hash}
 
     def inverse(self, name, seed, epoch, world, samples, mode=None):
         """Positions (σ⁻¹) of sample ids and the rank that reads each (None where drop mode drops it)."""

@@ -37,12 +37,24 @@ class Sampler(_Base):
               exactly once per epoch; ranks may differ by one);
       size:   the number of samples, instead of a dataset;
       client, name: serve ids from a permd daemon (permd.Client and a dataset name) instead of
-              computing them in-process; the ids are identical.
+              computing them in-process; the ids are identical;
+      shards, window, lanes: a sharded dataset (docs/spec/shards-v1.md): shard sizes in natural
+              order, shards per window (default 8) and lanes (default 1; num_replicas gives each
+              rank its own shards). With client=, the dataset's own shards are used.
     state_dict() / load_state_dict() carry (seed, epoch, offset): save on any world size, resume
     on any other with no sample repeated or skipped."""
 
     def __init__(self, dataset=None, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False, *,
-                 mode=None, size=None, client=None, name=None):
+                 mode=None, size=None, client=None, name=None, shards=None, window=None, lanes=None):
+        self._plan = None  # the ShardPlan of self.epoch, built on first use
+        if shards is not None and client is None:
+            from .shards import ShardPlan, _sizes_array
+            _sizes_array(shards)  # type and sign checks, with clear errors
+            total = sum(int(x) for x in shards)
+            if size is not None and size != total:
+                raise ValueError(f"size={size} but the shard sizes sum to {total}")
+            size = total
+        self._shards = shards
         if size is None:
             if dataset is None:
                 raise TypeError("Sampler needs a dataset (anything with len()) or size=")
@@ -81,6 +93,19 @@ class Sampler(_Base):
             remote = client.get_dataset(name)["size"]
             if remote != self.size:
                 raise ValueError(f"dataset {name!r} has {remote} samples on the daemon, not {self.size}")
+        sharded = shards is not None
+        if client is not None:
+            info = client.get_dataset(name)
+            sharded = info["shards"] > 0
+            if shards is not None and len(shards) != info["shards"]:
+                raise ValueError(f"dataset {name!r} has {info['shards']} shards on the daemon, not {len(shards)}")
+        if (window is not None or lanes is not None) and not sharded:
+            raise ValueError("window and lanes apply to sharded datasets (shards=)")
+        if sharded and not shuffle:
+            raise ValueError("shuffle=False does not apply to sharded datasets")
+        self.window = _args.integer("window", window, 1) if window is not None else None
+        self.lanes = _args.integer("lanes", lanes, 1, _args.U32_MAX) if lanes is not None else None
+        self.sharded = sharded
         self.client, self.name = client, name
         self.epoch = 0
         self._start = 0          # offset the next iteration starts from
@@ -123,10 +148,19 @@ class Sampler(_Base):
             yield ids.tolist() if np is not None else ids
             count = _CHUNK
 
+    def _shard_plan(self):
+        if self._plan is None or self._plan.epoch != self.epoch or self._plan.seed != self.seed:
+            from .shards import ShardPlan
+            self._plan = ShardPlan(self.seed, self.epoch, self._shards, self.window or 8, self.lanes or 1)
+        return self._plan
+
     def _fetch(self, offset, count):
         if self.client is not None:
             return self.client.fetch(self.name, self.seed, self.epoch, self.num_replicas, self.rank, self.mode,
-                                     offset, count)
+                                     offset, count, window=self.window, lanes=self.lanes)
+        if self._shards is not None:
+            ids = self._shard_plan().rank(self.num_replicas, self.rank, self.mode, offset, count)
+            return ids, min(offset + len(ids) * self.num_replicas, self._epoch_length())
         wide = self.size > 1 << 32
         if np is not None:
             out = np.empty(count, dtype=np.uint64 if wide else np.uint32)
@@ -169,8 +203,11 @@ class Sampler(_Base):
         else:
             k = self._yielded if consumed is None else _args.integer("consumed", consumed)
             offset = min(self._iter_start + k * self.num_replicas, self._epoch_length())
-        return {"version": STATE_VERSION, "seed": self.seed, "epoch": self.epoch, "offset": offset,
-                "size": self.size, "mode": self.mode, "shuffle": self.shuffle}
+        state = {"version": STATE_VERSION, "seed": self.seed, "epoch": self.epoch, "offset": offset,
+                 "size": self.size, "mode": self.mode, "shuffle": self.shuffle}
+        if self.sharded:  # K and G define the order as much as the seed does
+            state.update(window=self.window, lanes=self.lanes)
+        return state
 
     def load_state_dict(self, state):
         """Resume from state_dict() of any world size: the next iteration of that epoch starts at
@@ -189,6 +226,10 @@ class Sampler(_Base):
         seed, epoch = _args.integer("seed", state["seed"]), _args.integer("epoch", state["epoch"])
         offset = _args.integer("offset", state["offset"])
         self.seed, self.epoch = seed, epoch
+        if self.sharded:
+            for key in ("window", "lanes"):
+                if state.get(key) is not None:
+                    setattr(self, key, _args.integer(key, state[key], 1))
         if offset > self._epoch_length():
             raise ValueError(f"offset {offset} is past the end of the epoch ({self._epoch_length()} positions)")
         self._start, self._resumed, self._iter_start = offset, epoch, None

@@ -1,0 +1,136 @@
+"""permd.ShardPlan: one epoch of a sharded dataset (docs/spec/shards-v1.md), computed in-process, and digests."""
+import ctypes
+
+from . import _args, _lib
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+
+def _sizes_array(sizes):
+    if np is not None and isinstance(sizes, np.ndarray):
+        if sizes.dtype.kind not in "ui":
+            raise TypeError(f"shard sizes must be integers, not {sizes.dtype}")
+        if sizes.size and sizes.min() < 0:
+            raise ValueError("shard sizes must be non-negative")
+        arr = np.ascontiguousarray(sizes, dtype=np.uint64)
+        return arr, arr.ctypes.data_as(_lib.P64), len(arr)
+    try:
+        values = [_args.integer("shard size", s) for s in sizes]
+    except TypeError as e:
+        if not hasattr(sizes, "__iter__"):
+            raise TypeError("shards must be a sequence of shard sizes") from None
+        raise e
+    arr = (ctypes.c_uint64 * max(len(values), 1))(*values)
+    return arr, ctypes.cast(arr, _lib.P64), len(values)
+
+
+class ShardPlan:
+    """The order of one epoch of a sharded dataset: shards shuffled, samples shuffled within
+    windows of `window` shards, read through `lanes` lanes. Building costs O(shards) once
+    (16 bytes a shard); lookups are O(log shards). Sample ids are offsets in the natural order.
+
+    plan[p] is the sample at position p, plan.locate(p) -> (sample, shard, offset),
+    plan.position(sample), plan.rank(world, rank, mode, offset, count) -> the rank's next ids."""
+
+    def __init__(self, seed, epoch, shards, window=8, lanes=1):
+        self.seed = _args.integer("seed", seed)
+        self.epoch = _args.integer("epoch", epoch)
+        self.window = _args.integer("window", window, 1)
+        self.lanes = _args.integer("lanes", lanes, 1, _args.U32_MAX)
+        keep, ptr, n = _sizes_array(shards)
+        if n == 0:
+            raise ValueError("a sharded dataset needs at least one shard")
+        handle = ctypes.c_void_p()
+        rc = _lib.plan_new(self.seed, self.epoch, ptr, n, self.window, self.lanes, ctypes.byref(handle))
+        if rc == -1:
+            raise ValueError("shard sizes must sum to between 1 and 2**63 samples")
+        _lib.check(rc, "ShardPlan")
+        self._p = handle
+        self.shards = n
+        self.size = _lib.plan_size(handle)
+
+    def __del__(self):
+        if getattr(self, "_p", None):
+            _lib.plan_free(self._p)
+            self._p = None
+
+    def __len__(self):
+        return self.size
+
+    def __repr__(self):
+        return (f"ShardPlan(seed={self.seed}, epoch={self.epoch}, shards={self.shards}, size={self.size}, "
+                f"window={self.window}, lanes={self.lanes})")
+
+    def locate(self, position):
+        p = _args.integer("position", position, 0, self.size - 1)
+        sample, shard, offset = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+        _lib.check(_lib.plan_locate(self._p, p, ctypes.byref(sample), ctypes.byref(shard), ctypes.byref(offset)),
+                   "ShardPlan.locate")
+        return sample.value, shard.value, offset.value
+
+    def __getitem__(self, position):
+        p = _args.integer("index", position, -self.size, self.size - 1)
+        return self.locate(p + self.size if p < 0 else p)[0]
+
+    def position(self, sample):
+        s = _args.integer("sample", sample, 0, self.size - 1)
+        out = ctypes.c_uint64()
+        _lib.check(_lib.plan_position(self._p, s, ctypes.byref(out)), "ShardPlan.position")
+        return out.value
+
+    def rank(self, world, rank, mode="exact", offset=0, count=None, locations=False):
+        """The rank's next ids (numpy array or list); with locations=True, (shards, offsets)."""
+        world = _args.integer("world", world, 1, _args.U32_MAX)
+        rank = _args.integer("rank", rank, 0, world - 1)
+        m = _lib.MODES[_args.mode(mode)]
+        offset = _args.integer("offset", offset)
+        left = ctypes.c_uint64()
+        _lib.check(_lib.rank_remaining(self.size, world, rank, m, offset, ctypes.byref(left)), "ShardPlan.rank")
+        count = left.value if count is None else min(_args.integer("count", count), left.value)
+        got = ctypes.c_uint64()
+        if locations:
+            shards, offsets = (ctypes.c_uint64 * max(count, 1))(), (ctypes.c_uint64 * max(count, 1))()
+            _lib.check(_lib.plan_rank_locations(self._p, world, rank, m, offset, count, shards, offsets,
+                                                ctypes.byref(got)), "ShardPlan.rank")
+            if np is not None:
+                return (np.frombuffer(shards, dtype=np.uint64)[: got.value].copy(),
+                        np.frombuffer(offsets, dtype=np.uint64)[: got.value].copy())
+            return list(shards)[: got.value], list(offsets)[: got.value]
+        wide = self.size > 1 << 32
+        if np is not None:
+            out = np.empty(count, dtype=np.uint64 if wide else np.uint32)
+            ptr = out.ctypes.data_as(ctypes.c_void_p)
+        else:
+            out, wide = (ctypes.c_uint64 * max(count, 1))(), True
+            ptr = ctypes.cast(out, ctypes.c_void_p)
+        _lib.check(_lib.plan_rank_fill(self._p, world, rank, m, offset, count, ptr, 8 if wide else 4,
+                                       ctypes.byref(got)), "ShardPlan.rank")
+        return out[: got.value] if np is not None else list(out)[: got.value]
+
+    def rank_digest(self, world, rank, mode="exact", offset=0):
+        """The digest of everything the rank has left (see permd.digest)."""
+        world = _args.integer("world", world, 1, _args.U32_MAX)
+        d = _lib.Digest()
+        _lib.check(_lib.plan_rank_digest(self._p, world, _args.integer("rank", rank, 0, world - 1),
+                                         _lib.MODES[_args.mode(mode)], _args.integer("offset", offset),
+                                         ctypes.byref(d)), "ShardPlan.rank_digest")
+        return {"count": d.count, "sum": d.sum, "hash": d.hash}
+
+
+def digest(ids):
+    """The order-independent digest {count, sum, hash} of sample ids (any iterable or numpy array):
+    compare it with Client.digest() or ShardPlan.rank_digest() to prove exactly-once delivery."""
+    d = _lib.Digest()
+    if np is not None and isinstance(ids, np.ndarray):
+        if ids.dtype.kind not in "ui" or (ids.size and ids.min() < 0):
+            raise ValueError("ids must be non-negative integers")
+        arr = np.ascontiguousarray(ids, dtype=np.uint64)
+        _lib.check(_lib.digest_add(ctypes.byref(d), arr.ctypes.data_as(ctypes.c_void_p), len(arr), 8), "digest")
+    else:
+        for i in ids:
+            v = ctypes.c_uint64(_args.integer("id", i))
+            _lib.digest_add(ctypes.byref(d), ctypes.byref(v), 1, 8)
+    return {"count": d.count, "sum": d.sum, "hash": d.hash}
