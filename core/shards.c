@@ -80,6 +80,7 @@ static uint64_t pd_window_end(const pd_shard_plan *plan, uint64_t w)
 /* Window w's sample permutation τ_w, re-derived only when the window changes. */
 typedef struct pd_window_cache {
     uint64_t w;
+    uint64_t lo, hi; /* window-stream indices of window w: [lo, hi) */
     int valid;
     pd_perm tau;
 } pd_window_cache;
@@ -91,6 +92,8 @@ static const pd_perm *pd_window_perm(const pd_shard_plan *plan, pd_window_cache 
         uint64_t m = plan->slot_start[pd_window_end(plan, w)] - plan->slot_start[first];
         pd_perm_init(&c->tau, plan->seed, plan->epoch, PD_STREAM_WINDOW_BASE + (uint32_t)w, m);
         c->w = w;
+        c->lo = plan->slot_start[first];
+        c->hi = c->lo + m;
         c->valid = 1;
     }
     return &c->tau;
@@ -100,8 +103,9 @@ static const pd_perm *pd_window_perm(const pd_shard_plan *plan, pd_window_cache 
 static void pd_window_stream_locate(const pd_shard_plan *plan, pd_window_cache *c, uint64_t x, pd_shard_loc *loc)
 {
     const uint64_t *P = plan->slot_start;
-    /* window: last w with P[wK] ≤ x, so an empty window never wins over the one starting at x */
-    uint64_t w = pd_last_at_most(P, plan->window, 0, plan->windows, x);
+    /* window: last w with P[wK] ≤ x, so an empty window never wins over the one starting at x;
+     * a lane's consecutive indices mostly stay in the cached window, which skips the search */
+    uint64_t w = c->valid && x >= c->lo && x < c->hi ? c->w : pd_last_at_most(P, plan->window, 0, plan->windows, x);
     uint64_t base = P[w * plan->window];
     uint64_t u = pd_perm_at(pd_window_perm(plan, c, w), x - base);
     uint64_t t = pd_last_at_most(P, 1, w * plan->window, pd_window_end(plan, w), base + u);
