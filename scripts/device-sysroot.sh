@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Unpacks the Debian libraries permd's tests need into .carry/sysroot, for GPU machines that cannot
-# install packages: carry .carry in the device call and configure with
-# -DCMAKE_PREFIX_PATH=$PWD/.carry/sysroot/usr, LD_LIBRARY_PATH=$PWD/.carry/sysroot/usr/lib/x86_64-linux-gnu.
+# Unpacks the Debian libraries permd's build and tests need into .carry/sysroot, for GPU machines that
+# cannot install packages: carry .carry in the device call; tests/gpu/run.sh points the build there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PACKAGES=(libcmocka0 libcmocka-dev "$@")
+PACKAGES=(libcmocka0 libcmocka-dev                           # tests
+          libuv1 libuv1-dev libyaml-0-2 libcyaml1 libcyaml-dev       # the daemon
+          libprotobuf-c1 libprotobuf-c-dev protobuf-c-compiler libprotoc32 libprotobuf32
+          libsqlite3-0 libsqlite3-dev pkgconf pkgconf-bin libpkgconf3 "$@")
 mkdir -p .carry/debs .carry/sysroot
 exclude=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$exclude")"
 grep -qx '/.carry/' "$exclude" 2>/dev/null || echo '/.carry/' >> "$exclude"

@@ -2,14 +2,17 @@
 # The GPU session's script, run on a GPU machine through the device tool (see docs): builds with CUDA,
 # runs the GPU and unit tests, then the GPU benchmark, leaving logs and results in $OUT.
 # Prepare here first: scripts/device-sysroot.sh (then carry .carry).
-#   usage: tests/gpu/run.sh [tests|bench|all] [--quick]
+#   usage: tests/gpu/run.sh [tests|bench|cpubench|all] [--quick]
 set -uo pipefail
 what=${1:-all}
 shift || true
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 sys=$PWD/.carry/sysroot
-export LD_LIBRARY_PATH=$sys/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+lib=$sys/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-}
+export PATH=$sys/usr/bin:$PATH # protoc-c, pkg-config
+export PKG_CONFIG_PATH=$lib/pkgconfig:$sys/usr/share/pkgconfig PKG_CONFIG_SYSROOT_DIR=$sys
 export NCCL_NVLS_ENABLE=0 # never NVLink multicast on shared machines
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/machine.txt"
@@ -19,10 +22,14 @@ cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DPERMD_WERRO
 cmake --build build-dev -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  (cd build-dev && ctest --output-on-failure -L 'gpu|unit' 2>&1) | tee "$OUT/tests.log" | tail -25
+  grep -o -w 'avx512[a-z]*' /proc/cpuinfo | sort -u | tr '\n' ' ' >"$OUT/cpu_flags.txt"
+  (cd build-dev && ctest --output-on-failure -j4 -L 'gpu|unit|integration' 2>&1) | tee "$OUT/tests.log" | tail -25
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   bench/gpu_gen.sh build-dev "$OUT/gpu_gen.md" "$@" || rc=1
+fi
+if [ "$what" = cpubench ]; then # the CPU benchmark on this host's CPUs (AVX-512, many cores)
+  BUILD_DIR=build-dev PYTHON=python3 RESULTS_DIR="$OUT" bash bench/cpu_gen.sh || rc=1
 fi
 exit $rc
