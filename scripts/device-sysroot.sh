@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PACKAGES=(libcmocka0 libcmocka-dev                           # tests
-          libuv1 libuv1-dev libyaml-0-2 libcyaml1 libcyaml-dev       # the daemon
+          libuv1 libuv1-dev libyaml-0-2 libyaml-dev libcyaml1 libcyaml-dev       # the daemon
           libprotobuf-c1 libprotobuf-c-dev protobuf-c-compiler libprotoc32 libprotobuf32
           libsqlite3-0 libsqlite3-dev pkgconf pkgconf-bin libpkgconf3 "$@")
 mkdir -p .carry/debs .carry/sysroot
