@@ -76,7 +76,8 @@ def main():
     flags = sh("grep -m1 -o -w -E 'avx2|avx512f' /proc/cpuinfo | sort -u | tr '\\n' ' '")
     cores = os.cpu_count()
     gcc = sh("gcc --version | head -1")
-    pyver = sh("/usr/bin/python3 -c 'import numpy, torch; print(\"numpy\", numpy.__version__, \"torch\", torch.__version__)'")
+    python = os.environ.get("PYTHON", "/usr/bin/python3")
+    pyver = sh(python + " -c 'import numpy, torch; print(\"numpy\", numpy.__version__, \"torch\", torch.__version__)'")
     out = []
     w = out.append
     w("# CPU generation: permd against Fisher–Yates, numpy and torch\n")
@@ -140,8 +141,8 @@ def main():
             w(f"- {LABELS[base]}, n = {size_name(hard)}: median {med:.1f}, fastest {top:.1f} M indices/s: {verdict}.")
     w("- At n = 2^k + 1 every id costs two evaluations of the 24-round bijection on average (one at n = 2^k),")
     w("  so the walk's own overhead is what separates the AVX2 walks; `lockstep` pays for the slowest of its 24 lanes.")
-    w("- This is a shared 2-vCPU virtual machine: runs of one case vary by up to 2x from one minute to the next,")
-    w("  hence the fastest run beside the median. Only ratios taken in the same run mean much.")
+    w(f"- This is a virtual machine ({cores} vCPUs) that other work may share: runs of one case can vary from one")
+    w("  minute to the next, hence the fastest run beside the median. Only ratios taken in the same run mean much.")
     print("\n".join(out))
 
 
