@@ -657,6 +657,72 @@ int permd_fetch_locations(permd_client *c, const permd_slice *s, uint64_t count,
     return pd_cl_fetch(c, s, count, shards, offsets, 16, got, next_offset);
 }
 
+int permd_group_join(permd_client *c, const char *group, uint32_t members, uint8_t nccl_id[PERMD_NCCL_ID_BYTES],
+                     uint32_t *rank, uint32_t *nranks)
+{
+    int rc;
+    if (!c || !nccl_id || !rank || !nranks)
+        return c ? pd_cl_fail(c, PD_EINVAL, "nccl_id, rank and nranks are required") : PD_EINVAL;
+    if ((rc = pd_cl_check_name(c, group)))
+        return rc;
+    Permd__V1__JoinGroup m = PERMD__V1__JOIN_GROUP__INIT;
+    m.group = (char *)group;
+    m.members = members;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_JOIN_GROUP;
+    req.join_group = &m;
+    if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_JOIN_GROUP_REPLY, &rep)))
+        return rc;
+    const Permd__V1__JoinGroupReply *r = rep->join_group_reply;
+    if (r->nccl_id.len != PERMD_NCCL_ID_BYTES || r->rank == 0 || r->rank >= r->nranks)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent JoinGroupReply");
+    memcpy(nccl_id, r->nccl_id.data, PERMD_NCCL_ID_BYTES);
+    *rank = r->rank;
+    *nranks = r->nranks;
+    return 0;
+}
+
+int permd_group_deliver(permd_client *c, const char *group, const permd_slice *s, uint64_t count, uint64_t *got,
+                        uint32_t *width, uint64_t *next_offset)
+{
+    Permd__V1__Slice sm;
+    int rc;
+    if (!c || !got || !width)
+        return c ? pd_cl_fail(c, PD_EINVAL, "got and width are required") : PD_EINVAL;
+    if ((rc = pd_cl_check_name(c, group)) || (rc = pd_cl_slice(c, s, &sm)))
+        return rc;
+    Permd__V1__Deliver m = PERMD__V1__DELIVER__INIT;
+    m.group = (char *)group;
+    m.slice = &sm;
+    m.count = count;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_DELIVER;
+    req.deliver = &m;
+    if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DELIVER_REPLY, &rep)))
+        return rc;
+    const Permd__V1__DeliverReply *r = rep->deliver_reply;
+    if ((r->id_width != 4 && r->id_width != 8) || r->count > count)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent DeliverReply");
+    *got = r->count;
+    *width = r->id_width;
+    if (next_offset)
+        *next_offset = r->next_offset;
+    return 0;
+}
+
+int permd_group_leave(permd_client *c, const char *group)
+{
+    int rc = pd_cl_check_name(c, group);
+    if (rc)
+        return rc;
+    Permd__V1__LeaveGroup m = PERMD__V1__LEAVE_GROUP__INIT;
+    m.group = (char *)group;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_LEAVE_GROUP;
+    req.leave_group = &m;
+    return pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_LEAVE_GROUP_REPLY, &rep);
+}
+
 int permd_digest_slice(permd_client *c, const permd_slice *s, permd_digest *out)
 {
     Permd__V1__Slice sm;

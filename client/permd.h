@@ -44,6 +44,7 @@ enum {
     PERMD_ECLOSED = -13,      /* the connection was closed */
     PERMD_ETIMEDOUT = -14,    /* no reply within permd_set_timeout */
     PERMD_EINTERNAL = -15,    /* a failure inside the server (INTERNAL) */
+    PERMD_EUNAVAILABLE = -16, /* no GPU or no NCCL where it is needed (UNAVAILABLE) */
 };
 
 /* How the last positions of an epoch are shared among ranks (spec §5). */
@@ -205,6 +206,23 @@ PERMD_API int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64
 /* The digest of every id the slice has left, from its offset to the end of
  * the epoch, computed by the daemon (O(remaining): a verification call). */
 PERMD_API int permd_digest_slice(permd_client *c, const permd_slice *s, permd_digest *out);
+
+/* ---- NCCL delivery groups: the socket half (docs/nccl.md) -----------------
+ * Most callers use libpermd_nccl (gpu/permd_nccl.h), which adds the NCCL
+ * half on top of these. PERMD_EUNAVAILABLE when the daemon has no GPU or
+ * NCCL, or the group was aborted. */
+
+#define PERMD_NCCL_ID_BYTES 128
+
+/* Join (creating it if new) a group of `members` trainers: the NCCL unique
+ * id, this member's rank (1..members) and the communicator size (members + 1). */
+PERMD_API int permd_group_join(permd_client *c, const char *group, uint32_t members,
+                               uint8_t nccl_id[PERMD_NCCL_ID_BYTES], uint32_t *rank, uint32_t *nranks);
+/* Ask for the rank's next ids; *got of *width bytes each then arrive over
+ * NCCL from rank 0 (post the receive after this returns; none when *got is 0). */
+PERMD_API int permd_group_deliver(permd_client *c, const char *group, const permd_slice *s, uint64_t count,
+                                  uint64_t *got, uint32_t *width, uint64_t *next_offset);
+PERMD_API int permd_group_leave(permd_client *c, const char *group);
 
 /* ---- Offline: spec v1 computed in this process, no daemon ------------------
  * The same answers as the daemon (and `permctl perm | inverse | rank`), for

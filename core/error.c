@@ -24,6 +24,7 @@ static const struct {
     {PD_ECLOSED, "PD_ECLOSED", "closed"},
     {PD_ETIMEDOUT, "PD_ETIMEDOUT", "timed out"},
     {PD_EINTERNAL, "PD_EINTERNAL", "internal error"},
+    {PD_EUNAVAILABLE, "PD_EUNAVAILABLE", "unavailable on this machine"},
 };
 
 static size_t pd_error_index(int err)

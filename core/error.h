@@ -24,6 +24,7 @@ enum pd_error {
     PD_ECLOSED = -13,      /* the connection or stream is closed */
     PD_ETIMEDOUT = -14,    /* an operation did not complete in time */
     PD_EINTERNAL = -15,    /* a bug or an unexpected failure inside permd */
+    PD_EUNAVAILABLE = -16, /* the feature needs something this machine lacks (a GPU, NCCL) */
 };
 
 /* A short, static, human-readable description of a PD_E* code. */

@@ -37,6 +37,9 @@ typedef struct pd_config {
     uint64_t gpu_device;
     uint64_t gpu_min_ids;
     char *gpu_library;   /* "" = beside the executable, then the loader's path */
+    char *delivery_library;
+    uint64_t delivery_timeout_ms;
+    uint64_t max_group_members;
     pd_config_dataset *datasets;
     size_t ndatasets;
 } pd_config;

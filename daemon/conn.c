@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "daemon/groups.h"
 #include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/stream.h"
@@ -78,6 +79,7 @@ void pd_conn_close(pd_conn *c)
         return;
     c->closing = 1;
     pd_stream_discard_all(c);
+    pd_groups_conn_gone(c->srv->groups, c);
     if (c->prev)
         c->prev->next = c->next;
     else

@@ -8,6 +8,7 @@
 #include "core/digest.h"
 #include "daemon/backend.h"
 #include "daemon/job.h"
+#include "daemon/groups.h"
 #include "daemon/log.h"
 #include "daemon/plans.h"
 #include "daemon/stream.h"
@@ -48,7 +49,7 @@ static void pd_on_hello(pd_conn *c, uint64_t id, const Permd__V1__Hello *m)
         }
         c->authed = 1;
     }
-    static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats", "shards", "digest"};
+    static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats", "shards", "digest", "nccl"};
     Permd__V1__Limits lim = PERMD__V1__LIMITS__INIT;
     lim.max_frame = (uint32_t)s->cfg->max_frame;
     lim.max_count = s->cfg->max_count;
@@ -940,6 +941,15 @@ void pd_handle_frame(pd_conn *c, const uint8_t *payload, uint32_t len)
         break;
     case PERMD__V1__ENVELOPE__BODY_DIGEST:
         pd_on_digest(c, id, env->digest);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_JOIN_GROUP:
+        pd_on_join_group(c, id, env->join_group);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_DELIVER:
+        pd_on_deliver(c, id, env->deliver);
+        break;
+    case PERMD__V1__ENVELOPE__BODY_LEAVE_GROUP:
+        pd_on_leave_group(c, id, env->leave_group);
         break;
     default:
         if (env->base.n_unknown_fields)

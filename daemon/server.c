@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "daemon/conn.h"
 #include "daemon/backend.h"
+#include "daemon/groups.h"
 #include "daemon/plans.h"
 #include "daemon/listen.h"
 #include "daemon/log.h"
@@ -83,7 +84,7 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
                      cfg->cpu_isa);
         return rc;
     }
-    if ((rc = pd_plans_open((unsigned)cfg->plan_cache, &s->plans))) {
+    if ((rc = pd_plans_open((unsigned)cfg->plan_cache, &s->plans)) || (rc = pd_groups_open(s, &s->groups))) {
         pd_log_error("startup", "msg=\"out of memory\"");
         return rc;
     }
@@ -146,6 +147,7 @@ void pd_server_stop(pd_server *s)
     s->stopping = 1;
     pd_log_info("shutdown", "connections=%u jobs=%u", s->stats.connections, s->jobs);
     pd_listen_close(s);
+    pd_groups_stop(s->groups);
     pd_conn *c = s->conns;
     while (c) {
         pd_conn *next = c->next;
@@ -189,6 +191,8 @@ void pd_server_close(pd_server *s)
     s->backend = NULL;
     pd_plans_close(s->plans);
     s->plans = NULL;
+    pd_groups_close(s->groups);
+    s->groups = NULL;
     free(s->token);
     s->token = NULL;
 }

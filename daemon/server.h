@@ -29,6 +29,7 @@ typedef struct pd_server {
     const pd_config *cfg;
     pd_registry *reg;
     struct pd_plans *plans;     /* sharded epoch plans in use */
+    struct pd_groups *groups;   /* NCCL delivery groups */
     struct pd_backend *backend; /* where ids come from (CPU SIMD, GPU) */
 
     uv_pipe_t unix_listener;

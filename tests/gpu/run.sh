@@ -2,7 +2,7 @@
 # The GPU session's script, run on a GPU machine through the device tool (see docs): builds with CUDA,
 # runs the GPU and unit tests, then the GPU benchmark, leaving logs and results in $OUT.
 # Prepare here first: scripts/device-sysroot.sh (then carry .carry).
-#   usage: tests/gpu/run.sh [tests|bench|cpubench|all] [--quick]
+#   usage: tests/gpu/run.sh [tests|bench|cpubench|nccl|all] [--quick]
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -28,6 +28,11 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   bench/gpu_gen.sh build-dev "$OUT/gpu_gen.md" "$@" || rc=1
+fi
+if [ "$what" = nccl ]; then # on 2+ GPUs: the NCCL delivery test and benchmark
+  (cd build-dev && ctest --output-on-failure -R 'test_nccl|test_gpu_gen|test_backend' 2>&1) | tee "$OUT/nccl_tests.log" | tail -30
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  bench/nccl.sh build-dev "$OUT/nccl.md" "$@" || rc=1
 fi
 if [ "$what" = cpubench ]; then # the CPU benchmark on this host's CPUs (AVX-512, many cores)
   BUILD_DIR=build-dev PYTHON=python3 RESULTS_DIR="$OUT" bash bench/cpu_gen.sh || rc=1

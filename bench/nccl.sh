@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# NCCL delivery benchmark on a 2+ GPU machine: starts permd on GPU 0, runs bench/nccl as a trainer on GPU 1,
+# writes OUTPUT.md. usage: bench/nccl.sh BUILD_DIR OUTPUT.md [--quick]
+set -euo pipefail
+build=${1:?usage: bench/nccl.sh BUILD_DIR OUTPUT.md [--quick]}
+out=${2:?}
+shift 2
+export NCCL_NVLS_ENABLE=0
+dir=$(mktemp -d)
+"$build/bin/permd" --socket "$dir/permd.sock" --state-dir "$dir/state" --gpu-device 0 --max-count 16777216 \
+  --log-level warn 2>"$dir/permd.log" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 200); do [ -S "$dir/permd.sock" ] && break; sleep 0.05; done
+tmp=$(mktemp)
+"$build/bench/nccl" "$dir/permd.sock" "$@" >"$tmp" || { cat "$dir/permd.log" >&2; exit 1; }
+{
+  echo "# NCCL delivery vs the socket path"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "- machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | sed 's/^ *//' | tr '\n' ' ');" \
+       "host CPU $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+  echo "- command: \`bench/nccl.sh $build $(basename "$out") $*\` (NCCL_NVLS_ENABLE=0)"
+  echo "- each cell: the best of the timed requests (socket request, generation on permd's GPU, transfer)"
+  echo
+  cat "$tmp"
+} >"$out"
+rm -f "$tmp"
+cat "$out"

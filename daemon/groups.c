@@ -1,0 +1,483 @@
+/* NCCL delivery groups: join/deliver/leave on the loop, NCCL on one thread per group, results back by uv_async. */
+#include "daemon/groups.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "daemon/handlers.h"
+#include "daemon/log.h"
+#include "gpu/permd_delivery.h"
+
+/* libpermd_delivery.so's entry points: loaded at run time, so that permd
+ * starts (and serves sockets) on machines without CUDA or NCCL. */
+typedef struct pd_delivery_api {
+    int (*probe)(int, char *, size_t);
+    int (*unique_id)(uint8_t *);
+    int (*open)(int, const uint8_t *, int, uint32_t, const int *, pd_delivery **);
+    int (*send)(pd_delivery *, const pd_perm *, const pd_slice *, uint64_t, unsigned, int, uint32_t, const int *);
+    void (*close)(pd_delivery *, uint32_t, const int *);
+} pd_delivery_api;
+
+/* One send, queued for the group's thread. */
+typedef struct pd_send {
+    struct pd_send *next;
+    pd_perm perm;
+    pd_slice slice;
+    uint64_t count;
+    unsigned width;
+    int peer;
+} pd_send;
+
+typedef struct pd_group {
+    struct pd_group *next;
+    pd_groups *table;
+    char name[PD_NAME_MAX + 1];
+    uint32_t members, joined, gone; /* gone: left or disconnected */
+    pd_conn **conns;                /* rank r is conns[r - 1]; NULL once gone */
+    uint8_t id[PD_NCCL_ID_BYTES];
+    int cancel;                     /* read by the thread's NCCL waits (__atomic) */
+    uv_async_t async;               /* the thread tells the loop it has ended */
+    pthread_t thread;
+    /* shared with the thread */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pd_send *head, *tail;
+    int ready, failed, closing, exited;
+    char why[256];
+} pd_group;
+
+struct pd_groups {
+    pd_server *srv;
+    pd_group *list;
+    int loaded; /* 1: api usable; -1: failed (why says) */
+    char why[256];
+    void *dl;
+    pd_delivery_api api;
+};
+
+int pd_groups_open(pd_server *s, pd_groups **out)
+{
+    pd_groups *g = calloc(1, sizeof *g);
+    if (!g)
+        return PD_ENOMEM;
+    g->srv = s;
+    *out = g;
+    return 0;
+}
+
+void pd_groups_close(pd_groups *g)
+{
+    if (!g)
+        return;
+    if (g->dl)
+        dlclose(g->dl);
+    free(g);
+}
+
+/* ---- Loading NCCL ----------------------------------------------------------------------------------------- */
+
+static void *pd_delivery_dlopen(const char *configured, char *why, size_t len)
+{
+    char exe[PATH_MAX], path[PATH_MAX + 64];
+    if (configured && *configured) {
+        void *dl = dlopen(configured, RTLD_NOW | RTLD_LOCAL);
+        if (!dl)
+            snprintf(why, len, "%s", dlerror());
+        return dl;
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(path, sizeof path, "%s/../lib/libpermd_delivery.so", exe);
+            if (access(path, F_OK) == 0) {
+                void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+                if (!dl)
+                    snprintf(why, len, "%s", dlerror());
+                return dl;
+            }
+        }
+    }
+    void *dl = dlopen("libpermd_delivery.so", RTLD_NOW | RTLD_LOCAL);
+    if (!dl)
+        snprintf(why, len, "%s", dlerror());
+    return dl;
+}
+
+/* Load and probe once; later calls return the verdict. */
+static int pd_groups_load(pd_groups *t)
+{
+    if (t->loaded)
+        return t->loaded > 0 ? 0 : PD_EUNAVAILABLE;
+    const pd_config *cfg = t->srv->cfg;
+    setenv("NCCL_NVLS_ENABLE", "0", 1); /* never NVLink multicast: it can take a shared host's GPUs down */
+    t->loaded = -1;
+    if (!(t->dl = pd_delivery_dlopen(cfg->delivery_library, t->why, sizeof t->why)))
+        goto fail;
+    *(void **)&t->api.probe = dlsym(t->dl, "pd_delivery_probe");
+    *(void **)&t->api.unique_id = dlsym(t->dl, "pd_delivery_unique_id");
+    *(void **)&t->api.open = dlsym(t->dl, "pd_delivery_open");
+    *(void **)&t->api.send = dlsym(t->dl, "pd_delivery_send");
+    *(void **)&t->api.close = dlsym(t->dl, "pd_delivery_close");
+    if (!t->api.probe || !t->api.unique_id || !t->api.open || !t->api.send || !t->api.close) {
+        snprintf(t->why, sizeof t->why, "libpermd_delivery.so lacks the expected symbols");
+        goto fail;
+    }
+    if (t->api.probe((int)cfg->gpu_device, t->why, sizeof t->why))
+        goto fail;
+    t->loaded = 1;
+    pd_log_info("nccl", "state=available device=%llu", (unsigned long long)cfg->gpu_device);
+    return 0;
+fail:
+    pd_log_info("nccl", "state=unavailable reason=\"%s\"", t->why);
+    return PD_EUNAVAILABLE;
+}
+
+/* ---- The group's thread --------------------------------------------------------------------------------------- */
+
+static void pd_group_fail(pd_group *g, const char *fmt, const char *detail)
+{
+    pthread_mutex_lock(&g->lock);
+    if (!g->failed) {
+        g->failed = 1;
+        snprintf(g->why, sizeof g->why, fmt, detail);
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void *pd_group_main(void *arg)
+{
+    pd_group *g = arg;
+    const pd_delivery_api *api = &g->table->api;
+    const pd_config *cfg = g->table->srv->cfg;
+    uint32_t timeout = (uint32_t)cfg->delivery_timeout_ms;
+    pd_delivery *d = NULL;
+    int rc = api->open((int)cfg->gpu_device, g->id, (int)g->members + 1, timeout, &g->cancel, &d);
+    if (rc)
+        pd_group_fail(g, "forming the NCCL communicator failed: %s", pd_strerror(rc));
+    pthread_mutex_lock(&g->lock);
+    g->ready = rc == 0;
+    for (;;) {
+        while (!g->head && !g->closing)
+            pthread_cond_wait(&g->wake, &g->lock);
+        pd_send *job = g->head;
+        if (!job)
+            break; /* closing, and nothing left to send */
+        g->head = job->next;
+        if (!g->head)
+            g->tail = NULL;
+        int failed = g->failed;
+        pthread_mutex_unlock(&g->lock);
+        if (!failed && (rc = api->send(d, &job->perm, &job->slice, job->count, job->width, job->peer, timeout,
+                                       &g->cancel)))
+            pd_group_fail(g, "an NCCL send failed: %s", pd_strerror(rc));
+        free(job);
+        pthread_mutex_lock(&g->lock);
+    }
+    pthread_mutex_unlock(&g->lock);
+    api->close(d, timeout, &g->cancel);
+    pthread_mutex_lock(&g->lock);
+    g->exited = 1;
+    pthread_mutex_unlock(&g->lock);
+    uv_async_send(&g->async);
+    return NULL;
+}
+
+/* ---- Lifetime on the loop ---------------------------------------------------------------------------------------- */
+
+static void pd_group_free(uv_handle_t *h)
+{
+    pd_group *g = h->data;
+    pd_send *job = g->head;
+    while (job) {
+        pd_send *next = job->next;
+        free(job);
+        job = next;
+    }
+    pthread_mutex_destroy(&g->lock);
+    pthread_cond_destroy(&g->wake);
+    free(g->conns);
+    free(g);
+}
+
+static void pd_group_on_async(uv_async_t *a)
+{
+    pd_group *g = a->data;
+    pthread_mutex_lock(&g->lock);
+    int exited = g->exited;
+    pthread_mutex_unlock(&g->lock);
+    if (!exited)
+        return;
+    pthread_join(g->thread, NULL);
+    for (pd_group **p = &g->table->list; *p; p = &(*p)->next) {
+        if (*p == g) {
+            *p = g->next;
+            break;
+        }
+    }
+    pd_log_info("group_end", "group=%s failed=%d reason=\"%s\"", g->name, g->failed, g->failed ? g->why : "");
+    uv_close((uv_handle_t *)&g->async, pd_group_free);
+}
+
+/* Wind the group down: no more sends are queued; the thread ends when its queue drains. */
+static void pd_group_close(pd_group *g, int abort)
+{
+    if (abort)
+        __atomic_store_n(&g->cancel, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&g->lock);
+    g->closing = 1;
+    pthread_cond_signal(&g->wake);
+    pthread_mutex_unlock(&g->lock);
+}
+
+void pd_groups_stop(pd_groups *t)
+{
+    for (pd_group *g = t ? t->list : NULL; g; g = g->next) {
+        pd_group_fail(g, "%s", "permd is shutting down");
+        pd_group_close(g, 1);
+    }
+}
+
+static pd_group *pd_group_find(pd_groups *t, const char *name)
+{
+    for (pd_group *g = t->list; g; g = g->next)
+        if (!strcmp(g->name, name) && !g->closing)
+            return g;
+    return NULL;
+}
+
+static uint32_t pd_group_rank_of(const pd_group *g, const pd_conn *c)
+{
+    for (uint32_t i = 0; i < g->members; i++)
+        if (g->conns[i] == c)
+            return i + 1;
+    return 0;
+}
+
+/* A member is gone; when none is left the group closes (aborting if it failed). */
+static void pd_group_member_gone(pd_group *g, uint32_t rank)
+{
+    g->conns[rank - 1] = NULL;
+    g->gone++;
+    if (g->gone == g->joined)
+        pd_group_close(g, g->failed || g->joined < g->members);
+}
+
+void pd_groups_conn_gone(pd_groups *t, pd_conn *c)
+{
+    char detail[64];
+    for (pd_group *g = t ? t->list : NULL; g; g = g->next) {
+        uint32_t rank = pd_group_rank_of(g, c);
+        if (!rank || g->closing)
+            continue;
+        snprintf(detail, sizeof detail, "member rank %u disconnected without leaving", rank);
+        pd_group_fail(g, "%s", detail);
+        __atomic_store_n(&g->cancel, 1, __ATOMIC_RELEASE); /* a send to it would wait for its timeout */
+        pd_log_warn("group_abort", "group=%s rank=%u reason=disconnected", g->name, rank);
+        pd_group_member_gone(g, rank);
+    }
+}
+
+/* ---- Requests ------------------------------------------------------------------------------------------------------- */
+
+static int pd_group_check_failed(pd_conn *c, uint64_t id, pd_group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    int failed = g->failed;
+    char why[256];
+    memcpy(why, g->why, sizeof why);
+    pthread_mutex_unlock(&g->lock);
+    if (failed)
+        pd_conn_send_error(c, id, PD_EUNAVAILABLE, "delivery group '%s' was aborted: %s", g->name, why);
+    return failed;
+}
+
+static pd_group *pd_group_create(pd_groups *t, const char *name, uint32_t members, int *rc)
+{
+    pd_group *g = calloc(1, sizeof *g);
+    pd_conn **conns = g ? calloc(members, sizeof *conns) : NULL;
+    if (!conns) {
+        free(g);
+        *rc = PD_ENOMEM;
+        return NULL;
+    }
+    g->table = t;
+    g->conns = conns;
+    g->members = members;
+    strcpy(g->name, name);
+    if ((*rc = t->api.unique_id(g->id))) {
+        free(conns);
+        free(g);
+        return NULL;
+    }
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->wake, NULL);
+    uv_async_init(t->srv->loop, &g->async, pd_group_on_async);
+    g->async.data = g;
+    if (pthread_create(&g->thread, NULL, pd_group_main, g)) {
+        *rc = PD_EINTERNAL;
+        uv_close((uv_handle_t *)&g->async, pd_group_free);
+        return NULL;
+    }
+    g->next = t->list;
+    t->list = g;
+    pd_log_info("group_new", "group=%s members=%u", name, members);
+    return g;
+}
+
+void pd_on_join_group(pd_conn *c, uint64_t id, const Permd__V1__JoinGroup *m)
+{
+    pd_groups *t = c->srv->groups;
+    const pd_config *cfg = c->srv->cfg;
+    int rc;
+    if (pd_registry_name_check(m->group)) {
+        pd_conn_send_error(c, id, PD_EINVAL, "group: a name of 1-%d characters of A-Z a-z 0-9 . _ - is required",
+                           PD_NAME_MAX);
+        return;
+    }
+    if (m->members == 0 || m->members > cfg->max_group_members) {
+        pd_conn_send_error(c, id, PD_EINVAL, "members must be in [1, %llu] (max_group_members), not %u",
+                           (unsigned long long)cfg->max_group_members, m->members);
+        return;
+    }
+    if (pd_groups_load(t)) {
+        pd_conn_send_error(c, id, PD_EUNAVAILABLE, "NCCL delivery is unavailable here: %s", t->why);
+        return;
+    }
+    pd_group *g = pd_group_find(t, m->group);
+    if (g) {
+        if (pd_group_check_failed(c, id, g))
+            return;
+        if (g->members != m->members) {
+            pd_conn_send_error(c, id, PD_ECONFLICT, "group '%s' has %u members, not %u", g->name, g->members,
+                               m->members);
+            return;
+        }
+        if (pd_group_rank_of(g, c)) {
+            pd_conn_send_error(c, id, PD_ECONFLICT, "this connection is already in group '%s'", g->name);
+            return;
+        }
+        if (g->joined == g->members) {
+            pd_conn_send_error(c, id, PD_ECONFLICT, "group '%s' is full (%u members)", g->name, g->members);
+            return;
+        }
+    } else if (!(g = pd_group_create(t, m->group, m->members, &rc))) {
+        pd_conn_send_error(c, id, rc == PD_ENOMEM ? PD_EINTERNAL : PD_EUNAVAILABLE, "cannot create group '%s': %s",
+                           m->group, pd_strerror(rc));
+        return;
+    }
+    uint32_t rank = ++g->joined;
+    g->conns[rank - 1] = c;
+    Permd__V1__JoinGroupReply r = PERMD__V1__JOIN_GROUP_REPLY__INIT;
+    r.nccl_id.data = g->id;
+    r.nccl_id.len = sizeof g->id;
+    r.rank = rank;
+    r.nranks = g->members + 1;
+    r.device = (char *)pd_backend_describe(c->srv->backend);
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_JOIN_GROUP_REPLY;
+    env.join_group_reply = &r;
+    pd_conn_send(c, &env);
+    pd_log_info("group_join", "group=%s rank=%u of=%u conn=%llu", g->name, rank, g->members,
+                (unsigned long long)c->serial);
+}
+
+/* The group and the caller's rank in it, or an error reply and NULL. */
+static pd_group *pd_group_member(pd_conn *c, uint64_t id, const char *name, uint32_t *rank)
+{
+    pd_groups *t = c->srv->groups;
+    pd_group *g = t->loaded > 0 ? pd_group_find(t, name) : NULL;
+    if (!g) {
+        pd_conn_send_error(c, id, t->loaded < 0 ? PD_EUNAVAILABLE : PD_ENOTFOUND, "no delivery group '%s'%s%s",
+                           pd_printable_name(name), t->loaded < 0 ? ": " : "", t->loaded < 0 ? t->why : "");
+        return NULL;
+    }
+    if (!(*rank = pd_group_rank_of(g, c))) {
+        pd_conn_send_error(c, id, PD_EINVAL, "this connection is not a member of group '%s'", g->name);
+        return NULL;
+    }
+    return g;
+}
+
+void pd_on_deliver(pd_conn *c, uint64_t id, const Permd__V1__Deliver *m)
+{
+    pd_server *s = c->srv;
+    uint32_t rank;
+    char msg[256];
+    pd_target t;
+    pd_group *g = pd_group_member(c, id, m->group, &rank);
+    if (!g || pd_group_check_failed(c, id, g))
+        return;
+    int rc = pd_target_resolve(s, m->slice, 0, &t, msg, sizeof msg);
+    if (rc) {
+        pd_conn_send_error(c, id, rc, "%s", msg);
+        return;
+    }
+    if (t.plan) {
+        pd_target_release(&t);
+        pd_conn_send_error(c, id, PD_EUNSUPPORTED, "NCCL delivery serves flat datasets; '%s' is sharded", t.ds.name);
+        return;
+    }
+    if (m->count > s->cfg->max_count) {
+        pd_conn_send_error(c, id, PD_ETOOBIG, "count %llu exceeds max_count %llu", (unsigned long long)m->count,
+                           (unsigned long long)s->cfg->max_count);
+        return;
+    }
+    uint64_t got = m->count < t.remaining ? m->count : t.remaining;
+    pd_send *job = got ? calloc(1, sizeof *job) : NULL;
+    if (got && !job) {
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    Permd__V1__DeliverReply r = PERMD__V1__DELIVER_REPLY__INIT;
+    r.id_width = t.width;
+    r.count = got;
+    r.next_offset = pd_target_next_offset(&t, t.slice.offset, got);
+    r.remaining = t.remaining - got;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_DELIVER_REPLY;
+    env.deliver_reply = &r;
+    pd_conn_send(c, &env);
+    if (!job)
+        return;
+    job->perm = t.perm;
+    job->slice = t.slice;
+    job->count = got;
+    job->width = t.width;
+    job->peer = (int)rank;
+    pthread_mutex_lock(&g->lock);
+    if (g->tail)
+        g->tail->next = job;
+    else
+        g->head = job;
+    g->tail = job;
+    pthread_cond_signal(&g->wake);
+    pthread_mutex_unlock(&g->lock);
+    s->stats.ids_served_total += got;
+}
+
+void pd_on_leave_group(pd_conn *c, uint64_t id, const Permd__V1__LeaveGroup *m)
+{
+    uint32_t rank;
+    pd_group *g = pd_group_member(c, id, m->group, &rank);
+    if (!g)
+        return;
+    pd_log_info("group_leave", "group=%s rank=%u", g->name, rank);
+    pd_group_member_gone(g, rank);
+    Permd__V1__LeaveGroupReply r = PERMD__V1__LEAVE_GROUP_REPLY__INIT;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_LEAVE_GROUP_REPLY;
+    env.leave_group_reply = &r;
+    pd_conn_send(c, &env);
+}

@@ -1,0 +1,152 @@
+/* NCCL delivery, daemon side: a non-blocking communicator as rank 0, slices generated on the GPU and ncclSent. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "nccl_wait.h"
+#include "permd_delivery.h"
+#include "permd_gpu.h"
+
+struct pd_delivery {
+    int device;
+    ncclComm_t comm;      /* NULL once aborted */
+    cudaStream_t stream;
+    pd_gpu *gpu;          /* the CUDA backend, for generation */
+    void *buf;            /* staging: ids are generated here, then sent */
+    size_t cap;
+    int broken;
+};
+
+static int pd_cancelled(const int *cancel)
+{
+    return cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE);
+}
+
+extern "C" int pd_delivery_probe(int device, char *why, size_t whylen)
+{
+    int count = 0, version = 0;
+    pd_gpu_device_count(&count);
+    if (count == 0) {
+        snprintf(why, whylen, "no CUDA device");
+        return PD_EUNAVAILABLE;
+    }
+    if (device < 0 || device >= count) {
+        snprintf(why, whylen, "CUDA device %d does not exist (%d present)", device, count);
+        return PD_EUNAVAILABLE;
+    }
+    if (ncclGetVersion(&version) != ncclSuccess) {
+        snprintf(why, whylen, "NCCL does not load");
+        return PD_EUNAVAILABLE;
+    }
+    return PD_OK;
+}
+
+extern "C" int pd_delivery_unique_id(uint8_t id[PD_NCCL_ID_BYTES])
+{
+    ncclUniqueId u;
+    static_assert(sizeof u == PD_NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
+    if (ncclGetUniqueId(&u) != ncclSuccess)
+        return PD_EUNAVAILABLE;
+    memcpy(id, &u, sizeof u);
+    return PD_OK;
+}
+
+static void pd_delivery_abort(pd_delivery *d)
+{
+    if (d->comm)
+        ncclCommAbort(d->comm);
+    d->comm = NULL;
+    d->broken = 1;
+}
+
+extern "C" int pd_delivery_open(int device, const uint8_t id[PD_NCCL_ID_BYTES], int nranks, uint32_t timeout_ms,
+                                const int *cancel, pd_delivery **out)
+{
+    int rc = PD_OK;
+    ncclUniqueId u;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    if (!id || !out || nranks < 2)
+        return PD_EINVAL;
+    pd_delivery *d = (pd_delivery *)calloc(1, sizeof *d);
+    if (!d)
+        return PD_ENOMEM;
+    d->device = device;
+    *out = NULL;
+    CUDACHECKGOTO(cudaSetDevice(device), rc, fail);
+    CUDACHECKGOTO(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), rc, fail);
+    if ((rc = pd_gpu_open(device, &d->gpu)) || (rc = pd_gpu_set_stream(d->gpu, d->stream)))
+        goto fail;
+    memcpy(&u, id, sizeof u);
+    cfg.blocking = 0; /* so that a rank that never comes cannot hang us: see pd_nccl_wait */
+    if (ncclCommInitRankConfig(&d->comm, nranks, u, 0, &cfg) != ncclInProgress && !d->comm) {
+        rc = PD_EIO;
+        goto fail;
+    }
+    if ((rc = pd_nccl_wait(d->comm, NULL, timeout_ms, cancel)))
+        goto fail;
+    *out = d;
+    return PD_OK;
+fail:
+    d->broken = 1; /* abort, do not finalize, a communicator that never formed */
+    pd_delivery_close(d, 0, NULL);
+    return rc;
+}
+
+extern "C" int pd_delivery_send(pd_delivery *d, const pd_perm *p, const pd_slice *s, uint64_t count, unsigned width,
+                                int peer, uint32_t timeout_ms, const int *cancel)
+{
+    uint64_t written = 0;
+    int rc;
+    if (!d || !p || !s || (width != 4 && width != 8))
+        return PD_EINVAL;
+    if (d->broken || !d->comm)
+        return PD_ECLOSED;
+    if (pd_cancelled(cancel)) {
+        pd_delivery_abort(d);
+        return PD_ECLOSED;
+    }
+    CUDACHECK(cudaSetDevice(d->device));
+    size_t bytes = (size_t)count * width;
+    if (bytes > d->cap) {
+        cudaFree(d->buf);
+        d->buf = NULL;
+        d->cap = 0;
+        CUDACHECK(cudaMalloc(&d->buf, bytes));
+        d->cap = bytes;
+    }
+    if ((rc = pd_gpu_slice_fill(d->gpu, p, s, count, d->buf, width, &written)))
+        return rc;
+    if (written != count)
+        return PD_EINTERNAL; /* the daemon told the trainer `count`: it must be exact */
+    ncclResult_t r = ncclSend(d->buf, bytes, ncclUint8, peer, d->comm, d->stream);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        pd_delivery_abort(d);
+        return PD_EIO;
+    }
+    if ((rc = pd_nccl_wait(d->comm, d->stream, timeout_ms, cancel)))
+        pd_delivery_abort(d);
+    return rc;
+}
+
+extern "C" void pd_delivery_close(pd_delivery *d, uint32_t timeout_ms, const int *cancel)
+{
+    if (!d)
+        return;
+    cudaSetDevice(d->device);
+    if (d->comm && !d->broken && !pd_cancelled(cancel)) {
+        ncclResult_t r = ncclCommFinalize(d->comm);
+        if ((r == ncclSuccess || r == ncclInProgress) && pd_nccl_wait(d->comm, NULL, timeout_ms, cancel) == PD_OK) {
+            ncclCommDestroy(d->comm);
+            d->comm = NULL;
+        }
+    }
+    pd_delivery_abort(d); /* no-op when destroyed above */
+    if (d->stream)
+        cudaStreamSynchronize(d->stream);
+    cudaFree(d->buf);
+    pd_gpu_close(d->gpu);
+    if (d->stream)
+        cudaStreamDestroy(d->stream);
+    free(d);
+}

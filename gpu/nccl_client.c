@@ -1,0 +1,117 @@
+/* libpermd_nccl: a trainer's NCCL membership: the socket half through libpermd, the GPU half through NCCL. */
+#define _POSIX_C_SOURCE 200809L
+#include "gpu/permd_nccl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/nccl_wait.h"
+
+struct permd_nccl {
+    permd_client *c;
+    char group[PERMD_NAME_MAX + 1];
+    int device;
+    uint32_t rank, nranks, timeout_ms;
+    ncclComm_t comm; /* NULL once aborted */
+    cudaStream_t stream;
+};
+
+static void pd_member_abort(permd_nccl *g)
+{
+    if (g->comm)
+        ncclCommAbort(g->comm);
+    g->comm = NULL;
+}
+
+int permd_nccl_join(permd_client *c, const char *group, uint32_t members, int device, uint32_t timeout_ms,
+                    permd_nccl **out)
+{
+    uint8_t id[PERMD_NCCL_ID_BYTES];
+    ncclUniqueId u;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    if (!c || !group || !out || strlen(group) > PERMD_NAME_MAX)
+        return PERMD_EINVAL;
+    *out = NULL;
+    permd_nccl *g = calloc(1, sizeof *g);
+    if (!g)
+        return PERMD_ENOMEM;
+    int rc = permd_group_join(c, group, members, id, &g->rank, &g->nranks);
+    if (rc)
+        goto fail;
+    g->c = c;
+    strcpy(g->group, group);
+    g->device = device;
+    g->timeout_ms = timeout_ms ? timeout_ms : 60000;
+    if (cudaSetDevice(device) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess) {
+        rc = PERMD_EUNAVAILABLE;
+        goto fail;
+    }
+    memcpy(&u, id, sizeof u);
+    cfg.blocking = 0;
+    if (ncclCommInitRankConfig(&g->comm, (int)g->nranks, u, (int)g->rank, &cfg) != ncclInProgress && !g->comm) {
+        rc = PERMD_EIO;
+        goto fail;
+    }
+    if ((rc = pd_nccl_wait(g->comm, NULL, g->timeout_ms, NULL)))
+        goto fail;
+    *out = g;
+    return PERMD_OK;
+fail:
+    pd_member_abort(g);
+    if (g->stream)
+        cudaStreamDestroy(g->stream);
+    free(g);
+    return rc;
+}
+
+int permd_nccl_rank(const permd_nccl *g, uint32_t *rank, uint32_t *nranks)
+{
+    if (!g || !rank || !nranks)
+        return PERMD_EINVAL;
+    *rank = g->rank;
+    *nranks = g->nranks;
+    return PERMD_OK;
+}
+
+int permd_nccl_recv(permd_nccl *g, const permd_slice *s, uint64_t count, void *dev_out, void *cuda_stream,
+                    uint64_t *got, uint32_t *width, uint64_t *next_offset)
+{
+    if (!g || !got || !width || (count && !dev_out))
+        return PERMD_EINVAL;
+    if (!g->comm)
+        return PERMD_ECLOSED;
+    int rc = permd_group_deliver(g->c, g->group, s, count, got, width, next_offset);
+    if (rc || *got == 0)
+        return rc;
+    cudaStream_t stream = cuda_stream ? (cudaStream_t)cuda_stream : g->stream;
+    if (cudaSetDevice(g->device) != cudaSuccess)
+        return PERMD_EIO;
+    ncclResult_t r = ncclRecv(dev_out, (size_t)*got * *width, ncclUint8, 0, g->comm, stream);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        pd_member_abort(g);
+        return PERMD_EIO;
+    }
+    if ((rc = pd_nccl_wait(g->comm, stream, g->timeout_ms, NULL)))
+        pd_member_abort(g);
+    return rc;
+}
+
+int permd_nccl_leave(permd_nccl *g)
+{
+    if (!g)
+        return PERMD_OK;
+    int rc = permd_group_leave(g->c, g->group);
+    cudaSetDevice(g->device);
+    if (g->comm) {
+        ncclResult_t r = ncclCommFinalize(g->comm);
+        if ((r == ncclSuccess || r == ncclInProgress) && pd_nccl_wait(g->comm, NULL, g->timeout_ms, NULL) == 0) {
+            ncclCommDestroy(g->comm);
+            g->comm = NULL;
+        }
+        pd_member_abort(g);
+    }
+    cudaStreamDestroy(g->stream);
+    free(g);
+    return rc;
+}
