@@ -32,6 +32,14 @@ fi
 if [ "$what" = nccl ]; then # on 2+ GPUs: the NCCL delivery test and benchmark
   (cd build-dev && ctest --output-on-failure -R 'test_nccl|test_gpu_gen|test_backend' 2>&1) | tee "$OUT/nccl_tests.log" | tail -30
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  d=$(mktemp -d)
+  build-dev/bin/permd --socket "$d/s" --state-dir "$d/st" --gpu-device 0 2>"$OUT/permd_py.log" &
+  p=$!
+  for _ in $(seq 100); do [ -S "$d/s" ] && break; sleep 0.1; done
+  PYTHONPATH=python PERMD_LIB=build-dev/lib/libpermd.so python3 tests/gpu/test_nccl_python.py "$d/s" 2>&1 \
+    | tee "$OUT/nccl_python.log" | tail -5
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  kill $p; wait $p
   bench/nccl.sh build-dev "$OUT/nccl.md" "$@" || rc=1
 fi
 if [ "$what" = cpubench ]; then # the CPU benchmark on this host's CPUs (AVX-512, many cores)

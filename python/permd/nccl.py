@@ -1,0 +1,90 @@
+"""permd.nccl: receive a rank's ids straight into GPU memory over NCCL (libpermd_nccl; docs/nccl.md).
+
+    import permd, permd.nccl, torch
+    client = permd.Client(socket=...)
+    member = permd.nccl.Member(client, "job42", members=4, device=torch.cuda.current_device())
+    out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+    got, next_offset = member.recv(out, "imagenet", seed, epoch, world=4, rank=r, mode="exact", offset=o)
+    member.leave()
+"""
+import ctypes
+import os
+
+from . import _args, _lib
+
+_lib_nccl = None
+
+
+def _load():
+    global _lib_nccl
+    if _lib_nccl is None:
+        path = os.environ.get("PERMD_NCCL_LIB") or os.path.join(os.path.dirname(_lib.lib._name), "libpermd_nccl.so")
+        if not os.path.isfile(path):
+            raise ImportError(f"permd.nccl: {path} not found (build permd with CUDA and NCCL, or set PERMD_NCCL_LIB)")
+        nl = ctypes.CDLL(path)
+        p = ctypes.c_void_p
+        nl.permd_nccl_join.argtypes = [p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint32,
+                                       ctypes.POINTER(p)]
+        nl.permd_nccl_recv.argtypes = [p, ctypes.POINTER(_lib.Slice), ctypes.c_uint64, p, p, _lib.P64, _lib.P32,
+                                       _lib.P64]
+        nl.permd_nccl_leave.argtypes = [p]
+        nl.permd_nccl_rank.argtypes = [p, _lib.P32, _lib.P32]
+        _lib_nccl = nl
+    return _lib_nccl
+
+
+class Member:
+    """This process's membership of a delivery group: `members` trainers plus permd (rank 0).
+    Joining blocks until every member has joined (or timeout seconds pass)."""
+
+    def __init__(self, client, group, members, device, timeout=60.0):
+        nl = _load()
+        if not isinstance(group, str) or not group:
+            raise TypeError("group must be a non-empty string")
+        members = _args.integer("members", members, 1, _args.U32_MAX)
+        device = _args.integer("device", device, 0, 1 << 20)
+        ms = _args.integer("timeout (ms)", int(timeout * 1000), 1, _args.U32_MAX)
+        handle = ctypes.c_void_p()
+        _lib.check(nl.permd_nccl_join(client._handle(), group.encode(), members, device, ms, ctypes.byref(handle)),
+                   f"join group {group!r}", client._c)
+        self._nl, self._g, self._client = nl, handle, client
+        rank, nranks = ctypes.c_uint32(), ctypes.c_uint32()
+        nl.permd_nccl_rank(handle, ctypes.byref(rank), ctypes.byref(nranks))
+        self.rank, self.nranks = rank.value, nranks.value
+
+    def recv(self, out, name, seed, epoch, world, rank, mode="exact", offset=0, count=None, stream=None):
+        """Receive the rank's next ids into `out`: a CUDA tensor (int32 for datasets up to 2**32
+        samples, else int64) or a raw device pointer (then give count). Returns (got, next_offset)."""
+        if not self._g:
+            raise ValueError("this member has left its group")
+        if hasattr(out, "data_ptr"):
+            ptr, capacity = out.data_ptr(), out.numel()
+            if stream is None and hasattr(out, "device"):
+                import torch
+                stream = torch.cuda.current_stream(out.device).cuda_stream
+        else:
+            ptr, capacity = _args.integer("out", out), None
+        count = capacity if count is None else _args.integer("count", count)
+        if count is None:
+            raise ValueError("count is required with a raw device pointer")
+        if capacity is not None and count > capacity:
+            raise ValueError(f"count {count} exceeds the tensor's {capacity} elements")
+        s = self._client._slice(name, seed, epoch, world, rank, mode, offset)
+        got, width, nxt = ctypes.c_uint64(), ctypes.c_uint32(), ctypes.c_uint64()
+        rc = self._nl.permd_nccl_recv(self._g, ctypes.byref(s), count, ctypes.c_void_p(ptr),
+                                      ctypes.c_void_p(stream or 0), ctypes.byref(got), ctypes.byref(width),
+                                      ctypes.byref(nxt))
+        _lib.check(rc, "nccl recv", self._client._c)
+        return got.value, nxt.value
+
+    def leave(self):
+        if self._g:
+            rc = self._nl.permd_nccl_leave(self._g)
+            self._g = None
+            _lib.check(rc, "leave", self._client._c)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.leave()
