@@ -29,18 +29,25 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   bench/gpu_gen.sh build-dev "$OUT/gpu_gen.md" "$@" || rc=1
 fi
-if [ "$what" = nccl ]; then # on 2+ GPUs: the NCCL delivery test and benchmark
-  (cd build-dev && ctest --output-on-failure -R 'test_nccl|test_gpu_gen|test_backend' 2>&1) | tee "$OUT/nccl_tests.log" | tail -30
-  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+if [ "$what" = nccl ] || [ "$what" = nccl-python ]; then # on 2+ GPUs: NCCL delivery tests and benchmark
+  if [ "$what" = nccl ]; then
+    (cd build-dev && ctest --output-on-failure -R 'test_nccl|test_gpu_gen|test_backend' 2>&1) | tee "$OUT/nccl_tests.log" | tail -30
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  fi
+  # A torch process carries its own NCCL, and every rank of a communicator must run the same NCCL:
+  # give this permd torch's (docs/nccl.md).
+  nccl_dir=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+  echo "torch's NCCL: ${nccl_dir:-not found}" | tee "$OUT/nccl_python.log"
   d=$(mktemp -d)
-  build-dev/bin/permd --socket "$d/s" --state-dir "$d/st" --gpu-device 0 2>"$OUT/permd_py.log" &
+  NCCL_DEBUG=WARN LD_LIBRARY_PATH=${nccl_dir:+$nccl_dir:}$LD_LIBRARY_PATH \
+    build-dev/bin/permd --socket "$d/s" --state-dir "$d/st" --gpu-device 0 2>"$OUT/permd_py.log" &
   p=$!
   for _ in $(seq 100); do [ -S "$d/s" ] && break; sleep 0.1; done
-  PYTHONPATH=python PERMD_LIB=build-dev/lib/libpermd.so python3 tests/gpu/test_nccl_python.py "$d/s" 2>&1 \
-    | tee "$OUT/nccl_python.log" | tail -5
+  NCCL_DEBUG=WARN PYTHONPATH=python PERMD_LIB=build-dev/lib/libpermd.so python3 tests/gpu/test_nccl_python.py "$d/s" 2>&1 \
+    | tee -a "$OUT/nccl_python.log" | tail -5
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   kill $p; wait $p
-  bench/nccl.sh build-dev "$OUT/nccl.md" "$@" || rc=1
+  [ "$what" = nccl-python ] || bench/nccl.sh build-dev "$OUT/nccl.md" "$@" || rc=1
 fi
 if [ "$what" = cpubench ]; then # the CPU benchmark on this host's CPUs (AVX-512, many cores)
   BUILD_DIR=build-dev PYTHON=python3 RESULTS_DIR="$OUT" bash bench/cpu_gen.sh || rc=1
