@@ -424,7 +424,7 @@ void pd_on_deliver(pd_conn *c, uint64_t id, const Permd__V1__Deliver *m)
     }
     if (t.plan) {
         pd_target_release(&t);
-        pd_conn_send_error(c, id, PD_EUNSUPPORTED, "NCCL delivery serves flat datasets; '%s' is sharded", t.ds.name);
+        pd_conn_send_error(c, id, PD_EUNAVAILABLE, "NCCL delivery serves flat datasets; '%s' is sharded", t.ds.name);
         return;
     }
     if (m->count > s->cfg->max_count) {
