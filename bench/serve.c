@@ -9,11 +9,12 @@
 #include "client/permd.h"
 #include "core/parse.h"
 #include "core/rank.h"
+#include "cpu/gen.h"
 
 static const char usage[] =
     "usage: serve fetch  --socket PATH --dataset NAME [--clients N] [--count C] [--seconds S]\n"
     "       serve stream --socket PATH --dataset NAME [--batch B] [--seconds S]\n"
-    "       serve gen    [--count C] [--seconds S]     (the core's scalar fill rate, no daemon)\n"
+    "       serve gen    [--count C] [--seconds S]     (one thread of the daemon's CPU generator, no daemon)\n"
     "\n"
     "fetch: N threads, one connection each, each Fetch asks rank 0 of 8 for C ids\n"
     "       at a fresh offset; prints requests/s and p50/p99 latency (after 0.5 s warm-up).\n"
@@ -172,23 +173,30 @@ static int run_stream(const options *o)
     return 0;
 }
 
-/* ---- gen: the core alone, for context ---- */
+/* ---- gen: the generator alone, for context ---- */
 
+/* The daemon's CPU backend on one thread (best ISA here), so the serve rows can be read against it. */
 static int run_gen(const options *o)
 {
     pd_perm p;
+    pd_gen g;
     pd_slice s = {8, 0, PD_MODE_PAD, 0};
     uint32_t *ids = malloc(o->count * sizeof *ids);
     uint64_t n = UINT64_C(1) << 30, got, total = 0;
+    if (!ids || pd_gen_init(&g, PD_ISA_AUTO)) {
+        free(ids);
+        return 1;
+    }
     pd_perm_init(&p, 1234, 0, PD_STREAM_SAMPLES, n);
     double start = now_s(), t = start;
     while (t - start < o->seconds) {
-        pd_slice_fill_u32(&p, &s, o->count, ids, &got);
+        pd_gen_slice_fill_u32(&g, &p, &s, o->count, ids, &got);
         s.offset = (s.offset + got * 8) % (n / 2);
         total += got;
         t = now_s();
     }
-    printf("mode=gen count=%llu ids=%llu seconds=%.2f ids_per_s=%.0f ns_per_id=%.1f\n", (unsigned long long)o->count,
+    printf("mode=gen isa=%s count=%llu ids=%llu seconds=%.2f ids_per_s=%.0f ns_per_id=%.1f\n", pd_isa_name(g.isa),
+           (unsigned long long)o->count,
            (unsigned long long)total, t - start, (double)total / (t - start), (t - start) * 1e9 / (double)total);
     free(ids);
     return 0;

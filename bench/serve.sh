@@ -86,6 +86,7 @@ STREAM=$(best "$S")
 G=""
 for rep in $(seq "$REPS"); do G+="$(kv "$("$SERVE" gen --count 1024 --seconds 2)" ids_per_s);"; done
 GEN=$(best "$G")
+ISA=$("$SERVE" gen --count 1024 --seconds 0.2 | tr ' ' '\n' | sed -n 's/^isa=//p')
 # Parallel headroom: the generator alone on every CPU at once, versus one.
 NCPU=$(nproc)
 PAR=0
@@ -114,7 +115,7 @@ mkdir -p "$(dirname "$OUT")"
   echo "- Before the run: load average (1/5/15 min) $LOAD; busiest process: $BUSY."
   echo "  Other work on these CPUs during the run lowers both peers' numbers."
   echo "- Command: \`bench/serve.sh\` (SECONDS_PER_RUN=$RUN_S, REPS=$REPS: each row is the fastest of $REPS interleaved runs), permd $("$PERMD" --version | awk '{print $2}') with its"
-  echo "  default config (workers = CPUs, inline_ids 4096), $(redis-server --version | awk '{print $1, $2, $3}')"
+  echo "  default config (workers = CPUs, inline_ids $("$PERMD" --print-template | sed -n "s/^inline_ids: *//p")), $(redis-server --version | awk '{print $1, $2, $3}')"
   echo "- Peers on private Unix sockets; Redis: \`redis-benchmark -t get -c C\` of one 4096-byte value;"
   echo "  permd: \`bench/serve fetch --clients C --count 1024\` (1024 u32 ids = 4096 bytes, rank 0 of 8,"
   echo "  dataset of 2^32 samples, a new offset every request), one connection per client thread."
@@ -130,18 +131,18 @@ mkdir -p "$(dirname "$OUT")"
   echo "| stream | ids/s | goal | ratio |"
   echo "|---|---:|---:|---:|"
   echo "| one Stream, batches of 65536 u32 | $(printf '%.0f' "$STREAM") | 1000000000 | $RS |"
-  echo "| (context) core scalar generator, one thread, no daemon | $(printf '%.0f' "$GEN") | | |"
+  echo "| (context) the CPU generator ($ISA), one thread, no daemon | $(printf '%.0f' "$GEN") | | |"
   echo
   echo "Goals: permd ≥ 1.0× Redis at 1 client: **$(met "$R1")** ($R1×); at 32 clients: **$(met "$R32")** ($R32×);"
   echo "stream ≥ 1 G ids/s: **$(met "$RS")** ($(printf '%.3f' "$RS")×)."
   echo
   echo "Where the time goes: the 16-id rows isolate permd's serving path (framing, protobuf-c, libuv,"
   echo "one write per reply); there permd runs at $(ratio "${R[small_rps_1]}" "${R[redis_rps_1]}")× and $(ratio "${R[small_rps_32]}" "${R[redis_rps_32]}")× Redis's rate. A 1024-id Fetch adds"
-  echo "generation: the core's scalar generator alone needs ${GEN_US} µs for 1024 ids on one CPU"
+  echo "generation: the CPU generator ($ISA) alone needs ${GEN_US} µs for 1024 ids on one CPU"
   echo "($(printf '%.0f' "$GEN") ids/s), $VS a whole Redis GET at 1 client (${REDIS_US} µs), which is what"
   echo "separates the 1024-id rows from the 16-id rows. The stream delivers ${STREAM_X}× the"
   echo "one-thread generator rate (the worker pool runs batches in parallel; the reader shares the CPUs)."
-  echo "All generation goes through daemon/gen.c: the SIMD and CUDA backends change these rows"
-  echo "without touching the server."
+  echo "Generation goes through daemon/backend.c: the SIMD pool here (requests below gpu_min_ids"
+  echo "never go to a GPU), so these rows measure the CPU backend and the serving path."
 } >"$OUT"
 cat "$OUT"

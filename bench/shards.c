@@ -8,6 +8,9 @@
 
 #include "core/shards.h"
 #include "cpu/gen.h"
+#ifdef PERMD_BENCH_GPU
+#include "gpu/permd_gpu.h"
+#endif
 
 static double now(void)
 {
@@ -68,6 +71,71 @@ static void run_flat(void *p)
         abort();
 }
 
+#ifdef PERMD_BENCH_GPU
+/* The same slice on the GPU into device memory (the generation alone, as bench/gpu_gen measures it). */
+typedef struct gpu_job {
+    pd_gpu *gpu;
+    const pd_gpu_plan *plan; /* NULL: flat σ */
+    const pd_perm *perm;
+    pd_slice slice;
+    uint64_t count;
+    void *dev;
+} gpu_job;
+
+static void run_gpu(void *p)
+{
+    gpu_job *j = p;
+    uint64_t got;
+    int rc = j->plan ? pd_gpu_shard_slice_fill(j->gpu, j->plan, &j->slice, j->count, j->dev, 4, &got)
+                     : pd_gpu_slice_fill(j->gpu, j->perm, &j->slice, j->count, j->dev, 4, &got);
+    if (rc || got != j->count || pd_gpu_sync(j->gpu))
+        abort();
+}
+
+static void gpu_table(const uint64_t *start, uint64_t shards, uint64_t n, const pd_slice *slice, uint64_t count,
+                      void *mem)
+{
+    pd_gpu *gpu;
+    int devices = 0;
+    pd_gpu_device_count(&devices);
+    if (devices == 0 || pd_gpu_open(0, &gpu)) {
+        printf("\nGPU: none here (the GPU rows need a CUDA device)\n");
+        return;
+    }
+    gpu_job g = {.gpu = gpu, .slice = *slice, .count = count};
+    pd_perm perm;
+    pd_perm_init(&perm, 1, 2, 0, n);
+    g.perm = &perm;
+    if (pd_gpu_alloc(gpu, count * 4, &g.dev))
+        abort();
+    printf("\nGPU: %s; the same slice into device memory\n\n", pd_gpu_describe(gpu));
+    printf("| order | K | G | G ids/s | vs flat (GPU) | plan upload |\n|---|---|---|---|---|---|\n");
+    double flat = count / median_seconds(run_gpu, &g) / 1e9;
+    printf("| flat σ | | | %.2f | 1.00 | |\n", flat);
+    const uint64_t ks[] = {1, 8, 64};
+    const uint64_t gs[] = {1, 8};
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 2; b++) {
+            pd_shard_plan plan;
+            pd_gpu_plan *dp;
+            if (pd_shard_plan_init(&plan, start, shards, 1, 2, ks[a], gs[b], mem, pd_shard_plan_bytes(shards)))
+                abort();
+            double t0 = now();
+            if (pd_gpu_plan_upload(gpu, &plan, &dp))
+                abort();
+            double upload = now() - t0;
+            g.plan = dp;
+            double ids = count / median_seconds(run_gpu, &g) / 1e9;
+            printf("| sharded | %llu | %llu | %.2f | %.2f | %.2f ms |\n", (unsigned long long)ks[a],
+                   (unsigned long long)gs[b], ids, ids / flat, upload * 1e3);
+            fflush(stdout);
+            pd_gpu_plan_free(gpu, dp);
+        }
+    pd_gpu_free(gpu, g.dev);
+    pd_gpu_close(gpu);
+}
+#endif
+
 static void run_build(void *p)
 {
     job *j = p;
@@ -127,6 +195,9 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
+#ifdef PERMD_BENCH_GPU
+    gpu_table(start, shards, n, &j.slice, j.count, mem);
+#endif
     free(sizes);
     free(start);
     free(mem);

@@ -45,7 +45,9 @@ static const char permctl_stream_usage[] =
 static const char permctl_stats_usage[] =
     "usage: permctl stats [--json]\n"
     "\n"
-    "Print permd's counters: uptime, connections, requests, errors, ids served.\n";
+    "Print permd's counters: uptime, connections, requests, errors, ids served, then\n"
+    "requests by type (count, errors, mean and percentile latency from the histogram)\n"
+    "and errors by type and code: the figures permd's /metrics exports.\n";
 
 #define PERMCTL_SLICE_OPTS                                                                                   \
     (PERMCTL_BIT(SEED) | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(WORLD) | PERMCTL_BIT(RANK) | PERMCTL_BIT(MODE))
@@ -473,6 +475,80 @@ done:
 
 /* ---- stats ------------------------------------------------------------------------------------ */
 
+/* The latency bound (us) below which a fraction q of a type's requests fell;
+ * UINT64_MAX when it lies in the +Inf bucket, 0 when there were none. */
+static uint64_t permctl_quantile_us(const permd_stats *st, const permd_request_stats *r, double q)
+{
+    uint64_t total = 0, cum = 0;
+    for (int b = 0; b < PERMD_LATENCY_BUCKETS; b++)
+        total += r->latency_buckets[b];
+    if (!total)
+        return 0;
+    for (int b = 0; b < PERMD_LATENCY_BUCKETS; b++) {
+        cum += r->latency_buckets[b];
+        if ((double)cum >= q * (double)total)
+            return st->latency_bounds_us[b];
+    }
+    return UINT64_MAX;
+}
+
+static void permctl_print_bound(uint64_t us)
+{
+    if (us == UINT64_MAX)
+        printf(" %10s", "+Inf");
+    else
+        printf(" %10llu", (unsigned long long)us);
+}
+
+static void permctl_stats_tables(const permd_stats *st, int json)
+{
+    if (json) {
+        fputs(",\"latency_bounds_us\":[", stdout);
+        for (int b = 0; b + 1 < PERMD_LATENCY_BUCKETS; b++)
+            printf("%s%llu", b ? "," : "", (unsigned long long)st->latency_bounds_us[b]);
+        fputs("],\"requests_by_type\":[", stdout);
+        for (uint32_t i = 0; i < st->nrequests; i++) {
+            const permd_request_stats *r = &st->requests[i];
+            fputs(i ? ",{\"type\":" : "{\"type\":", stdout);
+            permctl_json_string(stdout, r->type);
+            printf(",\"requests\":%llu,\"errors\":%llu,\"latency_sum_us\":%llu,\"latency_buckets\":[",
+                   (unsigned long long)r->requests, (unsigned long long)r->errors,
+                   (unsigned long long)r->latency_sum_us);
+            for (int b = 0; b < PERMD_LATENCY_BUCKETS; b++)
+                printf("%s%llu", b ? "," : "", (unsigned long long)r->latency_buckets[b]);
+            fputs("]}", stdout);
+        }
+        fputs("],\"errors_by_type\":[", stdout);
+        for (uint32_t i = 0; i < st->nerrors; i++) {
+            fputs(i ? ",{\"type\":" : "{\"type\":", stdout);
+            permctl_json_string(stdout, st->errors[i].type);
+            fputs(",\"code\":", stdout);
+            permctl_json_string(stdout, st->errors[i].code);
+            printf(",\"count\":%llu}", (unsigned long long)st->errors[i].count);
+        }
+        fputs("]", stdout);
+        return;
+    }
+    printf("\n%-16s %10s %10s %10s %10s %10s\n", "type", "requests", "errors", "mean_us", "p50_us<=", "p99_us<=");
+    for (uint32_t i = 0; i < st->nrequests; i++) {
+        const permd_request_stats *r = &st->requests[i];
+        uint64_t done = 0;
+        for (int b = 0; b < PERMD_LATENCY_BUCKETS; b++)
+            done += r->latency_buckets[b];
+        printf("%-16s %10llu %10llu %10llu", r->type, (unsigned long long)r->requests, (unsigned long long)r->errors,
+               (unsigned long long)(done ? r->latency_sum_us / done : 0));
+        permctl_print_bound(permctl_quantile_us(st, r, 0.5));
+        permctl_print_bound(permctl_quantile_us(st, r, 0.99));
+        putchar('\n');
+    }
+    if (st->nerrors) {
+        printf("\n%-16s %-20s %10s\n", "type", "error", "count");
+        for (uint32_t i = 0; i < st->nerrors; i++)
+            printf("%-16s %-20s %10llu\n", st->errors[i].type, st->errors[i].code,
+                   (unsigned long long)st->errors[i].count);
+    }
+}
+
 int permctl_cmd_stats(int argc, char **argv)
 {
     permctl_args a;
@@ -506,6 +582,11 @@ int permctl_cmd_stats(int argc, char **argv)
         {"streams_total", st.streams_total},
         {"backpressure_pauses", st.backpressure_pauses},
         {"workers", st.workers},
+        {"cpu_ids_total", st.cpu_ids_total},
+        {"gpu_ids_total", st.gpu_ids_total},
+        {"queue_depth", st.queue_depth},
+        {"bytes_in_total", st.bytes_in_total},
+        {"connections_rejected_total", st.connections_rejected_total},
     };
     int json = (a.set & PERMCTL_BIT(JSON)) != 0;
     if (json) {
@@ -520,6 +601,7 @@ int permctl_cmd_stats(int argc, char **argv)
         else
             printf("%-20s %llu\n", rows[i].name, (unsigned long long)rows[i].v);
     }
+    permctl_stats_tables(&st, json);
     if (json)
         fputs("}\n", stdout);
     return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;

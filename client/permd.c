@@ -993,6 +993,41 @@ int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t 
     return 0;
 }
 
+/* The appended figures. A server with more latency buckets than
+ * PERMD_LATENCY_BUCKETS has its extra ones folded into the last (+Inf). */
+static void pd_cl_stats_tables(const Permd__V1__StatsReply *r, permd_stats *out)
+{
+    out->cpu_ids_total = r->cpu_ids_total;
+    out->gpu_ids_total = r->gpu_ids_total;
+    out->queue_depth = r->queue_depth;
+    out->bytes_in_total = r->bytes_in_total;
+    out->connections_rejected_total = r->connections_rejected_total;
+    memset(out->latency_bounds_us, 0, sizeof out->latency_bounds_us);
+    for (size_t b = 0; b < PERMD_LATENCY_BUCKETS; b++)
+        out->latency_bounds_us[b] = b < r->n_latency_bounds_us && b + 1 < PERMD_LATENCY_BUCKETS
+                                        ? r->latency_bounds_us[b]
+                                        : UINT64_MAX;
+    out->nrequests = 0;
+    for (size_t i = 0; i < r->n_requests && out->nrequests < PERMD_STATS_TYPES; i++) {
+        const Permd__V1__RequestStats *q = r->requests[i];
+        permd_request_stats *d = &out->requests[out->nrequests++];
+        memset(d, 0, sizeof *d);
+        snprintf(d->type, sizeof d->type, "%s", q->type);
+        d->requests = q->requests;
+        d->errors = q->errors;
+        d->latency_sum_us = q->latency_sum_us;
+        for (size_t b = 0; b < q->n_latency_buckets; b++)
+            d->latency_buckets[b < PERMD_LATENCY_BUCKETS ? b : PERMD_LATENCY_BUCKETS - 1] += q->latency_buckets[b];
+    }
+    out->nerrors = 0;
+    for (size_t i = 0; i < r->n_errors && out->nerrors < PERMD_STATS_ERRORS; i++) {
+        permd_error_stats *d = &out->errors[out->nerrors++];
+        snprintf(d->type, sizeof d->type, "%s", r->errors[i]->type);
+        snprintf(d->code, sizeof d->code, "%s", pd_wire_error_name(r->errors[i]->code));
+        d->count = r->errors[i]->count;
+    }
+}
+
 int permd_stats_get(permd_client *c, permd_stats *out)
 {
     if (!c || !out)
@@ -1017,5 +1052,6 @@ int permd_stats_get(permd_client *c, permd_stats *out)
     out->streams_total = r->streams_total;
     out->backpressure_pauses = r->backpressure_pauses;
     out->workers = r->workers;
+    pd_cl_stats_tables(r, out);
     return 0;
 }

@@ -106,6 +106,26 @@ typedef struct permd_server_info {
     uint64_t output_cap;
 } permd_server_info;
 
+#define PERMD_STATS_TYPES 32      /* request types in permd_stats.requests */
+#define PERMD_STATS_ERRORS 64     /* (type, code) pairs in permd_stats.errors */
+#define PERMD_LATENCY_BUCKETS 20  /* latency histogram buckets; the last is +Inf */
+
+/* Requests of one type ("fetch", "put_dataset", ...; "unknown", "invalid",
+ * "connection": see docs/protocol.md, Stats). */
+typedef struct permd_request_stats {
+    char type[32];
+    uint64_t requests;
+    uint64_t errors;
+    uint64_t latency_sum_us;
+    uint64_t latency_buckets[PERMD_LATENCY_BUCKETS]; /* counts per permd_stats.latency_bounds_us, not cumulative */
+} permd_request_stats;
+
+typedef struct permd_error_stats {
+    char type[32]; /* as permd_request_stats.type */
+    char code[32]; /* "NOT_FOUND", "INVALID_ARGUMENT", ... */
+    uint64_t count;
+} permd_error_stats;
+
 typedef struct permd_stats {
     uint64_t uptime_ms;
     uint64_t connections;
@@ -119,6 +139,16 @@ typedef struct permd_stats {
     uint64_t streams_total;
     uint64_t backpressure_pauses;
     uint64_t workers;
+    /* Appended (the fields above keep their offsets): the figures of permd's /metrics. */
+    uint64_t cpu_ids_total;
+    uint64_t gpu_ids_total;
+    uint64_t queue_depth; /* worker-pool jobs queued or running */
+    uint64_t bytes_in_total;
+    uint64_t connections_rejected_total;
+    uint64_t latency_bounds_us[PERMD_LATENCY_BUCKETS]; /* upper bounds; the last is UINT64_MAX (+Inf) */
+    uint32_t nrequests, nerrors; /* entries used below */
+    permd_request_stats requests[PERMD_STATS_TYPES];
+    permd_error_stats errors[PERMD_STATS_ERRORS];
 } permd_stats;
 
 /* A static description of an error code. */

@@ -57,27 +57,8 @@ int pd_shard_plan_init(pd_shard_plan *plan, const uint64_t *start, uint64_t shar
     return PD_OK;
 }
 
-/* Last index i in [lo, hi) with a[i·stride] ≤ x, given a[lo·stride] ≤ x (a is non-decreasing). */
-static uint64_t pd_last_at_most(const uint64_t *a, uint64_t stride, uint64_t lo, uint64_t hi, uint64_t x)
-{
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (a[mid * stride] <= x)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* One past window w's last slot; wK < S for every window, but (w + 1)K may overflow. */
-static uint64_t pd_window_end(const pd_shard_plan *plan, uint64_t w)
-{
-    uint64_t first = w * plan->window;
-    return plan->window < plan->shards - first ? first + plan->window : plan->shards;
-}
-
-/* Window w's sample permutation τ_w, re-derived only when the window changes. */
+/* Window w's τ, re-derived only when the window changes: a lane's consecutive indices mostly stay
+ * in one window, which also skips the window search. */
 typedef struct pd_window_cache {
     uint64_t w;
     uint64_t lo, hi; /* window-stream indices of window w: [lo, hi) */
@@ -88,12 +69,10 @@ typedef struct pd_window_cache {
 static const pd_perm *pd_window_perm(const pd_shard_plan *plan, pd_window_cache *c, uint64_t w)
 {
     if (!c->valid || c->w != w) {
-        uint64_t first = w * plan->window;
-        uint64_t m = plan->slot_start[pd_window_end(plan, w)] - plan->slot_start[first];
-        pd_perm_init(&c->tau, plan->seed, plan->epoch, PD_STREAM_WINDOW_BASE + (uint32_t)w, m);
+        pd__window_perm(plan, w, &c->tau);
         c->w = w;
-        c->lo = plan->slot_start[first];
-        c->hi = c->lo + m;
+        c->lo = plan->slot_start[w * plan->window];
+        c->hi = c->lo + c->tau.n;
         c->valid = 1;
     }
     return &c->tau;
@@ -102,36 +81,8 @@ static const pd_perm *pd_window_perm(const pd_shard_plan *plan, pd_window_cache 
 /* Window-stream index x (spec §3.4) → sample. */
 static void pd_window_stream_locate(const pd_shard_plan *plan, pd_window_cache *c, uint64_t x, pd_shard_loc *loc)
 {
-    const uint64_t *P = plan->slot_start;
-    /* window: last w with P[wK] ≤ x, so an empty window never wins over the one starting at x;
-     * a lane's consecutive indices mostly stay in the cached window, which skips the search */
-    uint64_t w = c->valid && x >= c->lo && x < c->hi ? c->w : pd_last_at_most(P, plan->window, 0, plan->windows, x);
-    uint64_t base = P[w * plan->window];
-    uint64_t u = pd_perm_at(pd_window_perm(plan, c, w), x - base);
-    uint64_t t = pd_last_at_most(P, 1, w * plan->window, pd_window_end(plan, w), base + u);
-    uint64_t s = plan->slot_shard[t];
-    loc->shard = s;
-    loc->offset = base + u - P[t];
-    loc->sample = plan->start[s] + loc->offset;
-}
-
-/* First window-stream index of a lane and its length (spec §3.5). */
-static uint64_t pd_lane_begin(const pd_shard_plan *plan, uint64_t lane)
-{
-    return lane * plan->lane_q + (lane < plan->lane_r ? lane : plan->lane_r);
-}
-
-static uint64_t pd_lane_length(const pd_shard_plan *plan, uint64_t lane)
-{
-    return plan->lane_q + (lane < plan->lane_r);
-}
-
-/* Lane interleaving (spec §3.6): position p → window-stream index; odd lanes run backward. */
-static uint64_t pd_lane_index(const pd_shard_plan *plan, uint64_t p)
-{
-    uint64_t lane = p % plan->lanes, step = p / plan->lanes;
-    uint64_t begin = pd_lane_begin(plan, lane);
-    return lane % 2 == 0 ? begin + step : begin + pd_lane_length(plan, lane) - 1 - step;
+    uint64_t w = c->valid && x >= c->lo && x < c->hi ? c->w : pd__window_of(plan, x);
+    pd__window_locate(plan, w, pd_window_perm(plan, c, w), x, loc);
 }
 
 int pd_shard_locate(const pd_shard_plan *plan, uint64_t position, pd_shard_loc *loc)
@@ -141,7 +92,7 @@ int pd_shard_locate(const pd_shard_plan *plan, uint64_t position, pd_shard_loc *
     if (position >= plan->n)
         return PD_ERANGE;
     pd_window_cache c = {0};
-    pd_window_stream_locate(plan, &c, pd_lane_index(plan, position), loc);
+    pd_window_stream_locate(plan, &c, pd__lane_index(plan, position), loc);
     return PD_OK;
 }
 
@@ -152,7 +103,7 @@ int pd_shard_position(const pd_shard_plan *plan, uint64_t sample, uint64_t *posi
     if (sample >= plan->n)
         return PD_ERANGE;
     const uint64_t *P = plan->slot_start;
-    uint64_t s = pd_last_at_most(plan->start, 1, 0, plan->shards, sample); /* skips empty shards */
+    uint64_t s = pd__last_at_most(plan->start, 1, 0, plan->shards, sample); /* skips empty shards */
     uint64_t t = pd_perm_inv(&plan->order, s);
     uint64_t w = t / plan->window, base = P[w * plan->window];
     pd_window_cache c = {0};
@@ -162,8 +113,8 @@ int pd_shard_position(const pd_shard_plan *plan, uint64_t sample, uint64_t *posi
         lane = x / (q + 1);
     else
         lane = r + (x - r * (q + 1)) / q; /* q > 0 here: x ≥ r(q+1) and x < N = qG + r */
-    uint64_t begin = pd_lane_begin(plan, lane);
-    uint64_t step = lane % 2 == 0 ? x - begin : begin + pd_lane_length(plan, lane) - 1 - x;
+    uint64_t begin = pd__lane_begin(plan, lane);
+    uint64_t step = lane % 2 == 0 ? x - begin : begin + pd__lane_length(plan, lane) - 1 - x;
     *position = step * plan->lanes + lane;
     return PD_OK;
 }
@@ -187,7 +138,7 @@ static int pd_shard_fill(const pd_shard_plan *plan, const pd_slice *s, uint64_t 
     uint64_t pos = s->offset + s->rank;
     for (uint64_t k = 0; k < count; k++, pos += s->world) {
         uint64_t p = pos < plan->n ? pos : pos % plan->n; /* pad wraps */
-        pd_window_stream_locate(plan, &c, pd_lane_index(plan, p), &loc);
+        pd_window_stream_locate(plan, &c, pd__lane_index(plan, p), &loc);
         emit(out, k, &loc);
     }
     *written = count;

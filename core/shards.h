@@ -67,6 +67,87 @@ int pd_shard_slice_fill_u32(const pd_shard_plan *plan, const pd_slice *s, uint64
 int pd_shard_slice_fill_locs(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, pd_shard_loc *out,
                              uint64_t *written);
 
+/* ---- Inline kernels, shared with gpu/ (which runs them on a device copy of the plan: the same
+ * struct with device pointers). Unchecked: the caller guarantees arguments are in range. */
+
+/* Last index i in [lo, hi) with a[i·stride] ≤ x, given a[lo·stride] ≤ x (a is non-decreasing). */
+PD_STATIC_INLINE uint64_t pd__last_at_most(const uint64_t *a, uint64_t stride, uint64_t lo, uint64_t hi,
+                                           uint64_t x)
+{
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (a[mid * stride] <= x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* One past window w's last slot; wK < S for every window, but (w + 1)K may overflow. */
+PD_STATIC_INLINE uint64_t pd__window_end(const pd_shard_plan *plan, uint64_t w)
+{
+    uint64_t first = w * plan->window;
+    return plan->window < plan->shards - first ? first + plan->window : plan->shards;
+}
+
+/* The window holding window-stream index x < N: the last w with P[wK] ≤ x, so an empty window
+ * never wins over the one starting at x. */
+PD_STATIC_INLINE uint64_t pd__window_of(const pd_shard_plan *plan, uint64_t x)
+{
+    return pd__last_at_most(plan->slot_start, plan->window, 0, plan->windows, x);
+}
+
+/* Window w's sample permutation τ_w (stream 2 + w) over its m ≥ 1 samples. */
+PD_STATIC_INLINE void pd__window_perm(const pd_shard_plan *plan, uint64_t w, pd_perm *tau)
+{
+    const uint64_t *P = plan->slot_start;
+    pd__perm_shape(tau, P[pd__window_end(plan, w)] - P[w * plan->window], PD_MIN_BITS);
+    pd_keys_derive(plan->seed, plan->epoch, PD_STREAM_WINDOW_BASE + (uint32_t)w, &tau->keys);
+}
+
+/* Window-stream index x in window w (whose τ is tau) → sample (spec §3.4). */
+PD_STATIC_INLINE void pd__window_locate(const pd_shard_plan *plan, uint64_t w, const pd_perm *tau, uint64_t x,
+                                        pd_shard_loc *loc)
+{
+    const uint64_t *P = plan->slot_start;
+    uint64_t base = P[w * plan->window];
+    uint64_t u = pd_perm_at(tau, x - base);
+    uint64_t t = pd__last_at_most(P, 1, w * plan->window, pd__window_end(plan, w), base + u);
+    uint64_t s = plan->slot_shard[t];
+    loc->shard = s;
+    loc->offset = base + u - P[t];
+    loc->sample = plan->start[s] + loc->offset;
+}
+
+/* First window-stream index of a lane and its length (spec §3.5). */
+PD_STATIC_INLINE uint64_t pd__lane_begin(const pd_shard_plan *plan, uint64_t lane)
+{
+    return lane * plan->lane_q + (lane < plan->lane_r ? lane : plan->lane_r);
+}
+
+PD_STATIC_INLINE uint64_t pd__lane_length(const pd_shard_plan *plan, uint64_t lane)
+{
+    return plan->lane_q + (lane < plan->lane_r);
+}
+
+/* Lane interleaving (spec §3.6): position p < N → window-stream index; odd lanes run backward. */
+PD_STATIC_INLINE uint64_t pd__lane_index(const pd_shard_plan *plan, uint64_t p)
+{
+    uint64_t lane = p % plan->lanes, step = p / plan->lanes;
+    uint64_t begin = pd__lane_begin(plan, lane);
+    return lane % 2 == 0 ? begin + step : begin + pd__lane_length(plan, lane) - 1 - step;
+}
+
+/* The sample at position p < N, uncached (one search, one key derivation): the GPU's path. */
+PD_STATIC_INLINE void pd__shard_at(const pd_shard_plan *plan, uint64_t p, pd_shard_loc *loc)
+{
+    uint64_t x = pd__lane_index(plan, p), w = pd__window_of(plan, x);
+    pd_perm tau;
+    pd__window_perm(plan, w, &tau);
+    pd__window_locate(plan, w, &tau, x, loc);
+}
+
 #ifdef __cplusplus
 }
 #endif

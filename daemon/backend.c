@@ -25,14 +25,28 @@ typedef struct pd_gpu_api {
     void (*close)(pd_gpu *);
     const char *(*describe)(const pd_gpu *);
     int (*slice_fill_host)(pd_gpu *, const pd_perm *, const pd_slice *, uint64_t, void *, unsigned, uint64_t *);
+    /* sharded epochs; absent in an older library: sharded requests stay on the CPU */
+    int (*plan_upload)(pd_gpu *, const pd_shard_plan *, pd_gpu_plan **);
+    void (*plan_free)(pd_gpu *, pd_gpu_plan *);
+    int (*shard_fill_host)(pd_gpu *, const pd_gpu_plan *, const pd_slice *, uint64_t, void *, unsigned, uint64_t *);
 } pd_gpu_api;
+
+/* Device copies of the plans used most recently (each 24 bytes per shard). */
+#define PD_GPU_PLANS 4
+typedef struct pd_gpu_plan_slot {
+    uint64_t id; /* pd_plan_id; 0: empty */
+    uint64_t used;
+    pd_gpu_plan *plan;
+} pd_gpu_plan_slot;
 
 struct pd_backend {
     pd_pool *pool;
     pd_gen gen;
     pd_gpu_api api;
     pd_gpu *gpu;                /* NULL: CPU only */
-    pthread_mutex_t gpu_lock;   /* a pd_gpu serves one request at a time */
+    pthread_mutex_t gpu_lock;   /* a pd_gpu serves one request at a time; guards plans too */
+    pd_gpu_plan_slot plans[PD_GPU_PLANS];
+    uint64_t plan_clock;
     uint64_t gpu_min_ids;
     _Atomic uint64_t cpu_ids, gpu_ids;
     char desc[512];
@@ -80,6 +94,11 @@ static int pd_gpu_try(pd_backend *b, const pd_backend_opts *o, char *why, size_t
     *(void **)&a->close = dlsym(a->dl, "pd_gpu_close");
     *(void **)&a->describe = dlsym(a->dl, "pd_gpu_describe");
     *(void **)&a->slice_fill_host = dlsym(a->dl, "pd_gpu_slice_fill_host");
+    *(void **)&a->plan_upload = dlsym(a->dl, "pd_gpu_plan_upload");
+    *(void **)&a->plan_free = dlsym(a->dl, "pd_gpu_plan_free");
+    *(void **)&a->shard_fill_host = dlsym(a->dl, "pd_gpu_shard_slice_fill_host");
+    if (!a->plan_upload || !a->plan_free || !a->shard_fill_host)
+        a->plan_upload = NULL;
     if (!a->device_count || !a->open || !a->close || !a->describe || !a->slice_fill_host) {
         snprintf(why, whylen, "libpermd_gpu.so lacks the expected symbols");
         return PD_EUNSUPPORTED;
@@ -140,6 +159,9 @@ void pd_backend_close(pd_backend *b)
 {
     if (!b)
         return;
+    for (int i = 0; i < PD_GPU_PLANS; i++)
+        if (b->plans[i].plan)
+            b->api.plan_free(b->gpu, b->plans[i].plan);
     if (b->gpu)
         b->api.close(b->gpu);
     if (b->api.dl)
@@ -202,43 +224,101 @@ static void pd_store_le64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)v;
 }
 
-int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, const pd_slice *slice, uint64_t count,
-                           unsigned width, void *out, uint64_t *written)
+/* The device copy of plan plan_id, uploaded into the least recently used slot if missing. Under gpu_lock. */
+static int pd_gpu_plan_get(pd_backend *b, const pd_shard_plan *plan, uint64_t plan_id, pd_gpu_plan **out)
 {
-    int rc;
-    if (!b || !plan)
-        return PD_EINVAL;
-    if (width == 4)
-        rc = pd_shard_slice_fill_u32(plan, slice, count, out, written);
-    else if (width == 8)
-        rc = pd_shard_slice_fill_u64(plan, slice, count, out, written);
-    else if (width == 16) { /* through a small buffer: pd_shard_loc is wider than the wire's pair */
-        pd_shard_loc locs[512];
-        pd_slice cur = *slice;
-        uint64_t left, got;
-        if ((rc = pd_slice_remaining(plan->n, slice, &left)))
-            return rc;
-        if (count > left)
-            count = left;
-        for (uint64_t done = 0; done < count; done += got) {
-            uint64_t want = count - done < 512 ? count - done : 512;
-            if ((rc = pd_shard_slice_fill_locs(plan, &cur, want, locs, &got)))
-                return rc;
-            for (uint64_t i = 0; i < got; i++) {
-                pd_store_le64((uint8_t *)out + 16 * (done + i), locs[i].shard);
-                pd_store_le64((uint8_t *)out + 16 * (done + i) + 8, locs[i].offset);
-            }
-            cur.offset += got * cur.world; /* more follow, so this stays ≤ T */
+    pd_gpu_plan_slot *victim = &b->plans[0];
+    for (int i = 0; i < PD_GPU_PLANS; i++) {
+        pd_gpu_plan_slot *slot = &b->plans[i];
+        if (slot->id == plan_id) {
+            slot->used = ++b->plan_clock;
+            *out = slot->plan;
+            return PD_OK;
         }
-        *written = count;
-        atomic_fetch_add(&b->cpu_ids, count);
-        return 0;
-    } else
-        return PD_EINVAL;
-    if (rc == 0) {
-        atomic_fetch_add(&b->cpu_ids, *written);
-        pd_to_le(out, *written, width);
+        if (slot->used < victim->used)
+            victim = slot;
     }
+    if (victim->plan)
+        b->api.plan_free(b->gpu, victim->plan);
+    victim->id = 0;
+    victim->plan = NULL;
+    int rc = b->api.plan_upload(b->gpu, plan, &victim->plan);
+    if (rc)
+        return rc;
+    victim->id = plan_id;
+    victim->used = ++b->plan_clock;
+    *out = victim->plan;
+    return PD_OK;
+}
+
+/* Large sharded requests try the GPU, as pd_gpu_slice does for flat ones. */
+static int pd_gpu_shard_slice(pd_backend *b, const pd_shard_plan *plan, uint64_t plan_id, const pd_slice *slice,
+                              uint64_t count, unsigned width, void *out, uint64_t *written)
+{
+    pd_gpu_plan *dp;
+    if (!b->gpu || !b->api.plan_upload || plan_id == 0 || count < b->gpu_min_ids ||
+        pthread_mutex_trylock(&b->gpu_lock))
+        return PD_EBUSY;
+    int rc = pd_gpu_plan_get(b, plan, plan_id, &dp);
+    if (rc == 0)
+        rc = b->api.shard_fill_host(b->gpu, dp, slice, count, out, width, written);
+    pthread_mutex_unlock(&b->gpu_lock);
+    if (rc && rc != PD_EINVAL && rc != PD_ERANGE && rc != PD_EOVERFLOW) {
+        pd_log_warn("gpu", "err=%s msg=\"sharded request served by the CPU instead\"", pd_errname(rc));
+        return PD_EBUSY;
+    }
+    return rc;
+}
+
+/* Locations on the CPU, through a small buffer: pd_shard_loc is wider than the wire's (shard, offset) pair. */
+static int pd_cpu_shard_locs(const pd_shard_plan *plan, const pd_slice *slice, uint64_t count, uint8_t *out,
+                             uint64_t *written)
+{
+    pd_shard_loc locs[512];
+    pd_slice cur = *slice;
+    uint64_t left, got;
+    int rc = pd_slice_remaining(plan->n, slice, &left);
+    if (rc)
+        return rc;
+    if (count > left)
+        count = left;
+    for (uint64_t done = 0; done < count; done += got) {
+        uint64_t want = count - done < 512 ? count - done : 512;
+        if ((rc = pd_shard_slice_fill_locs(plan, &cur, want, locs, &got)))
+            return rc;
+        for (uint64_t i = 0; i < got; i++) {
+            pd_store_le64(out + 16 * (done + i), locs[i].shard);
+            pd_store_le64(out + 16 * (done + i) + 8, locs[i].offset);
+        }
+        cur.offset += got * cur.world; /* more follow, so this stays ≤ T */
+    }
+    *written = count;
+    return 0;
+}
+
+int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, uint64_t plan_id, const pd_slice *slice,
+                           uint64_t count, unsigned width, void *out, uint64_t *written)
+{
+    if (!b || !plan || (width != 4 && width != 8 && width != 16))
+        return PD_EINVAL;
+    int rc = pd_gpu_shard_slice(b, plan, plan_id, slice, count, width, out, written);
+    if (rc == 0) {
+        atomic_fetch_add(&b->gpu_ids, *written);
+        if (width == 16)
+            pd_to_le(out, *written * 2, 8); /* a location is two u64 */
+        else
+            pd_to_le(out, *written, width);
+        return 0;
+    }
+    if (rc != PD_EBUSY)
+        return rc;
+    if (width == 16) /* already little-endian */
+        rc = pd_cpu_shard_locs(plan, slice, count, out, written);
+    else if ((rc = width == 4 ? pd_shard_slice_fill_u32(plan, slice, count, out, written)
+                              : pd_shard_slice_fill_u64(plan, slice, count, out, written)) == 0)
+        pd_to_le(out, *written, width);
+    if (rc == 0)
+        atomic_fetch_add(&b->cpu_ids, *written);
     return rc;
 }
 

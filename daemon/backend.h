@@ -34,10 +34,12 @@ void pd_backend_close(pd_backend *b);
 int pd_backend_slice(pd_backend *b, const pd_perm *perm, const pd_slice *slice, uint64_t count, unsigned width,
                      void *out, uint64_t *written);
 
-/* The same for a sharded epoch plan (docs/spec/shards-v1.md), on the CPU.
- * width 16 writes locations: shard then offset, each a little-endian u64. */
-int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, const pd_slice *slice, uint64_t count,
-                           unsigned width, void *out, uint64_t *written);
+/* The same for a sharded epoch plan (docs/spec/shards-v1.md). width 16
+ * writes locations: shard then offset, each a little-endian u64. plan_id
+ * names the plan for the GPU's cache of device copies (pd_plan_id: never
+ * reused for another plan); 0 keeps the request on the CPU. */
+int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, uint64_t plan_id, const pd_slice *slice,
+                           uint64_t count, unsigned width, void *out, uint64_t *written);
 
 /* "cpu=avx2 threads=16 gpu=NVIDIA H100 80GB HBM3 (sm_90, 132 SMs) gpu_min_ids=1048576", for logs. */
 const char *pd_backend_describe(const pd_backend *b);

@@ -19,7 +19,7 @@
 #include "proto/endpoint.h"
 #include "proto/frame.h"
 
-typedef enum pd_opt_type { PD_OPT_STR, PD_OPT_U64, PD_OPT_OCTAL, PD_OPT_LEVEL } pd_opt_type;
+typedef enum pd_opt_type { PD_OPT_STR, PD_OPT_U64, PD_OPT_OCTAL, PD_OPT_LEVEL, PD_OPT_UIDS } pd_opt_type;
 
 typedef struct pd_opt {
     const char *key; /* YAML key; the flag is --key with '_' as '-' */
@@ -29,6 +29,8 @@ typedef struct pd_opt {
     uint64_t min, max;
     const char *doc;
 } pd_opt;
+
+#define PD_METRICS_DEFAULT "127.0.0.1:9464"
 
 #define PD_OPT(key, type, def, min, max, doc) {#key, type, offsetof(pd_config, key), def, min, max, doc}
 
@@ -40,6 +42,10 @@ static const pd_opt pd_opts[] = {
            "libpermd look in the same places."),
     PD_OPT(socket_mode, PD_OPT_OCTAL, "0660", 0, 0777,
            "File mode of the Unix socket (octal): owner and group may connect."),
+    PD_OPT(allow_uids, PD_OPT_UIDS, "", 0, UINT32_MAX - 1,
+           "Uids allowed on the Unix socket, checked with SO_PEERCRED at accept (as a\n"
+           "flag: --allow-uids 1000,1001). Others get UNAUTHENTICATED and are closed.\n"
+           "Empty: whoever socket_mode lets open the socket."),
     PD_OPT(tcp, PD_OPT_STR, "", 0, 0,
            "TCP listener, HOST:PORT with a numeric address or localhost ([::1]:7470 for\n"
            "IPv6). Empty: no TCP. Any address but loopback requires token_file."),
@@ -47,6 +53,10 @@ static const pd_opt pd_opts[] = {
            "File whose first line is the shared secret TCP clients must send in Hello.\n"
            "When set, every TCP connection must authenticate; Unix socket clients are\n"
            "trusted by socket_mode."),
+    PD_OPT(metrics, PD_OPT_STR, PD_METRICS_DEFAULT, 0, 0,
+           "Prometheus endpoint, HOST:PORT: GET /metrics (text format) and GET /healthz\n"
+           "over HTTP/1.1. Empty: off. When the default port is taken, permd logs a\n"
+           "warning and runs without it; an address set here must bind."),
     PD_OPT(state_dir, PD_OPT_STR, "", 0, 0,
            "Directory of the dataset registry (SQLite, WAL). Empty: $STATE_DIRECTORY if\n"
            "set (systemd), else $XDG_STATE_HOME/permd, else ~/.local/state/permd."),
@@ -72,10 +82,11 @@ static const pd_opt pd_opts[] = {
            "reply or batch per stream)."),
     PD_OPT(max_streams, PD_OPT_U64, "16", 1, 4096, "Concurrent streams per connection."),
     PD_OPT(max_credits, PD_OPT_U64, "64", 1, 65536, "Most outstanding credits (batches) per stream."),
-    PD_OPT(inline_ids, PD_OPT_U64, "4096", 0, UINT64_C(1) << 27,
-           "Ids the event loop may generate itself per loop iteration, and only while\n"
-           "the worker pool is idle (no thread hop for a lone small request); all other\n"
-           "work goes to the pool. 0: always the pool."),
+    PD_OPT(inline_ids, PD_OPT_U64, "65536", 0, UINT64_C(1) << 27,
+           "Ids the event loop may generate itself per loop iteration (no thread hop,\n"
+           "which costs more than generating this many with SIMD); requests beyond the\n"
+           "budget go to the worker pool. Lower it if loop latency matters more than\n"
+           "throughput on a slow (scalar) CPU. 0: always the pool."),
     PD_OPT(shutdown_timeout_ms, PD_OPT_U64, "5000", 0, 3600000,
            "On SIGTERM or SIGINT, how long in-flight replies may take before the\n"
            "remaining connections are closed."),
@@ -135,6 +146,54 @@ static uint64_t *pd_opt_u64(pd_config *c, const pd_opt *o)
     return (uint64_t *)((char *)c + o->offset);
 }
 
+static pd_uid_list *pd_opt_uids(pd_config *c, const pd_opt *o)
+{
+    return (pd_uid_list *)((char *)c + o->offset);
+}
+
+/* "1000,1001", "1000 1001" or "[1000, 1001]"; "" or "[]" is the empty list. */
+static int pd_parse_uids(const char *key, const char *value, uint64_t max, pd_uid_list *out, char *err,
+                         size_t errlen)
+{
+    pd_uid_list l = {0};
+    const char *p = value;
+    char tok[32];
+    size_t brackets = strspn(p, " [");
+    p += brackets;
+    while (*p && *p != ']') {
+        size_t n = strcspn(p, ", ]");
+        uint64_t v;
+        if (n == 0 || n >= sizeof tok) {
+            pd_errf(err, errlen, "%s: '%s' is not a list of uids like 1000,1001", key, value);
+            goto fail;
+        }
+        memcpy(tok, p, n);
+        tok[n] = '\0';
+        if (pd_parse_u64_range(tok, 0, max, &v)) {
+            pd_errf(err, errlen, "%s: '%s' is not a uid (0-%llu)", key, tok, (unsigned long long)max);
+            goto fail;
+        }
+        uint32_t *u = realloc(l.uids, (l.n + 1) * sizeof *u);
+        if (!u)
+            goto fail;
+        l.uids = u;
+        l.uids[l.n++] = (uint32_t)v;
+        p += n;
+        p += strspn(p, ", ");
+    }
+    if (*p == ']')
+        p += 1 + strspn(p + 1, " ");
+    if (*p) {
+        pd_errf(err, errlen, "%s: '%s' is not a list of uids like 1000,1001", key, value);
+        goto fail;
+    }
+    *out = l;
+    return 0;
+fail:
+    free(l.uids);
+    return PD_EINVAL;
+}
+
 static const pd_opt *pd_opt_find(const char *key)
 {
     for (size_t i = 0; i < PD_NOPTS; i++)
@@ -184,6 +243,14 @@ int pd_config_set(pd_config *c, const char *key, const char *value, char *err, s
         *pd_opt_u64(c, o) = v;
         return 0;
     }
+    case PD_OPT_UIDS: {
+        pd_uid_list l;
+        if ((rc = pd_parse_uids(key, value, o->max, &l, err, errlen)))
+            return rc;
+        free(pd_opt_uids(c, o)->uids);
+        *pd_opt_uids(c, o) = l;
+        return 0;
+    }
     case PD_OPT_U64:
         rc = pd_parse_u64_range(value, o->min, o->max, &v);
         if (rc == PD_EINVAL)
@@ -216,6 +283,8 @@ void pd_config_free(pd_config *c)
     for (size_t i = 0; i < PD_NOPTS; i++)
         if (pd_opts[i].type == PD_OPT_STR)
             free(*pd_opt_str(c, &pd_opts[i]));
+        else if (pd_opts[i].type == PD_OPT_UIDS)
+            free(pd_opt_uids(c, &pd_opts[i])->uids);
     for (size_t i = 0; i < c->ndatasets; i++)
         free(c->datasets[i].name);
     free(c->datasets);
@@ -256,6 +325,8 @@ typedef struct pd_raw_dataset {
  * pd_config_set exactly like flags. */
 typedef struct pd_raw_config {
     char *v[PD_NOPTS];
+    char **seq[PD_NOPTS]; /* list options (allow_uids): a YAML sequence */
+    unsigned seq_count[PD_NOPTS];
     pd_raw_dataset *datasets;
     unsigned datasets_count;
 } pd_raw_config;
@@ -277,6 +348,29 @@ static const cyaml_schema_field_t pd_raw_datasets_field = CYAML_FIELD_SEQUENCE(
 /* A model optional string field; the schema copies it once per table row. */
 static const cyaml_schema_field_t pd_raw_string_field =
     CYAML_FIELD_STRING_PTR("-", CYAML_FLAG_OPTIONAL, pd_raw_config, v[0], 0, CYAML_UNLIMITED);
+
+/* The same for list options: a sequence of scalars, each kept as text. */
+static const cyaml_schema_value_t pd_raw_scalar_entry = {
+    CYAML_VALUE_STRING(CYAML_FLAG_POINTER, char, 0, CYAML_UNLIMITED),
+};
+static const cyaml_schema_field_t pd_raw_list_field = CYAML_FIELD_SEQUENCE_COUNT(
+    "-", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, pd_raw_config, seq[0], seq_count[0], &pd_raw_scalar_entry, 0,
+    CYAML_UNLIMITED);
+
+/* A YAML list joined with commas, as the flag spells it. NULL on ENOMEM. */
+static char *pd_join_list(char **items, unsigned n)
+{
+    size_t len = 1;
+    for (unsigned i = 0; i < n; i++)
+        len += strlen(items[i]) + 1;
+    char *s = malloc(len), *p = s;
+    if (!s)
+        return NULL;
+    *p = '\0';
+    for (unsigned i = 0; i < n; i++)
+        p += sprintf(p, "%s%s", i ? "," : "", items[i]);
+    return s;
+}
 
 typedef struct pd_yaml_log {
     char *err;
@@ -308,9 +402,15 @@ int pd_config_load_file(pd_config *c, const char *path, char *err, size_t errlen
 {
     cyaml_schema_field_t fields[PD_NOPTS + 2];
     for (size_t i = 0; i < PD_NOPTS; i++) {
-        fields[i] = pd_raw_string_field;
+        if (pd_opts[i].type == PD_OPT_UIDS) {
+            fields[i] = pd_raw_list_field;
+            fields[i].data_offset = (uint32_t)(offsetof(pd_raw_config, seq) + i * sizeof(char **));
+            fields[i].count_offset = (uint32_t)(offsetof(pd_raw_config, seq_count) + i * sizeof(unsigned));
+        } else {
+            fields[i] = pd_raw_string_field;
+            fields[i].data_offset = (uint32_t)(offsetof(pd_raw_config, v) + i * sizeof(char *));
+        }
         fields[i].key = pd_opts[i].key;
-        fields[i].data_offset = (uint32_t)(offsetof(pd_raw_config, v) + i * sizeof(char *));
     }
     fields[PD_NOPTS] = pd_raw_datasets_field;
     fields[PD_NOPTS + 1] = (cyaml_schema_field_t)CYAML_FIELD_END;
@@ -343,8 +443,13 @@ int pd_config_load_file(pd_config *c, const char *path, char *err, size_t errlen
         return 0; /* an empty file: nothing to override */
     char msg[256];
     for (size_t i = 0; i < PD_NOPTS && !rc; i++) {
-        if (raw->v[i] && (rc = pd_config_set(c, pd_opts[i].key, raw->v[i], msg, sizeof msg)))
+        char *joined = NULL;
+        const char *value = raw->v[i];
+        if (raw->seq[i] && !(value = joined = pd_join_list(raw->seq[i], raw->seq_count[i])))
+            rc = PD_ENOMEM;
+        if (value && (rc = pd_config_set(c, pd_opts[i].key, value, msg, sizeof msg)))
             pd_errf(err, errlen, "%s: %s", path, msg);
+        free(joined);
     }
     for (unsigned i = 0; i < raw->datasets_count && !rc; i++) {
         if ((rc = pd_config_add_dataset(c, raw->datasets[i].name, raw->datasets[i].size, msg, sizeof msg)))
@@ -391,6 +496,19 @@ int pd_config_validate(const pd_config *c, char *err, size_t errlen)
             return PD_EAUTH;
         }
     }
+    if (c->metrics[0]) {
+        char host[256];
+        uint16_t port;
+        struct in6_addr a6;
+        const char *colon = strrchr(c->metrics, ':'), *bracket = strrchr(c->metrics, ']');
+        if (!colon || (bracket && colon < bracket) || /* the port is not optional here */
+            pd_endpoint_parse_hostport(c->metrics, host, sizeof host, &port) ||
+            (strcasecmp(host, "localhost") && inet_pton(AF_INET, host, &a6) != 1 &&
+             inet_pton(AF_INET6, host, &a6) != 1)) {
+            pd_errf(err, errlen, "metrics: '%s' is not HOST:PORT with a numeric address or localhost", c->metrics);
+            return PD_EINVAL;
+        }
+    }
     static const char *const isas[] = {"auto", "scalar", "avx2", "avx512"};
     int known = 0;
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
@@ -410,6 +528,11 @@ int pd_config_validate(const pd_config *c, char *err, size_t errlen)
                 return PD_ECONFLICT;
             }
     return 0;
+}
+
+int pd_config_metrics_is_default(const pd_config *c)
+{
+    return !strcmp(c->metrics, PD_METRICS_DEFAULT);
 }
 
 /* ---- Paths ------------------------------------------------------------------ */
@@ -573,6 +696,14 @@ static void pd_write_value(FILE *f, const pd_config *c, const pd_opt *o)
     case PD_OPT_U64:
         fprintf(f, "%llu", (unsigned long long)*pd_opt_u64(m, o));
         break;
+    case PD_OPT_UIDS: {
+        const pd_uid_list *l = pd_opt_uids(m, o);
+        fputc('[', f);
+        for (size_t i = 0; i < l->n; i++)
+            fprintf(f, "%s%u", i ? ", " : "", l->uids[i]);
+        fputc(']', f);
+        break;
+    }
     }
 }
 

@@ -11,13 +11,21 @@ typedef struct pd_config_dataset {
     uint64_t size;
 } pd_config_dataset;
 
+/* A list of uids (allow_uids). */
+typedef struct pd_uid_list {
+    uint32_t *uids;
+    size_t n;
+} pd_uid_list;
+
 /* Every field has a default (pd_config_init), may be set by the file and
  * overridden by a flag. Strings are owned; "" means "not set" or "auto". */
 typedef struct pd_config {
     char *socket;        /* Unix socket path; "" = $PERMD_SOCKET, $XDG_RUNTIME_DIR/permd.sock or /tmp/permd-UID/ */
     uint64_t socket_mode;
+    pd_uid_list allow_uids; /* empty = whoever socket_mode admits */
     char *tcp;           /* HOST:PORT; "" = no TCP listener */
     char *token_file;
+    char *metrics;       /* HOST:PORT of the Prometheus endpoint; "" = off */
     char *state_dir;     /* "" = $STATE_DIRECTORY, $XDG_STATE_HOME/permd or ~/.local/state/permd */
     uint64_t log_level;  /* pd_log_level */
     uint64_t workers;    /* 0 = one per CPU */
@@ -58,6 +66,9 @@ int pd_config_add_dataset(pd_config *c, const char *name, const char *size, char
 
 /* Load a YAML file over the current values (unknown keys are errors). */
 int pd_config_load_file(pd_config *c, const char *path, char *err, size_t errlen);
+
+/* Whether metrics holds its built-in default (a busy default port is not fatal). */
+int pd_config_metrics_is_default(const pd_config *c);
 
 /* Cross-key checks: TCP address syntax, a token file for non-loopback TCP,
  * dataset names and duplicates. */

@@ -8,8 +8,10 @@
 
 #include "core/error.h"
 #include "daemon/groups.h"
+#include "daemon/auth.h"
 #include "daemon/handlers.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/stream.h"
 
 #define PD_READ_BASE (16u << 10)    /* per-connection input buffer while frames are small */
@@ -149,6 +151,7 @@ void pd_conn_send_error(pd_conn *c, uint64_t id, int err, const char *fmt, ...)
     env.body_case = PERMD__V1__ENVELOPE__BODY_ERROR;
     env.error = &e;
     c->srv->stats.errors_total++;
+    pd_metrics_error(&c->srv->metrics, c->req_slot, e.code);
     pd_log_debug("request_error", "conn=%llu id=%llu code=%s msg=\"%s\"", (unsigned long long)c->serial,
                  (unsigned long long)id, pd_wire_error_name(e.code), msg);
     pd_conn_send(c, &env);
@@ -213,8 +216,10 @@ void pd_conn_maybe_resume(pd_conn *c)
         c->paused = 0;
         pd_conn_process(c);
     }
-    if (c->nstreams && pd_conn_open(c))
+    if (c->nstreams && pd_conn_open(c)) {
         pd_stream_pump(c);
+        pd_conn_flush(c); /* a batch generated inline waits in the output buffer */
+    }
 }
 
 /* Hand data inside the block base to libuv; base is released when written. */
@@ -324,6 +329,7 @@ static void pd_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     if (nread > 0) {
         pd_frame_reader_commit(&c->in, (size_t)nread);
+        c->srv->metrics.bytes_in += (uint64_t)nread;
         if (c->draining) { /* closing after an error: input is ignored */
             pd_frame_reader_discard(&c->in);
             return;
@@ -344,6 +350,16 @@ static void pd_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     pd_conn_process(c);
 }
 
+int pd_conn_note_congestion(pd_conn *c)
+{
+    int congested = pd_conn_congested(c);
+    if (congested && !c->paused) { /* pd_on_write resumes it once the queue drains */
+        c->paused = 1;
+        c->srv->stats.backpressure_pauses++;
+    }
+    return congested;
+}
+
 static void pd_conn_update_reading(pd_conn *c)
 {
     if (c->closing)
@@ -352,11 +368,7 @@ static void pd_conn_update_reading(pd_conn *c)
     if (c->draining) {
         want = c->shut; /* after shutdown, read only to see EOF */
     } else {
-        int congested = pd_conn_congested(c);
-        if (congested && !c->paused) { /* pd_on_write resumes it once the queue drains */
-            c->paused = 1;
-            c->srv->stats.backpressure_pauses++;
-        }
+        int congested = pd_conn_note_congestion(c);
         want = !c->eof && !c->busy && !congested;
     }
     if (want && !c->reading) {
@@ -368,22 +380,59 @@ static void pd_conn_update_reading(pd_conn *c)
     }
 }
 
+/* ---- Request accounting ------------------------------------------------------ */
+
+/* A complete frame is about to be handled: until its Envelope decodes, it is "invalid". */
+static void pd_conn_request_start(pd_conn *c)
+{
+    c->req_id = 0;
+    c->req_slot = PD_REQ_INVALID;
+    c->req_typed = 0;
+    c->req_t0 = uv_hrtime();
+}
+
+void pd_conn_request_begin(pd_conn *c, uint64_t id, int body_case)
+{
+    c->req_id = id;
+    c->req_slot = pd_metrics_slot(body_case);
+    c->req_typed = 1;
+    pd_metrics_request(&c->srv->metrics, c->req_slot);
+}
+
+/* Its reply is queued (or it needs none): observe the latency. */
+static void pd_conn_request_end(pd_conn *c)
+{
+    uint64_t ns = uv_hrtime() - c->req_t0;
+    pd_metrics_latency(&c->srv->metrics, c->req_slot, ns);
+    pd_log_debug("request", "conn=%llu id=%llu type=%s us=%llu", (unsigned long long)c->serial,
+                 (unsigned long long)c->req_id, pd_metrics_slot_name(c->req_slot), (unsigned long long)(ns / 1000));
+}
+
 void pd_conn_process(pd_conn *c)
 {
+again:
     while (pd_conn_open(c) && !c->busy && !pd_conn_congested(c)) {
         const uint8_t *payload;
         uint32_t len;
         int rc = pd_frame_reader_next(&c->in, &payload, &len);
         if (rc == 0)
             break;
+        pd_conn_request_start(c);
         if (rc < 0) {
             uint32_t announced = pd_load_le32(c->in.buf + c->in.start);
+            c->srv->stats.requests_total++;
+            pd_metrics_request(&c->srv->metrics, PD_REQ_INVALID);
             pd_conn_send_error(c, 0, PD_ETOOBIG, "frame of %u bytes exceeds max_frame (%u bytes)", announced,
                                c->in.max_frame);
+            pd_conn_request_end(c);
             pd_conn_drain_close(c);
             return;
         }
         pd_handle_frame(c, payload, len);
+        if (!c->req_typed)
+            pd_metrics_request(&c->srv->metrics, PD_REQ_INVALID);
+        if (!c->busy)
+            pd_conn_request_end(c);
     }
     if (pd_conn_open(c) && !c->busy && (c->eof || c->srv->stopping) && !pd_conn_congested(c)) {
         /* Nothing more will be asked (or permd is stopping): close after the replies. */
@@ -392,7 +441,14 @@ void pd_conn_process(pd_conn *c)
         pd_conn_drain_close(c);
         return;
     }
+    int congested = pd_conn_congested(c);
     pd_conn_flush(c);
+    /* Replies built inline wait in the output buffer, which counts toward the
+     * cap until flushed. If the flush relieved the congestion, frames already
+     * read must be handled now: no read event will come for them, and no
+     * write completion either when the kernel took everything. */
+    if (congested && pd_conn_open(c) && !c->busy && !pd_conn_congested(c))
+        goto again;
     pd_conn_update_reading(c);
 }
 
@@ -428,6 +484,7 @@ static void pd_conn_finish_drain(pd_conn *c)
 void pd_conn_job_done(pd_conn *c)
 {
     c->busy = 0;
+    pd_conn_request_end(c);
     if (c->closing)
         return;
     if (c->draining)
@@ -498,6 +555,7 @@ void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
     }
     c->srv = s;
     c->refs = 1;
+    c->req_slot = PD_REQ_CONNECTION;
     c->is_tcp = (unsigned)is_tcp;
     c->authed = !(is_tcp && s->token);
     c->serial = ++s->stats.connections_total;
@@ -511,6 +569,7 @@ void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
     pd_log_debug("conn_open", "conn=%llu transport=%s", (unsigned long long)c->serial, is_tcp ? "tcp" : "unix");
 
     if (s->stats.connections > s->cfg->max_connections) {
+        s->metrics.rejected[PD_REJECT_MAX_CONNECTIONS]++;
         pd_log_warn("conn_reject", "conn=%llu reason=max_connections limit=%llu", (unsigned long long)c->serial,
                     (unsigned long long)s->cfg->max_connections);
         pd_conn_send_error(c, 0, PD_EBUSY, "too many connections (max_connections = %llu); retry later",
@@ -518,5 +577,7 @@ void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
         pd_conn_drain_close(c);
         return;
     }
+    if (!is_tcp && pd_auth_peer_refused(c))
+        return;
     pd_conn_update_reading(c);
 }

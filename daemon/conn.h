@@ -46,6 +46,11 @@ typedef struct pd_conn {
     uint64_t linger_until; /* after an error: when to give up waiting for the peer's EOF */
     uv_shutdown_t shutdown_req;
 
+    /* The request being handled, for metrics and the request log line. */
+    uint64_t req_id;
+    uint64_t req_t0; /* uv_hrtime() when its frame was complete */
+    int req_slot;    /* pd_metrics slot (daemon/metrics.h) */
+
     unsigned is_tcp : 1;
     unsigned authed : 1;
     unsigned reading : 1;  /* uv_read_start is in effect */
@@ -55,6 +60,7 @@ typedef struct pd_conn {
     unsigned paused : 1;   /* stopped reading because of the output cap */
     unsigned eof : 1;      /* the peer will send nothing more */
     unsigned shut : 1;     /* uv_shutdown sent: discarding input until EOF or linger_until */
+    unsigned req_typed : 1; /* the request's Envelope decoded (pd_conn_request_begin ran) */
 } pd_conn;
 
 /* Accept a pending connection on a listener. */
@@ -67,6 +73,9 @@ void pd_conn_unref(pd_conn *c);
 
 /* Output queued or promised beyond output_cap: stop producing for it. */
 int pd_conn_congested(const pd_conn *c);
+/* The same, and a congested connection counts as paused (one backpressure
+ * pause per episode; pd_conn_maybe_resume ends it). */
+int pd_conn_note_congestion(pd_conn *c);
 
 /* Output dropped below half the cap (a write completed, a job finished):
  * resume reading requests and producing stream batches. Output written
@@ -81,6 +90,9 @@ void pd_conn_process(pd_conn *c);
 /* A request's job finished (its reply, if any, is queued): clear busy and
  * go on with the next buffered request, or finish closing. */
 void pd_conn_job_done(pd_conn *c);
+
+/* The handler decoded a request (Envelope id and body): count it by type. */
+void pd_conn_request_begin(pd_conn *c, uint64_t id, int body_case);
 
 /* ---- Output ---------------------------------------------------------------- */
 

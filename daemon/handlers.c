@@ -266,7 +266,8 @@ static void pd_on_put_sharded(pd_conn *c, uint64_t id, const Permd__V1__PutDatas
         c->upload = NULL;
         return;
     }
-    memcpy(u->sizes + u->received, m->shard_sizes, m->n_shard_sizes * sizeof *u->sizes);
+    if (m->n_shard_sizes) /* a part may carry none; memcpy from protobuf-c's NULL is undefined even for 0 bytes */
+        memcpy(u->sizes + u->received, m->shard_sizes, m->n_shard_sizes * sizeof *u->sizes);
     u->received += m->n_shard_sizes;
     if (u->received < u->total) {
         Permd__V1__DatasetReply r = PERMD__V1__DATASET_REPLY__INIT;
@@ -420,7 +421,7 @@ int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice,
     if (!t->plan)
         return pd_backend_slice(b, &t->perm, slice, count, t->width, out, written);
     int rc = pd_plan_use(t->plan, &plan);
-    return rc ? rc : pd_backend_shard_slice(b, plan, slice, count, t->width, out, written);
+    return rc ? rc : pd_backend_shard_slice(b, plan, pd_plan_id(t->plan), slice, count, t->width, out, written);
 }
 
 int pd_target_resolve(pd_server *s, const Permd__V1__Slice *m, int locations, pd_target *t, char *msg, size_t len)
@@ -552,10 +553,10 @@ static void pd_fetch_reply(pd_conn *c, uint64_t id, uint64_t count, pd_target *t
         return;
     }
 
-    /* Small requests run on the loop when the pool is idle: no thread hop, and
-     * nothing else waits. Under load they go to the pool, so generation
-     * spreads over every core while the loop only moves bytes. A sharded
-     * plan not built yet always goes to the pool. */
+    /* Requests within this loop iteration's inline budget run on the loop: a
+     * thread hop costs more than generating them. The rest go to the pool, so
+     * big requests spread over every core while the loop moves bytes. A
+     * sharded plan not built yet always goes to the pool. */
     if (got == 0 || (!pd_target_may_block(t) && pd_server_take_inline(s, got))) {
         uint64_t w = 0;
         int rc = PD_ENOMEM;
@@ -880,6 +881,10 @@ static void pd_on_stats(pd_conn *c, uint64_t id)
     r.streams_total = s->stats.streams_total;
     r.backpressure_pauses = s->stats.backpressure_pauses;
     r.workers = s->workers;
+    if (pd_metrics_fill_stats(s, &r, &c->arena)) { /* the by-type tables of daemon/metrics.c */
+        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
     pd_envelope env = PERMD__V1__ENVELOPE__INIT;
     env.id = id;
     env.body_case = PERMD__V1__ENVELOPE__BODY_STATS_REPLY;
@@ -900,6 +905,7 @@ void pd_handle_frame(pd_conn *c, const uint8_t *payload, uint32_t len)
         return;
     }
     uint64_t id = env->id;
+    pd_conn_request_begin(c, id, (int)env->body_case); /* metrics by type, the request log line */
     if (!c->authed && env->body_case != PERMD__V1__ENVELOPE__BODY_HELLO) {
         pd_conn_send_error(c, id, PD_EAUTH, "this listener requires Hello with a token first");
         pd_conn_drain_close(c);

@@ -60,6 +60,9 @@ void pd_log(pd_log_level level, const char *event, const char *fields, ...)
         n += (size_t)w < sizeof line - n ? (size_t)w : sizeof line - n - 1;
     if (n > 0 && line[n - 1] == ' ')
         n--; /* no fields */
+    for (size_t i = 0; i < n; i++) /* one event, one line: a value never breaks it */
+        if ((unsigned char)line[i] < 0x20)
+            line[i] = ' ';
     line[n++] = '\n';
     ssize_t rc = write(STDERR_FILENO, line, n); /* one write: lines from threads never interleave */
     (void)rc;

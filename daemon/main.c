@@ -75,6 +75,10 @@ int main(int argc, char **argv)
     }
     if (pd_server_init(&srv, &loop, &cfg, workers) == 0) {
         pd_server_run(&srv);
+        /* Shut down already: a second SIGTERM (systemd, a supervisor's retry) must not turn the
+         * clean exit into death by signal while memory is released. */
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
         pd_log_info("stopped", "requests=%llu connections=%llu", (unsigned long long)srv.stats.requests_total,
                     (unsigned long long)srv.stats.connections_total);
     } else {

@@ -9,6 +9,7 @@
 
 struct pd_plan {
     _Atomic unsigned refs;   /* the cache's list holds one while listed */
+    uint64_t id;             /* unique for the process's life: the GPU's plan cache key */
     pd_layout *layout;
     uint64_t seed, epoch, window, lanes;
     pthread_mutex_t build;   /* held while the table is computed */
@@ -22,6 +23,7 @@ struct pd_plans {
     pthread_mutex_t lock;
     pd_plan *head;
     unsigned n, max;
+    uint64_t next_id;
 };
 
 int pd_plans_open(unsigned max_entries, pd_plans **out)
@@ -88,6 +90,7 @@ int pd_plans_get(pd_plans *c, pd_layout *layout, uint64_t seed, uint64_t epoch, 
     atomic_init(&p->refs, 2); /* the list's and the caller's */
     atomic_init(&p->ready, 0);
     pthread_mutex_init(&p->build, NULL);
+    p->id = ++c->next_id;
     p->layout = pd_layout_ref(layout);
     p->seed = seed;
     p->epoch = epoch;
@@ -107,6 +110,11 @@ int pd_plans_get(pd_plans *c, pd_layout *layout, uint64_t seed, uint64_t epoch, 
     pthread_mutex_unlock(&c->lock);
     *out = p;
     return 0;
+}
+
+uint64_t pd_plan_id(const pd_plan *p)
+{
+    return p->id;
 }
 
 int pd_plan_ready(pd_plan *p)

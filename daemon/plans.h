@@ -20,6 +20,10 @@ void pd_plans_close(pd_plans *c);
 int pd_plans_get(pd_plans *c, pd_layout *layout, uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes,
                  pd_plan **out);
 
+/* A number no other plan of this process has (1, 2, ...): lets the GPU
+ * backend keep device copies of plans without ever serving a stale one. */
+uint64_t pd_plan_id(const pd_plan *p);
+
 /* Whether the plan's O(S) table is built (then pd_plan_use never blocks). */
 int pd_plan_ready(pd_plan *p);
 

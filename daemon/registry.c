@@ -275,8 +275,9 @@ fail:
     return PD_EIO;
 }
 
-/* Schema 1 (flat datasets only) gains the shard columns in place. */
-static int pd_registry_migrate(pd_registry *r)
+/* Schema 1 (flat datasets only) gains the shard columns in place. A newer
+ * schema is refused: this permd could not tell what its columns mean. */
+static int pd_registry_migrate(pd_registry *r, int *found)
 {
     sqlite3_stmt *st;
     int version = 0;
@@ -285,7 +286,10 @@ static int pd_registry_migrate(pd_registry *r)
     if (sqlite3_step(st) == SQLITE_ROW)
         version = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
-    if (version >= PD_REGISTRY_SCHEMA)
+    *found = version;
+    if (version > PD_REGISTRY_SCHEMA)
+        return PD_EUNSUPPORTED;
+    if (version == PD_REGISTRY_SCHEMA)
         return 0;
     static const char v2[] = "BEGIN;"
                              "ALTER TABLE datasets ADD COLUMN shards BLOB;"
@@ -330,7 +334,16 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
                                  "  name TEXT PRIMARY KEY NOT NULL,"
                                  "  size INTEGER NOT NULL,"
                                  "  created_ms INTEGER NOT NULL) WITHOUT ROWID;";
-    if (sqlite3_exec(r->db, schema, NULL, NULL, NULL) != SQLITE_OK || pd_registry_migrate(r))
+    if (sqlite3_exec(r->db, schema, NULL, NULL, NULL) != SQLITE_OK)
+        goto fail_db;
+    int version = 0, mrc = pd_registry_migrate(r, &version);
+    if (mrc == PD_EUNSUPPORTED) {
+        pd_errf(err, errlen, "%s: registry schema %d is newer than this permd's (%d); run a newer permd",
+                path, version, PD_REGISTRY_SCHEMA);
+        pd_registry_close(r);
+        return PD_EUNSUPPORTED;
+    }
+    if (mrc)
         goto fail_db;
     if (sqlite3_prepare_v2(r->db,
                            "INSERT INTO datasets(name, size, created_ms, shards, window, lanes) "

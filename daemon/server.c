@@ -11,8 +11,10 @@
 #include "daemon/backend.h"
 #include "daemon/groups.h"
 #include "daemon/plans.h"
+#include "daemon/http.h"
 #include "daemon/listen.h"
 #include "daemon/log.h"
+#include "daemon/notify.h"
 
 #define PD_SWEEP_MS 500
 
@@ -51,7 +53,7 @@ static void pd_on_budget(uv_check_t *h)
 
 int pd_server_take_inline(pd_server *s, uint64_t count)
 {
-    if (s->jobs || count > s->inline_left)
+    if (count > s->inline_left)
         return 0;
     s->inline_left -= count;
     return 1;
@@ -129,9 +131,14 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
         return rc;
     if (cfg->tcp[0] && (rc = pd_listen_tcp(s, cfg->tcp)))
         return rc;
+    if (cfg->metrics[0] && (rc = pd_http_listen(s, cfg->metrics, pd_config_metrics_is_default(cfg))))
+        return rc;
     pd_log_info("ready", "version=%s workers=%u %s max_connections=%llu output_cap=%llu", PERMD_VERSION,
                 workers, pd_backend_describe(s->backend), (unsigned long long)cfg->max_connections,
                 (unsigned long long)cfg->output_cap);
+    char status[512];
+    snprintf(status, sizeof status, "serving %zu datasets on %.400s", pd_registry_count(s->reg), s->socket_path);
+    pd_notify_ready(loop, status);
     return 0;
 }
 
@@ -146,8 +153,10 @@ void pd_server_stop(pd_server *s)
         return;
     s->stopping = 1;
     pd_log_info("shutdown", "connections=%u jobs=%u", s->stats.connections, s->jobs);
+    pd_notify_stopping();
     pd_listen_close(s);
     pd_groups_stop(s->groups);
+    pd_http_close(s);
     pd_conn *c = s->conns;
     while (c) {
         pd_conn *next = c->next;
@@ -175,6 +184,7 @@ void pd_server_close(pd_server *s)
 {
     /* After a failed start: close what was opened and let the loop run their callbacks. */
     pd_listen_close(s);
+    pd_http_close(s);
     while (s->conns)
         pd_conn_close(s->conns);
     if (s->handles_on) {

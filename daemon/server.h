@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "daemon/config.h"
+#include "daemon/metrics.h"
 #include "daemon/registry.h"
 
 struct pd_conn;
@@ -42,6 +43,8 @@ typedef struct pd_server {
 
     struct pd_conn *conns; /* every open connection (doubly linked) */
     pd_stats stats;
+    pd_metrics metrics;  /* by request type; daemon/metrics.h */
+    struct pd_http *http; /* the metrics endpoint, NULL when off */
     uint64_t started_ms;
     unsigned jobs; /* worker-pool jobs in flight */
     unsigned workers;
@@ -69,8 +72,10 @@ void pd_server_close(pd_server *s);
 void pd_server_maybe_finish(pd_server *s);
 
 /* Whether count ids may be generated on the loop now (and take them from
- * this iteration's budget): only while the pool is idle, and at most
- * inline_ids per iteration, so one busy client cannot hold the loop. */
+ * this iteration's budget): at most inline_ids per iteration, so one busy
+ * client cannot hold the loop. A worker-pool hop costs the loop more than
+ * generating tens of thousands of ids with SIMD (bench/results/serve.md), so
+ * only what exceeds the budget goes to the pool. */
 int pd_server_take_inline(pd_server *s, uint64_t count);
 
 uint64_t pd_now_ms(void);

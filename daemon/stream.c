@@ -266,6 +266,8 @@ static void pd_stream_produce(pd_stream *st)
         st->unscheduled -= count;
         st->t.slice.offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
     }
+    if (!st->ended && st->credits && st->unscheduled && pd_conn_open(c))
+        pd_conn_note_congestion(c); /* stopped by the cap, not by credits */
     pd_stream_maybe_complete(st);
 }
 

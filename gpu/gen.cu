@@ -219,23 +219,15 @@ int pd_gpu__reserve(void **buf, size_t *have, size_t bytes)
 extern "C" int pd_gpu_slice_fill_host(pd_gpu *g, const pd_perm *p, const pd_slice *s, uint64_t count,
                                       void *host_out, unsigned width, uint64_t *written)
 {
-    const uint64_t chunk = UINT64_C(1) << 24; /* ids per round trip: bounded device memory */
     int rc = slice_prepare(g, p, s, &count, host_out, width, written);
     if (rc)
         return rc;
     CUDACHECK(cudaSetDevice(g->device));
-    uint64_t per = count < chunk ? count : chunk;
-    if ((rc = pd_gpu__reserve(&g->staging, &g->staging_bytes, (size_t)(per ? per : 1) * width)))
+    rc = pd_gpu__fill_host(g, count, width, host_out, [&](uint64_t done, uint64_t c) {
+        return queue_ids(g, p, Positions{s->offset + s->rank + done * s->world, s->world}, c, g->staging, width);
+    });
+    if (rc)
         return rc;
-    for (uint64_t done = 0; done < count; done += per) {
-        uint64_t c = count - done < per ? count - done : per;
-        Positions at{s->offset + s->rank + done * s->world, s->world};
-        if ((rc = queue_ids(g, p, at, c, g->staging, width)))
-            return rc;
-        CUDACHECK(cudaMemcpyAsync((char *)host_out + done * width, g->staging, (size_t)c * width,
-                                  cudaMemcpyDeviceToHost, g->stream));
-    }
-    CUDACHECK(cudaStreamSynchronize(g->stream));
     *written = count;
     return PD_OK;
 }

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "check.h"
 #include "permd_gpu.h"
 
 struct pd_gpu {
@@ -20,5 +21,28 @@ struct pd_gpu {
 };
 
 int pd_gpu__reserve(void **buf, size_t *have, size_t bytes);
+
+/* Host output through the reusable staging buffer, in chunks of bounded
+ * device memory: queue(done, c) queues the ids done..done+c into g->staging
+ * and returns a PD_E code; each chunk is copied back behind it. Synchronous. */
+template <class Queue>
+int pd_gpu__fill_host(pd_gpu *g, uint64_t count, unsigned width, void *host_out, Queue queue)
+{
+    const uint64_t chunk = UINT64_C(1) << 24;
+    uint64_t per = count < chunk ? count : chunk;
+    int rc = pd_gpu__reserve(&g->staging, &g->staging_bytes, (size_t)(per ? per : 1) * width);
+    if (rc)
+        return rc;
+    for (uint64_t done = 0; done < count; done += per) {
+        uint64_t c = count - done < per ? count - done : per;
+        if ((rc = queue(done, c)))
+            return rc;
+        cudaError_t e = cudaMemcpyAsync((char *)host_out + done * width, g->staging, (size_t)c * width,
+                                        cudaMemcpyDeviceToHost, g->stream);
+        if (e != cudaSuccess)
+            return pd_gpu_err(e);
+    }
+    return pd_gpu_err(cudaStreamSynchronize(g->stream));
+}
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "core/rank.h"
+#include "core/shards.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,6 +70,23 @@ int pd_gpu_gather(pd_gpu *g, const pd_perm *p, const void *dev_in, void *dev_out
  * but in compaction order, not σ's: positions depend on prefix counts. For
  * comparison in benchmarks; permd serves σ order. */
 int pd_gpu_shuffle_fused(pd_gpu *g, const pd_perm *p, const void *dev_in, void *dev_out, size_t elem_size);
+
+/* ---- Sharded epochs (docs/spec/shards-v1.md) */
+
+/* A device copy of a pd_shard_plan's tables (16 bytes per shard), for any
+ * number of requests. Building the plan stays on the host (O(S), cached). */
+typedef struct pd_gpu_plan pd_gpu_plan;
+
+int pd_gpu_plan_upload(pd_gpu *g, const pd_shard_plan *plan, pd_gpu_plan **out);
+void pd_gpu_plan_free(pd_gpu *g, pd_gpu_plan *plan);
+
+/* A rank's next ids of a sharded epoch, as pd_shard_slice_fill_*: width 4
+ * (u32, N ≤ 2^32: else PD_EOVERFLOW), 8, or 16 (locations: shard then offset,
+ * each a u64). dev_out: queued on the stream; host_out: synchronous. */
+int pd_gpu_shard_slice_fill(pd_gpu *g, const pd_gpu_plan *plan, const pd_slice *s, uint64_t count, void *dev_out,
+                            unsigned width, uint64_t *written);
+int pd_gpu_shard_slice_fill_host(pd_gpu *g, const pd_gpu_plan *plan, const pd_slice *s, uint64_t count,
+                                 void *host_out, unsigned width, uint64_t *written);
 
 #ifdef __cplusplus
 }

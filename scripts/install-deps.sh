@@ -9,10 +9,13 @@ PACKAGES=(
   libcyaml-dev                              # config file
   libsqlite3-dev                            # dataset registry
   libcmocka-dev                             # unit tests
+  libsystemd-dev                            # sd_notify (Type=notify units, watchdog)
   libsimde-dev                              # tests of the AVX-512 kernel on CPUs without AVX-512
   clang libclang-rt-14-dev                  # fuzzers (libFuzzer) and sanitizers
   valgrind                                  # leak checks
   python3 python3-numpy python3-torch       # Python package, its tests, peers in benchmarks
+  python3-prometheus-client python3-yaml    # metrics exposition parser, deploy/ manifest checks
+  systemd                                   # systemd-analyze verify of deploy/systemd
   redis-server redis-tools                  # the serve benchmark's peer
 )
 

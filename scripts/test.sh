@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: the Release build (unit, quality, cli, integration), then the unit and
-# integration tests again under ASan+UBSan, then the unit tests under valgrind. Fails on any failure.
+# Runs the whole test suite: the Release build (unit, quality, cli, integration, load, deploy), then the
+# unit, integration and fuzz-corpus tests again under ASan+UBSan, then the unit tests under valgrind,
+# then each libFuzzer target for FUZZ_SECONDS (60). Fails on any failure. PERMD_LONG_TESTS=1 runs the
+# long variants (load 60 s per transport, 60 kill -9 rounds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -20,7 +22,7 @@ cmake --build build-asan -j"$jobs"
 
 step "tests (ASan+UBSan)"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-   ctest --output-on-failure -j"$jobs" -L 'unit|cli|integration')
+   ctest --output-on-failure -j"$jobs" -L 'unit|cli|integration|fuzz')
 
 step "unit tests under valgrind (reduced sizes)"
 # The SIMDe build of the AVX-512 kernel is skipped here: emulated vectors under valgrind take most of an
@@ -33,5 +35,8 @@ for name in $(cd build && ctest -N -L unit | sed -n 's/^ *Test *#[0-9]*: //p' | 
   fi
   echo "valgrind ok: $name"
 done
+
+step "fuzz (libFuzzer, ASan+UBSan, ${FUZZ_SECONDS:-60} s per target)"
+bash scripts/fuzz.sh
 
 step "all tests passed"

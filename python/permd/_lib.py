@@ -30,10 +30,26 @@ class ServerInfo(ctypes.Structure):
                 ("max_credits", ctypes.c_uint32), ("max_count", ctypes.c_uint64), ("output_cap", ctypes.c_uint64)]
 
 
+STATS_TYPES, STATS_ERRORS, LATENCY_BUCKETS = 32, 64, 20  # PERMD_STATS_TYPES, ... in client/permd.h
+
+
+class RequestStats(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_char * 32), ("requests", ctypes.c_uint64), ("errors", ctypes.c_uint64),
+                ("latency_sum_us", ctypes.c_uint64), ("latency_buckets", ctypes.c_uint64 * LATENCY_BUCKETS)]
+
+
+class ErrorStats(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_char * 32), ("code", ctypes.c_char * 32), ("count", ctypes.c_uint64)]
+
+
 class Stats(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "uptime_ms", "connections", "connections_total", "requests_total", "errors_total", "ids_served_total",
-        "bytes_out_total", "datasets", "streams_active", "streams_total", "backpressure_pauses", "workers")]
+    SCALARS = ("uptime_ms", "connections", "connections_total", "requests_total", "errors_total",
+               "ids_served_total", "bytes_out_total", "datasets", "streams_active", "streams_total",
+               "backpressure_pauses", "workers", "cpu_ids_total", "gpu_ids_total", "queue_depth",
+               "bytes_in_total", "connections_rejected_total")
+    _fields_ = [(name, ctypes.c_uint64) for name in SCALARS] + [
+        ("latency_bounds_us", ctypes.c_uint64 * LATENCY_BUCKETS), ("nrequests", ctypes.c_uint32),
+        ("nerrors", ctypes.c_uint32), ("requests", RequestStats * STATS_TYPES), ("errors", ErrorStats * STATS_ERRORS)]
 
 
 def _candidates():

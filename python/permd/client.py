@@ -184,7 +184,14 @@ class Client:
     def stats(self):
         st = _lib.Stats()
         _lib.check(_lib.stats_get(self._handle(), ctypes.byref(st)), "stats", self._c)
-        return {name: getattr(st, name) for name, _ in _lib.Stats._fields_}
+        out = {name: getattr(st, name) for name in _lib.Stats.SCALARS}
+        out["latency_bounds_us"] = list(st.latency_bounds_us)[:-1]  # the last bucket is +Inf
+        out["requests_by_type"] = {
+            r.type.decode(): {"requests": r.requests, "errors": r.errors, "latency_sum_us": r.latency_sum_us,
+                              "latency_buckets": list(r.latency_buckets)}
+            for r in st.requests[:st.nrequests]}
+        out["errors_by_type"] = [(e.type.decode(), e.code.decode(), e.count) for e in st.errors[:st.nerrors]]
+        return out
 
 
 class _Stream:

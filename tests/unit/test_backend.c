@@ -42,9 +42,40 @@ static void check(uint64_t n, uint32_t world, uint32_t rank, pd_mode mode, uint6
     free(buf);
 }
 
+/* A sharded plan through the backend (every width) against the core's fills. plan_id 0 stays on the CPU. */
+static void check_sharded(uint64_t plan_id, uint64_t epoch, uint64_t window, uint64_t lanes)
+{
+    uint64_t sizes[6] = {500, 0, 1, 7000, 33, 2048}, start[7], mem[13], want[4096], left, got;
+    pd_shard_plan plan;
+    pd_shard_loc locs[2048];
+    uint8_t buf[2048 * 16];
+    assert_int_equal(pd_shard_layout_build(sizes, 6, start), 0);
+    assert_int_equal(pd_shard_plan_init(&plan, start, 6, 99, epoch, window, lanes, mem, sizeof mem), 0);
+    pd_slice s = {3, 2, PD_MODE_PAD, 3 * 1000};
+    assert_int_equal(pd_slice_remaining(plan.n, &s, &left), 0);
+    assert_int_equal(pd_shard_slice_fill_u64(&plan, &s, 2048, want, &left), 0);
+    assert_int_equal(pd_backend_shard_slice(backend, &plan, plan_id, &s, 2048, 8, buf, &got), 0);
+    assert_int_equal(got, left);
+    for (uint64_t k = 0; k < got; k++)
+        assert_int_equal(pd_load_le64(buf + 8 * k), want[k]);
+    assert_int_equal(pd_backend_shard_slice(backend, &plan, plan_id, &s, 2048, 4, buf, &got), 0);
+    for (uint64_t k = 0; k < got; k++)
+        assert_int_equal(pd_load_le32(buf + 4 * k), want[k]);
+    assert_int_equal(pd_shard_slice_fill_locs(&plan, &s, 2048, locs, &left), 0);
+    assert_int_equal(pd_backend_shard_slice(backend, &plan, plan_id, &s, 2048, 16, buf, &got), 0);
+    assert_int_equal(got, left);
+    for (uint64_t k = 0; k < got; k++) {
+        assert_int_equal(pd_load_le64(buf + 16 * k), locs[k].shard);
+        assert_int_equal(pd_load_le64(buf + 16 * k + 8), locs[k].offset);
+    }
+    assert_int_equal(pd_backend_shard_slice(backend, &plan, plan_id, &s, 2048, 2, buf, &got), PD_EINVAL);
+}
+
 static void test_matches_sigma(void **state)
 {
     (void)state;
+    check_sharded(0, 1, 2, 3);
+    check_sharded(1, 1, 2, 3);
     check(1000, 1, 0, PD_MODE_EXACT, 0, 1000);
     check(1001, 8, 3, PD_MODE_PAD, 0, 200);   /* wraps past n */
     check(1001, 8, 7, PD_MODE_DROP, 16, 200);
@@ -121,9 +152,16 @@ static void test_gpu_when_present(void **state)
     backend = b;
     check(1001, 8, 3, PD_MODE_PAD, 0, 200);
     check((UINT64_C(1) << 32) + 1, 3, 1, PD_MODE_PAD, 99, 5000);
-    uint64_t cpu, gpu;
+    uint64_t cpu, gpu, gpu_flat;
+    pd_backend_counts(b, &cpu, &gpu_flat);
+    assert_true(gpu_flat > 0);
+    /* sharded: more plans than the device cache holds, then the first ones again (evicted, re-uploaded) */
+    for (uint64_t id = 1; id <= 6; id++)
+        check_sharded(id, id, 1 + id % 3, 1 + id % 4);
+    for (uint64_t id = 1; id <= 2; id++)
+        check_sharded(id, id, 1 + id % 3, 1 + id % 4);
     pd_backend_counts(b, &cpu, &gpu);
-    assert_true(gpu > 0);
+    assert_true(gpu > gpu_flat);
     pd_backend_close(b);
     backend = NULL;
 }

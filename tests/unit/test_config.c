@@ -261,6 +261,66 @@ static void test_state_dir(void **state)
     pd_config_free(&c);
 }
 
+/* allow_uids: a list as a flag and as a YAML sequence; metrics: HOST:PORT or empty. */
+static void test_allow_uids_and_metrics(void **state)
+{
+    (void)state;
+    pd_config c;
+    char err[256], path[64];
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(c.allow_uids.n, 0);
+    assert_string_equal(c.metrics, "127.0.0.1:9464");
+    assert_true(pd_config_metrics_is_default(&c));
+    assert_int_equal(pd_config_set(&c, "allow_uids", "1000,1001 0", err, sizeof err), 0);
+    assert_int_equal(c.allow_uids.n, 3);
+    assert_int_equal(c.allow_uids.uids[0], 1000);
+    assert_int_equal(c.allow_uids.uids[2], 0);
+    assert_int_equal(pd_config_set(&c, "allow_uids", "[7, 8]", err, sizeof err), 0);
+    assert_int_equal(c.allow_uids.n, 2);
+    assert_int_equal(c.allow_uids.uids[1], 8);
+    assert_int_equal(pd_config_set(&c, "allow_uids", "7,alice", err, sizeof err), PD_EINVAL);
+    assert_non_null(strstr(err, "allow_uids: 'alice' is not a uid"));
+    assert_int_equal(pd_config_set(&c, "allow_uids", "4294967295", err, sizeof err), PD_EINVAL); /* (uid_t)-1 */
+    assert_int_equal(pd_config_set(&c, "allow_uids", "1,,2", err, sizeof err), 0); /* empty items are skipped */
+    assert_int_equal(c.allow_uids.n, 2);
+    assert_int_equal(pd_config_set(&c, "allow_uids", "", err, sizeof err), 0);
+    assert_int_equal(c.allow_uids.n, 0);
+
+    assert_int_equal(pd_config_set(&c, "metrics", "", err, sizeof err), 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), 0);
+    assert_int_equal(pd_config_set(&c, "metrics", "0.0.0.0:9464", err, sizeof err), 0);
+    assert_false(pd_config_metrics_is_default(&c));
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), 0);
+    assert_int_equal(pd_config_set(&c, "metrics", "prometheus:9464", err, sizeof err), 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), PD_EINVAL);
+    assert_non_null(strstr(err, "metrics:"));
+    assert_int_equal(pd_config_set(&c, "metrics", "127.0.0.1", err, sizeof err), 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), PD_EINVAL);
+    pd_config_free(&c);
+
+    write_tmp(path, "allow_uids: [1000, 2000]\nmetrics: \"[::1]:9464\"\n");
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(pd_config_load_file(&c, path, err, sizeof err), 0);
+    assert_int_equal(c.allow_uids.n, 2);
+    assert_int_equal(c.allow_uids.uids[1], 2000);
+    assert_string_equal(c.metrics, "[::1]:9464");
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), 0);
+    pd_config_free(&c);
+    unlink(path);
+    write_tmp(path, "allow_uids: 1000\n"); /* a scalar, not a list */
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(pd_config_load_file(&c, path, err, sizeof err), PD_EINVAL);
+    assert_non_null(strstr(err, path));
+    pd_config_free(&c);
+    unlink(path);
+    write_tmp(path, "allow_uids: [1000, x]\n");
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(pd_config_load_file(&c, path, err, sizeof err), PD_EINVAL);
+    assert_non_null(strstr(err, "'x' is not a uid"));
+    pd_config_free(&c);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_flags_override_file),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_state_dir),
+        cmocka_unit_test(test_allow_uids_and_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

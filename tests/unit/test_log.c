@@ -38,6 +38,7 @@ static void test_format(void **state)
     pd_log_info("unit_event", "answer=%d msg=\"%s\"", 42, "two words");
     pd_log_debug("hidden", "x=1"); /* below the level: nothing */
     pd_log_warn("bare", "%s", "");
+    pd_log_info("multi", "msg=\"%s\"", "line one\nline two\r\tend"); /* a value with control bytes */
     dup2(saved, STDERR_FILENO);
     close(saved);
     close(fds[1]);
@@ -52,6 +53,9 @@ static void test_format(void **state)
     assert_non_null(strstr(buf, " level=info event=unit_event answer=42 msg=\"two words\""));
     assert_int_equal(buf[4], '-'); /* starts with an ISO date */
     assert_non_null(strstr(second, "level=warn event=bare\n"));
+    char *third = strchr(second, '\n') + 1;
+    assert_non_null(strstr(third, "level=info event=multi msg=\"line one line two  end\"\n"));
+    assert_ptr_equal(strchr(third, '\n'), third + strlen(third) - 1); /* exactly one line */
     assert_null(strstr(second, "hidden"));
 }
 

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "test_util.h"
 
 #include "core/error.h"
@@ -151,6 +153,50 @@ static void test_open_errors(void **state)
     assert_non_null(strstr(err, "file/sub"));
 }
 
+static void exec_sql(const char *sql)
+{
+    char path[128];
+    sqlite3 *db;
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
+/* A registry written by permd 0.1 (schema 1: no shard columns, user_version 0) opens, keeps its
+ * datasets and takes sharded ones; a registry from a newer permd is refused, untouched. */
+static void test_schema_versions(void **state)
+{
+    (void)state;
+    exec_sql("CREATE TABLE datasets (name TEXT PRIMARY KEY NOT NULL, size INTEGER NOT NULL,"
+             " created_ms INTEGER NOT NULL) WITHOUT ROWID;"
+             "INSERT INTO datasets VALUES('old', 1281167, 1700000000000);");
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    assert_int_equal(pd_registry_get(r, "old", &d), 0);
+    assert_int_equal(d.size, 1281167);
+    assert_int_equal(d.created_ms, 1700000000000);
+    pd_layout *layout;
+    uint64_t sizes[3] = {5, 0, 7};
+    assert_int_equal(pd_layout_create(sizes, 3, &layout), 0);
+    int created;
+    assert_int_equal(pd_registry_put_sharded(r, "new", layout, 2, 1, &d, &created), 0);
+    pd_layout_release(layout);
+    pd_registry_close(r);
+    r = open_reg(); /* migrated once; opens again as schema 2 */
+    assert_int_equal(pd_registry_count(r), 2);
+    pd_registry_close(r);
+
+    exec_sql("PRAGMA user_version=99;");
+    char err[256] = "";
+    assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_EUNSUPPORTED);
+    assert_non_null(strstr(err, "schema 99"));
+    exec_sql("PRAGMA user_version=2;");
+    r = open_reg();
+    assert_int_equal(pd_registry_count(r), 2);
+    pd_registry_close(r);
+}
+
 typedef struct {
     pd_registry *r;
     int t;
@@ -201,6 +247,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_config_datasets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,250 @@
+"""Checks deploy/ as far as this machine allows: systemd-analyze verify and security on the unit, the
+Kubernetes manifests' structure (YAML, shared socket volume, probes), the Dockerfiles' stages and
+runtime libraries, and the Slurm job script run end to end with a stand-in srun.
+
+Run by ctest (label deploy) with PERMD_BIN and PERMCTL set; needs python3-yaml, systemd-analyze.
+"""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import yaml
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+DEPLOY = os.path.join(ROOT, "deploy")
+PERMD = os.environ["PERMD_BIN"]
+PERMCTL = os.environ["PERMCTL"]
+
+
+def read(*parts):
+    with open(os.path.join(DEPLOY, *parts)) as f:
+        return f.read()
+
+
+class SystemdTest(unittest.TestCase):
+    def setUp(self):
+        if not shutil.which("systemd-analyze"):
+            self.skipTest("systemd-analyze is not installed (Debian package systemd)")
+        self.dir = tempfile.mkdtemp(prefix="permd-unit-")
+        # verify checks that ExecStart exists: point it at the permd just built.
+        unit = read("systemd", "permd.service").replace("/usr/local/sbin/permd", PERMD)
+        self.unit = os.path.join(self.dir, "permd.service")
+        with open(self.unit, "w") as f:
+            f.write(unit)
+        os.makedirs(self.unit + ".d")
+        shutil.copy(os.path.join(DEPLOY, "systemd", "permd-gpu.conf"), os.path.join(self.unit + ".d", "gpu.conf"))
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_verify(self):
+        r = subprocess.run(["systemd-analyze", "verify", self.unit], capture_output=True, text=True)
+        # verify exits 0 on unknown keys and bad values; any message is a finding.
+        self.assertEqual((r.returncode, r.stderr.strip()), (0, ""))
+
+    def test_negative_control(self):
+        with open(self.unit, "a") as f:
+            f.write("ProtectSytem=strict\n")  # a typo must be noticed
+        r = subprocess.run(["systemd-analyze", "verify", self.unit], capture_output=True, text=True)
+        self.assertIn("Unknown key", r.stderr)
+
+    def test_security_exposure(self):
+        os.remove(os.path.join(self.unit + ".d", "gpu.conf"))
+        r = subprocess.run(["systemd-analyze", "security", "--offline=true", self.unit], capture_output=True,
+                           text=True)
+        m = re.search(r"Overall exposure level for permd.service: ([0-9.]+)", r.stdout)
+        self.assertIsNotNone(m, r.stdout + r.stderr)
+        print(f"systemd-analyze security: exposure {m.group(1)}")
+        self.assertLessEqual(float(m.group(1)), 2.0)
+
+    def test_notify_and_dirs(self):
+        unit = read("systemd", "permd.service")
+        for line in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "DynamicUser=yes", "ProtectSystem=strict",
+                     "RuntimeDirectory=permd", "StateDirectory=permd"):
+            self.assertIn(line, unit)
+        # The socket the unit passes is inside its RuntimeDirectory.
+        self.assertIn("--socket /run/permd/permd.sock", unit)
+
+
+class KubernetesTest(unittest.TestCase):
+    def docs(self, name):
+        return [d for d in yaml.safe_load_all(read("kubernetes", name)) if d]
+
+    def check_pod(self, pod, permd_name, configmaps):
+        containers = pod.get("initContainers", []) + pod["containers"]
+        permd = next(c for c in containers if c["name"] == permd_name)
+        mounts = {m["name"]: m["mountPath"] for m in permd["volumeMounts"]}
+        self.assertEqual(mounts["permd-run"], "/run/permd")
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        self.assertTrue(set(mounts) <= set(volumes))
+        config = volumes["permd-config"]["configMap"]["name"]
+        self.assertIn(config, configmaps)
+        cfg = yaml.safe_load(configmaps[config]["permd.yaml"])
+        self.assertEqual(cfg["socket"], "/run/permd/permd.sock")
+        self.assertEqual(os.path.dirname(cfg["socket"]), mounts["permd-run"])
+        self.assertEqual(permd["args"], ["--config", "/etc/permd/permd.yaml"])
+        self.assertEqual(mounts["permd-config"], "/etc/permd")
+        port = int(cfg["metrics"].rsplit(":", 1)[1])
+        self.assertEqual(permd["ports"][0]["containerPort"], port)
+        probes = [permd.get(p) for p in ("readinessProbe", "livenessProbe", "startupProbe") if permd.get(p)]
+        self.assertGreaterEqual(len(probes), 2)
+        for p in probes:
+            if "httpGet" in p:
+                self.assertEqual(p["httpGet"]["path"], "/healthz")
+            else:
+                self.assertEqual(p["exec"]["command"][:2], ["permctl", "stats"])
+                self.assertIn(cfg["socket"], p["exec"]["command"])
+        # The config the pods load is one permd accepts.
+        path = os.path.join(tempfile.mkdtemp(prefix="permd-k8s-"), "permd.yaml")
+        with open(path, "w") as f:
+            f.write(configmaps[config]["permd.yaml"])
+        r = subprocess.run([PERMD, "--config", path, "--check-config"], capture_output=True, text=True)
+        shutil.rmtree(os.path.dirname(path))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return cfg
+
+    def test_sidecar(self):
+        docs = self.docs("sidecar.yaml")
+        cms = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
+        job = next(d for d in docs if d["kind"] == "Job")
+        pod = job["spec"]["template"]["spec"]
+        cfg = self.check_pod(pod, "permd", cms)
+        sidecar = pod["initContainers"][0]
+        self.assertEqual(sidecar["restartPolicy"], "Always")
+        trainer = pod["containers"][0]
+        env = {e["name"]: e["value"] for e in trainer["env"]}
+        self.assertEqual(env["PERMD_SOCKET"], cfg["socket"])
+        self.assertEqual(env["NCCL_NVLS_ENABLE"], "0")
+        self.assertEqual({m["name"]: m["mountPath"] for m in trainer["volumeMounts"]}["permd-run"], "/run/permd")
+        self.assertEqual(pod["securityContext"]["fsGroup"], pod["securityContext"]["runAsGroup"])
+
+    def test_daemonset(self):
+        docs = self.docs("daemonset.yaml")
+        kinds = [d["kind"] for d in docs]
+        self.assertEqual(kinds, ["Namespace", "ConfigMap", "DaemonSet", "Job"])
+        cms = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
+        ds = docs[2]
+        self.assertEqual(ds["spec"]["selector"]["matchLabels"], ds["spec"]["template"]["metadata"]["labels"])
+        pod = ds["spec"]["template"]["spec"]
+        cfg = self.check_pod(pod, "permd", cms)
+        host = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
+        self.assertEqual(host["permd-run"], os.path.dirname(cfg["socket"]))
+        trainer = docs[3]["spec"]["template"]["spec"]
+        self.assertEqual({v["name"]: v["hostPath"]["path"] for v in trainer["volumes"]}["permd-run"],
+                         host["permd-run"])
+        self.assertIn(pod["securityContext"]["runAsGroup"], trainer["securityContext"]["supplementalGroups"])
+        self.assertEqual(cfg["socket_mode"], "0660")
+
+
+class DockerfileTest(unittest.TestCase):
+    INSTRUCTIONS = {"FROM", "RUN", "COPY", "WORKDIR", "ENV", "ARG", "USER", "VOLUME", "EXPOSE", "HEALTHCHECK",
+                    "ENTRYPOINT", "CMD", "STOPSIGNAL", "LABEL"}
+
+    def instructions(self, name):
+        text = read("container", name)
+        logical, out = "", []
+        for line in text.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            logical += line.rstrip("\\").rstrip() + " " if line.endswith("\\") else line
+            if not line.endswith("\\"):
+                out.append(logical.strip())
+                logical = ""
+        self.assertEqual(logical, "", "a continuation runs off the end")
+        return out
+
+    def check(self, name):
+        ins = self.instructions(name)
+        stages = []
+        with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+            options = set(re.findall(r"option\((PERMD_\w+)", f.read()))
+        options |= {"PERMD_CUDA"}
+        for i in ins:
+            word = i.split()[0]
+            self.assertIn(word, self.INSTRUCTIONS, i)
+            if word == "FROM":
+                m = re.match(r"FROM (\S+) AS (\w+)$", i)
+                self.assertIsNotNone(m, i)
+                stages.append(m.group(2))
+            if word == "COPY" and "--from=" in i:
+                self.assertIn(re.search(r"--from=(\w+)", i).group(1), stages[:-1])
+            for opt in re.findall(r"-D(PERMD_\w+)=", i):
+                self.assertIn(opt, options, f"{name}: unknown CMake option {opt}")
+        self.assertEqual(stages, ["build", "runtime"])
+        runtime = ins[[i.split()[0] for i in ins].index("FROM", 1):]
+        user = [i for i in runtime if i.startswith("USER ")]
+        self.assertTrue(user and not user[0].split()[1].startswith("0"), "the runtime runs as a non-root user")
+        self.assertIn("ENTRYPOINT [\"/usr/local/sbin/permd\"]", runtime)
+        return ins, runtime
+
+    def test_debian(self):
+        _, runtime = self.check("Dockerfile")
+        apt = " ".join(i for i in runtime if "apt-get install" in i)
+        # Every library permd links (its NEEDED entries) comes from a package the runtime installs.
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
+                            subprocess.run(["readelf", "-d", PERMD], capture_output=True, text=True).stdout)
+        self.assertGreater(len(needed), 3)
+        for lib in needed:
+            if lib.startswith(("libc.so", "libm.so", "libdl.so", "libpthread.so", "ld-linux", "libgcc_s")):
+                continue  # in every Debian image
+            owner = subprocess.run(["dpkg", "-S", lib], capture_output=True, text=True).stdout.split(":")[0]
+            self.assertTrue(owner, f"no package owns {lib}")
+            self.assertIn(f" {owner} ", f" {apt} ", f"{lib} ({owner}) is not installed in the runtime stage")
+
+    def test_cuda(self):
+        ins, runtime = self.check("Dockerfile.cuda")
+        self.assertTrue(any("-DPERMD_CUDA=ON" in i for i in ins))
+        self.assertTrue(any("NCCL_NVLS_ENABLE=0" in i for i in runtime))
+        self.assertTrue(any(re.match(r"FROM nvidia/cuda:\$\{CUDA\}-base-", i) for i in runtime))
+
+    def test_dockerignore(self):
+        with open(os.path.join(ROOT, ".dockerignore")) as f:
+            ignored = f.read().split()
+        self.assertIn("build-*", ignored)
+        self.assertIn(".git", ignored)
+
+
+class SlurmTest(unittest.TestCase):
+    """The job script on one 'node': srun is a stand-in that runs its command here."""
+
+    def test_job_script(self):
+        tmp = tempfile.mkdtemp(prefix="permd-slurm-")
+        try:
+            shim = os.path.join(tmp, "bin")
+            os.makedirs(shim)
+            with open(os.path.join(shim, "srun"), "w") as f:
+                f.write('#!/bin/bash\n# stand-in: drop the options, run the command\n'
+                        'while [[ $# -gt 0 && $1 == --* ]]; do shift; done\nexec "$@"\n')
+            os.chmod(os.path.join(shim, "srun"), 0o755)
+            # The trainer: fetch rank 1 of 2 through the node's permd, and compare with the offline ids.
+            trainer = os.path.join(tmp, "trainer.sh")
+            with open(trainer, "w") as f:
+                f.write('#!/bin/bash\nset -e\n'
+                        'a=$("$PERMCTL" fetch toy --seed 7 --epoch 2 --world 2 --rank 1 --mode exact --count 5)\n'
+                        'b=$("$PERMCTL" rank --seed 7 --epoch 2 --size 1000 --world 2 --rank 1 --mode exact --count 5)\n'
+                        '[ "$a" = "$b" ] && [ -n "$a" ] && echo "trainer ok: $(echo $a)"\n')
+            os.chmod(trainer, 0o755)
+            env = dict(os.environ, PATH=shim + ":" + os.environ["PATH"], SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="1",
+                       PERMD=PERMD, PERMCTL=PERMCTL, PERMD_DATASETS="toy:1000 other:5", PERMD_RUN_DIR=tmp + "/run")
+            r = subprocess.run(["bash", os.path.join(DEPLOY, "slurm", "permd-job.sbatch"), trainer], env=env,
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("trainer ok:", r.stdout)
+            with open(os.path.join(tmp, "run", "permd.log")) as f:
+                log = f.read()
+            self.assertIn("event=stopped", log)  # the job stopped its permd cleanly
+            self.assertFalse(os.path.exists(os.path.join(tmp, "run", "permd.sock")))
+            # A trainer that fails fails the job, and permd is still stopped.
+            r = subprocess.run(["bash", os.path.join(DEPLOY, "slurm", "permd-job.sbatch"), "false"], env=env,
+                               capture_output=True, text=True, timeout=120)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "run", "permd.sock")))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,39 @@
+/* libFuzzer target: the metrics endpoint's HTTP request parser and responder on arbitrary bytes. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "daemon/http.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static pd_server srv; /* zeroed: no registry, no backend; enough to render */
+    pd_http_request req;
+    /* Bytes arrive in two parts, as a scraper's may: the verdict on the whole
+     * must not depend on an earlier incomplete look. */
+    size_t split = size ? data[0] % (size + 1) : 0;
+    int early = pd_http_parse((const char *)data, split, &req);
+    int rc = pd_http_parse((const char *)data, size, &req);
+    if (early == 1 && rc != 1)
+        abort();
+    if (rc == 1) {
+        if (req.head_len == 0 || req.head_len > size || req.head_len > PD_HTTP_MAX_HEAD || req.path[0] != '/' ||
+            !req.method[0] || memchr(req.path, '?', strlen(req.path)))
+            abort();
+    } else if (rc != 0 && rc != PD_EPROTO && rc != PD_ETOOBIG) {
+        abort();
+    }
+    if (rc == 0)
+        return 0;
+    char *out;
+    size_t len;
+    if (pd_http_respond(&srv, rc, &req, &out, &len) == 0) {
+        if (len < 12 || memcmp(out, "HTTP/1.1 ", 9))
+            abort();
+        free(out);
+    }
+    return 0;
+}

@@ -1,0 +1,162 @@
+/* The GPU's sharded epochs against the core's, bit for bit: layouts with empty and huge shards, K, G, W, modes, widths.
+ * Exits 77 (ctest: skipped) with a message when the machine has no GPU. */
+#include "test_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/shards.h"
+#include "gpu/permd_gpu.h"
+
+static pd_gpu *gpu;
+
+/* A layout of S shards: mostly small and uneven, some empty, now and then one that dwarfs the rest. */
+static uint64_t *make_layout(uint64_t *rng, uint64_t S, uint64_t big)
+{
+    uint64_t *sizes = malloc(S * 8), *start = malloc((S + 1) * 8);
+    assert_non_null(sizes);
+    assert_non_null(start);
+    for (uint64_t i = 0; i < S; i++) {
+        uint64_t r = test_below(rng, 16);
+        sizes[i] = r == 0 ? 0 : r == 1 && big ? big : 1 + test_below(rng, 300);
+    }
+    sizes[test_below(rng, S)] += 1; /* never all empty */
+    assert_int_equal(pd_shard_layout_build(sizes, S, start), PD_OK);
+    free(sizes);
+    return start;
+}
+
+/* One plan, every width, a few ranks and offsets: GPU (device and host output) == core. */
+static void compare_plan(const pd_shard_plan *plan, uint64_t *rng)
+{
+    pd_gpu_plan *dp;
+    assert_int_equal(pd_gpu_plan_upload(gpu, plan, &dp), PD_OK);
+    const uint64_t cap = 1 << 16;
+    uint64_t *want = malloc(cap * 16), *got = malloc(cap * 16);
+    pd_shard_loc *locs = malloc(cap * sizeof *locs);
+    void *dev;
+    assert_int_equal(pd_gpu_alloc(gpu, cap * 16, &dev), PD_OK);
+    for (int trial = 0; trial < 6; trial++) {
+        uint32_t world = trial == 0 ? 1 : 1 + (uint32_t)test_below(rng, 64);
+        pd_slice s = {world, (uint32_t)test_below(rng, world), (pd_mode)(1 + test_below(rng, 3)), 0};
+        uint64_t left;
+        if (pd_slice_remaining(plan->n, &s, &left))
+            continue;
+        s.offset = trial % 2 ? world * test_below(rng, left + 1) : 0;
+        uint64_t count = 1 + test_below(rng, cap), w_core, w_gpu;
+        int rc = pd_slice_remaining(plan->n, &s, &left); /* exact mode: W·k may pass T */
+        if (rc) {
+            assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &s, count, got, 8, &w_gpu), rc);
+            continue;
+        }
+        /* u64 and locations always; u32 when N fits */
+        assert_int_equal(pd_shard_slice_fill_u64(plan, &s, count, want, &w_core), PD_OK);
+        assert_int_equal(pd_gpu_shard_slice_fill(gpu, dp, &s, count, dev, 8, &w_gpu), PD_OK);
+        assert_int_equal(pd_gpu_sync(gpu), PD_OK);
+        assert_int_equal(w_gpu, w_core);
+        assert_int_equal(pd_gpu_copy_to_host(gpu, got, dev, w_gpu * 8), PD_OK);
+        assert_memory_equal(got, want, w_core * 8);
+        memset(got, 0, cap * 8);
+        assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &s, count, got, 8, &w_gpu), PD_OK);
+        assert_int_equal(w_gpu, w_core);
+        assert_memory_equal(got, want, w_core * 8);
+
+        assert_int_equal(pd_shard_slice_fill_locs(plan, &s, count, locs, &w_core), PD_OK);
+        for (uint64_t i = 0; i < w_core; i++) {
+            want[2 * i] = locs[i].shard;
+            want[2 * i + 1] = locs[i].offset;
+        }
+        assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &s, count, got, 16, &w_gpu), PD_OK);
+        assert_int_equal(w_gpu, w_core);
+        assert_memory_equal(got, want, w_core * 16);
+
+        if (plan->n <= UINT64_C(1) << 32) {
+            assert_int_equal(pd_shard_slice_fill_u32(plan, &s, count, (uint32_t *)want, &w_core), PD_OK);
+            assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &s, count, got, 4, &w_gpu), PD_OK);
+            assert_int_equal(w_gpu, w_core);
+            assert_memory_equal(got, want, w_core * 4);
+        } else {
+            assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &s, count, got, 4, &w_gpu), PD_EOVERFLOW);
+        }
+    }
+    pd_gpu_free(gpu, dev);
+    pd_gpu_plan_free(gpu, dp);
+    free(want);
+    free(got);
+    free(locs);
+}
+
+static void shards_match_core(void **state)
+{
+    (void)state;
+    uint64_t rng = 2026;
+    static const uint64_t shard_counts[] = {1, 2, 3, 7, 64, 1000, 4099};
+    static const uint64_t windows[] = {1, 2, 3, 8, 1000, UINT64_C(1) << 40};
+    static const uint64_t lanes[] = {1, 2, 3, 8, 17};
+    for (size_t i = 0; i < sizeof shard_counts / sizeof shard_counts[0]; i++) {
+        uint64_t S = shard_counts[i];
+        uint64_t *start = make_layout(&rng, S, i % 3 == 2 ? UINT64_C(1) << 33 : 0); /* some N > 2^32 */
+        size_t bytes = pd_shard_plan_bytes(S);
+        void *mem = malloc(bytes);
+        for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++)
+            for (size_t g = 0; g < sizeof lanes / sizeof lanes[0]; g++) {
+                if (lanes[g] > start[S])
+                    continue;
+                pd_shard_plan plan;
+                assert_int_equal(pd_shard_plan_init(&plan, start, S, 7 + i, k * 5 + g, windows[k], lanes[g], mem,
+                                                    bytes),
+                                 PD_OK);
+                compare_plan(&plan, &rng);
+            }
+        free(mem);
+        free(start);
+    }
+}
+
+static void bad_arguments(void **state)
+{
+    (void)state;
+    uint64_t sizes[2] = {3, 4}, start[3];
+    uint64_t mem[5];
+    pd_shard_plan plan;
+    pd_gpu_plan *dp;
+    uint64_t out[16], w;
+    assert_int_equal(pd_shard_layout_build(sizes, 2, start), PD_OK);
+    assert_int_equal(pd_shard_plan_init(&plan, start, 2, 1, 2, 1, 1, mem, sizeof mem), PD_OK);
+    assert_int_equal(pd_gpu_plan_upload(NULL, &plan, &dp), PD_EINVAL);
+    assert_int_equal(pd_gpu_plan_upload(gpu, NULL, &dp), PD_EINVAL);
+    assert_int_equal(pd_gpu_plan_upload(gpu, &plan, &dp), PD_OK);
+    pd_slice ok = {2, 1, PD_MODE_PAD, 0}, bad_rank = {2, 2, PD_MODE_PAD, 0}, past = {2, 0, PD_MODE_PAD, 10};
+    assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &ok, 4, out, 3, &w), PD_EINVAL);
+    assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &bad_rank, 4, out, 8, &w), PD_EINVAL);
+    assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &past, 4, out, 8, &w), PD_ERANGE);
+    assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &ok, 4, NULL, 8, &w), PD_EINVAL);
+    assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, &ok, 100, out, 8, &w), PD_OK);
+    assert_int_equal(w, 4); /* pad: T = 8, rank 1 of 2 has 4 */
+    pd_gpu_plan_free(gpu, dp);
+    pd_gpu_plan_free(gpu, NULL);
+}
+
+int main(void)
+{
+    int count = 0;
+    pd_gpu_device_count(&count);
+    if (count == 0) {
+        printf("skipped: no GPU\n");
+        return 77;
+    }
+    if (pd_gpu_open(0, &gpu) != PD_OK) {
+        printf("could not open GPU 0\n");
+        return 1;
+    }
+    printf("GPU: %s\n", pd_gpu_describe(gpu));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(shards_match_core),
+        cmocka_unit_test(bad_arguments),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    pd_gpu_close(gpu);
+    return rc;
+}

@@ -1,0 +1,198 @@
+/* Integration: the Unix socket's mode is what admits a uid, allow_uids (SO_PEERCRED) narrows it, TCP tokens and non-loopback refusals. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "client/permd.h"
+#include "harness.h"
+
+#define NOBODY 65534
+
+static int exited_with(int status, int code)
+{
+    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
+
+/* What a client running as `uid` sees on the socket, measured in a child
+ * process that drops root: 0 served, 1 connect refused by the file mode
+ * (EACCES), 2 UNAUTHENTICATED and closed, 3 anything else. */
+static int outcome_as(const char *sock, uid_t uid)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgroups(0, NULL) || setgid(uid) || setuid(uid))
+            _exit(3);
+        int fd = raw_connect_unix(sock);
+        if (fd < 0)
+            _exit(errno == EACCES ? 1 : 3);
+        Permd__V1__Stats st = PERMD__V1__STATS__INIT;
+        pd_envelope env = PERMD__V1__ENVELOPE__INIT, *rep;
+        env.id = 1;
+        env.body_case = PERMD__V1__ENVELOPE__BODY_STATS;
+        env.stats = &st;
+        raw_send_env(fd, &env);
+        if (raw_recv_env(fd, 10000, &rep))
+            _exit(3);
+        int served = rep->body_case == PERMD__V1__ENVELOPE__BODY_STATS_REPLY;
+        int refused = rep->body_case == PERMD__V1__ENVELOPE__BODY_ERROR && rep->id == 0 &&
+                      rep->error->code == PERMD__V1__ERROR_CODE__ERROR_CODE_UNAUTHENTICATED &&
+                      strstr(rep->error->message, "allow_uids") && raw_wait_eof(fd, 10000);
+        _exit(served ? 0 : refused ? 2 : 3);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 3;
+}
+
+static void start(harness *h, const char *const *extra)
+{
+    harness_init(h);
+    chmod(h->dir, 0711); /* others may reach the socket; its own mode decides */
+    assert_int_equal(harness_start(h, 0, extra, NULL), 0);
+}
+
+static void stop(harness *h)
+{
+    assert_true(exited_with(harness_stop(h, SIGTERM), 0));
+    harness_cleanup(h);
+}
+
+static void test_socket_mode_is_honoured(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip(); /* needs a second uid */
+    harness h;
+    const char *owner_only[] = {"--socket-mode", "0600", NULL};
+    start(&h, owner_only);
+    struct stat st;
+    assert_int_equal(stat(h.sock, &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(outcome_as(h.sock, NOBODY), 1);
+    assert_int_equal(outcome_as(h.sock, 0), 0);
+    stop(&h);
+
+    const char *everyone[] = {"--socket-mode", "0666", NULL}; /* the control: the mode is what refused */
+    start(&h, everyone);
+    assert_int_equal(outcome_as(h.sock, NOBODY), 0);
+    stop(&h);
+}
+
+static void test_allow_uids(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    harness h;
+    const char *root_only[] = {"--socket-mode", "0666", "--allow-uids", "0", NULL};
+    start(&h, root_only);
+    assert_int_equal(outcome_as(h.sock, NOBODY), 2);
+    assert_int_equal(outcome_as(h.sock, NOBODY), 2);
+    assert_int_equal(outcome_as(h.sock, 0), 0);
+    assert_true(harness_log_contains(&h, "reason=peer_uid uid=65534"));
+    permd_client *c;
+    permd_stats s;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_stats_get(c, &s), 0);
+    assert_int_equal(s.connections_rejected_total, 2);
+    int found = 0;
+    for (uint32_t i = 0; i < s.nerrors; i++)
+        if (!strcmp(s.errors[i].type, "connection") && !strcmp(s.errors[i].code, "UNAUTHENTICATED"))
+            found = s.errors[i].count == 2;
+    assert_true(found);
+    permd_close(c);
+    stop(&h);
+
+    /* Listed uids only: root itself is refused when not listed. */
+    const char *nobody_only[] = {"--socket-mode", "0666", "--allow-uids", "1000,65534", NULL};
+    start(&h, nobody_only);
+    assert_int_equal(outcome_as(h.sock, NOBODY), 0);
+    assert_int_equal(permd_connect_unix(h.sock, &c), PERMD_EAUTH);
+    assert_non_null(strstr(permd_last_error(NULL), "uid 0 is not in permd's allow_uids"));
+    stop(&h);
+}
+
+static void test_allow_uids_config(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    char cfg[160];
+    snprintf(cfg, sizeof cfg, "%s/permd.yaml", h.dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "allow_uids: [%u, 4242]\n", (unsigned)geteuid());
+    fclose(f);
+    const char *extra[] = {"--config", cfg, NULL};
+    assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0); /* listed: served */
+    permd_close(c);
+    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+
+    int status;
+    const char *bad[] = {"--allow-uids", "1000,bob", NULL};
+    assert_int_equal(harness_start(&h, 0, bad, &status), -1);
+    assert_true(exited_with(status, 2));
+    assert_true(harness_log_contains(&h, "allow_uids: 'bob' is not a uid"));
+    harness_cleanup(&h);
+}
+
+static void test_tcp_token(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    char token[160];
+    snprintf(token, sizeof token, "%s/token", h.dir);
+    FILE *f = fopen(token, "w");
+    fputs("0123456789abcdef\n", f);
+    fclose(f);
+    chmod(token, 0600);
+    const char *extra[] = {"--token-file", token, NULL};
+    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
+    permd_client *c;
+    /* Wrong in the last byte, a prefix, one byte longer, empty: all refused alike. */
+    const char *wrong[] = {"0123456789abcdeF", "0123456789abcde", "0123456789abcdef0", ""};
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        assert_int_equal(permd_connect_tcp(h.tcp, wrong[i], &c), PERMD_EAUTH);
+        assert_non_null(strstr(permd_last_error(NULL), "UNAUTHENTICATED"));
+    }
+    assert_int_equal(permd_connect_tcp(h.tcp, "0123456789abcdef", &c), 0);
+    permd_close(c);
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0); /* the Unix socket needs none */
+    permd_close(c);
+    assert_true(harness_log_contains(&h, "event=auth_fail"));
+    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+
+    /* Non-loopback TCP without a token: refused at startup, with or without other keys. */
+    int status;
+    const char *open_v4[] = {"--tcp", "0.0.0.0:7471", NULL};
+    assert_int_equal(harness_start(&h, 0, open_v4, &status), -1);
+    assert_true(exited_with(status, 2));
+    const char *open_v6[] = {"--tcp", "[::]:7471", NULL};
+    assert_int_equal(harness_start(&h, 0, open_v6, &status), -1);
+    assert_true(exited_with(status, 2));
+    assert_true(harness_log_contains(&h, "not a loopback address; set token_file"));
+    harness_cleanup(&h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_socket_mode_is_honoured),
+        cmocka_unit_test(test_allow_uids),
+        cmocka_unit_test(test_allow_uids_config),
+        cmocka_unit_test(test_tcp_token),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
