@@ -271,6 +271,7 @@ static int pd_cl_hello(permd_client *c, const char *token)
         c->info.max_streams = r->limits->max_streams;
         c->info.max_credits = r->limits->max_credits;
         c->info.output_cap = r->limits->output_cap;
+        c->info.max_digest = r->limits->max_digest;
     }
     if (r->spec_version != 1)
         return pd_cl_fail(c, PD_EUNSUPPORTED, "permd computes permutation spec v%u; this client knows v1",
@@ -733,14 +734,26 @@ int permd_digest_slice(permd_client *c, const permd_slice *s, permd_digest *out)
         return rc;
     Permd__V1__Digest m = PERMD__V1__DIGEST__INIT;
     m.slice = &sm;
+    m.count = c->info.max_digest; /* 0 (an older server): everything in one request */
     pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
     req.body_case = PERMD__V1__ENVELOPE__BODY_DIGEST;
     req.digest = &m;
-    if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY, &rep)))
-        return rc;
-    out->count = rep->digest_reply->count;
-    out->sum = rep->digest_reply->sum;
-    out->hash = rep->digest_reply->hash;
+    permd_digest sum = {0, 0, 0};
+    for (;;) {
+        if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY, &rep)))
+            return rc;
+        const Permd__V1__DigestReply *r = rep->digest_reply;
+        if ((m.count && r->count > m.count) || (r->remaining && (!m.count || r->next_offset <= sm.offset)))
+            return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent DigestReply");
+        /* Digests are sums mod 2^64, so parts add up to the whole. */
+        sum.count += r->count;
+        sum.sum += r->sum;
+        sum.hash += r->hash;
+        if (!r->remaining)
+            break;
+        sm.offset = r->next_offset;
+    }
+    *out = sum;
     return 0;
 }
 

@@ -32,6 +32,7 @@ typedef struct pd_config {
     uint64_t max_frame;
     uint64_t max_connections;
     uint64_t max_count;
+    uint64_t max_digest;
     uint64_t max_shards;
     uint64_t plan_cache;
     uint64_t output_cap;

@@ -80,6 +80,7 @@ void pd_conn_close(pd_conn *c)
     if (c->closing)
         return;
     c->closing = 1;
+    atomic_store_explicit(&c->cancel, 1, memory_order_relaxed);
     pd_stream_discard_all(c);
     pd_groups_conn_gone(c->srv->groups, c);
     if (c->prev)
@@ -510,6 +511,7 @@ void pd_conn_shutdown(pd_conn *c)
 {
     if (!pd_conn_open(c))
         return;
+    atomic_store_explicit(&c->cancel, 1, memory_order_relaxed);
     pd_stream_end_all(c, PERMD__V1__END_REASON__END_REASON_SHUTDOWN);
     if (c->busy) { /* the job's completion runs pd_conn_process, which closes */
         pd_conn_flush(c);
@@ -539,6 +541,7 @@ void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
         pd_log_error("accept", "err=ENOMEM");
         return;
     }
+    atomic_init(&c->cancel, 0);
     if (is_tcp)
         uv_tcp_init(s->loop, &c->h.tcp);
     else

@@ -2,6 +2,7 @@
 #ifndef PD_CONN_H
 #define PD_CONN_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,7 @@ typedef struct pd_conn {
     size_t bulk_len;
 
     size_t job_bytes; /* reply bytes that in-flight jobs will add */
+    atomic_int cancel; /* closed, or permd is stopping: long jobs give up (pd_job_cancelled) */
     struct pd_stream *streams;
     unsigned nstreams;
     struct pd_upload *upload; /* a sharded PutDataset arriving in parts */

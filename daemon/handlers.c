@@ -56,6 +56,7 @@ static void pd_on_hello(pd_conn *c, uint64_t id, const Permd__V1__Hello *m)
     lim.max_streams = (uint32_t)s->cfg->max_streams;
     lim.max_credits = (uint32_t)s->cfg->max_credits;
     lim.output_cap = s->cfg->output_cap;
+    lim.max_digest = s->cfg->max_digest;
     Permd__V1__HelloReply r = PERMD__V1__HELLO_REPLY__INIT;
     r.protocol_version = PD_PROTOCOL_VERSION;
     r.spec_version = 1;
@@ -611,12 +612,12 @@ static void pd_on_fetch(pd_conn *c, uint64_t id, const Permd__V1__Fetch *m)
     pd_fetch_reply(c, id, m->count, &t);
 }
 
-/* ---- Digest: everything a rank has left, reduced to (count, sum, hash) ------------- */
+/* ---- Digest: the rank's next ids (or all it has left), reduced to (count, sum, hash) ---- */
 
 typedef struct pd_digest_job {
     pd_job job;
     pd_backend *backend;
-    uint64_t id;
+    uint64_t id, count; /* count: ids to digest, ≤ max_digest */
     pd_target t;
     pd_digest d;
     int rc;
@@ -626,7 +627,7 @@ static void pd_digest_job_run(pd_job *job)
 {
     pd_digest_job *j = (pd_digest_job *)job;
     enum { CHUNK = 1 << 16 };
-    uint64_t *ids = malloc(CHUNK * sizeof *ids), left = j->t.remaining, got;
+    uint64_t *ids = malloc(CHUNK * sizeof *ids), left = j->count, got;
     pd_slice cur = j->t.slice;
     pd_digest_init(&j->d);
     if (!ids) {
@@ -635,6 +636,10 @@ static void pd_digest_job_run(pd_job *job)
     }
     j->t.width = 8; /* host-order u64s: the digest mixes values, not wire bytes */
     while (left && !j->rc) {
+        if (pd_job_cancelled(job)) { /* permd is stopping, or the reply has nowhere to go */
+            j->rc = PD_ECLOSED;
+            break;
+        }
         j->rc = pd_target_generate(j->backend, &j->t, &cur, left < CHUNK ? left : CHUNK, ids, &got);
         for (uint64_t i = 0; i < got && !j->rc; i++)
             pd_digest_add(&j->d, pd_load_le64((const uint8_t *)&ids[i]));
@@ -649,13 +654,17 @@ static void pd_digest_job_done(pd_job *job)
     pd_digest_job *j = (pd_digest_job *)job;
     pd_conn *c = job->conn;
     if (pd_conn_open(c)) {
-        if (j->rc) {
+        if (j->rc == PD_ECLOSED) {
+            pd_conn_send_error(c, j->id, PD_EUNAVAILABLE, "digest cancelled: permd is stopping");
+        } else if (j->rc) {
             pd_conn_send_error(c, j->id, PD_EINTERNAL, "digest failed: %s", pd_strerror(j->rc));
         } else {
             Permd__V1__DigestReply r = PERMD__V1__DIGEST_REPLY__INIT;
             r.count = j->d.count;
             r.sum = j->d.sum;
             r.hash = j->d.hash;
+            r.next_offset = pd_target_next_offset(&j->t, j->t.slice.offset, j->count);
+            r.remaining = j->t.remaining - j->count;
             pd_envelope env = PERMD__V1__ENVELOPE__INIT;
             env.id = j->id;
             env.body_case = PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY;
@@ -671,6 +680,7 @@ static void pd_digest_job_done(pd_job *job)
 static void pd_on_digest(pd_conn *c, uint64_t id, const Permd__V1__Digest *m)
 {
     char msg[256];
+    uint64_t max = c->srv->cfg->max_digest;
     pd_digest_job *j = calloc(1, sizeof *j);
     if (!j) {
         pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
@@ -680,6 +690,17 @@ static void pd_on_digest(pd_conn *c, uint64_t id, const Permd__V1__Digest *m)
     if (rc) {
         free(j);
         pd_conn_send_error(c, id, rc, "%s", msg);
+        return;
+    }
+    j->count = m->count && m->count < j->t.remaining ? m->count : j->t.remaining;
+    if (j->count > max) {
+        /* Generating them would hold a worker for a long time: the client asks in parts. */
+        pd_conn_send_error(c, id, PD_ETOOBIG,
+                           "a digest of %llu ids exceeds max_digest (%llu); digest in parts with count, "
+                           "each from the previous next_offset, and add them",
+                           (unsigned long long)j->count, (unsigned long long)max);
+        pd_target_release(&j->t);
+        free(j);
         return;
     }
     j->id = id;

@@ -23,6 +23,12 @@ static void pd_job_after(uv_work_t *req, int status)
     pd_server_maybe_finish(s);
 }
 
+int pd_job_cancelled(const pd_job *job)
+{
+    /* The job's reference keeps the connection alive while it runs. */
+    return atomic_load_explicit(&job->conn->cancel, memory_order_relaxed);
+}
+
 int pd_job_submit(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes)
 {
     job->conn = c;

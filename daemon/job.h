@@ -19,6 +19,10 @@ struct pd_job {
     size_t out_bytes; /* reply size it will add, counted against output_cap meanwhile */
 };
 
+/* Whether the job's connection has closed or permd is stopping: a job that
+ * runs long (a Digest) checks between chunks and gives up. Any thread. */
+int pd_job_cancelled(const pd_job *job);
+
 /* Queue a job; it holds a reference on the connection until done returns.
  * PD_EINTERNAL when libuv refuses (the caller still owns the job). */
 int pd_job_submit(pd_job *job, struct pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes);

@@ -27,7 +27,8 @@ class Digest(ctypes.Structure):
 class ServerInfo(ctypes.Structure):
     _fields_ = [("server", ctypes.c_char * 64), ("protocol_version", ctypes.c_uint32),
                 ("spec_version", ctypes.c_uint32), ("max_frame", ctypes.c_uint32), ("max_streams", ctypes.c_uint32),
-                ("max_credits", ctypes.c_uint32), ("max_count", ctypes.c_uint64), ("output_cap", ctypes.c_uint64)]
+                ("max_credits", ctypes.c_uint32), ("max_count", ctypes.c_uint64), ("output_cap", ctypes.c_uint64),
+                ("max_digest", ctypes.c_uint64)]
 
 
 STATS_TYPES, STATS_ERRORS, LATENCY_BUCKETS = 32, 64, 20  # PERMD_STATS_TYPES, ... in client/permd.h

@@ -83,6 +83,7 @@ static void init_once(void)
     set("cpu_threads", "1");
     set("max_frame", "65536");
     set("max_count", "4096");
+    set("max_digest", "65536"); /* a Digest of the wide dataset would take hours */
     set("output_cap", "262144");
     set("max_streams", "4");
     set("max_credits", "8");
