@@ -1,6 +1,7 @@
 /* Integration: kill -9 at random moments while datasets are being put; after each restart every acknowledged dataset is there, intact. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@ typedef struct writer {
     int acked; /* datasets 0 .. acked-1 were acknowledged */
 } writer;
 
+static atomic_int acks_this_round; /* the main thread kills permd once enough puts were acknowledged */
+
 static void *write_until_killed(void *arg)
 {
     writer *w = arg;
@@ -47,6 +50,7 @@ static void *write_until_killed(void *arg)
         if (permd_put_dataset(c, name, size_of(w->round, w->idx, i), NULL, NULL))
             break; /* permd is gone: the rest was never acknowledged */
         w->acked = i + 1;
+        atomic_fetch_add(&acks_this_round, 1);
     }
     permd_close(c);
     return NULL;
@@ -118,11 +122,21 @@ static void test_kill9_while_putting(void **state)
         assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
         check_all(&h, r, acked);
         pthread_t t[WRITERS];
+        atomic_store(&acks_this_round, 0);
         for (int w = 0; w < WRITERS; w++) {
             acked[r][w] = (writer){.h = &h, .round = r, .idx = w};
             pthread_create(&t[w], NULL, write_until_killed, &acked[r][w]);
         }
-        usleep(20000 + (useconds_t)(rand() % 400) * 1000); /* 20-420 ms into the puts */
+        /* Kill at a random moment while puts are being acknowledged: after a random number of
+         * acknowledgements (not a fixed delay, which a loaded machine may spend before the first),
+         * plus up to 5 ms so the kill lands anywhere inside a commit. */
+        int target = 1 + rand() % 400;
+        for (int waited = 0; atomic_load(&acks_this_round) < target; waited++) {
+            if (waited > 60000)
+                fail_msg("only %d of %d puts acknowledged in 60 s", atomic_load(&acks_this_round), target);
+            usleep(1000);
+        }
+        usleep((useconds_t)(rand() % 5000));
         harness_stop(&h, SIGKILL);
         for (int w = 0; w < WRITERS; w++)
             pthread_join(t[w], NULL);
