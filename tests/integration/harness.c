@@ -20,6 +20,7 @@
 
 #include "test_util.h"
 
+#include "client/permd.h"
 #include "proto/endpoint.h"
 
 static void sleep_ms(int ms)
@@ -142,6 +143,23 @@ void harness_cleanup(harness *h)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", h->dir);
     if (system(cmd) != 0)
         fprintf(stderr, "harness: could not remove %s\n", h->dir);
+}
+
+int harness_finish(harness *h)
+{
+    int st = harness_stop(h, SIGTERM);
+    harness_cleanup(h);
+    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+int harness_put(const harness *h, const char *name, uint64_t size)
+{
+    permd_client *c;
+    if (permd_connect_unix(h->sock, &c))
+        return -1;
+    int rc = permd_put_dataset(c, name, size, NULL, NULL);
+    permd_close(c);
+    return rc ? -1 : 0;
 }
 
 long harness_rss_kb(const harness *h)

@@ -28,6 +28,10 @@ int harness_start(harness *h, int with_tcp, const char *const *extra, int *statu
 int harness_stop(harness *h, int sig);
 /* Remove the directory (after stopping). */
 void harness_cleanup(harness *h);
+/* A cmocka group teardown's work: stop with SIGTERM and clean up; 0 when permd exited 0, else -1. */
+int harness_finish(harness *h);
+/* Store a dataset through a fresh client connection: 0 or -1. */
+int harness_put(const harness *h, const char *name, uint64_t size);
 /* permd's resident memory in KiB (VmRSS). */
 long harness_rss_kb(const harness *h);
 /* Whether permd's log contains s. */

@@ -28,21 +28,13 @@ static int setup(void **state)
     (void)state;
     harness_init(&h);
     const char *extra[] = {"--max-digest", "1000", NULL};
-    if (harness_start(&h, 0, extra, NULL))
-        return -1;
-    permd_client *c;
-    if (permd_connect_unix(h.sock, &c) || permd_put_dataset(c, "flat", N, NULL, NULL))
-        return -1;
-    permd_close(c);
-    return 0;
+    return harness_start(&h, 0, extra, NULL) || harness_put(&h, "flat", N) ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int st = harness_stop(&h, SIGTERM);
-    harness_cleanup(&h);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    return harness_finish(&h);
 }
 
 static void send_digest(int fd, uint64_t id, const char *dataset, uint32_t world, uint32_t rank, uint64_t offset,

@@ -30,21 +30,13 @@ static int setup(void **state)
     fclose(f);
     const char *extra[] = {"--max-frame", "4096", "--max-count", "5000", "--max-connections", "8",
                            "--max-streams", "2", "--token-file", token_path, NULL};
-    if (harness_start(&h, 1, extra, NULL))
-        return -1;
-    permd_client *c;
-    if (permd_connect_unix(h.sock, &c) || permd_put_dataset(c, "data", 1000, NULL, NULL))
-        return -1;
-    permd_close(c);
-    return 0;
+    return harness_start(&h, 1, extra, NULL) || harness_put(&h, "data", 1000) ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int st = harness_stop(&h, SIGTERM);
-    harness_cleanup(&h);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    return harness_finish(&h);
 }
 
 /* After every bad input: a new client still gets correct ids. */

@@ -36,21 +36,13 @@ static int setup(void **state)
     harness_init(&h);
     const char *extra[] = {"--max-connections", "64", "--output-cap", "262144", "--max-count", "65536",
                            "--metrics", "", NULL};
-    if (harness_start(&h, 0, extra, NULL))
-        return -1;
-    permd_client *c;
-    if (permd_connect_unix(h.sock, &c) || permd_put_dataset(c, "big", BIG, NULL, NULL))
-        return -1;
-    permd_close(c);
-    return 0;
+    return harness_start(&h, 0, extra, NULL) || harness_put(&h, "big", BIG) ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int st = harness_stop(&h, SIGTERM);
-    harness_cleanup(&h);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    return harness_finish(&h);
 }
 
 static void sleep_ms(int ms)

@@ -23,9 +23,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    int st = harness_stop(&h, SIGTERM);
-    harness_cleanup(&h);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    return harness_finish(&h);
 }
 
 static void unavailable_and_unharmed(void **state)

@@ -48,9 +48,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    int st = harness_stop(&h, SIGTERM);
-    harness_cleanup(&h);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    return harness_finish(&h);
 }
 
 typedef struct worker {

@@ -23,21 +23,13 @@ static int setup(void **state)
     (void)state;
     harness_init(&h);
     const char *extra[] = {"--inline-ids", "100", NULL}; /* batches of 100 inline, larger on the pool */
-    if (harness_start(&h, 0, extra, NULL))
-        return -1;
-    permd_client *c;
-    if (permd_connect_unix(h.sock, &c) || permd_put_dataset(c, "d", N, NULL, NULL))
-        return -1;
-    permd_close(c);
-    return 0;
+    return harness_start(&h, 0, extra, NULL) || harness_put(&h, "d", N) ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int st = harness_stop(&h, SIGTERM);
-    harness_cleanup(&h);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    return harness_finish(&h);
 }
 
 static void send_stream(int fd, uint64_t id, uint64_t batch, uint32_t credits, uint64_t max_count, uint64_t offset)
