@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/rank.h"
 #include "gpu/permd_gpu.h"
+#include "gpu_test.h"
 
 static pd_gpu *gpu;
 
@@ -229,17 +230,9 @@ static void bad_arguments(void **state)
 
 int main(void)
 {
-    int count = 0;
-    pd_gpu_device_count(&count);
-    if (count == 0) {
-        printf("skipped: no GPU\n");
-        return 77;
-    }
-    if (pd_gpu_open(0, &gpu) != PD_OK) {
-        printf("could not open GPU 0\n");
-        return 1;
-    }
-    printf("GPU: %s\n", pd_gpu_describe(gpu));
+    int rc = gpu_test_open(&gpu);
+    if (rc)
+        return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ranges_match_core_auto),
         cmocka_unit_test(ranges_match_core_refill),
@@ -250,7 +243,7 @@ int main(void)
         cmocka_unit_test(fused_is_compaction_order),
         cmocka_unit_test(bad_arguments),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
     pd_gpu_close(gpu);
     return rc;
 }

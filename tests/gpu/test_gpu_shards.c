@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/shards.h"
 #include "gpu/permd_gpu.h"
+#include "gpu_test.h"
 
 static pd_gpu *gpu;
 
@@ -141,22 +142,14 @@ static void bad_arguments(void **state)
 
 int main(void)
 {
-    int count = 0;
-    pd_gpu_device_count(&count);
-    if (count == 0) {
-        printf("skipped: no GPU\n");
-        return 77;
-    }
-    if (pd_gpu_open(0, &gpu) != PD_OK) {
-        printf("could not open GPU 0\n");
-        return 1;
-    }
-    printf("GPU: %s\n", pd_gpu_describe(gpu));
+    int rc = gpu_test_open(&gpu);
+    if (rc)
+        return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shards_match_core),
         cmocka_unit_test(bad_arguments),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
     pd_gpu_close(gpu);
     return rc;
 }
