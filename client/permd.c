@@ -1015,6 +1015,7 @@ static void pd_cl_stats_tables(const Permd__V1__StatsReply *r, permd_stats *out)
     out->queue_depth = r->queue_depth;
     out->bytes_in_total = r->bytes_in_total;
     out->connections_rejected_total = r->connections_rejected_total;
+    out->readahead_hits_total = r->readahead_hits_total;
     memset(out->latency_bounds_us, 0, sizeof out->latency_bounds_us);
     for (size_t b = 0; b < PERMD_LATENCY_BUCKETS; b++)
         out->latency_bounds_us[b] = b < r->n_latency_bounds_us && b + 1 < PERMD_LATENCY_BUCKETS

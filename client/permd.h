@@ -150,6 +150,7 @@ typedef struct permd_stats {
     uint32_t nrequests, nerrors; /* entries used below */
     permd_request_stats requests[PERMD_STATS_TYPES];
     permd_error_stats errors[PERMD_STATS_ERRORS];
+    uint64_t readahead_hits_total; /* Fetches answered from a readahead (appended: the fields above keep their offsets) */
 } permd_stats;
 
 /* A static description of an error code. */

@@ -11,6 +11,7 @@
 #include "daemon/auth.h"
 #include "daemon/handlers.h"
 #include "daemon/log.h"
+#include "daemon/readahead.h"
 #include "daemon/metrics.h"
 #include "daemon/stream.h"
 
@@ -55,6 +56,7 @@ static void pd_conn_free(pd_conn *c)
 {
     pd_server *s = c->srv;
     pd_stream_free_all(c);
+    pd_readahead_drop(c);
     pd_upload_free(c->upload);
     pd_frame_reader_free(&c->in);
     pd_arena_free(&c->arena);
@@ -82,6 +84,7 @@ void pd_conn_close(pd_conn *c)
     c->closing = 1;
     atomic_store_explicit(&c->cancel, 1, memory_order_relaxed);
     pd_stream_discard_all(c);
+    pd_readahead_drop(c);
     pd_groups_conn_gone(c->srv->groups, c);
     if (c->prev)
         c->prev->next = c->next;

@@ -44,6 +44,7 @@ typedef struct pd_conn {
     struct pd_stream *streams;
     unsigned nstreams;
     struct pd_upload *upload; /* a sharded PutDataset arriving in parts */
+    struct pd_readahead *ra;  /* its predicted next Fetch (daemon/readahead.c), once it fetched */
     unsigned refs; /* the handle, plus one per job in flight */
     uint64_t linger_until; /* after an error: when to give up waiting for the peer's EOF */
     uv_shutdown_t shutdown_req;

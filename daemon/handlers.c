@@ -11,6 +11,7 @@
 #include "daemon/groups.h"
 #include "daemon/log.h"
 #include "daemon/plans.h"
+#include "daemon/readahead.h"
 #include "daemon/stream.h"
 
 #define PD_HDR_MAX 128 /* a bulk frame header: prefix, id, two tags and lengths, a few small fields */
@@ -558,13 +559,23 @@ static void pd_fetch_reply(pd_conn *c, uint64_t id, uint64_t count, pd_target *t
      * thread hop costs more than generating them. The rest go to the pool, so
      * big requests spread over every core while the loop moves bytes. A
      * sharded plan not built yet always goes to the pool. */
-    if (got == 0 || (!pd_target_may_block(t) && pd_server_take_inline(s, got))) {
+    const uint8_t *ahead = got ? pd_readahead_find(c, t, count, got) : NULL; /* generated while the loop was idle */
+    if (got == 0 || ahead || (!pd_target_may_block(t) && pd_server_take_inline(s, got))) {
         uint64_t w = 0;
         int rc = PD_ENOMEM;
         uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, bytes, t->width);
-        if (payload && (rc = pd_target_generate(s->backend, t, &t->slice, got, payload, &w)) == 0 && w == got) {
+        if (payload && ahead) {
+            memcpy(payload, ahead, bytes);
+            w = got;
+            rc = 0;
+            s->stats.readahead_hits++;
+        } else if (payload) {
+            rc = pd_target_generate(s->backend, t, &t->slice, got, payload, &w);
+        }
+        if (rc == 0 && w == got) {
             pd_conn_bulk_end(c, payload);
             s->stats.ids_served_total += got;
+            pd_readahead_note(c, t, count, got, head.remaining);
         } else { /* the unfinished frame is simply not committed */
             pd_conn_send_error(c, id, PD_EINTERNAL, "generation failed: %s", pd_strerror(rc ? rc : PD_EINTERNAL));
         }

@@ -202,6 +202,10 @@ int pd_metrics_render(pd_server *s, char **out, size_t *len)
     pd_text_u64(&t, "permd_backpressure_pauses_total", "counter",
                 "Times a connection was paused because its unread output exceeded output_cap.",
                 s->stats.backpressure_pauses);
+    pd_text_u64(&t, "permd_readahead_hits_total", "counter",
+                "Fetches answered from a readahead: generated while the loop was idle, because the "
+                "connection reads its slice in order.",
+                s->stats.readahead_hits);
     pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
                 s->reg ? pd_registry_count(s->reg) : 0);
     if (t.failed) {
@@ -239,6 +243,7 @@ int pd_metrics_fill_stats(pd_server *s, Permd__V1__StatsReply *r, pd_arena *aren
     r->gpu_ids_total = gpu_ids;
     r->queue_depth = s->jobs;
     r->bytes_in_total = m->bytes_in;
+    r->readahead_hits_total = s->stats.readahead_hits;
     r->connections_rejected_total = 0;
     for (int k = 0; k < PD_REJECT_NREASONS; k++)
         r->connections_rejected_total += m->rejected[k];

@@ -15,6 +15,7 @@
 #include "daemon/listen.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/readahead.h"
 
 #define PD_SWEEP_MS 500
 
@@ -117,6 +118,7 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
     s->sigterm.data = s->sigint.data = s->stop_timer.data = s->budget.data = s;
     s->inline_left = cfg->inline_ids;
     uv_check_start(&s->budget, pd_on_budget);
+    pd_readahead_init(s);
     uv_unref((uv_handle_t *)&s->budget); /* never what keeps the loop alive */
     uv_signal_start(&s->sigterm, pd_on_signal, SIGTERM);
     uv_signal_start(&s->sigint, pd_on_signal, SIGINT);
@@ -178,6 +180,7 @@ void pd_server_maybe_finish(pd_server *s)
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
     uv_close((uv_handle_t *)&s->budget, NULL);
+    pd_readahead_close(s);
 }
 
 void pd_server_close(pd_server *s)
@@ -193,6 +196,7 @@ void pd_server_close(pd_server *s)
         uv_close((uv_handle_t *)&s->sigint, NULL);
         uv_close((uv_handle_t *)&s->stop_timer, NULL);
         uv_close((uv_handle_t *)&s->budget, NULL);
+    pd_readahead_close(s);
     }
     uv_run(s->loop, UV_RUN_DEFAULT);
     pd_registry_close(s->reg);

@@ -21,6 +21,7 @@ typedef struct pd_stats {
     uint64_t bytes_out_total;
     uint64_t streams_total;
     uint64_t backpressure_pauses;
+    uint64_t readahead_hits; /* Fetches answered from a readahead (daemon/readahead.c) */
     uint32_t connections;
     uint32_t streams_active;
 } pd_stats;
@@ -50,6 +51,8 @@ typedef struct pd_server {
     unsigned workers;
     uint64_t inline_left; /* ids the loop may still generate itself this iteration */
     uv_check_t budget;    /* refills inline_left once per loop iteration */
+    uv_idle_t readahead_idle;         /* generates the queued predictions before the loop blocks */
+    struct pd_conn *readahead_queue;  /* connections with a prediction to generate */
 
     uv_signal_t sigterm, sigint;
     uv_timer_t stop_timer; /* sweeps lingering connections; bounds the shutdown once stopping */

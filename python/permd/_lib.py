@@ -50,7 +50,8 @@ class Stats(ctypes.Structure):
                "bytes_in_total", "connections_rejected_total")
     _fields_ = [(name, ctypes.c_uint64) for name in SCALARS] + [
         ("latency_bounds_us", ctypes.c_uint64 * LATENCY_BUCKETS), ("nrequests", ctypes.c_uint32),
-        ("nerrors", ctypes.c_uint32), ("requests", RequestStats * STATS_TYPES), ("errors", ErrorStats * STATS_ERRORS)]
+        ("nerrors", ctypes.c_uint32), ("requests", RequestStats * STATS_TYPES), ("errors", ErrorStats * STATS_ERRORS),
+        ("readahead_hits_total", ctypes.c_uint64)]
 
 
 def _candidates():
