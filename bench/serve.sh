@@ -80,7 +80,12 @@ for k in redis permd small; do
 done
 S=""
 for rep in $(seq "$REPS"); do
-  S+="$(kv "$("$SERVE" stream --socket "$TMP/permd.sock" --dataset bench --batch 65536 --seconds "$RUN_S")" ids_per_s);"
+  if ! line=$("$SERVE" stream --socket "$TMP/permd.sock" --dataset bench --batch 65536 --seconds "$RUN_S" 2>"$TMP/stream.err"); then
+    # A failed run must not pass for a slow one: say why, with permd's last words.
+    { cat "$TMP/stream.err"; echo "serve.sh: the stream failed; permd's log ends:"; tail -5 "$TMP/permd.log"; } >&2
+    exit 1
+  fi
+  S+="$(kv "$line" ids_per_s);"
 done
 STREAM=$(best "$S")
 G=""

@@ -2,7 +2,7 @@
 # The GPU session's script, run on a GPU machine through the device tool (see docs): builds with CUDA,
 # runs the GPU and unit tests, then the GPU benchmark, leaving logs and results in $OUT.
 # Prepare here first: scripts/device-sysroot.sh (then carry .carry).
-#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|nccl|nccl-python|all] [--quick]
+#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|nccl|nccl-python|all] [--quick]
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
 #  sysroot: scripts/device-sysroot.sh redis-server redis-tools libjemalloc2 liblzf1)
 set -uo pipefail
@@ -55,8 +55,10 @@ fi
 if [ "$what" = cpubench ]; then # the CPU benchmark on this host's CPUs (AVX-512, many cores)
   BUILD_DIR=build-dev PYTHON=python3 RESULTS_DIR="$OUT" bash bench/cpu_gen.sh || rc=1
 fi
-if [ "$what" = hostbench ]; then # CPU-side benchmarks that want more cores than a CI machine has
+if [ "$what" = hostbench ] || [ "$what" = serve ]; then # CPU-side benchmarks that want more cores than a CI machine has
   OUT="$OUT/serve.md" REPS=3 bash bench/serve.sh build-dev 2>&1 | tail -30 || rc=1
+fi
+if [ "$what" = hostbench ]; then
   PYTHONPATH=python PERMD_LIB=build-dev/lib/libpermd.so python3 bench/python_sampler.py "$OUT/python.md" 2>&1 | tail -20 || rc=1
   bash bench/shards.sh build-dev >/dev/null 2>&1 && cp bench/results/shards.md "$OUT/shards.md" || rc=1
 fi
