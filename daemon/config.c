@@ -63,6 +63,10 @@ static const pd_opt pd_opts[] = {
     PD_OPT(log_level, PD_OPT_LEVEL, "info", 0, 0, "error, warn, info or debug; logs go to stderr."),
     PD_OPT(workers, PD_OPT_U64, "0", 0, 1024,
            "Worker threads for large generation and storage I/O; 0: one per CPU."),
+    PD_OPT(loops, PD_OPT_U64, "0", 0, 256,
+           "Event loops (threads) serving connections, each taking every loops-th new\n"
+           "connection; one loop saturates near 100k small requests/s. 0: one per CPU,\n"
+           "at most 4 (the worker pool wants the other cores)."),
     PD_OPT(max_frame, PD_OPT_U64, "1048576", 4096, PD_FRAME_MAX_LIMIT,
            "Largest request frame accepted, in bytes. A larger frame gets TOO_LARGE and\n"
            "its connection is closed."),

@@ -29,6 +29,7 @@ typedef struct pd_config {
     char *state_dir;     /* "" = $STATE_DIRECTORY, $XDG_STATE_HOME/permd or ~/.local/state/permd */
     uint64_t log_level;  /* pd_log_level */
     uint64_t workers;    /* 0 = one per CPU */
+    uint64_t loops;      /* event loops serving connections; 0 = min(CPUs, 4) */
     uint64_t max_frame;
     uint64_t max_connections;
     uint64_t max_count;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "daemon/groups.h"
@@ -94,6 +95,7 @@ void pd_conn_close(pd_conn *c)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
     c->srv->stats.connections--;
+    atomic_fetch_sub(&c->srv->primary->conns_open, 1);
     pd_log_debug("conn_close", "conn=%llu", (unsigned long long)c->serial);
     uv_close(&c->h.handle, pd_on_close);
 }
@@ -537,11 +539,19 @@ static void pd_on_reject_close(uv_handle_t *h)
     free(h);
 }
 
-void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
+/* A connection on s's loop: from a listener of this loop (listener), or a descriptor another loop
+ * accepted (fd, already counted in conns_open). */
+static void pd_conn_open_on(pd_server *s, uv_stream_t *listener, int fd, int is_tcp)
 {
+    pd_server *p = s->primary;
+    if (listener)
+        atomic_fetch_add(&p->conns_open, 1);
     pd_conn *c = calloc(1, sizeof *c);
     if (!c) {
         pd_log_error("accept", "err=ENOMEM");
+        if (fd >= 0)
+            close(fd);
+        atomic_fetch_sub(&p->conns_open, 1);
         return;
     }
     atomic_init(&c->cancel, 0);
@@ -550,13 +560,17 @@ void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
     else
         uv_pipe_init(s->loop, &c->h.pipe, 0);
     c->h.handle.data = c;
-    int rc = uv_accept(listener, &c->h.stream);
+    int rc = listener ? uv_accept(listener, &c->h.stream)
+                      : is_tcp ? uv_tcp_open(&c->h.tcp, fd) : uv_pipe_open(&c->h.pipe, fd);
     if (rc || pd_frame_reader_init(&c->in, PD_READ_BASE, (uint32_t)s->cfg->max_frame) ||
         pd_arena_init(&c->arena, PD_ARENA_SIZE)) {
         pd_log_warn("accept", "err=%s", rc ? uv_err_name(rc) : "ENOMEM");
+        if (rc && fd >= 0)
+            close(fd); /* the handle did not take it */
         pd_frame_reader_free(&c->in);
         pd_arena_free(&c->arena);
         uv_close(&c->h.handle, pd_on_reject_close);
+        atomic_fetch_sub(&p->conns_open, 1);
         return;
     }
     c->srv = s;
@@ -564,7 +578,8 @@ void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
     c->req_slot = PD_REQ_CONNECTION;
     c->is_tcp = (unsigned)is_tcp;
     c->authed = !(is_tcp && s->token);
-    c->serial = ++s->stats.connections_total;
+    c->serial = atomic_fetch_add(&p->serials, 1) + 1;
+    s->stats.connections_total++;
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
@@ -574,7 +589,7 @@ void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
         uv_tcp_nodelay(&c->h.tcp, 1);
     pd_log_debug("conn_open", "conn=%llu transport=%s", (unsigned long long)c->serial, is_tcp ? "tcp" : "unix");
 
-    if (s->stats.connections > s->cfg->max_connections) {
+    if (atomic_load(&p->conns_open) > s->cfg->max_connections) {
         s->metrics.rejected[PD_REJECT_MAX_CONNECTIONS]++;
         pd_log_warn("conn_reject", "conn=%llu reason=max_connections limit=%llu", (unsigned long long)c->serial,
                     (unsigned long long)s->cfg->max_connections);
@@ -586,4 +601,14 @@ void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
     if (!is_tcp && pd_auth_peer_refused(c))
         return;
     pd_conn_update_reading(c);
+}
+
+void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
+{
+    pd_conn_open_on(s, listener, -1, is_tcp);
+}
+
+void pd_conn_adopt(pd_server *s, int fd, int is_tcp)
+{
+    pd_conn_open_on(s, NULL, fd, is_tcp);
 }

@@ -68,6 +68,8 @@ typedef struct pd_conn {
 
 /* Accept a pending connection on a listener. */
 void pd_conn_accept(pd_server *srv, uv_stream_t *listener, int is_tcp);
+/* Serve a socket another loop accepted (pd_server_dispatch); srv's loop owns it from now on. */
+void pd_conn_adopt(pd_server *srv, int fd, int is_tcp);
 
 /* Whether replies may still be sent (not closing or draining). */
 int pd_conn_open(const pd_conn *c);

@@ -54,6 +54,9 @@ typedef struct pd_group {
 
 struct pd_groups {
     pd_server *srv;
+    /* Requests come from every serving loop: one lock over the table and the groups' loop-side
+     * fields. Recursive, because a reply that fails closes its connection, which leaves its groups. */
+    pthread_mutex_t lock;
     pd_group *list;
     int loaded; /* 1: api usable; -1: failed (why says) */
     char why[256];
@@ -67,6 +70,11 @@ int pd_groups_open(pd_server *s, pd_groups **out)
     if (!g)
         return PD_ENOMEM;
     g->srv = s;
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&g->lock, &a);
+    pthread_mutexattr_destroy(&a);
     *out = g;
     return 0;
 }
@@ -77,6 +85,7 @@ void pd_groups_close(pd_groups *g)
         return;
     if (g->dl)
         dlclose(g->dl);
+    pthread_mutex_destroy(&g->lock);
     free(g);
 }
 
@@ -217,12 +226,14 @@ static void pd_group_on_async(uv_async_t *a)
     if (!exited)
         return;
     pthread_join(g->thread, NULL);
+    pthread_mutex_lock(&g->table->lock);
     for (pd_group **p = &g->table->list; *p; p = &(*p)->next) {
         if (*p == g) {
             *p = g->next;
             break;
         }
     }
+    pthread_mutex_unlock(&g->table->lock);
     pd_log_info("group_end", "group=%s failed=%d reason=\"%s\"", g->name, g->failed, g->failed ? g->why : "");
     uv_close((uv_handle_t *)&g->async, pd_group_free);
 }
@@ -238,7 +249,7 @@ static void pd_group_close(pd_group *g, int abort)
     pthread_mutex_unlock(&g->lock);
 }
 
-void pd_groups_stop(pd_groups *t)
+static void pd_groups_stop_locked(pd_groups *t)
 {
     for (pd_group *g = t ? t->list : NULL; g; g = g->next) {
         pd_group_fail(g, "%s", "permd is shutting down");
@@ -271,7 +282,7 @@ static void pd_group_member_gone(pd_group *g, uint32_t rank)
         pd_group_close(g, g->failed || g->joined < g->members);
 }
 
-void pd_groups_conn_gone(pd_groups *t, pd_conn *c)
+static void pd_groups_conn_gone_locked(pd_groups *t, pd_conn *c)
 {
     char detail[64];
     for (pd_group *g = t ? t->list : NULL; g; g = g->next) {
@@ -300,7 +311,7 @@ static int pd_group_check_failed(pd_conn *c, uint64_t id, pd_group *g)
     return failed;
 }
 
-static pd_group *pd_group_create(pd_groups *t, const char *name, uint32_t members, int *rc)
+static pd_group *pd_group_create(pd_groups *t, uv_loop_t *loop, const char *name, uint32_t members, int *rc)
 {
     pd_group *g = calloc(1, sizeof *g);
     pd_conn **conns = g ? calloc(members, sizeof *conns) : NULL;
@@ -320,7 +331,7 @@ static pd_group *pd_group_create(pd_groups *t, const char *name, uint32_t member
     }
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->wake, NULL);
-    uv_async_init(t->srv->loop, &g->async, pd_group_on_async);
+    uv_async_init(loop, &g->async, pd_group_on_async); /* the creating connection's loop ends it */
     g->async.data = g;
     if (pthread_create(&g->thread, NULL, pd_group_main, g)) {
         *rc = PD_EINTERNAL;
@@ -333,7 +344,7 @@ static pd_group *pd_group_create(pd_groups *t, const char *name, uint32_t member
     return g;
 }
 
-void pd_on_join_group(pd_conn *c, uint64_t id, const Permd__V1__JoinGroup *m)
+static void pd_on_join_group_locked(pd_conn *c, uint64_t id, const Permd__V1__JoinGroup *m)
 {
     pd_groups *t = c->srv->groups;
     const pd_config *cfg = c->srv->cfg;
@@ -369,7 +380,7 @@ void pd_on_join_group(pd_conn *c, uint64_t id, const Permd__V1__JoinGroup *m)
             pd_conn_send_error(c, id, PD_ECONFLICT, "group '%s' is full (%u members)", g->name, g->members);
             return;
         }
-    } else if (!(g = pd_group_create(t, m->group, m->members, &rc))) {
+    } else if (!(g = pd_group_create(t, c->srv->loop, m->group, m->members, &rc))) {
         pd_conn_send_error(c, id, rc == PD_ENOMEM ? PD_EINTERNAL : PD_EUNAVAILABLE, "cannot create group '%s': %s",
                            m->group, pd_strerror(rc));
         return;
@@ -408,7 +419,7 @@ static pd_group *pd_group_member(pd_conn *c, uint64_t id, const char *name, uint
     return g;
 }
 
-void pd_on_deliver(pd_conn *c, uint64_t id, const Permd__V1__Deliver *m)
+static void pd_on_deliver_locked(pd_conn *c, uint64_t id, const Permd__V1__Deliver *m)
 {
     pd_server *s = c->srv;
     uint32_t rank;
@@ -466,7 +477,7 @@ void pd_on_deliver(pd_conn *c, uint64_t id, const Permd__V1__Deliver *m)
     s->stats.ids_served_total += got;
 }
 
-void pd_on_leave_group(pd_conn *c, uint64_t id, const Permd__V1__LeaveGroup *m)
+static void pd_on_leave_group_locked(pd_conn *c, uint64_t id, const Permd__V1__LeaveGroup *m)
 {
     uint32_t rank;
     pd_group *g = pd_group_member(c, id, m->group, &rank);
@@ -480,4 +491,45 @@ void pd_on_leave_group(pd_conn *c, uint64_t id, const Permd__V1__LeaveGroup *m)
     env.body_case = PERMD__V1__ENVELOPE__BODY_LEAVE_GROUP_REPLY;
     env.leave_group_reply = &r;
     pd_conn_send(c, &env);
+}
+
+/* ---- Entry points: each under the table's lock ---------------------------------------------------------------- */
+
+void pd_groups_stop(pd_groups *t)
+{
+    if (!t) /* never opened */
+        return;
+    pthread_mutex_lock(&t->lock);
+    pd_groups_stop_locked(t);
+    pthread_mutex_unlock(&t->lock);
+}
+
+void pd_groups_conn_gone(pd_groups *t, pd_conn *c)
+{
+    if (!t) /* never opened */
+        return;
+    pthread_mutex_lock(&t->lock);
+    pd_groups_conn_gone_locked(t, c);
+    pthread_mutex_unlock(&t->lock);
+}
+
+void pd_on_join_group(pd_conn *c, uint64_t id, const Permd__V1__JoinGroup *m)
+{
+    pthread_mutex_lock(&c->srv->groups->lock);
+    pd_on_join_group_locked(c, id, m);
+    pthread_mutex_unlock(&c->srv->groups->lock);
+}
+
+void pd_on_deliver(pd_conn *c, uint64_t id, const Permd__V1__Deliver *m)
+{
+    pthread_mutex_lock(&c->srv->groups->lock);
+    pd_on_deliver_locked(c, id, m);
+    pthread_mutex_unlock(&c->srv->groups->lock);
+}
+
+void pd_on_leave_group(pd_conn *c, uint64_t id, const Permd__V1__LeaveGroup *m)
+{
+    pthread_mutex_lock(&c->srv->groups->lock);
+    pd_on_leave_group_locked(c, id, m);
+    pthread_mutex_unlock(&c->srv->groups->lock);
 }

@@ -26,7 +26,7 @@ static void pd_on_connection(uv_stream_t *listener, int status)
     }
     if (s->stopping)
         return;
-    pd_conn_accept(s, listener, listener == (uv_stream_t *)&s->tcp_listener);
+    pd_server_dispatch(s, listener, listener == (uv_stream_t *)&s->tcp_listener);
 }
 
 /* 1 when a server accepts connections at path. */

@@ -79,8 +79,11 @@ int main(int argc, char **argv)
          * clean exit into death by signal while memory is released. */
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);
-        pd_log_info("stopped", "requests=%llu connections=%llu", (unsigned long long)srv.stats.requests_total,
-                    (unsigned long long)srv.stats.connections_total);
+        pd_stats st;
+        unsigned jobs;
+        pd_server_totals(&srv, &st, NULL, &jobs);
+        pd_log_info("stopped", "requests=%llu connections=%llu", (unsigned long long)st.requests_total,
+                    (unsigned long long)st.connections_total);
     } else {
         status = PD_EXIT_FAIL;
     }

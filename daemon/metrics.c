@@ -65,6 +65,21 @@ void pd_metrics_latency(pd_metrics *m, int slot, uint64_t ns)
     m->latency_sum_ns[slot] += ns;
 }
 
+void pd_metrics_add(pd_metrics *into, const pd_metrics *what)
+{
+    for (int k = 0; k < PD_REQ_NTYPES; k++) {
+        into->requests[k] += what->requests[k];
+        into->latency_sum_ns[k] += what->latency_sum_ns[k];
+        for (unsigned e = 0; e < PD_METRICS_CODES; e++)
+            into->errors[k][e] += what->errors[k][e];
+        for (unsigned b = 0; b <= PD_LATENCY_NBOUNDS; b++)
+            into->latency[k][b] += what->latency[k][b];
+    }
+    into->bytes_in += what->bytes_in;
+    for (int r = 0; r < PD_REJECT_NREASONS; r++)
+        into->rejected[r] += what->rejected[r];
+}
+
 static uint64_t pd_slot_errors(const pd_metrics *m, int slot)
 {
     uint64_t n = 0;
@@ -130,7 +145,10 @@ static int pd_slot_shown(const pd_metrics *m, int slot)
 
 int pd_metrics_render(pd_server *s, char **out, size_t *len)
 {
-    const pd_metrics *m = &s->metrics;
+    pd_stats st;
+    pd_metrics all, *m = &all; /* every serving loop's, added up */
+    unsigned jobs;
+    pd_server_totals(s, &st, &all, &jobs);
     pd_text t = {.cap = 16384};
     if (!(t.p = malloc(t.cap)))
         return PD_ENOMEM;
@@ -143,9 +161,9 @@ int pd_metrics_render(pd_server *s, char **out, size_t *len)
                 PD_PROTOCOL_VERSION);
     pd_text_family(&t, "permd_uptime_seconds", "gauge", "Seconds since permd started.");
     pd_text_add(&t, "permd_uptime_seconds %.3f\n", (double)(pd_now_ms() - s->started_ms) / 1e3);
-    pd_text_u64(&t, "permd_connections_open", "gauge", "Client connections open now.", s->stats.connections);
+    pd_text_u64(&t, "permd_connections_open", "gauge", "Client connections open now.", st.connections);
     pd_text_u64(&t, "permd_connections_accepted_total", "counter", "Client connections accepted.",
-                s->stats.connections_total);
+                st.connections_total);
     pd_text_family(&t, "permd_connections_rejected_total", "counter",
                    "Connections refused at accept, by reason (max_connections, peer_uid).");
     for (int r = 0; r < PD_REJECT_NREASONS; r++)
@@ -187,25 +205,25 @@ int pd_metrics_render(pd_server *s, char **out, size_t *len)
     }
 
     pd_text_u64(&t, "permd_ids_served_total", "counter", "Sample ids sent in Fetch replies and stream batches.",
-                s->stats.ids_served_total);
+                st.ids_served_total);
     pd_text_family(&t, "permd_ids_generated_total", "counter", "Sample ids generated, by backend (cpu, gpu).");
     pd_text_add(&t, "permd_ids_generated_total{backend=\"cpu\"} %llu\n", (unsigned long long)cpu_ids);
     pd_text_add(&t, "permd_ids_generated_total{backend=\"gpu\"} %llu\n", (unsigned long long)gpu_ids);
     pd_text_u64(&t, "permd_bytes_sent_total", "counter", "Bytes of replies handed to the sockets.",
-                s->stats.bytes_out_total);
+                st.bytes_out_total);
     pd_text_u64(&t, "permd_bytes_received_total", "counter", "Bytes of requests read from the sockets.",
                 m->bytes_in);
-    pd_text_u64(&t, "permd_worker_queue_depth", "gauge", "Worker-pool jobs queued or running.", s->jobs);
+    pd_text_u64(&t, "permd_worker_queue_depth", "gauge", "Worker-pool jobs queued or running.", jobs);
     pd_text_u64(&t, "permd_workers", "gauge", "Worker-pool threads.", s->workers);
-    pd_text_u64(&t, "permd_streams_open", "gauge", "Streams running now.", s->stats.streams_active);
-    pd_text_u64(&t, "permd_streams_opened_total", "counter", "Streams opened.", s->stats.streams_total);
+    pd_text_u64(&t, "permd_streams_open", "gauge", "Streams running now.", st.streams_active);
+    pd_text_u64(&t, "permd_streams_opened_total", "counter", "Streams opened.", st.streams_total);
     pd_text_u64(&t, "permd_backpressure_pauses_total", "counter",
                 "Times a connection was paused because its unread output exceeded output_cap.",
-                s->stats.backpressure_pauses);
+                st.backpressure_pauses);
     pd_text_u64(&t, "permd_readahead_hits_total", "counter",
                 "Fetches answered from a readahead: generated while the loop was idle, because the "
                 "connection reads its slice in order.",
-                s->stats.readahead_hits);
+                st.readahead_hits);
     pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
                 s->reg ? pd_registry_count(s->reg) : 0);
     if (t.failed) {
@@ -221,7 +239,10 @@ int pd_metrics_render(pd_server *s, char **out, size_t *len)
 
 int pd_metrics_fill_stats(pd_server *s, Permd__V1__StatsReply *r, pd_arena *arena)
 {
-    const pd_metrics *m = &s->metrics;
+    pd_stats st;
+    pd_metrics all, *m = &all; /* every serving loop's, added up */
+    unsigned jobs;
+    pd_server_totals(s, &st, &all, &jobs);
     size_t ntypes = 0, nerr = 0;
     for (int k = 0; k < PD_REQ_NTYPES; k++) {
         ntypes += pd_slot_shown(m, k) != 0;
@@ -241,9 +262,9 @@ int pd_metrics_fill_stats(pd_server *s, Permd__V1__StatsReply *r, pd_arena *aren
         pd_backend_counts(s->backend, &cpu_ids, &gpu_ids);
     r->cpu_ids_total = cpu_ids;
     r->gpu_ids_total = gpu_ids;
-    r->queue_depth = s->jobs;
+    r->queue_depth = jobs;
     r->bytes_in_total = m->bytes_in;
-    r->readahead_hits_total = s->stats.readahead_hits;
+    r->readahead_hits_total = st.readahead_hits;
     r->connections_rejected_total = 0;
     for (int k = 0; k < PD_REJECT_NREASONS; k++)
         r->connections_rejected_total += m->rejected[k];
@@ -271,7 +292,8 @@ int pd_metrics_fill_stats(pd_server *s, Permd__V1__StatsReply *r, pd_arena *aren
         req[i].latency_sum_us = m->latency_sum_ns[k] / 1000;
         req[i].n_latency_buckets = PD_LATENCY_NBOUNDS + 1;
         req[i].latency_buckets = buckets + i * (PD_LATENCY_NBOUNDS + 1);
-        memcpy(req[i].latency_buckets, m->latency[k], (PD_LATENCY_NBOUNDS + 1) * sizeof *buckets);
+        for (unsigned b = 0; b <= PD_LATENCY_NBOUNDS; b++)
+            req[i].latency_buckets[b] = m->latency[k][b];
         reqp[i] = &req[i];
         i++;
     }

@@ -81,6 +81,7 @@ static void init_once(void)
     set("metrics", "");
     set("gpu", "off");
     set("cpu_threads", "1");
+    set("loops", "1"); /* one loop: the harness drives it with uv_run and reads its connections */
     set("max_frame", "65536");
     set("max_count", "4096");
     set("max_digest", "65536"); /* a Digest of the wide dataset would take hours */
