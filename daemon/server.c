@@ -182,6 +182,9 @@ static void pd_server_close_handles(pd_server *s)
         uv_close((uv_handle_t *)&s->sigterm, NULL);
         uv_close((uv_handle_t *)&s->sigint, NULL);
     } else {
+        pthread_mutex_lock(&s->inbox_lock);
+        s->inbox_closed = 1;
+        pthread_mutex_unlock(&s->inbox_lock);
         uv_close((uv_handle_t *)&s->inbox_async, NULL);
     }
     uv_close((uv_handle_t *)&s->stop_timer, NULL);
@@ -216,6 +219,14 @@ static void pd_on_inbox(uv_async_t *a)
 static void pd_server_post(pd_server *to, const pd_handoff *h, int stop)
 {
     pthread_mutex_lock(&to->inbox_lock);
+    if (to->inbox_closed) { /* stopped already: a connection handed over now is refused */
+        pthread_mutex_unlock(&to->inbox_lock);
+        if (h) {
+            close(h->fd);
+            atomic_fetch_sub(&to->primary->conns_open, 1);
+        }
+        return;
+    }
     if (h) {
         if (to->inbox_len == to->inbox_cap) {
             size_t cap = to->inbox_cap ? 2 * to->inbox_cap : 16;
@@ -234,8 +245,8 @@ static void pd_server_post(pd_server *to, const pd_handoff *h, int stop)
     }
     if (stop)
         to->stop_asked = 1;
+    uv_async_send(&to->inbox_async); /* under the lock: the handle cannot be closing yet */
     pthread_mutex_unlock(&to->inbox_lock);
-    uv_async_send(&to->inbox_async);
 }
 
 static void pd_on_handoff_closed(uv_handle_t *h)

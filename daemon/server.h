@@ -88,6 +88,7 @@ typedef struct pd_server {
     pd_handoff *inbox;
     size_t inbox_len, inbox_cap;
     int stop_asked;
+    int inbox_closed;           /* the shard's loop is ending: nothing more may be posted */
 } pd_server;
 
 /* Open the registry, declare config datasets, bind the listeners. Logs and
