@@ -57,7 +57,6 @@ static void pd_conn_free(pd_conn *c)
 {
     pd_server *s = c->srv;
     pd_stream_free_all(c);
-    pd_readahead_drop(c);
     pd_upload_free(c->upload);
     pd_frame_reader_free(&c->in);
     pd_arena_free(&c->arena);

@@ -899,24 +899,12 @@ static void pd_on_inverse(pd_conn *c, uint64_t id, const Permd__V1__Inverse *m)
 static void pd_on_stats(pd_conn *c, uint64_t id)
 {
     pd_server *s = c->srv;
-    pd_stats st; /* every serving loop's, added up */
-    unsigned jobs;
-    pd_server_totals(s, &st, NULL, &jobs);
     Permd__V1__StatsReply r = PERMD__V1__STATS_REPLY__INIT;
     r.server = "permd " PERMD_VERSION;
     r.uptime_ms = pd_now_ms() - s->started_ms;
-    r.connections = st.connections;
-    r.connections_total = st.connections_total;
-    r.requests_total = st.requests_total;
-    r.errors_total = st.errors_total;
-    r.ids_served_total = st.ids_served_total;
-    r.bytes_out_total = st.bytes_out_total;
     r.datasets = (uint32_t)pd_registry_count(s->reg);
-    r.streams_active = st.streams_active;
-    r.streams_total = st.streams_total;
-    r.backpressure_pauses = st.backpressure_pauses;
     r.workers = s->workers;
-    if (pd_metrics_fill_stats(s, &r, &c->arena)) { /* the by-type tables of daemon/metrics.c */
+    if (pd_metrics_fill_stats(s, &r, &c->arena)) { /* every loop's counters, and the by-type tables */
         pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
         return;
     }

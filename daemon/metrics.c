@@ -260,6 +260,15 @@ int pd_metrics_fill_stats(pd_server *s, Permd__V1__StatsReply *r, pd_arena *aren
     uint64_t cpu_ids = 0, gpu_ids = 0;
     if (s->backend)
         pd_backend_counts(s->backend, &cpu_ids, &gpu_ids);
+    r->connections = (uint32_t)st.connections;
+    r->connections_total = st.connections_total;
+    r->requests_total = st.requests_total;
+    r->errors_total = st.errors_total;
+    r->ids_served_total = st.ids_served_total;
+    r->bytes_out_total = st.bytes_out_total;
+    r->streams_active = (uint32_t)st.streams_active;
+    r->streams_total = st.streams_total;
+    r->backpressure_pauses = st.backpressure_pauses;
     r->cpu_ids_total = cpu_ids;
     r->gpu_ids_total = gpu_ids;
     r->queue_depth = jobs;

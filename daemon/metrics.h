@@ -65,8 +65,8 @@ void pd_metrics_latency(pd_metrics *m, int slot, uint64_t ns);
  * counts, in a malloc'd buffer. PD_ENOMEM. */
 int pd_metrics_render(struct pd_server *s, char **out, size_t *len);
 
-/* Fill the StatsReply fields: the flat counters and the by-type tables,
- * whose arrays are allocated in the arena. PD_ENOMEM. */
+/* Fill the StatsReply fields: the flat counters (every serving loop's, added
+ * up) and the by-type tables, whose arrays are allocated in the arena. PD_ENOMEM. */
 int pd_metrics_fill_stats(struct pd_server *s, Permd__V1__StatsReply *r, pd_arena *arena);
 
 #endif

@@ -26,6 +26,12 @@ static int pd_ra_same(const pd_target *a, const pd_target *b)
            a->slice.rank == b->slice.rank && a->slice.mode == b->slice.mode && a->width == b->width;
 }
 
+/* Whether a Fetch of count ids for t is the one that continues the last served. */
+static int pd_ra_continues(const pd_readahead *ra, const pd_target *t, uint64_t count)
+{
+    return ra->known && ra->count == count && ra->t.slice.offset == t->slice.offset && pd_ra_same(&ra->t, t);
+}
+
 static void pd_ra_unqueue(pd_server *s, pd_conn *c)
 {
     pd_readahead *ra = c->ra;
@@ -70,8 +76,7 @@ void pd_readahead_close(pd_server *s)
 const uint8_t *pd_readahead_find(pd_conn *c, const pd_target *t, uint64_t count, uint64_t got)
 {
     pd_readahead *ra = c->ra;
-    if (!ra || !ra->ready || ra->count != count || ra->got != got || ra->t.slice.offset != t->slice.offset ||
-        !pd_ra_same(&ra->t, t))
+    if (!ra || !ra->ready || !pd_ra_continues(ra, t, count) || ra->got != got)
         return NULL;
     return ra->buf;
 }
@@ -84,24 +89,19 @@ void pd_readahead_note(pd_conn *c, const pd_target *t, uint64_t count, uint64_t 
         return;
     if (!ra && !(ra = c->ra = calloc(1, sizeof *ra)))
         return;
-    int sequential = ra->have_last && ra->last_next == t->slice.offset && ra->last_count == count &&
-                     pd_ra_same(&ra->last, t);
-    ra->last = *t;
-    ra->last_count = count;
-    ra->last_next = pd_target_next_offset(t, t->slice.offset, got);
-    ra->have_last = 1;
+    int sequential = pd_ra_continues(ra, t, count);
+    ra->t = *t;
+    ra->t.slice.offset = pd_target_next_offset(t, t->slice.offset, got);
+    ra->t.remaining = remaining;
+    ra->count = count;
+    ra->got = count < remaining ? count : remaining;
+    ra->known = 1;
     ra->ready = 0;
-    uint64_t next = count < remaining ? count : remaining;
-    if (!sequential || next == 0 || next * t->width > PD_READAHEAD_MAX_BYTES || s->stopping ||
+    if (!sequential || ra->got == 0 || ra->got * t->width > PD_READAHEAD_MAX_BYTES || s->stopping ||
         (!ra->buf && !(ra->buf = malloc(PD_READAHEAD_MAX_BYTES)))) {
         pd_ra_unqueue(s, c);
         return;
     }
-    ra->t = *t;
-    ra->t.slice.offset = ra->last_next;
-    ra->t.remaining = remaining;
-    ra->count = count;
-    ra->got = next;
     if (!ra->queued) {
         ra->queued = 1;
         ra->prev = NULL;

@@ -15,19 +15,18 @@
 struct pd_conn;
 struct pd_server;
 
-/* What one connection predicts: its next Fetch, and what it served last. */
+/* What one connection predicts: the Fetch that continues the last one it was served. A Fetch
+ * that is that request is sequential; after one, the prediction is generated ahead. */
 typedef struct pd_readahead {
-    pd_target t;        /* the predicted request: flat dataset, t.slice.offset where it starts */
-    uint64_t count;     /* the count it will ask for */
-    uint64_t got;       /* ids in buf (min(count, remaining)) */
+    pd_target t;        /* the continuing request: the last one's key and slice, t.slice.offset where it
+                           ended, t.remaining what the rank then has left */
+    uint64_t count;     /* the last one's count, which the continuing one asks for again */
+    uint64_t got;       /* ids it gets: min(count, t.remaining) */
+    int known;          /* t and count are set (a Fetch was served) */
     uint8_t *buf;       /* got * t.width bytes once ready */
-    int ready;          /* buf holds the prediction */
+    int ready;          /* buf holds them */
     int queued;         /* waiting for the idle pass */
     struct pd_conn *prev, *next; /* the server's idle queue */
-    /* The last Fetch served: a request that continues it is sequential. */
-    pd_target last;
-    uint64_t last_count, last_next;
-    int have_last;
 } pd_readahead;
 
 /* The server's half: an idle handle that generates queued predictions before the loop blocks. */

@@ -323,7 +323,7 @@ static int pd_shard_start(pd_server *p, pd_server *s, unsigned index)
     s->started_ms = p->started_ms;
     s->workers = p->workers;
     s->primary = p;
-    s->nshards = index; /* for logs only; the primary holds the list */
+    s->index = index;
     pthread_mutex_init(&s->inbox_lock, NULL);
     uv_async_init(s->loop, &s->inbox_async, pd_on_inbox);
     s->inbox_async.data = s;
@@ -396,7 +396,7 @@ void pd_server_stop(pd_server *s)
         return;
     s->stopping = 1;
     int primary = s->primary == s;
-    pd_log_info("shutdown", "shard=%u connections=%llu jobs=%u", primary ? 0 : s->nshards,
+    pd_log_info("shutdown", "shard=%u connections=%llu jobs=%u", s->index,
                 (unsigned long long)s->stats.connections, s->jobs);
     if (primary) {
         pd_notify_stopping();

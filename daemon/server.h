@@ -77,7 +77,8 @@ typedef struct pd_server {
     /* Shards. */
     struct pd_server *primary;  /* the shard that listens (itself on the primary) */
     struct pd_server **shards;  /* primary: every shard, shards[0] itself; NULL with one loop */
-    unsigned nshards, next_shard;
+    unsigned nshards, next_shard; /* primary: how many, and who gets the next connection */
+    unsigned index;             /* this shard's number (0: the primary), for logs */
     _Atomic unsigned conns_open;         /* primary: connections on every shard, for max_connections */
     _Atomic unsigned long long serials;  /* primary: connection numbers for logs, unique across shards */
     uv_loop_t shard_loop;       /* a secondary shard's own loop and thread */
