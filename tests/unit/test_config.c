@@ -58,6 +58,12 @@ static void test_set_values_and_errors(void **state)
     assert_int_equal(c.max_frame, 65536); /* unchanged after a rejected value */
     assert_int_equal(pd_config_set(&c, "max_count", "-1", err, sizeof err), PD_EINVAL);
     assert_non_null(strstr(err, "max_count"));
+    assert_int_equal(pd_config_set(&c, "loops", "257", err, sizeof err), PD_ERANGE);
+    assert_non_null(strstr(err, "loops"));
+    assert_int_equal(c.loops, 0); /* the default: min(CPUs, 4) */
+    assert_int_equal(pd_config_set(&c, "max_digest", "0", err, sizeof err), PD_ERANGE);
+    assert_non_null(strstr(err, "max_digest"));
+    assert_int_equal(c.max_digest, UINT64_C(1) << 30);
     assert_int_equal(pd_config_set(&c, "socket_mode", "0999", err, sizeof err), PD_EINVAL);
     assert_int_equal(pd_config_set(&c, "socket_mode", "1777", err, sizeof err), PD_ERANGE);
     assert_int_equal(pd_config_set(&c, "log_level", "loud", err, sizeof err), PD_EINVAL);
