@@ -588,6 +588,7 @@ int permctl_cmd_stats(int argc, char **argv)
         {"bytes_in_total", st.bytes_in_total},
         {"connections_rejected_total", st.connections_rejected_total},
         {"readahead_hits_total", st.readahead_hits_total},
+        {"stream_rings_total", st.stream_rings_total},
     };
     int json = (a.set & PERMCTL_BIT(JSON)) != 0;
     if (json) {

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -52,11 +54,18 @@ struct permd_stream {
     int done, rc;
     pd_qframe *head, *tail;
     pd_qframe *held; /* the frame whose ids the caller holds */
+    int want_ring;   /* asked for a shared-memory ring */
+    const uint8_t *ring; /* the ring (read-only), once StreamRing mapped it */
+    size_t ring_size;
+    uint64_t slot_bytes;
 };
 
 struct permd_client {
     int fd;
     int broken; /* after an I/O failure or timeout nothing more is sent */
+    int is_unix;
+    int server_ring; /* the server offers stream rings (Hello feature stream_ring) */
+    int pending_fd;  /* a descriptor that arrived with the frame being read (a StreamRing's); -1 */
     uint32_t timeout_ms;
     uint64_t next_id;
     pd_frame_reader in;
@@ -151,6 +160,24 @@ static int pd_cl_send(permd_client *c, pd_envelope *env)
     return pd_cl_write_all(c, c->wbuf, n);
 }
 
+/* Keep the first descriptor received; close any other (never leak one the
+ * protocol did not announce). */
+static void pd_cl_take_fds(permd_client *c, struct msghdr *msg)
+{
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < nfd; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof fd, sizeof fd);
+            if (c->pending_fd >= 0)
+                close(c->pending_fd);
+            c->pending_fd = fd;
+        }
+    }
+}
+
 /* The next whole frame from the socket; the payload is valid until the next read. */
 static int pd_cl_read_frame(permd_client *c, const uint8_t **payload, uint32_t *len)
 {
@@ -168,9 +195,18 @@ static int pd_cl_read_frame(permd_client *c, const uint8_t **payload, uint32_t *
             return pd_cl_fail(c, PD_ENOMEM, "out of memory");
         if ((rc = pd_cl_poll(c, POLLIN)))
             return rc;
-        ssize_t n = recv(c->fd, p, room, 0);
+        /* recvmsg, not recv: a StreamRing's descriptor rides on its first byte. */
+        union {
+            struct cmsghdr h;
+            char buf[CMSG_SPACE(4 * sizeof(int))];
+        } ctl;
+        struct iovec iov = {.iov_base = p, .iov_len = room};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+        ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n > 0 && msg.msg_controllen)
+            pd_cl_take_fds(c, &msg);
         if (n == 0)
             return pd_cl_fail(c, PD_ECLOSED, "permd closed the connection");
         if (n < 0)
@@ -273,6 +309,9 @@ static int pd_cl_hello(permd_client *c, const char *token)
         c->info.output_cap = r->limits->output_cap;
         c->info.max_digest = r->limits->max_digest;
     }
+    for (size_t i = 0; i < r->n_features; i++)
+        if (!strcmp(r->features[i], "stream_ring"))
+            c->server_ring = 1;
     if (r->spec_version != 1)
         return pd_cl_fail(c, PD_EUNSUPPORTED, "permd computes permutation spec v%u; this client knows v1",
                           r->spec_version);
@@ -291,6 +330,7 @@ static int pd_cl_start(int fd, const char *token, permd_client **out)
         return pd_cl_fail(NULL, PD_ENOMEM, "out of memory");
     }
     c->fd = fd;
+    c->pending_fd = -1;
     if (pd_frame_reader_init(&c->in, PD_CL_READ_BASE, PD_CL_HELLO_FRAME) || pd_arena_init(&c->arena, PD_CL_ARENA)) {
         permd_close(c);
         return pd_cl_fail(NULL, PD_ENOMEM, "out of memory");
@@ -331,7 +371,10 @@ int permd_connect_unix(const char *path, permd_client **out)
                           e == ENOENT || e == ECONNREFUSED ? " (is permd running? see --socket / PERMD_SOCKET)"
                                                            : "");
     }
-    return pd_cl_start(fd, NULL, out);
+    int rc = pd_cl_start(fd, NULL, out);
+    if (rc == 0)
+        (*out)->is_unix = 1;
+    return rc;
 }
 
 int permd_connect_tcp(const char *host_port, const char *token, permd_client **out)
@@ -385,6 +428,8 @@ static void pd_stream_free(permd_stream *st)
         free(q);
     }
     free(st->held);
+    if (st->ring)
+        munmap((void *)st->ring, st->ring_size);
     if (st->c)
         st->c->stream = NULL;
     free(st);
@@ -397,6 +442,8 @@ void permd_close(permd_client *c)
     if (c->stream) /* the caller forgot permd_stream_close: detach it */
         c->stream->c = NULL;
     close(c->fd);
+    if (c->pending_fd >= 0)
+        close(c->pending_fd);
     pd_frame_reader_free(&c->in);
     pd_arena_free(&c->arena);
     free(c->wbuf);
@@ -778,7 +825,38 @@ static int pd_cl_stream_frame(permd_stream *st, const uint8_t **payload, uint32_
     return pd_cl_wait(c, st->id, payload, len);
 }
 
-/* Interpret one stream frame: 1 for a batch (filled in v), 0 for the end, or an error. */
+/* Map the ring a StreamRing announced; its descriptor came with the frame. */
+static int pd_cl_stream_map(permd_stream *st, const Permd__V1__StreamRing *r)
+{
+    permd_client *c = st->c;
+    int fd = c->pending_fd;
+    c->pending_fd = -1;
+    struct stat sb;
+    int rc = 0;
+    if (fd < 0 || !st->want_ring || st->ring)
+        rc = pd_cl_fail(c, PD_EPROTO, "permd sent an unexpected StreamRing");
+    else if (r->slots != st->window || !r->slot_bytes || r->slot_bytes % 64 || r->slot_bytes > (UINT64_C(1) << 40) ||
+             r->size < r->slots * r->slot_bytes || r->size > SIZE_MAX)
+        rc = pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamRing");
+    else if (fstat(fd, &sb) || (uint64_t)sb.st_size < r->size)
+        rc = pd_cl_fail(c, PD_EPROTO, "the stream ring's file is smaller than announced");
+    if (rc == 0) {
+        void *p = mmap(NULL, (size_t)r->size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            rc = pd_cl_fail(c, PD_EIO, "cannot map the stream ring: %s", strerror(errno));
+        } else {
+            st->ring = p;
+            st->ring_size = (size_t)r->size;
+            st->slot_bytes = r->slot_bytes;
+        }
+    }
+    if (fd >= 0)
+        close(fd); /* the mapping keeps the memory */
+    return rc;
+}
+
+/* Interpret one stream frame: 1 for a batch (filled in v), 0 for the end,
+ * 2 for the ring (read on), or an error. */
 static int pd_cl_stream_decode(permd_stream *st, const uint8_t *payload, uint32_t len, pd_bulk_view *v)
 {
     permd_client *c = st->c;
@@ -787,9 +865,24 @@ static int pd_cl_stream_decode(permd_stream *st, const uint8_t *payload, uint32_
     if (rc < 0)
         return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed stream frame");
     if (rc == 1) {
-        if ((v->f[1] != 4 && v->f[1] != 8 && v->f[1] != 16) || v->ids_len != v->f[1] * v->f[2])
+        uint64_t width = v->f[1], bytes = v->f[1] * v->f[2];
+        if (width != 4 && width != 8 && width != 16)
             return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
+        if (!st->ring)
+            return v->ids_len == bytes ? 1 : pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
+        /* Ring batches start a slot (so they are aligned) and stay in it. */
+        const uint64_t at = v->f[5];
+        if (v->ids_len || v->f[2] > st->slot_bytes / width || at % st->slot_bytes ||
+            at > st->ring_size - st->slot_bytes)
+            return pd_cl_fail(c, PD_EPROTO, "permd sent a StreamBatch outside its ring");
+        v->ids = st->ring + at;
+        v->ids_len = bytes;
         return 1;
+    }
+    if (v->body_field == PERMD__V1__ENVELOPE__BODY_STREAM_RING) {
+        if ((rc = pd_cl_unpack(c, payload, len, PERMD__V1__ENVELOPE__BODY_STREAM_RING, &env)))
+            return rc;
+        return (rc = pd_cl_stream_map(st, env->stream_ring)) ? rc : 2;
     }
     if ((rc = pd_cl_unpack(c, payload, len, PERMD__V1__ENVELOPE__BODY_STREAM_END, &env)))
         return rc;
@@ -828,6 +921,7 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     if (window > max_window)
         window = max_window;
     st->window = (uint32_t)(window < 2 ? 2 : window);
+    st->want_ring = c->is_unix && c->server_ring && !(flags & PERMD_STREAM_SOCKET);
     st->c = c;
     st->offset = s->offset;
     Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
@@ -836,6 +930,7 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     m.credits = st->window;
     m.max_count = max_count;
     m.locations = (flags & PERMD_LOCATIONS) != 0;
+    m.ring = st->want_ring;
     pd_envelope req = PERMD__V1__ENVELOPE__INIT;
     req.id = st->id = ++c->next_id;
     req.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
@@ -843,12 +938,14 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     const uint8_t *payload;
     uint32_t len;
     pd_bulk_view v;
-    /* Wait for the first frame so a refused stream fails here, not in next. */
-    if ((rc = pd_cl_send(c, &req)) || (rc = pd_cl_wait(c, st->id, &payload, &len)) ||
-        ((rc = pd_cl_stream_decode(st, payload, len, &v)) < 0)) {
-        pd_stream_free(st);
-        return rc;
-    }
+    /* Wait for the first frame (after the ring, if any) so that a refused
+     * stream fails here, not in next. */
+    if ((rc = pd_cl_send(c, &req)))
+        goto fail;
+    do
+        if ((rc = pd_cl_wait(c, st->id, &payload, &len)) || (rc = pd_cl_stream_decode(st, payload, len, &v)) < 0)
+            goto fail;
+    while (rc == 2);
     c->stream = st;
     if ((rc = pd_cl_queue_stream_frame(st, payload, len))) {
         pd_stream_free(st);
@@ -856,6 +953,28 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     }
     *out = st;
     return 0;
+fail:
+    pd_stream_free(st);
+    return rc;
+}
+
+/* The stream's next batch (1, in v) or its end (0), past any StreamRing. */
+static int pd_cl_stream_step(permd_stream *st, pd_bulk_view *v)
+{
+    int rc;
+    do {
+        const uint8_t *payload;
+        uint32_t len;
+        if ((rc = pd_cl_stream_frame(st, &payload, &len)))
+            return rc;
+        rc = pd_cl_stream_decode(st, payload, len, v);
+    } while (rc == 2);
+    return rc;
+}
+
+int permd_stream_shared(const permd_stream *st)
+{
+    return st && st->ring;
 }
 
 int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint64_t *count)
@@ -883,12 +1002,8 @@ int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint6
         }
         st->unacked = 0;
     }
-    const uint8_t *payload;
-    uint32_t len;
     pd_bulk_view v;
-    int rc = pd_cl_stream_frame(st, &payload, &len);
-    if (rc == 0)
-        rc = pd_cl_stream_decode(st, payload, len, &v);
+    int rc = pd_cl_stream_step(st, &v);
     if (rc <= 0) {
         st->done = 1;
         st->rc = rc;
@@ -900,7 +1015,7 @@ int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint6
      * (already parsed, and always longer than 8 bytes) when they are not. */
     uint8_t *p = (uint8_t *)v.ids; /* the client's own receive buffer */
     size_t mis = (uintptr_t)p % (v.f[1] < 8 ? v.f[1] : 8); /* locations: two u64s, 8-aligned */
-    if (mis) {
+    if (mis && !st->ring) {
         memmove(p - mis, p, v.ids_len);
         p -= mis;
     }
@@ -930,11 +1045,8 @@ int permd_stream_close(permd_stream *st)
         rc = pd_cl_send(c, &req);
         /* Drain the batches already on their way, up to StreamEnd. */
         while (rc == 0) {
-            const uint8_t *payload;
-            uint32_t len;
             pd_bulk_view v;
-            rc = pd_cl_stream_frame(st, &payload, &len);
-            if (rc == 0 && (rc = pd_cl_stream_decode(st, payload, len, &v)) == 0)
+            if ((rc = pd_cl_stream_step(st, &v)) == 0)
                 break;
             if (rc == 1)
                 rc = 0;
@@ -1016,6 +1128,7 @@ static void pd_cl_stats_tables(const Permd__V1__StatsReply *r, permd_stats *out)
     out->bytes_in_total = r->bytes_in_total;
     out->connections_rejected_total = r->connections_rejected_total;
     out->readahead_hits_total = r->readahead_hits_total;
+    out->stream_rings_total = r->stream_rings_total;
     memset(out->latency_bounds_us, 0, sizeof out->latency_bounds_us);
     for (size_t b = 0; b < PERMD_LATENCY_BUCKETS; b++)
         out->latency_bounds_us[b] = b < r->n_latency_bounds_us && b + 1 < PERMD_LATENCY_BUCKETS

@@ -94,6 +94,7 @@ typedef struct permd_digest {
 
 /* permd_stream_open_ex flags */
 #define PERMD_LOCATIONS 1u /* sharded datasets: (shard, offset) pairs, 16 bytes each, instead of ids */
+#define PERMD_STREAM_SOCKET 2u /* ids through the socket even where a shared-memory ring is possible */
 
 typedef struct permd_server_info {
     char server[64];          /* "permd 0.1.0" */
@@ -151,6 +152,7 @@ typedef struct permd_stats {
     permd_request_stats requests[PERMD_STATS_TYPES];
     permd_error_stats errors[PERMD_STATS_ERRORS];
     uint64_t readahead_hits_total; /* Fetches answered from a readahead (appended: the fields above keep their offsets) */
+    uint64_t stream_rings_total;   /* streams delivered through a shared-memory ring (appended) */
 } permd_stats;
 
 /* A static description of an error code. */
@@ -208,6 +210,10 @@ PERMD_API int permd_stream_next(permd_stream *st, const void **ids, uint32_t *wi
 PERMD_API uint64_t permd_stream_offset(const permd_stream *st);
 /* Cancel if unfinished and free. Returns the stream's error, if it had one. */
 PERMD_API int permd_stream_close(permd_stream *st);
+/* 1 when the stream's batches arrive through a shared-memory ring (a Unix
+ * socket to a permd that has one to give: no socket copy; *ids then points
+ * into the read-only ring), 0 when through the socket. */
+PERMD_API int permd_stream_shared(const permd_stream *st);
 
 /* Positions of samples: positions[i] = σ⁻¹(samples[i]) (global position in
  * the epoch), ranks[i] = the rank that reads it (position mod W), or

@@ -1,10 +1,12 @@
 /* Connections: accept, incremental reads into the frame reader, batched writes, backpressure, orderly close. */
 #include "daemon/conn.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -138,6 +140,58 @@ int pd_conn_send(pd_conn *c, const pd_envelope *env)
         return PD_ENOMEM;
     pd_frame_pack(env, p);
     c->out_len += n;
+    return 0;
+}
+
+static void pd_conn_queue(pd_conn *c, void *base, size_t cap, const uint8_t *data, size_t len);
+
+int pd_conn_send_fd(pd_conn *c, const pd_envelope *env, int fd)
+{
+    if (c->is_tcp)
+        return PD_EUNSUPPORTED;
+    pd_conn_flush(c);
+    if (c->closing)
+        return PD_ECLOSED;
+    if (c->out_len || c->h.stream.write_queue_size)
+        return PD_EBUSY;
+    uv_os_fd_t sock;
+    if (uv_fileno(&c->h.handle, &sock))
+        return PD_EUNSUPPORTED;
+    size_t len = pd_frame_size(env);
+    uint8_t *frame = malloc(len);
+    if (!frame)
+        return PD_ENOMEM;
+    pd_frame_pack(env, frame);
+    union { /* aligned for cmsghdr */
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = frame, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    ssize_t n;
+    do /* libuv made the socket non-blocking; its write queue is empty, so the bytes go in order */
+        n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        free(frame);
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return PD_EBUSY;
+        pd_log_debug("conn_write", "conn=%llu err=%s", (unsigned long long)c->serial, strerror(errno));
+        pd_conn_close(c);
+        return PD_ECLOSED;
+    }
+    c->srv->stats.bytes_out_total += len;
+    if ((size_t)n == len) {
+        free(frame);
+        return 0;
+    }
+    pd_conn_queue(c, frame, 0, frame + n, len - (size_t)n); /* the descriptor went with the first byte */
     return 0;
 }
 

@@ -50,7 +50,7 @@ static void pd_on_hello(pd_conn *c, uint64_t id, const Permd__V1__Hello *m)
         }
         c->authed = 1;
     }
-    static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats", "shards", "digest", "nccl"};
+    static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats", "shards", "digest", "nccl", "stream_ring"};
     Permd__V1__Limits lim = PERMD__V1__LIMITS__INIT;
     lim.max_frame = (uint32_t)s->cfg->max_frame;
     lim.max_count = s->cfg->max_count;

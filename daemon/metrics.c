@@ -224,6 +224,9 @@ int pd_metrics_render(pd_server *s, char **out, size_t *len)
                 "Fetches answered from a readahead: generated while the loop was idle, because the "
                 "connection reads its slice in order.",
                 st.readahead_hits);
+    pd_text_u64(&t, "permd_stream_rings_total", "counter",
+                "Streams whose batches went through a shared-memory ring instead of the socket.",
+                st.stream_rings_total);
     pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
                 s->reg ? pd_registry_count(s->reg) : 0);
     if (t.failed) {
@@ -274,6 +277,7 @@ int pd_metrics_fill_stats(pd_server *s, Permd__V1__StatsReply *r, pd_arena *aren
     r->queue_depth = jobs;
     r->bytes_in_total = m->bytes_in;
     r->readahead_hits_total = st.readahead_hits;
+    r->stream_rings_total = st.stream_rings_total;
     r->connections_rejected_total = 0;
     for (int k = 0; k < PD_REJECT_NREASONS; k++)
         r->connections_rejected_total += m->rejected[k];

@@ -380,6 +380,7 @@ void pd_server_totals(pd_server *s, pd_stats *stats, pd_metrics *metrics, unsign
         stats->streams_total += x->stats.streams_total;
         stats->backpressure_pauses += x->stats.backpressure_pauses;
         stats->readahead_hits += x->stats.readahead_hits;
+        stats->stream_rings_total += x->stats.stream_rings_total;
         stats->connections += x->stats.connections;
         stats->streams_active += x->stats.streams_active;
         if (metrics)

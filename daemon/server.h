@@ -24,6 +24,7 @@ typedef struct pd_stats {
     pd_counter streams_total;
     pd_counter backpressure_pauses;
     pd_counter readahead_hits; /* Fetches answered from a readahead (daemon/readahead.c) */
+    pd_counter stream_rings_total; /* streams delivered through a shared-memory ring (daemon/ring.c) */
     pd_counter connections;
     pd_counter streams_active;
 } pd_stats;

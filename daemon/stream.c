@@ -3,12 +3,14 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "daemon/backend.h"
 #include "daemon/handlers.h"
 #include "daemon/job.h"
 #include "daemon/log.h"
+#include "daemon/ring.h"
 
 #define PD_STREAM_HDR_MAX 128
 
@@ -29,6 +31,11 @@ typedef struct pd_stream {
     unsigned inflight;      /* batch jobs running */
     pd_batch *ready;        /* finished out of order, sorted by seq */
     int ended;              /* StreamEnd sent or connection gone: freed once inflight is 0 */
+    /* A ring stream's batch seq k is written to slot k % slots of the ring
+     * and announced by a StreamBatch without ids; ring.base is NULL otherwise. */
+    pd_ring ring;
+    uint32_t slots;
+    uint64_t slot_bytes;
 } pd_stream;
 
 /* One batch: its frame is built in its own buffer and sent as an owned write. */
@@ -70,6 +77,7 @@ static void pd_stream_unlink_free(pd_stream *st)
         free(b);
     }
     pd_target_release(&st->t);
+    pd_ring_free(&st->ring); /* no job writes to it any more */
     free(st);
 }
 
@@ -111,6 +119,28 @@ static int pd_batch_header(const pd_stream *st, const pd_batch *b, uint8_t *hdr,
                                 15, b->count * b->width, hlen);
 }
 
+/* Where batch seq's ids go in a ring stream. */
+static uint8_t *pd_stream_slot(const pd_stream *st, uint64_t seq)
+{
+    return st->ring.base + (seq % st->slots) * st->slot_bytes;
+}
+
+/* Announce a batch already written to its ring slot. */
+static int pd_stream_send_ring_batch(pd_stream *st, const pd_batch *b)
+{
+    Permd__V1__StreamBatch m = PERMD__V1__STREAM_BATCH__INIT;
+    m.id_width = b->width;
+    m.count = b->count;
+    m.next_offset = b->next_offset;
+    m.seq = b->seq;
+    m.ring_offset = (b->seq % st->slots) * st->slot_bytes;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = st->id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_BATCH;
+    env.stream_batch = &m;
+    return pd_conn_send(st->conn, &env);
+}
+
 static void pd_batch_run(pd_job *job)
 {
     pd_batch *b = (pd_batch *)job;
@@ -139,7 +169,12 @@ static int pd_stream_deliver(pd_stream *st)
         st->delivered += b->count;
         st->sent_offset = b->next_offset;
         c->srv->stats.ids_served_total += b->count;
-        pd_conn_write_owned(c, b->base, b->frame, b->frame_len);
+        if (st->ring.base) {
+            if (pd_stream_send_ring_batch(st, b))
+                pd_conn_close(c); /* out of memory for 60 bytes: the client cannot be told in order */
+        } else {
+            pd_conn_write_owned(c, b->base, b->frame, b->frame_len);
+        }
         free(b);
         if (c->closing)
             return 1;
@@ -193,16 +228,24 @@ static int pd_stream_inline(pd_stream *st, uint64_t count)
     uint8_t hdr[PD_STREAM_HDR_MAX];
     size_t hlen;
     uint64_t got;
-    int rc = pd_batch_header(st, &b, hdr, &hlen);
-    if (rc)
-        return rc;
-    uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, (size_t)count * b.width, b.width);
-    if (!payload)
-        return PD_ENOMEM;
-    rc = pd_target_generate(c->srv->backend, &st->t, &st->t.slice, count, payload, &got);
-    if (rc || got != count)
-        return rc ? rc : PD_EINTERNAL;
-    pd_conn_bulk_end(c, payload);
+    int rc;
+    if (st->ring.base) {
+        rc = pd_target_generate(c->srv->backend, &st->t, &st->t.slice, count, pd_stream_slot(st, b.seq), &got);
+        if (rc || got != count)
+            return rc ? rc : PD_EINTERNAL;
+        if ((rc = pd_stream_send_ring_batch(st, &b)))
+            return rc;
+    } else {
+        if ((rc = pd_batch_header(st, &b, hdr, &hlen)))
+            return rc;
+        uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, (size_t)count * b.width, b.width);
+        if (!payload)
+            return PD_ENOMEM;
+        rc = pd_target_generate(c->srv->backend, &st->t, &st->t.slice, count, payload, &got);
+        if (rc || got != count)
+            return rc ? rc : PD_EINTERNAL;
+        pd_conn_bulk_end(c, payload);
+    }
     st->next_seq++;
     st->send_seq++;
     st->delivered += count;
@@ -224,18 +267,23 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
     b->width = st->t.width;
     b->slice = st->t.slice;
     b->next_offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
-    uint8_t hdr[PD_STREAM_HDR_MAX];
-    size_t hlen;
-    int rc = pd_batch_header(st, b, hdr, &hlen);
-    size_t pad = (16 - hlen % 16) % 16;
-    if (rc || !(b->base = malloc(pad + hlen + (size_t)count * b->width))) {
-        free(b);
-        return rc ? rc : PD_ENOMEM;
+    if (st->ring.base) {
+        b->payload = pd_stream_slot(st, b->seq);
+        b->frame_len = PD_STREAM_HDR_MAX; /* the announcement is all that goes out */
+    } else {
+        uint8_t hdr[PD_STREAM_HDR_MAX];
+        size_t hlen;
+        int rc = pd_batch_header(st, b, hdr, &hlen);
+        size_t pad = (16 - hlen % 16) % 16;
+        if (rc || !(b->base = malloc(pad + hlen + (size_t)count * b->width))) {
+            free(b);
+            return rc ? rc : PD_ENOMEM;
+        }
+        b->frame = b->base + pad;
+        b->payload = b->frame + hlen; /* 16-aligned */
+        b->frame_len = hlen + (size_t)count * b->width;
+        memcpy(b->frame, hdr, hlen);
     }
-    b->frame = b->base + pad;
-    b->payload = b->frame + hlen; /* 16-aligned */
-    b->frame_len = hlen + (size_t)count * b->width;
-    memcpy(b->frame, hdr, hlen);
     if (pd_job_submit(&b->job, c, pd_batch_run, pd_batch_done, b->frame_len)) {
         free(b->base);
         free(b);
@@ -251,6 +299,7 @@ static void pd_stream_produce(pd_stream *st)
 {
     pd_conn *c = st->conn;
     while (!st->ended && st->credits && st->unscheduled && st->inflight < PD_STREAM_MAX_INFLIGHT &&
+           (!st->ring.base || st->inflight < st->slots) &&
            pd_conn_open(c) && !pd_conn_congested(c)) {
         uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
         /* Inline only in order (nothing in flight) and within the loop's budget. */
@@ -280,6 +329,48 @@ void pd_stream_pump(pd_conn *c)
             pd_stream_produce(st);
         st = next;
     }
+}
+
+/* Give the stream the ring its client asked for, or decline quietly: its
+ * batches then carry their ids, which every client reads anyway. */
+static void pd_stream_ring_setup(pd_stream *st, uint32_t slots)
+{
+    pd_conn *c = st->conn;
+    const uint64_t max = c->srv->cfg->stream_ring_max;
+    const uint64_t slot_bytes = (st->batch * st->t.width + 63) & ~UINT64_C(63);
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    const uint64_t size = (slot_bytes * slots + page - 1) / page * page;
+    const char *why = NULL;
+    if (c->is_tcp)
+        why = "tcp";
+    else if (size > max)
+        why = max ? "stream_ring_max" : "off";
+    else if (pd_ring_create(&st->ring, (size_t)size))
+        why = "memory";
+    if (!why) {
+        Permd__V1__StreamRing m = PERMD__V1__STREAM_RING__INIT;
+        m.size = size;
+        m.slots = slots;
+        m.slot_bytes = slot_bytes;
+        pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+        env.id = st->id;
+        env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_RING;
+        env.stream_ring = &m;
+        int rc = pd_conn_send_fd(c, &env, st->ring.fd);
+        pd_ring_close_fd(&st->ring); /* the client's copy is in flight */
+        if (rc) {
+            pd_ring_free(&st->ring);
+            why = "socket busy";
+        }
+    }
+    if (why) {
+        pd_log_debug("stream_ring", "conn=%llu id=%llu declined=%s bytes=%llu", (unsigned long long)c->serial,
+                     (unsigned long long)st->id, why, (unsigned long long)size);
+        return;
+    }
+    st->slots = slots;
+    st->slot_bytes = slot_bytes;
+    c->srv->stats.stream_rings_total++;
 }
 
 /* Validate the rest of a Stream request and start it; 0 when the stream took t over. */
@@ -315,6 +406,7 @@ static int pd_stream_start(pd_conn *c, uint64_t id, const Permd__V1__Stream *m, 
     }
     st->conn = c;
     st->id = id;
+    st->ring = PD_RING_NONE;
     st->t = t;
     st->batch = m->batch;
     st->credits = m->credits;
@@ -328,7 +420,10 @@ static int pd_stream_start(pd_conn *c, uint64_t id, const Permd__V1__Stream *m, 
     pd_log_debug("stream_open", "conn=%llu id=%llu dataset=%s ids=%llu batch=%llu", (unsigned long long)c->serial,
                  (unsigned long long)id, t.ds.name, (unsigned long long)st->unscheduled,
                  (unsigned long long)st->batch);
-    pd_stream_produce(st);
+    if (m->ring)
+        pd_stream_ring_setup(st, m->credits);
+    if (pd_conn_open(c))
+        pd_stream_produce(st);
     return 0;
 }
 
@@ -353,7 +448,7 @@ void pd_stream_credit(pd_conn *c, uint64_t id, uint32_t credits)
     if (!st)
         return;
     uint64_t total = (uint64_t)st->credits + credits;
-    uint64_t cap = c->srv->cfg->max_credits;
+    uint64_t cap = st->ring.base ? st->slots : c->srv->cfg->max_credits; /* a ring has no room for more */
     st->credits = (uint32_t)(total < cap ? total : cap);
     pd_stream_produce(st);
 }

@@ -275,7 +275,7 @@ int pd_frame_scan_bulk(const uint8_t *payload, size_t len, uint32_t want, pd_bul
             return PD_EPROTO;
         uint32_t field = (uint32_t)(tag >> 3);
         unsigned wt = (unsigned)(tag & 7);
-        if (field >= 1 && field <= 4 && wt == PD_WIRE_VARINT) {
+        if (field >= 1 && field <= 5 && wt == PD_WIRE_VARINT) {
             if (pd_varint_get(&p, end, &v->f[field]))
                 return PD_EPROTO;
         } else if (field == 15 && wt == PD_WIRE_LEN) {

@@ -81,7 +81,7 @@ int pd_frame_unpack(const uint8_t *payload, size_t len, ProtobufCAllocator *allo
 typedef struct pd_bulk_view {
     uint64_t id;          /* Envelope.id */
     uint32_t body_field;  /* the body's field number */
-    uint64_t f[5];        /* FetchReply: id_width, count, next_offset, remaining; StreamBatch: …, seq */
+    uint64_t f[6];        /* FetchReply: id_width, count, next_offset, remaining; StreamBatch: …, seq, ring_offset */
     const uint8_t *ids;
     uint64_t ids_len;
 } pd_bulk_view;

@@ -51,7 +51,7 @@ class Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in SCALARS] + [
         ("latency_bounds_us", ctypes.c_uint64 * LATENCY_BUCKETS), ("nrequests", ctypes.c_uint32),
         ("nerrors", ctypes.c_uint32), ("requests", RequestStats * STATS_TYPES), ("errors", ErrorStats * STATS_ERRORS),
-        ("readahead_hits_total", ctypes.c_uint64)]
+        ("readahead_hits_total", ctypes.c_uint64), ("stream_rings_total", ctypes.c_uint64)]
 
 
 def _candidates():

@@ -186,6 +186,7 @@ class Client:
         _lib.check(_lib.stats_get(self._handle(), ctypes.byref(st)), "stats", self._c)
         out = {name: getattr(st, name) for name in _lib.Stats.SCALARS}
         out["readahead_hits_total"] = st.readahead_hits_total
+        out["stream_rings_total"] = st.stream_rings_total
         out["latency_bounds_us"] = list(st.latency_bounds_us)[:-1]  # the last bucket is +Inf
         out["requests_by_type"] = {
             r.type.decode(): {"requests": r.requests, "errors": r.errors, "latency_sum_us": r.latency_sum_us,
