@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client/permd.h"
 #include "core/parse.h"
@@ -13,16 +15,19 @@
 
 static const char usage[] =
     "usage: serve fetch  --socket PATH --dataset NAME [--clients N] [--count C] [--seconds S]\n"
-    "       serve stream --socket PATH --dataset NAME [--batch B] [--seconds S]\n"
+    "       serve stream --socket PATH --dataset NAME [--batch B] [--seconds S] [--transport ring|socket]\n"
     "       serve gen    [--count C] [--seconds S]     (one thread of the daemon's CPU generator, no daemon)\n"
+    "       serve pipe   [--batch B] [--seconds S]     (a bare Unix socket moving B u32 per write, no daemon)\n"
     "\n"
     "fetch: N threads, one connection each, each Fetch asks rank 0 of 8 for C ids\n"
     "       at a fresh offset; prints requests/s and p50/p99 latency (after 0.5 s warm-up).\n"
-    "stream: one Stream of rank 0 of 1 in batches of B; prints ids/s.\n"
+    "stream: one Stream of rank 0 of 1 in batches of B, every id read (summed); prints ids/s.\n"
+    "       ring (default, libpermd's choice on a Unix socket): batches in shared memory;\n"
+    "       socket: batches through the socket.\n"
     "Output is one line of key=value pairs (bench/serve.sh parses it).\n";
 
 typedef struct options {
-    const char *cmd, *socket, *tcp, *dataset;
+    const char *cmd, *socket, *tcp, *dataset, *transport;
     uint64_t clients, count, batch;
     double seconds;
 } options;
@@ -148,8 +153,13 @@ static int run_stream(const options *o)
     if (connect_client(o, &c))
         return 1;
     permd_slice s = {.dataset = o->dataset, .seed = 99, .world = 1, .rank = 0, .mode = PERMD_MODE_EXACT};
-    if (permd_stream_open(c, &s, o->batch, 0, &st)) {
+    int want_ring = strcmp(o->transport, "socket") != 0;
+    if (permd_stream_open_ex(c, &s, o->batch, 0, want_ring ? 0 : PERMD_STREAM_SOCKET, &st)) {
         fprintf(stderr, "serve: stream: %s\n", permd_last_error(c));
+        return 1;
+    }
+    if (permd_stream_shared(st) != want_ring) { /* a ring row that measured the socket would mislead */
+        fprintf(stderr, "serve: asked for the %s transport, permd gave the other\n", o->transport);
         return 1;
     }
     uint64_t ids_total = 0, sink = 0;
@@ -162,14 +172,88 @@ static int run_stream(const options *o)
             fprintf(stderr, "serve: stream ended early: %s\n", permd_last_error(c));
             return 1;
         }
-        sink += ((const uint32_t *)ids)[n - 1]; /* touch the data like a consumer would */
+        const uint32_t *v = ids; /* read every id, as a consumer would */
+        uint32_t acc = 0;
+        for (uint64_t i = 0; i < n; i++)
+            acc += v[i];
+        sink += acc;
         ids_total += n;
         t = now_s();
     }
     permd_stream_close(st);
     permd_close(c);
-    printf("mode=stream batch=%llu ids=%llu seconds=%.2f ids_per_s=%.0f sink=%llu\n", (unsigned long long)o->batch,
-           (unsigned long long)ids_total, t - start, (double)ids_total / (t - start), (unsigned long long)(sink & 1));
+    printf("mode=stream transport=%s batch=%llu ids=%llu seconds=%.2f ids_per_s=%.0f sink=%llu\n",
+           want_ring ? "ring" : "socket", (unsigned long long)o->batch, (unsigned long long)ids_total, t - start, (double)ids_total / (t - start), (unsigned long long)(sink & 1));
+    return 0;
+}
+
+/* ---- pipe: the socket alone, the ceiling of a stream through it ---- */
+
+typedef struct pipe_writer {
+    int fd;
+    size_t bytes;
+} pipe_writer;
+
+static void *pipe_write(void *arg)
+{
+    const pipe_writer *w = arg;
+    uint8_t *buf = malloc(w->bytes);
+    if (buf) {
+        memset(buf, 1, w->bytes);
+        for (;;) {
+            size_t off = 0;
+            while (off < w->bytes) {
+                ssize_t n = send(w->fd, buf + off, w->bytes - off, MSG_NOSIGNAL);
+                if (n <= 0)
+                    goto out; /* the reader closed: done */
+                off += (size_t)n;
+            }
+        }
+    }
+out:
+    free(buf);
+    return NULL;
+}
+
+/* What one Unix stream socket moves with this machine's defaults, a reader
+ * summing every u32 as the stream reader does: nothing is generated. */
+static int run_pipe(const options *o)
+{
+    int sv[2];
+    pthread_t t;
+    pipe_writer w = {.bytes = o->batch * 4};
+    uint32_t *buf = malloc(w.bytes);
+    if (!buf || socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
+        free(buf);
+        return 1;
+    }
+    w.fd = sv[0];
+    if (pthread_create(&t, NULL, pipe_write, &w)) {
+        free(buf);
+        return 1;
+    }
+    uint64_t bytes = 0;
+    uint32_t acc = 0;
+    double start = now_s(), t_now = start;
+    while (t_now - start < o->seconds) {
+        size_t off = 0; /* one whole batch, as a frame reader would */
+        while (off < w.bytes) {
+            ssize_t n = read(sv[1], (uint8_t *)buf + off, w.bytes - off);
+            if (n <= 0)
+                break;
+            off += (size_t)n;
+        }
+        for (size_t i = 0; i < off / 4; i++)
+            acc += buf[i];
+        bytes += off;
+        t_now = now_s();
+    }
+    close(sv[1]);
+    pthread_join(t, NULL);
+    close(sv[0]);
+    free(buf);
+    printf("mode=pipe batch=%llu seconds=%.2f ids_per_s=%.0f sink=%u\n", (unsigned long long)o->batch,
+           t_now - start, (double)bytes / 4 / (t_now - start), acc & 1);
     return 0;
 }
 
@@ -204,7 +288,7 @@ static int run_gen(const options *o)
 
 int main(int argc, char **argv)
 {
-    options o = {.clients = 1, .count = 1024, .batch = 65536, .seconds = 5};
+    options o = {.clients = 1, .count = 1024, .batch = 65536, .seconds = 5, .transport = "ring"};
     if (argc < 2 || !strcmp(argv[1], "--help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -224,6 +308,13 @@ int main(int argc, char **argv)
             o.tcp = v;
         else if (!strcmp(a, "--dataset"))
             o.dataset = v;
+        else if (!strcmp(a, "--transport")) {
+            if (strcmp(v, "ring") && strcmp(v, "socket")) {
+                fprintf(stderr, "serve: --transport is ring or socket, not '%s'\n", v);
+                return 2;
+            }
+            o.transport = v;
+        }
         else if (!strcmp(a, "--seconds"))
             o.seconds = atof(v);
         else if (pd_parse_u64_range(v, 1, UINT32_MAX, &x)) {
@@ -246,6 +337,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(o.cmd, "gen"))
         return run_gen(&o);
+    if (!strcmp(o.cmd, "pipe"))
+        return run_pipe(&o);
     if ((!o.socket && !o.tcp) || !o.dataset) {
         fprintf(stderr, "serve: --socket (or --tcp) and --dataset are required\n%s", usage);
         return 2;
