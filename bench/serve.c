@@ -168,9 +168,19 @@ static int run_stream(const options *o)
         const void *ids;
         uint32_t width;
         uint64_t n;
-        if (permd_stream_next(st, &ids, &width, &n) || n == 0) {
-            fprintf(stderr, "serve: stream ended early: %s\n", permd_last_error(c));
+        if (permd_stream_next(st, &ids, &width, &n)) {
+            fprintf(stderr, "serve: stream failed: %s\n", permd_last_error(c));
             return 1;
+        }
+        if (n == 0) { /* the epoch is over (2^32 ids go by in seconds): on to the next, as a trainer does */
+            permd_stream_close(st);
+            s.epoch++;
+            if (permd_stream_open_ex(c, &s, o->batch, 0, want_ring ? 0 : PERMD_STREAM_SOCKET, &st)) {
+                fprintf(stderr, "serve: stream (epoch %llu): %s\n", (unsigned long long)s.epoch,
+                        permd_last_error(c));
+                return 1;
+            }
+            continue;
         }
         const uint32_t *v = ids; /* read every id, as a consumer would */
         uint32_t acc = 0;

@@ -841,7 +841,7 @@ static int pd_cl_stream_map(permd_stream *st, const Permd__V1__StreamRing *r)
     else if (fstat(fd, &sb) || (uint64_t)sb.st_size < r->size)
         rc = pd_cl_fail(c, PD_EPROTO, "the stream ring's file is smaller than announced");
     if (rc == 0) {
-        void *p = mmap(NULL, (size_t)r->size, PROT_READ, MAP_SHARED, fd, 0);
+        void *p = mmap(NULL, (size_t)r->size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
         if (p == MAP_FAILED) {
             rc = pd_cl_fail(c, PD_EIO, "cannot map the stream ring: %s", strerror(errno));
         } else {

@@ -98,8 +98,9 @@ static const pd_opt pd_opts[] = {
     PD_OPT(inline_ids, PD_OPT_U64, "65536", 0, UINT64_C(1) << 27,
            "Ids the event loop may generate itself per loop iteration (no thread hop,\n"
            "which costs more than generating this many with SIMD); requests beyond the\n"
-           "budget go to the worker pool. Lower it if loop latency matters more than\n"
-           "throughput on a slow (scalar) CPU. 0: always the pool."),
+           "budget, and stream batches above 4096 ids, go to the worker pool. Lower it\n"
+           "if loop latency matters more than throughput on a slow (scalar) CPU.\n"
+           "0: always the pool."),
     PD_OPT(shutdown_timeout_ms, PD_OPT_U64, "5000", 0, 3600000,
            "On SIGTERM or SIGINT, how long in-flight replies may take before the\n"
            "remaining connections are closed."),

@@ -303,7 +303,7 @@ static void pd_stream_produce(pd_stream *st)
            pd_conn_open(c) && !pd_conn_congested(c)) {
         uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
         /* Inline only in order (nothing in flight) and within the loop's budget. */
-        int inl = st->inflight == 0 && !st->ready && !pd_target_may_block(&st->t) &&
+        int inl = st->inflight == 0 && !st->ready && count <= PD_STREAM_INLINE_MAX && !pd_target_may_block(&st->t) &&
                   pd_server_take_inline(c->srv, count);
         int rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
         if (rc) {
