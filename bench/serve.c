@@ -16,6 +16,7 @@
 static const char usage[] =
     "usage: serve fetch  --socket PATH --dataset NAME [--clients N] [--count C] [--seconds S]\n"
     "       serve stream --socket PATH --dataset NAME [--batch B] [--seconds S] [--transport ring|socket]\n"
+    "                    [--read sum|last]\n"
     "       serve gen    [--count C] [--seconds S]     (one thread of the daemon's CPU generator, no daemon)\n"
     "       serve pipe   [--batch B] [--seconds S]     (a bare Unix socket moving B u32 per write, no daemon)\n"
     "\n"
@@ -23,11 +24,12 @@ static const char usage[] =
     "       at a fresh offset; prints requests/s and p50/p99 latency (after 0.5 s warm-up).\n"
     "stream: one Stream of rank 0 of 1 in batches of B, every id read (summed); prints ids/s.\n"
     "       ring (default, libpermd's choice on a Unix socket): batches in shared memory;\n"
-    "       socket: batches through the socket.\n"
+    "       socket: batches through the socket. --read last: one id a batch (the transport alone).\n"
     "Output is one line of key=value pairs (bench/serve.sh parses it).\n";
 
 typedef struct options {
     const char *cmd, *socket, *tcp, *dataset, *transport;
+    int read_all; /* --read sum (every id, default) | last (one id a batch: the transport alone) */
     uint64_t clients, count, batch;
     double seconds;
 } options;
@@ -183,8 +185,8 @@ static int run_stream(const options *o)
             continue;
         }
         const uint32_t *v = ids; /* read every id, as a consumer would */
-        uint32_t acc = 0;
-        for (uint64_t i = 0; i < n; i++)
+        uint32_t acc = v[n - 1];
+        for (uint64_t i = 0; o->read_all && i < n; i++)
             acc += v[i];
         sink += acc;
         ids_total += n;
@@ -192,8 +194,8 @@ static int run_stream(const options *o)
     }
     permd_stream_close(st);
     permd_close(c);
-    printf("mode=stream transport=%s batch=%llu ids=%llu seconds=%.2f ids_per_s=%.0f sink=%llu\n",
-           want_ring ? "ring" : "socket", (unsigned long long)o->batch, (unsigned long long)ids_total, t - start, (double)ids_total / (t - start), (unsigned long long)(sink & 1));
+    printf("mode=stream transport=%s read=%s batch=%llu ids=%llu seconds=%.2f ids_per_s=%.0f sink=%llu\n",
+           want_ring ? "ring" : "socket", o->read_all ? "sum" : "last", (unsigned long long)o->batch, (unsigned long long)ids_total, t - start, (double)ids_total / (t - start), (unsigned long long)(sink & 1));
     return 0;
 }
 
@@ -298,7 +300,7 @@ static int run_gen(const options *o)
 
 int main(int argc, char **argv)
 {
-    options o = {.clients = 1, .count = 1024, .batch = 65536, .seconds = 5, .transport = "ring"};
+    options o = {.clients = 1, .count = 1024, .batch = 65536, .seconds = 5, .transport = "ring", .read_all = 1};
     if (argc < 2 || !strcmp(argv[1], "--help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -325,7 +327,13 @@ int main(int argc, char **argv)
             }
             o.transport = v;
         }
-        else if (!strcmp(a, "--seconds"))
+        else if (!strcmp(a, "--read")) {
+            if (strcmp(v, "sum") && strcmp(v, "last")) {
+                fprintf(stderr, "serve: --read is sum or last, not '%s'\n", v);
+                return 2;
+            }
+            o.read_all = !strcmp(v, "sum");
+        } else if (!strcmp(a, "--seconds"))
             o.seconds = atof(v);
         else if (pd_parse_u64_range(v, 1, UINT32_MAX, &x)) {
             fprintf(stderr, "serve: %s: '%s' is not a positive integer\n", a, v);

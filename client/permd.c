@@ -35,6 +35,7 @@ _Static_assert(PD_SAME(PERMD_MODE_PAD, PD_MODE_PAD) && PD_SAME(PERMD_MODE_DROP, 
 #define PD_CL_READ_BASE (64u << 10)
 #define PD_CL_ARENA (16u << 10)
 #define PD_CL_STREAM_BYTES (4u << 20)  /* how far a stream may run ahead of the reader */
+#define PD_CL_RING_BYTES (16u << 20)   /* the same for a ring stream: no socket buffer fills, more batches in flight */
 #define PD_CL_MAX_WINDOW 16u
 #define PD_CL_HELLO_TIMEOUT_MS 10000u  /* a server that accepts but never answers fails connect */
 
@@ -915,13 +916,13 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     permd_stream *st = calloc(1, sizeof *st);
     if (!st)
         return pd_cl_fail(c, PD_ENOMEM, "out of memory");
-    uint64_t window = PD_CL_STREAM_BYTES / (batch * 4 + 1);
+    st->want_ring = c->is_unix && c->server_ring && !(flags & PERMD_STREAM_SOCKET);
+    uint64_t window = (st->want_ring ? PD_CL_RING_BYTES : PD_CL_STREAM_BYTES) / (batch * 4 + 1);
     uint64_t max_window = c->info.max_credits && c->info.max_credits < PD_CL_MAX_WINDOW ? c->info.max_credits
                                                                                        : PD_CL_MAX_WINDOW;
     if (window > max_window)
         window = max_window;
     st->window = (uint32_t)(window < 2 ? 2 : window);
-    st->want_ring = c->is_unix && c->server_ring && !(flags & PERMD_STREAM_SOCKET);
     st->c = c;
     st->offset = s->offset;
     Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
