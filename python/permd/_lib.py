@@ -130,6 +130,7 @@ stream_open = _sig("permd_stream_open", [p, ctypes.POINTER(Slice), u64, u64, cty
 stream_next = _sig("permd_stream_next", [p, ctypes.POINTER(p), P32, P64])
 stream_offset = _sig("permd_stream_offset", [p], u64)
 stream_close = _sig("permd_stream_close", [p])
+stream_shared = _sig("permd_stream_shared", [p], i32)
 inverse = _sig("permd_inverse", [p, ctypes.c_char_p, u64, u64, u32, i32, P64, ctypes.c_size_t, P64, P32])
 stats_get = _sig("permd_stats_get", [p, ctypes.POINTER(Stats)])
 

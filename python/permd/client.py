@@ -209,6 +209,12 @@ class _Stream:
     def offset(self):
         return _lib.stream_offset(self._st) if self._st else self._final
 
+    @property
+    def shared(self):
+        """Whether the batches come through a shared-memory ring (a local permd on its Unix socket)
+        rather than the socket; the ids are the same either way."""
+        return bool(_lib.stream_shared(self._st)) if self._st else self._shared
+
     def __iter__(self):
         return self
 
@@ -232,6 +238,7 @@ class _Stream:
     def close(self):
         if self._st:
             self._final = _lib.stream_offset(self._st)
+            self._shared = bool(_lib.stream_shared(self._st))
             _lib.stream_close(self._st)
             self._st = None
 

@@ -251,8 +251,11 @@ class DaemonBacked(unittest.TestCase):
             ids, nxt = c.fetch("small", 99, 2, 3, 1, "pad", 0, 10)
             self.assertEqual(ids.tolist(), [6, 2, 5, 0])
             self.assertEqual(nxt, 12)
-            batches = list(c.stream("small", 99, 2, 3, 1, "pad", batch=3))
+            st = c.stream("small", 99, 2, 3, 1, "pad", batch=3)
+            self.assertTrue(st.shared)  # a Unix socket: the batches come through a shared-memory ring
+            batches = list(st)
             self.assertEqual(np.concatenate(batches).tolist(), [6, 2, 5, 0])
+            self.assertTrue(st.shared)
             pos, ranks = c.inverse("small", 99, 2, 3, [6, 2])
             self.assertEqual(ranks, [1, 1])
             self.assertEqual([p % 3 for p in pos], [1, 1])
