@@ -140,6 +140,8 @@ int main(int argc, char **argv)
     stream_loc.credits = 2;
     stream_loc.max_count = 40;
     stream_loc.locations = 1;
+    Permd__V1__Stream stream_ring = stream; /* the ring's descriptor is dropped by the fuzzer's plain reads */
+    stream_ring.ring = 1;
     Permd__V1__Inverse inv_sharded = inv;
     inv_sharded.dataset = "sharded";
     inv_sharded.window = 5;
@@ -168,6 +170,7 @@ int main(int argc, char **argv)
         {"credit", 17, &credit.base},     {"cancel", 18, &cancel.base},    {"inverse", 19, &inv.base},
         {"stats", 20, &stats.base},       {"put_sharded", 11, &put_sharded.base},
         {"fetch_locations", 15, &fetch_loc.base}, {"stream_locations", 16, &stream_loc.base},
+        {"stream_ring", 16, &stream_ring.base},
         {"inverse_sharded", 19, &inv_sharded.base}, {"digest", 21, &digest.base},
         {"join_group", 22, &join.base},   {"deliver", 23, &deliver.base},  {"leave_group", 24, &leave.base},
     };
