@@ -149,7 +149,6 @@ int pd_conn_send_fd(pd_conn *c, const pd_envelope *env, int fd)
 {
     if (c->is_tcp)
         return PD_EUNSUPPORTED;
-    pd_conn_flush(c);
     if (c->closing)
         return PD_ECLOSED;
     if (c->out_len || c->h.stream.write_queue_size)
@@ -182,9 +181,9 @@ int pd_conn_send_fd(pd_conn *c, const pd_envelope *env, int fd)
         free(frame);
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return PD_EBUSY;
+        /* The peer is gone: the connection's next read or write finds out and closes it. */
         pd_log_debug("conn_write", "conn=%llu err=%s", (unsigned long long)c->serial, strerror(errno));
-        pd_conn_close(c);
-        return PD_ECLOSED;
+        return PD_EIO;
     }
     c->srv->stats.bytes_out_total += len;
     if ((size_t)n == len) {

@@ -104,10 +104,11 @@ void pd_conn_request_begin(pd_conn *c, uint64_t id, int body_case);
 /* Append a packed envelope. PD_ENOMEM. */
 int pd_conn_send(pd_conn *c, const pd_envelope *env);
 /* Send a packed envelope with a file descriptor in its first byte
- * (SCM_RIGHTS; Unix sockets only), after everything queued before it. The
- * kernel holds its own reference once this returns 0: close fd after. Only
- * when nothing is waiting to be written (else the frame would overtake it):
- * PD_EBUSY then, or when the socket is full; PD_EUNSUPPORTED on TCP. */
+ * (SCM_RIGHTS; Unix sockets only). The kernel holds its own reference once
+ * this returns 0: close fd after. Only when no output is buffered or queued
+ * (else the frame would overtake it): PD_EBUSY then, or when the socket is
+ * full; PD_EUNSUPPORTED on TCP, PD_EIO when the peer is gone (the connection
+ * is left for its next read or write to close). */
 int pd_conn_send_fd(pd_conn *c, const pd_envelope *env, int fd);
 /* Append an Error reply and count it. */
 void pd_conn_send_error(pd_conn *c, uint64_t id, int err, const char *fmt, ...)

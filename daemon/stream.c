@@ -412,6 +412,15 @@ static int pd_stream_start(pd_conn *c, uint64_t id, const Permd__V1__Stream *m, 
     st->credits = m->credits;
     st->unscheduled = m->max_count && m->max_count < t.remaining ? m->max_count : t.remaining;
     st->sent_offset = t.slice.offset;
+    /* Before the stream is linked: were sending to close the connection,
+     * closing would free a linked stream under us. */
+    if (m->ring)
+        pd_stream_ring_setup(st, m->credits);
+    if (!pd_conn_open(c)) {
+        pd_ring_free(&st->ring);
+        free(st);
+        return -1;
+    }
     st->next = c->streams;
     c->streams = st;
     c->nstreams++;
@@ -420,10 +429,7 @@ static int pd_stream_start(pd_conn *c, uint64_t id, const Permd__V1__Stream *m, 
     pd_log_debug("stream_open", "conn=%llu id=%llu dataset=%s ids=%llu batch=%llu", (unsigned long long)c->serial,
                  (unsigned long long)id, t.ds.name, (unsigned long long)st->unscheduled,
                  (unsigned long long)st->batch);
-    if (m->ring)
-        pd_stream_ring_setup(st, m->credits);
-    if (pd_conn_open(c))
-        pd_stream_produce(st);
+    pd_stream_produce(st);
     return 0;
 }
 
