@@ -2,6 +2,7 @@
 #include "client/permd.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -67,6 +68,7 @@ struct permd_client {
     int is_unix;
     int server_ring; /* the server offers stream rings (Hello feature stream_ring) */
     int pending_fd;  /* a descriptor that arrived with the frame being read (a StreamRing's); -1 */
+    int fds_dropped; /* a descriptor permd sent was lost (MSG_CTRUNC) */
     uint32_t timeout_ms;
     uint64_t next_id;
     pd_frame_reader in;
@@ -161,10 +163,12 @@ static int pd_cl_send(permd_client *c, pd_envelope *env)
     return pd_cl_write_all(c, c->wbuf, n);
 }
 
-/* Keep the first descriptor received; close any other (never leak one the
+/* Keep the latest descriptor received; close any other (never leak one the
  * protocol did not announce). */
 static void pd_cl_take_fds(permd_client *c, struct msghdr *msg)
 {
+    if (msg->msg_flags & MSG_CTRUNC)
+        c->fds_dropped = 1; /* the kernel closed what did not fit, or what this process could not open */
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
             continue;
@@ -206,7 +210,7 @@ static int pd_cl_read_frame(permd_client *c, const uint8_t **payload, uint32_t *
         ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n > 0 && msg.msg_controllen)
+        if (n > 0 && (msg.msg_controllen || (msg.msg_flags & MSG_CTRUNC)))
             pd_cl_take_fds(c, &msg);
         if (n == 0)
             return pd_cl_fail(c, PD_ECLOSED, "permd closed the connection");
@@ -833,14 +837,19 @@ static int pd_cl_stream_map(permd_stream *st, const Permd__V1__StreamRing *r)
     int fd = c->pending_fd;
     c->pending_fd = -1;
     struct stat sb;
-    int rc = 0;
-    if (fd < 0 || !st->want_ring || st->ring)
+    int rc = 0, seals;
+    if (fd < 0 && c->fds_dropped)
+        rc = pd_cl_fail(c, PD_EIO, "the stream ring's descriptor was dropped on receipt: is this process out of "
+                                   "file descriptors (RLIMIT_NOFILE)?");
+    else if (fd < 0 || !st->want_ring || st->ring)
         rc = pd_cl_fail(c, PD_EPROTO, "permd sent an unexpected StreamRing");
     else if (r->slots != st->window || !r->slot_bytes || r->slot_bytes % 64 || r->slot_bytes > (UINT64_C(1) << 40) ||
              r->size < r->slots * r->slot_bytes || r->size > SIZE_MAX)
         rc = pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamRing");
     else if (fstat(fd, &sb) || (uint64_t)sb.st_size < r->size)
         rc = pd_cl_fail(c, PD_EPROTO, "the stream ring's file is smaller than announced");
+    else if ((seals = fcntl(fd, F_GET_SEALS)) < 0 || !(seals & F_SEAL_SHRINK)) /* a shrink would fault our reads */
+        rc = pd_cl_fail(c, PD_EPROTO, "the stream ring is not sealed against shrinking");
     if (rc == 0) {
         void *p = mmap(NULL, (size_t)r->size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
         if (p == MAP_FAILED) {
@@ -866,18 +875,20 @@ static int pd_cl_stream_decode(permd_stream *st, const uint8_t *payload, uint32_
     if (rc < 0)
         return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed stream frame");
     if (rc == 1) {
-        uint64_t width = v->f[1], bytes = v->f[1] * v->f[2];
+        uint64_t width = v->f[1];
         if (width != 4 && width != 8 && width != 16)
             return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
-        if (!st->ring)
-            return v->ids_len == bytes ? 1 : pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
+        if (!st->ring) /* count × width could wrap: divide instead */
+            return v->ids_len % width == 0 && v->f[2] == v->ids_len / width
+                       ? 1
+                       : pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
         /* Ring batches start a slot (so they are aligned) and stay in it. */
         const uint64_t at = v->f[5];
         if (v->ids_len || v->f[2] > st->slot_bytes / width || at % st->slot_bytes ||
             at > st->ring_size - st->slot_bytes)
             return pd_cl_fail(c, PD_EPROTO, "permd sent a StreamBatch outside its ring");
         v->ids = st->ring + at;
-        v->ids_len = bytes;
+        v->ids_len = v->f[2] * width;
         return 1;
     }
     if (v->body_field == PERMD__V1__ENVELOPE__BODY_STREAM_RING) {

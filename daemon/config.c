@@ -90,11 +90,17 @@ static const pd_opt pd_opts[] = {
            "reply or batch per stream)."),
     PD_OPT(max_streams, PD_OPT_U64, "16", 1, 4096, "Concurrent streams per connection."),
     PD_OPT(max_credits, PD_OPT_U64, "64", 1, 65536, "Most outstanding credits (batches) per stream."),
-    PD_OPT(stream_ring_max, PD_OPT_U64, "67108864", 0, UINT64_C(1) << 40,
+    PD_OPT(stream_ring_max, PD_OPT_U64, "67108864", 0, UINT64_C(1) << 32,
            "Largest shared-memory ring (credits x batch x id width, in bytes) one stream\n"
            "may have. Clients on the Unix socket ask for one (libpermd does): permd\n"
            "writes batches straight into memory the client maps, with no socket copy.\n"
            "A larger ring, or 0, sends that stream's ids through the socket instead."),
+    PD_OPT(stream_ring_total, PD_OPT_U64, "1073741824", 0, UINT64_C(1) << 44,
+           "Most bytes of stream rings alive at once, all connections together (each\n"
+           "connection keeps its last ring for its next stream). Beyond it, streams go\n"
+           "through the socket. A client that keeps a ring's descriptor after its stream\n"
+           "keeps that memory (charged to permd) alive: set stream_ring_max to 0 where\n"
+           "the clients allowed on the socket are not trusted with memory."),
     PD_OPT(inline_ids, PD_OPT_U64, "65536", 0, UINT64_C(1) << 27,
            "Ids the event loop may generate itself per loop iteration (no thread hop,\n"
            "which costs more than generating this many with SIMD); requests beyond the\n"

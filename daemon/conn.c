@@ -607,6 +607,7 @@ static void pd_conn_open_on(pd_server *s, uv_stream_t *listener, int fd, int is_
         return;
     }
     atomic_init(&c->cancel, 0);
+    c->spare_ring = PD_RING_NONE;
     if (is_tcp)
         uv_tcp_init(s->loop, &c->h.tcp);
     else

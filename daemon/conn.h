@@ -8,6 +8,7 @@
 
 #include <uv.h>
 
+#include "daemon/ring.h"
 #include "daemon/server.h"
 #include "proto/arena.h"
 #include "proto/frame.h"
@@ -45,6 +46,7 @@ typedef struct pd_conn {
     unsigned nstreams;
     struct pd_upload *upload; /* a sharded PutDataset arriving in parts */
     struct pd_readahead *ra;  /* its predicted next Fetch (daemon/readahead.c), once it fetched */
+    pd_ring spare_ring;       /* its last ring stream's ring, for the next one (daemon/stream.c) */
     unsigned refs; /* the handle, plus one per job in flight */
     uint64_t linger_until; /* after an error: when to give up waiting for the peer's EOF */
     uv_shutdown_t shutdown_req;
@@ -105,10 +107,11 @@ void pd_conn_request_begin(pd_conn *c, uint64_t id, int body_case);
 int pd_conn_send(pd_conn *c, const pd_envelope *env);
 /* Send a packed envelope with a file descriptor in its first byte
  * (SCM_RIGHTS; Unix sockets only). The kernel holds its own reference once
- * this returns 0: close fd after. Only when no output is buffered or queued
- * (else the frame would overtake it): PD_EBUSY then, or when the socket is
- * full; PD_EUNSUPPORTED on TCP, PD_EIO when the peer is gone (the connection
- * is left for its next read or write to close). */
+ * this returns 0. Only when no output is buffered or queued (else the frame
+ * would overtake it): PD_EBUSY then, or when the socket is full;
+ * PD_EUNSUPPORTED on TCP, PD_EIO when the peer is gone (left for the
+ * connection's next read or write to find). Like every write it may close
+ * the connection (libuv refusing the rest of a partial send). */
 int pd_conn_send_fd(pd_conn *c, const pd_envelope *env, int fd);
 /* Append an Error reply and count it. */
 void pd_conn_send_error(pd_conn *c, uint64_t id, int err, const char *fmt, ...)

@@ -2,6 +2,7 @@
 #include "daemon/metrics.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,9 @@ int pd_metrics_render(pd_server *s, char **out, size_t *len)
     pd_text_u64(&t, "permd_stream_rings_total", "counter",
                 "Streams whose batches went through a shared-memory ring instead of the socket.",
                 st.stream_rings_total);
+    pd_text_u64(&t, "permd_stream_ring_bytes", "gauge",
+                "Bytes of shared-memory stream rings alive (in use or kept by a connection for its next stream).",
+                s->primary ? (uint64_t)atomic_load(&s->primary->ring_bytes) : 0);
     pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
                 s->reg ? pd_registry_count(s->reg) : 0);
     if (t.failed) {

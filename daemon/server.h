@@ -82,6 +82,7 @@ typedef struct pd_server {
     unsigned index;             /* this shard's number (0: the primary), for logs */
     _Atomic unsigned conns_open;         /* primary: connections on every shard, for max_connections */
     _Atomic unsigned long long serials;  /* primary: connection numbers for logs, unique across shards */
+    _Atomic unsigned long long ring_bytes; /* primary: stream rings alive on every shard (stream_ring_total) */
     uv_loop_t shard_loop;       /* a secondary shard's own loop and thread */
     pthread_t thread;
     int thread_on;

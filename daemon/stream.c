@@ -52,6 +52,8 @@ struct pd_batch {
     int rc;
 };
 
+static void pd_stream_ring_put(pd_conn *c, pd_ring *r);
+
 static pd_stream *pd_stream_find(pd_conn *c, uint64_t id)
 {
     for (pd_stream *st = c->streams; st; st = st->next)
@@ -77,7 +79,7 @@ static void pd_stream_unlink_free(pd_stream *st)
         free(b);
     }
     pd_target_release(&st->t);
-    pd_ring_free(&st->ring); /* no job writes to it any more */
+    pd_stream_ring_put(c, &st->ring); /* no job writes to it any more */
     free(st);
 }
 
@@ -331,6 +333,43 @@ void pd_stream_pump(pd_conn *c)
     }
 }
 
+/* A ring of at least size bytes: the connection's spare (its last ring
+ * stream's, so a stream per epoch costs no new memory), else a new one
+ * within stream_ring_total. */
+static int pd_stream_ring_get(pd_conn *c, uint64_t size, pd_ring *out)
+{
+    if (c->spare_ring.base && c->spare_ring.size >= size) {
+        *out = c->spare_ring;
+        c->spare_ring = PD_RING_NONE;
+        return 0;
+    }
+    pd_server *p = c->srv->primary;
+    if (atomic_fetch_add(&p->ring_bytes, size) + size > c->srv->cfg->stream_ring_total) {
+        atomic_fetch_sub(&p->ring_bytes, size);
+        return PD_EBUSY;
+    }
+    int rc = pd_ring_create(out, (size_t)size);
+    if (rc)
+        atomic_fetch_sub(&p->ring_bytes, size);
+    return rc;
+}
+
+/* Free a ring, or keep it as the connection's spare while it is open (the larger of two). */
+static void pd_stream_ring_put(pd_conn *c, pd_ring *r)
+{
+    if (!r->base)
+        return;
+    if (!c->closing && r->size > c->spare_ring.size) {
+        pd_ring t = c->spare_ring;
+        c->spare_ring = *r;
+        *r = t;
+        if (!r->base)
+            return;
+    }
+    atomic_fetch_sub(&c->srv->primary->ring_bytes, r->size);
+    pd_ring_free(r);
+}
+
 /* Give the stream the ring its client asked for, or decline quietly: its
  * batches then carry their ids, which every client reads anyway. */
 static void pd_stream_ring_setup(pd_stream *st, uint32_t slots)
@@ -341,25 +380,25 @@ static void pd_stream_ring_setup(pd_stream *st, uint32_t slots)
     const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     const uint64_t size = (slot_bytes * slots + page - 1) / page * page;
     const char *why = NULL;
+    int rc;
     if (c->is_tcp)
         why = "tcp";
     else if (size > max)
         why = max ? "stream_ring_max" : "off";
-    else if (pd_ring_create(&st->ring, (size_t)size))
-        why = "memory";
+    else if ((rc = pd_stream_ring_get(c, size, &st->ring)))
+        why = rc == PD_EBUSY ? "stream_ring_total" : "memory";
     if (!why) {
         Permd__V1__StreamRing m = PERMD__V1__STREAM_RING__INIT;
-        m.size = size;
+        m.size = st->ring.size;
         m.slots = slots;
         m.slot_bytes = slot_bytes;
         pd_envelope env = PERMD__V1__ENVELOPE__INIT;
         env.id = st->id;
         env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_RING;
         env.stream_ring = &m;
-        int rc = pd_conn_send_fd(c, &env, st->ring.fd);
-        pd_ring_close_fd(&st->ring); /* the client's copy is in flight */
-        if (rc) {
-            pd_ring_free(&st->ring);
+        /* permd keeps its descriptor: a spare ring is sent again */
+        if (pd_conn_send_fd(c, &env, st->ring.fd)) {
+            pd_stream_ring_put(c, &st->ring);
             why = "socket busy";
         }
     }
@@ -417,7 +456,7 @@ static int pd_stream_start(pd_conn *c, uint64_t id, const Permd__V1__Stream *m, 
     if (m->ring)
         pd_stream_ring_setup(st, m->credits);
     if (!pd_conn_open(c)) {
-        pd_ring_free(&st->ring);
+        pd_stream_ring_put(c, &st->ring);
         free(st);
         return -1;
     }
@@ -497,4 +536,8 @@ void pd_stream_free_all(pd_conn *c)
 {
     while (c->streams)
         pd_stream_unlink_free(c->streams);
+    pd_ring spare = c->spare_ring;
+    c->spare_ring = PD_RING_NONE;
+    c->closing = 1; /* freeing: no spare is kept now */
+    pd_stream_ring_put(c, &spare);
 }

@@ -25,6 +25,7 @@
 #define N 100000
 #define BIG_N ((UINT64_C(1) << 33) + 7) /* 8-byte ids */
 #define RING_MAX (1u << 20)             /* --stream-ring-max: 1 MiB */
+#define RING_TOTAL (2u << 20)           /* --stream-ring-total: two such rings */
 
 static harness h;
 
@@ -32,9 +33,10 @@ static int setup(void **state)
 {
     (void)state;
     harness_init(&h);
-    char max[32];
+    char max[32], total[32];
     snprintf(max, sizeof max, "%u", RING_MAX);
-    const char *extra[] = {"--inline-ids", "100", "--stream-ring-max", max, NULL}; /* inline and pool batches */
+    snprintf(total, sizeof total, "%u", RING_TOTAL);
+    const char *extra[] = {"--inline-ids", "100", "--stream-ring-max", max, "--stream-ring-total", total, NULL};
     return harness_start(&h, 1, extra, NULL) || harness_put(&h, "d", N) || harness_put(&h, "big", BIG_N) ? -1 : 0;
 }
 
@@ -97,6 +99,14 @@ static int server_rings(void)
         n += strstr(line, "permd-stream-ring") != NULL;
     fclose(f);
     return n;
+}
+
+/* Wait (10 s at most: a loaded machine) until permd has at most n rings mapped; returns how many. */
+static int wait_rings(int n)
+{
+    for (int i = 0; i < 500 && server_rings() > n; i++)
+        usleep(20000);
+    return server_rings();
 }
 
 static int open_fds(void)
@@ -297,6 +307,7 @@ static void test_ring_raw_protocol(void **state)
     }
     const uint8_t *ring = mmap(NULL, size, PROT_READ, MAP_SHARED, ring_fd, 0);
     assert_true(ring != MAP_FAILED);
+    const ino_t ino = sb.st_ino;
     close(ring_fd);
 
     for (uint64_t seq = 0; seq < slots; seq++)
@@ -323,24 +334,55 @@ static void test_ring_raw_protocol(void **state)
     assert_int_equal(env->stream_end->delivered, 2 * slots * batch);
     protobuf_c_message_free_unpacked(&env->base, NULL);
     munmap((void *)ring, size);
-    for (int i = 0; i < 100 && server_rings(); i++)
-        usleep(20000);
-    assert_int_equal(server_rings(), 0);
 
-    /* A client that vanishes mid-stream leaves no ring behind either. */
+    /* The connection keeps the ring for its next stream, which gets the same memory. */
     send_ring_stream(fd, 8, batch, slots);
     env = recv_env_fd(fd, &ring_fd);
     assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_RING);
     protobuf_c_message_free_unpacked(&env->base, NULL);
+    assert_int_equal(fstat(ring_fd, &sb), 0);
+    assert_int_equal(sb.st_ino, ino);
     close(ring_fd);
     assert_int_equal(server_rings(), 1);
+
+    /* A client that vanishes mid-stream leaves no ring behind. */
     close(fd);
-    for (int i = 0; i < 100 && server_rings(); i++)
-        usleep(20000);
-    assert_int_equal(server_rings(), 0);
+    assert_int_equal(wait_rings(0), 0);
 }
 
-/* Opening and closing ring streams leaks no descriptor in the client and no ring in permd. */
+/* Rings alive at once stay within stream_ring_total (a connection's kept
+ * ring counts until it closes); beyond it streams go through the socket. */
+static void test_ring_total(void **state)
+{
+    (void)state;
+    assert_int_equal(wait_rings(0), 0);
+    permd_client *c[3];
+    permd_stream *st[3];
+    for (int i = 0; i < 3; i++) { /* 16384 u32 a batch, libpermd's window of 16: 1 MiB rings */
+        assert_int_equal(permd_connect_unix(h.sock, &c[i]), 0);
+        assert_int_equal(permd_stream_open(c[i], &slice_d, 16384, 0, &st[i]), 0);
+        assert_int_equal(permd_stream_shared(st[i]), i < 2);
+        assert_int_equal(check_stream(st[i], &slice_d, N, 1), 16384);
+    }
+    assert_int_equal(server_rings(), 2);
+    assert_int_equal(permd_stream_close(st[0]), 0); /* c[0] keeps its ring */
+    assert_int_equal(permd_stream_close(st[2]), 0);
+    assert_int_equal(permd_stream_open(c[2], &slice_d, 16384, 0, &st[2]), 0);
+    assert_int_equal(permd_stream_shared(st[2]), 0);
+    assert_int_equal(permd_stream_close(st[2]), 0);
+    permd_close(c[0]); /* its ring is freed */
+    assert_int_equal(wait_rings(1), 1);
+    assert_int_equal(permd_stream_open(c[2], &slice_d, 16384, 0, &st[2]), 0);
+    assert_int_equal(permd_stream_shared(st[2]), 1);
+    assert_int_equal(check_stream(st[2], &slice_d, N, UINT64_MAX), (N + 2) / 3);
+    assert_int_equal(permd_stream_close(st[2]), 0);
+    assert_int_equal(permd_stream_close(st[1]), 0);
+    permd_close(c[1]);
+    permd_close(c[2]);
+}
+
+/* Opening and closing ring streams leaks no descriptor in the client and no ring in permd:
+ * one connection's streams share one ring. */
 static void test_ring_no_leaks(void **state)
 {
     (void)state;
@@ -352,15 +394,12 @@ static void test_ring_no_leaks(void **state)
         assert_int_equal(permd_stream_open(c, &slice_d, 200, 0, &st), 0);
         assert_int_equal(permd_stream_shared(st), 1);
         assert_int_equal(check_stream(st, &slice_d, N, (uint64_t)(i % 3)), 200 * (uint64_t)(i % 3));
-        if (i == 0)
-            assert_int_equal(server_rings(), 1); /* the check below can see a ring */
+        assert_int_equal(server_rings(), 1); /* the check below can see a ring */
         assert_int_equal(permd_stream_close(st), 0);
     }
     assert_int_equal(open_fds(), fds);
-    for (int i = 0; i < 100 && server_rings(); i++)
-        usleep(20000);
-    assert_int_equal(server_rings(), 0);
     permd_close(c);
+    assert_int_equal(wait_rings(0), 0);
 }
 
 int main(void)
@@ -369,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_ring_matches_core),
         cmocka_unit_test(test_ring_declined),
         cmocka_unit_test(test_ring_raw_protocol),
+        cmocka_unit_test(test_ring_total),
         cmocka_unit_test(test_ring_no_leaks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
