@@ -382,7 +382,7 @@ static void test_ring_total(void **state)
 }
 
 /* Opening and closing ring streams leaks no descriptor in the client and no ring in permd:
- * one connection's streams share one ring. */
+ * one connection's streams reuse its kept ring. */
 static void test_ring_no_leaks(void **state)
 {
     (void)state;
@@ -394,7 +394,9 @@ static void test_ring_no_leaks(void **state)
         assert_int_equal(permd_stream_open(c, &slice_d, 200, 0, &st), 0);
         assert_int_equal(permd_stream_shared(st), 1);
         assert_int_equal(check_stream(st, &slice_d, N, (uint64_t)(i % 3)), 200 * (uint64_t)(i % 3));
-        assert_int_equal(server_rings(), 1); /* the check below can see a ring */
+        /* The one in use, and (while the last stream's final job runs on) its predecessor, kept. */
+        int rings = server_rings();
+        assert_true(rings >= 1 && rings <= 2); /* >= 1: the check below can see a ring */
         assert_int_equal(permd_stream_close(st), 0);
     }
     assert_int_equal(open_fds(), fds);
