@@ -959,10 +959,8 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
             goto fail;
     while (rc == 2);
     c->stream = st;
-    if ((rc = pd_cl_queue_stream_frame(st, payload, len))) {
-        pd_stream_free(st);
-        return rc;
-    }
+    if ((rc = pd_cl_queue_stream_frame(st, payload, len)))
+        goto fail;
     *out = st;
     return 0;
 fail:

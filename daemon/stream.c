@@ -121,10 +121,10 @@ static int pd_batch_header(const pd_stream *st, const pd_batch *b, uint8_t *hdr,
                                 15, b->count * b->width, hlen);
 }
 
-/* Where batch seq's ids go in a ring stream. */
-static uint8_t *pd_stream_slot(const pd_stream *st, uint64_t seq)
+/* Where batch seq's ids go in a ring stream, from the ring's start. */
+static uint64_t pd_stream_slot_offset(const pd_stream *st, uint64_t seq)
 {
-    return st->ring.base + (seq % st->slots) * st->slot_bytes;
+    return (seq % st->slots) * st->slot_bytes;
 }
 
 /* Announce a batch already written to its ring slot. */
@@ -135,7 +135,7 @@ static int pd_stream_send_ring_batch(pd_stream *st, const pd_batch *b)
     m.count = b->count;
     m.next_offset = b->next_offset;
     m.seq = b->seq;
-    m.ring_offset = (b->seq % st->slots) * st->slot_bytes;
+    m.ring_offset = pd_stream_slot_offset(st, b->seq);
     pd_envelope env = PERMD__V1__ENVELOPE__INIT;
     env.id = st->id;
     env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_BATCH;
@@ -231,23 +231,22 @@ static int pd_stream_inline(pd_stream *st, uint64_t count)
     size_t hlen;
     uint64_t got;
     int rc;
+    uint8_t *payload; /* the ring slot, or the output buffer after the frame's header */
     if (st->ring.base) {
-        rc = pd_target_generate(c->srv->backend, &st->t, &st->t.slice, count, pd_stream_slot(st, b.seq), &got);
-        if (rc || got != count)
-            return rc ? rc : PD_EINTERNAL;
-        if ((rc = pd_stream_send_ring_batch(st, &b)))
-            return rc;
+        payload = st->ring.base + pd_stream_slot_offset(st, b.seq);
     } else {
         if ((rc = pd_batch_header(st, &b, hdr, &hlen)))
             return rc;
-        uint8_t *payload = pd_conn_bulk_begin(c, hdr, hlen, (size_t)count * b.width, b.width);
-        if (!payload)
+        if (!(payload = pd_conn_bulk_begin(c, hdr, hlen, (size_t)count * b.width, b.width)))
             return PD_ENOMEM;
-        rc = pd_target_generate(c->srv->backend, &st->t, &st->t.slice, count, payload, &got);
-        if (rc || got != count)
-            return rc ? rc : PD_EINTERNAL;
-        pd_conn_bulk_end(c, payload);
     }
+    rc = pd_target_generate(c->srv->backend, &st->t, &st->t.slice, count, payload, &got);
+    if (rc || got != count)
+        return rc ? rc : PD_EINTERNAL;
+    if (!st->ring.base)
+        pd_conn_bulk_end(c, payload);
+    else if ((rc = pd_stream_send_ring_batch(st, &b)))
+        return rc;
     st->next_seq++;
     st->send_seq++;
     st->delivered += count;
@@ -270,7 +269,7 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
     b->slice = st->t.slice;
     b->next_offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
     if (st->ring.base) {
-        b->payload = pd_stream_slot(st, b->seq);
+        b->payload = st->ring.base + pd_stream_slot_offset(st, b->seq);
         b->frame_len = PD_STREAM_HDR_MAX; /* the announcement is all that goes out */
     } else {
         uint8_t hdr[PD_STREAM_HDR_MAX];
@@ -354,20 +353,24 @@ static int pd_stream_ring_get(pd_conn *c, uint64_t size, pd_ring *out)
     return rc;
 }
 
-/* Free a ring, or keep it as the connection's spare while it is open (the larger of two). */
-static void pd_stream_ring_put(pd_conn *c, pd_ring *r)
+/* Unmap a ring and stop counting it in stream_ring_total. */
+static void pd_stream_ring_release(pd_conn *c, pd_ring *r)
 {
     if (!r->base)
         return;
+    atomic_fetch_sub(&c->srv->primary->ring_bytes, r->size);
+    pd_ring_free(r);
+}
+
+/* Free a ring, or keep it as the connection's spare while it is open (the larger of two). */
+static void pd_stream_ring_put(pd_conn *c, pd_ring *r)
+{
     if (!c->closing && r->size > c->spare_ring.size) {
         pd_ring t = c->spare_ring;
         c->spare_ring = *r;
         *r = t;
-        if (!r->base)
-            return;
     }
-    atomic_fetch_sub(&c->srv->primary->ring_bytes, r->size);
-    pd_ring_free(r);
+    pd_stream_ring_release(c, r);
 }
 
 /* Give the stream the ring its client asked for, or decline quietly: its
@@ -536,8 +539,5 @@ void pd_stream_free_all(pd_conn *c)
 {
     while (c->streams)
         pd_stream_unlink_free(c->streams);
-    pd_ring spare = c->spare_ring;
-    c->spare_ring = PD_RING_NONE;
-    c->closing = 1; /* freeing: no spare is kept now */
-    pd_stream_ring_put(c, &spare);
+    pd_stream_ring_release(c, &c->spare_ring);
 }
