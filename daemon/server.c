@@ -192,6 +192,13 @@ static void pd_server_close_handles(pd_server *s)
     pd_readahead_close(s);
 }
 
+/* Refuse a connection handed over but not adopted: close it and stop counting it. */
+static void pd_handoff_drop(pd_server *s, int fd)
+{
+    close(fd);
+    atomic_fetch_sub(&s->primary->conns_open, 1);
+}
+
 /* On a secondary shard's loop: adopt the connections handed over; stop when asked. */
 static void pd_on_inbox(uv_async_t *a)
 {
@@ -204,12 +211,10 @@ static void pd_on_inbox(uv_async_t *a)
     s->inbox_len = s->inbox_cap = 0;
     pthread_mutex_unlock(&s->inbox_lock);
     for (size_t i = 0; i < n; i++) {
-        if (s->stopping || stop) {
-            close(items[i].fd);
-            atomic_fetch_sub(&s->primary->conns_open, 1);
-        } else {
+        if (s->stopping || stop)
+            pd_handoff_drop(s, items[i].fd);
+        else
             pd_conn_adopt(s, items[i].fd, items[i].is_tcp);
-        }
     }
     free(items);
     if (stop)
@@ -221,10 +226,8 @@ static void pd_server_post(pd_server *to, const pd_handoff *h, int stop)
     pthread_mutex_lock(&to->inbox_lock);
     if (to->inbox_closed) { /* stopped already: a connection handed over now is refused */
         pthread_mutex_unlock(&to->inbox_lock);
-        if (h) {
-            close(h->fd);
-            atomic_fetch_sub(&to->primary->conns_open, 1);
-        }
+        if (h)
+            pd_handoff_drop(to, h->fd);
         return;
     }
     if (h) {
@@ -234,8 +237,7 @@ static void pd_server_post(pd_server *to, const pd_handoff *h, int stop)
             if (!p) {
                 pthread_mutex_unlock(&to->inbox_lock);
                 pd_log_error("accept", "err=ENOMEM");
-                close(h->fd);
-                atomic_fetch_sub(&to->primary->conns_open, 1);
+                pd_handoff_drop(to, h->fd);
                 return;
             }
             to->inbox = p;
