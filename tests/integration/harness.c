@@ -145,11 +145,16 @@ void harness_cleanup(harness *h)
         fprintf(stderr, "harness: could not remove %s\n", h->dir);
 }
 
+int harness_exited_with(int status, int code)
+{
+    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
+
 int harness_finish(harness *h)
 {
     int st = harness_stop(h, SIGTERM);
     harness_cleanup(h);
-    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    return harness_exited_with(st, 0) ? 0 : -1;
 }
 
 int harness_put(const harness *h, const char *name, uint64_t size)

@@ -26,6 +26,8 @@ int harness_start(harness *h, int with_tcp, const char *const *extra, int *statu
 /* Send sig and wait (30 s at most, then SIGKILL): the exit status as
  * waitpid reports it, or -1. */
 int harness_stop(harness *h, int sig);
+/* Whether a waitpid/system status (harness_stop's) is a normal exit with this code; -1 is not. */
+int harness_exited_with(int status, int code);
 /* Remove the directory (after stopping). */
 void harness_cleanup(harness *h);
 /* A cmocka group teardown's work: stop with SIGTERM and clean up; 0 when permd exited 0, else -1. */

@@ -168,7 +168,7 @@ static long stalled_growth_kb(const char *output_cap)
     permd_close(c);
     free(ids);
     int status = harness_stop(&h, SIGTERM);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(harness_exited_with(status, 0));
     harness_cleanup(&h);
     return growth;
 }

@@ -171,7 +171,7 @@ static void test_stop_cancels_digest(void **state)
     raw_expect_error(fd, PERMD__V1__ERROR_CODE__ERROR_CODE_UNAVAILABLE);
     close(fd);
     int st = harness_stop(&big, SIGTERM); /* waits 30 s, then SIGKILL */
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_true(harness_exited_with(st, 0));
     assert_true(now_s() - t0 < 25);
     harness_cleanup(&big);
 }

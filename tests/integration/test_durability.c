@@ -149,7 +149,7 @@ static void test_kill9_while_putting(void **state)
     assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
     check_all(&h, rounds, acked);
     int status = harness_stop(&h, SIGTERM);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(harness_exited_with(status, 0));
     harness_cleanup(&h);
     free(acked);
 }

@@ -13,11 +13,6 @@
 #include "client/permd.h"
 #include "harness.h"
 
-static int exited_with(int status, int code)
-{
-    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == code;
-}
-
 static void test_restart_keeps_datasets(void **state)
 {
     (void)state;
@@ -31,7 +26,7 @@ static void test_restart_keeps_datasets(void **state)
     assert_int_equal(permd_put_dataset(c, "c", 7, NULL, NULL), 0);
     assert_int_equal(permd_delete_dataset(c, "c"), 0);
     permd_close(c);
-    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+    assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
 
     assert_int_equal(harness_start(&h, 0, NULL, NULL), 0);
     assert_int_equal(permd_connect_unix(h.sock, &c), 0);
@@ -57,7 +52,7 @@ static void test_restart_keeps_datasets(void **state)
     assert_int_equal(permd_get_dataset(c, "acked", &d), 0);
     assert_int_equal(d.size, 99);
     permd_close(c);
-    assert_true(exited_with(harness_stop(&h, SIGINT), 0));
+    assert_true(harness_exited_with(harness_stop(&h, SIGINT), 0));
     harness_cleanup(&h);
 }
 
@@ -87,13 +82,13 @@ static void test_config_datasets(void **state)
     permd_server_info_get(c, &info);
     assert_int_equal(info.max_streams, 4); /* the file's value reached the server */
     permd_close(c);
-    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+    assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
 
     /* A config that contradicts the stored registry refuses to start, and says why. */
     const char *bad[] = {"--dataset", "stored:6", NULL};
     int status;
     assert_int_equal(harness_start(&h, 0, bad, &status), -1);
-    assert_true(exited_with(status, 1));
+    assert_true(harness_exited_with(status, 1));
     assert_true(harness_log_contains(&h, "dataset=stored"));
     harness_cleanup(&h);
 }
@@ -108,13 +103,13 @@ static void test_startup_refusals(void **state)
     /* Non-loopback TCP without a token file: a configuration error. */
     const char *open_tcp[] = {"--tcp", "0.0.0.0:7471", NULL};
     assert_int_equal(harness_start(&h, 0, open_tcp, &status), -1);
-    assert_true(exited_with(status, 2));
+    assert_true(harness_exited_with(status, 2));
 
     /* A stale socket file is replaced; a live server's socket is not stolen. */
     FILE *f = fopen(h.sock, "w"); /* a regular file in the way: refused */
     fclose(f);
     assert_int_equal(harness_start(&h, 0, NULL, &status), -1);
-    assert_true(exited_with(status, 1));
+    assert_true(harness_exited_with(status, 1));
     unlink(h.sock);
     assert_int_equal(harness_start(&h, 0, NULL, NULL), 0);
     struct stat st;
@@ -123,7 +118,7 @@ static void test_startup_refusals(void **state)
     char cmd[512]; /* a second permd on the same socket exits 1 and says why */
     snprintf(cmd, sizeof cmd, "'%s' --socket '%s' --state-dir '%s/state2' 2>>'%s'", PERMD_BIN, h.sock, h.dir, h.log);
     status = system(cmd);
-    assert_true(exited_with(status, 1));
+    assert_true(harness_exited_with(status, 1));
     assert_true(harness_log_contains(&h, "another server is listening"));
     permd_client *c;
     assert_int_equal(permd_connect_unix(h.sock, &c), 0); /* the first still serves */
@@ -134,7 +129,7 @@ static void test_startup_refusals(void **state)
     h.pid = 0;
     assert_int_equal(stat(h.sock, &st), 0);
     assert_int_equal(harness_start(&h, 0, NULL, NULL), 0); /* the stale one is replaced */
-    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+    assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
     assert_int_equal(stat(h.sock, &st), -1); /* a clean exit removes it */
     harness_cleanup(&h);
 }
@@ -175,7 +170,7 @@ static void test_sigterm_with_active_stream(void **state)
     permd_close(idle);
     permd_close(c);
     int status = harness_stop(&h, SIGTERM); /* already stopping: collect the exit */
-    assert_true(exited_with(status, 0));
+    assert_true(harness_exited_with(status, 0));
     assert_true(harness_log_contains(&h, "event=stopped"));
     harness_cleanup(&h);
 }
@@ -192,7 +187,7 @@ static void test_check_config(void **state)
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "'%s' --check-config --max-frame 1 > /dev/null 2>&1", PERMD_BIN);
     int st = system(cmd);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    assert_true(harness_exited_with(st, 2));
     harness_cleanup(&h);
 }
 

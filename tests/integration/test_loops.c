@@ -120,7 +120,7 @@ static void test_stop_with_clients_everywhere(void **state)
         fetch_checked(c[i], (uint32_t)i);
     }
     int st = harness_stop(&h, SIGTERM);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_true(harness_exited_with(st, 0));
     for (int i = 0; i < CLIENTS; i++)
         permd_close(c[i]);
     assert_true(harness_log_contains(&h, "shard=2"));

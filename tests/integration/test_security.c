@@ -17,11 +17,6 @@
 
 #define NOBODY 65534
 
-static int exited_with(int status, int code)
-{
-    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == code;
-}
-
 /* What a client running as `uid` sees on the socket, measured in a child
  * process that drops root: 0 served, 1 connect refused by the file mode
  * (EACCES), 2 UNAUTHENTICATED and closed, 3 anything else. */
@@ -62,7 +57,7 @@ static void start(harness *h, const char *const *extra)
 
 static void stop(harness *h)
 {
-    assert_true(exited_with(harness_stop(h, SIGTERM), 0));
+    assert_true(harness_exited_with(harness_stop(h, SIGTERM), 0));
     harness_cleanup(h);
 }
 
@@ -137,12 +132,12 @@ static void test_allow_uids_config(void **state)
     permd_client *c;
     assert_int_equal(permd_connect_unix(h.sock, &c), 0); /* listed: served */
     permd_close(c);
-    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+    assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
 
     int status;
     const char *bad[] = {"--allow-uids", "1000,bob", NULL};
     assert_int_equal(harness_start(&h, 0, bad, &status), -1);
-    assert_true(exited_with(status, 2));
+    assert_true(harness_exited_with(status, 2));
     assert_true(harness_log_contains(&h, "allow_uids: 'bob' is not a uid"));
     harness_cleanup(&h);
 }
@@ -172,16 +167,16 @@ static void test_tcp_token(void **state)
     assert_int_equal(permd_connect_unix(h.sock, &c), 0); /* the Unix socket needs none */
     permd_close(c);
     assert_true(harness_log_contains(&h, "event=auth_fail"));
-    assert_true(exited_with(harness_stop(&h, SIGTERM), 0));
+    assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
 
     /* Non-loopback TCP without a token: refused at startup, with or without other keys. */
     int status;
     const char *open_v4[] = {"--tcp", "0.0.0.0:7471", NULL};
     assert_int_equal(harness_start(&h, 0, open_v4, &status), -1);
-    assert_true(exited_with(status, 2));
+    assert_true(harness_exited_with(status, 2));
     const char *open_v6[] = {"--tcp", "[::]:7471", NULL};
     assert_int_equal(harness_start(&h, 0, open_v6, &status), -1);
-    assert_true(exited_with(status, 2));
+    assert_true(harness_exited_with(status, 2));
     assert_true(harness_log_contains(&h, "not a loopback address; set token_file"));
     harness_cleanup(&h);
 }
