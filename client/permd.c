@@ -882,10 +882,9 @@ static int pd_cl_stream_decode(permd_stream *st, const uint8_t *payload, uint32_
             return v->ids_len % width == 0 && v->f[2] == v->ids_len / width
                        ? 1
                        : pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
-        /* Ring batches start a slot (so they are aligned) and stay in it. */
+        /* Ring batches start one of the slots (so they are aligned) and stay in it. */
         const uint64_t at = v->f[5];
-        if (v->ids_len || v->f[2] > st->slot_bytes / width || at % st->slot_bytes ||
-            at > st->ring_size - st->slot_bytes)
+        if (v->ids_len || v->f[2] > st->slot_bytes / width || at % st->slot_bytes || at / st->slot_bytes >= st->window)
             return pd_cl_fail(c, PD_EPROTO, "permd sent a StreamBatch outside its ring");
         v->ids = st->ring + at;
         v->ids_len = v->f[2] * width;

@@ -1,9 +1,12 @@
 /* Integration: libpermd against scripted fake servers — endpoints, timeouts, closed or malformed peers, argument checks. */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -13,7 +16,21 @@
 #include "client/permd.h"
 #include "harness.h"
 
-typedef enum { FAKE_SILENT, FAKE_CLOSE, FAKE_GARBAGE, FAKE_SPEC2, FAKE_ERROR0 } fake_kind;
+typedef enum {
+    FAKE_SILENT,
+    FAKE_CLOSE,
+    FAKE_GARBAGE,
+    FAKE_SPEC2,
+    FAKE_ERROR0,
+    /* Stream replies a client must refuse (the fake offers stream rings from here on): */
+    FAKE_RING_NOFD,     /* a StreamRing without its descriptor */
+    FAKE_RING_UNSEALED, /* a ring that could shrink under the client's reads */
+    FAKE_RING_OUTSIDE,  /* a batch announced past the ring's end */
+    FAKE_BATCH_WRAP,    /* no ring: count × width wraps to the empty ids' length */
+} fake_kind;
+
+#define FAKE_SLOTS 4 /* = the fake's max_credits, so libpermd's window */
+#define FAKE_SLOT_BYTES 448
 
 typedef struct fake {
     char dir[64], path[128];
@@ -27,8 +44,9 @@ static int read_frame(int fd, pd_envelope **env)
     return raw_recv_env(fd, 10000, env);
 }
 
-static void send_hello_reply(int fd, uint64_t id, uint32_t spec)
+static void send_hello_reply(int fd, uint64_t id, uint32_t spec, int ring)
 {
+    char *features[] = {"stream", "stream_ring"};
     Permd__V1__Limits lim = PERMD__V1__LIMITS__INIT;
     lim.max_frame = 4096;
     lim.max_count = 1000;
@@ -38,11 +56,76 @@ static void send_hello_reply(int fd, uint64_t id, uint32_t spec)
     r.spec_version = spec;
     r.server = "fake";
     r.limits = &lim;
+    r.n_features = ring ? 2 : 1;
+    r.features = features;
     pd_envelope env = PERMD__V1__ENVELOPE__INIT;
     env.id = id;
     env.body_case = PERMD__V1__ENVELOPE__BODY_HELLO_REPLY;
     env.hello_reply = &r;
     raw_send_env(fd, &env);
+}
+
+/* A frame, with a descriptor on its first byte when pass >= 0. */
+static void send_env_fd(int fd, const pd_envelope *env, int pass)
+{
+    size_t n = pd_frame_size(env);
+    uint8_t *buf = malloc(n);
+    pd_frame_pack(env, buf);
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = buf, .iov_len = n};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (pass >= 0) {
+        msg.msg_control = ctl.b;
+        msg.msg_controllen = sizeof ctl.b;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &pass, sizeof pass);
+    }
+    if (sendmsg(fd, &msg, MSG_NOSIGNAL) != (ssize_t)n)
+        fprintf(stderr, "fake: sendmsg failed\n");
+    free(buf);
+}
+
+/* The reply to a Stream (request id) that the kind makes wrong. */
+static void fake_stream_reply(int fd, fake_kind kind, uint64_t id)
+{
+    const size_t size = 4096;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    Permd__V1__StreamBatch b = PERMD__V1__STREAM_BATCH__INIT;
+    b.id_width = 4;
+    b.count = 100;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_BATCH;
+    env.stream_batch = &b;
+    if (kind == FAKE_BATCH_WRAP) {
+        b.id_width = 16;
+        b.count = UINT64_C(1) << 60; /* × 16 = 2^64: 0 bytes, as the (empty) ids field */
+        send_env_fd(fd, &env, -1);
+        return;
+    }
+    int mfd = memfd_create("fake-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (mfd < 0 || ftruncate(mfd, (off_t)size))
+        fprintf(stderr, "fake: memfd failed\n");
+    if (kind != FAKE_RING_UNSEALED)
+        fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+    Permd__V1__StreamRing r = PERMD__V1__STREAM_RING__INIT;
+    r.size = size;
+    r.slots = FAKE_SLOTS;
+    r.slot_bytes = FAKE_SLOT_BYTES;
+    pd_envelope renv = PERMD__V1__ENVELOPE__INIT;
+    renv.id = id;
+    renv.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_RING;
+    renv.stream_ring = &r;
+    send_env_fd(fd, &renv, kind == FAKE_RING_NOFD ? -1 : mfd);
+    close(mfd);
+    b.ring_offset = FAKE_SLOTS * FAKE_SLOT_BYTES * 2; /* slot 8 of 4 (still inside the 4096-byte mapping) */
+    send_env_fd(fd, &env, -1);
 }
 
 /* One connection, scripted by kind. */
@@ -66,9 +149,12 @@ static void *fake_main(void *arg)
         close(fd);
         return NULL;
     }
-    send_hello_reply(fd, id, f->kind == FAKE_SPEC2 ? 2 : 1);
+    send_hello_reply(fd, id, f->kind == FAKE_SPEC2 ? 2 : 1, f->kind >= FAKE_RING_NOFD && f->kind != FAKE_BATCH_WRAP);
     if (f->kind != FAKE_SPEC2 && read_frame(fd, &env) == 0) { /* the request under test */
+        id = env->id;
         protobuf_c_message_free_unpacked(&env->base, NULL);
+        if (f->kind >= FAKE_RING_NOFD)
+            fake_stream_reply(fd, f->kind, id);
         if (f->kind == FAKE_GARBAGE) {
             const uint8_t junk[] = {3, 0, 0, 0, 0xff, 0xff, 0xff};
             raw_send(fd, junk, sizeof junk);
@@ -173,6 +259,50 @@ static void test_handshake_refusals(void **state)
     fake_stop(&f);
 }
 
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* A stream reply that breaks the protocol, ring or not: PERMD_EPROTO saying
+ * what, no descriptor kept, nothing read out of bounds. */
+static void test_bad_stream_replies(void **state)
+{
+    (void)state;
+    const struct {
+        fake_kind kind;
+        const char *says;
+    } cases[] = {
+        {FAKE_RING_NOFD, "unexpected StreamRing"},
+        {FAKE_RING_UNSEALED, "not sealed against shrinking"},
+        {FAKE_RING_OUTSIDE, "outside its ring"},
+        {FAKE_BATCH_WRAP, "inconsistent StreamBatch"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int fds = open_fds();
+        fake f;
+        fake_start(&f, cases[i].kind);
+        permd_client *c;
+        permd_stream *st = NULL;
+        assert_int_equal(permd_connect_unix(f.path, &c), 0);
+        int rc = permd_stream_open(c, &any_slice, 100, 0, &st);
+        if (rc != PERMD_EPROTO)
+            fail_msg("case %zu: permd_stream_open gave %d (%s)", i, rc, permd_last_error(c));
+        assert_null(st);
+        if (!strstr(permd_last_error(c), cases[i].says))
+            fail_msg("case %zu: '%s' does not say '%s'", i, permd_last_error(c), cases[i].says);
+        permd_close(c);
+        fake_stop(&f);
+        assert_int_equal(open_fds(), fds);
+    }
+}
+
 static void test_endpoints_and_arguments(void **state)
 {
     (void)state;
@@ -220,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_peer_closes),
         cmocka_unit_test(test_garbage_reply),
         cmocka_unit_test(test_handshake_refusals),
+        cmocka_unit_test(test_bad_stream_replies),
         cmocka_unit_test(test_endpoints_and_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
