@@ -1,7 +1,9 @@
 /* Names and descriptions of the PD_E* error codes. */
 #include "error.h"
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 static const struct {
     int code;
@@ -45,4 +47,14 @@ const char *pd_errname(int err)
 {
     size_t i = pd_error_index(err);
     return i == (size_t)-1 ? "PD_E?" : pd_errors[i].name;
+}
+
+void pd_errf(char *err, size_t len, const char *fmt, ...)
+{
+    if (!err || !len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
 }

@@ -2,6 +2,8 @@
 #ifndef PD_ERROR_H
 #define PD_ERROR_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,6 +34,10 @@ const char *pd_strerror(int err);
 
 /* The symbolic name ("PD_EINVAL") of a code, for logs and typed errors. */
 const char *pd_errname(int err);
+
+/* printf into a caller's message buffer (err may be NULL or len 0: then nothing is written), for
+ * functions that return a PD_E* code and say why in words. */
+void pd_errf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #ifdef __cplusplus
 }

@@ -1,13 +1,15 @@
-/* Peer credentials: the Unix socket's allow_uids check at accept, with its log line, error reply and counter. */
+/* Who may connect: peer credentials for the Unix socket's allow_uids, and the TCP token file. */
 #include "daemon/auth.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "daemon/log.h"
-#include "daemon/metrics.h"
 
 int pd_auth_peer_uid(int fd, uint32_t *uid)
 {
@@ -19,7 +21,7 @@ int pd_auth_peer_uid(int fd, uint32_t *uid)
     return 0;
 }
 
-static int pd_auth_uid_allowed(const pd_uid_list *allow, uint32_t uid)
+int pd_auth_uid_allowed(const pd_uid_list *allow, uint32_t uid)
 {
     for (size_t i = 0; i < allow->n; i++)
         if (allow->uids[i] == uid)
@@ -27,26 +29,27 @@ static int pd_auth_uid_allowed(const pd_uid_list *allow, uint32_t uid)
     return 0;
 }
 
-int pd_auth_peer_refused(pd_conn *c)
+int pd_auth_load_token(const char *path, char **token, size_t *len)
 {
-    pd_server *s = c->srv;
-    const pd_uid_list *allow = &s->cfg->allow_uids;
-    uv_os_fd_t fd;
-    uint32_t uid = UINT32_MAX;
-    if (allow->n == 0)
-        return 0;
-    /* A peer whose credentials cannot be read is refused: the list is a promise. */
-    if (uv_fileno(&c->h.handle, &fd) == 0 && pd_auth_peer_uid(fd, &uid) == 0 && pd_auth_uid_allowed(allow, uid))
-        return 0;
-    s->metrics.rejected[PD_REJECT_PEER_UID]++;
-    if (uid == UINT32_MAX) {
-        pd_log_warn("conn_reject", "conn=%llu reason=peer_uid msg=\"no peer credentials: %s\"",
-                    (unsigned long long)c->serial, strerror(errno));
-        pd_conn_send_error(c, 0, PD_EAUTH, "permd could not read this connection's peer credentials");
-    } else {
-        pd_log_warn("conn_reject", "conn=%llu reason=peer_uid uid=%u", (unsigned long long)c->serial, uid);
-        pd_conn_send_error(c, 0, PD_EAUTH, "uid %u is not in permd's allow_uids", uid);
+    struct stat st;
+    char buf[4096];
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        pd_log_error("token", "path=%s msg=\"%s\"", path, strerror(errno));
+        return PD_EIO;
     }
-    pd_conn_drain_close(c);
-    return 1;
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 0077))
+        pd_log_warn("token", "path=%s msg=\"readable by group or others; chmod 600 it\"", path);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    if (!buf[0]) {
+        pd_log_error("token", "path=%s msg=\"the first line is empty\"", path);
+        return PD_EINVAL;
+    }
+    if (!(*token = strdup(buf)))
+        return PD_ENOMEM;
+    *len = strlen(buf);
+    return 0;
 }

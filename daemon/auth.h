@@ -2,17 +2,20 @@
 #ifndef PD_AUTH_H
 #define PD_AUTH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/conn.h"
+#include "daemon/config.h"
 
 /* The uid of a Unix socket's peer, from SO_PEERCRED. PD_EIO. */
 int pd_auth_peer_uid(int fd, uint32_t *uid);
 
-/* With allow_uids set, a newly accepted Unix connection whose peer uid is
- * not listed gets UNAUTHENTICATED and is closed: returns 1 then (the caller
- * must stop), else 0. An empty allow_uids admits everyone the socket's mode
- * admits. */
-int pd_auth_peer_refused(pd_conn *c);
+/* Whether uid is in the list. */
+int pd_auth_uid_allowed(const pd_uid_list *allow, uint32_t uid);
+
+/* The TCP token: the first line of the file at path, in a malloc'd string (*len its length).
+ * Refuses an empty token (PD_EINVAL) and an unreadable file (PD_EIO); warns when the file is
+ * readable by others. */
+int pd_auth_load_token(const char *path, char **token, size_t *len);
 
 #endif

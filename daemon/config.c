@@ -11,11 +11,11 @@
 #include <cyaml/cyaml.h>
 
 #include "core/error.h"
+#include "core/name.h"
 #include "core/parse.h"
 #include "core/perm.h"
 #include "core/shards.h"
 #include "daemon/log.h"
-#include "daemon/registry.h"
 #include "proto/endpoint.h"
 #include "proto/frame.h"
 
@@ -145,16 +145,6 @@ static const char pd_datasets_doc[] =
     "    - name: imagenet-train\n"
     "      size: 1281167";
 
-static void pd_errf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pd_errf(char *err, size_t len, const char *fmt, ...)
-{
-    if (!err || !len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
 
 static char **pd_opt_str(pd_config *c, const pd_opt *o)
 {
@@ -319,7 +309,7 @@ int pd_config_add_dataset(pd_config *c, const char *name, const char *size, char
         pd_errf(err, errlen, "dataset '%s': size '%s' is not an integer in [1, 2^63]", name, size);
         return rc;
     }
-    if (pd_registry_name_check(name)) {
+    if (pd_name_check(name)) {
         pd_errf(err, errlen, "dataset name '%s': use 1-%d of A-Z a-z 0-9 . _ -, starting with a letter, digit or _",
                 name, PD_NAME_MAX);
         return PD_EINVAL;

@@ -1,8 +1,9 @@
 /* Connections: accept, incremental reads into the frame reader, batched writes, backpressure, orderly close. */
 #include "daemon/conn.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
-#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,19 +11,82 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "daemon/groups.h"
-#include "daemon/auth.h"
-#include "daemon/handlers.h"
+#include "daemon/clock.h"
 #include "daemon/log.h"
-#include "daemon/readahead.h"
-#include "daemon/metrics.h"
-#include "daemon/stream.h"
+#include "proto/frame.h"
 
 #define PD_READ_BASE (16u << 10)    /* per-connection input buffer while frames are small */
-#define PD_ARENA_SIZE (16u << 10)   /* unpacked requests; larger ones spill to malloc */
 #define PD_OUT_MIN (16u << 10)      /* first output buffer */
 #define PD_OUT_KEEP (256u << 10)    /* larger output buffers are freed once written */
 #define PD_LINGER_MS 2000u          /* wait this long for the peer's EOF after an error */
+
+struct pd_conns {
+    uv_loop_t *loop;
+    pd_conn_limits lim;
+    pd_stats *stats;
+    pd_metrics *metrics;
+    void (*idle)(void *ctx);
+    void *idle_ctx;
+    pd_conn *head;     /* every open connection (doubly linked) */
+    unsigned jobs;     /* worker-pool jobs in flight */
+    int stopping;
+};
+
+struct pd_conn {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_pipe_t pipe;
+        uv_tcp_t tcp;
+        uv_check_t check; /* a memory connection: a handle only for uv_close's deferred free */
+    } h;
+    pd_conns *set;
+    const pd_conn_ops *ops;
+    void *session;
+    pd_conn *prev, *next;
+    uint64_t serial; /* for logs */
+
+    /* A memory connection (pd_conn_open_memory): output goes here, input comes from pd_conn_input. */
+    void (*sink)(void *ctx, const uint8_t *data, size_t len);
+    void *sink_ctx;
+
+    pd_frame_reader in;
+
+    /* Replies accumulate in out[out_start, out_start + out_len) and leave in
+     * one write per batch of requests. When the kernel takes only part, the
+     * buffer itself is handed to a queued uv_write (no copy) and a new one
+     * is started. */
+    uint8_t *out;
+    size_t out_start, out_len, out_cap;
+    uint8_t *spare; /* a written-out buffer kept for reuse */
+    size_t spare_cap;
+    uint8_t *bulk_at; /* pd_conn_bulk_begin's target, when it had to realign */
+    size_t bulk_len;
+
+    size_t job_bytes;  /* reply bytes that in-flight jobs will add */
+    atomic_int cancel; /* closed, or permd is stopping: long jobs give up */
+    unsigned refs;     /* the handle, plus one per job in flight */
+    uint64_t linger_until; /* after an error: when to give up waiting for the peer's EOF */
+    uv_shutdown_t shutdown_req;
+
+    /* The request being handled, for metrics and the request log line. */
+    uint64_t req_id;
+    uint64_t req_t0; /* uv_hrtime() when its frame was complete */
+    int req_slot;    /* pd_metrics slot (daemon/metrics.h) */
+    const char *req_name; /* its type's name, for the request log line */
+
+    char peer[64];   /* pd_conn_peer's text, once asked */
+
+    unsigned is_tcp : 1;
+    unsigned reading : 1;  /* uv_read_start is in effect */
+    unsigned busy : 1;     /* a request's job is in flight: later requests wait (replies stay in order) */
+    unsigned draining : 1; /* closing once queued output is written */
+    unsigned closing : 1;  /* uv_close called */
+    unsigned paused : 1;   /* stopped reading because of the output cap */
+    unsigned eof : 1;      /* the peer will send nothing more */
+    unsigned shut : 1;     /* uv_shutdown sent: discarding input until EOF or linger_until */
+    unsigned started : 1;  /* pd_conn_start ran: ops are set */
+};
 
 /* A queued write; base is freed (or kept as the spare) when it completes. */
 typedef struct pd_write {
@@ -31,24 +95,137 @@ typedef struct pd_write {
     size_t cap; /* nonzero: an output buffer that may be recycled */
 } pd_write;
 
+static _Atomic unsigned long long pd_serials; /* connection numbers for logs, unique across loops */
+
 static void pd_conn_update_reading(pd_conn *c);
 static void pd_conn_finish_drain(pd_conn *c);
+static void pd_conn_process(pd_conn *c);
+
+/* ---- The set ------------------------------------------------------------------------------- */
+
+int pd_conns_create(uv_loop_t *loop, const pd_conn_limits *lim, pd_stats *stats, pd_metrics *metrics,
+                    void (*idle)(void *ctx), void *ctx, pd_conns **out)
+{
+    pd_conns *set = calloc(1, sizeof *set);
+    if (!set)
+        return PD_ENOMEM;
+    set->loop = loop;
+    set->lim = *lim;
+    set->stats = stats;
+    set->metrics = metrics;
+    set->idle = idle;
+    set->idle_ctx = ctx;
+    *out = set;
+    return 0;
+}
+
+void pd_conns_free(pd_conns *set)
+{
+    free(set);
+}
+
+uv_loop_t *pd_conns_loop(const pd_conns *set)
+{
+    return set->loop;
+}
+
+int pd_conns_empty(const pd_conns *set)
+{
+    return !set->head && !set->jobs;
+}
+
+int pd_conns_stopping(const pd_conns *set)
+{
+    return set->stopping;
+}
+
+unsigned pd_conns_jobs(const pd_conns *set)
+{
+    return set->jobs;
+}
+
+/* Something went away: when stopping and nothing is left, tell the owner. */
+static void pd_conns_check_idle(pd_conns *set)
+{
+    if (set->stopping && pd_conns_empty(set) && set->idle)
+        set->idle(set->idle_ctx);
+}
+
+/* ---- Facts ---------------------------------------------------------------------------------- */
+
+int pd_conn_is_tcp(const pd_conn *c)
+{
+    return c->is_tcp;
+}
+
+uint64_t pd_conn_serial(const pd_conn *c)
+{
+    return c->serial;
+}
+
+int pd_conn_fd(const pd_conn *c, int *fd)
+{
+    uv_os_fd_t f;
+    if (c->sink || uv_fileno(&c->h.handle, &f))
+        return PD_EUNSUPPORTED;
+    *fd = f;
+    return 0;
+}
+
+const char *pd_conn_peer(pd_conn *c)
+{
+    if (c->peer[0])
+        return c->peer;
+    struct sockaddr_storage sa;
+    int len = sizeof sa;
+    char host[INET6_ADDRSTRLEN] = "";
+    if (c->sink || !c->is_tcp || uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&sa, &len)) {
+        snprintf(c->peer, sizeof c->peer, "%s", c->sink ? "memory" : c->is_tcp ? "tcp:?" : "unix");
+    } else if (sa.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&sa;
+        uv_ip6_name(a, host, sizeof host);
+        snprintf(c->peer, sizeof c->peer, "[%s]:%u", host, ntohs(a->sin6_port));
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
+        uv_ip4_name(a, host, sizeof host);
+        snprintf(c->peer, sizeof c->peer, "%s:%u", host, ntohs(a->sin_port));
+    }
+    return c->peer;
+}
 
 /* Bytes queued in the kernel-bound write queue, buffered, or promised by jobs. */
 static size_t pd_conn_pending(const pd_conn *c)
 {
-    return c->h.stream.write_queue_size + c->out_len + c->job_bytes;
+    size_t queued = c->sink ? 0 : c->h.stream.write_queue_size;
+    return queued + c->out_len + c->job_bytes;
 }
 
 int pd_conn_congested(const pd_conn *c)
 {
-    return pd_conn_pending(c) > c->srv->cfg->output_cap;
+    return pd_conn_pending(c) > c->set->lim.output_cap;
 }
 
 int pd_conn_open(const pd_conn *c)
 {
     return !c->closing && !c->draining;
 }
+
+int pd_conn_cancelled(const pd_conn *c)
+{
+    return atomic_load_explicit(&c->cancel, memory_order_relaxed);
+}
+
+void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame)
+{
+    c->in.max_frame = max_frame;
+}
+
+uv_loop_t *pd_conn_loop(const pd_conn *c)
+{
+    return c->set->loop;
+}
+
+/* ---- Lifetime ------------------------------------------------------------------------------ */
 
 void pd_conn_ref(pd_conn *c)
 {
@@ -57,15 +234,14 @@ void pd_conn_ref(pd_conn *c)
 
 static void pd_conn_free(pd_conn *c)
 {
-    pd_server *s = c->srv;
-    pd_stream_free_all(c);
-    pd_upload_free(c->upload);
+    pd_conns *set = c->set;
+    if (c->started)
+        c->ops->free(c->session);
     pd_frame_reader_free(&c->in);
-    pd_arena_free(&c->arena);
     free(c->out);
     free(c->spare);
     free(c);
-    pd_server_maybe_finish(s);
+    pd_conns_check_idle(set);
 }
 
 void pd_conn_unref(pd_conn *c)
@@ -85,27 +261,27 @@ void pd_conn_close(pd_conn *c)
         return;
     c->closing = 1;
     atomic_store_explicit(&c->cancel, 1, memory_order_relaxed);
-    pd_stream_discard_all(c);
-    pd_readahead_drop(c);
-    pd_groups_conn_gone(c->srv->groups, c);
+    if (c->started)
+        c->ops->stop(c->session, 1);
+    pd_conns *set = c->set;
     if (c->prev)
         c->prev->next = c->next;
     else
-        c->srv->conns = c->next;
+        set->head = c->next;
     if (c->next)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
-    c->srv->stats.connections--;
-    atomic_fetch_sub(&c->srv->primary->conns_open, 1);
+    set->stats->connections--;
     pd_log_debug("conn_close", "conn=%llu", (unsigned long long)c->serial);
     uv_close(&c->h.handle, pd_on_close);
 }
 
-/* ---- Output ------------------------------------------------------------------ */
+/* ---- Output ------------------------------------------------------------------------------ */
 
-/* Room for n more bytes after the buffered output. */
-static uint8_t *pd_conn_reserve(pd_conn *c, size_t n)
+uint8_t *pd_conn_reserve(pd_conn *c, size_t n)
 {
+    if (c->closing)
+        return NULL;
     size_t used = c->out_start + c->out_len;
     if (!c->out) {
         size_t cap = used + n > PD_OUT_MIN ? used + n : PD_OUT_MIN;
@@ -130,89 +306,9 @@ static uint8_t *pd_conn_reserve(pd_conn *c, size_t n)
     return c->out + used;
 }
 
-int pd_conn_send(pd_conn *c, const pd_envelope *env)
+void pd_conn_commit(pd_conn *c, size_t n)
 {
-    if (c->closing)
-        return PD_ECLOSED;
-    size_t n = pd_frame_size(env);
-    uint8_t *p = pd_conn_reserve(c, n);
-    if (!p)
-        return PD_ENOMEM;
-    pd_frame_pack(env, p);
     c->out_len += n;
-    return 0;
-}
-
-static void pd_conn_queue(pd_conn *c, void *base, size_t cap, const uint8_t *data, size_t len);
-
-int pd_conn_send_fd(pd_conn *c, const pd_envelope *env, int fd)
-{
-    if (c->is_tcp)
-        return PD_EUNSUPPORTED;
-    if (c->closing)
-        return PD_ECLOSED;
-    if (c->out_len || c->h.stream.write_queue_size)
-        return PD_EBUSY;
-    uv_os_fd_t sock;
-    if (uv_fileno(&c->h.handle, &sock))
-        return PD_EUNSUPPORTED;
-    size_t len = pd_frame_size(env);
-    uint8_t *frame = malloc(len);
-    if (!frame)
-        return PD_ENOMEM;
-    pd_frame_pack(env, frame);
-    union { /* aligned for cmsghdr */
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct iovec iov = {.iov_base = frame, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    ssize_t n;
-    do /* libuv made the socket non-blocking; its write queue is empty, so the bytes go in order */
-        n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) {
-        free(frame);
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return PD_EBUSY;
-        /* The peer is gone: the connection's next read or write finds out and closes it. */
-        pd_log_debug("conn_write", "conn=%llu err=%s", (unsigned long long)c->serial, strerror(errno));
-        return PD_EIO;
-    }
-    c->srv->stats.bytes_out_total += len;
-    if ((size_t)n == len) {
-        free(frame);
-        return 0;
-    }
-    pd_conn_queue(c, frame, 0, frame + n, len - (size_t)n); /* the descriptor went with the first byte */
-    return 0;
-}
-
-void pd_conn_send_error(pd_conn *c, uint64_t id, int err, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    Permd__V1__Error e = PERMD__V1__ERROR__INIT;
-    e.code = pd_wire_error_code(err);
-    e.message = msg;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_ERROR;
-    env.error = &e;
-    c->srv->stats.errors_total++;
-    pd_metrics_error(&c->srv->metrics, c->req_slot, e.code);
-    pd_log_debug("request_error", "conn=%llu id=%llu code=%s msg=\"%s\"", (unsigned long long)c->serial,
-                 (unsigned long long)id, pd_wire_error_name(e.code), msg);
-    pd_conn_send(c, &env);
 }
 
 uint8_t *pd_conn_bulk_begin(pd_conn *c, const uint8_t *hdr, size_t hdr_len, size_t len, unsigned align)
@@ -266,16 +362,16 @@ static void pd_on_write(uv_write_t *req, int status)
 void pd_conn_maybe_resume(pd_conn *c)
 {
     /* Resume below half the cap, so a slow reader does not flap on every write. */
-    if (!pd_conn_open(c) || pd_conn_pending(c) > c->srv->cfg->output_cap / 2)
+    if (!pd_conn_open(c) || pd_conn_pending(c) > c->set->lim.output_cap / 2)
         return;
     /* Requests first: a Cancel or Credit waiting behind the pause should
      * count before the streams produce again. */
-    if (c->paused || c->eof || c->srv->stopping) {
+    if (c->paused || c->eof || c->set->stopping) {
         c->paused = 0;
         pd_conn_process(c);
     }
-    if (c->nstreams && pd_conn_open(c)) {
-        pd_stream_pump(c);
+    if (c->started && pd_conn_open(c)) {
+        c->ops->writable(c->session);
         pd_conn_flush(c); /* a batch generated inline waits in the output buffer */
     }
 }
@@ -299,9 +395,13 @@ static void pd_conn_queue(pd_conn *c, void *base, size_t cap, const uint8_t *dat
     }
 }
 
-/* Write what the kernel takes now; 0..len, or a negative libuv error. */
+/* Write what the socket takes now; 0..len, or a negative libuv error. A memory connection takes all. */
 static int pd_conn_try_write(pd_conn *c, const uint8_t *data, size_t len)
 {
+    if (c->sink) {
+        c->sink(c->sink_ctx, data, len);
+        return (int)len;
+    }
     if (c->h.stream.write_queue_size) /* keep order behind queued writes */
         return 0;
     uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
@@ -313,7 +413,7 @@ void pd_conn_flush(pd_conn *c)
 {
     if (c->closing || c->out_len == 0)
         return;
-    c->srv->stats.bytes_out_total += c->out_len;
+    c->set->stats->bytes_out_total += c->out_len;
     int n = pd_conn_try_write(c, c->out + c->out_start, c->out_len);
     if (n < 0) {
         pd_log_debug("conn_write", "conn=%llu err=%s", (unsigned long long)c->serial, uv_err_name(n));
@@ -348,7 +448,7 @@ void pd_conn_write_owned(pd_conn *c, void *base, const uint8_t *data, size_t len
         free(base);
         return;
     }
-    c->srv->stats.bytes_out_total += len;
+    c->set->stats->bytes_out_total += len;
     int n = pd_conn_try_write(c, data, len);
     if (n < 0) {
         free(base);
@@ -362,7 +462,52 @@ void pd_conn_write_owned(pd_conn *c, void *base, const uint8_t *data, size_t len
     pd_conn_queue(c, base, 0, data + n, len - (size_t)n);
 }
 
-/* ---- Input ------------------------------------------------------------------- */
+int pd_conn_send_fd(pd_conn *c, const uint8_t *data, size_t len, int fd)
+{
+    int sock;
+    if (c->is_tcp || pd_conn_fd(c, &sock))
+        return PD_EUNSUPPORTED;
+    if (c->closing)
+        return PD_ECLOSED;
+    if (c->out_len || c->h.stream.write_queue_size)
+        return PD_EBUSY;
+    union { /* aligned for cmsghdr */
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    ssize_t n;
+    do /* libuv made the socket non-blocking; its write queue is empty, so the bytes go in order */
+        n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return PD_EBUSY;
+        /* The peer is gone: the connection's next read or write finds out and closes it. */
+        pd_log_debug("conn_write", "conn=%llu err=%s", (unsigned long long)c->serial, strerror(errno));
+        return PD_EIO;
+    }
+    c->set->stats->bytes_out_total += len;
+    if ((size_t)n == len)
+        return 0;
+    uint8_t *rest = malloc(len - (size_t)n); /* the descriptor went with the first byte */
+    if (!rest) {
+        pd_conn_close(c);
+        return 0;
+    }
+    memcpy(rest, data + n, len - (size_t)n);
+    pd_conn_queue(c, rest, 0, rest, len - (size_t)n);
+    return 0;
+}
+
+/* ---- Input --------------------------------------------------------------------------------- */
 
 static void pd_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
@@ -379,15 +524,14 @@ static void pd_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)p, (unsigned)len);
 }
 
-static void pd_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+/* nread bytes were read into the frame reader's space (or EOF / an error). */
+static void pd_conn_on_input(pd_conn *c, ssize_t nread)
 {
-    pd_conn *c = st->data;
-    (void)buf;
     if (c->closing)
         return;
     if (nread > 0) {
         pd_frame_reader_commit(&c->in, (size_t)nread);
-        c->srv->metrics.bytes_in += (uint64_t)nread;
+        c->set->metrics->bytes_in += (uint64_t)nread;
         if (c->draining) { /* closing after an error: input is ignored */
             pd_frame_reader_discard(&c->in);
             return;
@@ -408,12 +552,39 @@ static void pd_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     pd_conn_process(c);
 }
 
+static void pd_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    pd_conn_on_input(st->data, nread);
+}
+
+void pd_conn_input(pd_conn *c, const uint8_t *data, size_t len)
+{
+    if (len == 0) {
+        pd_conn_on_input(c, UV_EOF);
+        return;
+    }
+    while (len && !c->closing) {
+        uint8_t *p;
+        size_t room;
+        if (pd_frame_reader_space(&c->in, &p, &room)) {
+            pd_conn_close(c);
+            return;
+        }
+        size_t n = len < room ? len : room;
+        memcpy(p, data, n);
+        data += n;
+        len -= n;
+        pd_conn_on_input(c, (ssize_t)n);
+    }
+}
+
 int pd_conn_note_congestion(pd_conn *c)
 {
     int congested = pd_conn_congested(c);
     if (congested && !c->paused) { /* pd_on_write resumes it once the queue drains */
         c->paused = 1;
-        c->srv->stats.backpressure_pauses++;
+        c->set->stats->backpressure_pauses++;
     }
     return congested;
 }
@@ -429,6 +600,10 @@ static void pd_conn_update_reading(pd_conn *c)
         int congested = pd_conn_note_congestion(c);
         want = !c->eof && !c->busy && !congested;
     }
+    if (c->sink) { /* a memory connection's input is pushed, not read */
+        c->reading = (unsigned)want;
+        return;
+    }
     if (want && !c->reading) {
         if (uv_read_start(&c->h.stream, pd_on_alloc, pd_on_read) == 0)
             c->reading = 1;
@@ -438,35 +613,39 @@ static void pd_conn_update_reading(pd_conn *c)
     }
 }
 
-/* ---- Request accounting ------------------------------------------------------ */
+/* ---- Requests ------------------------------------------------------------------------------- */
 
-/* A complete frame is about to be handled: until its Envelope decodes, it is "invalid". */
+/* A complete frame is about to be handled: until it decodes as a request, it is "invalid". */
 static void pd_conn_request_start(pd_conn *c)
 {
     c->req_id = 0;
     c->req_slot = PD_REQ_INVALID;
-    c->req_typed = 0;
+    c->req_name = "invalid";
     c->req_t0 = uv_hrtime();
 }
 
-void pd_conn_request_begin(pd_conn *c, uint64_t id, int body_case)
+void pd_conn_request_begin(pd_conn *c, uint64_t id, int slot, const char *name)
 {
     c->req_id = id;
-    c->req_slot = pd_metrics_slot(body_case);
-    c->req_typed = 1;
-    pd_metrics_request(&c->srv->metrics, c->req_slot);
+    c->req_slot = slot;
+    c->req_name = name;
+}
+
+int pd_conn_request_slot(const pd_conn *c)
+{
+    return c->req_slot;
 }
 
 /* Its reply is queued (or it needs none): observe the latency. */
 static void pd_conn_request_end(pd_conn *c)
 {
     uint64_t ns = uv_hrtime() - c->req_t0;
-    pd_metrics_latency(&c->srv->metrics, c->req_slot, ns);
+    pd_metrics_latency(c->set->metrics, c->req_slot, ns);
     pd_log_debug("request", "conn=%llu id=%llu type=%s us=%llu", (unsigned long long)c->serial,
-                 (unsigned long long)c->req_id, pd_metrics_slot_name(c->req_slot), (unsigned long long)(ns / 1000));
+                 (unsigned long long)c->req_id, c->req_name, (unsigned long long)(ns / 1000));
 }
 
-void pd_conn_process(pd_conn *c)
+static void pd_conn_process(pd_conn *c)
 {
 again:
     while (pd_conn_open(c) && !c->busy && !pd_conn_congested(c)) {
@@ -477,25 +656,18 @@ again:
             break;
         pd_conn_request_start(c);
         if (rc < 0) {
-            uint32_t announced = pd_load_le32(c->in.buf + c->in.start);
-            c->srv->stats.requests_total++;
-            pd_metrics_request(&c->srv->metrics, PD_REQ_INVALID);
-            pd_conn_send_error(c, 0, PD_ETOOBIG, "frame of %u bytes exceeds max_frame (%u bytes)", announced,
-                               c->in.max_frame);
+            c->ops->oversize(c->session, pd_load_le32(c->in.buf + c->in.start), c->in.max_frame);
             pd_conn_request_end(c);
             pd_conn_drain_close(c);
             return;
         }
-        pd_handle_frame(c, payload, len);
-        if (!c->req_typed)
-            pd_metrics_request(&c->srv->metrics, PD_REQ_INVALID);
+        c->ops->frame(c->session, payload, len);
         if (!c->busy)
             pd_conn_request_end(c);
     }
-    if (pd_conn_open(c) && !c->busy && (c->eof || c->srv->stopping) && !pd_conn_congested(c)) {
+    if (pd_conn_open(c) && !c->busy && (c->eof || c->set->stopping) && !pd_conn_congested(c)) {
         /* Nothing more will be asked (or permd is stopping): close after the replies. */
-        pd_stream_end_all(c, c->srv->stopping ? PERMD__V1__END_REASON__END_REASON_SHUTDOWN
-                                              : PERMD__V1__END_REASON__END_REASON_CANCELLED);
+        c->ops->end(c->session, c->set->stopping);
         pd_conn_drain_close(c);
         return;
     }
@@ -510,7 +682,41 @@ again:
     pd_conn_update_reading(c);
 }
 
-/* ---- Closing ----------------------------------------------------------------- */
+/* ---- Jobs ----------------------------------------------------------------------------------- */
+
+void pd_conn_job_begin(pd_conn *c, size_t out_bytes, int request)
+{
+    c->set->jobs++;
+    c->job_bytes += out_bytes;
+    c->refs++;
+    if (request)
+        c->busy = 1;
+}
+
+void pd_conn_job_settle(pd_conn *c, size_t out_bytes)
+{
+    c->set->jobs--;
+    c->job_bytes -= out_bytes;
+}
+
+void pd_conn_job_end(pd_conn *c, int request)
+{
+    pd_conns *set = c->set;
+    if (request) {
+        c->busy = 0;
+        pd_conn_request_end(c);
+        if (!c->closing) {
+            if (c->draining)
+                pd_conn_finish_drain(c);
+            else
+                pd_conn_process(c);
+        }
+    }
+    pd_conn_unref(c);
+    pd_conns_check_idle(set);
+}
+
+/* ---- Closing ------------------------------------------------------------------------------- */
 
 static void pd_on_shutdown(uv_shutdown_t *req, int status)
 {
@@ -523,9 +729,10 @@ static void pd_on_shutdown(uv_shutdown_t *req, int status)
  * EOF, discarding its input, so an error reply is not lost to a TCP reset. */
 static void pd_conn_finish_drain(pd_conn *c)
 {
-    if (!c->draining || c->closing || c->shut || c->busy || c->out_len || c->h.stream.write_queue_size)
+    if (!c->draining || c->closing || c->shut || c->busy || c->out_len ||
+        (!c->sink && c->h.stream.write_queue_size))
         return;
-    if (c->eof) {
+    if (c->eof || c->sink) {
         pd_conn_close(c);
         return;
     }
@@ -534,21 +741,9 @@ static void pd_conn_finish_drain(pd_conn *c)
         pd_conn_close(c);
         return;
     }
-    c->linger_until = pd_now_ms() + PD_LINGER_MS;
+    c->linger_until = pd_clock_ms() + PD_LINGER_MS;
     pd_frame_reader_discard(&c->in);
     pd_conn_update_reading(c);
-}
-
-void pd_conn_job_done(pd_conn *c)
-{
-    c->busy = 0;
-    pd_conn_request_end(c);
-    if (c->closing)
-        return;
-    if (c->draining)
-        pd_conn_finish_drain(c);
-    else
-        pd_conn_process(c);
 }
 
 void pd_conn_drain_close(pd_conn *c)
@@ -556,7 +751,8 @@ void pd_conn_drain_close(pd_conn *c)
     if (!pd_conn_open(c))
         return;
     c->draining = 1;
-    pd_stream_discard_all(c);
+    if (c->started)
+        c->ops->stop(c->session, 0);
     pd_conn_flush(c);
     if (c->closing)
         return;
@@ -564,12 +760,14 @@ void pd_conn_drain_close(pd_conn *c)
     pd_conn_finish_drain(c);
 }
 
-void pd_conn_shutdown(pd_conn *c)
+/* Server shutdown: stop reading, end streams, close when idle. */
+static void pd_conn_shutdown(pd_conn *c)
 {
     if (!pd_conn_open(c))
         return;
     atomic_store_explicit(&c->cancel, 1, memory_order_relaxed);
-    pd_stream_end_all(c, PERMD__V1__END_REASON__END_REASON_SHUTDOWN);
+    if (c->started)
+        c->ops->end(c->session, 1);
     if (c->busy) { /* the job's completion runs pd_conn_process, which closes */
         pd_conn_flush(c);
         pd_conn_update_reading(c);
@@ -578,90 +776,117 @@ void pd_conn_shutdown(pd_conn *c)
     pd_conn_drain_close(c);
 }
 
-void pd_conn_sweep(pd_conn *c, uint64_t now_ms)
+void pd_conns_shutdown(pd_conns *set)
 {
-    if (c->shut && !c->closing && now_ms >= c->linger_until)
-        pd_conn_close(c);
+    set->stopping = 1;
+    pd_conn *c = set->head;
+    while (c) {
+        pd_conn *next = c->next;
+        pd_conn_shutdown(c);
+        c = next;
+    }
+    pd_conns_check_idle(set);
 }
 
-/* ---- Accept ------------------------------------------------------------------ */
+void pd_conns_close_all(pd_conns *set)
+{
+    while (set->head)
+        pd_conn_close(set->head);
+}
+
+void pd_conns_sweep(pd_conns *set, uint64_t now_ms)
+{
+    pd_conn *c = set->head;
+    while (c) {
+        pd_conn *next = c->next;
+        if (c->shut && !c->closing && now_ms >= c->linger_until)
+            pd_conn_close(c);
+        c = next;
+    }
+}
+
+/* ---- Opening ------------------------------------------------------------------------------- */
 
 static void pd_on_reject_close(uv_handle_t *h)
 {
     free(h);
 }
 
-/* A connection on s's loop: from a listener of this loop (listener), or a descriptor another loop
- * accepted (fd, already counted in conns_open). */
-static void pd_conn_open_on(pd_server *s, uv_stream_t *listener, int fd, int is_tcp)
+/* A new connection object on set's loop around a handle the caller initialized (kind: how). */
+static int pd_conn_new(pd_conns *set, uv_stream_t *listener, int fd, int is_tcp, int memory, pd_conn **out)
 {
-    pd_server *p = s->primary;
-    if (listener)
-        atomic_fetch_add(&p->conns_open, 1);
     pd_conn *c = calloc(1, sizeof *c);
     if (!c) {
         pd_log_error("accept", "err=ENOMEM");
         if (fd >= 0)
             close(fd);
-        atomic_fetch_sub(&p->conns_open, 1);
-        return;
+        return PD_ENOMEM;
     }
     atomic_init(&c->cancel, 0);
-    c->spare_ring = PD_RING_NONE;
-    if (is_tcp)
-        uv_tcp_init(s->loop, &c->h.tcp);
-    else
-        uv_pipe_init(s->loop, &c->h.pipe, 0);
+    int rc = 0;
+    if (memory) {
+        uv_check_init(set->loop, &c->h.check);
+    } else if (is_tcp) {
+        uv_tcp_init(set->loop, &c->h.tcp);
+    } else {
+        uv_pipe_init(set->loop, &c->h.pipe, 0);
+    }
     c->h.handle.data = c;
-    int rc = listener ? uv_accept(listener, &c->h.stream)
-                      : is_tcp ? uv_tcp_open(&c->h.tcp, fd) : uv_pipe_open(&c->h.pipe, fd);
-    if (rc || pd_frame_reader_init(&c->in, PD_READ_BASE, (uint32_t)s->cfg->max_frame) ||
-        pd_arena_init(&c->arena, PD_ARENA_SIZE)) {
+    if (!memory)
+        rc = listener ? uv_accept(listener, &c->h.stream) : is_tcp ? uv_tcp_open(&c->h.tcp, fd) : uv_pipe_open(&c->h.pipe, fd);
+    if (rc || pd_frame_reader_init(&c->in, PD_READ_BASE, set->lim.max_frame)) {
         pd_log_warn("accept", "err=%s", rc ? uv_err_name(rc) : "ENOMEM");
         if (rc && fd >= 0)
             close(fd); /* the handle did not take it */
         pd_frame_reader_free(&c->in);
-        pd_arena_free(&c->arena);
         uv_close(&c->h.handle, pd_on_reject_close);
-        atomic_fetch_sub(&p->conns_open, 1);
-        return;
+        return rc ? PD_EIO : PD_ENOMEM;
     }
-    c->srv = s;
+    c->set = set;
     c->refs = 1;
     c->req_slot = PD_REQ_CONNECTION;
+    c->req_name = "connection";
     c->is_tcp = (unsigned)is_tcp;
-    c->authed = !(is_tcp && s->token);
-    c->serial = atomic_fetch_add(&p->serials, 1) + 1;
-    s->stats.connections_total++;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
-    s->stats.connections++;
-    if (is_tcp)
+    c->serial = atomic_fetch_add(&pd_serials, 1) + 1;
+    set->stats->connections_total++;
+    c->next = set->head;
+    if (set->head)
+        set->head->prev = c;
+    set->head = c;
+    set->stats->connections++;
+    if (is_tcp && !memory)
         uv_tcp_nodelay(&c->h.tcp, 1);
-    pd_log_debug("conn_open", "conn=%llu transport=%s", (unsigned long long)c->serial, is_tcp ? "tcp" : "unix");
+    pd_log_debug("conn_open", "conn=%llu transport=%s", (unsigned long long)c->serial,
+                 memory ? "memory" : is_tcp ? "tcp" : "unix");
+    *out = c;
+    return 0;
+}
 
-    if (atomic_load(&p->conns_open) > s->cfg->max_connections) {
-        s->metrics.rejected[PD_REJECT_MAX_CONNECTIONS]++;
-        pd_log_warn("conn_reject", "conn=%llu reason=max_connections limit=%llu", (unsigned long long)c->serial,
-                    (unsigned long long)s->cfg->max_connections);
-        pd_conn_send_error(c, 0, PD_EBUSY, "too many connections (max_connections = %llu); retry later",
-                           (unsigned long long)s->cfg->max_connections);
-        pd_conn_drain_close(c);
-        return;
+int pd_conn_accept(pd_conns *set, uv_stream_t *listener, int is_tcp, pd_conn **out)
+{
+    return pd_conn_new(set, listener, -1, is_tcp, 0, out);
+}
+
+int pd_conn_adopt(pd_conns *set, int fd, int is_tcp, pd_conn **out)
+{
+    return pd_conn_new(set, NULL, fd, is_tcp, 0, out);
+}
+
+int pd_conn_open_memory(pd_conns *set, int is_tcp, void (*sink)(void *ctx, const uint8_t *data, size_t len),
+                        void *ctx, pd_conn **out)
+{
+    int rc = pd_conn_new(set, NULL, -1, is_tcp, 1, out);
+    if (rc == 0) {
+        (*out)->sink = sink;
+        (*out)->sink_ctx = ctx;
     }
-    if (!is_tcp && pd_auth_peer_refused(c))
-        return;
+    return rc;
+}
+
+void pd_conn_start(pd_conn *c, const pd_conn_ops *ops, void *session)
+{
+    c->ops = ops;
+    c->session = session;
+    c->started = 1;
     pd_conn_update_reading(c);
-}
-
-void pd_conn_accept(pd_server *s, uv_stream_t *listener, int is_tcp)
-{
-    pd_conn_open_on(s, listener, -1, is_tcp);
-}
-
-void pd_conn_adopt(pd_server *s, int fd, int is_tcp)
-{
-    pd_conn_open_on(s, NULL, fd, is_tcp);
 }

@@ -1,144 +1,169 @@
-/* One client connection: incremental frame input, a batched output buffer, backpressure and lifetime. */
+/* Transport: one client connection (frames in, a batched output buffer, backpressure, lifetime), knowing nothing of requests. */
 #ifndef PD_CONN_H
 #define PD_CONN_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <uv.h>
 
-#include "daemon/ring.h"
-#include "daemon/server.h"
-#include "proto/arena.h"
-#include "proto/frame.h"
+#include "daemon/metrics.h"
 
-struct pd_stream;
+/*
+ * A connection reads length-prefixed frames and hands each complete one up through the ops table
+ * its owner registered (pd_conn_start), like libuv hands reads to uv_read_start's callbacks. Above
+ * it, the session layer (daemon/session.c) decodes requests; below, libuv moves the bytes. Replies
+ * are appended to an output buffer that leaves in one write per batch of requests; a connection
+ * whose unread output passes output_cap stops reading until it drains (backpressure).
+ *
+ * A request is handled while its frame is current; if the handler hands work to the pool with a
+ * request job (daemon/job.h), the connection is busy: later frames wait, so replies stay in order.
+ *
+ * Connections of one event loop form a pd_conns set (shutdown, sweeps, counters, limits).
+ */
 
-typedef struct pd_conn {
-    union {
-        uv_handle_t handle;
-        uv_stream_t stream;
-        uv_pipe_t pipe;
-        uv_tcp_t tcp;
-    } h;
-    pd_server *srv;
-    struct pd_conn *prev, *next;
-    uint64_t serial; /* for logs */
+typedef struct pd_conn pd_conn;
+typedef struct pd_conns pd_conns;
 
-    pd_frame_reader in;
-    pd_arena arena; /* requests are unpacked here; reset per frame */
+/* The owner's entry points, each given the session pointer passed to pd_conn_start. */
+typedef struct pd_conn_ops {
+    /* One complete frame (its payload, prefix removed; valid until the call returns). */
+    void (*frame)(void *session, const uint8_t *payload, uint32_t len);
+    /* A frame announced larger than the connection's frame limit: reply; the connection then
+     * drains and closes. */
+    void (*oversize)(void *session, uint32_t announced, uint32_t limit);
+    /* Output fell below half the cap (or a job finished): produce more (stream batches). */
+    void (*writable)(void *session);
+    /* Every request is answered and none will come (EOF; or permd is stopping: shutdown = 1):
+     * send any last messages (StreamEnd). The connection then drains and closes. */
+    void (*end)(void *session, int shutdown);
+    /* Stop producing: the connection is draining after an error (closing = 0) or closing now (1). */
+    void (*stop)(void *session, int closing);
+    /* The connection is freed and no job refers to it any more: free the session. */
+    void (*free)(void *session);
+} pd_conn_ops;
 
-    /* Replies accumulate in out[out_start, out_start + out_len) and leave in
-     * one write per batch of requests. When the kernel takes only part, the
-     * buffer itself is handed to a queued uv_write (no copy) and a new one
-     * is started. */
-    uint8_t *out;
-    size_t out_start, out_len, out_cap;
-    uint8_t *spare; /* a written-out buffer kept for reuse */
-    size_t spare_cap;
-    uint8_t *bulk_at; /* pd_conn_bulk_begin's target, when it had to realign */
-    size_t bulk_len;
+/* ---- A loop's set of connections ---------------------------------------------------------- */
 
-    size_t job_bytes; /* reply bytes that in-flight jobs will add */
-    atomic_int cancel; /* closed, or permd is stopping: long jobs give up (pd_job_cancelled) */
-    struct pd_stream *streams;
-    unsigned nstreams;
-    struct pd_upload *upload; /* a sharded PutDataset arriving in parts */
-    struct pd_readahead *ra;  /* its predicted next Fetch (daemon/readahead.c), once it fetched */
-    pd_ring spare_ring;       /* its last ring stream's ring, for the next one (daemon/stream.c) */
-    unsigned refs; /* the handle, plus one per job in flight */
-    uint64_t linger_until; /* after an error: when to give up waiting for the peer's EOF */
-    uv_shutdown_t shutdown_req;
+typedef struct pd_conn_limits {
+    uint64_t output_cap;   /* unread output beyond this pauses reading and producing */
+    uint32_t max_frame;    /* the largest frame read */
+} pd_conn_limits;
 
-    /* The request being handled, for metrics and the request log line. */
-    uint64_t req_id;
-    uint64_t req_t0; /* uv_hrtime() when its frame was complete */
-    int req_slot;    /* pd_metrics slot (daemon/metrics.h) */
+/* A set on loop; counters go to stats and metrics (the loop's, owned by the caller). idle(ctx) is
+ * called whenever a connection or job goes away while the set is stopping and none is left. */
+int pd_conns_create(uv_loop_t *loop, const pd_conn_limits *lim, pd_stats *stats, pd_metrics *metrics,
+                    void (*idle)(void *ctx), void *ctx, pd_conns **out);
+/* Free the set (after every connection is gone). NULL is a no-op. */
+void pd_conns_free(pd_conns *set);
+uv_loop_t *pd_conns_loop(const pd_conns *set);
+/* Whether nothing is left: no connection, no job. */
+int pd_conns_empty(const pd_conns *set);
+/* Permd is stopping: each connection ends its streams, answers what it was asked, and closes. */
+void pd_conns_shutdown(pd_conns *set);
+int pd_conns_stopping(const pd_conns *set);
+/* Close every connection now. */
+void pd_conns_close_all(pd_conns *set);
+/* Close connections whose linger after an error has passed (call periodically). */
+void pd_conns_sweep(pd_conns *set, uint64_t now_ms);
+/* Worker-pool jobs in flight for this set's connections. */
+unsigned pd_conns_jobs(const pd_conns *set);
 
-    unsigned is_tcp : 1;
-    unsigned authed : 1;
-    unsigned reading : 1;  /* uv_read_start is in effect */
-    unsigned busy : 1;     /* a request's job is in flight: later requests wait (replies stay in order) */
-    unsigned draining : 1; /* closing once queued output is written */
-    unsigned closing : 1;  /* uv_close called */
-    unsigned paused : 1;   /* stopped reading because of the output cap */
-    unsigned eof : 1;      /* the peer will send nothing more */
-    unsigned shut : 1;     /* uv_shutdown sent: discarding input until EOF or linger_until */
-    unsigned req_typed : 1; /* the request's Envelope decoded (pd_conn_request_begin ran) */
-} pd_conn;
+/* ---- Opening --------------------------------------------------------------------------------- */
 
-/* Accept a pending connection on a listener. */
-void pd_conn_accept(pd_server *srv, uv_stream_t *listener, int is_tcp);
-/* Serve a socket another loop accepted (pd_server_dispatch); srv's loop owns it from now on. */
-void pd_conn_adopt(pd_server *srv, int fd, int is_tcp);
+/* A connection from a listener of the set's loop, or from a descriptor accepted elsewhere (the
+ * connection owns fd from now on, even on failure). It does nothing until pd_conn_start. */
+int pd_conn_accept(pd_conns *set, uv_stream_t *listener, int is_tcp, pd_conn **out);
+int pd_conn_adopt(pd_conns *set, int fd, int is_tcp, pd_conn **out);
 
+/* A connection with no socket: what it sends goes to sink(ctx, bytes, len) at once, and its input
+ * is given with pd_conn_input; is_tcp: it passes for a TCP peer (token authentication applies).
+ * For tests of the layers above. */
+int pd_conn_open_memory(pd_conns *set, int is_tcp, void (*sink)(void *ctx, const uint8_t *data, size_t len),
+                        void *ctx, pd_conn **out);
+/* Bytes for a memory connection, as if read from a socket (len 0: EOF). */
+void pd_conn_input(pd_conn *c, const uint8_t *data, size_t len);
+
+/* Register the owner and start reading. */
+void pd_conn_start(pd_conn *c, const pd_conn_ops *ops, void *session);
+
+/* ---- Facts ------------------------------------------------------------------------------------- */
+
+int pd_conn_is_tcp(const pd_conn *c);
+uint64_t pd_conn_serial(const pd_conn *c); /* for logs; unique in the process */
+/* The socket's descriptor (SO_PEERCRED, sendmsg); PD_EUNSUPPORTED for a memory connection. */
+int pd_conn_fd(const pd_conn *c, int *fd);
+/* The peer's address as text ("127.0.0.1:5555", "unix"), for logs. */
+const char *pd_conn_peer(pd_conn *c);
 /* Whether replies may still be sent (not closing or draining). */
 int pd_conn_open(const pd_conn *c);
-void pd_conn_ref(pd_conn *c);
-void pd_conn_unref(pd_conn *c);
+/* Closed, or permd is stopping: long jobs give up (any thread). */
+int pd_conn_cancelled(const pd_conn *c);
+/* Change the frame limit (e.g. while the peer is not authenticated). */
+void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame);
 
-/* Output queued or promised beyond output_cap: stop producing for it. */
-int pd_conn_congested(const pd_conn *c);
-/* The same, and a congested connection counts as paused (one backpressure
- * pause per episode; pd_conn_maybe_resume ends it). */
-int pd_conn_note_congestion(pd_conn *c);
+/* ---- Requests --------------------------------------------------------------------------------- */
 
-/* Output dropped below half the cap (a write completed, a job finished):
- * resume reading requests and producing stream batches. Output written
- * synchronously completes no write request, so job completions call this too. */
-void pd_conn_maybe_resume(pd_conn *c);
+/* The current frame decoded as request `id` of metrics slot `slot` (its type's name: a static
+ * string): it is timed under that slot (until then a frame is PD_REQ_INVALID, "invalid"). */
+void pd_conn_request_begin(pd_conn *c, uint64_t id, int slot, const char *name);
+/* The current request's metrics slot. */
+int pd_conn_request_slot(const pd_conn *c);
 
-/* Handle the complete frames buffered so far, as far as busy/congestion
- * allow, then flush and set reading on or off. Call after anything that
- * may unblock the connection. */
-void pd_conn_process(pd_conn *c);
+/* ---- Output --------------------------------------------------------------------------------- */
 
-/* A request's job finished (its reply, if any, is queued): clear busy and
- * go on with the next buffered request, or finish closing. */
-void pd_conn_job_done(pd_conn *c);
+/* Room for n bytes after the buffered output: fill them and pd_conn_commit(n). NULL on PD_ENOMEM
+ * or when the connection is closing. */
+uint8_t *pd_conn_reserve(pd_conn *c, size_t n);
+void pd_conn_commit(pd_conn *c, size_t n);
 
-/* The handler decoded a request (Envelope id and body): count it by type. */
-void pd_conn_request_begin(pd_conn *c, uint64_t id, int body_case);
-
-/* ---- Output ---------------------------------------------------------------- */
-
-/* Append a packed envelope. PD_ENOMEM. */
-int pd_conn_send(pd_conn *c, const pd_envelope *env);
-/* Send a packed envelope with a file descriptor in its first byte
- * (SCM_RIGHTS; Unix sockets only). The kernel holds its own reference once
- * this returns 0. Only when no output is buffered or queued (else the frame
- * would overtake it): PD_EBUSY then, or when the socket is full;
- * PD_EUNSUPPORTED on TCP, PD_EIO when the peer is gone (left for the
- * connection's next read or write to find). Like every write it may close
- * the connection (libuv refusing the rest of a partial send). */
-int pd_conn_send_fd(pd_conn *c, const pd_envelope *env, int fd);
-/* Append an Error reply and count it. */
-void pd_conn_send_error(pd_conn *c, uint64_t id, int err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* Append a bulk frame: copy its header (pd_frame_bulk_header) and return
- * where len payload bytes go, aligned to `align` (a power of two ≤ 16);
- * fill them, then call pd_conn_bulk_end. NULL on PD_ENOMEM. */
+/* Append a bulk frame: copy its header and return where len payload bytes go, aligned to `align`
+ * (a power of two ≤ 16); fill them, then call pd_conn_bulk_end. NULL on PD_ENOMEM. */
 uint8_t *pd_conn_bulk_begin(pd_conn *c, const uint8_t *hdr, size_t hdr_len, size_t len, unsigned align);
 void pd_conn_bulk_end(pd_conn *c, const uint8_t *payload);
 
-/* Queue data that lives in a malloc'd block `base`; the connection frees it
- * once written. Flushes the output buffer first, so order is kept. */
+/* Send bytes with a file descriptor riding on the first (SCM_RIGHTS; Unix sockets only). The
+ * kernel holds its own reference once this returns 0. Only when no output is buffered or queued
+ * (else the bytes would overtake it): PD_EBUSY then, or when the socket is full; PD_EUNSUPPORTED on
+ * TCP and memory connections, PD_EIO when the peer is gone (left for the connection's next read or
+ * write to find). Like every write it may close the connection. */
+int pd_conn_send_fd(pd_conn *c, const uint8_t *data, size_t len, int fd);
+
+/* Queue data that lives in a malloc'd block `base`; the connection frees it once written.
+ * Flushes the output buffer first, so order is kept. */
 void pd_conn_write_owned(pd_conn *c, void *base, const uint8_t *data, size_t len);
 
-/* Write the output buffer: uv_try_write, the rest queued. */
+/* Write the output buffer: what the socket takes now, the rest queued. */
 void pd_conn_flush(pd_conn *c);
 
+/* ---- Backpressure --------------------------------------------------------------------------- */
+
+/* Output queued or promised beyond output_cap: stop producing for it. */
+int pd_conn_congested(const pd_conn *c);
+/* The same, and a congested connection counts as paused (one backpressure pause per episode). */
+int pd_conn_note_congestion(pd_conn *c);
+/* Output dropped below half the cap (a write completed, a job finished): resume reading requests
+ * and call ops.writable. */
+void pd_conn_maybe_resume(pd_conn *c);
+
+/* ---- Lifetime ------------------------------------------------------------------------------- */
+
+void pd_conn_ref(pd_conn *c);
+void pd_conn_unref(pd_conn *c);
 /* Close now (queued output is dropped). */
 void pd_conn_close(pd_conn *c);
 /* Stop reading, close once queued output is written (after an error reply). */
 void pd_conn_drain_close(pd_conn *c);
 
-/* Server shutdown: stop reading, end streams, close when idle. */
-void pd_conn_shutdown(pd_conn *c);
+/* ---- For daemon/job.c: work in flight on a connection's behalf ---------------------------- */
 
-/* Close a connection whose linger time has passed (the server's sweep timer). */
-void pd_conn_sweep(pd_conn *c, uint64_t now_ms);
+/* A job starts: out_bytes of reply are promised (they count toward the cap); request = 1 when it
+ * finishes the current request (the connection is busy until pd_conn_job_end). */
+void pd_conn_job_begin(pd_conn *c, size_t out_bytes, int request);
+/* The job ran: its output is no longer promised (before its done callback replies). */
+void pd_conn_job_settle(pd_conn *c, size_t out_bytes);
+/* Its done callback returned: a request job's connection goes on with the next request. */
+void pd_conn_job_end(pd_conn *c, int request);
+uv_loop_t *pd_conn_loop(const pd_conn *c);
 
 #endif

@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "daemon/handlers.h"
+#include "core/name.h"
+#include "daemon/backend.h"
 #include "daemon/log.h"
+#include "daemon/reply.h"
+#include "daemon/target.h"
 #include "gpu/permd_delivery.h"
 
 /* libpermd_delivery.so's entry points: loaded at run time, so that permd
@@ -39,7 +42,7 @@ typedef struct pd_group {
     pd_groups *table;
     char name[PD_NAME_MAX + 1];
     uint32_t members, joined, gone; /* gone: left or disconnected */
-    pd_conn **conns;                /* rank r is conns[r - 1]; NULL once gone */
+    pd_session **members_at;        /* rank r is members_at[r - 1]; NULL once gone */
     uint8_t id[PD_NCCL_ID_BYTES];
     int cancel;                     /* read by the thread's NCCL waits (__atomic) */
     uv_async_t async;               /* the thread tells the loop it has ended */
@@ -53,7 +56,7 @@ typedef struct pd_group {
 } pd_group;
 
 struct pd_groups {
-    pd_server *srv;
+    const pd_config *cfg;
     /* Requests come from every serving loop: one lock over the table and the groups' loop-side
      * fields. Recursive, because a reply that fails closes its connection, which leaves its groups. */
     pthread_mutex_t lock;
@@ -64,12 +67,12 @@ struct pd_groups {
     pd_delivery_api api;
 };
 
-int pd_groups_open(pd_server *s, pd_groups **out)
+int pd_groups_open(const pd_config *cfg, pd_groups **out)
 {
     pd_groups *g = calloc(1, sizeof *g);
     if (!g)
         return PD_ENOMEM;
-    g->srv = s;
+    g->cfg = cfg;
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
     pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
@@ -126,7 +129,7 @@ static int pd_groups_load(pd_groups *t)
 {
     if (t->loaded)
         return t->loaded > 0 ? 0 : PD_EUNAVAILABLE;
-    const pd_config *cfg = t->srv->cfg;
+    const pd_config *cfg = t->cfg;
     setenv("NCCL_NVLS_ENABLE", "0", 1); /* never NVLink multicast: it can take a shared host's GPUs down */
     t->loaded = -1;
     if (!(t->dl = pd_delivery_dlopen(cfg->delivery_library, t->why, sizeof t->why)))
@@ -166,7 +169,7 @@ static void *pd_group_main(void *arg)
 {
     pd_group *g = arg;
     const pd_delivery_api *api = &g->table->api;
-    const pd_config *cfg = g->table->srv->cfg;
+    const pd_config *cfg = g->table->cfg;
     uint32_t timeout = (uint32_t)cfg->delivery_timeout_ms;
     pd_delivery *d = NULL;
     int rc = api->open((int)cfg->gpu_device, g->id, (int)g->members + 1, timeout, &g->cancel, &d);
@@ -213,7 +216,7 @@ static void pd_group_free(uv_handle_t *h)
     }
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->wake);
-    free(g->conns);
+    free(g->members_at);
     free(g);
 }
 
@@ -265,10 +268,10 @@ static pd_group *pd_group_find(pd_groups *t, const char *name)
     return NULL;
 }
 
-static uint32_t pd_group_rank_of(const pd_group *g, const pd_conn *c)
+static uint32_t pd_group_rank_of(const pd_group *g, const pd_session *s)
 {
     for (uint32_t i = 0; i < g->members; i++)
-        if (g->conns[i] == c)
+        if (g->members_at[i] == s)
             return i + 1;
     return 0;
 }
@@ -276,13 +279,13 @@ static uint32_t pd_group_rank_of(const pd_group *g, const pd_conn *c)
 /* A member is gone; when none is left the group closes (aborting if it failed). */
 static void pd_group_member_gone(pd_group *g, uint32_t rank)
 {
-    g->conns[rank - 1] = NULL;
+    g->members_at[rank - 1] = NULL;
     g->gone++;
     if (g->gone == g->joined)
         pd_group_close(g, g->failed || g->joined < g->members);
 }
 
-static void pd_groups_conn_gone_locked(pd_groups *t, pd_conn *c)
+static void pd_groups_conn_gone_locked(pd_groups *t, pd_session *c)
 {
     char detail[64];
     for (pd_group *g = t ? t->list : NULL; g; g = g->next) {
@@ -299,7 +302,7 @@ static void pd_groups_conn_gone_locked(pd_groups *t, pd_conn *c)
 
 /* ---- Requests ------------------------------------------------------------------------------------------------------- */
 
-static int pd_group_check_failed(pd_conn *c, uint64_t id, pd_group *g)
+static int pd_group_check_failed(pd_session *c, uint64_t id, pd_group *g)
 {
     pthread_mutex_lock(&g->lock);
     int failed = g->failed;
@@ -307,21 +310,21 @@ static int pd_group_check_failed(pd_conn *c, uint64_t id, pd_group *g)
     memcpy(why, g->why, sizeof why);
     pthread_mutex_unlock(&g->lock);
     if (failed)
-        pd_conn_send_error(c, id, PD_EUNAVAILABLE, "delivery group '%s' was aborted: %s", g->name, why);
+        pd_reply_error(c, id, PD_EUNAVAILABLE, "delivery group '%s' was aborted: %s", g->name, why);
     return failed;
 }
 
 static pd_group *pd_group_create(pd_groups *t, uv_loop_t *loop, const char *name, uint32_t members, int *rc)
 {
     pd_group *g = calloc(1, sizeof *g);
-    pd_conn **conns = g ? calloc(members, sizeof *conns) : NULL;
+    pd_session **conns = g ? calloc(members, sizeof *conns) : NULL;
     if (!conns) {
         free(g);
         *rc = PD_ENOMEM;
         return NULL;
     }
     g->table = t;
-    g->conns = conns;
+    g->members_at = conns;
     g->members = members;
     strcpy(g->name, name);
     if ((*rc = t->api.unique_id(g->id))) {
@@ -344,23 +347,23 @@ static pd_group *pd_group_create(pd_groups *t, uv_loop_t *loop, const char *name
     return g;
 }
 
-static void pd_on_join_group_locked(pd_conn *c, uint64_t id, const Permd__V1__JoinGroup *m)
+static void pd_on_join_group_locked(pd_session *c, uint64_t id, const Permd__V1__JoinGroup *m)
 {
-    pd_groups *t = c->srv->groups;
-    const pd_config *cfg = c->srv->cfg;
+    pd_groups *t = c->svc->groups;
+    const pd_config *cfg = t->cfg;
     int rc;
-    if (pd_registry_name_check(m->group)) {
-        pd_conn_send_error(c, id, PD_EINVAL, "group: a name of 1-%d characters of A-Z a-z 0-9 . _ - is required",
+    if (pd_name_check(m->group)) {
+        pd_reply_error(c, id, PD_EINVAL, "group: a name of 1-%d characters of A-Z a-z 0-9 . _ - is required",
                            PD_NAME_MAX);
         return;
     }
     if (m->members == 0 || m->members > cfg->max_group_members) {
-        pd_conn_send_error(c, id, PD_EINVAL, "members must be in [1, %llu] (max_group_members), not %u",
+        pd_reply_error(c, id, PD_EINVAL, "members must be in [1, %llu] (max_group_members), not %u",
                            (unsigned long long)cfg->max_group_members, m->members);
         return;
     }
     if (pd_groups_load(t)) {
-        pd_conn_send_error(c, id, PD_EUNAVAILABLE, "NCCL delivery is unavailable here: %s", t->why);
+        pd_reply_error(c, id, PD_EUNAVAILABLE, "NCCL delivery is unavailable here: %s", t->why);
         return;
     }
     pd_group *g = pd_group_find(t, m->group);
@@ -368,85 +371,75 @@ static void pd_on_join_group_locked(pd_conn *c, uint64_t id, const Permd__V1__Jo
         if (pd_group_check_failed(c, id, g))
             return;
         if (g->members != m->members) {
-            pd_conn_send_error(c, id, PD_ECONFLICT, "group '%s' has %u members, not %u", g->name, g->members,
+            pd_reply_error(c, id, PD_ECONFLICT, "group '%s' has %u members, not %u", g->name, g->members,
                                m->members);
             return;
         }
         if (pd_group_rank_of(g, c)) {
-            pd_conn_send_error(c, id, PD_ECONFLICT, "this connection is already in group '%s'", g->name);
+            pd_reply_error(c, id, PD_ECONFLICT, "this connection is already in group '%s'", g->name);
             return;
         }
         if (g->joined == g->members) {
-            pd_conn_send_error(c, id, PD_ECONFLICT, "group '%s' is full (%u members)", g->name, g->members);
+            pd_reply_error(c, id, PD_ECONFLICT, "group '%s' is full (%u members)", g->name, g->members);
             return;
         }
-    } else if (!(g = pd_group_create(t, c->srv->loop, m->group, m->members, &rc))) {
-        pd_conn_send_error(c, id, rc == PD_ENOMEM ? PD_EINTERNAL : PD_EUNAVAILABLE, "cannot create group '%s': %s",
+    } else if (!(g = pd_group_create(t, c->loop->uv, m->group, m->members, &rc))) {
+        pd_reply_error(c, id, rc == PD_ENOMEM ? PD_EINTERNAL : PD_EUNAVAILABLE, "cannot create group '%s': %s",
                            m->group, pd_strerror(rc));
         return;
     }
     uint32_t rank = ++g->joined;
-    g->conns[rank - 1] = c;
+    g->members_at[rank - 1] = c;
     Permd__V1__JoinGroupReply r = PERMD__V1__JOIN_GROUP_REPLY__INIT;
     r.nccl_id.data = g->id;
     r.nccl_id.len = sizeof g->id;
     r.rank = rank;
     r.nranks = g->members + 1;
-    r.device = (char *)pd_backend_describe(c->srv->backend);
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_JOIN_GROUP_REPLY;
-    env.join_group_reply = &r;
-    pd_conn_send(c, &env);
+    r.device = (char *)pd_backend_describe(c->svc->backend);
+    pd_reply(c, id, PERMD__V1__ENVELOPE__BODY_JOIN_GROUP_REPLY, &r);
     pd_log_info("group_join", "group=%s rank=%u of=%u conn=%llu", g->name, rank, g->members,
-                (unsigned long long)c->serial);
+                (unsigned long long)pd_conn_serial(c->conn));
 }
 
 /* The group and the caller's rank in it, or an error reply and NULL. */
-static pd_group *pd_group_member(pd_conn *c, uint64_t id, const char *name, uint32_t *rank)
+static pd_group *pd_group_member(pd_session *c, uint64_t id, const char *name, uint32_t *rank)
 {
-    pd_groups *t = c->srv->groups;
+    pd_groups *t = c->svc->groups;
     pd_group *g = t->loaded > 0 ? pd_group_find(t, name) : NULL;
     if (!g) {
-        pd_conn_send_error(c, id, t->loaded < 0 ? PD_EUNAVAILABLE : PD_ENOTFOUND, "no delivery group '%s'%s%s",
-                           pd_printable_name(name), t->loaded < 0 ? ": " : "", t->loaded < 0 ? t->why : "");
+        pd_reply_error(c, id, t->loaded < 0 ? PD_EUNAVAILABLE : PD_ENOTFOUND, "no delivery group '%s'%s%s",
+                           pd_name_printable(name), t->loaded < 0 ? ": " : "", t->loaded < 0 ? t->why : "");
         return NULL;
     }
     if (!(*rank = pd_group_rank_of(g, c))) {
-        pd_conn_send_error(c, id, PD_EINVAL, "this connection is not a member of group '%s'", g->name);
+        pd_reply_error(c, id, PD_EINVAL, "this connection is not a member of group '%s'", g->name);
         return NULL;
     }
     return g;
 }
 
-static void pd_on_deliver_locked(pd_conn *c, uint64_t id, const Permd__V1__Deliver *m)
+static void pd_on_deliver_locked(pd_session *c, uint64_t id, const Permd__V1__Deliver *m)
 {
-    pd_server *s = c->srv;
     uint32_t rank;
-    char msg[256];
     pd_target t;
     pd_group *g = pd_group_member(c, id, m->group, &rank);
     if (!g || pd_group_check_failed(c, id, g))
         return;
-    int rc = pd_target_resolve(s, m->slice, 0, &t, msg, sizeof msg);
-    if (rc) {
-        pd_conn_send_error(c, id, rc, "%s", msg);
+    if (pd_reply_slice(c, id, m->slice, 0, &t))
         return;
-    }
     if (t.plan) {
         pd_target_release(&t);
-        pd_conn_send_error(c, id, PD_EUNAVAILABLE, "NCCL delivery serves flat datasets; '%s' is sharded", t.ds.name);
+        pd_reply_error(c, id, PD_EUNAVAILABLE, "NCCL delivery serves flat datasets; '%s' is sharded", t.ds.name);
         return;
     }
-    if (m->count > s->cfg->max_count) {
-        pd_conn_send_error(c, id, PD_ETOOBIG, "count %llu exceeds max_count %llu", (unsigned long long)m->count,
-                           (unsigned long long)s->cfg->max_count);
+    if (pd_reply_count(c, id, m->count, "count")) {
+        pd_target_release(&t);
         return;
     }
     uint64_t got = m->count < t.remaining ? m->count : t.remaining;
     pd_send *job = got ? calloc(1, sizeof *job) : NULL;
     if (got && !job) {
-        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        pd_reply_error(c, id, PD_EINTERNAL, "out of memory");
         return;
     }
     Permd__V1__DeliverReply r = PERMD__V1__DELIVER_REPLY__INIT;
@@ -454,11 +447,7 @@ static void pd_on_deliver_locked(pd_conn *c, uint64_t id, const Permd__V1__Deliv
     r.count = got;
     r.next_offset = pd_target_next_offset(&t, t.slice.offset, got);
     r.remaining = t.remaining - got;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_DELIVER_REPLY;
-    env.deliver_reply = &r;
-    pd_conn_send(c, &env);
+    pd_reply(c, id, PERMD__V1__ENVELOPE__BODY_DELIVER_REPLY, &r);
     if (!job)
         return;
     job->perm = t.perm;
@@ -474,10 +463,10 @@ static void pd_on_deliver_locked(pd_conn *c, uint64_t id, const Permd__V1__Deliv
     g->tail = job;
     pthread_cond_signal(&g->wake);
     pthread_mutex_unlock(&g->lock);
-    s->stats.ids_served_total += got;
+    c->loop->stats.ids_served_total += got;
 }
 
-static void pd_on_leave_group_locked(pd_conn *c, uint64_t id, const Permd__V1__LeaveGroup *m)
+static void pd_on_leave_group_locked(pd_session *c, uint64_t id, const Permd__V1__LeaveGroup *m)
 {
     uint32_t rank;
     pd_group *g = pd_group_member(c, id, m->group, &rank);
@@ -486,11 +475,7 @@ static void pd_on_leave_group_locked(pd_conn *c, uint64_t id, const Permd__V1__L
     pd_log_info("group_leave", "group=%s rank=%u", g->name, rank);
     pd_group_member_gone(g, rank);
     Permd__V1__LeaveGroupReply r = PERMD__V1__LEAVE_GROUP_REPLY__INIT;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_LEAVE_GROUP_REPLY;
-    env.leave_group_reply = &r;
-    pd_conn_send(c, &env);
+    pd_reply(c, id, PERMD__V1__ENVELOPE__BODY_LEAVE_GROUP_REPLY, &r);
 }
 
 /* ---- Entry points: each under the table's lock ---------------------------------------------------------------- */
@@ -504,7 +489,7 @@ void pd_groups_stop(pd_groups *t)
     pthread_mutex_unlock(&t->lock);
 }
 
-void pd_groups_conn_gone(pd_groups *t, pd_conn *c)
+void pd_groups_conn_gone(pd_groups *t, pd_session *c)
 {
     if (!t) /* never opened */
         return;
@@ -513,23 +498,23 @@ void pd_groups_conn_gone(pd_groups *t, pd_conn *c)
     pthread_mutex_unlock(&t->lock);
 }
 
-void pd_on_join_group(pd_conn *c, uint64_t id, const Permd__V1__JoinGroup *m)
+void pd_on_join_group(pd_session *s, uint64_t id, const Permd__V1__JoinGroup *m)
 {
-    pthread_mutex_lock(&c->srv->groups->lock);
-    pd_on_join_group_locked(c, id, m);
-    pthread_mutex_unlock(&c->srv->groups->lock);
+    pthread_mutex_lock(&s->svc->groups->lock);
+    pd_on_join_group_locked(s, id, m);
+    pthread_mutex_unlock(&s->svc->groups->lock);
 }
 
-void pd_on_deliver(pd_conn *c, uint64_t id, const Permd__V1__Deliver *m)
+void pd_on_deliver(pd_session *s, uint64_t id, const Permd__V1__Deliver *m)
 {
-    pthread_mutex_lock(&c->srv->groups->lock);
-    pd_on_deliver_locked(c, id, m);
-    pthread_mutex_unlock(&c->srv->groups->lock);
+    pthread_mutex_lock(&s->svc->groups->lock);
+    pd_on_deliver_locked(s, id, m);
+    pthread_mutex_unlock(&s->svc->groups->lock);
 }
 
-void pd_on_leave_group(pd_conn *c, uint64_t id, const Permd__V1__LeaveGroup *m)
+void pd_on_leave_group(pd_session *s, uint64_t id, const Permd__V1__LeaveGroup *m)
 {
-    pthread_mutex_lock(&c->srv->groups->lock);
-    pd_on_leave_group_locked(c, id, m);
-    pthread_mutex_unlock(&c->srv->groups->lock);
+    pthread_mutex_lock(&s->svc->groups->lock);
+    pd_on_leave_group_locked(s, id, m);
+    pthread_mutex_unlock(&s->svc->groups->lock);
 }

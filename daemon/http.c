@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "daemon/clock.h"
+#include "daemon/listen.h"
 #include "daemon/log.h"
-#include "daemon/metrics.h"
-#include "proto/endpoint.h"
 
 /* ---- Parsing ------------------------------------------------------------------ */
 
@@ -125,7 +125,7 @@ static int pd_http_text(int status, const char *reason, const char *extra, const
                          len);
 }
 
-int pd_http_respond(pd_server *s, int rc, const pd_http_request *req, char **out, size_t *len)
+int pd_http_respond(const pd_http_routes *routes, int rc, const pd_http_request *req, char **out, size_t *len)
 {
     if (rc == PD_ETOOBIG)
         return pd_http_text(431, "Request Header Fields Too Large", "", "request head too large\n", 0, out, len);
@@ -135,14 +135,14 @@ int pd_http_respond(pd_server *s, int rc, const pd_http_request *req, char **out
     if (!head && strcmp(req->method, "GET"))
         return pd_http_text(405, "Method Not Allowed", "Allow: GET, HEAD\r\n", "only GET and HEAD\n", 0, out, len);
     if (!strcmp(req->path, "/healthz")) {
-        if (s->stopping)
+        if (routes->stopping(routes->ctx))
             return pd_http_text(503, "Service Unavailable", "", "stopping\n", head, out, len);
         return pd_http_text(200, "OK", "", "ok\n", head, out, len);
     }
     if (!strcmp(req->path, "/metrics")) {
         char *body;
         size_t blen;
-        int err = pd_metrics_render(s, &body, &blen);
+        int err = routes->metrics(routes->ctx, &body, &blen);
         if (err)
             return err;
         err = pd_http_build(200, "OK", "text/plain; version=0.0.4; charset=utf-8", "", body, blen, head, out, len);
@@ -156,15 +156,15 @@ int pd_http_respond(pd_server *s, int rc, const pd_http_request *req, char **out
 
 typedef struct pd_http_conn pd_http_conn;
 
-typedef struct pd_http {
-    pd_server *srv;
+struct pd_http {
+    pd_http_routes routes;
     uv_tcp_t listener;
     uv_timer_t sweep; /* closes connections past their deadline */
     pd_http_conn *conns;
     unsigned nconns;
     unsigned handles; /* open handles; freed when the last one closes after pd_http_close */
     int closing;
-} pd_http;
+};
 
 struct pd_http_conn {
     uv_tcp_t tcp;
@@ -273,7 +273,7 @@ static void pd_http_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     if (rc == 0)
         return;
     uv_read_stop(st);
-    if (pd_http_respond(c->http->srv, rc, &req, &c->resp, &c->resp_len)) {
+    if (pd_http_respond(&c->http->routes, rc, &req, &c->resp, &c->resp_len)) {
         pd_http_conn_close(c);
         return;
     }
@@ -304,7 +304,7 @@ static void pd_http_on_connection(uv_stream_t *listener, int status)
         pd_http_conn_close(c); /* too many scrapers at once: refuse this one */
         return;
     }
-    c->deadline_ms = pd_now_ms() + PD_HTTP_TIMEOUT_MS;
+    c->deadline_ms = pd_clock_ms() + PD_HTTP_TIMEOUT_MS;
     if (uv_read_start((uv_stream_t *)&c->tcp, pd_http_on_alloc, pd_http_on_read))
         pd_http_conn_close(c);
 }
@@ -312,7 +312,7 @@ static void pd_http_on_connection(uv_stream_t *listener, int status)
 static void pd_http_on_sweep(uv_timer_t *t)
 {
     pd_http *h = t->data;
-    uint64_t now = pd_now_ms();
+    uint64_t now = pd_clock_ms();
     for (pd_http_conn *c = h->conns, *next; c; c = next) {
         next = c->next;
         if (now >= c->deadline_ms)
@@ -320,34 +320,27 @@ static void pd_http_on_sweep(uv_timer_t *t)
     }
 }
 
-int pd_http_listen(pd_server *s, const char *hostport, int optional)
+int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd_http_routes *routes,
+                   pd_http **out)
 {
-    char host[256];
-    uint16_t port;
     struct sockaddr_storage sa;
-    if (pd_endpoint_parse_hostport(hostport, host, sizeof host, &port))
-        return PD_EINVAL;
-    const char *ip = strcmp(host, "localhost") ? host : "127.0.0.1";
-    int rc = strchr(ip, ':') ? uv_ip6_addr(ip, port, (struct sockaddr_in6 *)&sa)
-                             : uv_ip4_addr(ip, port, (struct sockaddr_in *)&sa);
-    if (rc) {
-        pd_log_error("listen", "transport=http addr=%s err=%s", hostport, uv_err_name(rc));
-        return PD_EINVAL;
-    }
+    int rc = pd_listen_sockaddr(hostport, "http", &sa);
+    if (rc)
+        return rc;
     pd_http *h = calloc(1, sizeof *h);
     if (!h)
         return PD_ENOMEM;
-    h->srv = s;
-    s->http = h;
-    uv_tcp_init(s->loop, &h->listener);
-    uv_timer_init(s->loop, &h->sweep);
+    h->routes = *routes;
+    *out = NULL;
+    uv_tcp_init(loop, &h->listener);
+    uv_timer_init(loop, &h->sweep);
     h->listener.data = h->sweep.data = h;
     h->handles = 2;
     rc = uv_tcp_bind(&h->listener, (struct sockaddr *)&sa, 0);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&h->listener, 64, pd_http_on_connection);
     if (rc) {
-        pd_http_close(s);
+        pd_http_close(h);
         if (optional && rc == UV_EADDRINUSE) {
             pd_log_warn("listen", "transport=http addr=%s err=%s msg=\"the default metrics port is taken; "
                         "metrics are off (set metrics to another HOST:PORT, or empty)\"", hostport,
@@ -359,16 +352,15 @@ int pd_http_listen(pd_server *s, const char *hostport, int optional)
     }
     uv_timer_start(&h->sweep, pd_http_on_sweep, 1000, 1000);
     uv_unref((uv_handle_t *)&h->sweep);
+    *out = h;
     pd_log_info("listen", "transport=http addr=%s paths=/metrics,/healthz", hostport);
     return 0;
 }
 
-void pd_http_close(pd_server *s)
+void pd_http_close(pd_http *h)
 {
-    pd_http *h = s->http;
-    if (!h)
+    if (!h || h->closing)
         return;
-    s->http = NULL;
     h->closing = 1;
     while (h->conns)
         pd_http_conn_close(h->conns);

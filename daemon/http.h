@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "daemon/server.h"
+#include <uv.h>
 
 #define PD_HTTP_MAX_HEAD 8192 /* request line and headers; more gets 431 */
 #define PD_HTTP_MAX_CONNS 64  /* scrapers at once; more are closed at accept */
@@ -21,14 +21,26 @@ typedef struct pd_http_request {
  * not an HTTP/1.x request, PD_ETOOBIG when the head exceeds PD_HTTP_MAX_HEAD. */
 int pd_http_parse(const char *buf, size_t len, pd_http_request *req);
 
+/* What the endpoint serves, from its owner: the /metrics text (a malloc'd buffer) and whether
+ * permd is stopping (/healthz then says 503). */
+typedef struct pd_http_routes {
+    int (*metrics)(void *ctx, char **body, size_t *len);
+    int (*stopping)(void *ctx);
+    void *ctx;
+} pd_http_routes;
+
 /* The response to a parsed request (or to a parse error `rc`) as one
  * malloc'd buffer of headers and body. PD_ENOMEM. */
-int pd_http_respond(pd_server *s, int rc, const pd_http_request *req, char **out, size_t *len);
+int pd_http_respond(const pd_http_routes *routes, int rc, const pd_http_request *req, char **out, size_t *len);
 
-/* Listen on HOST:PORT. optional: a port in use is a warning (metrics off),
- * not an error. PD_EIO / PD_ENOMEM. */
-int pd_http_listen(pd_server *s, const char *hostport, int optional);
-/* Stop listening and close scrapers' connections. Idempotent. */
-void pd_http_close(pd_server *s);
+typedef struct pd_http pd_http;
+
+/* Listen on HOST:PORT on loop. optional: a port in use is a warning (metrics off, *out = NULL),
+ * not an error. PD_EIO / PD_ENOMEM / PD_EINVAL. */
+int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd_http_routes *routes,
+                   pd_http **out);
+/* Stop listening and close scrapers' connections; the endpoint frees itself once its handles are
+ * closed. NULL is a no-op. */
+void pd_http_close(pd_http *h);
 
 #endif

@@ -1,8 +1,7 @@
-/* Worker-pool jobs on behalf of connections: accounting of references, output promised and jobs in flight. */
+/* Worker-pool jobs on behalf of connections: the connection's reference, its promised output and its busy state. */
 #include "daemon/job.h"
 
 #include "core/error.h"
-#include "daemon/conn.h"
 
 static void pd_job_run(uv_work_t *req)
 {
@@ -14,31 +13,38 @@ static void pd_job_after(uv_work_t *req, int status)
 {
     pd_job *job = (pd_job *)req;
     pd_conn *c = job->conn;
-    pd_server *s = c->srv;
+    int request = job->request;
     (void)status; /* jobs are never cancelled */
-    s->jobs--;
-    c->job_bytes -= job->out_bytes;
-    job->done(job);
-    pd_conn_unref(c);
-    pd_server_maybe_finish(s);
+    pd_conn_job_settle(c, job->out_bytes);
+    job->done(job); /* frees the job */
+    pd_conn_job_end(c, request);
 }
 
 int pd_job_cancelled(const pd_job *job)
 {
     /* The job's reference keeps the connection alive while it runs. */
-    return atomic_load_explicit(&job->conn->cancel, memory_order_relaxed);
+    return pd_conn_cancelled(job->conn);
 }
 
-int pd_job_submit(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes)
+static int pd_job_queue(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes, int request)
 {
     job->conn = c;
     job->run = run;
     job->done = done;
     job->out_bytes = out_bytes;
-    if (uv_queue_work(c->srv->loop, &job->req, pd_job_run, pd_job_after))
+    job->request = request;
+    if (uv_queue_work(pd_conn_loop(c), &job->req, pd_job_run, pd_job_after))
         return PD_EINTERNAL;
-    c->srv->jobs++;
-    c->job_bytes += out_bytes;
-    pd_conn_ref(c);
+    pd_conn_job_begin(c, out_bytes, request);
     return 0;
+}
+
+int pd_job_submit_request(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes)
+{
+    return pd_job_queue(job, c, run, done, out_bytes, 1);
+}
+
+int pd_job_submit(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes)
+{
+    return pd_job_queue(job, c, run, done, out_bytes, 0);
 }

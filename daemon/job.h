@@ -1,4 +1,4 @@
-/* Work a connection hands to the libuv worker pool: generation too large for the loop, and SQLite commits. */
+/* Work a connection hands to the libuv worker pool (generation too large for the loop, SQLite commits), tied to its lifetime. */
 #ifndef PD_JOB_H
 #define PD_JOB_H
 
@@ -6,25 +6,31 @@
 
 #include <uv.h>
 
-struct pd_conn;
+#include "daemon/conn.h"
+
 typedef struct pd_job pd_job;
 typedef void (*pd_job_fn)(pd_job *job);
 
 /* Embed as the first member of a job type. */
 struct pd_job {
     uv_work_t req;
-    struct pd_conn *conn;
+    pd_conn *conn;
     pd_job_fn run;    /* on a worker thread: touch nothing but the job */
     pd_job_fn done;   /* on the loop: reply if pd_conn_open(conn), then free the job */
     size_t out_bytes; /* reply size it will add, counted against output_cap meanwhile */
+    int request;      /* it answers the connection's current request */
 };
 
-/* Whether the job's connection has closed or permd is stopping: a job that
- * runs long (a Digest) checks between chunks and gives up. Any thread. */
+/* Whether the job's connection has closed or permd is stopping: a job that runs long (a Digest)
+ * checks between chunks and gives up. Any thread. */
 int pd_job_cancelled(const pd_job *job);
 
-/* Queue a job; it holds a reference on the connection until done returns.
- * PD_EINTERNAL when libuv refuses (the caller still owns the job). */
-int pd_job_submit(pd_job *job, struct pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes);
+/* Queue a job that answers the connection's current request: the connection reads no further
+ * request until done has returned (replies stay in order). The job holds a reference on the
+ * connection until then. PD_EINTERNAL when libuv refuses (the caller still owns the job). */
+int pd_job_submit_request(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes);
+
+/* Queue a job beside the requests (a stream's batch): the connection goes on reading. */
+int pd_job_submit(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes);
 
 #endif

@@ -1,4 +1,4 @@
-/* Unix and TCP listeners: stale-socket handling, socket file mode, loopback defaults and the TCP token. */
+/* Unix and TCP listeners: stale-socket handling, socket file mode, loopback defaults. */
 #include "daemon/listen.h"
 
 #include <errno.h>
@@ -11,22 +11,61 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "daemon/conn.h"
 #include "daemon/log.h"
 #include "proto/endpoint.h"
 
 #define PD_BACKLOG 511
 
+struct pd_listener {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_pipe_t pipe;
+        uv_tcp_t tcp;
+    } h;
+    int is_tcp;
+    int closing;
+    pd_accept_fn fn;
+    void *ctx;
+    char path[4096]; /* a Unix socket's file, unlinked at close */
+};
+
 static void pd_on_connection(uv_stream_t *listener, int status)
 {
-    pd_server *s = listener->data;
+    pd_listener *l = listener->data;
     if (status < 0) {
         pd_log_warn("accept", "err=%s", uv_err_name(status));
         return;
     }
-    if (s->stopping)
+    if (!l->closing)
+        l->fn(l->ctx, listener, l->is_tcp);
+}
+
+static void pd_on_listener_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+void pd_listener_close(pd_listener *l)
+{
+    if (!l || l->closing)
         return;
-    pd_server_dispatch(s, listener, listener == (uv_stream_t *)&s->tcp_listener);
+    l->closing = 1;
+    if (l->path[0])
+        unlink(l->path);
+    uv_close(&l->h.handle, pd_on_listener_closed);
+}
+
+static pd_listener *pd_listener_new(pd_accept_fn fn, void *ctx, int is_tcp)
+{
+    pd_listener *l = calloc(1, sizeof *l);
+    if (l) {
+        l->fn = fn;
+        l->ctx = ctx;
+        l->is_tcp = is_tcp;
+        l->h.handle.data = l;
+    }
+    return l;
 }
 
 /* 1 when a server accepts connections at path. */
@@ -57,7 +96,8 @@ static int pd_make_parent(const char *path)
     return 0;
 }
 
-int pd_listen_unix(pd_server *s, const char *path, unsigned mode, int create_dir)
+int pd_listen_unix(uv_loop_t *loop, const char *path, unsigned mode, int create_dir, pd_accept_fn fn, void *ctx,
+                   pd_listener **out)
 {
     struct stat st;
     if (create_dir && pd_make_parent(path)) {
@@ -76,86 +116,63 @@ int pd_listen_unix(pd_server *s, const char *path, unsigned mode, int create_dir
         }
         unlink(path); /* left behind by a server that died */
     }
-    uv_pipe_init(s->loop, &s->unix_listener, 0);
-    s->unix_listener.data = s;
-    s->unix_on = 1;
+    pd_listener *l = pd_listener_new(fn, ctx, 0);
+    if (!l)
+        return PD_ENOMEM;
+    uv_pipe_init(loop, &l->h.pipe, 0);
     mode_t old = umask(~(mode_t)mode & 0777); /* never exists with looser permissions, even briefly */
-    int rc = uv_pipe_bind(&s->unix_listener, path);
+    int rc = uv_pipe_bind(&l->h.pipe, path);
     umask(old);
     if (rc == 0 && chmod(path, (mode_t)mode))
         rc = uv_translate_sys_error(errno);
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&s->unix_listener, PD_BACKLOG, pd_on_connection);
+        rc = uv_listen(&l->h.stream, PD_BACKLOG, pd_on_connection);
     if (rc) {
         pd_log_error("listen", "transport=unix path=%s err=%s", path, uv_err_name(rc));
+        pd_listener_close(l);
         return PD_EIO;
     }
-    snprintf(s->socket_path, sizeof s->socket_path, "%s", path);
+    snprintf(l->path, sizeof l->path, "%s", path);
+    *out = l;
     pd_log_info("listen", "transport=unix path=%s mode=%04o", path, mode);
     return 0;
 }
 
-int pd_listen_tcp(pd_server *s, const char *hostport)
+int pd_listen_sockaddr(const char *hostport, const char *transport, struct sockaddr_storage *sa)
 {
     char host[256];
     uint16_t port;
-    struct sockaddr_storage sa;
     if (pd_endpoint_parse_hostport(hostport, host, sizeof host, &port))
         return PD_EINVAL;
-    const char *h = strcmp(host, "localhost") ? host : "127.0.0.1";
-    int rc = strchr(h, ':') ? uv_ip6_addr(h, port, (struct sockaddr_in6 *)&sa)
-                            : uv_ip4_addr(h, port, (struct sockaddr_in *)&sa);
+    const char *ip = strcmp(host, "localhost") ? host : "127.0.0.1";
+    int rc = strchr(ip, ':') ? uv_ip6_addr(ip, port, (struct sockaddr_in6 *)sa)
+                             : uv_ip4_addr(ip, port, (struct sockaddr_in *)sa);
     if (rc) {
-        pd_log_error("listen", "transport=tcp addr=%s err=%s", hostport, uv_err_name(rc));
+        pd_log_error("listen", "transport=%s addr=%s err=%s", transport, hostport, uv_err_name(rc));
         return PD_EINVAL;
     }
-    uv_tcp_init(s->loop, &s->tcp_listener);
-    s->tcp_listener.data = s;
-    s->tcp_on = 1;
-    rc = uv_tcp_bind(&s->tcp_listener, (struct sockaddr *)&sa, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&s->tcp_listener, PD_BACKLOG, pd_on_connection);
-    if (rc) {
-        pd_log_error("listen", "transport=tcp addr=%s err=%s", hostport, uv_err_name(rc));
-        return PD_EIO;
-    }
-    pd_log_info("listen", "transport=tcp addr=%s auth=%s", hostport, s->token ? "token" : "none");
     return 0;
 }
 
-void pd_listen_close(pd_server *s)
+int pd_listen_tcp(uv_loop_t *loop, const char *hostport, int token, pd_accept_fn fn, void *ctx, pd_listener **out)
 {
-    if (s->unix_on && !uv_is_closing((uv_handle_t *)&s->unix_listener)) {
-        uv_close((uv_handle_t *)&s->unix_listener, NULL);
-        if (s->socket_path[0])
-            unlink(s->socket_path);
-    }
-    if (s->tcp_on && !uv_is_closing((uv_handle_t *)&s->tcp_listener))
-        uv_close((uv_handle_t *)&s->tcp_listener, NULL);
-}
-
-int pd_listen_load_token(pd_server *s, const char *path)
-{
-    struct stat st;
-    char buf[4096];
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        pd_log_error("token", "path=%s msg=\"%s\"", path, strerror(errno));
+    struct sockaddr_storage sa;
+    int rc = pd_listen_sockaddr(hostport, "tcp", &sa);
+    if (rc)
+        return rc;
+    pd_listener *l = pd_listener_new(fn, ctx, 1);
+    if (!l)
+        return PD_ENOMEM;
+    uv_tcp_init(loop, &l->h.tcp);
+    rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&sa, 0);
+    if (rc == 0)
+        rc = uv_listen(&l->h.stream, PD_BACKLOG, pd_on_connection);
+    if (rc) {
+        pd_log_error("listen", "transport=tcp addr=%s err=%s", hostport, uv_err_name(rc));
+        pd_listener_close(l);
         return PD_EIO;
     }
-    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 0077))
-        pd_log_warn("token", "path=%s msg=\"readable by group or others; chmod 600 it\"", path);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    if (!buf[0]) {
-        pd_log_error("token", "path=%s msg=\"the first line is empty\"", path);
-        return PD_EINVAL;
-    }
-    s->token = strdup(buf);
-    if (!s->token)
-        return PD_ENOMEM;
-    s->token_len = strlen(buf);
+    pd_log_info("listen", "transport=tcp addr=%s auth=%s", hostport, token ? "token" : "none");
+    *out = l;
     return 0;
 }

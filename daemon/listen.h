@@ -1,22 +1,28 @@
-/* Listeners: the Unix socket (always on) and the optional TCP socket, with their safety checks. */
+/* Listeners: the Unix socket (always on) and the optional TCP socket, with their safety checks; accepts go to a callback. */
 #ifndef PD_LISTEN_H
 #define PD_LISTEN_H
 
-#include "daemon/server.h"
+#include <uv.h>
 
-/* Bind the Unix socket at path with the file mode given: refuses to start
- * when another server answers there, replaces a stale socket file, and
- * creates the default directory (mode 0700) when the path is the default. */
-int pd_listen_unix(pd_server *s, const char *path, unsigned mode, int create_dir);
+/* A connection is waiting on listener: accept it (uv_accept) now. */
+typedef void (*pd_accept_fn)(void *ctx, uv_stream_t *listener, int is_tcp);
 
-/* Bind HOST:PORT (validated by pd_config_validate). */
-int pd_listen_tcp(pd_server *s, const char *hostport);
+typedef struct pd_listener pd_listener;
 
-/* Stop listening; removes the socket file. */
-void pd_listen_close(pd_server *s);
+/* Bind the Unix socket at path with the file mode given: refuses to start when another server
+ * answers there, replaces a stale socket file, and creates the default directory (mode 0700) when
+ * the path is the default. PD_EIO, PD_ECONFLICT, PD_ENOMEM. */
+int pd_listen_unix(uv_loop_t *loop, const char *path, unsigned mode, int create_dir, pd_accept_fn fn, void *ctx,
+                   pd_listener **out);
 
-/* Read the first line of the token file into s->token. Refuses an empty
- * token; warns when the file is readable by others. */
-int pd_listen_load_token(pd_server *s, const char *path);
+/* Bind HOST:PORT (validated by pd_config_validate); token: whether clients must authenticate (for
+ * the log line). PD_EIO, PD_EINVAL, PD_ENOMEM. */
+int pd_listen_tcp(uv_loop_t *loop, const char *hostport, int token, pd_accept_fn fn, void *ctx, pd_listener **out);
+
+/* The address of HOST:PORT (a numeric address or localhost); PD_EINVAL, logged with transport. */
+int pd_listen_sockaddr(const char *hostport, const char *transport, struct sockaddr_storage *sa);
+
+/* Stop listening (a Unix socket's file is removed); it frees itself once closed. NULL is a no-op. */
+void pd_listener_close(pd_listener *l);
 
 #endif

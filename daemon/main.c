@@ -67,27 +67,26 @@ int main(int argc, char **argv)
     setenv("UV_THREADPOOL_SIZE", nbuf, 1);
 
     uv_loop_t loop;
-    pd_server srv;
+    pd_server *srv;
     if (uv_loop_init(&loop)) {
         fprintf(stderr, "permd: cannot create the event loop\n");
         pd_config_free(&cfg);
         return PD_EXIT_FAIL;
     }
-    if (pd_server_init(&srv, &loop, &cfg, workers) == 0) {
-        pd_server_run(&srv);
+    if (pd_server_create(&loop, &cfg, workers, &srv) == 0) {
+        pd_server_run(srv);
         /* Shut down already: a second SIGTERM (systemd, a supervisor's retry) must not turn the
          * clean exit into death by signal while memory is released. */
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);
-        pd_stats st;
-        unsigned jobs;
-        pd_server_totals(&srv, &st, NULL, &jobs);
-        pd_log_info("stopped", "requests=%llu connections=%llu", (unsigned long long)st.requests_total,
-                    (unsigned long long)st.connections_total);
+        pd_stats_view v;
+        pd_server_totals(srv, &v);
+        pd_server_free(srv);
+        pd_log_info("stopped", "requests=%llu connections=%llu", (unsigned long long)v.stats.requests_total,
+                    (unsigned long long)v.stats.connections_total);
     } else {
         status = PD_EXIT_FAIL;
     }
-    pd_server_close(&srv);
     if (uv_loop_close(&loop))
         pd_log_warn("loop_close", "msg=\"handles still open\"");
     pd_config_free(&cfg);

@@ -1,18 +1,12 @@
-/* Operational counters by request type (requests, errors by code, latency histogram) and their exports: Prometheus text and StatsReply. */
+/* Operational counters: per-loop totals (pd_stats) and per-request-type tables (pd_metrics); no I/O, no protocol. */
 #ifndef PD_METRICS_H
 #define PD_METRICS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/arena.h"
-#include "proto/frame.h"
-
-struct pd_server;
-
-/* Request types are slots: one per Envelope body field of the request range
- * (10-29, named by the protobuf descriptor, so a new request type is counted
- * without touching this module), then three of no body. */
+/* Request types are slots: one per Envelope body field of the request range (10-29; daemon/reqtype.h
+ * names them), then three of no body. */
 enum {
     PD_REQ_FIELD_FIRST = 10,
     PD_REQ_FIELD_LAST = 29,
@@ -35,6 +29,22 @@ typedef enum pd_reject_reason {
  * atomic, so those reads are defined; uncontended, so an increment costs a few nanoseconds. */
 typedef _Atomic uint64_t pd_counter;
 
+/* One serving loop's totals. */
+typedef struct pd_stats {
+    pd_counter connections_total;
+    pd_counter requests_total;
+    pd_counter errors_total;
+    pd_counter ids_served_total;
+    pd_counter bytes_out_total;
+    pd_counter streams_total;
+    pd_counter backpressure_pauses;
+    pd_counter readahead_hits;     /* Fetches answered from a readahead (daemon/readahead.c) */
+    pd_counter stream_rings_total; /* streams delivered through a shared-memory ring (daemon/ring.c) */
+    pd_counter connections;
+    pd_counter streams_active;
+} pd_stats;
+
+/* One serving loop's counters by request type. */
 typedef struct pd_metrics {
     pd_counter requests[PD_REQ_NTYPES];
     pd_counter errors[PD_REQ_NTYPES][PD_METRICS_CODES];
@@ -45,28 +55,20 @@ typedef struct pd_metrics {
 } pd_metrics;
 
 /* into += what (a snapshot of another loop's counters). */
+void pd_stats_add(pd_stats *into, const pd_stats *what);
 void pd_metrics_add(pd_metrics *into, const pd_metrics *what);
 
 /* The bucket bounds in microseconds (PD_LATENCY_NBOUNDS of them). */
 extern const uint64_t pd_latency_bounds_us[PD_LATENCY_NBOUNDS];
 
-/* The slot of an Envelope body (its field number or PERMD__V1__ENVELOPE__BODY__NOT_SET). */
-int pd_metrics_slot(int body_case);
-/* "fetch", "put_dataset", …, "unknown", "invalid", "connection"; NULL for a
- * request field the protocol does not define. */
-const char *pd_metrics_slot_name(int slot);
+/* "max_connections", "peer_uid". */
 const char *pd_metrics_reject_name(pd_reject_reason r);
 
 void pd_metrics_request(pd_metrics *m, int slot);
-void pd_metrics_error(pd_metrics *m, int slot, Permd__V1__ErrorCode code);
+/* code: the wire ErrorCode of the reply. */
+void pd_metrics_error(pd_metrics *m, int slot, unsigned code);
 void pd_metrics_latency(pd_metrics *m, int slot, uint64_t ns);
-
-/* The Prometheus text exposition (format 0.0.4) of everything the server
- * counts, in a malloc'd buffer. PD_ENOMEM. */
-int pd_metrics_render(struct pd_server *s, char **out, size_t *len);
-
-/* Fill the StatsReply fields: the flat counters (every serving loop's, added
- * up) and the by-type tables, whose arrays are allocated in the arena. PD_ENOMEM. */
-int pd_metrics_fill_stats(struct pd_server *s, Permd__V1__StatsReply *r, pd_arena *arena);
+/* Errors of every code for one slot. */
+uint64_t pd_metrics_slot_errors(const pd_metrics *m, int slot);
 
 #endif

@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/conn.h"
-#include "daemon/server.h"
+#include "core/error.h"
 
 /*
  * Why: a trainer reads its slice in order, one Fetch of a batch after another, and waits for each
@@ -18,6 +17,26 @@
  * prediction is exact whichever generated it.
  */
 
+/* What one connection predicts: the Fetch that continues the last one it was served. */
+struct pd_readahead {
+    pd_target t;        /* the continuing request: the last one's key and slice, t.slice.offset where it
+                           ended, t.remaining what the rank then has left */
+    uint64_t count;     /* the last one's count, which the continuing one asks for again */
+    uint64_t got;       /* ids it gets: min(count, t.remaining) */
+    int known;          /* t and count are set (a Fetch was served) */
+    uint8_t *buf;       /* got * t.width bytes once ready */
+    int ready;          /* buf holds them */
+    int queued;         /* waiting for the idle pass */
+    pd_session *prev, *next; /* the loop's queue */
+};
+
+/* A loop's connections with a prediction to generate. */
+struct pd_ra_queue {
+    uv_idle_t idle;
+    pd_loop *loop;
+    pd_session *head;
+};
+
 static int pd_ra_same(const pd_target *a, const pd_target *b)
 {
     /* The round keys and n fix σ; the slice fixes which positions; the width fixes the bytes. */
@@ -27,20 +46,20 @@ static int pd_ra_same(const pd_target *a, const pd_target *b)
 }
 
 /* Whether a Fetch of count ids for t is the one that continues the last served. */
-static int pd_ra_continues(const pd_readahead *ra, const pd_target *t, uint64_t count)
+static int pd_ra_continues(const struct pd_readahead *ra, const pd_target *t, uint64_t count)
 {
     return ra->known && ra->count == count && ra->t.slice.offset == t->slice.offset && pd_ra_same(&ra->t, t);
 }
 
-static void pd_ra_unqueue(pd_server *s, pd_conn *c)
+static void pd_ra_unqueue(struct pd_ra_queue *q, pd_session *s)
 {
-    pd_readahead *ra = c->ra;
+    struct pd_readahead *ra = s->ra;
     if (!ra->queued)
         return;
     if (ra->prev)
         ra->prev->ra->next = ra->next;
     else
-        s->readahead_queue = ra->next;
+        q->head = ra->next;
     if (ra->next)
         ra->next->ra->prev = ra->prev;
     ra->prev = ra->next = NULL;
@@ -49,45 +68,60 @@ static void pd_ra_unqueue(pd_server *s, pd_conn *c)
 
 static void pd_on_readahead(uv_idle_t *h)
 {
-    pd_server *s = h->data;
-    while (s->readahead_queue) {
-        pd_conn *c = s->readahead_queue;
-        pd_readahead *ra = c->ra;
-        if (!pd_server_take_inline(s, ra->got))
+    struct pd_ra_queue *q = h->data;
+    while (q->head) {
+        pd_session *s = q->head;
+        struct pd_readahead *ra = s->ra;
+        if (!pd_loop_take_inline(q->loop, ra->got))
             return; /* this iteration's budget is spent: the next one refills it */
-        pd_ra_unqueue(s, c);
+        pd_ra_unqueue(q, s);
         uint64_t w = 0;
-        ra->ready = pd_target_generate(s->backend, &ra->t, &ra->t.slice, ra->got, ra->buf, &w) == 0 && w == ra->got;
+        ra->ready = pd_target_generate(s->svc->backend, &ra->t, &ra->t.slice, ra->got, ra->buf, &w) == 0 &&
+                    w == ra->got;
     }
     uv_idle_stop(h);
 }
 
-void pd_readahead_init(pd_server *s)
+int pd_readahead_loop_open(pd_loop *l)
 {
-    uv_idle_init(s->loop, &s->readahead_idle);
-    s->readahead_idle.data = s;
+    struct pd_ra_queue *q = calloc(1, sizeof *q);
+    if (!q)
+        return PD_ENOMEM;
+    q->loop = l;
+    uv_idle_init(l->uv, &q->idle);
+    q->idle.data = q;
+    l->ra = q;
+    return 0;
 }
 
-void pd_readahead_close(pd_server *s)
+static void pd_on_ra_closed(uv_handle_t *h)
 {
-    uv_close((uv_handle_t *)&s->readahead_idle, NULL);
+    free(h->data);
 }
 
-const uint8_t *pd_readahead_find(pd_conn *c, const pd_target *t, uint64_t count, uint64_t got)
+void pd_readahead_loop_close(pd_loop *l)
 {
-    pd_readahead *ra = c->ra;
+    if (!l->ra)
+        return;
+    uv_close((uv_handle_t *)&l->ra->idle, pd_on_ra_closed);
+    l->ra = NULL;
+}
+
+const uint8_t *pd_readahead_find(pd_session *s, const pd_target *t, uint64_t count, uint64_t got)
+{
+    struct pd_readahead *ra = s->ra;
     if (!ra || !ra->ready || !pd_ra_continues(ra, t, count) || ra->got != got)
         return NULL;
     return ra->buf;
 }
 
-void pd_readahead_note(pd_conn *c, const pd_target *t, uint64_t count, uint64_t got, uint64_t remaining)
+void pd_readahead_note(pd_session *s, const pd_target *t, uint64_t count, uint64_t got, uint64_t remaining)
 {
-    pd_server *s = c->srv;
-    pd_readahead *ra = c->ra;
-    if (t->plan || t->width > 8 || got == 0) /* flat ids only: sharded plans are shared and may be rebuilt */
+    struct pd_ra_queue *q = s->loop->ra;
+    struct pd_readahead *ra = s->ra;
+    if (t->plan || t->width > 8 || got == 0 || !q) /* flat ids only: sharded plans are shared and may be rebuilt */
         return;
-    if (!ra && !(ra = c->ra = calloc(1, sizeof *ra)))
+    if (!ra && !(ra = s->ra = calloc(1, sizeof *ra)))
         return;
     int sequential = pd_ra_continues(ra, t, count);
     ra->t = *t;
@@ -97,28 +131,29 @@ void pd_readahead_note(pd_conn *c, const pd_target *t, uint64_t count, uint64_t 
     ra->got = count < remaining ? count : remaining;
     ra->known = 1;
     ra->ready = 0;
-    if (!sequential || ra->got == 0 || ra->got * t->width > PD_READAHEAD_MAX_BYTES || s->stopping ||
+    if (!sequential || ra->got == 0 || ra->got * t->width > PD_READAHEAD_MAX_BYTES || s->loop->stopping ||
         (!ra->buf && !(ra->buf = malloc(PD_READAHEAD_MAX_BYTES)))) {
-        pd_ra_unqueue(s, c);
+        pd_ra_unqueue(q, s);
         return;
     }
     if (!ra->queued) {
         ra->queued = 1;
         ra->prev = NULL;
-        ra->next = s->readahead_queue;
+        ra->next = q->head;
         if (ra->next)
-            ra->next->ra->prev = c;
-        s->readahead_queue = c;
-        uv_idle_start(&s->readahead_idle, pd_on_readahead);
+            ra->next->ra->prev = s;
+        q->head = s;
+        uv_idle_start(&q->idle, pd_on_readahead);
     }
 }
 
-void pd_readahead_drop(pd_conn *c)
+void pd_readahead_drop(pd_session *s)
 {
-    if (!c->ra)
+    if (!s->ra)
         return;
-    pd_ra_unqueue(c->srv, c);
-    free(c->ra->buf);
-    free(c->ra);
-    c->ra = NULL;
+    if (s->loop->ra)
+        pd_ra_unqueue(s->loop->ra, s);
+    free(s->ra->buf);
+    free(s->ra);
+    s->ra = NULL;
 }

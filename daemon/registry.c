@@ -4,18 +4,18 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <sqlite3.h>
 
 #include "core/error.h"
+#include "core/name.h"
 #include "core/perm.h"
 #include "core/shards.h"
+#include "daemon/clock.h"
 #include "daemon/log.h"
 
 #define PD_REGISTRY_SCHEMA 2 /* PRAGMA user_version of the current schema (2: shard layouts) */
@@ -73,29 +73,6 @@ static int pd_layout_equal(const pd_layout *a, const pd_layout *b)
     return a->shards == b->shards && !memcmp(a->start, b->start, (size_t)(a->shards + 1) * sizeof a->start[0]);
 }
 
-int pd_registry_name_check(const char *name)
-{
-    size_t len = name ? strlen(name) : 0;
-    if (len == 0 || len > PD_NAME_MAX)
-        return PD_EINVAL;
-    if (name[0] == '.' || name[0] == '-')
-        return PD_EINVAL;
-    for (size_t i = 0; i < len; i++) {
-        char ch = name[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-              ch == '_' || ch == '-'))
-            return PD_EINVAL;
-    }
-    return 0;
-}
-
-static int64_t pd_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- The in-memory table (caller holds r->lock) --------------------------- */
 
 /* Index of name, or of where it would go (with *found = 0). */
@@ -144,17 +121,6 @@ static void pd_table_remove(pd_registry *r, size_t at)
 }
 
 /* ---- SQLite ---------------------------------------------------------------- */
-
-static void pd_errf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pd_errf(char *err, size_t len, const char *fmt, ...)
-{
-    if (!err || !len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
 
 /* mkdir -p with mode 0700 for directories permd creates (the registry is private). */
 static int pd_mkdirs(const char *path)
@@ -251,7 +217,7 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
             d.window = (uint64_t)sqlite3_column_int64(st, 4);
             d.lanes = (uint32_t)sqlite3_column_int64(st, 5);
         }
-        if (!name || pd_registry_name_check(name) || d.size == 0 || d.size > PD_N_MAX ||
+        if (!name || pd_name_check(name) || d.size == 0 || d.size > PD_N_MAX ||
             (layout && (d.window == 0 || d.lanes == 0))) {
             pd_layout_release(layout);
             pd_log_warn("registry_skip", "reason=\"invalid row\" name=\"%s\"", name ? name : "");
@@ -382,7 +348,7 @@ void pd_registry_close(pd_registry *r)
 
 int pd_registry_declare(pd_registry *r, const char *name, uint64_t size)
 {
-    if (pd_registry_name_check(name) || size == 0 || size > PD_N_MAX)
+    if (pd_name_check(name) || size == 0 || size > PD_N_MAX)
         return PD_EINVAL;
     int found, rc = 0;
     pthread_mutex_lock(&r->lock);
@@ -393,7 +359,7 @@ int pd_registry_declare(pd_registry *r, const char *name, uint64_t size)
         else
             r->sets[at].d.from_config = 1;
     } else {
-        pd_dataset d = {.size = size, .created_ms = pd_now_ms(), .from_config = 1};
+        pd_dataset d = {.size = size, .created_ms = pd_clock_unix_ms(), .from_config = 1};
         strcpy(d.name, name);
         rc = pd_table_insert(r, at, &d, NULL);
     }
@@ -463,7 +429,7 @@ static int pd_entry_matches(const pd_entry *e, uint64_t size, const pd_layout *l
 static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, pd_layout *layout, uint64_t window,
                                uint32_t lanes, pd_dataset *out, int *created)
 {
-    if (pd_registry_name_check(name) || size == 0 || size > PD_N_MAX)
+    if (pd_name_check(name) || size == 0 || size > PD_N_MAX)
         return PD_EINVAL;
     int rc = 0, found;
     *created = 0;
@@ -480,7 +446,7 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
     if (found)
         goto done;
 
-    pd_dataset d = {.size = size, .created_ms = pd_now_ms()};
+    pd_dataset d = {.size = size, .created_ms = pd_clock_unix_ms()};
     size_t blob_len = 0;
     uint8_t *blob = NULL;
     strcpy(d.name, name);

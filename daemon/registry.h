@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PD_NAME_MAX 128
+#include "core/name.h"
 
 #define PD_DEFAULT_WINDOW 8 /* K of a sharded dataset put without one */
 
@@ -34,10 +34,6 @@ pd_layout *pd_layout_ref(pd_layout *l);
 void pd_layout_release(pd_layout *l);
 
 typedef struct pd_registry pd_registry;
-
-/* Names are 1..PD_NAME_MAX bytes of [A-Za-z0-9._-], starting with a letter,
- * a digit or '_' (safe in paths, logs and shells). PD_EINVAL otherwise. */
-int pd_registry_name_check(const char *name);
 
 /* Open (creating the directory and database as needed) and load every
  * stored dataset. Blocking; call at startup. PD_EIO with a message in err. */

@@ -1,36 +1,363 @@
-/* Server lifecycle: startup (registry, config datasets, listeners, signals), the sweep timer, graceful shutdown. */
+/* Server wiring: the model and the service, event loops and their threads, listeners, signals, the sweep, shutdown. */
 #include "daemon/server.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
-#include <unistd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
-#include "daemon/conn.h"
+#include "daemon/auth.h"
 #include "daemon/backend.h"
+#include "daemon/clock.h"
+#include "daemon/conn.h"
 #include "daemon/groups.h"
-#include "daemon/plans.h"
 #include "daemon/http.h"
 #include "daemon/listen.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/plans.h"
 #include "daemon/readahead.h"
+#include "daemon/registry.h"
+#include "daemon/service.h"
+#include "daemon/session.h"
 
 #define PD_SWEEP_MS 500
 #define PD_AUTO_LOOPS_MAX 4 /* loops: 0 picks min(CPUs, this): the worker pool wants the other cores */
 
-static void pd_server_init_handles(pd_server *s);
-static int pd_shard_start(pd_server *p, pd_server *s, unsigned index);
+/* A connection accepted on the primary loop, on its way to another. */
+typedef struct pd_handoff {
+    int fd;
+    int is_tcp;
+    int admitted; /* pd_session_admit counted it */
+} pd_handoff;
 
-uint64_t pd_now_ms(void)
+/* One event loop: the service's share (pd_loop), the transport's (pd_conns), and its thread and
+ * inbox when it is not the primary. */
+typedef struct pd_server_loop {
+    pd_server *srv;
+    unsigned index;
+    uv_loop_t *uv;
+    uv_loop_t own;              /* a secondary loop's libuv loop */
+    pd_loop sl;                 /* its counters, inline budget and readahead queue */
+    pd_conns *conns;
+    uv_timer_t timer;           /* sweeps lingering connections; bounds the shutdown once stopping */
+    int handles_on;
+    int stopping;
+    pthread_t thread;
+    int thread_on;
+    uv_async_t inbox_async;     /* a secondary: connections handed over, or stop */
+    pthread_mutex_t inbox_lock; /* guards the four below */
+    pd_handoff *inbox;
+    size_t inbox_len, inbox_cap;
+    int stop_asked;
+    int inbox_closed;           /* the loop is ending: nothing more may be posted */
+} pd_server_loop;
+
+struct pd_server {
+    const pd_config *cfg;
+    pd_service svc;
+    pd_registry *reg;
+    pd_plans *plans;
+    pd_backend *backend;
+    pd_groups *groups;
+    char *token;
+    pd_listener *unix_listener, *tcp_listener;
+    char socket_path[4096];
+    pd_http *http;
+    uv_signal_t sigterm, sigint;
+    int signals_on;
+    int stopping;
+    pd_server_loop **loops; /* loops[0] is the primary */
+    unsigned nloops, next_loop;
+};
+
+static void pd_loop_maybe_finish(void *ctx);
+
+/* ---- Counters ------------------------------------------------------------------------------ */
+
+void pd_server_totals(pd_server *s, pd_stats_view *v)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    memset(v, 0, sizeof *v);
+    for (unsigned i = 0; i < s->nloops; i++) {
+        pd_server_loop *l = s->loops[i];
+        pd_stats_add(&v->stats, &l->sl.stats);
+        pd_metrics_add(&v->metrics, &l->sl.metrics);
+        if (l->conns)
+            v->jobs += pd_conns_jobs(l->conns);
+    }
+    v->workers = s->svc.workers;
+    v->uptime_ms = pd_clock_ms() - s->svc.started_ms;
+    if (s->backend)
+        pd_backend_counts(s->backend, &v->cpu_ids, &v->gpu_ids);
+    v->ring_bytes = atomic_load(&s->svc.ring_bytes);
+    v->datasets = s->reg ? pd_registry_count(s->reg) : 0;
 }
+
+pd_registry *pd_server_registry(pd_server *s)
+{
+    return s->reg;
+}
+
+static void pd_server_totals_cb(void *ctx, pd_stats_view *v)
+{
+    pd_server_totals(ctx, v);
+}
+
+static int pd_server_metrics_cb(void *ctx, char **body, size_t *len)
+{
+    pd_stats_view v;
+    pd_server_totals(ctx, &v);
+    return pd_stats_render(&v, body, len);
+}
+
+static int pd_server_stopping_cb(void *ctx)
+{
+    return ((pd_server *)ctx)->stopping;
+}
+
+/* ---- One loop ------------------------------------------------------------------------------- */
+
+/* Connections that sent an error and wait for the peer's EOF are closed when their time is up. */
+static void pd_on_sweep(uv_timer_t *t)
+{
+    pd_server_loop *l = t->data;
+    pd_conns_sweep(l->conns, pd_clock_ms());
+}
+
+static void pd_on_stop_timeout(uv_timer_t *t)
+{
+    pd_server_loop *l = t->data;
+    pd_log_warn("shutdown_timeout", "shard=%u connections=%llu jobs=%u", l->index,
+                (unsigned long long)l->sl.stats.connections, pd_conns_jobs(l->conns));
+    pd_conns_close_all(l->conns);
+    pd_loop_maybe_finish(l);
+}
+
+/* The handles every loop has: the service's (inline budget, readahead), the sweep/stop timer. */
+static int pd_loop_start(pd_server *s, pd_server_loop *l)
+{
+    pd_conn_limits lim = {.output_cap = s->cfg->output_cap, .max_frame = (uint32_t)s->cfg->max_frame};
+    if (pd_conns_create(l->uv, &lim, &l->sl.stats, &l->sl.metrics, pd_loop_maybe_finish, l, &l->conns))
+        return PD_ENOMEM;
+    pd_loop_init(&l->sl, &s->svc, l->uv, l->index);
+    if (pd_readahead_loop_open(&l->sl)) {
+        pd_loop_close(&l->sl);
+        return PD_ENOMEM;
+    }
+    uv_timer_init(l->uv, &l->timer);
+    l->timer.data = l;
+    uv_timer_start(&l->timer, pd_on_sweep, PD_SWEEP_MS, PD_SWEEP_MS);
+    l->handles_on = 1;
+    return 0;
+}
+
+/* Close what pd_loop_start opened; the loop then ends (a secondary's thread returns). */
+static void pd_loop_close_handles(pd_server_loop *l)
+{
+    if (!l->handles_on)
+        return;
+    l->handles_on = 0;
+    if (l->index == 0) {
+        pd_server *s = l->srv;
+        if (s->signals_on) {
+            s->signals_on = 0;
+            uv_close((uv_handle_t *)&s->sigterm, NULL);
+            uv_close((uv_handle_t *)&s->sigint, NULL);
+        }
+    } else {
+        pthread_mutex_lock(&l->inbox_lock);
+        l->inbox_closed = 1;
+        pthread_mutex_unlock(&l->inbox_lock);
+        uv_close((uv_handle_t *)&l->inbox_async, NULL);
+    }
+    uv_close((uv_handle_t *)&l->timer, NULL);
+    pd_loop_close(&l->sl);
+    pd_readahead_loop_close(&l->sl);
+}
+
+/* Called whenever a connection or job goes away: once stopping and nothing is left, close. */
+static void pd_loop_maybe_finish(void *ctx)
+{
+    pd_server_loop *l = ctx;
+    if (l->stopping && pd_conns_empty(l->conns))
+        pd_loop_close_handles(l);
+}
+
+static void pd_loop_stop(pd_server_loop *l)
+{
+    if (l->stopping)
+        return;
+    l->stopping = 1;
+    l->sl.stopping = 1;
+    pd_log_info("shutdown", "shard=%u connections=%llu jobs=%u", l->index, (unsigned long long)l->sl.stats.connections,
+                pd_conns_jobs(l->conns));
+    /* The same timer now bounds the shutdown instead of sweeping. */
+    uv_timer_stop(&l->timer);
+    uv_timer_start(&l->timer, pd_on_stop_timeout, l->srv->cfg->shutdown_timeout_ms, 0);
+    pd_conns_shutdown(l->conns); /* may finish at once */
+    pd_loop_maybe_finish(l);
+}
+
+/* Serve a connection on l: from a listener of l's loop (listener), or a descriptor another loop accepted. */
+static void pd_loop_serve(pd_server_loop *l, uv_stream_t *listener, int fd, int is_tcp, int admitted)
+{
+    pd_conn *c;
+    int rc = listener ? pd_conn_accept(l->conns, listener, is_tcp, &c) : pd_conn_adopt(l->conns, fd, is_tcp, &c);
+    if (rc) {
+        if (admitted)
+            atomic_fetch_sub(&l->srv->svc.conns_open, 1);
+        return;
+    }
+    pd_session_open(&l->sl, c, admitted);
+}
+
+/* ---- Handing connections to other loops --------------------------------------------------- */
+
+/* Refuse a connection handed over but not served: close it and stop counting it. */
+static void pd_handoff_drop(pd_server_loop *l, const pd_handoff *h)
+{
+    close(h->fd);
+    if (h->admitted)
+        atomic_fetch_sub(&l->srv->svc.conns_open, 1);
+}
+
+/* On a secondary loop: serve the connections handed over; stop when asked. */
+static void pd_on_inbox(uv_async_t *a)
+{
+    pd_server_loop *l = a->data;
+    pthread_mutex_lock(&l->inbox_lock);
+    pd_handoff *items = l->inbox;
+    size_t n = l->inbox_len;
+    int stop = l->stop_asked;
+    l->inbox = NULL;
+    l->inbox_len = l->inbox_cap = 0;
+    pthread_mutex_unlock(&l->inbox_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (l->stopping || stop)
+            pd_handoff_drop(l, &items[i]);
+        else
+            pd_loop_serve(l, NULL, items[i].fd, items[i].is_tcp, items[i].admitted);
+    }
+    free(items);
+    if (stop)
+        pd_loop_stop(l);
+}
+
+static void pd_loop_post(pd_server_loop *to, const pd_handoff *h, int stop)
+{
+    pthread_mutex_lock(&to->inbox_lock);
+    if (to->inbox_closed) { /* stopped already: a connection handed over now is refused */
+        pthread_mutex_unlock(&to->inbox_lock);
+        if (h)
+            pd_handoff_drop(to, h);
+        return;
+    }
+    if (h) {
+        if (to->inbox_len == to->inbox_cap) {
+            size_t cap = to->inbox_cap ? 2 * to->inbox_cap : 16;
+            pd_handoff *p = realloc(to->inbox, cap * sizeof *p);
+            if (!p) {
+                pthread_mutex_unlock(&to->inbox_lock);
+                pd_log_error("accept", "err=ENOMEM");
+                pd_handoff_drop(to, h);
+                return;
+            }
+            to->inbox = p;
+            to->inbox_cap = cap;
+        }
+        to->inbox[to->inbox_len++] = *h;
+    }
+    if (stop)
+        to->stop_asked = 1;
+    uv_async_send(&to->inbox_async); /* under the lock: the handle cannot be closing yet */
+    pthread_mutex_unlock(&to->inbox_lock);
+}
+
+static void pd_on_handoff_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* A listener of the primary has a connection: admit it (or not) here, where every accept passes,
+ * so the count is exact; then serve it on the next loop in turn. */
+static void pd_server_on_accept(void *ctx, uv_stream_t *listener, int is_tcp)
+{
+    pd_server *s = ctx;
+    if (s->stopping)
+        return;
+    int admitted = pd_session_admit(&s->svc, is_tcp);
+    pd_server_loop *to = s->loops[s->next_loop++ % s->nloops];
+    if (to->index == 0) {
+        pd_loop_serve(to, listener, -1, is_tcp, admitted);
+        return;
+    }
+    /* Accept here, then give the socket to the other loop: libuv handles belong to one loop, so the
+     * descriptor travels (duplicated, as closing this handle closes the original). */
+    uv_stream_t *tmp = malloc(is_tcp ? sizeof(uv_tcp_t) : sizeof(uv_pipe_t));
+    uv_os_fd_t fd;
+    int dup_fd = -1;
+    if (!tmp) {
+        pd_log_error("accept", "err=ENOMEM");
+        if (admitted)
+            atomic_fetch_sub(&s->svc.conns_open, 1);
+        return;
+    }
+    if (is_tcp)
+        uv_tcp_init(s->loops[0]->uv, (uv_tcp_t *)tmp);
+    else
+        uv_pipe_init(s->loops[0]->uv, (uv_pipe_t *)tmp, 0);
+    int rc = uv_accept(listener, tmp);
+    if (rc == 0 && uv_fileno((uv_handle_t *)tmp, &fd) == 0)
+        dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    uv_close((uv_handle_t *)tmp, pd_on_handoff_closed);
+    if (dup_fd < 0) {
+        pd_log_warn("accept", "err=%s", rc ? uv_err_name(rc) : "EMFILE");
+        if (admitted)
+            atomic_fetch_sub(&s->svc.conns_open, 1);
+        return;
+    }
+    pd_handoff h = {dup_fd, is_tcp, admitted};
+    pd_loop_post(to, &h, 0);
+}
+
+static void *pd_loop_main(void *arg)
+{
+    pd_server_loop *l = arg;
+    uv_run(l->uv, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* A secondary loop with a thread of its own. */
+static int pd_loop_spawn(pd_server *s, pd_server_loop *l)
+{
+    l->uv = &l->own;
+    if (uv_loop_init(l->uv))
+        return PD_EINTERNAL;
+    pthread_mutex_init(&l->inbox_lock, NULL);
+    uv_async_init(l->uv, &l->inbox_async, pd_on_inbox);
+    l->inbox_async.data = l;
+    int rc = pd_loop_start(s, l);
+    if (rc == 0 && pthread_create(&l->thread, NULL, pd_loop_main, l) == 0) {
+        l->thread_on = 1;
+        return 0;
+    }
+    if (rc == 0)
+        pd_loop_close_handles(l);
+    else
+        uv_close((uv_handle_t *)&l->inbox_async, NULL);
+    uv_run(l->uv, UV_RUN_DEFAULT);
+    uv_loop_close(l->uv);
+    pthread_mutex_destroy(&l->inbox_lock);
+    pd_conns_free(l->conns);
+    l->conns = NULL;
+    return PD_EINTERNAL;
+}
+
+/* ---- Signals and shutdown ------------------------------------------------------------------- */
 
 static void pd_on_signal(uv_signal_t *h, int signum)
 {
@@ -39,53 +366,90 @@ static void pd_on_signal(uv_signal_t *h, int signum)
     pd_server_stop(s);
 }
 
-/* Connections that sent an error and wait for the peer's EOF are closed when their time is up. */
-static void pd_on_sweep(uv_timer_t *t)
+void pd_server_stop(pd_server *s)
 {
-    pd_server *s = t->data;
-    uint64_t now = pd_now_ms();
-    pd_conn *c = s->conns;
-    while (c) {
-        pd_conn *next = c->next;
-        pd_conn_sweep(c, now);
-        c = next;
+    if (s->stopping)
+        return;
+    s->stopping = 1;
+    pd_notify_stopping();
+    pd_listener_close(s->unix_listener);
+    pd_listener_close(s->tcp_listener);
+    s->unix_listener = s->tcp_listener = NULL;
+    pd_groups_stop(s->groups);
+    pd_http_close(s->http);
+    s->http = NULL;
+    for (unsigned i = 1; i < s->nloops; i++)
+        pd_loop_post(s->loops[i], NULL, 1);
+    pd_loop_stop(s->loops[0]);
+}
+
+int pd_server_run(pd_server *s)
+{
+    return uv_run(s->loops[0]->uv, UV_RUN_DEFAULT);
+}
+
+/* Ask every secondary loop to stop, wait for their threads, release them. */
+static void pd_loops_end(pd_server *s)
+{
+    for (unsigned i = 1; i < s->nloops; i++) {
+        pd_server_loop *l = s->loops[i];
+        if (l->thread_on) {
+            pd_loop_post(l, NULL, 1);
+            pthread_join(l->thread, NULL);
+            if (uv_loop_close(l->uv))
+                pd_log_warn("loop_close", "shard=%u msg=\"handles still open\"", i);
+            pthread_mutex_destroy(&l->inbox_lock);
+            for (size_t k = 0; k < l->inbox_len; k++)
+                pd_handoff_drop(l, &l->inbox[k]);
+            free(l->inbox);
+        }
+        pd_conns_free(l->conns);
+        free(l);
     }
+    if (s->nloops > 1)
+        s->nloops = 1;
 }
 
-static void pd_on_budget(uv_check_t *h)
+void pd_server_free(pd_server *s)
 {
-    pd_server *s = h->data;
-    s->inline_left = s->cfg->inline_ids;
+    if (!s)
+        return;
+    /* The other loops end first (they use what is closed below). */
+    pd_loops_end(s);
+    pd_listener_close(s->unix_listener);
+    pd_listener_close(s->tcp_listener);
+    pd_http_close(s->http);
+    if (s->nloops) {
+        pd_server_loop *p = s->loops[0];
+        if (p->conns)
+            pd_conns_close_all(p->conns);
+        pd_loop_close_handles(p);
+        if (s->signals_on) { /* a failed start: the loop's handles never opened */
+            s->signals_on = 0;
+            uv_close((uv_handle_t *)&s->sigterm, NULL);
+            uv_close((uv_handle_t *)&s->sigint, NULL);
+        }
+        uv_run(p->uv, UV_RUN_DEFAULT);
+        pd_conns_free(p->conns);
+        free(p);
+    }
+    free(s->loops);
+    pd_registry_close(s->reg);
+    pd_backend_close(s->backend);
+    pd_plans_close(s->plans);
+    pd_groups_close(s->groups);
+    free(s->token);
+    free(s);
 }
 
-int pd_server_take_inline(pd_server *s, uint64_t count)
-{
-    if (count > s->inline_left)
-        return 0;
-    s->inline_left -= count;
-    return 1;
-}
+/* ---- Startup -------------------------------------------------------------------------------- */
 
-static void pd_on_stop_timeout(uv_timer_t *t)
+static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
 {
-    pd_server *s = t->data;
-    pd_log_warn("shutdown_timeout", "connections=%llu jobs=%u", (unsigned long long)s->stats.connections, s->jobs);
-    while (s->conns)
-        pd_conn_close(s->conns);
-    pd_server_maybe_finish(s);
-}
-
-int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned workers)
-{
+    const pd_config *cfg = s->cfg;
     char path[4096], err[512] = "";
     int rc;
-    memset(s, 0, sizeof *s);
-    s->loop = loop;
-    s->primary = s;
-    s->nshards = 1;
-    s->cfg = cfg;
-    s->workers = workers;
-    s->started_ms = pd_now_ms();
+    pd_service *svc = &s->svc;
 
     pd_backend_opts bo = {.cpu_isa = cfg->cpu_isa, .cpu_threads = (unsigned)cfg->cpu_threads, .gpu = cfg->gpu,
                           .gpu_device = (unsigned)cfg->gpu_device, .gpu_min_ids = cfg->gpu_min_ids,
@@ -95,7 +459,7 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
                      cfg->cpu_isa);
         return rc;
     }
-    if ((rc = pd_plans_open((unsigned)cfg->plan_cache, &s->plans)) || (rc = pd_groups_open(s, &s->groups))) {
+    if ((rc = pd_plans_open((unsigned)cfg->plan_cache, &s->plans)) || (rc = pd_groups_open(cfg, &s->groups))) {
         pd_log_error("startup", "msg=\"out of memory\"");
         return rc;
     }
@@ -116,48 +480,76 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
             return rc;
         }
     }
-    if (cfg->token_file[0] && (rc = pd_listen_load_token(s, cfg->token_file)))
+    if (cfg->token_file[0] && (rc = pd_auth_load_token(cfg->token_file, &s->token, &svc->token_len)))
         return rc;
 
+    svc->cfg = cfg;
+    svc->reg = s->reg;
+    svc->plans = s->plans;
+    svc->backend = s->backend;
+    svc->groups = s->groups;
+    svc->token = s->token;
+    svc->workers = workers;
+    svc->started_ms = pd_clock_ms();
+    svc->totals = pd_server_totals_cb;
+    svc->totals_ctx = s;
+
+    unsigned nloops = cfg->loops ? (unsigned)cfg->loops : uv_available_parallelism();
+    if (!cfg->loops && nloops > PD_AUTO_LOOPS_MAX)
+        nloops = PD_AUTO_LOOPS_MAX;
+    if (nloops < 1)
+        nloops = 1;
+    if (!(s->loops = calloc(nloops, sizeof *s->loops)) || !(s->loops[0] = calloc(1, sizeof *s->loops[0]))) {
+        pd_log_error("startup", "msg=\"out of memory\"");
+        return PD_ENOMEM;
+    }
+    s->nloops = 1;
+    pd_server_loop *p = s->loops[0];
+    p->srv = s;
+    p->uv = loop;
     uv_signal_init(loop, &s->sigterm);
     uv_signal_init(loop, &s->sigint);
     s->sigterm.data = s->sigint.data = s;
     uv_signal_start(&s->sigterm, pd_on_signal, SIGTERM);
     uv_signal_start(&s->sigint, pd_on_signal, SIGINT);
-    pd_server_init_handles(s);
-    s->handles_on = 1;
+    s->signals_on = 1;
+    if ((rc = pd_loop_start(s, p))) {
+        pd_log_error("startup", "msg=\"out of memory\"");
+        return rc;
+    }
 
     if ((rc = pd_config_socket_path(cfg, path, sizeof path))) {
         pd_log_error("startup", "msg=\"socket path too long\"");
         return rc;
     }
-    if ((rc = pd_listen_unix(s, path, (unsigned)cfg->socket_mode, cfg->socket[0] == '\0')))
+    if ((rc = pd_listen_unix(loop, path, (unsigned)cfg->socket_mode, cfg->socket[0] == '\0', pd_server_on_accept, s,
+                             &s->unix_listener)))
         return rc;
-    if (cfg->tcp[0] && (rc = pd_listen_tcp(s, cfg->tcp)))
+    snprintf(s->socket_path, sizeof s->socket_path, "%s", path);
+    if (cfg->tcp[0] &&
+        (rc = pd_listen_tcp(loop, cfg->tcp, s->token != NULL, pd_server_on_accept, s, &s->tcp_listener)))
         return rc;
-    if (cfg->metrics[0] && (rc = pd_http_listen(s, cfg->metrics, pd_config_metrics_is_default(cfg))))
+    pd_http_routes routes = {.metrics = pd_server_metrics_cb, .stopping = pd_server_stopping_cb, .ctx = s};
+    if (cfg->metrics[0] &&
+        (rc = pd_http_listen(loop, cfg->metrics, pd_config_metrics_is_default(cfg), &routes, &s->http)))
         return rc;
-    unsigned loops = cfg->loops ? (unsigned)cfg->loops : uv_available_parallelism();
-    if (!cfg->loops && loops > PD_AUTO_LOOPS_MAX)
-        loops = PD_AUTO_LOOPS_MAX;
-    if (loops > 1) {
-        if (!(s->shards = calloc(loops, sizeof *s->shards))) {
+    while (s->nloops < nloops) {
+        pd_server_loop *l = calloc(1, sizeof *l);
+        if (!l) {
             pd_log_error("startup", "msg=\"out of memory\"");
             return PD_ENOMEM;
         }
-        s->shards[0] = s;
-        while (s->nshards < loops) {
-            pd_server *x = calloc(1, sizeof *x);
-            if (!x || pd_shard_start(s, x, s->nshards)) {
-                free(x);
-                pd_log_error("startup", "msg=\"cannot start event loop %u\"", s->nshards);
-                return PD_EINTERNAL;
-            }
-            s->shards[s->nshards++] = x;
+        l->srv = s;
+        l->index = s->nloops;
+        if (pd_loop_spawn(s, l)) {
+            free(l);
+            pd_log_error("startup", "msg=\"cannot start event loop %u\"", s->nloops);
+            return PD_EINTERNAL;
         }
+        s->loops[s->nloops++] = l;
     }
     pd_log_info("ready", "version=%s loops=%u workers=%u %s max_connections=%llu output_cap=%llu", PERMD_VERSION,
-                s->nshards, workers, pd_backend_describe(s->backend), (unsigned long long)cfg->max_connections,
+                s->nloops, workers, pd_backend_describe(s->backend), (unsigned long long)cfg->max_connections,
                 (unsigned long long)cfg->output_cap);
     char status[512];
     snprintf(status, sizeof status, "serving %zu datasets on %.400s", pd_registry_count(s->reg), s->socket_path);
@@ -165,287 +557,18 @@ int pd_server_init(pd_server *s, uv_loop_t *loop, const pd_config *cfg, unsigned
     return 0;
 }
 
-int pd_server_run(pd_server *s)
+int pd_server_create(uv_loop_t *loop, const pd_config *cfg, unsigned workers, pd_server **out)
 {
-    return uv_run(s->loop, UV_RUN_DEFAULT);
-}
-
-/* ---- Shards --------------------------------------------------------------------------- */
-
-/* Close the handles a shard opened; the loop then ends (a secondary's thread returns). */
-static void pd_server_close_handles(pd_server *s)
-{
-    if (!s->handles_on)
-        return;
-    s->handles_on = 0;
-    if (s->primary == s) {
-        uv_close((uv_handle_t *)&s->sigterm, NULL);
-        uv_close((uv_handle_t *)&s->sigint, NULL);
-    } else {
-        pthread_mutex_lock(&s->inbox_lock);
-        s->inbox_closed = 1;
-        pthread_mutex_unlock(&s->inbox_lock);
-        uv_close((uv_handle_t *)&s->inbox_async, NULL);
+    *out = NULL;
+    pd_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return PD_ENOMEM;
+    s->cfg = cfg;
+    int rc = pd_server_start(s, loop, workers);
+    if (rc) {
+        pd_server_free(s);
+        return rc;
     }
-    uv_close((uv_handle_t *)&s->stop_timer, NULL);
-    uv_close((uv_handle_t *)&s->budget, NULL);
-    pd_readahead_close(s);
-}
-
-/* Refuse a connection handed over but not adopted: close it and stop counting it. */
-static void pd_handoff_drop(pd_server *s, int fd)
-{
-    close(fd);
-    atomic_fetch_sub(&s->primary->conns_open, 1);
-}
-
-/* On a secondary shard's loop: adopt the connections handed over; stop when asked. */
-static void pd_on_inbox(uv_async_t *a)
-{
-    pd_server *s = a->data;
-    pthread_mutex_lock(&s->inbox_lock);
-    pd_handoff *items = s->inbox;
-    size_t n = s->inbox_len;
-    int stop = s->stop_asked;
-    s->inbox = NULL;
-    s->inbox_len = s->inbox_cap = 0;
-    pthread_mutex_unlock(&s->inbox_lock);
-    for (size_t i = 0; i < n; i++) {
-        if (s->stopping || stop)
-            pd_handoff_drop(s, items[i].fd);
-        else
-            pd_conn_adopt(s, items[i].fd, items[i].is_tcp);
-    }
-    free(items);
-    if (stop)
-        pd_server_stop(s);
-}
-
-static void pd_server_post(pd_server *to, const pd_handoff *h, int stop)
-{
-    pthread_mutex_lock(&to->inbox_lock);
-    if (to->inbox_closed) { /* stopped already: a connection handed over now is refused */
-        pthread_mutex_unlock(&to->inbox_lock);
-        if (h)
-            pd_handoff_drop(to, h->fd);
-        return;
-    }
-    if (h) {
-        if (to->inbox_len == to->inbox_cap) {
-            size_t cap = to->inbox_cap ? 2 * to->inbox_cap : 16;
-            pd_handoff *p = realloc(to->inbox, cap * sizeof *p);
-            if (!p) {
-                pthread_mutex_unlock(&to->inbox_lock);
-                pd_log_error("accept", "err=ENOMEM");
-                pd_handoff_drop(to, h->fd);
-                return;
-            }
-            to->inbox = p;
-            to->inbox_cap = cap;
-        }
-        to->inbox[to->inbox_len++] = *h;
-    }
-    if (stop)
-        to->stop_asked = 1;
-    uv_async_send(&to->inbox_async); /* under the lock: the handle cannot be closing yet */
-    pthread_mutex_unlock(&to->inbox_lock);
-}
-
-static void pd_on_handoff_closed(uv_handle_t *h)
-{
-    free(h);
-}
-
-void pd_server_dispatch(pd_server *s, uv_stream_t *listener, int is_tcp)
-{
-    pd_server *to = s->nshards > 1 ? s->shards[s->next_shard++ % s->nshards] : s;
-    if (to == s) {
-        pd_conn_accept(s, listener, is_tcp);
-        return;
-    }
-    /* Accept here, then give the socket to the other loop: libuv handles belong to one loop, so
-     * the descriptor travels (duplicated, as closing this handle closes the original). */
-    uv_stream_t *tmp = malloc(is_tcp ? sizeof(uv_tcp_t) : sizeof(uv_pipe_t));
-    uv_os_fd_t fd;
-    int dup_fd = -1;
-    if (!tmp) {
-        pd_log_error("accept", "err=ENOMEM");
-        return;
-    }
-    if (is_tcp)
-        uv_tcp_init(s->loop, (uv_tcp_t *)tmp);
-    else
-        uv_pipe_init(s->loop, (uv_pipe_t *)tmp, 0);
-    int rc = uv_accept(listener, tmp);
-    if (rc == 0 && uv_fileno((uv_handle_t *)tmp, &fd) == 0)
-        dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    uv_close((uv_handle_t *)tmp, pd_on_handoff_closed);
-    if (dup_fd < 0) {
-        pd_log_warn("accept", "err=%s", rc ? uv_err_name(rc) : "EMFILE");
-        return;
-    }
-    atomic_fetch_add(&s->conns_open, 1); /* counted from now, so a flood cannot outrun max_connections */
-    pd_handoff h = {dup_fd, is_tcp};
-    pd_server_post(to, &h, 0);
-}
-
-static void *pd_shard_main(void *arg)
-{
-    pd_server *s = arg;
-    uv_run(s->loop, UV_RUN_DEFAULT);
-    return NULL;
-}
-
-/* The handles every shard has: the inline budget, readahead, the sweep (later: shutdown) timer. */
-static void pd_server_init_handles(pd_server *s)
-{
-    uv_timer_init(s->loop, &s->stop_timer);
-    uv_check_init(s->loop, &s->budget);
-    s->stop_timer.data = s->budget.data = s;
-    s->inline_left = s->cfg->inline_ids;
-    uv_check_start(&s->budget, pd_on_budget);
-    uv_unref((uv_handle_t *)&s->budget); /* never what keeps the loop alive */
-    pd_readahead_init(s);
-    uv_timer_start(&s->stop_timer, pd_on_sweep, PD_SWEEP_MS, PD_SWEEP_MS);
-}
-
-/* A secondary shard sharing p's state, with a loop and thread of its own. */
-static int pd_shard_start(pd_server *p, pd_server *s, unsigned index)
-{
-    s->loop = &s->shard_loop;
-    if (uv_loop_init(s->loop))
-        return PD_EINTERNAL;
-    s->cfg = p->cfg;
-    s->reg = p->reg;
-    s->plans = p->plans;
-    s->groups = p->groups;
-    s->backend = p->backend;
-    s->token = p->token;
-    s->token_len = p->token_len;
-    s->started_ms = p->started_ms;
-    s->workers = p->workers;
-    s->primary = p;
-    s->index = index;
-    pthread_mutex_init(&s->inbox_lock, NULL);
-    uv_async_init(s->loop, &s->inbox_async, pd_on_inbox);
-    s->inbox_async.data = s;
-    pd_server_init_handles(s);
-    s->handles_on = 1;
-    if (pthread_create(&s->thread, NULL, pd_shard_main, s)) {
-        pd_server_close_handles(s);
-        uv_run(s->loop, UV_RUN_DEFAULT);
-        uv_loop_close(s->loop);
-        pthread_mutex_destroy(&s->inbox_lock);
-        return PD_EINTERNAL;
-    }
-    s->thread_on = 1;
+    *out = s;
     return 0;
-}
-
-/* Ask every secondary shard to stop, wait for their threads, release them. */
-static void pd_shards_end(pd_server *p)
-{
-    for (unsigned i = 1; i < p->nshards; i++) {
-        pd_server *s = p->shards[i];
-        if (s->thread_on) {
-            pd_server_post(s, NULL, 1);
-            pthread_join(s->thread, NULL);
-            if (uv_loop_close(s->loop))
-                pd_log_warn("loop_close", "shard=%u msg=\"handles still open\"", i);
-            pthread_mutex_destroy(&s->inbox_lock);
-            for (size_t k = 0; k < s->inbox_len; k++)
-                close(s->inbox[k].fd);
-            free(s->inbox);
-        }
-        free(s);
-    }
-    free(p->shards);
-    p->shards = NULL;
-    p->nshards = 1;
-}
-
-void pd_server_totals(pd_server *s, pd_stats *stats, pd_metrics *metrics, unsigned *jobs)
-{
-    pd_server *p = s->primary ? s->primary : s;
-    unsigned n = p->nshards > 1 ? p->nshards : 1;
-    memset(stats, 0, sizeof *stats);
-    if (metrics)
-        memset(metrics, 0, sizeof *metrics);
-    *jobs = 0;
-    for (unsigned i = 0; i < n; i++) {
-        pd_server *x = n > 1 ? p->shards[i] : p;
-        stats->connections_total += x->stats.connections_total;
-        stats->requests_total += x->stats.requests_total;
-        stats->errors_total += x->stats.errors_total;
-        stats->ids_served_total += x->stats.ids_served_total;
-        stats->bytes_out_total += x->stats.bytes_out_total;
-        stats->streams_total += x->stats.streams_total;
-        stats->backpressure_pauses += x->stats.backpressure_pauses;
-        stats->readahead_hits += x->stats.readahead_hits;
-        stats->stream_rings_total += x->stats.stream_rings_total;
-        stats->connections += x->stats.connections;
-        stats->streams_active += x->stats.streams_active;
-        if (metrics)
-            pd_metrics_add(metrics, &x->metrics);
-        *jobs += x->jobs;
-    }
-}
-
-/* ---- Shutdown ----------------------------------------------------------------------------- */
-
-void pd_server_stop(pd_server *s)
-{
-    if (s->stopping)
-        return;
-    s->stopping = 1;
-    int primary = s->primary == s;
-    pd_log_info("shutdown", "shard=%u connections=%llu jobs=%u", s->index,
-                (unsigned long long)s->stats.connections, s->jobs);
-    if (primary) {
-        pd_notify_stopping();
-        pd_listen_close(s);
-        pd_groups_stop(s->groups);
-        pd_http_close(s);
-        for (unsigned i = 1; i < s->nshards; i++)
-            pd_server_post(s->shards[i], NULL, 1);
-    }
-    pd_conn *c = s->conns;
-    while (c) {
-        pd_conn *next = c->next;
-        pd_conn_shutdown(c);
-        c = next;
-    }
-    /* The same timer now bounds the shutdown instead of sweeping. */
-    uv_timer_stop(&s->stop_timer);
-    uv_timer_start(&s->stop_timer, pd_on_stop_timeout, s->cfg->shutdown_timeout_ms, 0);
-    pd_server_maybe_finish(s);
-}
-
-void pd_server_maybe_finish(pd_server *s)
-{
-    if (!s->stopping || s->conns || s->jobs || !s->handles_on)
-        return;
-    pd_server_close_handles(s);
-}
-
-void pd_server_close(pd_server *s)
-{
-    /* After run returns, or a failed start: the other shards end first (they use what is closed below). */
-    pd_shards_end(s);
-    pd_listen_close(s);
-    pd_http_close(s);
-    while (s->conns)
-        pd_conn_close(s->conns);
-    pd_server_close_handles(s);
-    uv_run(s->loop, UV_RUN_DEFAULT);
-    pd_registry_close(s->reg);
-    s->reg = NULL;
-    pd_backend_close(s->backend);
-    s->backend = NULL;
-    pd_plans_close(s->plans);
-    s->plans = NULL;
-    pd_groups_close(s->groups);
-    s->groups = NULL;
-    free(s->token);
-    s->token = NULL;
 }

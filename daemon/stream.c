@@ -6,19 +6,17 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "daemon/backend.h"
-#include "daemon/handlers.h"
 #include "daemon/job.h"
 #include "daemon/log.h"
+#include "daemon/reply.h"
 #include "daemon/ring.h"
-
-#define PD_STREAM_HDR_MAX 128
+#include "daemon/target.h"
 
 typedef struct pd_batch pd_batch;
 
 typedef struct pd_stream {
     struct pd_stream *next;
-    pd_conn *conn;
+    pd_session *s;
     uint64_t id;
     pd_target t;            /* t.slice.offset: where the next scheduled batch starts */
     uint64_t batch;         /* ids per batch */
@@ -38,48 +36,68 @@ typedef struct pd_stream {
     uint64_t slot_bytes;
 } pd_stream;
 
+/* A session's streams, and the ring its last ring stream used (kept for the next one). */
+struct pd_streams {
+    pd_stream *head;
+    unsigned n;
+    pd_ring spare_ring;
+};
+
 /* One batch: its frame is built in its own buffer and sent as an owned write. */
 struct pd_batch {
     pd_job job;
-    pd_backend *backend;
     pd_stream *st;
     pd_batch *next;
     uint64_t seq, count, next_offset;
     pd_slice slice; /* this batch's; the rest of the target is st->t */
     unsigned width;
-    uint8_t *base, *frame, *payload;
+    pd_bulk bulk;   /* its frame (socket streams); a ring stream's payload is its slot */
+    uint8_t *payload;
     size_t frame_len;
     int rc;
 };
 
-static void pd_stream_ring_put(pd_conn *c, pd_ring *r);
+static void pd_stream_ring_put(pd_session *s, pd_ring *r);
 
-static pd_stream *pd_stream_find(pd_conn *c, uint64_t id)
+/* The session's stream table, made on its first stream. NULL when out of memory. */
+static struct pd_streams *pd_streams_of(pd_session *s)
 {
-    for (pd_stream *st = c->streams; st; st = st->next)
+    if (!s->streams && (s->streams = calloc(1, sizeof *s->streams)))
+        s->streams->spare_ring = PD_RING_NONE;
+    return s->streams;
+}
+
+static pd_stream *pd_stream_find(pd_session *s, uint64_t id)
+{
+    for (pd_stream *st = s->streams ? s->streams->head : NULL; st; st = st->next)
         if (st->id == id && !st->ended)
             return st;
     return NULL;
 }
 
+static void pd_batch_free(pd_batch *b)
+{
+    free(b->bulk.base);
+    free(b);
+}
+
 static void pd_stream_unlink_free(pd_stream *st)
 {
-    pd_conn *c = st->conn;
-    for (pd_stream **pp = &c->streams; *pp; pp = &(*pp)->next) {
+    struct pd_streams *all = st->s->streams;
+    for (pd_stream **pp = &all->head; *pp; pp = &(*pp)->next) {
         if (*pp == st) {
             *pp = st->next;
             break;
         }
     }
-    c->nstreams--;
+    all->n--;
     while (st->ready) {
         pd_batch *b = st->ready;
         st->ready = b->next;
-        free(b->base);
-        free(b);
+        pd_batch_free(b);
     }
     pd_target_release(&st->t);
-    pd_stream_ring_put(c, &st->ring); /* no job writes to it any more */
+    pd_stream_ring_put(st->s, &st->ring); /* no job writes to it any more */
     free(st);
 }
 
@@ -88,7 +106,7 @@ static int pd_stream_stop(pd_stream *st)
 {
     if (!st->ended) {
         st->ended = 1;
-        st->conn->srv->stats.streams_active--;
+        st->s->loop->stats.streams_active--;
     }
     if (st->inflight)
         return 0;
@@ -102,11 +120,7 @@ static void pd_stream_send_end(pd_stream *st, Permd__V1__EndReason reason)
     e.reason = reason;
     e.delivered = st->delivered;
     e.next_offset = st->sent_offset;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = st->id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_END;
-    env.stream_end = &e;
-    pd_conn_send(st->conn, &env);
+    pd_reply(st->s, st->id, PERMD__V1__ENVELOPE__BODY_STREAM_END, &e);
 }
 
 /* Header of a batch frame: known before generation, so ids go right after it. */
@@ -117,7 +131,7 @@ static int pd_batch_header(const pd_stream *st, const pd_batch *b, uint8_t *hdr,
     head.count = b->count;
     head.next_offset = b->next_offset;
     head.seq = b->seq;
-    return pd_frame_bulk_header(hdr, PD_STREAM_HDR_MAX, st->id, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH, &head.base,
+    return pd_frame_bulk_header(hdr, PD_BULK_HDR_MAX, st->id, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH, &head.base,
                                 15, b->count * b->width, hlen);
 }
 
@@ -136,49 +150,46 @@ static int pd_stream_send_ring_batch(pd_stream *st, const pd_batch *b)
     m.next_offset = b->next_offset;
     m.seq = b->seq;
     m.ring_offset = pd_stream_slot_offset(st, b->seq);
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = st->id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_BATCH;
-    env.stream_batch = &m;
-    return pd_conn_send(st->conn, &env);
+    return pd_reply(st->s, st->id, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH, &m);
 }
 
 static void pd_batch_run(pd_job *job)
 {
     pd_batch *b = (pd_batch *)job;
+    pd_stream *st = b->st;
     uint64_t got;
-    b->rc = pd_target_generate(b->backend, &b->st->t, &b->slice, b->count, b->payload, &got);
+    b->rc = pd_target_generate(st->s->svc->backend, &st->t, &b->slice, b->count, b->payload, &got);
     if (b->rc == 0 && got != b->count)
         b->rc = PD_EINTERNAL;
 }
 
-/* Send every ready batch whose turn it is. Returns 1 when st is gone (or
- * its connection is closing) and must not be touched. */
+/* Send every ready batch whose turn it is. Returns 1 when st is gone (or its connection is
+ * closing) and must not be touched. */
 static int pd_stream_deliver(pd_stream *st)
 {
-    pd_conn *c = st->conn;
+    pd_session *s = st->s;
     while (st->ready && st->ready->seq == st->send_seq && !st->ended) {
         pd_batch *b = st->ready;
         st->ready = b->next;
         st->send_seq++;
         if (b->rc) {
-            pd_conn_send_error(c, st->id, PD_EINTERNAL, "generation failed: %s", pd_strerror(b->rc));
-            free(b->base);
-            free(b);
+            pd_reply_error(s, st->id, PD_EINTERNAL, "generation failed: %s", pd_strerror(b->rc));
+            pd_batch_free(b);
             pd_stream_stop(st);
             return 1;
         }
         st->delivered += b->count;
         st->sent_offset = b->next_offset;
-        c->srv->stats.ids_served_total += b->count;
+        s->loop->stats.ids_served_total += b->count;
         if (st->ring.base) {
             if (pd_stream_send_ring_batch(st, b))
-                pd_conn_close(c); /* out of memory for 60 bytes: the client cannot be told in order */
+                pd_conn_close(s->conn); /* out of memory for 60 bytes: the client cannot be told in order */
+            pd_batch_free(b);
         } else {
-            pd_conn_write_owned(c, b->base, b->frame, b->frame_len);
+            pd_conn_write_owned(s->conn, b->bulk.base, b->bulk.frame, b->bulk.frame_len);
+            free(b);
         }
-        free(b);
-        if (c->closing)
+        if (!pd_conn_open(s->conn))
             return 1;
     }
     return st->ended;
@@ -197,11 +208,10 @@ static void pd_batch_done(pd_job *job)
 {
     pd_batch *b = (pd_batch *)job;
     pd_stream *st = b->st;
-    pd_conn *c = job->conn;
+    pd_session *s = st->s;
     st->inflight--;
-    if (st->ended || !pd_conn_open(c)) {
-        free(b->base);
-        free(b);
+    if (st->ended || !pd_conn_open(s->conn)) {
+        pd_batch_free(b);
         if (st->ended && st->inflight == 0)
             pd_stream_unlink_free(st);
         return;
@@ -213,56 +223,53 @@ static void pd_batch_done(pd_job *job)
     *pp = b;
     if (!pd_stream_deliver(st))
         pd_stream_maybe_complete(st);
-    if (c->closing)
+    if (!pd_conn_open(s->conn))
         return;
-    pd_stream_pump(c);
-    pd_conn_flush(c);
-    pd_conn_maybe_resume(c);
+    pd_streams_pump(s);
+    pd_conn_flush(s->conn);
+    pd_conn_maybe_resume(s->conn);
 }
 
-/* Generate the next batch inline into the output buffer (small batches,
- * nothing in flight, so order holds). */
+/* Generate the next batch inline (small batches, nothing in flight, so order holds): into the
+ * output buffer after its frame's header, or into its ring slot. */
 static int pd_stream_inline(pd_stream *st, uint64_t count)
 {
-    pd_conn *c = st->conn;
+    pd_session *s = st->s;
     pd_batch b = {.seq = st->next_seq, .count = count, .width = st->t.width};
     b.next_offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
-    uint8_t hdr[PD_STREAM_HDR_MAX];
-    size_t hlen;
-    uint64_t got;
     int rc;
-    uint8_t *payload; /* the ring slot, or the output buffer after the frame's header */
     if (st->ring.base) {
-        payload = st->ring.base + pd_stream_slot_offset(st, b.seq);
+        uint64_t got;
+        uint8_t *slot = st->ring.base + pd_stream_slot_offset(st, b.seq);
+        rc = pd_target_generate(s->svc->backend, &st->t, &st->t.slice, count, slot, &got);
+        if (rc == 0 && got != count)
+            rc = PD_EINTERNAL;
+        if (rc == 0)
+            rc = pd_stream_send_ring_batch(st, &b);
     } else {
-        if ((rc = pd_batch_header(st, &b, hdr, &hlen)))
-            return rc;
-        if (!(payload = pd_conn_bulk_begin(c, hdr, hlen, (size_t)count * b.width, b.width)))
-            return PD_ENOMEM;
+        uint8_t hdr[PD_BULK_HDR_MAX];
+        size_t hlen;
+        rc = pd_batch_header(st, &b, hdr, &hlen);
+        if (rc == 0)
+            rc = pd_reply_bulk_inline(s, hdr, hlen, &st->t, &st->t.slice, count, NULL);
     }
-    rc = pd_target_generate(c->srv->backend, &st->t, &st->t.slice, count, payload, &got);
-    if (rc || got != count)
-        return rc ? rc : PD_EINTERNAL;
-    if (!st->ring.base)
-        pd_conn_bulk_end(c, payload);
-    else if ((rc = pd_stream_send_ring_batch(st, &b)))
+    if (rc)
         return rc;
     st->next_seq++;
     st->send_seq++;
     st->delivered += count;
     st->sent_offset = b.next_offset;
-    c->srv->stats.ids_served_total += count;
+    s->loop->stats.ids_served_total += count;
     return 0;
 }
 
 static int pd_stream_schedule(pd_stream *st, uint64_t count)
 {
-    pd_conn *c = st->conn;
+    pd_session *s = st->s;
     pd_batch *b = calloc(1, sizeof *b);
     if (!b)
         return PD_ENOMEM;
     b->st = st;
-    b->backend = c->srv->backend;
     b->seq = st->next_seq;
     b->count = count;
     b->width = st->t.width;
@@ -270,24 +277,20 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
     b->next_offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
     if (st->ring.base) {
         b->payload = st->ring.base + pd_stream_slot_offset(st, b->seq);
-        b->frame_len = PD_STREAM_HDR_MAX; /* the announcement is all that goes out */
+        b->frame_len = PD_BULK_HDR_MAX; /* the announcement is all that goes out */
     } else {
-        uint8_t hdr[PD_STREAM_HDR_MAX];
+        uint8_t hdr[PD_BULK_HDR_MAX];
         size_t hlen;
         int rc = pd_batch_header(st, b, hdr, &hlen);
-        size_t pad = (16 - hlen % 16) % 16;
-        if (rc || !(b->base = malloc(pad + hlen + (size_t)count * b->width))) {
+        if (rc || (rc = pd_bulk_alloc(&b->bulk, hdr, hlen, (size_t)count * b->width))) {
             free(b);
-            return rc ? rc : PD_ENOMEM;
+            return rc;
         }
-        b->frame = b->base + pad;
-        b->payload = b->frame + hlen; /* 16-aligned */
-        b->frame_len = hlen + (size_t)count * b->width;
-        memcpy(b->frame, hdr, hlen);
+        b->payload = b->bulk.payload;
+        b->frame_len = b->bulk.frame_len;
     }
-    if (pd_job_submit(&b->job, c, pd_batch_run, pd_batch_done, b->frame_len)) {
-        free(b->base);
-        free(b);
+    if (pd_job_submit(&b->job, s->conn, pd_batch_run, pd_batch_done, b->frame_len)) {
+        pd_batch_free(b);
         return PD_EINTERNAL;
     }
     st->next_seq++;
@@ -298,17 +301,17 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
 /* Produce as far as credits, the in-flight bound and the output cap allow. */
 static void pd_stream_produce(pd_stream *st)
 {
-    pd_conn *c = st->conn;
+    pd_session *s = st->s;
+    pd_conn *c = s->conn;
     while (!st->ended && st->credits && st->unscheduled && st->inflight < PD_STREAM_MAX_INFLIGHT &&
-           (!st->ring.base || st->inflight < st->slots) &&
-           pd_conn_open(c) && !pd_conn_congested(c)) {
+           (!st->ring.base || st->inflight < st->slots) && pd_conn_open(c) && !pd_conn_congested(c)) {
         uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
         /* Inline only in order (nothing in flight) and within the loop's budget. */
         int inl = st->inflight == 0 && !st->ready && count <= PD_STREAM_INLINE_MAX && !pd_target_may_block(&st->t) &&
-                  pd_server_take_inline(c->srv, count);
+                  pd_loop_take_inline(s->loop, count);
         int rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
         if (rc) {
-            pd_conn_send_error(c, st->id, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));
+            pd_reply_error(s, st->id, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));
             pd_stream_stop(st);
             return;
         }
@@ -321,9 +324,9 @@ static void pd_stream_produce(pd_stream *st)
     pd_stream_maybe_complete(st);
 }
 
-void pd_stream_pump(pd_conn *c)
+void pd_streams_pump(pd_session *s)
 {
-    pd_stream *st = c->streams;
+    pd_stream *st = s->streams ? s->streams->head : NULL;
     while (st) {
         pd_stream *next = st->next; /* st may be freed */
         if (!st->ended)
@@ -332,121 +335,128 @@ void pd_stream_pump(pd_conn *c)
     }
 }
 
-/* A ring of at least size bytes: the connection's spare (its last ring
- * stream's, so a stream per epoch costs no new memory), else a new one
- * within stream_ring_total. */
-static int pd_stream_ring_get(pd_conn *c, uint64_t size, pd_ring *out)
+/* ---- Rings ---------------------------------------------------------------------------------- */
+
+/* A ring of at least size bytes: the session's spare (its last ring stream's, so a stream per epoch
+ * costs no new memory), else a new one within stream_ring_total. */
+static int pd_stream_ring_get(pd_session *s, uint64_t size, pd_ring *out)
 {
-    if (c->spare_ring.base && c->spare_ring.size >= size) {
-        *out = c->spare_ring;
-        c->spare_ring = PD_RING_NONE;
+    struct pd_streams *all = s->streams;
+    if (all->spare_ring.base && all->spare_ring.size >= size) {
+        *out = all->spare_ring;
+        all->spare_ring = PD_RING_NONE;
         return 0;
     }
-    pd_server *p = c->srv->primary;
-    if (atomic_fetch_add(&p->ring_bytes, size) + size > c->srv->cfg->stream_ring_total) {
-        atomic_fetch_sub(&p->ring_bytes, size);
+    pd_service *svc = s->svc;
+    if (atomic_fetch_add(&svc->ring_bytes, size) + size > svc->cfg->stream_ring_total) {
+        atomic_fetch_sub(&svc->ring_bytes, size);
         return PD_EBUSY;
     }
     int rc = pd_ring_create(out, (size_t)size);
     if (rc)
-        atomic_fetch_sub(&p->ring_bytes, size);
+        atomic_fetch_sub(&svc->ring_bytes, size);
     return rc;
 }
 
 /* Unmap a ring and stop counting it in stream_ring_total. */
-static void pd_stream_ring_release(pd_conn *c, pd_ring *r)
+static void pd_stream_ring_release(pd_session *s, pd_ring *r)
 {
     if (!r->base)
         return;
-    atomic_fetch_sub(&c->srv->primary->ring_bytes, r->size);
+    atomic_fetch_sub(&s->svc->ring_bytes, r->size);
     pd_ring_free(r);
 }
 
-/* Free a ring, or keep it as the connection's spare while it is open (the larger of two). */
-static void pd_stream_ring_put(pd_conn *c, pd_ring *r)
+/* Free a ring, or keep it as the session's spare while its connection is open (the larger of two). */
+static void pd_stream_ring_put(pd_session *s, pd_ring *r)
 {
-    if (!c->closing && r->size > c->spare_ring.size) {
-        pd_ring t = c->spare_ring;
-        c->spare_ring = *r;
+    struct pd_streams *all = s->streams;
+    if (pd_conn_open(s->conn) && r->size > all->spare_ring.size) {
+        pd_ring t = all->spare_ring;
+        all->spare_ring = *r;
         *r = t;
     }
-    pd_stream_ring_release(c, r);
+    pd_stream_ring_release(s, r);
 }
 
-/* Give the stream the ring its client asked for, or decline quietly: its
- * batches then carry their ids, which every client reads anyway. */
+/* Give the stream the ring its client asked for, or decline quietly: its batches then carry their
+ * ids, which every client reads anyway. */
 static void pd_stream_ring_setup(pd_stream *st, uint32_t slots)
 {
-    pd_conn *c = st->conn;
-    const uint64_t max = c->srv->cfg->stream_ring_max;
+    pd_session *s = st->s;
+    const uint64_t max = s->svc->cfg->stream_ring_max;
     const uint64_t slot_bytes = (st->batch * st->t.width + 63) & ~UINT64_C(63);
     const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     const uint64_t size = (slot_bytes * slots + page - 1) / page * page;
     const char *why = NULL;
     int rc;
-    if (c->is_tcp)
+    if (pd_conn_is_tcp(s->conn))
         why = "tcp";
     else if (size > max)
         why = max ? "stream_ring_max" : "off";
-    else if ((rc = pd_stream_ring_get(c, size, &st->ring)))
+    else if ((rc = pd_stream_ring_get(s, size, &st->ring)))
         why = rc == PD_EBUSY ? "stream_ring_total" : "memory";
     if (!why) {
         Permd__V1__StreamRing m = PERMD__V1__STREAM_RING__INIT;
         m.size = st->ring.size;
         m.slots = slots;
         m.slot_bytes = slot_bytes;
-        pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-        env.id = st->id;
-        env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_RING;
-        env.stream_ring = &m;
         /* permd keeps its descriptor: a spare ring is sent again */
-        if (pd_conn_send_fd(c, &env, st->ring.fd)) {
-            pd_stream_ring_put(c, &st->ring);
+        if (pd_reply_fd(s, st->id, PERMD__V1__ENVELOPE__BODY_STREAM_RING, &m, st->ring.fd)) {
+            pd_stream_ring_put(s, &st->ring);
             why = "socket busy";
         }
     }
     if (why) {
-        pd_log_debug("stream_ring", "conn=%llu id=%llu declined=%s bytes=%llu", (unsigned long long)c->serial,
-                     (unsigned long long)st->id, why, (unsigned long long)size);
+        pd_log_debug("stream_ring", "conn=%llu id=%llu declined=%s bytes=%llu",
+                     (unsigned long long)pd_conn_serial(s->conn), (unsigned long long)st->id, why,
+                     (unsigned long long)size);
         return;
     }
     st->slots = slots;
     st->slot_bytes = slot_bytes;
-    c->srv->stats.stream_rings_total++;
+    s->loop->stats.stream_rings_total++;
 }
 
+/* ---- Requests ------------------------------------------------------------------------------- */
+
 /* Validate the rest of a Stream request and start it; 0 when the stream took t over. */
-static int pd_stream_start(pd_conn *c, uint64_t id, const Permd__V1__Stream *m, const pd_target *tp)
+static int pd_stream_start(pd_session *s, uint64_t id, const Permd__V1__Stream *m, const pd_target *tp)
 {
-    pd_server *s = c->srv;
-    const pd_config *cfg = s->cfg;
+    const pd_config *cfg = s->svc->cfg;
     const pd_target t = *tp;
+    struct pd_streams *all;
     pd_stream *st;
-    if (m->batch == 0 || m->batch > cfg->max_count) {
-        pd_conn_send_error(c, id, m->batch ? PD_ETOOBIG : PD_EINVAL, "batch must be in [1, %llu] (max_count), not %llu",
-                           (unsigned long long)cfg->max_count, (unsigned long long)m->batch);
+    if (m->batch == 0) {
+        pd_reply_error(s, id, PD_EINVAL, "batch must be at least 1");
         return -1;
     }
+    if (pd_reply_count(s, id, m->batch, "batch"))
+        return -1;
     if (m->credits == 0 || m->credits > cfg->max_credits) {
-        pd_conn_send_error(c, id, PD_EINVAL, "credits must be in [1, %llu] (max_credits), not %u",
-                           (unsigned long long)cfg->max_credits, m->credits);
+        pd_reply_error(s, id, PD_EINVAL, "credits must be in [1, %llu] (max_credits), not %u",
+                       (unsigned long long)cfg->max_credits, m->credits);
         return -1;
     }
-    if (pd_stream_find(c, id)) {
-        pd_conn_send_error(c, id, PD_ECONFLICT, "a stream with id %llu is already open on this connection",
-                           (unsigned long long)id);
+    if (pd_stream_find(s, id)) {
+        pd_reply_error(s, id, PD_ECONFLICT, "a stream with id %llu is already open on this connection",
+                       (unsigned long long)id);
         return -1;
     }
-    if (c->nstreams >= cfg->max_streams) {
-        pd_conn_send_error(c, id, PD_EBUSY, "too many streams on this connection (max_streams = %llu)",
-                           (unsigned long long)cfg->max_streams);
+    if (!(all = pd_streams_of(s))) {
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return -1;
+    }
+    if (all->n >= cfg->max_streams) {
+        pd_reply_error(s, id, PD_EBUSY, "too many streams on this connection (max_streams = %llu)",
+                       (unsigned long long)cfg->max_streams);
         return -1;
     }
     if (!(st = calloc(1, sizeof *st))) {
-        pd_conn_send_error(c, id, PD_EINTERNAL, "out of memory");
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
         return -1;
     }
-    st->conn = c;
+    st->s = s;
     st->id = id;
     st->ring = PD_RING_NONE;
     st->t = t;
@@ -454,56 +464,51 @@ static int pd_stream_start(pd_conn *c, uint64_t id, const Permd__V1__Stream *m, 
     st->credits = m->credits;
     st->unscheduled = m->max_count && m->max_count < t.remaining ? m->max_count : t.remaining;
     st->sent_offset = t.slice.offset;
-    /* Before the stream is linked: were sending to close the connection,
-     * closing would free a linked stream under us. */
+    /* Before the stream is linked: were sending to close the connection, closing would free a
+     * linked stream under us. */
     if (m->ring)
         pd_stream_ring_setup(st, m->credits);
-    if (!pd_conn_open(c)) {
-        pd_stream_ring_put(c, &st->ring);
+    if (!pd_conn_open(s->conn)) {
+        pd_stream_ring_put(s, &st->ring);
         free(st);
         return -1;
     }
-    st->next = c->streams;
-    c->streams = st;
-    c->nstreams++;
-    s->stats.streams_total++;
-    s->stats.streams_active++;
-    pd_log_debug("stream_open", "conn=%llu id=%llu dataset=%s ids=%llu batch=%llu", (unsigned long long)c->serial,
-                 (unsigned long long)id, t.ds.name, (unsigned long long)st->unscheduled,
-                 (unsigned long long)st->batch);
+    st->next = all->head;
+    all->head = st;
+    all->n++;
+    s->loop->stats.streams_total++;
+    s->loop->stats.streams_active++;
+    pd_log_debug("stream_open", "conn=%llu id=%llu dataset=%s ids=%llu batch=%llu",
+                 (unsigned long long)pd_conn_serial(s->conn), (unsigned long long)id, t.ds.name,
+                 (unsigned long long)st->unscheduled, (unsigned long long)st->batch);
     pd_stream_produce(st);
     return 0;
 }
 
-void pd_stream_open(pd_conn *c, uint64_t id, const Permd__V1__Stream *m)
+void pd_on_stream(pd_session *s, uint64_t id, const Permd__V1__Stream *m)
 {
-    pd_server *s = c->srv;
-    char msg[256];
     pd_target t;
-    int rc = pd_target_resolve(s, m->slice, m->locations, &t, msg, sizeof msg);
-    if (rc) {
-        pd_conn_send_error(c, id, rc, "%s", msg);
+    if (pd_reply_slice(s, id, m->slice, m->locations, &t))
         return;
-    }
-    rc = pd_stream_start(c, id, m, &t);
-    if (rc)
+    if (pd_stream_start(s, id, m, &t))
         pd_target_release(&t);
 }
 
-void pd_stream_credit(pd_conn *c, uint64_t id, uint32_t credits)
+void pd_on_credit(pd_session *s, uint64_t id, const Permd__V1__Credit *m)
 {
-    pd_stream *st = pd_stream_find(c, id);
+    pd_stream *st = pd_stream_find(s, id);
     if (!st)
         return;
-    uint64_t total = (uint64_t)st->credits + credits;
-    uint64_t cap = st->ring.base ? st->slots : c->srv->cfg->max_credits; /* a ring has no room for more */
+    uint64_t total = (uint64_t)st->credits + m->credits;
+    uint64_t cap = st->ring.base ? st->slots : s->svc->cfg->max_credits; /* a ring has no room for more */
     st->credits = (uint32_t)(total < cap ? total : cap);
     pd_stream_produce(st);
 }
 
-void pd_stream_cancel(pd_conn *c, uint64_t id)
+void pd_on_cancel(pd_session *s, uint64_t id, const Permd__V1__Cancel *m)
 {
-    pd_stream *st = pd_stream_find(c, id);
+    pd_stream *st = pd_stream_find(s, id);
+    (void)m;
     if (!st)
         return;
     /* Batches already generated are not sent: StreamEnd reports exactly what was. */
@@ -511,9 +516,13 @@ void pd_stream_cancel(pd_conn *c, uint64_t id)
     pd_stream_stop(st);
 }
 
-void pd_stream_end_all(pd_conn *c, Permd__V1__EndReason reason)
+/* ---- The session's teardown ----------------------------------------------------------------- */
+
+void pd_streams_end_all(pd_session *s, int shutdown)
 {
-    pd_stream *st = c->streams;
+    Permd__V1__EndReason reason =
+        shutdown ? PERMD__V1__END_REASON__END_REASON_SHUTDOWN : PERMD__V1__END_REASON__END_REASON_CANCELLED;
+    pd_stream *st = s->streams ? s->streams->head : NULL;
     while (st) {
         pd_stream *next = st->next;
         if (!st->ended) {
@@ -524,9 +533,9 @@ void pd_stream_end_all(pd_conn *c, Permd__V1__EndReason reason)
     }
 }
 
-void pd_stream_discard_all(pd_conn *c)
+void pd_streams_discard_all(pd_session *s)
 {
-    pd_stream *st = c->streams;
+    pd_stream *st = s->streams ? s->streams->head : NULL;
     while (st) {
         pd_stream *next = st->next;
         if (!st->ended)
@@ -535,9 +544,13 @@ void pd_stream_discard_all(pd_conn *c)
     }
 }
 
-void pd_stream_free_all(pd_conn *c)
+void pd_streams_free(pd_session *s)
 {
-    while (c->streams)
-        pd_stream_unlink_free(c->streams);
-    pd_stream_ring_release(c, &c->spare_ring);
+    if (!s->streams)
+        return;
+    while (s->streams->head)
+        pd_stream_unlink_free(s->streams->head);
+    pd_stream_ring_release(s, &s->streams->spare_ring);
+    free(s->streams);
+    s->streams = NULL;
 }

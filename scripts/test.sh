@@ -9,6 +9,9 @@ jobs=$(nproc)
 
 step() { printf '\n== %s\n' "$*"; }
 
+step "module dependencies (no include cycle)"
+python3 scripts/check-deps.py
+
 step "build (Release, -Werror)"
 bash scripts/build.sh
 

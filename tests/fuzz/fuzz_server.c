@@ -31,7 +31,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static pd_server srv;
+static pd_server *srv;
 static uv_loop_t loop;
 static pd_config cfg;
 static char sock_path[128];
@@ -52,9 +52,9 @@ static void set(const char *key, const char *value)
 static void cleanup_dir(void)
 {
     char cmd[256];
-    pd_server_stop(&srv);
+    pd_server_stop(srv);
     uv_run(&loop, UV_RUN_DEFAULT);
-    pd_server_close(&srv);
+    pd_server_free(srv);
     uv_loop_close(&loop);
     pd_config_free(&cfg);
     snprintf(cmd, sizeof cmd, "rm -rf '%.*s'", (int)(strrchr(sock_path, '/') - sock_path), sock_path);
@@ -94,7 +94,7 @@ static void init_once(void)
         pd_config_add_dataset(&cfg, "one", "1", err, sizeof err))
         fail(err);
     pd_log_set_level(PD_LOG_ERROR);
-    if (uv_loop_init(&loop) || pd_server_init(&srv, &loop, &cfg, 2))
+    if (uv_loop_init(&loop) || pd_server_create(&loop, &cfg, 2, &srv))
         fail("server init");
     atexit(cleanup_dir);
 }
@@ -177,10 +177,10 @@ static void reset_registry(void)
 {
     pd_dataset *all;
     size_t n;
-    if (pd_registry_list(srv.reg, &all, &n))
+    if (pd_registry_list(pd_server_registry(srv), &all, &n))
         fail("registry list");
     for (size_t i = 0; i < n; i++)
-        if (!all[i].from_config && pd_registry_delete(srv.reg, all[i].name))
+        if (!all[i].from_config && pd_registry_delete(pd_server_registry(srv), all[i].name))
             fail("registry delete");
     free(all);
 }
@@ -207,7 +207,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t *out = malloc(out_cap);
     int shut = 0, eof = 0;
     uint64_t deadline = now_ms() + 10000;
-    while (!eof || srv.conns || srv.jobs) {
+    for (;;) {
+        pd_stats_view v;
+        pd_server_totals(srv, &v);
+        if (eof && !v.stats.connections && !v.jobs)
+            break;
         if (now_ms() > deadline)
             fail("the connection did not end within 10 s");
         if (sent < len) {
@@ -242,9 +246,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
             }
         }
-        if (!eof || srv.jobs) {
+        if (!eof || v.jobs) {
             struct pollfd pf = {.fd = fd, .events = POLLIN};
-            poll(&pf, 1, srv.jobs ? 1 : 0);
+            poll(&pf, 1, v.jobs ? 1 : 0);
         }
     }
     if (out_len)

@@ -1,4 +1,4 @@
-/* Tests for daemon/metrics.c: request slots, the latency histogram, the Prometheus text and the StatsReply tables. */
+/* Tests for daemon/metrics.c, reqtype.c and stats.c: request slots, the latency histogram, the Prometheus text and the StatsReply tables. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,21 +6,22 @@
 #include "test_util.h"
 
 #include "daemon/metrics.h"
-#include "daemon/server.h"
+#include "daemon/reqtype.h"
+#include "daemon/stats.h"
 
 static void test_slots(void **state)
 {
     (void)state;
-    assert_string_equal(pd_metrics_slot_name(pd_metrics_slot(PERMD__V1__ENVELOPE__BODY_FETCH)), "fetch");
-    assert_string_equal(pd_metrics_slot_name(pd_metrics_slot(PERMD__V1__ENVELOPE__BODY_PUT_DATASET)), "put_dataset");
-    assert_string_equal(pd_metrics_slot_name(pd_metrics_slot(PERMD__V1__ENVELOPE__BODY_STATS)), "stats");
+    assert_string_equal(pd_reqtype_name(pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_FETCH)), "fetch");
+    assert_string_equal(pd_reqtype_name(pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_PUT_DATASET)), "put_dataset");
+    assert_string_equal(pd_reqtype_name(pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_STATS)), "stats");
     /* No body, a server-only body and an undefined field are all "unknown". */
-    assert_int_equal(pd_metrics_slot(PERMD__V1__ENVELOPE__BODY__NOT_SET), PD_REQ_UNKNOWN);
-    assert_int_equal(pd_metrics_slot(PERMD__V1__ENVELOPE__BODY_FETCH_REPLY), PD_REQ_UNKNOWN);
-    assert_int_equal(pd_metrics_slot(29), PD_REQ_UNKNOWN);
-    assert_null(pd_metrics_slot_name(29 - PD_REQ_FIELD_FIRST));
-    assert_string_equal(pd_metrics_slot_name(PD_REQ_INVALID), "invalid");
-    assert_string_equal(pd_metrics_slot_name(PD_REQ_CONNECTION), "connection");
+    assert_int_equal(pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY__NOT_SET), PD_REQ_UNKNOWN);
+    assert_int_equal(pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_FETCH_REPLY), PD_REQ_UNKNOWN);
+    assert_int_equal(pd_reqtype_slot(29), PD_REQ_UNKNOWN);
+    assert_null(pd_reqtype_name(29 - PD_REQ_FIELD_FIRST));
+    assert_string_equal(pd_reqtype_name(PD_REQ_INVALID), "invalid");
+    assert_string_equal(pd_reqtype_name(PD_REQ_CONNECTION), "connection");
 }
 
 static void test_histogram(void **state)
@@ -28,7 +29,7 @@ static void test_histogram(void **state)
     (void)state;
     pd_metrics m;
     memset(&m, 0, sizeof m);
-    int f = pd_metrics_slot(PERMD__V1__ENVELOPE__BODY_FETCH);
+    int f = pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_FETCH);
     pd_metrics_latency(&m, f, 10000);       /* 10 us: the first bucket (le 1e-05) */
     pd_metrics_latency(&m, f, 10001);       /* just above: the second */
     pd_metrics_latency(&m, f, 3000000);     /* 3 ms: le 0.005 */
@@ -48,9 +49,9 @@ static void test_histogram(void **state)
 static void test_render_and_stats(void **state)
 {
     (void)state;
-    pd_server s;
+    pd_stats_view s;
     memset(&s, 0, sizeof s);
-    int f = pd_metrics_slot(PERMD__V1__ENVELOPE__BODY_FETCH);
+    int f = pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_FETCH);
     pd_metrics_request(&s.metrics, f);
     pd_metrics_request(&s.metrics, f);
     pd_metrics_latency(&s.metrics, f, 40000);
@@ -61,7 +62,7 @@ static void test_render_and_stats(void **state)
     s.stats.ids_served_total = 77;
     char *text;
     size_t len;
-    assert_int_equal(pd_metrics_render(&s, &text, &len), 0);
+    assert_int_equal(pd_stats_render(&s, &text, &len), 0);
     assert_int_equal(strlen(text), len);
     const char *want[] = {
         "permd_requests_total{type=\"fetch\"} 2\n",
@@ -85,7 +86,7 @@ static void test_render_and_stats(void **state)
     pd_arena arena;
     assert_int_equal(pd_arena_init(&arena, 4096), 0);
     Permd__V1__StatsReply r = PERMD__V1__STATS_REPLY__INIT;
-    assert_int_equal(pd_metrics_fill_stats(&s, &r, &arena), 0);
+    assert_int_equal(pd_stats_fill_reply(&s, &r, &arena), 0);
     assert_int_equal(r.connections_rejected_total, 3);
     assert_int_equal(r.n_latency_bounds_us, PD_LATENCY_NBOUNDS);
     assert_int_equal(r.n_errors, 1);

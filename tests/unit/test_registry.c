@@ -1,4 +1,4 @@
-/* Tests for daemon/registry.c: names, put/get/list/delete, conflicts, persistence, config datasets, threads. */
+/* Tests for daemon/registry.c: put/get/list/delete, conflicts, persistence, config datasets, threads. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,24 +36,6 @@ static pd_registry *open_reg(void)
     if (pd_registry_open(dir, &r, err, sizeof err))
         fail_msg("open: %s", err);
     return r;
-}
-
-static void test_names(void **state)
-{
-    (void)state;
-    char longest[PD_NAME_MAX + 2];
-    memset(longest, 'a', sizeof longest);
-    longest[PD_NAME_MAX] = '\0';
-    assert_int_equal(pd_registry_name_check(longest), 0);
-    longest[PD_NAME_MAX] = 'a';
-    longest[PD_NAME_MAX + 1] = '\0';
-    assert_int_equal(pd_registry_name_check(longest), PD_EINVAL);
-    const char *good[] = {"imagenet", "c4.en-train_2", "0", "_x"};
-    const char *bad[] = {"", ".hidden", "-flag", "a/b", "a b", "naïve", "x\n"};
-    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
-        assert_int_equal(pd_registry_name_check(good[i]), 0);
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        assert_int_equal(pd_registry_name_check(bad[i]), PD_EINVAL);
 }
 
 static void test_put_get_list_delete(void **state)
@@ -241,7 +223,6 @@ static void test_threads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_names),
         cmocka_unit_test_setup_teardown(test_put_get_list_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_survives_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_datasets, setup, teardown),

@@ -1,0 +1,310 @@
+/* Dataset handlers: the registry's requests, and sharded uploads whose shard sizes arrive in parts within max_frame. */
+#include "daemon/datasets.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/perm.h"
+#include "daemon/job.h"
+#include "daemon/log.h"
+#include "daemon/registry.h"
+#include "daemon/reply.h"
+
+static void pd_dataset_msg(const pd_dataset *d, Permd__V1__Dataset *m)
+{
+    permd__v1__dataset__init(m);
+    m->name = (char *)d->name;
+    m->size = d->size;
+    m->id_width = pd_id_width(d->size);
+    m->created_unix_ms = d->created_ms;
+    m->source = d->from_config ? PERMD__V1__DATASET_SOURCE__DATASET_SOURCE_CONFIG
+                               : PERMD__V1__DATASET_SOURCE__DATASET_SOURCE_API;
+    m->shards = d->shards;
+    m->window = d->window;
+    m->lanes = d->lanes;
+}
+
+static void pd_send_dataset(pd_session *s, uint64_t id, const pd_dataset *d, int created)
+{
+    Permd__V1__Dataset dm;
+    pd_dataset_msg(d, &dm);
+    Permd__V1__DatasetReply r = PERMD__V1__DATASET_REPLY__INIT;
+    r.dataset = &dm;
+    r.created = created;
+    pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY, &r);
+}
+
+static int pd_check_name(pd_session *s, uint64_t id, const char *name)
+{
+    if (!pd_name_check(name))
+        return 0;
+    pd_reply_error(s, id, PD_EINVAL,
+                       "dataset name must be 1-%d characters of A-Z a-z 0-9 . _ -, starting with a letter, "
+                       "digit or _",
+                       PD_NAME_MAX);
+    return PD_EINVAL;
+}
+
+/* PutDataset and DeleteDataset commit to SQLite on the pool. */
+typedef struct pd_registry_job {
+    pd_job job;
+    pd_session *s; /* alive while the job holds its connection */
+    uint64_t id;
+    int is_put;
+    char name[PD_NAME_MAX + 1];
+    uint64_t size;
+    pd_layout *layout; /* a sharded put: its layout (released when done) */
+    uint64_t window;
+    uint32_t lanes;
+    int rc, created;
+    pd_dataset result;
+} pd_registry_job;
+
+static void pd_registry_job_run(pd_job *job)
+{
+    pd_registry_job *j = (pd_registry_job *)job;
+    pd_registry *reg = j->s->svc->reg;
+    if (j->is_put && j->layout)
+        j->rc = pd_registry_put_sharded(reg, j->name, j->layout, j->window, j->lanes, &j->result, &j->created);
+    else if (j->is_put)
+        j->rc = pd_registry_put(reg, j->name, j->size, &j->result, &j->created);
+    else
+        j->rc = pd_registry_delete(reg, j->name);
+}
+
+static void pd_registry_job_done(pd_job *job)
+{
+    pd_registry_job *j = (pd_registry_job *)job;
+    pd_session *s = j->s;
+    if (j->is_put && j->rc == 0 && j->created)
+        pd_log_info("dataset_put", "name=%s size=%llu shards=%llu", j->name, (unsigned long long)j->result.size,
+                    (unsigned long long)j->result.shards);
+    if (!j->is_put && j->rc == 0)
+        pd_log_info("dataset_delete", "name=%s", j->name);
+    if (pd_conn_open(s->conn)) {
+        if (j->rc == PD_ECONFLICT && j->is_put && (j->layout || j->result.shards))
+            pd_reply_error(s, j->id, PD_ECONFLICT,
+                               "dataset '%s' exists with another size, shard layout, window or lanes", j->name);
+        else if (j->rc == PD_ECONFLICT && j->is_put)
+            pd_reply_error(s, j->id, PD_ECONFLICT, "dataset '%s' exists with size %llu, not %llu", j->name,
+                               (unsigned long long)j->result.size, (unsigned long long)j->size);
+        else if (j->rc == PD_ECONFLICT)
+            pd_reply_error(s, j->id, PD_ECONFLICT,
+                               "dataset '%s' is declared in the config file and cannot be deleted", j->name);
+        else if (j->rc == PD_ENOTFOUND)
+            pd_reply_error(s, j->id, PD_ENOTFOUND, "dataset '%s' does not exist", j->name);
+        else if (j->rc)
+            pd_reply_error(s, j->id, PD_EINTERNAL, "storing the registry failed: %s", pd_strerror(j->rc));
+        else if (j->is_put)
+            pd_send_dataset(s, j->id, &j->result, j->created);
+        else {
+            Permd__V1__DeleteDatasetReply r = PERMD__V1__DELETE_DATASET_REPLY__INIT;
+            r.name = j->name;
+            pd_reply(s, j->id, PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY, &r);
+        }
+    }
+    pd_layout_release(j->layout);
+    free(j);
+}
+
+/* Queue a put or delete; a sharded put passes its layout (the job takes the reference). */
+static void pd_registry_job_start(pd_session *s, uint64_t id, int is_put, const char *name, uint64_t size,
+                                  pd_layout *layout, uint64_t window, uint32_t lanes)
+{
+    pd_registry_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        pd_layout_release(layout);
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    j->s = s;
+    j->id = id;
+    j->is_put = is_put;
+    strcpy(j->name, name);
+    j->size = size;
+    j->layout = layout;
+    j->window = window;
+    j->lanes = lanes;
+    if (pd_job_submit_request(&j->job, s->conn, pd_registry_job_run, pd_registry_job_done, 256)) {
+        pd_layout_release(layout);
+        free(j);
+        pd_reply_error(s, id, PD_EINTERNAL, "cannot queue work");
+    }
+}
+
+/* ---- Sharded uploads: shard sizes arrive in parts, each within max_frame ---------- */
+
+struct pd_upload {
+    char name[PD_NAME_MAX + 1];
+    uint64_t total, received, size, window;
+    uint32_t lanes;
+    uint64_t *sizes;
+};
+
+void pd_upload_free(struct pd_upload *u)
+{
+    if (u) {
+        free(u->sizes);
+        free(u);
+    }
+}
+
+static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDataset *m)
+{
+    const pd_config *cfg = s->svc->cfg;
+    struct pd_upload *u = s->upload;
+    if (m->shards_first == 0) { /* a new upload replaces any unfinished one */
+        pd_upload_free(u);
+        s->upload = u = NULL;
+        if (m->shards_total > cfg->max_shards) {
+            pd_reply_error(s, id, PD_ETOOBIG, "%llu shards exceed max_shards %llu",
+                               (unsigned long long)m->shards_total, (unsigned long long)cfg->max_shards);
+            return;
+        }
+        if (m->size > PD_N_MAX) {
+            pd_reply_error(s, id, PD_EINVAL, "size must be at most 2^63, not %llu", (unsigned long long)m->size);
+            return;
+        }
+        u = calloc(1, sizeof *u);
+        uint64_t *sizes = u ? malloc((size_t)m->shards_total * sizeof *sizes) : NULL;
+        if (!sizes) {
+            free(u);
+            pd_reply_error(s, id, PD_EINTERNAL, "out of memory for %llu shard sizes",
+                               (unsigned long long)m->shards_total);
+            return;
+        }
+        strcpy(u->name, m->name);
+        u->sizes = sizes;
+        u->total = m->shards_total;
+        u->size = m->size;
+        u->window = m->window ? m->window : PD_DEFAULT_WINDOW;
+        u->lanes = m->lanes ? m->lanes : 1;
+        s->upload = u;
+    } else if (!u || strcmp(u->name, m->name) || u->total != m->shards_total || u->received != m->shards_first) {
+        pd_reply_error(s, id, PD_EINVAL,
+                           "shards_first %llu does not continue an upload of '%s' on this connection (%s)",
+                           (unsigned long long)m->shards_first, pd_name_printable(m->name),
+                           u ? "parts must arrive in order, with the same name and shards_total"
+                             : "none in progress");
+        return;
+    }
+    if (m->n_shard_sizes > u->total - u->received) {
+        pd_reply_error(s, id, PD_EINVAL, "%zu more shard sizes overrun shards_total %llu", m->n_shard_sizes,
+                           (unsigned long long)u->total);
+        pd_upload_free(u);
+        s->upload = NULL;
+        return;
+    }
+    if (m->n_shard_sizes) /* a part may carry none; memcpy from protobuf-c's NULL is undefined even for 0 bytes */
+        memcpy(u->sizes + u->received, m->shard_sizes, m->n_shard_sizes * sizeof *u->sizes);
+    u->received += m->n_shard_sizes;
+    if (u->received < u->total) {
+        Permd__V1__DatasetReply r = PERMD__V1__DATASET_REPLY__INIT;
+        r.shards_received = u->received;
+        pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY, &r);
+        return;
+    }
+    s->upload = NULL;
+    pd_layout *layout = NULL;
+    int rc = pd_layout_create(u->sizes, u->total, &layout);
+    if (rc == 0 && u->size && u->size != layout->start[layout->shards]) {
+        pd_reply_error(s, id, PD_EINVAL, "size %llu is not the sum of the shard sizes, %llu",
+                           (unsigned long long)u->size, (unsigned long long)layout->start[layout->shards]);
+        pd_layout_release(layout);
+    } else if (rc == PD_EINVAL) {
+        pd_reply_error(s, id, PD_EINVAL, "the shard sizes must sum to between 1 and 2^63 samples");
+    } else if (rc) {
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+    } else {
+        pd_registry_job_start(s, id, 1, u->name, layout->start[layout->shards], layout, u->window, u->lanes);
+    }
+    pd_upload_free(u);
+}
+
+void pd_on_put_dataset(pd_session *s, uint64_t id, const Permd__V1__PutDataset *m)
+{
+    pd_dataset d;
+    if (pd_check_name(s, id, m->name))
+        return;
+    if (m->shards_total) {
+        pd_on_put_sharded(s, id, m);
+        return;
+    }
+    if (m->n_shard_sizes || m->shards_first || m->window || m->lanes) {
+        pd_reply_error(s, id, PD_EINVAL,
+                           "shard_sizes, shards_first, window and lanes need shards_total (a sharded dataset)");
+        return;
+    }
+    if (m->size == 0 || m->size > PD_N_MAX) {
+        pd_reply_error(s, id, PD_EINVAL, "size must be in [1, 2^63], not %llu", (unsigned long long)m->size);
+        return;
+    }
+    if (pd_registry_get(s->svc->reg, m->name, &d) == 0) { /* answered from memory: no disk round trip */
+        if (d.shards)
+            pd_reply_error(s, id, PD_ECONFLICT, "dataset '%s' exists as a sharded dataset", m->name);
+        else if (d.size != m->size)
+            pd_reply_error(s, id, PD_ECONFLICT, "dataset '%s' exists with size %llu, not %llu", m->name,
+                               (unsigned long long)d.size, (unsigned long long)m->size);
+        else
+            pd_send_dataset(s, id, &d, 0);
+        return;
+    }
+    pd_registry_job_start(s, id, 1, m->name, m->size, NULL, 0, 0);
+}
+
+void pd_on_get_dataset(pd_session *s, uint64_t id, const Permd__V1__GetDataset *m)
+{
+    pd_dataset d;
+    if (pd_check_name(s, id, m->name))
+        return;
+    if (pd_registry_get(s->svc->reg, m->name, &d))
+        pd_reply_error(s, id, PD_ENOTFOUND, "dataset '%s' does not exist", m->name);
+    else
+        pd_send_dataset(s, id, &d, 0);
+}
+
+void pd_on_delete_dataset(pd_session *s, uint64_t id, const Permd__V1__DeleteDataset *m)
+{
+    pd_dataset d;
+    if (pd_check_name(s, id, m->name))
+        return;
+    if (pd_registry_get(s->svc->reg, m->name, &d)) {
+        pd_reply_error(s, id, PD_ENOTFOUND, "dataset '%s' does not exist", m->name);
+        return;
+    }
+    if (d.from_config) {
+        pd_reply_error(s, id, PD_ECONFLICT, "dataset '%s' is declared in the config file and cannot be deleted",
+                           m->name);
+        return;
+    }
+    pd_registry_job_start(s, id, 0, m->name, 0, NULL, 0, 0);
+}
+
+void pd_on_list_datasets(pd_session *s, uint64_t id, const Permd__V1__ListDatasets *m)
+{
+    (void)m;
+    pd_dataset *all;
+    size_t n;
+    if (pd_registry_list(s->svc->reg, &all, &n)) {
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    Permd__V1__Dataset *msgs = pd_arena_alloc(&s->arena, n * sizeof *msgs + 1);
+    Permd__V1__Dataset **ptrs = pd_arena_alloc(&s->arena, n * sizeof *ptrs + 1);
+    if (!msgs || !ptrs) {
+        free(all);
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pd_dataset_msg(&all[i], &msgs[i]);
+        ptrs[i] = &msgs[i];
+    }
+    Permd__V1__ListDatasetsReply r = PERMD__V1__LIST_DATASETS_REPLY__INIT;
+    r.n_datasets = n;
+    r.datasets = ptrs;
+    pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_LIST_DATASETS_REPLY, &r);
+    free(all);
+}
+

@@ -1,0 +1,365 @@
+/* Fetch, Digest and Inverse: answered on the loop within its inline budget, else by a worker-pool job. */
+#include "daemon/fetch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/digest.h"
+#include "core/error.h"
+#include "daemon/job.h"
+#include "daemon/readahead.h"
+#include "daemon/registry.h"
+#include "daemon/reply.h"
+#include "daemon/target.h"
+
+/* ---- Fetch ------------------------------------------------------------------------------------ */
+
+/* A Fetch too large for the loop: the frame is built in its own buffer and leaves as one owned write. */
+typedef struct pd_fetch_job {
+    pd_job job;
+    pd_session *s;
+    uint64_t id, count;
+    pd_target t; /* owns its plan reference */
+    pd_bulk bulk;
+    int rc;
+} pd_fetch_job;
+
+static void pd_fetch_job_run(pd_job *job)
+{
+    pd_fetch_job *j = (pd_fetch_job *)job;
+    uint64_t got;
+    j->rc = pd_target_generate(j->s->svc->backend, &j->t, &j->t.slice, j->count, j->bulk.payload, &got);
+    if (j->rc == 0 && got != j->count)
+        j->rc = PD_EINTERNAL;
+}
+
+static void pd_fetch_job_done(pd_job *job)
+{
+    pd_fetch_job *j = (pd_fetch_job *)job;
+    pd_session *s = j->s;
+    if (!pd_conn_open(s->conn)) {
+        free(j->bulk.base);
+    } else if (j->rc) {
+        free(j->bulk.base);
+        pd_reply_error(s, j->id, PD_EINTERNAL, "generation failed: %s", pd_strerror(j->rc));
+    } else {
+        s->loop->stats.ids_served_total += j->count;
+        pd_conn_write_owned(s->conn, j->bulk.base, j->bulk.frame, j->bulk.frame_len);
+    }
+    pd_target_release(&j->t);
+    free(j);
+}
+
+void pd_on_fetch(pd_session *s, uint64_t id, const Permd__V1__Fetch *m)
+{
+    pd_target t;
+    if (pd_reply_slice(s, id, m->slice, m->locations, &t))
+        return;
+    uint64_t count = m->count;
+    if (pd_reply_count(s, id, count, "count")) {
+        pd_target_release(&t);
+        return;
+    }
+    uint64_t got = count < t.remaining ? count : t.remaining;
+    size_t bytes = (size_t)got * t.width;
+    Permd__V1__FetchReply head = PERMD__V1__FETCH_REPLY__INIT;
+    head.id_width = t.width;
+    head.count = got;
+    head.next_offset = pd_target_next_offset(&t, t.slice.offset, got);
+    head.remaining = t.remaining - got;
+    uint8_t hdr[PD_BULK_HDR_MAX];
+    size_t hlen;
+    if (pd_reply_bulk_header(s, id, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY, &head.base, bytes, hdr, &hlen)) {
+        pd_target_release(&t);
+        return;
+    }
+
+    /* Requests within this loop iteration's inline budget run on the loop: a thread hop costs more
+     * than generating them. The rest go to the pool, so big requests spread over every core while
+     * the loop moves bytes. A sharded plan not built yet always goes to the pool. */
+    const uint8_t *ahead = got ? pd_readahead_find(s, &t, count, got) : NULL; /* generated while the loop was idle */
+    if (got == 0 || ahead || (!pd_target_may_block(&t) && pd_loop_take_inline(s->loop, got))) {
+        int rc = pd_reply_bulk_inline(s, hdr, hlen, &t, &t.slice, got, ahead);
+        if (rc == 0) {
+            s->loop->stats.ids_served_total += got;
+            s->loop->stats.readahead_hits += ahead != NULL;
+            pd_readahead_note(s, &t, count, got, head.remaining);
+        } else {
+            pd_reply_error(s, id, PD_EINTERNAL, "generation failed: %s", pd_strerror(rc));
+        }
+        pd_target_release(&t);
+        return;
+    }
+
+    pd_fetch_job *j = calloc(1, sizeof *j);
+    if (!j || pd_bulk_alloc(&j->bulk, hdr, hlen, bytes)) {
+        free(j);
+        pd_target_release(&t);
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    j->s = s;
+    j->id = id;
+    j->count = got;
+    j->t = t;
+    if (pd_job_submit_request(&j->job, s->conn, pd_fetch_job_run, pd_fetch_job_done, j->bulk.frame_len)) {
+        pd_target_release(&t);
+        free(j->bulk.base);
+        free(j);
+        pd_reply_error(s, id, PD_EINTERNAL, "cannot queue work");
+    }
+}
+
+/* ---- Digest: the rank's next ids (or all it has left), reduced to (count, sum, hash) ------------ */
+
+typedef struct pd_digest_job {
+    pd_job job;
+    pd_session *s;
+    uint64_t id, count; /* count: ids to digest, ≤ max_digest */
+    pd_target t;
+    pd_digest d;
+    int rc;
+} pd_digest_job;
+
+static void pd_digest_job_run(pd_job *job)
+{
+    pd_digest_job *j = (pd_digest_job *)job;
+    enum { CHUNK = 1 << 16 };
+    uint64_t *ids = malloc(CHUNK * sizeof *ids), left = j->count, got;
+    pd_slice cur = j->t.slice;
+    pd_digest_init(&j->d);
+    if (!ids) {
+        j->rc = PD_ENOMEM;
+        return;
+    }
+    j->t.width = 8; /* host-order u64s: the digest mixes values, not wire bytes */
+    while (left && !j->rc) {
+        if (pd_job_cancelled(job)) { /* permd is stopping, or the reply has nowhere to go */
+            j->rc = PD_ECLOSED;
+            break;
+        }
+        j->rc = pd_target_generate(j->s->svc->backend, &j->t, &cur, left < CHUNK ? left : CHUNK, ids, &got);
+        for (uint64_t i = 0; i < got && !j->rc; i++)
+            pd_digest_add(&j->d, pd_load_le64((const uint8_t *)&ids[i]));
+        left -= got;
+        cur.offset += got * cur.world; /* more remain, so this stays ≤ T */
+    }
+    free(ids);
+}
+
+static void pd_digest_job_done(pd_job *job)
+{
+    pd_digest_job *j = (pd_digest_job *)job;
+    pd_session *s = j->s;
+    if (pd_conn_open(s->conn)) {
+        if (j->rc == PD_ECLOSED) {
+            pd_reply_error(s, j->id, PD_EUNAVAILABLE, "digest cancelled: permd is stopping");
+        } else if (j->rc) {
+            pd_reply_error(s, j->id, PD_EINTERNAL, "digest failed: %s", pd_strerror(j->rc));
+        } else {
+            Permd__V1__DigestReply r = PERMD__V1__DIGEST_REPLY__INIT;
+            r.count = j->d.count;
+            r.sum = j->d.sum;
+            r.hash = j->d.hash;
+            r.next_offset = pd_target_next_offset(&j->t, j->t.slice.offset, j->count);
+            r.remaining = j->t.remaining - j->count;
+            pd_reply(s, j->id, PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY, &r);
+        }
+    }
+    pd_target_release(&j->t);
+    free(j);
+}
+
+void pd_on_digest(pd_session *s, uint64_t id, const Permd__V1__Digest *m)
+{
+    uint64_t max = s->svc->cfg->max_digest;
+    pd_digest_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    if (pd_reply_slice(s, id, m->slice, 0, &j->t)) {
+        free(j);
+        return;
+    }
+    j->count = m->count && m->count < j->t.remaining ? m->count : j->t.remaining;
+    if (j->count > max) {
+        /* Generating them would hold a worker for a long time: the client asks in parts. */
+        pd_reply_error(s, id, PD_ETOOBIG,
+                       "a digest of %llu ids exceeds max_digest (%llu); digest in parts with count, "
+                       "each from the previous next_offset, and add them",
+                       (unsigned long long)j->count, (unsigned long long)max);
+        pd_target_release(&j->t);
+        free(j);
+        return;
+    }
+    j->s = s;
+    j->id = id;
+    if (pd_job_submit_request(&j->job, s->conn, pd_digest_job_run, pd_digest_job_done, 128)) {
+        pd_target_release(&j->t);
+        free(j);
+        pd_reply_error(s, id, PD_EINTERNAL, "cannot queue work");
+    }
+}
+
+/* ---- Inverse ---------------------------------------------------------------------------------- */
+
+typedef struct pd_inverse {
+    pd_perm perm;
+    pd_plan *plan; /* sharded datasets (a reference) */
+    uint32_t world;
+    uint64_t keep; /* positions ≥ keep are dropped (drop mode), else n */
+    unsigned width;
+    const uint8_t *samples;
+    uint64_t count;
+    uint8_t *positions, *ranks;
+} pd_inverse;
+
+static void pd_inverse_compute(const pd_inverse *v)
+{
+    const pd_shard_plan *plan = NULL;
+    if (v->plan && pd_plan_use(v->plan, &plan))
+        return; /* out of memory building the plan: pd_send_inverse reports it */
+    for (uint64_t i = 0; i < v->count; i++) {
+        uint64_t smp = v->width == 4 ? pd_load_le32(v->samples + 4 * i) : pd_load_le64(v->samples + 8 * i), p;
+        if (plan)
+            pd_shard_position(plan, smp, &p);
+        else
+            p = pd_perm_inv(&v->perm, smp);
+        if (v->width == 4)
+            pd_store_le32(v->positions + 4 * i, (uint32_t)p);
+        else
+            pd_store_le64(v->positions + 8 * i, p);
+        pd_store_le32(v->ranks + 4 * i, p < v->keep ? (uint32_t)(p % v->world) : UINT32_MAX);
+    }
+}
+
+static void pd_send_inverse(pd_session *s, uint64_t id, const pd_inverse *v)
+{
+    if (v->plan && !pd_plan_ready(v->plan)) {
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory building the shard plan");
+        return;
+    }
+    Permd__V1__InverseReply r = PERMD__V1__INVERSE_REPLY__INIT;
+    r.id_width = v->width;
+    r.count = v->count;
+    r.positions.data = v->positions;
+    r.positions.len = (size_t)v->count * v->width;
+    r.ranks.data = v->ranks;
+    r.ranks.len = (size_t)v->count * 4;
+    if (pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &r))
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+}
+
+/* While the connection is busy no other frame is read, so the request (and these buffers) stay
+ * valid in its session's arena until the job is done. */
+typedef struct pd_inverse_job {
+    pd_job job;
+    pd_session *s;
+    uint64_t id;
+    pd_inverse v;
+} pd_inverse_job;
+
+static void pd_inverse_job_run(pd_job *job)
+{
+    pd_inverse_compute(&((pd_inverse_job *)job)->v);
+}
+
+static void pd_inverse_job_done(pd_job *job)
+{
+    pd_inverse_job *j = (pd_inverse_job *)job;
+    if (pd_conn_open(j->s->conn))
+        pd_send_inverse(j->s, j->id, &j->v);
+    pd_plan_release(j->v.plan);
+    free(j);
+}
+
+void pd_on_inverse(pd_session *s, uint64_t id, const Permd__V1__Inverse *m)
+{
+    const pd_service *svc = s->svc;
+    pd_dataset d;
+    pd_inverse v = {0};
+    int mode = -1;
+    if (pd_name_check(m->dataset)) {
+        pd_reply_error(s, id, PD_EINVAL, "dataset: %s",
+                       m->dataset[0] ? "invalid dataset name" : "a dataset name is required");
+        return;
+    }
+    if (pd_registry_get(svc->reg, m->dataset, &d)) {
+        pd_reply_error(s, id, PD_ENOTFOUND, "dataset '%s' does not exist", m->dataset);
+        return;
+    }
+    if (m->world == 0) {
+        pd_reply_error(s, id, PD_EINVAL, "world must be at least 1");
+        return;
+    }
+    if (m->mode != PERMD__V1__MODE__MODE_UNSPECIFIED && pd_wire_mode_to_pd(m->mode, &mode)) {
+        pd_reply_error(s, id, PD_EINVAL, "mode must be unspecified, MODE_PAD, MODE_DROP or MODE_EXACT");
+        return;
+    }
+    v.width = pd_id_width(d.size);
+    if (m->samples.len % v.width) {
+        pd_reply_error(s, id, PD_EINVAL, "samples holds %zu bytes, not a multiple of id_width %u", m->samples.len,
+                       v.width);
+        return;
+    }
+    v.count = m->samples.len / v.width;
+    if (pd_reply_count(s, id, v.count, "samples"))
+        return;
+    v.samples = m->samples.data;
+    for (uint64_t i = 0; i < v.count; i++) {
+        uint64_t smp = v.width == 4 ? pd_load_le32(v.samples + 4 * i) : pd_load_le64(v.samples + 8 * i);
+        if (smp >= d.size) {
+            pd_reply_error(s, id, PD_EINVAL, "samples[%llu] = %llu is not below the dataset size %llu",
+                           (unsigned long long)i, (unsigned long long)smp, (unsigned long long)d.size);
+            return;
+        }
+    }
+    if (!d.shards && (m->window || m->lanes)) {
+        pd_reply_error(s, id, PD_EINVAL, "window and lanes apply to sharded datasets; '%s' is flat", d.name);
+        return;
+    }
+    char msg[256];
+    if (d.shards) {
+        int rc = pd_target_plan(svc->reg, svc->plans, &d, m->seed, m->epoch, m->window, m->lanes, &v.plan, msg,
+                                sizeof msg);
+        if (rc) {
+            pd_reply_error(s, id, rc, "%s", msg);
+            return;
+        }
+    } else {
+        pd_perm_init(&v.perm, m->seed, m->epoch, PD_STREAM_SAMPLES, d.size);
+    }
+    v.world = m->world;
+    v.keep = d.size;
+    if (mode == PD_MODE_DROP)
+        pd_epoch_length(d.size, m->world, PD_MODE_DROP, &v.keep);
+    v.positions = pd_arena_alloc(&s->arena, (size_t)v.count * v.width + 1);
+    v.ranks = pd_arena_alloc(&s->arena, (size_t)v.count * 4 + 1);
+    if (!v.positions || !v.ranks) {
+        pd_plan_release(v.plan);
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    if ((!v.plan || pd_plan_ready(v.plan)) && pd_loop_take_inline(s->loop, v.count)) {
+        pd_inverse_compute(&v);
+        pd_send_inverse(s, id, &v);
+        pd_plan_release(v.plan);
+        return;
+    }
+    pd_inverse_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        pd_plan_release(v.plan);
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return;
+    }
+    j->s = s;
+    j->id = id;
+    j->v = v;
+    if (pd_job_submit_request(&j->job, s->conn, pd_inverse_job_run, pd_inverse_job_done,
+                              (size_t)v.count * (v.width + 4))) {
+        pd_plan_release(v.plan);
+        free(j);
+        pd_reply_error(s, id, PD_EINTERNAL, "cannot queue work");
+    }
+}

@@ -1,0 +1,34 @@
+/* The per-loop inline budget: refilled once per libuv iteration by a check handle. */
+#include "daemon/service.h"
+
+static void pd_on_budget(uv_check_t *h)
+{
+    pd_loop *l = h->data;
+    l->inline_left = l->svc->cfg->inline_ids;
+}
+
+void pd_loop_init(pd_loop *l, pd_service *svc, uv_loop_t *uv, unsigned index)
+{
+    l->svc = svc;
+    l->uv = uv;
+    l->index = index;
+    l->inline_left = svc->cfg->inline_ids;
+    uv_check_init(uv, &l->budget);
+    l->budget.data = l;
+    uv_check_start(&l->budget, pd_on_budget);
+    uv_unref((uv_handle_t *)&l->budget); /* never what keeps the loop alive */
+}
+
+void pd_loop_close(pd_loop *l)
+{
+    if (!uv_is_closing((uv_handle_t *)&l->budget))
+        uv_close((uv_handle_t *)&l->budget, NULL);
+}
+
+int pd_loop_take_inline(pd_loop *l, uint64_t count)
+{
+    if (count > l->inline_left)
+        return 0;
+    l->inline_left -= count;
+    return 1;
+}

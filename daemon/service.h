@@ -1,0 +1,88 @@
+/* Service state, by scope: what every loop shares (pd_service), one event loop's (pd_loop), one connection's (pd_session). */
+#ifndef PD_SERVICE_H
+#define PD_SERVICE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "daemon/config.h"
+#include "daemon/conn.h"
+#include "daemon/metrics.h"
+#include "proto/arena.h"
+
+/*
+ * Handlers (daemon/hello.c, datasets.c, fetch.c, stream.c, groups.c) see the daemon through these
+ * three structs and nothing else: the session of the request's connection, its loop, the service.
+ * The wiring (daemon/server.c) fills the service and the loops; daemon/session.c creates sessions.
+ */
+
+struct pd_registry;
+struct pd_plans;
+struct pd_backend;
+struct pd_groups;
+struct pd_stats_view;
+struct pd_streams;   /* daemon/stream.c */
+struct pd_upload;    /* daemon/datasets.c */
+struct pd_readahead; /* daemon/readahead.c */
+struct pd_ra_queue;  /* daemon/readahead.c */
+
+/* Shared by every loop; each member safe to use from any of them. */
+typedef struct pd_service {
+    const pd_config *cfg;
+    struct pd_registry *reg;
+    struct pd_plans *plans;     /* sharded epoch plans in use */
+    struct pd_backend *backend; /* where ids come from (CPU SIMD, GPU) */
+    struct pd_groups *groups;   /* NCCL delivery groups */
+    const char *token;          /* TCP auth secret; NULL when TCP clients need none */
+    size_t token_len;
+    unsigned workers;
+    uint64_t started_ms;        /* pd_clock_ms() at startup */
+    _Atomic unsigned long long ring_bytes; /* stream rings alive on every loop (stream_ring_total) */
+    _Atomic unsigned conns_open;           /* admitted connections on every loop (max_connections) */
+    /* From the wiring, for Stats: every loop's counters added up. */
+    void (*totals)(void *ctx, struct pd_stats_view *v);
+    void *totals_ctx;
+} pd_service;
+
+/* One event loop's share: its counters, the ids it may still generate itself this iteration, its
+ * readahead queue. Touched only by its loop's thread (counters are read by others). */
+typedef struct pd_loop {
+    pd_service *svc;
+    uv_loop_t *uv;
+    unsigned index;          /* for logs (0: the loop that listens) */
+    pd_stats stats;
+    pd_metrics metrics;
+    uint64_t inline_left;    /* ids the loop may still generate itself this iteration */
+    uv_check_t budget;       /* refills inline_left once per loop iteration */
+    struct pd_ra_queue *ra;  /* connections with a readahead to generate */
+    int stopping;
+} pd_loop;
+
+/* One connection's requests: who it is, what it has open. */
+typedef struct pd_session {
+    pd_conn *conn;
+    pd_loop *loop;
+    pd_service *svc;               /* loop->svc */
+    pd_arena arena;                /* the current request is unpacked here */
+    unsigned authed : 1;           /* may send requests other than Hello */
+    unsigned admitted : 1;         /* counted in svc->conns_open */
+    struct pd_streams *streams;    /* open streams and the kept ring (daemon/stream.c) */
+    struct pd_upload *upload;      /* a sharded PutDataset arriving in parts (daemon/datasets.c) */
+    struct pd_readahead *ra;       /* its predicted next Fetch (daemon/readahead.c) */
+} pd_session;
+
+/* Start the loop's inline budget (a check handle on uv). */
+void pd_loop_init(pd_loop *l, pd_service *svc, uv_loop_t *uv, unsigned index);
+/* Close its handle (the loop then runs it down). */
+void pd_loop_close(pd_loop *l);
+
+/* Whether count ids may be generated on the loop now (and take them from this iteration's budget):
+ * at most inline_ids per iteration, so one busy client cannot hold the loop. A worker-pool hop costs
+ * the loop more than generating tens of thousands of ids with SIMD (bench/results/serve.md), so
+ * only what exceeds the budget goes to the pool. */
+int pd_loop_take_inline(pd_loop *l, uint64_t count);
+
+#endif

@@ -1,0 +1,231 @@
+/* Prometheus text and StatsReply, rendered from a snapshot of every loop's counters. */
+#include "daemon/stats.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "daemon/reqtype.h"
+
+/* ---- Prometheus text ------------------------------------------------------------- */
+
+typedef struct pd_text {
+    char *p;
+    size_t len, cap;
+    int failed;
+} pd_text;
+
+static void pd_text_add(pd_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void pd_text_add(pd_text *t, const char *fmt, ...)
+{
+    for (int tries = 0; tries < 2 && !t->failed; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap * 2 > t->len + (size_t)n + 1 ? t->cap * 2 : t->len + (size_t)n + 1;
+        char *q = realloc(t->p, cap);
+        if (!q) {
+            t->failed = 1;
+            return;
+        }
+        t->p = q;
+        t->cap = cap;
+    }
+}
+
+static void pd_text_family(pd_text *t, const char *name, const char *type, const char *help)
+{
+    pd_text_add(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void pd_text_u64(pd_text *t, const char *name, const char *type, const char *help, uint64_t v)
+{
+    pd_text_family(t, name, type, help);
+    pd_text_add(t, "%s %llu\n", name, (unsigned long long)v);
+}
+
+/* Request types worth a series: every request the protocol defines, and the
+ * others once they occurred. */
+static int pd_slot_shown(const pd_metrics *m, int slot)
+{
+    if (slot < PD_REQ_UNKNOWN)
+        return pd_reqtype_name(slot) != NULL;
+    return m->requests[slot] || pd_metrics_slot_errors(m, slot);
+}
+
+int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
+{
+    const pd_stats *st = &v->stats;
+    const pd_metrics *m = &v->metrics;
+    pd_text t = {.cap = 16384};
+    if (!(t.p = malloc(t.cap)))
+        return PD_ENOMEM;
+    pd_text_family(&t, "permd_build_info", "gauge", "permd's version, protocol and spec (always 1).");
+    pd_text_add(&t, "permd_build_info{version=\"%s\",protocol=\"%u\",spec=\"1\"} 1\n", PERMD_VERSION,
+                PD_PROTOCOL_VERSION);
+    pd_text_family(&t, "permd_uptime_seconds", "gauge", "Seconds since permd started.");
+    pd_text_add(&t, "permd_uptime_seconds %.3f\n", (double)v->uptime_ms / 1e3);
+    pd_text_u64(&t, "permd_connections_open", "gauge", "Client connections open now.", st->connections);
+    pd_text_u64(&t, "permd_connections_accepted_total", "counter", "Client connections accepted.",
+                st->connections_total);
+    pd_text_family(&t, "permd_connections_rejected_total", "counter",
+                   "Connections refused at accept, by reason (max_connections, peer_uid).");
+    for (int r = 0; r < PD_REJECT_NREASONS; r++)
+        pd_text_add(&t, "permd_connections_rejected_total{reason=\"%s\"} %llu\n",
+                    pd_metrics_reject_name((pd_reject_reason)r), (unsigned long long)m->rejected[r]);
+
+    pd_text_family(&t, "permd_requests_total", "counter", "Requests received, by type.");
+    for (int k = 0; k < PD_REQ_NTYPES; k++)
+        if (pd_slot_shown(m, k))
+            pd_text_add(&t, "permd_requests_total{type=\"%s\"} %llu\n", pd_reqtype_name(k),
+                        (unsigned long long)m->requests[k]);
+    pd_text_family(&t, "permd_request_errors_total", "counter", "Error replies, by request type and error code.");
+    for (int k = 0; k < PD_REQ_NTYPES; k++)
+        for (unsigned e = 0; e < PD_METRICS_CODES; e++)
+            if (m->errors[k][e])
+                pd_text_add(&t, "permd_request_errors_total{type=\"%s\",code=\"%s\"} %llu\n",
+                            pd_reqtype_name(k), pd_wire_error_name((Permd__V1__ErrorCode)e),
+                            (unsigned long long)m->errors[k][e]);
+
+    pd_text_family(&t, "permd_request_duration_seconds", "histogram",
+                   "From a request's complete frame to its reply queued for the socket, by type.");
+    for (int k = 0; k < PD_REQ_NTYPES; k++) {
+        if (!pd_slot_shown(m, k))
+            continue;
+        const char *name = pd_reqtype_name(k);
+        uint64_t cum = 0;
+        for (unsigned b = 0; b < PD_LATENCY_NBOUNDS; b++) {
+            cum += m->latency[k][b];
+            pd_text_add(&t, "permd_request_duration_seconds_bucket{type=\"%s\",le=\"%g\"} %llu\n", name,
+                        (double)pd_latency_bounds_us[b] / 1e6, (unsigned long long)cum);
+        }
+        cum += m->latency[k][PD_LATENCY_NBOUNDS];
+        pd_text_add(&t, "permd_request_duration_seconds_bucket{type=\"%s\",le=\"+Inf\"} %llu\n", name,
+                    (unsigned long long)cum);
+        pd_text_add(&t, "permd_request_duration_seconds_sum{type=\"%s\"} %.9f\n", name,
+                    (double)m->latency_sum_ns[k] / 1e9);
+        pd_text_add(&t, "permd_request_duration_seconds_count{type=\"%s\"} %llu\n", name,
+                    (unsigned long long)cum);
+    }
+
+    pd_text_u64(&t, "permd_ids_served_total", "counter", "Sample ids sent in Fetch replies and stream batches.",
+                st->ids_served_total);
+    pd_text_family(&t, "permd_ids_generated_total", "counter", "Sample ids generated, by backend (cpu, gpu).");
+    pd_text_add(&t, "permd_ids_generated_total{backend=\"cpu\"} %llu\n", (unsigned long long)v->cpu_ids);
+    pd_text_add(&t, "permd_ids_generated_total{backend=\"gpu\"} %llu\n", (unsigned long long)v->gpu_ids);
+    pd_text_u64(&t, "permd_bytes_sent_total", "counter", "Bytes of replies handed to the sockets.",
+                st->bytes_out_total);
+    pd_text_u64(&t, "permd_bytes_received_total", "counter", "Bytes of requests read from the sockets.",
+                m->bytes_in);
+    pd_text_u64(&t, "permd_worker_queue_depth", "gauge", "Worker-pool jobs queued or running.", v->jobs);
+    pd_text_u64(&t, "permd_workers", "gauge", "Worker-pool threads.", v->workers);
+    pd_text_u64(&t, "permd_streams_open", "gauge", "Streams running now.", st->streams_active);
+    pd_text_u64(&t, "permd_streams_opened_total", "counter", "Streams opened.", st->streams_total);
+    pd_text_u64(&t, "permd_backpressure_pauses_total", "counter",
+                "Times a connection was paused because its unread output exceeded output_cap.",
+                st->backpressure_pauses);
+    pd_text_u64(&t, "permd_readahead_hits_total", "counter",
+                "Fetches answered from a readahead: generated while the loop was idle, because the "
+                "connection reads its slice in order.",
+                st->readahead_hits);
+    pd_text_u64(&t, "permd_stream_rings_total", "counter",
+                "Streams whose batches went through a shared-memory ring instead of the socket.",
+                st->stream_rings_total);
+    pd_text_u64(&t, "permd_stream_ring_bytes", "gauge",
+                "Bytes of shared-memory stream rings alive (in use or kept by a connection for its next stream).",
+                v->ring_bytes);
+    pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
+                v->datasets);
+    if (t.failed) {
+        free(t.p);
+        return PD_ENOMEM;
+    }
+    *out = t.p;
+    *len = t.len;
+    return 0;
+}
+
+/* ---- StatsReply ----------------------------------------------------------------------- */
+
+int pd_stats_fill_reply(const pd_stats_view *v, Permd__V1__StatsReply *r, pd_arena *arena)
+{
+    const pd_stats *st = &v->stats;
+    const pd_metrics *m = &v->metrics;
+    size_t ntypes = 0, nerr = 0;
+    for (int k = 0; k < PD_REQ_NTYPES; k++) {
+        ntypes += pd_slot_shown(m, k) != 0;
+        for (unsigned e = 0; e < PD_METRICS_CODES; e++)
+            nerr += m->errors[k][e] != 0;
+    }
+    Permd__V1__RequestStats *req = pd_arena_alloc(arena, ntypes * sizeof *req + 1);
+    Permd__V1__RequestStats **reqp = pd_arena_alloc(arena, ntypes * sizeof *reqp + 1);
+    uint64_t *buckets = pd_arena_alloc(arena, ntypes * (PD_LATENCY_NBOUNDS + 1) * sizeof *buckets + 1);
+    Permd__V1__ErrorStats *err = pd_arena_alloc(arena, nerr * sizeof *err + 1);
+    Permd__V1__ErrorStats **errp = pd_arena_alloc(arena, nerr * sizeof *errp + 1);
+    if (!req || !reqp || !buckets || !err || !errp)
+        return PD_ENOMEM;
+
+    r->connections = (uint32_t)st->connections;
+    r->connections_total = st->connections_total;
+    r->requests_total = st->requests_total;
+    r->errors_total = st->errors_total;
+    r->ids_served_total = st->ids_served_total;
+    r->bytes_out_total = st->bytes_out_total;
+    r->streams_active = (uint32_t)st->streams_active;
+    r->streams_total = st->streams_total;
+    r->backpressure_pauses = st->backpressure_pauses;
+    r->cpu_ids_total = v->cpu_ids;
+    r->gpu_ids_total = v->gpu_ids;
+    r->queue_depth = v->jobs;
+    r->bytes_in_total = m->bytes_in;
+    r->readahead_hits_total = st->readahead_hits;
+    r->stream_rings_total = st->stream_rings_total;
+    r->connections_rejected_total = 0;
+    for (int k = 0; k < PD_REJECT_NREASONS; k++)
+        r->connections_rejected_total += m->rejected[k];
+    r->n_latency_bounds_us = PD_LATENCY_NBOUNDS;
+    r->latency_bounds_us = (uint64_t *)pd_latency_bounds_us;
+
+    size_t i = 0, j = 0;
+    for (int k = 0; k < PD_REQ_NTYPES; k++) {
+        for (unsigned e = 0; e < PD_METRICS_CODES; e++) {
+            if (!m->errors[k][e])
+                continue;
+            permd__v1__error_stats__init(&err[j]);
+            err[j].type = (char *)pd_reqtype_name(k);
+            err[j].code = (Permd__V1__ErrorCode)e;
+            err[j].count = m->errors[k][e];
+            errp[j] = &err[j];
+            j++;
+        }
+        if (!pd_slot_shown(m, k))
+            continue;
+        permd__v1__request_stats__init(&req[i]);
+        req[i].type = (char *)pd_reqtype_name(k);
+        req[i].requests = m->requests[k];
+        req[i].errors = pd_metrics_slot_errors(m, k);
+        req[i].latency_sum_us = m->latency_sum_ns[k] / 1000;
+        req[i].n_latency_buckets = PD_LATENCY_NBOUNDS + 1;
+        req[i].latency_buckets = buckets + i * (PD_LATENCY_NBOUNDS + 1);
+        for (unsigned b = 0; b <= PD_LATENCY_NBOUNDS; b++)
+            req[i].latency_buckets[b] = m->latency[k][b];
+        reqp[i] = &req[i];
+        i++;
+    }
+    r->n_requests = i;
+    r->requests = reqp;
+    r->n_errors = j;
+    r->errors = errp;
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* The two exports of permd's counters: Prometheus text for /metrics and StatsReply for permctl stats. */
+#ifndef PD_STATS_H
+#define PD_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/metrics.h"
+#include "proto/arena.h"
+#include "proto/frame.h"
+
+/* Everything the exports show, gathered by whoever can see every serving loop (daemon/server.c). */
+typedef struct pd_stats_view {
+    pd_stats stats;     /* every loop's, added up */
+    pd_metrics metrics; /* likewise */
+    unsigned jobs;      /* worker-pool jobs in flight */
+    unsigned workers;
+    uint64_t uptime_ms;
+    uint64_t cpu_ids, gpu_ids; /* ids each backend generated */
+    uint64_t ring_bytes;       /* shared-memory stream rings alive */
+    uint64_t datasets;         /* registered */
+} pd_stats_view;
+
+/* The Prometheus text exposition (format 0.0.4), in a malloc'd buffer. PD_ENOMEM. */
+int pd_stats_render(const pd_stats_view *v, char **out, size_t *len);
+
+/* Fill StatsReply's counter fields and by-type tables (arrays allocated in arena); the caller sets
+ * server, uptime, datasets and workers. PD_ENOMEM. */
+int pd_stats_fill_reply(const pd_stats_view *v, Permd__V1__StatsReply *r, pd_arena *arena);
+
+#endif

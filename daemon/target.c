@@ -1,0 +1,100 @@
+/* Request resolution for every request that reads a slice: Fetch, Digest, Stream, Deliver, and readahead. */
+#include "daemon/target.h"
+
+#include <stdio.h>
+
+#include "core/error.h"
+
+int pd_target_plan(pd_registry *reg, pd_plans *plans, const pd_dataset *d, uint64_t seed, uint64_t epoch,
+                   uint64_t window, uint32_t lanes, pd_plan **out, char *msg, size_t len)
+{
+    pd_layout *layout;
+    if (pd_registry_layout(reg, d->name, &layout)) {
+        snprintf(msg, len, "dataset '%s' does not exist", d->name);
+        return PD_ENOTFOUND;
+    }
+    int rc = pd_plans_get(plans, layout, seed, epoch, window ? window : d->window, lanes ? lanes : d->lanes, out);
+    pd_layout_release(layout);
+    if (rc)
+        snprintf(msg, len, "out of memory");
+    return rc ? PD_EINTERNAL : 0;
+}
+
+void pd_target_release(pd_target *t)
+{
+    pd_plan_release(t->plan);
+    t->plan = NULL;
+}
+
+int pd_target_may_block(const pd_target *t)
+{
+    return t->plan && !pd_plan_ready(t->plan);
+}
+
+int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
+                       uint64_t *written)
+{
+    const pd_shard_plan *plan;
+    if (!t->plan)
+        return pd_backend_slice(b, &t->perm, slice, count, t->width, out, written);
+    int rc = pd_plan_use(t->plan, &plan);
+    return rc ? rc : pd_backend_shard_slice(b, plan, pd_plan_id(t->plan), slice, count, t->width, out, written);
+}
+
+int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, pd_target *t, char *msg,
+                      size_t len)
+{
+    t->plan = NULL;
+    if (pd_name_check(q->dataset)) {
+        snprintf(msg, len, "slice.dataset: %s", q->dataset[0] ? "invalid dataset name" : "a dataset name is required");
+        return PD_EINVAL;
+    }
+    if (pd_registry_get(reg, q->dataset, &t->ds)) {
+        snprintf(msg, len, "dataset '%s' does not exist", q->dataset);
+        return PD_ENOTFOUND;
+    }
+    if (q->world == 0) {
+        snprintf(msg, len, "slice.world must be at least 1");
+        return PD_EINVAL;
+    }
+    if (q->rank >= q->world) {
+        snprintf(msg, len, "slice.rank %u must be below world %u", q->rank, q->world);
+        return PD_EINVAL;
+    }
+    if (q->mode < 0) {
+        snprintf(msg, len, "slice.mode must be MODE_PAD, MODE_DROP or MODE_EXACT");
+        return PD_EINVAL;
+    }
+    uint64_t n = t->ds.size;
+    pd_epoch_length(n, q->world, (pd_mode)q->mode, &t->epoch_len);
+    if (q->offset > t->epoch_len) {
+        snprintf(msg, len, "slice.offset %llu is past the end of the epoch (%llu positions in %s mode)",
+                 (unsigned long long)q->offset, (unsigned long long)t->epoch_len, pd_mode_name((pd_mode)q->mode));
+        return PD_EINVAL;
+    }
+    if (!t->ds.shards && (q->window || q->lanes || q->locations)) {
+        snprintf(msg, len, "window, lanes and locations apply to sharded datasets; '%s' is flat", t->ds.name);
+        return PD_EINVAL;
+    }
+    if (t->ds.shards) {
+        int rc = pd_target_plan(reg, plans, &t->ds, q->seed, q->epoch, q->window, q->lanes, &t->plan, msg, len);
+        if (rc)
+            return rc;
+    } else {
+        pd_perm_init(&t->perm, q->seed, q->epoch, PD_STREAM_SAMPLES, n);
+    }
+    t->slice.world = q->world;
+    t->slice.rank = q->rank;
+    t->slice.mode = (pd_mode)q->mode;
+    t->slice.offset = q->offset;
+    t->width = q->locations ? 16 : pd_id_width(n);
+    pd_slice_remaining(n, &t->slice, &t->remaining);
+    return 0;
+}
+
+uint64_t pd_target_next_offset(const pd_target *t, uint64_t offset, uint64_t got)
+{
+    /* offset ≤ T ≤ 2^63 + 2^32 and got·W ≤ T: no overflow */
+    uint64_t next = offset + got * t->slice.world;
+    return next < t->epoch_len ? next : t->epoch_len;
+}

@@ -1,0 +1,60 @@
+/* Request resolution: a dataset name and a rank's slice, checked against the registry and made ready to generate. */
+#ifndef PD_TARGET_H
+#define PD_TARGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/rank.h"
+#include "daemon/backend.h"
+#include "daemon/plans.h"
+#include "daemon/registry.h"
+
+/* What a request names: the fields of the protocol's Slice, already decoded. */
+typedef struct pd_slice_req {
+    const char *dataset;
+    uint64_t seed, epoch;
+    uint32_t world, rank;
+    int mode;         /* a pd_mode, or -1 when the request's mode was not one */
+    uint64_t offset;
+    uint64_t window;  /* sharded datasets: K and G overrides; 0 = the dataset's */
+    uint32_t lanes;
+    int locations;    /* (shard, offset) pairs instead of ids */
+} pd_slice_req;
+
+/* A slice checked against the registry and ready to generate. */
+typedef struct pd_target {
+    pd_dataset ds;
+    pd_perm perm;           /* flat datasets */
+    struct pd_plan *plan;   /* sharded datasets: a reference (pd_target_release) */
+    pd_slice slice;
+    unsigned width;         /* bytes per item on the wire: 4 or 8 (ids), 16 (locations) */
+    uint64_t epoch_len;     /* T */
+    uint64_t remaining;     /* ids the rank has left after slice.offset */
+} pd_target;
+
+/* Resolve q. PD_EINVAL or PD_ENOTFOUND (or PD_EINTERNAL, out of memory) with a message for the
+ * client in msg. Never blocks: a sharded dataset's plan is referenced, not built. */
+int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, pd_target *t, char *msg,
+                      size_t len);
+
+/* A sharded dataset's plan for (seed, epoch, K, G) from the cache (0 = the dataset's K and G).
+ * PD_ENOTFOUND or PD_EINTERNAL with a message. */
+int pd_target_plan(pd_registry *reg, pd_plans *plans, const pd_dataset *d, uint64_t seed, uint64_t epoch,
+                   uint64_t window, uint32_t lanes, pd_plan **out, char *msg, size_t len);
+
+/* Drop what resolve acquired (the plan reference). */
+void pd_target_release(pd_target *t);
+
+/* Whether generating for t may block on building its plan (then: the pool, not the loop). */
+int pd_target_may_block(const pd_target *t);
+
+/* The rank's next min(count, remaining) items of slice (t's dataset, epoch and layout) into out, as
+ * the wire wants them. Builds a sharded plan if needed: off the loop unless !pd_target_may_block. */
+int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
+                       uint64_t *written);
+
+/* The offset that continues after `got` more ids of the rank (clamped to T). */
+uint64_t pd_target_next_offset(const pd_target *t, uint64_t offset, uint64_t got);
+
+#endif

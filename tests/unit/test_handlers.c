@@ -1,0 +1,454 @@
+/* Tests for the service layer (session, dispatch, handlers) over a memory connection: no socket, no listener. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "test_util.h"
+
+#include "core/error.h"
+#include "core/rank.h"
+#include "daemon/backend.h"
+#include "daemon/conn.h"
+#include "daemon/groups.h"
+#include "daemon/plans.h"
+#include "daemon/registry.h"
+#include "daemon/service.h"
+#include "daemon/session.h"
+#include "daemon/stats.h"
+#include "proto/frame.h"
+
+/* One daemon's worth of service state on one loop, and one client on a memory connection. */
+typedef struct fixture {
+    char dir[64];
+    uv_loop_t loop;
+    pd_config cfg;
+    pd_service svc;
+    pd_loop sl;
+    pd_conns *conns;
+    pd_registry *reg;
+    pd_plans *plans;
+    pd_backend *backend;
+    pd_groups *groups;
+    pd_conn *conn;
+    uint8_t *out; /* what permd sent, not yet taken by next_reply */
+    size_t out_len, out_cap;
+    int freed;    /* the session's connection is gone */
+} fixture;
+
+static void sink(void *ctx, const uint8_t *data, size_t len)
+{
+    fixture *f = ctx;
+    if (f->out_len + len > f->out_cap) {
+        f->out_cap = (f->out_len + len) * 2;
+        f->out = realloc(f->out, f->out_cap);
+        assert_non_null(f->out);
+    }
+    memcpy(f->out + f->out_len, data, len);
+    f->out_len += len;
+}
+
+static void totals(void *ctx, pd_stats_view *v)
+{
+    fixture *f = ctx;
+    memset(v, 0, sizeof *v);
+    pd_stats_add(&v->stats, &f->sl.stats);
+    pd_metrics_add(&v->metrics, &f->sl.metrics);
+}
+
+static void set(fixture *f, const char *key, const char *value)
+{
+    char err[256];
+    if (pd_config_set(&f->cfg, key, value, err, sizeof err))
+        fail_msg("config %s: %s", key, err);
+}
+
+static int setup_with(void **state, const char *inline_ids)
+{
+    fixture *f = calloc(1, sizeof *f);
+    char err[256];
+    assert_non_null(f);
+    strcpy(f->dir, "/tmp/permd-test-handlers-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    assert_int_equal(pd_config_init(&f->cfg), 0);
+    set(f, "inline_ids", inline_ids);
+    set(f, "max_count", "100000");
+    if (pd_registry_open(f->dir, &f->reg, err, sizeof err))
+        fail_msg("registry: %s", err);
+    pd_backend_opts bo = {.cpu_isa = "auto", .cpu_threads = 1, .gpu = "off"};
+    assert_int_equal(pd_backend_open(&bo, &f->backend), 0);
+    assert_int_equal(pd_plans_open(4, &f->plans), 0);
+    assert_int_equal(pd_groups_open(&f->cfg, &f->groups), 0);
+    f->svc.cfg = &f->cfg;
+    f->svc.reg = f->reg;
+    f->svc.plans = f->plans;
+    f->svc.backend = f->backend;
+    f->svc.groups = f->groups;
+    f->svc.workers = 2;
+    f->svc.totals = totals;
+    f->svc.totals_ctx = f;
+    pd_loop_init(&f->sl, &f->svc, &f->loop, 0);
+    pd_conn_limits lim = {.output_cap = f->cfg.output_cap, .max_frame = (uint32_t)f->cfg.max_frame};
+    assert_int_equal(pd_conns_create(&f->loop, &lim, &f->sl.stats, &f->sl.metrics, NULL, NULL, &f->conns), 0);
+    *state = f;
+    return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_with(state, "65536");
+}
+
+static int setup_no_inline(void **state)
+{
+    return setup_with(state, "0"); /* every generation goes to the worker pool */
+}
+
+/* Connect the client: is_tcp with a token makes it an unauthenticated TCP peer. */
+static void connect_client(fixture *f, int is_tcp)
+{
+    assert_int_equal(pd_conn_open_memory(f->conns, is_tcp, sink, f, &f->conn), 0);
+    assert_true(pd_session_admit(&f->svc, is_tcp));
+    pd_session_open(&f->sl, f->conn, 1);
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    pd_conns_close_all(f->conns);
+    pd_loop_close(&f->sl);
+    uv_run(&f->loop, UV_RUN_DEFAULT); /* jobs finish, handles close, the session is freed */
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    assert_int_equal(atomic_load(&f->svc.conns_open), 0);
+    pd_conns_free(f->conns);
+    pd_groups_close(f->groups);
+    pd_plans_close(f->plans);
+    pd_backend_close(f->backend);
+    pd_registry_close(f->reg);
+    pd_config_free(&f->cfg);
+    free(f->out);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
+    assert_int_equal(system(cmd), 0);
+    free(f);
+    return 0;
+}
+
+/* Send one request as the client would. */
+static void send_env(fixture *f, pd_envelope *env)
+{
+    size_t n = pd_frame_size(env);
+    uint8_t *buf = malloc(n);
+    assert_non_null(buf);
+    pd_frame_pack(env, buf);
+    pd_conn_input(f->conn, buf, n);
+    free(buf);
+}
+
+/* The next reply permd sent, or NULL when none is complete yet (without running the loop). */
+static pd_envelope *take_reply(fixture *f)
+{
+    if (f->out_len < 4)
+        return NULL;
+    uint32_t len = pd_load_le32(f->out);
+    if (f->out_len < 4 + (size_t)len)
+        return NULL;
+    pd_envelope *env;
+    assert_int_equal(pd_frame_unpack(f->out + 4, len, NULL, &env), 0);
+    memmove(f->out, f->out + 4 + len, f->out_len - 4 - len);
+    f->out_len -= 4 + len;
+    return env;
+}
+
+/* The next reply, running the loop (worker-pool jobs) until it comes. */
+static pd_envelope *next_reply(fixture *f)
+{
+    for (int i = 0; i < 100000; i++) {
+        pd_envelope *env = take_reply(f);
+        if (env)
+            return env;
+        uv_run(&f->loop, UV_RUN_ONCE);
+    }
+    fail_msg("no reply");
+    return NULL;
+}
+
+static void free_env(pd_envelope *env)
+{
+    protobuf_c_message_free_unpacked(&env->base, NULL);
+}
+
+static void put_dataset(fixture *f, const char *name, uint64_t size)
+{
+    Permd__V1__PutDataset m = PERMD__V1__PUT_DATASET__INIT;
+    m.name = (char *)name;
+    m.size = size;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_DATASET;
+    env.put_dataset = &m;
+    send_env(f, &env);
+}
+
+static void test_put_and_get(void **state)
+{
+    fixture *f = *state;
+    connect_client(f, 0);
+    put_dataset(f, "imagenet", 1281167);
+    /* The commit runs on the pool: no reply until the loop runs it, and the connection waits. */
+    assert_null(take_reply(f));
+    assert_int_equal(pd_conns_jobs(f->conns), 1);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, 1);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    assert_true(r->dataset_reply->created);
+    assert_string_equal(r->dataset_reply->dataset->name, "imagenet");
+    assert_int_equal(r->dataset_reply->dataset->size, 1281167);
+    free_env(r);
+    pd_dataset d;
+    assert_int_equal(pd_registry_get(f->reg, "imagenet", &d), 0); /* stored */
+
+    Permd__V1__GetDataset g = PERMD__V1__GET_DATASET__INIT;
+    g.name = "imagenet";
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 2;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_GET_DATASET;
+    env.get_dataset = &g;
+    send_env(f, &env);
+    r = take_reply(f); /* answered from memory, inline */
+    assert_non_null(r);
+    assert_int_equal(r->id, 2);
+    assert_int_equal(r->dataset_reply->dataset->size, 1281167);
+    assert_false(r->dataset_reply->created);
+    free_env(r);
+
+    /* A bad name is refused with a typed error and stores nothing. */
+    put_dataset(f, "../etc", 5);
+    r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT);
+    free_env(r);
+    assert_int_equal(pd_registry_count(f->reg), 1);
+}
+
+static void send_fetch(fixture *f, uint64_t id, const char *name, uint32_t world, uint32_t rank, uint64_t offset,
+                       uint64_t count)
+{
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = (char *)name;
+    sl.seed = 42;
+    sl.epoch = 3;
+    sl.world = world;
+    sl.rank = rank;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    sl.offset = offset;
+    Permd__V1__Fetch m = PERMD__V1__FETCH__INIT;
+    m.slice = &sl;
+    m.count = count;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
+    env.fetch = &m;
+    send_env(f, &env);
+}
+
+/* The ids of a FetchReply equal the core's for the same slice. */
+static void check_fetch(const pd_envelope *r, uint64_t n, uint32_t world, uint32_t rank, uint64_t offset,
+                        uint64_t count)
+{
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
+    const Permd__V1__FetchReply *fr = r->fetch_reply;
+    assert_int_equal(fr->id_width, 4);
+    assert_int_equal(fr->count, count);
+    assert_int_equal(fr->ids.len, count * 4);
+    pd_perm p;
+    pd_perm_init(&p, 42, 3, PD_STREAM_SAMPLES, n);
+    pd_slice s = {.world = world, .rank = rank, .mode = PD_MODE_EXACT, .offset = offset};
+    uint32_t *want = malloc(count * 4);
+    uint64_t got;
+    assert_int_equal(pd_slice_fill_u32(&p, &s, count, want, &got), 0);
+    assert_int_equal(got, count);
+    for (uint64_t i = 0; i < count; i++)
+        assert_int_equal(pd_load_le32(fr->ids.data + 4 * i), want[i]);
+    assert_int_equal(fr->next_offset, offset + count * world);
+    free(want);
+}
+
+static void test_fetch_inline(void **state)
+{
+    fixture *f = *state;
+    connect_client(f, 0);
+    put_dataset(f, "d", 100000);
+    free_env(next_reply(f));
+    send_fetch(f, 7, "d", 8, 5, 24, 1000);
+    /* Within the loop's inline budget: answered before the loop runs again, no job. */
+    assert_int_equal(pd_conns_jobs(f->conns), 0);
+    pd_envelope *r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->id, 7);
+    check_fetch(r, 100000, 8, 5, 24, 1000);
+    free_env(r);
+    assert_int_equal(f->sl.stats.ids_served_total, 1000);
+}
+
+static void test_fetch_pool(void **state)
+{
+    fixture *f = *state;
+    connect_client(f, 0);
+    put_dataset(f, "d", 100000);
+    free_env(next_reply(f));
+    send_fetch(f, 8, "d", 3, 2, 0, 20000);
+    send_fetch(f, 9, "d", 3, 2, 60000, 10); /* read only after the first is answered: replies keep their order */
+    assert_null(take_reply(f));
+    assert_int_equal(pd_conns_jobs(f->conns), 1);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, 8);
+    check_fetch(r, 100000, 3, 2, 0, 20000);
+    free_env(r);
+    r = next_reply(f);
+    assert_int_equal(r->id, 9);
+    check_fetch(r, 100000, 3, 2, 60000, 10);
+    free_env(r);
+    /* Errors of a Fetch: a dataset that does not exist, a count above max_count. */
+    send_fetch(f, 10, "nope", 1, 0, 0, 1);
+    r = next_reply(f);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND);
+    free_env(r);
+    send_fetch(f, 11, "d", 1, 0, 0, 100001);
+    r = next_reply(f);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
+    free_env(r);
+}
+
+static void send_credit(fixture *f, uint64_t id, uint32_t credits)
+{
+    Permd__V1__Credit m = PERMD__V1__CREDIT__INIT;
+    m.credits = credits;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_CREDIT;
+    env.credit = &m;
+    send_env(f, &env);
+}
+
+/* Batches until none is pending without running the loop; each must continue the last. */
+static unsigned take_batches(fixture *f, uint64_t *offset, uint64_t *seq)
+{
+    unsigned n = 0;
+    pd_envelope *r;
+    while ((r = take_reply(f))) {
+        assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+        assert_int_equal(r->stream_batch->seq, *seq);
+        assert_int_equal(r->stream_batch->count, 10);
+        *seq += 1;
+        *offset += 10 * 4;
+        assert_int_equal(r->stream_batch->next_offset, *offset);
+        free_env(r);
+        n++;
+    }
+    return n;
+}
+
+static void test_stream_credits(void **state)
+{
+    fixture *f = *state;
+    connect_client(f, 0);
+    put_dataset(f, "d", 1000);
+    free_env(next_reply(f));
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "d";
+    sl.world = 4;
+    sl.rank = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
+    m.slice = &sl;
+    m.batch = 10;
+    m.credits = 2;
+    m.max_count = 50;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 5;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &m;
+    send_env(f, &env);
+    uint64_t offset = 0, seq = 0;
+    assert_int_equal(take_batches(f, &offset, &seq), 2); /* two credits: two batches, then it waits */
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(take_batches(f, &offset, &seq), 0);
+    send_credit(f, 5, 1);
+    assert_int_equal(take_batches(f, &offset, &seq), 1);
+    send_credit(f, 5, 5); /* more than it needs: the last two batches, then StreamEnd */
+    pd_envelope *r;
+    for (uint64_t k = 3; k < 5; k++) {
+        r = next_reply(f);
+        assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+        assert_int_equal(r->stream_batch->seq, k);
+        free_env(r);
+    }
+    r = next_reply(f);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_END);
+    assert_int_equal(r->stream_end->reason, PERMD__V1__END_REASON__END_REASON_COMPLETE);
+    assert_int_equal(r->stream_end->delivered, 50);
+    assert_int_equal(r->stream_end->next_offset, 200);
+    free_env(r);
+    assert_int_equal(f->sl.stats.streams_active, 0);
+    send_credit(f, 5, 1); /* a Credit for an ended stream is ignored */
+    assert_null(take_reply(f));
+}
+
+static void test_auth_refusal(void **state)
+{
+    fixture *f = *state;
+    f->svc.token = "s3cret";
+    f->svc.token_len = 6;
+    connect_client(f, 1); /* a TCP peer: must say Hello with the token first */
+    put_dataset(f, "d", 10);
+    pd_envelope *r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_UNAUTHENTICATED);
+    free_env(r);
+    assert_false(pd_conn_open(f->conn)); /* draining: nothing more is read */
+    put_dataset(f, "e", 10);
+    assert_null(take_reply(f));
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(pd_registry_count(f->reg), 0);
+
+    /* A wrong token is refused too; the right one lets requests through. */
+    connect_client(f, 1);
+    Permd__V1__Hello h = PERMD__V1__HELLO__INIT;
+    h.token = "wrong";
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    send_env(f, &env);
+    r = take_reply(f);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_UNAUTHENTICATED);
+    free_env(r);
+    connect_client(f, 1);
+    h.token = "s3cret";
+    send_env(f, &env);
+    r = take_reply(f);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_HELLO_REPLY);
+    free_env(r);
+    put_dataset(f, "d", 10);
+    r = next_reply(f);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    free_env(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_put_and_get, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fetch_inline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fetch_pool, setup_no_inline, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_credits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_refusal, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
