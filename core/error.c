@@ -27,6 +27,7 @@ static const struct {
     {PD_ETIMEDOUT, "PD_ETIMEDOUT", "timed out"},
     {PD_EINTERNAL, "PD_EINTERNAL", "internal error"},
     {PD_EUNAVAILABLE, "PD_EUNAVAILABLE", "unavailable on this machine"},
+    {PD_ECORRUPT, "PD_ECORRUPT", "stored data is damaged"},
 };
 
 static size_t pd_error_index(int err)

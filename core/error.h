@@ -27,6 +27,7 @@ enum pd_error {
     PD_ETIMEDOUT = -14,    /* an operation did not complete in time */
     PD_EINTERNAL = -15,    /* a bug or an unexpected failure inside permd */
     PD_EUNAVAILABLE = -16, /* the feature needs something this machine lacks (a GPU, NCCL) */
+    PD_ECORRUPT = -17,     /* stored data exists but cannot be read whole (a damaged file) */
 };
 
 /* A short, static, human-readable description of a PD_E* code. */

@@ -57,9 +57,19 @@ static const pd_opt pd_opts[] = {
            "Prometheus endpoint, HOST:PORT: GET /metrics (text format) and GET /healthz\n"
            "over HTTP/1.1. Empty: off. When the default port is taken, permd logs a\n"
            "warning and runs without it; an address set here must bind."),
+    PD_OPT(metrics_connections, PD_OPT_U64, "64", 1, 65536,
+           "Scrapers connected to the metrics endpoint at once. A new one beyond it\n"
+           "evicts the oldest whose request has not arrived, so slow or idle clients\n"
+           "cannot keep a health probe out."),
+    PD_OPT(metrics_timeout_ms, PD_OPT_U64, "5000", 100, 3600000,
+           "How long a scraper may take to send its request (and read the answer)."),
     PD_OPT(state_dir, PD_OPT_STR, "", 0, 0,
            "Directory of the dataset registry (SQLite, WAL). Empty: $STATE_DIRECTORY if\n"
            "set (systemd), else $XDG_STATE_HOME/permd, else ~/.local/state/permd."),
+    PD_OPT(fresh_registry, PD_OPT_U64, "0", 0, 1,
+           "1: when the registry exists but cannot be read whole (damaged, truncated),\n"
+           "move its files aside (registry.db.damaged-<time>) and start with an empty\n"
+           "one. 0: refuse to start, so that no dataset is lost without a word."),
     PD_OPT(log_level, PD_OPT_LEVEL, "info", 0, 0, "error, warn, info or debug; logs go to stderr."),
     PD_OPT(workers, PD_OPT_U64, "0", 0, 1024,
            "Worker threads for large generation and storage I/O; 0: one per CPU."),
@@ -71,7 +81,20 @@ static const pd_opt pd_opts[] = {
            "Largest request frame accepted, in bytes. A larger frame gets TOO_LARGE and\n"
            "its connection is closed."),
     PD_OPT(max_connections, PD_OPT_U64, "1024", 1, 1000000,
-           "Connections beyond this are answered OVERLOADED and closed."),
+           "Unix-socket connections beyond this are answered OVERLOADED and closed.\n"
+           "TCP connections have their own cap, so they can never take these places."),
+    PD_OPT(max_tcp_connections, PD_OPT_U64, "1024", 1, 1000000,
+           "TCP connections beyond this are answered OVERLOADED and closed."),
+    PD_OPT(hello_timeout_ms, PD_OPT_U64, "5000", 100, 3600000,
+           "A connection that must authenticate (TCP with token_file) and has not sent a\n"
+           "good Hello within this is answered UNAUTHENTICATED and closed."),
+    PD_OPT(max_preauth_frame, PD_OPT_U64, "4096", 256, PD_FRAME_MAX_LIMIT,
+           "Largest frame read from a connection that has not authenticated yet (a\n"
+           "Hello with its token is far smaller); larger ones get TOO_LARGE and close it."),
+    PD_OPT(frame_timeout_ms, PD_OPT_U64, "10000", 100, 3600000,
+           "How long a frame may take to arrive, from its first byte (while permd reads\n"
+           "from the connection): a client that stops mid-frame holds its buffer no\n"
+           "longer, and is answered TIMEOUT and closed."),
     PD_OPT(max_count, PD_OPT_U64, "1048576", 1, UINT64_C(1) << 27,
            "Most ids in one Fetch reply, one Stream batch or one Inverse request."),
     PD_OPT(max_digest, PD_OPT_U64, "1073741824", 1, UINT64_C(1) << 63,
@@ -81,9 +104,19 @@ static const pd_opt pd_opts[] = {
     PD_OPT(max_shards, PD_OPT_U64, "16777216", 1, PD_SHARDS_MAX,
            "Most shards a sharded dataset may have (its upload is held in memory, 8\n"
            "bytes a shard, until it is complete)."),
+    PD_OPT(upload_memory, PD_OPT_U64, "268435456", 4096, UINT64_C(1) << 40,
+           "Bytes of shard sizes that unfinished sharded uploads may hold, all\n"
+           "connections together (8 a shard); a part beyond it is answered TOO_LARGE and\n"
+           "its upload dropped."),
+    PD_OPT(layout_memory, PD_OPT_U64, "1073741824", 4096, UINT64_C(1) << 40,
+           "Bytes of shard layouts the registry keeps in memory, all sharded datasets\n"
+           "together (8 a shard); a sharded PutDataset beyond it is answered TOO_LARGE."),
     PD_OPT(plan_cache, PD_OPT_U64, "16", 1, 4096,
-           "Sharded epoch plans kept built (each 16 bytes a shard): one per dataset,\n"
-           "seed, epoch, window and lanes in use."),
+           "Sharded epoch plans kept built: one per dataset, seed, epoch, window and\n"
+           "lanes in use."),
+    PD_OPT(plan_cache_bytes, PD_OPT_U64, "1073741824", 4096, UINT64_C(1) << 40,
+           "Bytes the kept plans may take (16 a shard each); the least recently used\n"
+           "go first. A plan in use lives on until its requests finish."),
     PD_OPT(output_cap, PD_OPT_U64, "4194304", 65536, UINT64_C(1) << 34,
            "Bytes queued for one connection before permd stops reading its requests and\n"
            "pauses its streams (a client that stops reading costs at most this, plus one\n"
@@ -107,6 +140,10 @@ static const pd_opt pd_opts[] = {
            "budget, and stream batches above 4096 ids, go to the worker pool. Lower it\n"
            "if loop latency matters more than throughput on a slow (scalar) CPU.\n"
            "0: always the pool."),
+    PD_OPT(job_slice_ids, PD_OPT_U64, "4194304", 4096, UINT64_C(1) << 40,
+           "Ids one worker-pool job generates before it yields its thread (a long\n"
+           "Digest goes on in slices, behind other connections' work), so one client's\n"
+           "long requests cannot starve the others."),
     PD_OPT(shutdown_timeout_ms, PD_OPT_U64, "5000", 0, 3600000,
            "On SIGTERM or SIGINT, how long in-flight replies may take before the\n"
            "remaining connections are closed."),
@@ -750,6 +787,36 @@ void pd_config_write_template(FILE *f)
         return;
     pd_write_config(f, &c, 1);
     pd_config_free(&c);
+}
+
+/* Whether option o holds the same value in a and b. */
+static int pd_opt_equal(const pd_config *a, const pd_config *b, const pd_opt *o)
+{
+    pd_config *x = (pd_config *)a, *y = (pd_config *)b; /* the accessors take no const; nothing is written */
+    switch (o->type) {
+    case PD_OPT_STR:
+        return !strcmp(*pd_opt_str(x, o), *pd_opt_str(y, o));
+    case PD_OPT_UIDS: {
+        const pd_uid_list *u = pd_opt_uids(x, o), *v = pd_opt_uids(y, o);
+        return u->n == v->n && (!u->n || !memcmp(u->uids, v->uids, u->n * sizeof *u->uids));
+    }
+    default:
+        return *pd_opt_u64(x, o) == *pd_opt_u64(y, o);
+    }
+}
+
+size_t pd_config_diff(const pd_config *a, const pd_config *b, const char **keys, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < PD_NOPTS; i++)
+        if (!pd_opt_equal(a, b, &pd_opts[i]) && n < cap)
+            keys[n++] = pd_opts[i].key;
+    int same = a->ndatasets == b->ndatasets;
+    for (size_t i = 0; same && i < a->ndatasets; i++)
+        same = !strcmp(a->datasets[i].name, b->datasets[i].name) && a->datasets[i].size == b->datasets[i].size;
+    if (!same && n < cap)
+        keys[n++] = "datasets";
+    return n;
 }
 
 void pd_config_write_effective(const pd_config *c, FILE *f)

@@ -26,22 +26,33 @@ typedef struct pd_config {
     char *tcp;           /* HOST:PORT; "" = no TCP listener */
     char *token_file;
     char *metrics;       /* HOST:PORT of the Prometheus endpoint; "" = off */
+    uint64_t metrics_connections;
+    uint64_t metrics_timeout_ms;
     char *state_dir;     /* "" = $STATE_DIRECTORY, $XDG_STATE_HOME/permd or ~/.local/state/permd */
+    uint64_t fresh_registry; /* 1: move a damaged registry aside and start afresh */
     uint64_t log_level;  /* pd_log_level */
     uint64_t workers;    /* 0 = one per CPU */
     uint64_t loops;      /* event loops serving connections; 0 = min(CPUs, 4) */
     uint64_t max_frame;
-    uint64_t max_connections;
+    uint64_t max_connections;     /* Unix socket */
+    uint64_t max_tcp_connections;
+    uint64_t hello_timeout_ms;
+    uint64_t max_preauth_frame;
+    uint64_t frame_timeout_ms;
     uint64_t max_count;
     uint64_t max_digest;
     uint64_t max_shards;
+    uint64_t upload_memory;
+    uint64_t layout_memory;
     uint64_t plan_cache;
+    uint64_t plan_cache_bytes;
     uint64_t output_cap;
     uint64_t max_streams;
     uint64_t max_credits;
     uint64_t stream_ring_max; /* bytes; 0 = no shared-memory rings */
     uint64_t stream_ring_total; /* bytes of rings alive at once, all connections */
     uint64_t inline_ids;
+    uint64_t job_slice_ids;
     uint64_t shutdown_timeout_ms;
     char *cpu_isa;       /* auto | scalar | avx2 | avx512 */
     uint64_t cpu_threads; /* 0 = one per CPU */
@@ -91,6 +102,10 @@ int pd_config_state_dir(const pd_config *c, char *buf, size_t len);
  * or the effective values. config/permd.yaml is the template. */
 void pd_config_write_template(FILE *f);
 void pd_config_write_effective(const pd_config *c, FILE *f);
+
+/* The keys whose values differ between a and b ("datasets" for the declared list), at most cap of
+ * them, in the table's order; returns how many. */
+size_t pd_config_diff(const pd_config *a, const pd_config *b, const char **keys, size_t cap);
 
 /* Flag help generated from the table. */
 void pd_config_write_usage(FILE *f);

@@ -67,6 +67,8 @@ struct pd_conn {
     atomic_int cancel; /* closed, or permd is stopping: long jobs give up */
     unsigned refs;     /* the handle, plus one per job in flight */
     uint64_t linger_until; /* after an error: when to give up waiting for the peer's EOF */
+    uint64_t deadline;     /* pd_conn_set_deadline's; 0: none */
+    uint64_t partial_since; /* when the first byte of the frame being read arrived; 0: none pending */
     uv_shutdown_t shutdown_req;
 
     /* The request being handled, for metrics and the request log line. */
@@ -86,6 +88,7 @@ struct pd_conn {
     unsigned eof : 1;      /* the peer will send nothing more */
     unsigned shut : 1;     /* uv_shutdown sent: discarding input until EOF or linger_until */
     unsigned started : 1;  /* pd_conn_start ran: ops are set */
+    unsigned quiet : 1;    /* stopping, and the peer has nothing in flight: no need to wait for its EOF */
 };
 
 /* A queued write; base is freed (or kept as the spare) when it completes. */
@@ -218,6 +221,11 @@ int pd_conn_cancelled(const pd_conn *c)
 void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame)
 {
     c->in.max_frame = max_frame;
+}
+
+void pd_conn_set_deadline(pd_conn *c, uint64_t at_ms)
+{
+    c->deadline = at_ms;
 }
 
 uv_loop_t *pd_conn_loop(const pd_conn *c)
@@ -532,6 +540,8 @@ static void pd_conn_on_input(pd_conn *c, ssize_t nread)
     if (nread > 0) {
         pd_frame_reader_commit(&c->in, (size_t)nread);
         c->set->metrics->bytes_in += (uint64_t)nread;
+        if (!c->partial_since)
+            c->partial_since = pd_clock_ms();
         if (c->draining) { /* closing after an error: input is ignored */
             pd_frame_reader_discard(&c->in);
             return;
@@ -600,6 +610,8 @@ static void pd_conn_update_reading(pd_conn *c)
         int congested = pd_conn_note_congestion(c);
         want = !c->eof && !c->busy && !congested;
     }
+    if (want && !c->reading && c->partial_since)
+        c->partial_since = pd_clock_ms(); /* permd paused reading: the frame's time starts again */
     if (c->sink) { /* a memory connection's input is pushed, not read */
         c->reading = (unsigned)want;
         return;
@@ -645,6 +657,13 @@ static void pd_conn_request_end(pd_conn *c)
                  (unsigned long long)c->req_id, c->req_name, (unsigned long long)(ns / 1000));
 }
 
+/* The owner says its last words; whether the peer may still be sending decides the linger. */
+static void pd_conn_end(pd_conn *c, int shutdown)
+{
+    int active = c->ops->end(c->session, shutdown);
+    c->quiet = !active && !pd_frame_reader_pending(&c->in);
+}
+
 static void pd_conn_process(pd_conn *c)
 {
 again:
@@ -654,6 +673,7 @@ again:
         int rc = pd_frame_reader_next(&c->in, &payload, &len);
         if (rc == 0)
             break;
+        c->partial_since = 0; /* a frame arrived whole: the clock starts again with the next byte */
         pd_conn_request_start(c);
         if (rc < 0) {
             c->ops->oversize(c->session, pd_load_le32(c->in.buf + c->in.start), c->in.max_frame);
@@ -667,10 +687,12 @@ again:
     }
     if (pd_conn_open(c) && !c->busy && (c->eof || c->set->stopping) && !pd_conn_congested(c)) {
         /* Nothing more will be asked (or permd is stopping): close after the replies. */
-        c->ops->end(c->session, c->set->stopping);
+        pd_conn_end(c, c->set->stopping);
         pd_conn_drain_close(c);
         return;
     }
+    if (!c->partial_since && pd_frame_reader_pending(&c->in))
+        c->partial_since = pd_clock_ms(); /* the next frame's first bytes came with the last one */
     int congested = pd_conn_congested(c);
     pd_conn_flush(c);
     /* Replies built inline wait in the output buffer, which counts toward the
@@ -699,6 +721,12 @@ void pd_conn_job_settle(pd_conn *c, size_t out_bytes)
     c->job_bytes -= out_bytes;
 }
 
+void pd_conn_job_hold(pd_conn *c, size_t out_bytes)
+{
+    c->set->jobs++;
+    c->job_bytes += out_bytes;
+}
+
 void pd_conn_job_end(pd_conn *c, int request)
 {
     pd_conns *set = c->set;
@@ -711,6 +739,10 @@ void pd_conn_job_end(pd_conn *c, int request)
             else
                 pd_conn_process(c);
         }
+    } else if (!c->closing) {
+        /* Its promised output is no longer counted: a connection paused by the cap may read again
+         * (a cancelled stream's last batch replies nothing, so nothing else would resume it). */
+        pd_conn_maybe_resume(c);
     }
     pd_conn_unref(c);
     pd_conns_check_idle(set);
@@ -721,7 +753,10 @@ void pd_conn_job_end(pd_conn *c, int request)
 static void pd_on_shutdown(uv_shutdown_t *req, int status)
 {
     pd_conn *c = req->handle->data;
-    if (status < 0 && !c->closing)
+    /* Stopping, and the peer had nothing in flight: waiting for its EOF would only hold the
+     * shutdown up (an idle client never sends one). A peer with streams may still be sending
+     * credits: closing now could reset the connection before it reads its StreamEnd. */
+    if ((status < 0 || (c->set->stopping && c->quiet)) && !c->closing)
         pd_conn_close(c);
 }
 
@@ -767,7 +802,7 @@ static void pd_conn_shutdown(pd_conn *c)
         return;
     atomic_store_explicit(&c->cancel, 1, memory_order_relaxed);
     if (c->started)
-        c->ops->end(c->session, 1);
+        pd_conn_end(c, 1);
     if (c->busy) { /* the job's completion runs pd_conn_process, which closes */
         pd_conn_flush(c);
         pd_conn_update_reading(c);
@@ -794,13 +829,31 @@ void pd_conns_close_all(pd_conns *set)
         pd_conn_close(set->head);
 }
 
+/* A deadline passed: the owner replies, then the connection drains and closes. */
+static void pd_conn_expire(pd_conn *c, int why)
+{
+    c->deadline = 0;
+    c->partial_since = 0;
+    if (c->started)
+        c->ops->expired(c->session, why);
+    pd_conn_drain_close(c);
+}
+
 void pd_conns_sweep(pd_conns *set, uint64_t now_ms)
 {
+    uint64_t frame_ms = set->lim.frame_timeout_ms;
     pd_conn *c = set->head;
     while (c) {
         pd_conn *next = c->next;
         if (c->shut && !c->closing && now_ms >= c->linger_until)
             pd_conn_close(c);
+        else if (!pd_conn_open(c))
+            ;
+        else if (c->deadline && now_ms >= c->deadline)
+            pd_conn_expire(c, PD_CONN_DEADLINE);
+        else if (frame_ms && c->reading && c->partial_since && now_ms - c->partial_since >= frame_ms &&
+                 pd_frame_reader_pending(&c->in))
+            pd_conn_expire(c, PD_CONN_FRAME);
         c = next;
     }
 }

@@ -35,19 +35,27 @@ typedef struct pd_conn_ops {
     /* Output fell below half the cap (or a job finished): produce more (stream batches). */
     void (*writable)(void *session);
     /* Every request is answered and none will come (EOF; or permd is stopping: shutdown = 1):
-     * send any last messages (StreamEnd). The connection then drains and closes. */
-    void (*end)(void *session, int shutdown);
+     * send any last messages (StreamEnd). The connection then drains and closes. Returns nonzero
+     * when the peer may still be sending (it had streams: credits in flight), so that a stopping
+     * permd waits for its EOF rather than reset it; 0 lets an idle peer's connection close at once. */
+    int (*end)(void *session, int shutdown);
     /* Stop producing: the connection is draining after an error (closing = 0) or closing now (1). */
     void (*stop)(void *session, int closing);
     /* The connection is freed and no job refers to it any more: free the session. */
     void (*free)(void *session);
+    /* A deadline passed (why: PD_CONN_DEADLINE, set with pd_conn_set_deadline, or PD_CONN_FRAME, a
+     * frame not complete within frame_timeout_ms): reply; the connection then drains and closes. */
+    void (*expired)(void *session, int why);
 } pd_conn_ops;
+
+enum { PD_CONN_DEADLINE = 1, PD_CONN_FRAME = 2 };
 
 /* ---- A loop's set of connections ---------------------------------------------------------- */
 
 typedef struct pd_conn_limits {
-    uint64_t output_cap;   /* unread output beyond this pauses reading and producing */
-    uint32_t max_frame;    /* the largest frame read */
+    uint64_t output_cap;       /* unread output beyond this pauses reading and producing */
+    uint32_t max_frame;        /* the largest frame read */
+    uint64_t frame_timeout_ms; /* a frame must arrive whole within this of its first byte; 0: no limit */
 } pd_conn_limits;
 
 /* A set on loop; counters go to stats and metrics (the loop's, owned by the caller). idle(ctx) is
@@ -64,7 +72,8 @@ void pd_conns_shutdown(pd_conns *set);
 int pd_conns_stopping(const pd_conns *set);
 /* Close every connection now. */
 void pd_conns_close_all(pd_conns *set);
-/* Close connections whose linger after an error has passed (call periodically). */
+/* Close connections whose linger after an error has passed, and expire those past a deadline or
+ * holding a partial frame too long (call periodically). */
 void pd_conns_sweep(pd_conns *set, uint64_t now_ms);
 /* Worker-pool jobs in flight for this set's connections. */
 unsigned pd_conns_jobs(const pd_conns *set);
@@ -101,6 +110,8 @@ int pd_conn_open(const pd_conn *c);
 int pd_conn_cancelled(const pd_conn *c);
 /* Change the frame limit (e.g. while the peer is not authenticated). */
 void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame);
+/* Expire the connection at at_ms (pd_clock_ms; 0: never), e.g. until it authenticates. */
+void pd_conn_set_deadline(pd_conn *c, uint64_t at_ms);
 
 /* ---- Requests --------------------------------------------------------------------------------- */
 
@@ -162,6 +173,8 @@ void pd_conn_drain_close(pd_conn *c);
 void pd_conn_job_begin(pd_conn *c, size_t out_bytes, int request);
 /* The job ran: its output is no longer promised (before its done callback replies). */
 void pd_conn_job_settle(pd_conn *c, size_t out_bytes);
+/* It was queued again to run once more (pd_job_continue): promised and counted again. */
+void pd_conn_job_hold(pd_conn *c, size_t out_bytes);
 /* Its done callback returned: a request job's connection goes on with the next request. */
 void pd_conn_job_end(pd_conn *c, int request);
 uv_loop_t *pd_conn_loop(const pd_conn *c);

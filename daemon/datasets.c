@@ -1,6 +1,7 @@
 /* Dataset handlers: the registry's requests, and sharded uploads whose shard sizes arrive in parts within max_frame. */
 #include "daemon/datasets.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,7 @@ typedef struct pd_registry_job {
     pd_job job;
     pd_session *s; /* alive while the job holds its connection */
     uint64_t id;
+    char why[256]; /* the cause of a failed commit */
     int is_put;
     char name[PD_NAME_MAX + 1];
     uint64_t size;
@@ -66,11 +68,12 @@ static void pd_registry_job_run(pd_job *job)
     pd_registry_job *j = (pd_registry_job *)job;
     pd_registry *reg = j->s->svc->reg;
     if (j->is_put && j->layout)
-        j->rc = pd_registry_put_sharded(reg, j->name, j->layout, j->window, j->lanes, &j->result, &j->created);
+        j->rc = pd_registry_put_sharded(reg, j->name, j->layout, j->window, j->lanes, &j->result, &j->created,
+                                        j->why, sizeof j->why);
     else if (j->is_put)
-        j->rc = pd_registry_put(reg, j->name, j->size, &j->result, &j->created);
+        j->rc = pd_registry_put(reg, j->name, j->size, &j->result, &j->created, j->why, sizeof j->why);
     else
-        j->rc = pd_registry_delete(reg, j->name);
+        j->rc = pd_registry_delete(reg, j->name, j->why, sizeof j->why);
 }
 
 static void pd_registry_job_done(pd_job *job)
@@ -94,8 +97,11 @@ static void pd_registry_job_done(pd_job *job)
                                "dataset '%s' is declared in the config file and cannot be deleted", j->name);
         else if (j->rc == PD_ENOTFOUND)
             pd_reply_error(s, j->id, PD_ENOTFOUND, "dataset '%s' does not exist", j->name);
+        else if (j->rc == PD_ETOOBIG)
+            pd_reply_error(s, j->id, PD_ETOOBIG, "dataset '%s': %s", j->name, j->why);
         else if (j->rc)
-            pd_reply_error(s, j->id, PD_EINTERNAL, "storing the registry failed: %s", pd_strerror(j->rc));
+            pd_reply_error(s, j->id, PD_EINTERNAL, "storing the registry failed: %s",
+                           j->why[0] ? j->why : pd_strerror(j->rc));
         else if (j->is_put)
             pd_send_dataset(s, j->id, &j->result, j->created);
         else {
@@ -136,18 +142,46 @@ static void pd_registry_job_start(pd_session *s, uint64_t id, int is_put, const 
 /* ---- Sharded uploads: shard sizes arrive in parts, each within max_frame ---------- */
 
 struct pd_upload {
+    pd_service *svc; /* whose upload_bytes it holds */
     char name[PD_NAME_MAX + 1];
     uint64_t total, received, size, window;
     uint32_t lanes;
     uint64_t *sizes;
+    uint64_t cap;    /* sizes allocated, counted in svc->upload_bytes (8 bytes each) */
 };
 
 void pd_upload_free(struct pd_upload *u)
 {
     if (u) {
+        atomic_fetch_sub(&u->svc->upload_bytes, u->cap * sizeof *u->sizes);
         free(u->sizes);
         free(u);
     }
+}
+
+/* Room for n more sizes: grown as parts arrive (a client that announces 16 M shards and sends few
+ * holds little), within upload_memory for every upload together. PD_ETOOBIG or PD_ENOMEM. */
+static int pd_upload_reserve(struct pd_upload *u, uint64_t n)
+{
+    uint64_t need = u->received + n;
+    if (need <= u->cap)
+        return 0;
+    uint64_t cap = u->cap * 2 > need ? u->cap * 2 : need;
+    if (cap > u->total)
+        cap = u->total;
+    uint64_t more = (cap - u->cap) * sizeof *u->sizes;
+    if (atomic_fetch_add(&u->svc->upload_bytes, more) + more > u->svc->cfg->upload_memory) {
+        atomic_fetch_sub(&u->svc->upload_bytes, more);
+        return PD_ETOOBIG;
+    }
+    uint64_t *p = realloc(u->sizes, (size_t)cap * sizeof *p);
+    if (!p) {
+        atomic_fetch_sub(&u->svc->upload_bytes, more);
+        return PD_ENOMEM;
+    }
+    u->sizes = p;
+    u->cap = cap;
+    return 0;
 }
 
 static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDataset *m)
@@ -166,16 +200,12 @@ static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDa
             pd_reply_error(s, id, PD_EINVAL, "size must be at most 2^63, not %llu", (unsigned long long)m->size);
             return;
         }
-        u = calloc(1, sizeof *u);
-        uint64_t *sizes = u ? malloc((size_t)m->shards_total * sizeof *sizes) : NULL;
-        if (!sizes) {
-            free(u);
-            pd_reply_error(s, id, PD_EINTERNAL, "out of memory for %llu shard sizes",
-                               (unsigned long long)m->shards_total);
+        if (!(u = calloc(1, sizeof *u))) {
+            pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
             return;
         }
+        u->svc = s->svc;
         strcpy(u->name, m->name);
-        u->sizes = sizes;
         u->total = m->shards_total;
         u->size = m->size;
         u->window = m->window ? m->window : PD_DEFAULT_WINDOW;
@@ -196,6 +226,18 @@ static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDa
         s->upload = NULL;
         return;
     }
+    int rc = pd_upload_reserve(u, m->n_shard_sizes);
+    if (rc) {
+        if (rc == PD_ETOOBIG)
+            pd_reply_error(s, id, PD_ETOOBIG,
+                           "unfinished sharded uploads would hold more than upload_memory (%llu bytes); retry later",
+                           (unsigned long long)cfg->upload_memory);
+        else
+            pd_reply_error(s, id, PD_EINTERNAL, "out of memory for %llu shard sizes", (unsigned long long)u->total);
+        pd_upload_free(u);
+        s->upload = NULL;
+        return;
+    }
     if (m->n_shard_sizes) /* a part may carry none; memcpy from protobuf-c's NULL is undefined even for 0 bytes */
         memcpy(u->sizes + u->received, m->shard_sizes, m->n_shard_sizes * sizeof *u->sizes);
     u->received += m->n_shard_sizes;
@@ -207,7 +249,7 @@ static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDa
     }
     s->upload = NULL;
     pd_layout *layout = NULL;
-    int rc = pd_layout_create(u->sizes, u->total, &layout);
+    rc = pd_layout_create(u->sizes, u->total, &layout);
     if (rc == 0 && u->size && u->size != layout->start[layout->shards]) {
         pd_reply_error(s, id, PD_EINVAL, "size %llu is not the sum of the shard sizes, %llu",
                            (unsigned long long)u->size, (unsigned long long)layout->start[layout->shards]);
@@ -270,7 +312,10 @@ void pd_on_delete_dataset(pd_session *s, uint64_t id, const Permd__V1__DeleteDat
     if (pd_check_name(s, id, m->name))
         return;
     if (pd_registry_get(s->svc->reg, m->name, &d)) {
-        pd_reply_error(s, id, PD_ENOTFOUND, "dataset '%s' does not exist", m->name);
+        if (pd_registry_skipped(s->svc->reg)) /* it may be a row that failed to load: the commit decides */
+            pd_registry_job_start(s, id, 0, m->name, 0, NULL, 0, 0);
+        else
+            pd_reply_error(s, id, PD_ENOTFOUND, "dataset '%s' does not exist", m->name);
         return;
     }
     if (d.from_config) {

@@ -97,6 +97,12 @@ void pd_dispatch_frame(pd_session *s, const uint8_t *payload, uint32_t len)
         pd_conn_drain_close(s->conn);
         return;
     }
+    const char *bad;
+    if (cmd && pd_frame_check_strings(payload, len, &bad)) {
+        pd_reply_error(s, id, PD_EINVAL, "%s holds a NUL byte: strings are checked whole, never cut short",
+                       bad ? bad : "a string field");
+        return;
+    }
     if (cmd)
         cmd->run(s, id, pd_envelope_body(env));
     else if (env->base.n_unknown_fields)

@@ -112,12 +112,17 @@ void pd_on_fetch(pd_session *s, uint64_t id, const Permd__V1__Fetch *m)
 
 /* ---- Digest: the rank's next ids (or all it has left), reduced to (count, sum, hash) ------------ */
 
+/* A digest runs in slices of job_slice_ids: each slice is one turn on a worker, so a long digest
+ * waits behind other connections' work between two turns instead of holding a worker for seconds. */
 typedef struct pd_digest_job {
     pd_job job;
     pd_session *s;
     uint64_t id, count; /* count: ids to digest, ≤ max_digest */
+    uint64_t left;      /* of them, not digested yet */
+    uint64_t slice_ids; /* ids per turn */
+    pd_slice cur;       /* where the next turn starts */
     pd_target t;
-    pd_digest d;
+    pd_digest d;        /* what the turns so far added up to */
     int rc;
 } pd_digest_job;
 
@@ -125,24 +130,23 @@ static void pd_digest_job_run(pd_job *job)
 {
     pd_digest_job *j = (pd_digest_job *)job;
     enum { CHUNK = 1 << 16 };
-    uint64_t *ids = malloc(CHUNK * sizeof *ids), left = j->count, got;
-    pd_slice cur = j->t.slice;
-    pd_digest_init(&j->d);
+    uint64_t *ids = malloc(CHUNK * sizeof *ids), got;
+    uint64_t turn = j->left < j->slice_ids ? j->left : j->slice_ids;
     if (!ids) {
         j->rc = PD_ENOMEM;
         return;
     }
-    j->t.width = 8; /* host-order u64s: the digest mixes values, not wire bytes */
-    while (left && !j->rc) {
+    while (turn && !j->rc) {
         if (pd_job_cancelled(job)) { /* permd is stopping, or the reply has nowhere to go */
             j->rc = PD_ECLOSED;
             break;
         }
-        j->rc = pd_target_generate(j->s->svc->backend, &j->t, &cur, left < CHUNK ? left : CHUNK, ids, &got);
+        j->rc = pd_target_generate(j->s->svc->backend, &j->t, &j->cur, turn < CHUNK ? turn : CHUNK, ids, &got);
         for (uint64_t i = 0; i < got && !j->rc; i++)
             pd_digest_add(&j->d, pd_load_le64((const uint8_t *)&ids[i]));
-        left -= got;
-        cur.offset += got * cur.world; /* more remain, so this stays ≤ T */
+        turn -= got;
+        j->left -= got;
+        j->cur.offset += got * j->cur.world; /* more remain, so this stays ≤ T */
     }
     free(ids);
 }
@@ -151,6 +155,8 @@ static void pd_digest_job_done(pd_job *job)
 {
     pd_digest_job *j = (pd_digest_job *)job;
     pd_session *s = j->s;
+    if (j->rc == 0 && j->left && pd_conn_open(s->conn) && pd_job_continue(job) == 0)
+        return; /* the next turn is queued behind what others asked meanwhile */
     if (pd_conn_open(s->conn)) {
         if (j->rc == PD_ECLOSED) {
             pd_reply_error(s, j->id, PD_EUNAVAILABLE, "digest cancelled: permd is stopping");
@@ -195,6 +201,11 @@ void pd_on_digest(pd_session *s, uint64_t id, const Permd__V1__Digest *m)
     }
     j->s = s;
     j->id = id;
+    j->left = j->count;
+    j->slice_ids = s->svc->cfg->job_slice_ids;
+    j->cur = j->t.slice;
+    j->t.width = 8; /* host-order u64s: the digest mixes values, not wire bytes */
+    pd_digest_init(&j->d);
     if (pd_job_submit_request(&j->job, s->conn, pd_digest_job_run, pd_digest_job_done, 128)) {
         pd_target_release(&j->t);
         free(j);

@@ -24,19 +24,21 @@ void pd_on_hello(pd_session *s, uint64_t id, const Permd__V1__Hello *m)
 {
     const pd_service *svc = s->svc;
     const pd_config *cfg = svc->cfg;
+    const pd_access *access = atomic_load(&s->svc->access);
     if (m->protocol_version && m->protocol_version != PD_PROTOCOL_VERSION) {
         pd_reply_error(s, id, PD_EINVAL, "protocol version %u is not supported; this server speaks %u",
                        m->protocol_version, PD_PROTOCOL_VERSION);
         return;
     }
-    if (pd_conn_is_tcp(s->conn) && svc->token) {
-        if (!pd_token_equal(m->token, svc->token, svc->token_len)) {
-            pd_log_warn("auth_fail", "conn=%llu", (unsigned long long)pd_conn_serial(s->conn));
+    if (pd_conn_is_tcp(s->conn) && access->token) {
+        if (!pd_token_equal(m->token, access->token, access->token_len)) {
+            pd_log_warn("auth_fail", "conn=%llu peer=%s", (unsigned long long)pd_conn_serial(s->conn),
+                        pd_conn_peer(s->conn));
             pd_reply_error(s, id, PD_EAUTH, m->token[0] ? "wrong token" : "this listener requires a token");
             pd_conn_drain_close(s->conn);
             return;
         }
-        s->authed = 1;
+        pd_session_authenticate(s);
     }
     static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats", "shards", "digest", "nccl", "stream_ring"};
     Permd__V1__Limits lim = PERMD__V1__LIMITS__INIT;

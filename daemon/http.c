@@ -1,6 +1,7 @@
 /* The metrics endpoint: a bounded HTTP/1.1 request parser and responder on the libuv loop (no keep-alive, no bodies). */
 #include "daemon/http.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,8 @@ typedef struct pd_http_conn pd_http_conn;
 
 struct pd_http {
     pd_http_routes routes;
+    pd_http_limits lim;
+    _Atomic uint64_t evicted;
     uv_tcp_t listener;
     uv_timer_t sweep; /* closes connections past their deadline */
     pd_http_conn *conns;
@@ -300,11 +303,23 @@ static void pd_http_on_connection(uv_stream_t *listener, int status)
         h->conns->prev = c;
     h->conns = c;
     h->nconns++;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) || h->nconns > PD_HTTP_MAX_CONNS) {
-        pd_http_conn_close(c); /* too many scrapers at once: refuse this one */
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp)) {
+        pd_http_conn_close(c);
         return;
     }
-    c->deadline_ms = pd_clock_ms() + PD_HTTP_TIMEOUT_MS;
+    if (h->nconns > h->lim.max_conns) {
+        /* Full: the oldest scraper that has not sent its request yet makes room (else the oldest).
+         * Slow or idle clients then cannot keep a health probe out: a probe asks at once. */
+        pd_http_conn *oldest = NULL, *oldest_waiting = NULL;
+        for (pd_http_conn *o = h->conns->next; o; o = o->next) { /* newest first; c itself is the head */
+            oldest = o;
+            if (!o->resp)
+                oldest_waiting = o;
+        }
+        pd_http_conn_close(oldest_waiting ? oldest_waiting : oldest);
+        atomic_fetch_add(&h->evicted, 1);
+    }
+    c->deadline_ms = pd_clock_ms() + h->lim.timeout_ms;
     if (uv_read_start((uv_stream_t *)&c->tcp, pd_http_on_alloc, pd_http_on_read))
         pd_http_conn_close(c);
 }
@@ -320,8 +335,13 @@ static void pd_http_on_sweep(uv_timer_t *t)
     }
 }
 
+uint64_t pd_http_evicted(const pd_http *h)
+{
+    return h ? atomic_load(&h->evicted) : 0;
+}
+
 int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd_http_routes *routes,
-                   pd_http **out)
+                   const pd_http_limits *lim, pd_http **out)
 {
     struct sockaddr_storage sa;
     int rc = pd_listen_sockaddr(hostport, "http", &sa);
@@ -331,6 +351,7 @@ int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd
     if (!h)
         return PD_ENOMEM;
     h->routes = *routes;
+    h->lim = *lim;
     *out = NULL;
     uv_tcp_init(loop, &h->listener);
     uv_timer_init(loop, &h->sweep);

@@ -3,12 +3,11 @@
 #define PD_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <uv.h>
 
 #define PD_HTTP_MAX_HEAD 8192 /* request line and headers; more gets 431 */
-#define PD_HTTP_MAX_CONNS 64  /* scrapers at once; more are closed at accept */
-#define PD_HTTP_TIMEOUT_MS 5000
 
 typedef struct pd_http_request {
     char method[8];  /* "GET" */
@@ -29,6 +28,11 @@ typedef struct pd_http_routes {
     void *ctx;
 } pd_http_routes;
 
+typedef struct pd_http_limits {
+    unsigned max_conns;  /* scrapers at once; a new one beyond evicts the oldest (metrics_connections) */
+    uint64_t timeout_ms; /* a scraper's whole exchange (metrics_timeout_ms) */
+} pd_http_limits;
+
 /* The response to a parsed request (or to a parse error `rc`) as one
  * malloc'd buffer of headers and body. PD_ENOMEM. */
 int pd_http_respond(const pd_http_routes *routes, int rc, const pd_http_request *req, char **out, size_t *len);
@@ -38,7 +42,9 @@ typedef struct pd_http pd_http;
 /* Listen on HOST:PORT on loop. optional: a port in use is a warning (metrics off, *out = NULL),
  * not an error. PD_EIO / PD_ENOMEM / PD_EINVAL. */
 int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd_http_routes *routes,
-                   pd_http **out);
+                   const pd_http_limits *lim, pd_http **out);
+/* Scrapers evicted to make room for newer ones (permd_http_evicted_total); any thread. */
+uint64_t pd_http_evicted(const pd_http *h);
 /* Stop listening and close scrapers' connections; the endpoint frees itself once its handles are
  * closed. NULL is a no-op. */
 void pd_http_close(pd_http *h);

@@ -9,14 +9,30 @@ static void pd_job_run(uv_work_t *req)
     job->run(job);
 }
 
+static void pd_job_after(uv_work_t *req, int status);
+
+int pd_job_continue(pd_job *job)
+{
+    if (uv_queue_work(pd_conn_loop(job->conn), &job->req, pd_job_run, pd_job_after))
+        return PD_EINTERNAL;
+    job->again = 1;
+    return 0;
+}
+
 static void pd_job_after(uv_work_t *req, int status)
 {
     pd_job *job = (pd_job *)req;
     pd_conn *c = job->conn;
     int request = job->request;
     (void)status; /* jobs are never cancelled */
-    pd_conn_job_settle(c, job->out_bytes);
-    job->done(job); /* frees the job */
+    pd_conn_job_settle(c, job->out_bytes); /* its replies are sent now: no longer promised */
+    job->again = 0;
+    job->done(job); /* frees the job, unless it continued */
+    if (job->again) { /* queued again (its worker may be running it): the connection stays held */
+        job->again = 0;
+        pd_conn_job_hold(c, job->out_bytes);
+        return;
+    }
     pd_conn_job_end(c, request);
 }
 

@@ -10,7 +10,7 @@
 #include "core/error.h"
 
 static const char *const pd_log_names[] = {"error", "warn", "info", "debug"};
-static pd_log_level pd_log_threshold = PD_LOG_INFO; /* written once at startup, read by every thread */
+static _Atomic int pd_log_threshold = PD_LOG_INFO; /* set at startup and on SIGHUP, read by every thread */
 
 int pd_log_level_parse(const char *s, pd_log_level *out)
 {
@@ -30,12 +30,12 @@ const char *pd_log_level_name(pd_log_level level)
 
 void pd_log_set_level(pd_log_level level)
 {
-    pd_log_threshold = level;
+    pd_log_threshold = (int)level;
 }
 
 int pd_log_enabled(pd_log_level level)
 {
-    return level <= pd_log_threshold;
+    return (int)level <= pd_log_threshold;
 }
 
 void pd_log(pd_log_level level, const char *event, const char *fields, ...)

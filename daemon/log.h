@@ -13,7 +13,7 @@ typedef enum pd_log_level {
 int pd_log_level_parse(const char *s, pd_log_level *out);
 const char *pd_log_level_name(pd_log_level level);
 
-/* Lines above this level are dropped (default info). Set once at startup. */
+/* Lines above this level are dropped (default info). Set at startup and on reload; any thread. */
 void pd_log_set_level(pd_log_level level);
 int pd_log_enabled(pd_log_level level);
 

@@ -13,6 +13,20 @@
 /* Exit codes: 0 clean (including after SIGTERM/SIGINT), 1 startup failed, 2 bad configuration. */
 enum { PD_EXIT_OK = 0, PD_EXIT_FAIL = 1, PD_EXIT_CONFIG = 2 };
 
+/* The command line, for SIGHUP: the file it names is read again, its flags still override. */
+typedef struct pd_args {
+    int argc;
+    char **argv;
+} pd_args;
+
+static int pd_reload_from_args(void *ctx, pd_config *fresh, char *err, size_t errlen)
+{
+    const pd_args *a = ctx;
+    int check_only;
+    int rc = pd_config_from_args(fresh, a->argc, a->argv, &check_only, err, errlen);
+    return rc > 0 ? 0 : rc;
+}
+
 /* --check-config: what the configuration alone can tell (no socket, no registry). */
 static int pd_check_config(const pd_config *cfg)
 {
@@ -74,6 +88,8 @@ int main(int argc, char **argv)
         return PD_EXIT_FAIL;
     }
     if (pd_server_create(&loop, &cfg, workers, &srv) == 0) {
+        pd_args args = {argc, argv};
+        pd_server_on_reload(srv, pd_reload_from_args, &args);
         pd_server_run(srv);
         /* Shut down already: a second SIGTERM (systemd, a supervisor's retry) must not turn the
          * clean exit into death by signal while memory is released. */

@@ -8,7 +8,14 @@ const uint64_t pd_latency_bounds_us[PD_LATENCY_NBOUNDS] = {
 
 const char *pd_metrics_reject_name(pd_reject_reason r)
 {
-    return r == PD_REJECT_MAX_CONNECTIONS ? "max_connections" : r == PD_REJECT_PEER_UID ? "peer_uid" : "?";
+    static const char *const names[PD_REJECT_NREASONS] = {"max_connections", "peer_uid", "max_tcp_connections"};
+    return (unsigned)r < PD_REJECT_NREASONS ? names[r] : "?";
+}
+
+const char *pd_metrics_expire_name(pd_expire_reason r)
+{
+    static const char *const names[PD_EXPIRE_NREASONS] = {"hello_timeout", "frame_timeout"};
+    return (unsigned)r < PD_EXPIRE_NREASONS ? names[r] : "?";
 }
 
 void pd_metrics_request(pd_metrics *m, int slot)
@@ -52,6 +59,8 @@ void pd_metrics_add(pd_metrics *into, const pd_metrics *what)
     into->bytes_in += what->bytes_in;
     for (int r = 0; r < PD_REJECT_NREASONS; r++)
         into->rejected[r] += what->rejected[r];
+    for (int r = 0; r < PD_EXPIRE_NREASONS; r++)
+        into->expired[r] += what->expired[r];
 }
 
 void pd_stats_add(pd_stats *into, const pd_stats *what)

@@ -22,8 +22,16 @@ enum {
 typedef enum pd_reject_reason {
     PD_REJECT_MAX_CONNECTIONS,
     PD_REJECT_PEER_UID,
+    PD_REJECT_MAX_TCP_CONNECTIONS,
     PD_REJECT_NREASONS,
 } pd_reject_reason;
+
+/* Connections closed because a deadline passed. */
+typedef enum pd_expire_reason {
+    PD_EXPIRE_HELLO,  /* no good Hello within hello_timeout_ms */
+    PD_EXPIRE_FRAME,  /* a frame not whole within frame_timeout_ms */
+    PD_EXPIRE_NREASONS,
+} pd_expire_reason;
 
 /* A counter one serving loop writes and any thread may read (Stats and /metrics add up every loop's):
  * atomic, so those reads are defined; uncontended, so an increment costs a few nanoseconds. */
@@ -52,6 +60,7 @@ typedef struct pd_metrics {
     pd_counter latency_sum_ns[PD_REQ_NTYPES];
     pd_counter bytes_in;
     pd_counter rejected[PD_REJECT_NREASONS];
+    pd_counter expired[PD_EXPIRE_NREASONS];
 } pd_metrics;
 
 /* into += what (a snapshot of another loop's counters). */
@@ -61,8 +70,10 @@ void pd_metrics_add(pd_metrics *into, const pd_metrics *what);
 /* The bucket bounds in microseconds (PD_LATENCY_NBOUNDS of them). */
 extern const uint64_t pd_latency_bounds_us[PD_LATENCY_NBOUNDS];
 
-/* "max_connections", "peer_uid". */
+/* "max_connections", "peer_uid", "max_tcp_connections". */
 const char *pd_metrics_reject_name(pd_reject_reason r);
+/* "hello_timeout", "frame_timeout". */
+const char *pd_metrics_expire_name(pd_expire_reason r);
 
 void pd_metrics_request(pd_metrics *m, int slot);
 /* code: the wire ErrorCode of the reply. */

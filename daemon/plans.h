@@ -10,9 +10,11 @@
 typedef struct pd_plans pd_plans;
 typedef struct pd_plan pd_plan;
 
-/* Keep at most max_entries plans (least recently used go first; one still
- * in use lives on until released). PD_ENOMEM. */
-int pd_plans_open(unsigned max_entries, pd_plans **out);
+/* Keep at most max_entries plans and max_bytes of their tables (least recently used go first; one
+ * still in use lives on until released; the most recent is always kept). PD_ENOMEM. */
+int pd_plans_open(unsigned max_entries, uint64_t max_bytes, pd_plans **out);
+/* Bytes of plan tables alive (permd_plan_bytes). */
+uint64_t pd_plans_bytes(pd_plans *c);
 void pd_plans_close(pd_plans *c);
 
 /* A reference to the plan of (layout, seed, epoch, window, lanes). Cheap and

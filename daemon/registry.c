@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -33,7 +34,42 @@ struct pd_registry {
     pthread_mutex_t lock;       /* guards the table below; never held across disk I/O */
     pd_entry *sets;             /* sorted by name */
     size_t n, cap;
+    uint64_t layout_bytes;      /* shard layouts held (the table's), under lock */
+    uint64_t layout_limit;      /* a sharded put beyond it is refused; 0: none */
+    size_t skipped;             /* rows found damaged at load (their names stay usable) */
 };
+
+/* Bytes a layout of S shards holds in memory. */
+static uint64_t pd_layout_bytes(uint64_t shards)
+{
+    return (shards + 1) * sizeof(uint64_t) + sizeof(pd_layout);
+}
+
+/* What a failed SQLite write means, in words for the client: the cause, not "I/O error". */
+static void pd_registry_why(sqlite3 *db, int code, char *err, size_t errlen)
+{
+    const char *cause = NULL;
+    switch (code & 0xff) {
+    case SQLITE_FULL:
+        cause = "disk full";
+        break;
+    case SQLITE_READONLY:
+        cause = "registry read-only";
+        break;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+        cause = "registry damaged";
+        break;
+    case SQLITE_IOERR:
+        cause = "I/O error";
+        break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        cause = "registry locked by another process";
+        break;
+    }
+    pd_errf(err, errlen, "%s (%s)", cause ? cause : "storage failed", sqlite3_errmsg(db));
+}
 
 /* ---- Layouts ------------------------------------------------------------------- */
 
@@ -110,11 +146,15 @@ static int pd_table_insert(pd_registry *r, size_t at, const pd_dataset *d, pd_la
     r->sets[at].d = *d;
     r->sets[at].layout = layout;
     r->n++;
+    if (layout)
+        r->layout_bytes += pd_layout_bytes(layout->shards);
     return 0;
 }
 
 static void pd_table_remove(pd_registry *r, size_t at)
 {
+    if (r->sets[at].layout)
+        r->layout_bytes -= pd_layout_bytes(r->sets[at].layout->shards);
     pd_layout_release(r->sets[at].layout);
     memmove(r->sets + at, r->sets + at + 1, (r->n - at - 1) * sizeof *r->sets);
     r->n--;
@@ -210,7 +250,10 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
             if (pd_layout_from_blob(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3), &layout) ||
                 layout->start[layout->shards] != d.size) {
                 pd_layout_release(layout);
-                pd_log_warn("registry_skip", "reason=\"invalid shard layout\" name=\"%s\"", name ? name : "");
+                pd_log_error("registry_skip", "reason=\"invalid shard layout\" name=\"%s\" msg=\"the dataset is "
+                             "not served; a PutDataset or DeleteDataset of its name replaces or removes the row\"",
+                             name ? name : "");
+                r->skipped++;
                 continue;
             }
             d.shards = layout->shards;
@@ -220,7 +263,10 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
         if (!name || pd_name_check(name) || d.size == 0 || d.size > PD_N_MAX ||
             (layout && (d.window == 0 || d.lanes == 0))) {
             pd_layout_release(layout);
-            pd_log_warn("registry_skip", "reason=\"invalid row\" name=\"%s\"", name ? name : "");
+            pd_log_error("registry_skip", "reason=\"invalid row\" name=\"%s\" msg=\"the dataset is not served; a "
+                         "PutDataset or DeleteDataset of its name replaces or removes the row\"",
+                         name ? name : "");
+            r->skipped++;
             continue;
         }
         strcpy(d.name, name);
@@ -271,9 +317,53 @@ static int pd_registry_migrate(pd_registry *r, int *found)
     return 0;
 }
 
+/* Fold the WAL into registry.db and empty it, so the main file alone holds every committed dataset
+ * (a WAL lost or damaged after a crash then loses nothing that was acknowledged). */
+static int pd_registry_checkpoint(pd_registry *r)
+{
+    return sqlite3_wal_checkpoint_v2(r->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+}
+
+/* Whether SQLite can read the whole file: quick_check reads every page and index. */
+static int pd_registry_readable(pd_registry *r, char *why, size_t len)
+{
+    sqlite3_stmt *st;
+    int ok = 0;
+    if (sqlite3_prepare_v2(r->db, "PRAGMA quick_check", -1, &st, NULL) != SQLITE_OK) {
+        pd_errf(why, len, "%s", sqlite3_errmsg(r->db));
+        return 0;
+    }
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const char *v = (const char *)sqlite3_column_text(st, 0);
+        ok = v && !strcmp(v, "ok");
+        pd_errf(why, len, "%s", v ? v : "no verdict");
+    } else {
+        pd_errf(why, len, "%s", sqlite3_errmsg(r->db));
+    }
+    sqlite3_finalize(st);
+    return ok;
+}
+
+int pd_registry_move_aside(const char *state_dir, char *moved, size_t len)
+{
+    static const char *const suffix[] = {"", "-wal", "-shm"};
+    char from[4200], to[4300];
+    long long now = (long long)pd_clock_unix_ms();
+    pd_errf(moved, len, "%s/registry.db.damaged-%lld", state_dir, now);
+    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+        snprintf(from, sizeof from, "%s/registry.db%s", state_dir, suffix[i]);
+        snprintf(to, sizeof to, "%s/registry.db.damaged-%lld%s", state_dir, now, suffix[i]);
+        if (rename(from, to) && errno != ENOENT)
+            return PD_EIO;
+    }
+    return 0;
+}
+
 int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t errlen)
 {
-    char path[4096];
+    char path[4096], wal[4200], why[512];
+    struct stat st;
+    int rc = PD_EIO;
     pd_registry *r = calloc(1, sizeof *r);
     if (!r)
         return PD_ENOMEM;
@@ -281,19 +371,48 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
     pthread_mutex_init(&r->write_lock, NULL);
     if (pd_mkdirs(state_dir)) {
         pd_errf(err, errlen, "state_dir %s: cannot create: %s", state_dir, strerror(errno));
-        goto fail_io;
+        goto fail;
     }
     if ((size_t)snprintf(path, sizeof path, "%s/registry.db", state_dir) >= sizeof path) {
         pd_errf(err, errlen, "state_dir: path too long");
-        goto fail_io;
+        goto fail;
+    }
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    /* A registry that exists must be read whole, or permd would start with fewer datasets than it
+     * acknowledged and say nothing. SQLite takes a 0-byte file for a new database, and a main file
+     * whose WAL is left without it for an empty one: both are refused here. */
+    int exists = stat(path, &st) == 0;
+    if (exists && st.st_size == 0) {
+        pd_errf(err, errlen, "%s exists but is empty (0 bytes): the registry is damaged", path);
+        rc = PD_ECORRUPT;
+        goto fail;
+    }
+    if (!exists && stat(wal, &st) == 0 && st.st_size > 0) {
+        pd_errf(err, errlen, "%s is missing but its write-ahead log %s is there: the registry is damaged", path, wal);
+        rc = PD_ECORRUPT;
+        goto fail;
+    }
+    if (exists && access(path, W_OK)) {
+        pd_errf(err, errlen, "%s is read-only (%s): permd must be able to store datasets; fix its permissions",
+                path, strerror(errno));
+        goto fail;
     }
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK)
         goto fail_db;
     sqlite3_busy_timeout(r->db, 5000);
-    /* WAL: readers never block the writer; synchronous=FULL: a commit is on
-     * disk (fsync of the WAL) before sqlite3_step returns, so an ack means durable. */
-    /* A new database starts at schema 1 and migrates like an old one. */
+    if (sqlite3_db_readonly(r->db, "main") == 1) {
+        pd_errf(err, errlen, "%s can only be opened read-only: permd must be able to store datasets", path);
+        goto fail;
+    }
+    if (exists && !pd_registry_readable(r, why, sizeof why)) {
+        pd_errf(err, errlen, "%s cannot be read whole (%s): the registry is damaged", path, why);
+        rc = PD_ECORRUPT;
+        goto fail;
+    }
+    /* WAL: readers never block the writer; synchronous=FULL: a commit is on disk (fsync of the WAL)
+     * before sqlite3_step returns, so an ack means durable; every commit is then checkpointed into
+     * the main file. A new database starts at schema 1 and migrates like an old one. */
     static const char schema[] = "PRAGMA journal_mode=WAL;"
                                  "PRAGMA synchronous=FULL;"
                                  "CREATE TABLE IF NOT EXISTS datasets ("
@@ -306,29 +425,62 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
     if (mrc == PD_EUNSUPPORTED) {
         pd_errf(err, errlen, "%s: registry schema %d is newer than this permd's (%d); run a newer permd",
                 path, version, PD_REGISTRY_SCHEMA);
-        pd_registry_close(r);
-        return PD_EUNSUPPORTED;
+        rc = PD_EUNSUPPORTED;
+        goto fail;
     }
     if (mrc)
         goto fail_db;
+    /* REPLACE: a row that failed to load (logged, not served) must not block its name. */
     if (sqlite3_prepare_v2(r->db,
-                           "INSERT INTO datasets(name, size, created_ms, shards, window, lanes) "
+                           "INSERT OR REPLACE INTO datasets(name, size, created_ms, shards, window, lanes) "
                            "VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
                            -1, &r->put, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(r->db, "DELETE FROM datasets WHERE name = ?1", -1, &r->del, NULL) != SQLITE_OK)
         goto fail_db;
-    int rc = pd_registry_load(r, err, errlen);
-    if (rc) {
-        pd_registry_close(r);
-        return rc;
+    if ((rc = pd_registry_load(r, err, errlen)))
+        goto fail;
+    if (pd_registry_checkpoint(r) != SQLITE_OK) {
+        pd_registry_why(r->db, sqlite3_errcode(r->db), why, sizeof why);
+        pd_errf(err, errlen, "%s: cannot fold the write-ahead log into the main file: %s", path, why);
+        rc = PD_EIO;
+        goto fail;
     }
     *out = r;
     return 0;
 fail_db:
-    pd_errf(err, errlen, "%s: %s", path, r->db ? sqlite3_errmsg(r->db) : "cannot open");
-fail_io:
+    rc = PD_EIO;
+    if (r->db) {
+        int code = sqlite3_errcode(r->db) & 0xff;
+        if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB)
+            rc = PD_ECORRUPT;
+        pd_registry_why(r->db, sqlite3_errcode(r->db), why, sizeof why);
+        pd_errf(err, errlen, "%s: %s", path, why);
+    } else {
+        pd_errf(err, errlen, "%s: cannot open", path);
+    }
+fail:
     pd_registry_close(r);
-    return PD_EIO;
+    return rc;
+}
+
+void pd_registry_set_layout_limit(pd_registry *r, uint64_t bytes)
+{
+    pthread_mutex_lock(&r->lock);
+    r->layout_limit = bytes;
+    pthread_mutex_unlock(&r->lock);
+}
+
+uint64_t pd_registry_layout_bytes(pd_registry *r)
+{
+    pthread_mutex_lock(&r->lock);
+    uint64_t b = r->layout_bytes;
+    pthread_mutex_unlock(&r->lock);
+    return b;
+}
+
+size_t pd_registry_skipped(pd_registry *r)
+{
+    return r->skipped;
 }
 
 void pd_registry_close(pd_registry *r)
@@ -427,7 +579,7 @@ static int pd_entry_matches(const pd_entry *e, uint64_t size, const pd_layout *l
 
 /* Create or confirm a dataset; layout (NULL when flat) gets one more reference if stored. */
 static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, pd_layout *layout, uint64_t window,
-                               uint32_t lanes, pd_dataset *out, int *created)
+                               uint32_t lanes, pd_dataset *out, int *created, char *err, size_t errlen)
 {
     if (pd_name_check(name) || size == 0 || size > PD_N_MAX)
         return PD_EINVAL;
@@ -441,9 +593,14 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
     if (found) {
         rc = pd_entry_matches(&r->sets[at], size, layout, window, lanes) ? 0 : PD_ECONFLICT;
         *out = r->sets[at].d;
+    } else if (layout && r->layout_limit && r->layout_bytes + pd_layout_bytes(layout->shards) > r->layout_limit) {
+        pd_errf(err, errlen, "shard layouts would hold %llu bytes, over layout_memory (%llu)",
+                (unsigned long long)(r->layout_bytes + pd_layout_bytes(layout->shards)),
+                (unsigned long long)r->layout_limit);
+        rc = PD_ETOOBIG;
     }
     pthread_mutex_unlock(&r->lock);
-    if (found)
+    if (found || rc)
         goto done;
 
     pd_dataset d = {.size = size, .created_ms = pd_clock_unix_ms()};
@@ -473,7 +630,8 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
     sqlite3_clear_bindings(r->put);
     sqlite3_reset(r->put);
     free(blob);
-    if (step != SQLITE_DONE) {
+    if (step != SQLITE_DONE || (step = pd_registry_checkpoint(r)) != SQLITE_OK) {
+        pd_registry_why(r->db, step == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(r->db), err, errlen);
         pd_log_error("registry_put", "name=%s msg=\"%s\"", name, sqlite3_errmsg(r->db));
         rc = PD_EIO;
         goto done;
@@ -493,20 +651,22 @@ done:
     return rc;
 }
 
-int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created)
+int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created, char *err,
+                    size_t errlen)
 {
-    return pd_registry_put_any(r, name, size, NULL, 0, 0, out, created);
+    return pd_registry_put_any(r, name, size, NULL, 0, 0, out, created, err, errlen);
 }
 
 int pd_registry_put_sharded(pd_registry *r, const char *name, pd_layout *layout, uint64_t window, uint32_t lanes,
-                            pd_dataset *out, int *created)
+                            pd_dataset *out, int *created, char *err, size_t errlen)
 {
     if (!layout || window == 0 || lanes == 0)
         return PD_EINVAL;
-    return pd_registry_put_any(r, name, layout->start[layout->shards], layout, window, lanes, out, created);
+    return pd_registry_put_any(r, name, layout->start[layout->shards], layout, window, lanes, out, created, err,
+                               errlen);
 }
 
-int pd_registry_delete(pd_registry *r, const char *name)
+int pd_registry_delete(pd_registry *r, const char *name, char *err, size_t errlen)
 {
     int rc = 0, found;
     pthread_mutex_lock(&r->write_lock);
@@ -514,22 +674,30 @@ int pd_registry_delete(pd_registry *r, const char *name)
     size_t at = pd_table_find(r, name, &found);
     int from_config = found && r->sets[at].d.from_config;
     pthread_mutex_unlock(&r->lock);
-    if (!found) {
-        rc = PD_ENOTFOUND;
-        goto done;
-    }
     if (from_config) {
         rc = PD_ECONFLICT;
+        goto done;
+    }
+    if (!found && !r->skipped) { /* a row that failed to load is deleted below: its name is not lost */
+        rc = PD_ENOTFOUND;
         goto done;
     }
     sqlite3_reset(r->del);
     sqlite3_bind_text(r->del, 1, name, -1, SQLITE_STATIC);
     int step = sqlite3_step(r->del);
+    int changed = sqlite3_changes(r->db);
     sqlite3_clear_bindings(r->del);
     sqlite3_reset(r->del);
-    if (step != SQLITE_DONE) {
+    if (step != SQLITE_DONE || (step = pd_registry_checkpoint(r)) != SQLITE_OK) {
+        pd_registry_why(r->db, step == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(r->db), err, errlen);
         pd_log_error("registry_delete", "name=%s msg=\"%s\"", name, sqlite3_errmsg(r->db));
         rc = PD_EIO;
+        goto done;
+    }
+    if (!found) {
+        if (changed)
+            pd_log_info("registry_repair", "name=%s msg=\"a row that failed to load was deleted\"", name);
+        rc = changed ? 0 : PD_ENOTFOUND;
         goto done;
     }
     pthread_mutex_lock(&r->lock);

@@ -36,8 +36,24 @@ void pd_layout_release(pd_layout *l);
 typedef struct pd_registry pd_registry;
 
 /* Open (creating the directory and database as needed) and load every
- * stored dataset. Blocking; call at startup. PD_EIO with a message in err. */
+ * stored dataset. Blocking; call at startup. A registry that exists must be
+ * read whole: PD_ECORRUPT when it cannot be (a 0-byte or damaged file, a WAL
+ * without its main file); PD_EIO when it cannot be written (read-only) or
+ * opened; a message in err either way. A row that fails to load is logged at
+ * error level and not served; its name stays usable (a put replaces it, a
+ * delete removes it). */
 int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t errlen);
+
+/* Rename registry.db and its -wal and -shm aside (registry.db.damaged-<unix ms>), so a fresh one
+ * can start while the damaged files are kept for inspection; moved gets the new name. PD_EIO. */
+int pd_registry_move_aside(const char *state_dir, char *moved, size_t len);
+
+/* Refuse sharded puts whose layouts would hold more than bytes in all (0: no bound). */
+void pd_registry_set_layout_limit(pd_registry *r, uint64_t bytes);
+/* Bytes the layouts hold (permd_layout_bytes). */
+uint64_t pd_registry_layout_bytes(pd_registry *r);
+/* Rows that failed to load at open. */
+size_t pd_registry_skipped(pd_registry *r);
 void pd_registry_close(pd_registry *r);
 
 /* Declare a config dataset (startup only). PD_ECONFLICT when the store or
@@ -49,18 +65,21 @@ int pd_registry_declare(pd_registry *r, const char *name, uint64_t size);
  * must run off the event loop. */
 
 /* Create or confirm: *created = 1 when new. PD_ECONFLICT when it exists with
- * another size; PD_EINVAL for a bad name or size; PD_EIO when the commit failed. */
-int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created);
+ * another size; PD_EINVAL for a bad name or size; PD_EIO when the commit failed
+ * (err, when not NULL, gets the cause: "disk full", "registry read-only", …).
+ * A commit is checkpointed into the main file before this returns. */
+int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created, char *err,
+                    size_t errlen);
 /* Create or confirm a sharded dataset (takes its own reference to layout):
  * *created = 1 when new; PD_ECONFLICT when the name exists with another
- * size, layout, window or lanes. */
+ * size, layout, window or lanes; PD_ETOOBIG beyond the layout limit. */
 int pd_registry_put_sharded(pd_registry *r, const char *name, pd_layout *layout, uint64_t window, uint32_t lanes,
-                            pd_dataset *out, int *created);
+                            pd_dataset *out, int *created, char *err, size_t errlen);
 /* A reference to a sharded dataset's layout (release it). PD_ENOTFOUND, or
  * PD_EINVAL for a flat dataset. */
 int pd_registry_layout(pd_registry *r, const char *name, pd_layout **out);
-/* PD_ENOTFOUND; PD_ECONFLICT for a config dataset; PD_EIO. */
-int pd_registry_delete(pd_registry *r, const char *name);
+/* PD_ENOTFOUND; PD_ECONFLICT for a config dataset; PD_EIO (err gets the cause). */
+int pd_registry_delete(pd_registry *r, const char *name, char *err, size_t errlen);
 /* PD_ENOTFOUND */
 int pd_registry_get(pd_registry *r, const char *name, pd_dataset *out);
 /* A malloc'd copy sorted by name (free it); *n may be 0 with *out NULL. */

@@ -1,6 +1,7 @@
 /* Server wiring: the model and the service, event loops and their threads, listeners, signals, the sweep, shutdown. */
 #include "daemon/server.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -44,7 +45,8 @@ typedef struct pd_server_loop {
     uv_loop_t own;              /* a secondary loop's libuv loop */
     pd_loop sl;                 /* its counters, inline budget and readahead queue */
     pd_conns *conns;
-    uv_timer_t timer;           /* sweeps lingering connections; bounds the shutdown once stopping */
+    uv_timer_t timer;           /* sweeps lingering connections and expired deadlines */
+    uv_timer_t stop_timer;      /* bounds the shutdown */
     int handles_on;
     int stopping;
     pthread_t thread;
@@ -57,6 +59,15 @@ typedef struct pd_server_loop {
     int inbox_closed;           /* the loop is ending: nothing more may be posted */
 } pd_server_loop;
 
+/* Every access snapshot the server made (SIGHUP makes more); freed with the server, since another
+ * loop may still read an older one. */
+typedef struct pd_access_node {
+    struct pd_access_node *next;
+    pd_access access;
+} pd_access_node;
+
+enum { PD_SIGTERM, PD_SIGINT, PD_SIGHUP, PD_SIGUSR1, PD_SIGUSR2, PD_NSIGNALS };
+
 struct pd_server {
     const pd_config *cfg;
     pd_service svc;
@@ -64,11 +75,13 @@ struct pd_server {
     pd_plans *plans;
     pd_backend *backend;
     pd_groups *groups;
-    char *token;
+    pd_access_node *accesses;   /* the newest first */
+    pd_reload_fn reload;        /* SIGHUP: where a fresh configuration comes from */
+    void *reload_ctx;
     pd_listener *unix_listener, *tcp_listener;
     char socket_path[4096];
     pd_http *http;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t signals[PD_NSIGNALS];
     int signals_on;
     int stopping;
     pd_server_loop **loops; /* loops[0] is the primary */
@@ -76,6 +89,7 @@ struct pd_server {
 };
 
 static void pd_loop_maybe_finish(void *ctx);
+static void pd_server_close_signals(pd_server *s);
 
 /* ---- Counters ------------------------------------------------------------------------------ */
 
@@ -94,7 +108,11 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     if (s->backend)
         pd_backend_counts(s->backend, &v->cpu_ids, &v->gpu_ids);
     v->ring_bytes = atomic_load(&s->svc.ring_bytes);
+    v->upload_bytes = atomic_load(&s->svc.upload_bytes);
     v->datasets = s->reg ? pd_registry_count(s->reg) : 0;
+    v->layout_bytes = s->reg ? pd_registry_layout_bytes(s->reg) : 0;
+    v->plan_bytes = pd_plans_bytes(s->plans);
+    v->http_evicted = pd_http_evicted(s->http);
 }
 
 pd_registry *pd_server_registry(pd_server *s)
@@ -140,7 +158,8 @@ static void pd_on_stop_timeout(uv_timer_t *t)
 /* The handles every loop has: the service's (inline budget, readahead), the sweep/stop timer. */
 static int pd_loop_start(pd_server *s, pd_server_loop *l)
 {
-    pd_conn_limits lim = {.output_cap = s->cfg->output_cap, .max_frame = (uint32_t)s->cfg->max_frame};
+    pd_conn_limits lim = {.output_cap = s->cfg->output_cap, .max_frame = (uint32_t)s->cfg->max_frame,
+                          .frame_timeout_ms = s->cfg->frame_timeout_ms};
     if (pd_conns_create(l->uv, &lim, &l->sl.stats, &l->sl.metrics, pd_loop_maybe_finish, l, &l->conns))
         return PD_ENOMEM;
     pd_loop_init(&l->sl, &s->svc, l->uv, l->index);
@@ -149,7 +168,8 @@ static int pd_loop_start(pd_server *s, pd_server_loop *l)
         return PD_ENOMEM;
     }
     uv_timer_init(l->uv, &l->timer);
-    l->timer.data = l;
+    uv_timer_init(l->uv, &l->stop_timer);
+    l->timer.data = l->stop_timer.data = l;
     uv_timer_start(&l->timer, pd_on_sweep, PD_SWEEP_MS, PD_SWEEP_MS);
     l->handles_on = 1;
     return 0;
@@ -162,12 +182,7 @@ static void pd_loop_close_handles(pd_server_loop *l)
         return;
     l->handles_on = 0;
     if (l->index == 0) {
-        pd_server *s = l->srv;
-        if (s->signals_on) {
-            s->signals_on = 0;
-            uv_close((uv_handle_t *)&s->sigterm, NULL);
-            uv_close((uv_handle_t *)&s->sigint, NULL);
-        }
+        pd_server_close_signals(l->srv);
     } else {
         pthread_mutex_lock(&l->inbox_lock);
         l->inbox_closed = 1;
@@ -175,6 +190,7 @@ static void pd_loop_close_handles(pd_server_loop *l)
         uv_close((uv_handle_t *)&l->inbox_async, NULL);
     }
     uv_close((uv_handle_t *)&l->timer, NULL);
+    uv_close((uv_handle_t *)&l->stop_timer, NULL);
     pd_loop_close(&l->sl);
     pd_readahead_loop_close(&l->sl);
 }
@@ -195,9 +211,8 @@ static void pd_loop_stop(pd_server_loop *l)
     l->sl.stopping = 1;
     pd_log_info("shutdown", "shard=%u connections=%llu jobs=%u", l->index, (unsigned long long)l->sl.stats.connections,
                 pd_conns_jobs(l->conns));
-    /* The same timer now bounds the shutdown instead of sweeping. */
-    uv_timer_stop(&l->timer);
-    uv_timer_start(&l->timer, pd_on_stop_timeout, l->srv->cfg->shutdown_timeout_ms, 0);
+    /* The sweep goes on (lingering connections close on time); this one bounds the shutdown. */
+    uv_timer_start(&l->stop_timer, pd_on_stop_timeout, l->srv->cfg->shutdown_timeout_ms, 0);
     pd_conns_shutdown(l->conns); /* may finish at once */
     pd_loop_maybe_finish(l);
 }
@@ -209,7 +224,7 @@ static void pd_loop_serve(pd_server_loop *l, uv_stream_t *listener, int fd, int 
     int rc = listener ? pd_conn_accept(l->conns, listener, is_tcp, &c) : pd_conn_adopt(l->conns, fd, is_tcp, &c);
     if (rc) {
         if (admitted)
-            atomic_fetch_sub(&l->srv->svc.conns_open, 1);
+            pd_session_release(&l->srv->svc, is_tcp);
         return;
     }
     pd_session_open(&l->sl, c, admitted);
@@ -222,7 +237,7 @@ static void pd_handoff_drop(pd_server_loop *l, const pd_handoff *h)
 {
     close(h->fd);
     if (h->admitted)
-        atomic_fetch_sub(&l->srv->svc.conns_open, 1);
+        pd_session_release(&l->srv->svc, h->is_tcp);
 }
 
 /* On a secondary loop: serve the connections handed over; stop when asked. */
@@ -303,7 +318,7 @@ static void pd_server_on_accept(void *ctx, uv_stream_t *listener, int is_tcp)
     if (!tmp) {
         pd_log_error("accept", "err=ENOMEM");
         if (admitted)
-            atomic_fetch_sub(&s->svc.conns_open, 1);
+            pd_session_release(&s->svc, is_tcp);
         return;
     }
     if (is_tcp)
@@ -317,7 +332,7 @@ static void pd_server_on_accept(void *ctx, uv_stream_t *listener, int is_tcp)
     if (dup_fd < 0) {
         pd_log_warn("accept", "err=%s", rc ? uv_err_name(rc) : "EMFILE");
         if (admitted)
-            atomic_fetch_sub(&s->svc.conns_open, 1);
+            pd_session_release(&s->svc, is_tcp);
         return;
     }
     pd_handoff h = {dup_fd, is_tcp, admitted};
@@ -359,11 +374,117 @@ static int pd_loop_spawn(pd_server *s, pd_server_loop *l)
 
 /* ---- Signals and shutdown ------------------------------------------------------------------- */
 
+/* ---- Access (allow_uids, the token) and SIGHUP ---------------------------------------------- */
+
+/* A new access snapshot from cfg (the token file read now), published for every loop. */
+static int pd_server_publish_access(pd_server *s, const pd_config *cfg)
+{
+    pd_access_node *n = calloc(1, sizeof *n);
+    if (!n)
+        return PD_ENOMEM;
+    int rc = 0;
+    if (cfg->allow_uids.n && !(n->access.allow_uids.uids = malloc(cfg->allow_uids.n * sizeof(uint32_t))))
+        rc = PD_ENOMEM;
+    else if (cfg->token_file[0])
+        rc = pd_auth_load_token(cfg->token_file, &n->access.token, &n->access.token_len);
+    if (rc) {
+        free(n->access.allow_uids.uids);
+        free(n);
+        return rc;
+    }
+    if (cfg->allow_uids.n)
+        memcpy(n->access.allow_uids.uids, cfg->allow_uids.uids, cfg->allow_uids.n * sizeof(uint32_t));
+    n->access.allow_uids.n = cfg->allow_uids.n;
+    n->next = s->accesses;
+    s->accesses = n;
+    atomic_store(&s->svc.access, &n->access);
+    return 0;
+}
+
+void pd_server_on_reload(pd_server *s, pd_reload_fn fn, void *ctx)
+{
+    s->reload = fn;
+    s->reload_ctx = ctx;
+}
+
+/* SIGHUP: read the configuration again and apply what can change safely while serving: log_level,
+ * allow_uids and the token file (read again even if its path is the same: a rotated token). Other
+ * changed keys are named in a warning; they take effect on restart. */
+static void pd_server_reload(pd_server *s)
+{
+    static const char *const live[] = {"log_level", "allow_uids", "token_file"};
+    char err[512] = "";
+    const char *keys[128];
+    pd_config fresh;
+    if (!s->reload) {
+        pd_log_info("reload", "msg=\"ignored: this permd has no configuration source to read again\"");
+        return;
+    }
+    if (pd_config_init(&fresh)) {
+        pd_log_error("reload", "msg=\"out of memory\"");
+        return;
+    }
+    if (s->reload(s->reload_ctx, &fresh, err, sizeof err) || pd_config_validate(&fresh, err, sizeof err)) {
+        pd_log_error("reload", "msg=\"the configuration was not applied: %s\"", err);
+        pd_config_free(&fresh);
+        return;
+    }
+    size_t n = pd_config_diff(s->cfg, &fresh, keys, sizeof keys / sizeof keys[0]);
+    for (size_t i = 0; i < n; i++) {
+        int applies = 0;
+        for (size_t k = 0; k < sizeof live / sizeof live[0]; k++)
+            applies |= !strcmp(keys[i], live[k]);
+        if (!applies)
+            pd_log_warn("reload", "key=%s msg=\"changed; restart permd to apply it\"", keys[i]);
+    }
+    int rc = pd_server_publish_access(s, &fresh);
+    if (rc) {
+        pd_log_error("reload", "msg=\"allow_uids and the token were not applied: %s\"", pd_strerror(rc));
+    } else {
+        pd_log_set_level((pd_log_level)fresh.log_level);
+        pd_log_info("reload", "log_level=%s allow_uids=%zu token=%s", pd_log_level_name((pd_log_level)fresh.log_level),
+                    fresh.allow_uids.n, fresh.token_file[0] ? "set" : "none");
+    }
+    pd_config_free(&fresh);
+}
+
 static void pd_on_signal(uv_signal_t *h, int signum)
 {
     pd_server *s = h->data;
-    pd_log_info("signal", "name=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-    pd_server_stop(s);
+    switch (signum) {
+    case SIGHUP:
+        pd_log_info("signal", "name=SIGHUP action=reload");
+        pd_server_reload(s);
+        break;
+    case SIGUSR1:
+    case SIGUSR2:
+        /* The default action would kill permd (no StreamEnd, a stale socket file): logged, ignored. */
+        pd_log_info("signal", "name=%s action=ignore", signum == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+        break;
+    default:
+        pd_log_info("signal", "name=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+        pd_server_stop(s);
+    }
+}
+
+static void pd_server_open_signals(pd_server *s, uv_loop_t *loop)
+{
+    static const int nums[PD_NSIGNALS] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+    for (int i = 0; i < PD_NSIGNALS; i++) {
+        uv_signal_init(loop, &s->signals[i]);
+        s->signals[i].data = s;
+        uv_signal_start(&s->signals[i], pd_on_signal, nums[i]);
+    }
+    s->signals_on = 1;
+}
+
+static void pd_server_close_signals(pd_server *s)
+{
+    if (!s->signals_on)
+        return;
+    s->signals_on = 0;
+    for (int i = 0; i < PD_NSIGNALS; i++)
+        uv_close((uv_handle_t *)&s->signals[i], NULL);
 }
 
 void pd_server_stop(pd_server *s)
@@ -424,11 +545,7 @@ void pd_server_free(pd_server *s)
         if (p->conns)
             pd_conns_close_all(p->conns);
         pd_loop_close_handles(p);
-        if (s->signals_on) { /* a failed start: the loop's handles never opened */
-            s->signals_on = 0;
-            uv_close((uv_handle_t *)&s->sigterm, NULL);
-            uv_close((uv_handle_t *)&s->sigint, NULL);
-        }
+        pd_server_close_signals(s); /* a failed start: the loop's handles never opened */
         uv_run(p->uv, UV_RUN_DEFAULT);
         pd_conns_free(p->conns);
         free(p);
@@ -438,7 +555,13 @@ void pd_server_free(pd_server *s)
     pd_backend_close(s->backend);
     pd_plans_close(s->plans);
     pd_groups_close(s->groups);
-    free(s->token);
+    while (s->accesses) {
+        pd_access_node *n = s->accesses;
+        s->accesses = n->next;
+        free(n->access.allow_uids.uids);
+        free(n->access.token);
+        free(n);
+    }
     free(s);
 }
 
@@ -459,7 +582,8 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
                      cfg->cpu_isa);
         return rc;
     }
-    if ((rc = pd_plans_open((unsigned)cfg->plan_cache, &s->plans)) || (rc = pd_groups_open(cfg, &s->groups))) {
+    if ((rc = pd_plans_open((unsigned)cfg->plan_cache, cfg->plan_cache_bytes, &s->plans)) ||
+        (rc = pd_groups_open(cfg, &s->groups))) {
         pd_log_error("startup", "msg=\"out of memory\"");
         return rc;
     }
@@ -467,10 +591,29 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
         pd_log_error("startup", "msg=\"cannot choose a state directory; set state_dir\"");
         return rc;
     }
-    if ((rc = pd_registry_open(path, &s->reg, err, sizeof err))) {
-        pd_log_error("startup", "msg=\"%s\"", err);
+    rc = pd_registry_open(path, &s->reg, err, sizeof err);
+    if (rc == PD_ECORRUPT && cfg->fresh_registry) {
+        char moved[4400];
+        pd_log_error("registry", "msg=\"%s\"", err);
+        if ((rc = pd_registry_move_aside(path, moved, sizeof moved))) {
+            pd_log_error("startup", "msg=\"cannot move the damaged registry aside: %s\"", strerror(errno));
+            return rc;
+        }
+        pd_log_warn("registry", "msg=\"fresh_registry: the damaged registry was moved to %s; starting empty\"",
+                    moved);
+        rc = pd_registry_open(path, &s->reg, err, sizeof err);
+    }
+    if (rc) {
+        pd_log_error("startup", "msg=\"%s%s\"", err,
+                     rc == PD_ECORRUPT ? "; to start with an empty registry and keep the damaged files aside, "
+                                         "set fresh_registry: 1 (--fresh-registry 1)"
+                                       : "");
         return rc;
     }
+    pd_registry_set_layout_limit(s->reg, cfg->layout_memory);
+    if (pd_registry_skipped(s->reg))
+        pd_log_error("registry", "skipped=%zu msg=\"rows that could not be read are not served (logged above)\"",
+                     pd_registry_skipped(s->reg));
     pd_log_info("registry", "path=%s/registry.db datasets=%zu", path, pd_registry_count(s->reg));
     for (size_t i = 0; i < cfg->ndatasets; i++) {
         if ((rc = pd_registry_declare(s->reg, cfg->datasets[i].name, cfg->datasets[i].size))) {
@@ -480,7 +623,7 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
             return rc;
         }
     }
-    if (cfg->token_file[0] && (rc = pd_auth_load_token(cfg->token_file, &s->token, &svc->token_len)))
+    if ((rc = pd_server_publish_access(s, cfg)))
         return rc;
 
     svc->cfg = cfg;
@@ -488,7 +631,6 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
     svc->plans = s->plans;
     svc->backend = s->backend;
     svc->groups = s->groups;
-    svc->token = s->token;
     svc->workers = workers;
     svc->started_ms = pd_clock_ms();
     svc->totals = pd_server_totals_cb;
@@ -507,12 +649,7 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
     pd_server_loop *p = s->loops[0];
     p->srv = s;
     p->uv = loop;
-    uv_signal_init(loop, &s->sigterm);
-    uv_signal_init(loop, &s->sigint);
-    s->sigterm.data = s->sigint.data = s;
-    uv_signal_start(&s->sigterm, pd_on_signal, SIGTERM);
-    uv_signal_start(&s->sigint, pd_on_signal, SIGINT);
-    s->signals_on = 1;
+    pd_server_open_signals(s, loop);
     if ((rc = pd_loop_start(s, p))) {
         pd_log_error("startup", "msg=\"out of memory\"");
         return rc;
@@ -526,12 +663,13 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
                              &s->unix_listener)))
         return rc;
     snprintf(s->socket_path, sizeof s->socket_path, "%s", path);
-    if (cfg->tcp[0] &&
-        (rc = pd_listen_tcp(loop, cfg->tcp, s->token != NULL, pd_server_on_accept, s, &s->tcp_listener)))
+    if (cfg->tcp[0] && (rc = pd_listen_tcp(loop, cfg->tcp, cfg->token_file[0] != '\0', pd_server_on_accept, s,
+                                           &s->tcp_listener)))
         return rc;
     pd_http_routes routes = {.metrics = pd_server_metrics_cb, .stopping = pd_server_stopping_cb, .ctx = s};
+    pd_http_limits hl = {.max_conns = (unsigned)cfg->metrics_connections, .timeout_ms = cfg->metrics_timeout_ms};
     if (cfg->metrics[0] &&
-        (rc = pd_http_listen(loop, cfg->metrics, pd_config_metrics_is_default(cfg), &routes, &s->http)))
+        (rc = pd_http_listen(loop, cfg->metrics, pd_config_metrics_is_default(cfg), &routes, &hl, &s->http)))
         return rc;
     while (s->nloops < nloops) {
         pd_server_loop *l = calloc(1, sizeof *l);

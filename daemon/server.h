@@ -21,6 +21,11 @@ typedef struct pd_server pd_server;
  * a PD_E* on failure (the caller exits non-zero; *out is then NULL). */
 int pd_server_create(uv_loop_t *loop, const pd_config *cfg, unsigned workers, pd_server **out);
 
+/* Where SIGHUP reads the configuration again: fill fresh (initialized with defaults) as at
+ * startup; 0, or a PD_E* with a message in err. Without one, SIGHUP is logged and ignored. */
+typedef int (*pd_reload_fn)(void *ctx, pd_config *fresh, char *err, size_t errlen);
+void pd_server_on_reload(pd_server *s, pd_reload_fn fn, void *ctx);
+
 /* Run the primary loop until a graceful shutdown completes. */
 int pd_server_run(pd_server *s);
 

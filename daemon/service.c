@@ -1,4 +1,4 @@
-/* The per-loop inline budget: refilled once per libuv iteration by a check handle. */
+/* The per-loop inline budget (refilled once per libuv iteration by a check handle), and a session's authentication. */
 #include "daemon/service.h"
 
 static void pd_on_budget(uv_check_t *h)
@@ -31,4 +31,11 @@ int pd_loop_take_inline(pd_loop *l, uint64_t count)
         return 0;
     l->inline_left -= count;
     return 1;
+}
+
+void pd_session_authenticate(pd_session *s)
+{
+    s->authed = 1;
+    pd_conn_set_max_frame(s->conn, (uint32_t)s->svc->cfg->max_frame);
+    pd_conn_set_deadline(s->conn, 0);
 }

@@ -29,6 +29,14 @@ struct pd_upload;    /* daemon/datasets.c */
 struct pd_readahead; /* daemon/readahead.c */
 struct pd_ra_queue;  /* daemon/readahead.c */
 
+/* Who may connect and authenticate. Replaced whole on SIGHUP, never changed in place, so any loop
+ * may read the one it loads; old ones are freed with the server. */
+typedef struct pd_access {
+    pd_uid_list allow_uids;    /* empty: whoever socket_mode admits */
+    char *token;               /* TCP auth secret; NULL when TCP clients need none */
+    size_t token_len;
+} pd_access;
+
 /* Shared by every loop; each member safe to use from any of them. */
 typedef struct pd_service {
     const pd_config *cfg;
@@ -36,12 +44,12 @@ typedef struct pd_service {
     struct pd_plans *plans;     /* sharded epoch plans in use */
     struct pd_backend *backend; /* where ids come from (CPU SIMD, GPU) */
     struct pd_groups *groups;   /* NCCL delivery groups */
-    const char *token;          /* TCP auth secret; NULL when TCP clients need none */
-    size_t token_len;
+    _Atomic(const pd_access *) access; /* allow_uids and the token (SIGHUP replaces it) */
     unsigned workers;
     uint64_t started_ms;        /* pd_clock_ms() at startup */
     _Atomic unsigned long long ring_bytes; /* stream rings alive on every loop (stream_ring_total) */
-    _Atomic unsigned conns_open;           /* admitted connections on every loop (max_connections) */
+    _Atomic unsigned conns_open[2];        /* admitted connections on every loop: Unix, TCP (their caps) */
+    _Atomic unsigned long long upload_bytes; /* shard sizes held by unfinished uploads (upload_memory) */
     /* From the wiring, for Stats: every loop's counters added up. */
     void (*totals)(void *ctx, struct pd_stats_view *v);
     void *totals_ctx;
@@ -68,7 +76,7 @@ typedef struct pd_session {
     pd_service *svc;               /* loop->svc */
     pd_arena arena;                /* the current request is unpacked here */
     unsigned authed : 1;           /* may send requests other than Hello */
-    unsigned admitted : 1;         /* counted in svc->conns_open */
+    unsigned admitted : 1;         /* counted in svc->conns_open[is_tcp] */
     struct pd_streams *streams;    /* open streams and the kept ring (daemon/stream.c) */
     struct pd_upload *upload;      /* a sharded PutDataset arriving in parts (daemon/datasets.c) */
     struct pd_readahead *ra;       /* its predicted next Fetch (daemon/readahead.c) */
@@ -84,5 +92,8 @@ void pd_loop_close(pd_loop *l);
  * the loop more than generating tens of thousands of ids with SIMD (bench/results/serve.md), so
  * only what exceeds the budget goes to the pool. */
 int pd_loop_take_inline(pd_loop *l, uint64_t count);
+
+/* The session's peer proved who it is (a good Hello): full frames, no deadline. */
+void pd_session_authenticate(pd_session *s);
 
 #endif

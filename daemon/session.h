@@ -8,6 +8,8 @@
 /* Admission, decided where connections are accepted (any loop): whether one more connection of
  * this transport fits its cap; if so it is counted until its session closes. */
 int pd_session_admit(pd_service *svc, int is_tcp);
+/* A place pd_session_admit counted is free again (the connection never reached a session). */
+void pd_session_release(pd_service *svc, int is_tcp);
 
 /* Serve a new connection of loop l: its session is created and the connection starts reading.
  * A connection that was not admitted (pd_session_admit said no), whose peer uid is not allowed, or

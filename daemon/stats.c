@@ -80,10 +80,17 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_u64(&t, "permd_connections_accepted_total", "counter", "Client connections accepted.",
                 st->connections_total);
     pd_text_family(&t, "permd_connections_rejected_total", "counter",
-                   "Connections refused at accept, by reason (max_connections, peer_uid).");
+                   "Connections refused at accept, by reason (max_connections, peer_uid, max_tcp_connections).");
     for (int r = 0; r < PD_REJECT_NREASONS; r++)
         pd_text_add(&t, "permd_connections_rejected_total{reason=\"%s\"} %llu\n",
                     pd_metrics_reject_name((pd_reject_reason)r), (unsigned long long)m->rejected[r]);
+    pd_text_family(&t, "permd_connections_expired_total", "counter",
+                   "Connections closed because a deadline passed (hello_timeout, frame_timeout).");
+    for (int r = 0; r < PD_EXPIRE_NREASONS; r++)
+        pd_text_add(&t, "permd_connections_expired_total{reason=\"%s\"} %llu\n",
+                    pd_metrics_expire_name((pd_expire_reason)r), (unsigned long long)m->expired[r]);
+    pd_text_u64(&t, "permd_http_evicted_total", "counter",
+                "Metrics scrapers closed to make room for newer ones (metrics_connections).", v->http_evicted);
 
     pd_text_family(&t, "permd_requests_total", "counter", "Requests received, by type.");
     for (int k = 0; k < PD_REQ_NTYPES; k++)
@@ -145,6 +152,14 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_u64(&t, "permd_stream_ring_bytes", "gauge",
                 "Bytes of shared-memory stream rings alive (in use or kept by a connection for its next stream).",
                 v->ring_bytes);
+    pd_text_u64(&t, "permd_upload_bytes", "gauge",
+                "Bytes of shard sizes held by unfinished sharded uploads (bounded by upload_memory).",
+                v->upload_bytes);
+    pd_text_u64(&t, "permd_layout_bytes", "gauge",
+                "Bytes of shard layouts the registry holds (bounded by layout_memory).", v->layout_bytes);
+    pd_text_u64(&t, "permd_plan_bytes", "gauge",
+                "Bytes of sharded epoch plans alive, cached or in use (the cache is bounded by plan_cache_bytes).",
+                v->plan_bytes);
     pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
                 v->datasets);
     if (t.failed) {

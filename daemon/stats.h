@@ -18,6 +18,10 @@ typedef struct pd_stats_view {
     uint64_t uptime_ms;
     uint64_t cpu_ids, gpu_ids; /* ids each backend generated */
     uint64_t ring_bytes;       /* shared-memory stream rings alive */
+    uint64_t upload_bytes;     /* shard sizes held by unfinished uploads */
+    uint64_t layout_bytes;     /* shard layouts the registry holds */
+    uint64_t plan_bytes;       /* sharded epoch plans alive */
+    uint64_t http_evicted;     /* metrics scrapers evicted to make room */
     uint64_t datasets;         /* registered */
 } pd_stats_view;
 

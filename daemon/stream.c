@@ -39,7 +39,8 @@ typedef struct pd_stream {
 /* A session's streams, and the ring its last ring stream used (kept for the next one). */
 struct pd_streams {
     pd_stream *head;
-    unsigned n;
+    unsigned n;    /* linked: live ones, and ended ones whose last batch is still generated */
+    unsigned live; /* not ended: what max_streams bounds */
     pd_ring spare_ring;
 };
 
@@ -106,6 +107,7 @@ static int pd_stream_stop(pd_stream *st)
 {
     if (!st->ended) {
         st->ended = 1;
+        st->s->streams->live--;
         st->s->loop->stats.streams_active--;
     }
     if (st->inflight)
@@ -447,7 +449,7 @@ static int pd_stream_start(pd_session *s, uint64_t id, const Permd__V1__Stream *
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
         return -1;
     }
-    if (all->n >= cfg->max_streams) {
+    if (all->live >= cfg->max_streams) { /* a cancelled stream's last batch does not count */
         pd_reply_error(s, id, PD_EBUSY, "too many streams on this connection (max_streams = %llu)",
                        (unsigned long long)cfg->max_streams);
         return -1;
@@ -476,6 +478,7 @@ static int pd_stream_start(pd_session *s, uint64_t id, const Permd__V1__Stream *
     st->next = all->head;
     all->head = st;
     all->n++;
+    all->live++;
     s->loop->stats.streams_total++;
     s->loop->stats.streams_active++;
     pd_log_debug("stream_open", "conn=%llu id=%llu dataset=%s ids=%llu batch=%llu",
@@ -518,19 +521,22 @@ void pd_on_cancel(pd_session *s, uint64_t id, const Permd__V1__Cancel *m)
 
 /* ---- The session's teardown ----------------------------------------------------------------- */
 
-void pd_streams_end_all(pd_session *s, int shutdown)
+int pd_streams_end_all(pd_session *s, int shutdown)
 {
     Permd__V1__EndReason reason =
         shutdown ? PERMD__V1__END_REASON__END_REASON_SHUTDOWN : PERMD__V1__END_REASON__END_REASON_CANCELLED;
     pd_stream *st = s->streams ? s->streams->head : NULL;
+    int ended = 0;
     while (st) {
         pd_stream *next = st->next;
         if (!st->ended) {
             pd_stream_send_end(st, reason);
             pd_stream_stop(st);
+            ended++;
         }
         st = next;
     }
+    return ended;
 }
 
 void pd_streams_discard_all(pd_session *s)

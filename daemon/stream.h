@@ -21,8 +21,9 @@ void pd_on_cancel(pd_session *s, uint64_t id, const Permd__V1__Cancel *m);
 
 /* Schedule batches on every stream that may produce (after credits arrive or output drains). */
 void pd_streams_pump(pd_session *s);
-/* Send StreamEnd (SHUTDOWN, or CANCELLED when the peer sent EOF) for every live stream and stop them. */
-void pd_streams_end_all(pd_session *s, int shutdown);
+/* Send StreamEnd (SHUTDOWN, or CANCELLED when the peer sent EOF) for every live stream and stop
+ * them; returns how many there were. */
+int pd_streams_end_all(pd_session *s, int shutdown);
 /* Stop every stream without a message (the connection is draining or going away). */
 void pd_streams_discard_all(pd_session *s);
 /* Free what is left when the session is freed (no jobs remain). */

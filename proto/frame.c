@@ -243,6 +243,45 @@ static int pd_skip_field(const uint8_t **p, const uint8_t *end, unsigned wire_ty
     return PD_EPROTO;
 }
 
+/* The strings of one message (and of the messages inside it), depth-first. */
+static int pd_strings_whole(const uint8_t *p, const uint8_t *end, const ProtobufCMessageDescriptor *d, int depth,
+                            const char **bad)
+{
+    uint64_t tag, n;
+    while (p < end) {
+        if (pd_varint_get(&p, end, &tag))
+            return PD_EPROTO;
+        unsigned wt = (unsigned)(tag & 7);
+        if (wt != PD_WIRE_LEN) {
+            if (pd_skip_field(&p, end, wt))
+                return PD_EPROTO;
+            continue;
+        }
+        if (pd_varint_get(&p, end, &n) || n > (uint64_t)(end - p))
+            return PD_EPROTO;
+        const ProtobufCFieldDescriptor *f = d ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3)) : NULL;
+        if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, (size_t)n)) {
+            *bad = f->name;
+            return PD_EINVAL;
+        }
+        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            if (depth >= 16) /* deeper than any permd message: not one of ours */
+                return PD_EPROTO;
+            int rc = pd_strings_whole(p, p + n, f->descriptor, depth + 1, bad);
+            if (rc)
+                return rc;
+        }
+        p += n;
+    }
+    return 0;
+}
+
+int pd_frame_check_strings(const uint8_t *payload, size_t len, const char **bad)
+{
+    *bad = NULL;
+    return pd_strings_whole(payload, payload + len, &permd__v1__envelope__descriptor, 0, bad);
+}
+
 int pd_frame_scan_bulk(const uint8_t *payload, size_t len, uint32_t want, pd_bulk_view *v)
 {
     const uint8_t *p = payload, *end = payload + len, *body = NULL;

@@ -74,6 +74,12 @@ int pd_frame_bulk_header(uint8_t *out, size_t cap, uint64_t id, uint32_t body_fi
  * protobuf_c_message_free_unpacked (a no-op with an arena allocator). */
 int pd_frame_unpack(const uint8_t *payload, size_t len, ProtobufCAllocator *alloc, pd_envelope **env);
 
+/* Whether every string field of an Envelope payload (at any depth) holds no NUL byte: protobuf-c
+ * hands strings out NUL-terminated, so "abc\0../x" would be read as "abc" and a token followed by
+ * "\0junk" would compare equal; such a request must be refused, not truncated. 0, PD_EINVAL with
+ * the field's name in *bad, or PD_EPROTO when the payload is not well formed. */
+int pd_frame_check_strings(const uint8_t *payload, size_t len, const char **bad);
+
 /* Read a FetchReply or StreamBatch without copying its ids: the varint
  * fields 1-4 of the body land in f[1..4] and `ids` points into payload.
  * protobuf-c would copy the bytes field; at stream rates that copy costs as

@@ -180,7 +180,7 @@ static void reset_registry(void)
     if (pd_registry_list(pd_server_registry(srv), &all, &n))
         fail("registry list");
     for (size_t i = 0; i < n; i++)
-        if (!all[i].from_config && pd_registry_delete(pd_server_registry(srv), all[i].name))
+        if (!all[i].from_config && pd_registry_delete(pd_server_registry(srv), all[i].name, NULL, 0))
             fail("registry delete");
     free(all);
 }

@@ -40,7 +40,7 @@ void harness_init(harness *h)
     snprintf(h->log, sizeof h->log, "%s/permd.log", h->dir);
 }
 
-static int free_tcp_port(void)
+int harness_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -65,7 +65,7 @@ int harness_start(harness *h, int with_tcp, const char *const *extra, int *statu
     argv[n++] = "--log-level";
     argv[n++] = "debug";
     if (with_tcp) {
-        snprintf(h->tcp, sizeof h->tcp, "127.0.0.1:%d", free_tcp_port());
+        snprintf(h->tcp, sizeof h->tcp, "127.0.0.1:%d", harness_free_port());
         argv[n++] = "--tcp";
         argv[n++] = h->tcp;
     }

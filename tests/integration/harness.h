@@ -17,6 +17,8 @@ typedef struct harness {
     pid_t pid;
 } harness;
 
+/* A loopback TCP port nothing listens on now. */
+int harness_free_port(void);
 /* Make the temporary directory. */
 void harness_init(harness *h);
 /* Start permd (or $PERMD_TEST_BIN, e.g. a valgrind wrapper) on h's socket and state dir with extra flags (NULL-terminated

@@ -32,6 +32,7 @@ typedef struct fixture {
     pd_plans *plans;
     pd_backend *backend;
     pd_groups *groups;
+    pd_access access; /* no allow_uids; a token when a test sets one */
     pd_conn *conn;
     uint8_t *out; /* what permd sent, not yet taken by next_reply */
     size_t out_len, out_cap;
@@ -80,13 +81,14 @@ static int setup_with(void **state, const char *inline_ids)
         fail_msg("registry: %s", err);
     pd_backend_opts bo = {.cpu_isa = "auto", .cpu_threads = 1, .gpu = "off"};
     assert_int_equal(pd_backend_open(&bo, &f->backend), 0);
-    assert_int_equal(pd_plans_open(4, &f->plans), 0);
+    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &f->plans), 0);
     assert_int_equal(pd_groups_open(&f->cfg, &f->groups), 0);
     f->svc.cfg = &f->cfg;
     f->svc.reg = f->reg;
     f->svc.plans = f->plans;
     f->svc.backend = f->backend;
     f->svc.groups = f->groups;
+    atomic_store(&f->svc.access, &f->access);
     f->svc.workers = 2;
     f->svc.totals = totals;
     f->svc.totals_ctx = f;
@@ -122,7 +124,7 @@ static int teardown(void **state)
     pd_loop_close(&f->sl);
     uv_run(&f->loop, UV_RUN_DEFAULT); /* jobs finish, handles close, the session is freed */
     assert_int_equal(uv_loop_close(&f->loop), 0);
-    assert_int_equal(atomic_load(&f->svc.conns_open), 0);
+    assert_int_equal(atomic_load(&f->svc.conns_open[0]) + atomic_load(&f->svc.conns_open[1]), 0);
     pd_conns_free(f->conns);
     pd_groups_close(f->groups);
     pd_plans_close(f->plans);
@@ -402,8 +404,8 @@ static void test_stream_credits(void **state)
 static void test_auth_refusal(void **state)
 {
     fixture *f = *state;
-    f->svc.token = "s3cret";
-    f->svc.token_len = 6;
+    f->access.token = "s3cret";
+    f->access.token_len = 6;
     connect_client(f, 1); /* a TCP peer: must say Hello with the token first */
     put_dataset(f, "d", 10);
     pd_envelope *r = take_reply(f);

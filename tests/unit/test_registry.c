@@ -44,16 +44,16 @@ static void test_put_get_list_delete(void **state)
     pd_registry *r = open_reg();
     pd_dataset d;
     int created;
-    assert_int_equal(pd_registry_put(r, "zeta", 10, &d, &created), 0);
+    assert_int_equal(pd_registry_put(r, "zeta", 10, &d, &created, NULL, 0), 0);
     assert_int_equal(created, 1);
-    assert_int_equal(pd_registry_put(r, "alpha", UINT64_C(1) << 63, &d, &created), 0);
-    assert_int_equal(pd_registry_put(r, "zeta", 10, &d, &created), 0); /* idempotent */
+    assert_int_equal(pd_registry_put(r, "alpha", UINT64_C(1) << 63, &d, &created, NULL, 0), 0);
+    assert_int_equal(pd_registry_put(r, "zeta", 10, &d, &created, NULL, 0), 0); /* idempotent */
     assert_int_equal(created, 0);
-    assert_int_equal(pd_registry_put(r, "zeta", 11, &d, &created), PD_ECONFLICT);
+    assert_int_equal(pd_registry_put(r, "zeta", 11, &d, &created, NULL, 0), PD_ECONFLICT);
     assert_int_equal(d.size, 10); /* reports what exists */
-    assert_int_equal(pd_registry_put(r, "bad name", 1, &d, &created), PD_EINVAL);
-    assert_int_equal(pd_registry_put(r, "zero", 0, &d, &created), PD_EINVAL);
-    assert_int_equal(pd_registry_put(r, "big", (UINT64_C(1) << 63) + 1, &d, &created), PD_EINVAL);
+    assert_int_equal(pd_registry_put(r, "bad name", 1, &d, &created, NULL, 0), PD_EINVAL);
+    assert_int_equal(pd_registry_put(r, "zero", 0, &d, &created, NULL, 0), PD_EINVAL);
+    assert_int_equal(pd_registry_put(r, "big", (UINT64_C(1) << 63) + 1, &d, &created, NULL, 0), PD_EINVAL);
 
     assert_int_equal(pd_registry_get(r, "alpha", &d), 0);
     assert_int_equal(d.size, UINT64_C(1) << 63);
@@ -67,8 +67,8 @@ static void test_put_get_list_delete(void **state)
     assert_string_equal(all[1].name, "zeta");
     free(all);
 
-    assert_int_equal(pd_registry_delete(r, "zeta"), 0);
-    assert_int_equal(pd_registry_delete(r, "zeta"), PD_ENOTFOUND);
+    assert_int_equal(pd_registry_delete(r, "zeta", NULL, 0), 0);
+    assert_int_equal(pd_registry_delete(r, "zeta", NULL, 0), PD_ENOTFOUND);
     assert_int_equal(pd_registry_count(r), 1);
     pd_registry_close(r);
 }
@@ -79,10 +79,10 @@ static void test_survives_reopen(void **state)
     pd_registry *r = open_reg();
     pd_dataset d;
     int created;
-    assert_int_equal(pd_registry_put(r, "kept", 1281167, &d, &created), 0);
-    assert_int_equal(pd_registry_put(r, "gone", 5, &d, &created), 0);
-    assert_int_equal(pd_registry_put(r, "max", UINT64_C(1) << 63, &d, &created), 0);
-    assert_int_equal(pd_registry_delete(r, "gone"), 0);
+    assert_int_equal(pd_registry_put(r, "kept", 1281167, &d, &created, NULL, 0), 0);
+    assert_int_equal(pd_registry_put(r, "gone", 5, &d, &created, NULL, 0), 0);
+    assert_int_equal(pd_registry_put(r, "max", UINT64_C(1) << 63, &d, &created, NULL, 0), 0);
+    assert_int_equal(pd_registry_delete(r, "gone", NULL, 0), 0);
     int64_t created_ms = d.created_ms;
     pd_registry_close(r);
 
@@ -103,17 +103,17 @@ static void test_config_datasets(void **state)
     pd_registry *r = open_reg();
     pd_dataset d;
     int created;
-    assert_int_equal(pd_registry_put(r, "stored", 100, &d, &created), 0);
+    assert_int_equal(pd_registry_put(r, "stored", 100, &d, &created, NULL, 0), 0);
     assert_int_equal(pd_registry_declare(r, "stored", 100), 0); /* same size: fine */
     assert_int_equal(pd_registry_declare(r, "cfg", 7), 0);
     assert_int_equal(pd_registry_declare(r, "cfg", 8), PD_ECONFLICT);
     assert_int_equal(pd_registry_get(r, "cfg", &d), 0);
     assert_true(d.from_config);
-    assert_int_equal(pd_registry_put(r, "cfg", 7, &d, &created), 0);
+    assert_int_equal(pd_registry_put(r, "cfg", 7, &d, &created, NULL, 0), 0);
     assert_int_equal(created, 0);
-    assert_int_equal(pd_registry_put(r, "cfg", 9, &d, &created), PD_ECONFLICT);
-    assert_int_equal(pd_registry_delete(r, "cfg"), PD_ECONFLICT);
-    assert_int_equal(pd_registry_delete(r, "stored"), PD_ECONFLICT);
+    assert_int_equal(pd_registry_put(r, "cfg", 9, &d, &created, NULL, 0), PD_ECONFLICT);
+    assert_int_equal(pd_registry_delete(r, "cfg", NULL, 0), PD_ECONFLICT);
+    assert_int_equal(pd_registry_delete(r, "stored", NULL, 0), PD_ECONFLICT);
     pd_registry_close(r);
 
     r = open_reg(); /* config datasets are not stored */
@@ -162,7 +162,7 @@ static void test_schema_versions(void **state)
     uint64_t sizes[3] = {5, 0, 7};
     assert_int_equal(pd_layout_create(sizes, 3, &layout), 0);
     int created;
-    assert_int_equal(pd_registry_put_sharded(r, "new", layout, 2, 1, &d, &created), 0);
+    assert_int_equal(pd_registry_put_sharded(r, "new", layout, 2, 1, &d, &created, NULL, 0), 0);
     pd_layout_release(layout);
     pd_registry_close(r);
     r = open_reg(); /* migrated once; opens again as schema 2 */
@@ -194,7 +194,7 @@ static void *worker(void *p)
         int created;
         snprintf(name, sizeof name, "ds%d", i);
         /* every thread races to create the same names with the same sizes */
-        if (pd_registry_put(a->r, name, (uint64_t)i + 1, &d, &created) || d.size != (uint64_t)i + 1)
+        if (pd_registry_put(a->r, name, (uint64_t)i + 1, &d, &created, NULL, 0) || d.size != (uint64_t)i + 1)
             a->errors++;
         if (pd_registry_get(a->r, name, &d) || d.size != (uint64_t)i + 1)
             a->errors++;
