@@ -23,7 +23,7 @@ import permd
 
 
 def padding():
-    # The body of torch's test, as it stands, with its sampler replaced.
+    # torch's test, with permd.Sampler for DistributedSampler
     world_size = dist.get_world_size()
     dataset_size = 100 + world_size + 1
     dataset = [torch.ones(1) * i for i in range(dataset_size)]
@@ -45,18 +45,14 @@ def padding():
         assert len(set(world_samples)) == 1, world_samples
 
     validate_global_samples(local_num_samples)
-    dist_sampler_added_samples = permd.Sampler(dataset=dataset)
-    local_num_samples = dist_sampler_added_samples.num_samples
-    assert local_num_samples == math.ceil(dataset_size / world_size)
-    assert dist_sampler_added_samples.total_size == local_num_samples * world_size
-    assert len(list(iter(dist_sampler_added_samples))) == local_num_samples
-    validate_global_samples(local_num_samples)
-    dist_sampler_added_samples_tiny = permd.Sampler(dataset=dataset_tiny)
-    local_num_samples = dist_sampler_added_samples_tiny.num_samples
-    assert local_num_samples == math.ceil(dataset_tiny_size / world_size)
-    assert dist_sampler_added_samples_tiny.total_size == local_num_samples * world_size
-    assert len(list(iter(dist_sampler_added_samples_tiny))) == local_num_samples
-    validate_global_samples(local_num_samples)
+    # then DistributedSampler(dataset=dataset) and DistributedSampler(dataset=dataset_tiny): padded
+    for added, size in [(permd.Sampler(dataset=dataset), dataset_size),
+                        (permd.Sampler(dataset=dataset_tiny), dataset_tiny_size)]:
+        local_num_samples, local_dataset_size = added.num_samples, added.total_size
+        assert local_num_samples == math.ceil(size / world_size)
+        assert local_dataset_size == local_num_samples * world_size
+        assert len(list(iter(added))) == local_num_samples
+        validate_global_samples(local_num_samples)
 
     # exact mode: this rank's count and the dataset's size; every sample on exactly one rank
     exact = permd.Sampler(dataset=dataset, mode="exact")

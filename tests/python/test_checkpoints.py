@@ -28,6 +28,15 @@ def resume(state, world, n=N, epoch=None):
     return out
 
 
+def steps(world, epoch, k):
+    """`world` fresh ranks, each k ids into epoch `epoch`: the samplers and the ids they handed out."""
+    ranks, ids = [sampler(world, r) for r in range(world)], []
+    for s in ranks:
+        s.set_epoch(epoch)
+        ids += list(itertools.islice(iter(s), k))
+    return ranks, ids
+
+
 def epoch_order(epoch, n=N):
     """Epoch `epoch`'s ids as 4 fresh ranks read them."""
     out = []
@@ -83,11 +92,7 @@ class CheckpointPoints(unittest.TestCase):
         self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (1, 0))
 
     def test_mid_epoch(self):
-        ranks = [sampler(4, r) for r in range(4)]
-        trained = []
-        for s in ranks:
-            s.set_epoch(3)
-            trained += list(itertools.islice(iter(s), 7))
+        ranks, trained = steps(4, 3, 7)
         states = [s.state_dict() for s in ranks]
         self.assertTrue(all(st == states[0] for st in states))
         self.assertEqual((states[0]["epoch"], states[0]["offset"]), (3, 28))
@@ -121,11 +126,7 @@ class CheckpointPoints(unittest.TestCase):
         self.assertEqual(sorted(resume(states[0], 3, epoch=4)), sorted(epoch_order(4)))
 
     def test_after_a_resume_and_more_steps(self):
-        first = [sampler(4, r) for r in range(4)]
-        trained = []
-        for s in first:
-            s.set_epoch(2)
-            trained += list(itertools.islice(iter(s), 7))
+        first, trained = steps(4, 2, 7)
         state = first[0].state_dict()
         second = [sampler(3, r) for r in range(3)]
         for s in second:
