@@ -126,7 +126,7 @@ def train(loader, stop=None):
 
 class StatefulDataLoaderResume(unittest.TestCase):
     def crash(self, world, every, stop, epoch=2):
-        """Every rank trains `stop` steps of `epoch`, then the job dies: the ids trained and each rank's loader state."""
+        """Every rank trains `stop` steps of `epoch`, then the job dies: the ids trained, each rank's loader state."""
         trained, states = [], []
         for r in range(world):
             s = sampler(world, r)
