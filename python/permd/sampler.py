@@ -302,7 +302,7 @@ class Sampler(_Base):
                 if state.get(key) is not None:
                     setattr(self, key, _args.integer(key, state[key], 1))
         self.seed = seed
-        self._loaded, self._pass = (epoch, offset), None
+        self._loaded, self._pass, self._plan = (epoch, offset), None, None
 
     @staticmethod
     def state_from_loader(loader_state, batch_size=None):
