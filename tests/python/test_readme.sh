@@ -38,7 +38,7 @@ ln -s python3 "$bare/bin/python"
 for entry in "/usr/lib/$py"/*; do
   [ "${entry##*/}" = dist-packages ] || ln -s "$entry" "$bare/lib/$py/"
 done
-"$bare/bin/python3" -m venv --system-site-packages "$tmp/probe"
+"$bare/bin/python3" -m venv --without-pip --system-site-packages "$tmp/probe"
 if "$tmp/probe/bin/python" -c 'import torch' 2>/dev/null || "$bare/bin/python3" -c 'import numpy' 2>/dev/null; then
   echo "FAIL: the stand-in python3 sees torch or numpy; the test would prove nothing" >&2; exit 1
 fi
