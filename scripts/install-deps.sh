@@ -14,6 +14,7 @@ PACKAGES=(
   clang libclang-rt-14-dev                  # fuzzers (libFuzzer) and sanitizers
   valgrind                                  # leak checks
   python3 python3-numpy python3-torch       # Python package, its tests, peers in benchmarks
+  python3-venv                              # the README's quick start and the install tests: venv + pip, offline
   python3-prometheus-client python3-yaml    # metrics exposition parser, deploy/ manifest checks
   systemd                                   # systemd-analyze verify of deploy/systemd
   redis-server redis-tools                  # the serve benchmark's peer

@@ -1,7 +1,8 @@
 """permd: stateless, resumable epoch permutations for distributed training.
 
     permd.Permutation(seed, epoch, size)      one epoch's order, computed on demand
-    permd.Sampler(dataset, num_replicas, rank, seed=..., mode="exact")   a DistributedSampler drop-in
+    permd.Sampler(dataset, num_replicas, rank, seed=..., mode="exact")   a DistributedSampler, checkpointed
+                                              as (seed, epoch, offset) (docs/python.md)
     permd.Client(socket=...)                  the permd daemon: datasets, fetch, stream, inverse, stats
     permd.ShardPlan(seed, epoch, shards, window, lanes)   a sharded dataset's epoch, computed here
     permd.digest(ids)                         an order-independent digest, to verify exactly-once delivery

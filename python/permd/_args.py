@@ -16,6 +16,21 @@ def integer(name, value, lo=0, hi=U64_MAX):
     return value
 
 
+def wrapped(name, value):
+    """A seed or an epoch as torch takes one: any integer in [-2**63, 2**64), taken modulo 2**64
+    (so -1 is 2**64 - 1)."""
+    return integer(name, value, -(1 << 63), U64_MAX) & U64_MAX
+
+
+def flag(name, value):
+    """A switch as torch takes one: a bool or any integer (numpy's included) for its truth; a string
+    (where "False" would be true) is refused."""
+    if isinstance(value, numbers.Integral) or (type(value).__module__ == "numpy" and
+                                               type(value).__name__ in ("bool_", "bool")):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+
+
 def mode(value):
     if not isinstance(value, str):
         raise TypeError(f"mode must be one of {sorted(MODES)}, not {type(value).__name__}")

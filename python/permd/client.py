@@ -2,6 +2,7 @@
 import ctypes
 
 from . import _args, _lib
+from .errors import InvalidArgument
 
 try:
     import numpy as np
@@ -21,7 +22,11 @@ class Client:
     """One connection (not thread-safe: one Client per thread).
 
     Client(socket="/run/permd/permd.sock") or Client(tcp="127.0.0.1:7878", token="...");
-    with neither, $PERMD_SOCKET or the daemon's default socket."""
+    with neither, $PERMD_SOCKET or the daemon's default socket.
+
+    A Client pickles (and deep-copies) as its address: the copy opens its own connection when it is
+    first used, so a daemon-backed Sampler can be copied or sent to another process. The token, if
+    any, travels with it."""
 
     def __init__(self, socket=None, tcp=None, token=None, timeout=None):
         if socket is not None and tcp is not None:
@@ -29,24 +34,52 @@ class Client:
         for name, value in (("socket", socket), ("tcp", tcp), ("token", token)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string")
-        endpoint = f"unix:{socket}" if socket is not None else f"tcp:{tcp}" if tcp is not None else None
+        ms = None if timeout is None else _args.integer("timeout (ms)", int(timeout * 1000), 0, _args.U32_MAX)
+        self._address = {"socket": socket, "tcp": tcp, "token": token, "timeout": timeout}
+        self._ms = ms
+        self._c = None
+        self._closed = False
+        self._wide = {}  # dataset name -> whether its ids need 64 bits, learnt from the first fetch
+        self._connect()
+
+    def _connect(self):
+        a = self._address
+        endpoint = f"unix:{a['socket']}" if a["socket"] is not None else f"tcp:{a['tcp']}" if a["tcp"] is not None \
+            else None
         handle = ctypes.c_void_p()
-        rc = _lib.connect(endpoint.encode() if endpoint else None, token.encode() if token else None,
+        rc = _lib.connect(endpoint.encode() if endpoint else None, a["token"].encode() if a["token"] else None,
                           ctypes.byref(handle))
         _lib.check(rc, f"connect to {endpoint or 'the default socket'}")
         self._c = handle
-        if timeout is not None:
-            ms = _args.integer("timeout (ms)", int(timeout * 1000), 0, _args.U32_MAX)
-            _lib.check(_lib.set_timeout(self._c, ms), "set_timeout", self._c)
+        if self._ms is not None:
+            _lib.check(_lib.set_timeout(self._c, self._ms), "set_timeout", self._c)
         info = _lib.ServerInfo()
         _lib.check(_lib.server_info_get(self._c, ctypes.byref(info)), "hello", self._c)
-        self.server = info.server.decode()
-        self.max_count = info.max_count
+        self._server = info.server.decode()
+        self._max_count = info.max_count
+
+    @property
+    def server(self):
+        self._handle()
+        return self._server
+
+    @property
+    def max_count(self):
+        self._handle()
+        return self._max_count
+
+    def __getstate__(self):
+        return {"address": dict(self._address), "ms": self._ms}
+
+    def __setstate__(self, state):
+        self._address, self._ms = state["address"], state["ms"]
+        self._c, self._closed, self._wide = None, False, {}
 
     def close(self):
         if getattr(self, "_c", None):
             _lib.close(self._c)
-            self._c = None
+        self._c = None
+        self._closed = True
 
     def __enter__(self):
         return self
@@ -59,7 +92,9 @@ class Client:
 
     def _handle(self):
         if not self._c:
-            raise ValueError("the client is closed")
+            if self._closed:
+                raise ValueError("the client is closed")
+            self._connect()  # a copy or an unpickled Client connects on first use
         return self._c
 
     # ---- datasets
@@ -70,6 +105,7 @@ class Client:
         definition; Conflict for another."""
         if not isinstance(name, str) or not name:
             raise TypeError("name must be a non-empty string")
+        self._wide.pop(name, None)
         d, created = _lib.Dataset(), ctypes.c_int32()
         if shards is not None:
             from .shards import _sizes_array
@@ -107,6 +143,7 @@ class Client:
         return [_dataset_dict(arr[i]) for i in range(min(cap, total.value))]
 
     def delete_dataset(self, name):
+        self._wide.pop(name, None)
         _lib.check(_lib.delete_dataset(self._handle(), name.encode()), f"delete_dataset {name!r}", self._c)
 
     # ---- ids
@@ -139,7 +176,20 @@ class Client:
                 return (np.frombuffer(shards, dtype=np.uint64)[:n].copy(),
                         np.frombuffer(offsets, dtype=np.uint64)[:n].copy()), nxt.value
             return (list(shards)[:n], list(offsets)[:n]), nxt.value
-        wide = self.get_dataset(name)["id_width"] == 8
+        # The ids' width is learnt from the first fetch (a u32 fetch of a dataset above 2**32 samples fails
+        # with PERMD_EOVERFLOW before any id is used, and is asked again as u64): no GetDataset per fetch.
+        wide = self._wide.get(name, False)
+        try:
+            ids, nxt = self._fetch_ids(s, count, wide)
+        except InvalidArgument as e:
+            if wide or e.code != _lib.EOVERFLOW:
+                raise
+            wide = True
+            ids, nxt = self._fetch_ids(s, count, wide)
+        self._wide[name] = wide
+        return ids, nxt
+
+    def _fetch_ids(self, s, count, wide):
         got, nxt = ctypes.c_uint64(), ctypes.c_uint64()
         if np is not None:
             out = np.empty(count, dtype=np.uint64 if wide else np.uint32)

@@ -1,5 +1,5 @@
-"""permd.Sampler: a drop-in for torch's DistributedSampler that computes each rank's ids on demand
-and checkpoints as (seed, epoch, offset), resumable under any world size."""
+"""permd.Sampler: torch's DistributedSampler with each rank's ids computed on demand, checkpointed as
+(seed, epoch, offset) and resumable under any world size."""
 import ctypes
 
 from . import _args, _lib
@@ -9,14 +9,15 @@ try:
 except ImportError:
     np = None
 
-try:
-    from torch.utils.data import Sampler as _Base
-except ImportError:  # torch is optional: the protocol is just __iter__ and __len__
+try:  # a subclass, so that frameworks which keep only isinstance(s, DistributedSampler) keep this one
+    from torch.utils.data.distributed import DistributedSampler as _Base
+except ImportError:  # torch is optional: the protocol is just __iter__, __len__ and set_epoch
     _Base = object
 
 _FIRST_CHUNK = 256  # small, so the first batch is ready at once
 _CHUNK = 8192       # then bounded memory per rank, whatever the dataset size
 STATE_VERSION = 1
+_STATE_KEYS = {"version", "seed", "epoch", "offset", "size"}
 
 
 def _world_from_torch():
@@ -29,28 +30,46 @@ def _world_from_torch():
     return None
 
 
-class Sampler(_Base):
-    """Rank `rank`'s share of each epoch's order (spec v1 §5).
+class _Pass:
+    """One pass over the sampler (an iterator that has begun): where it started, how many ids it
+    holds and has handed out, and whether it reached its end."""
 
-    Arguments as DistributedSampler (dataset, num_replicas, rank, shuffle, seed, drop_last), plus:
+    def __init__(self, epoch, start, count):
+        self.epoch, self.start, self.count = epoch, start, count
+        self.yielded, self.done = 0, False
+
+
+class Sampler(_Base):
+    """Rank `rank`'s share of each epoch's order (spec v1 §5); a subclass of torch's
+    DistributedSampler when torch is importable.
+
+    Arguments as DistributedSampler's (dataset, num_replicas, rank, shuffle, seed, drop_last, with
+    its attributes, num_samples and total_size included); seed and epoch are taken modulo 2**64
+    (-1 is 2**64 - 1). Plus:
       mode:   "pad" (default; drop_last=False), "drop" (drop_last=True) or "exact" (every sample
-              exactly once per epoch; ranks may differ by one);
+              exactly once per epoch; ranks may differ by one; num_samples is this rank's count and
+              total_size the dataset's);
       size:   the number of samples, instead of a dataset;
       client, name: serve ids from a permd daemon (permd.Client and a dataset name) instead of
               computing them in-process; the ids are identical;
       shards, window, lanes: a sharded dataset (docs/spec/shards-v1.md): shard sizes in natural
               order, shards per window (default 8) and lanes (default 1; num_replicas gives each
               rank its own shards). With client=, the dataset's own shards are used.
-    state_dict() / load_state_dict() carry (seed, epoch, offset): save on any world size, resume
-    on any other with no sample repeated or skipped."""
+
+    Each iter() is a pass: it runs the epoch of the last set_epoch() (or, with none since the last
+    pass, the same epoch again), from the offset of a loaded state of that epoch, else from its start.
+    state_dict() / load_state_dict() carry (seed, epoch, offset): save on any world size, resume on
+    any other with no sample repeated or skipped (docs/python.md)."""
 
     def __init__(self, dataset=None, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False, *,
                  mode=None, size=None, client=None, name=None, shards=None, window=None, lanes=None):
-        self._plan = None  # the ShardPlan of self.epoch, built on first use
+        self._plan = None  # the ShardPlan of the last epoch asked for, built on first use
         if shards is not None and client is None:
-            from .shards import ShardPlan, _sizes_array
+            from .shards import _sizes_array
             _sizes_array(shards)  # type and sign checks, with clear errors
             total = sum(int(x) for x in shards)
+            if total == 0:
+                raise ValueError("the shard sizes sum to 0 samples")
             if size is not None and size != total:
                 raise ValueError(f"size={size} but the shard sizes sum to {total}")
             size = total
@@ -64,7 +83,8 @@ class Sampler(_Base):
                 raise TypeError("the dataset has no len(); pass size=") from None
         elif dataset is not None and len(dataset) != size:
             raise ValueError(f"size={size} but len(dataset)={len(dataset)}")
-        self.size = _args.integer("size", size, 1, _args.N_MAX)
+        self.dataset = dataset
+        self.size = _args.integer("size", size, 0, _args.N_MAX)
         if num_replicas is None or rank is None:
             found = _world_from_torch()
             if found is None:
@@ -72,13 +92,13 @@ class Sampler(_Base):
             num_replicas = found[0] if num_replicas is None else num_replicas
             rank = found[1] if rank is None else rank
         self.num_replicas = _args.integer("num_replicas", num_replicas, 1, _args.U32_MAX)
-        self.rank = _args.integer("rank", rank, 0, self.num_replicas - 1)
-        if not isinstance(shuffle, bool):
-            raise TypeError("shuffle must be a bool")
-        if not isinstance(drop_last, bool):
-            raise TypeError("drop_last must be a bool")
-        self.shuffle = shuffle
-        self.seed = _args.integer("seed", seed)
+        rank = _args.integer("rank", rank, -(1 << 63), _args.U64_MAX)
+        if not 0 <= rank < self.num_replicas:  # DistributedSampler's words, which its tests match
+            raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {self.num_replicas - 1}]")
+        self.rank = rank
+        self.shuffle = _args.flag("shuffle", shuffle)
+        drop_last = _args.flag("drop_last", drop_last)
+        self.seed = _args.wrapped("seed", seed)
         if mode is None:
             mode = "drop" if drop_last else "pad"
         self.mode = _args.mode(mode)
@@ -87,79 +107,104 @@ class Sampler(_Base):
         self.drop_last = self.mode == "drop"
         if (client is None) != (name is None):
             raise ValueError("client= and name= go together")
-        if client is not None:
-            if not shuffle:
-                raise ValueError("shuffle=False has nothing to ask the daemon for; omit client=")
-            remote = client.get_dataset(name)["size"]
-            if remote != self.size:
-                raise ValueError(f"dataset {name!r} has {remote} samples on the daemon, not {self.size}")
         sharded = shards is not None
         if client is not None:
+            if not self.shuffle:
+                raise ValueError("shuffle=False has nothing to ask the daemon for; omit client=")
             info = client.get_dataset(name)
+            if info["size"] != self.size:
+                raise ValueError(f"dataset {name!r} has {info['size']} samples on the daemon, not {self.size}")
             sharded = info["shards"] > 0
             if shards is not None and len(shards) != info["shards"]:
                 raise ValueError(f"dataset {name!r} has {info['shards']} shards on the daemon, not {len(shards)}")
         if (window is not None or lanes is not None) and not sharded:
             raise ValueError("window and lanes apply to sharded datasets (shards=)")
-        if sharded and not shuffle:
+        if sharded and not self.shuffle:
             raise ValueError("shuffle=False does not apply to sharded datasets")
         self.window = _args.integer("window", window, 1) if window is not None else None
         self.lanes = _args.integer("lanes", lanes, 1, _args.U32_MAX) if lanes is not None else None
         self.sharded = sharded
         self.client, self.name = client, name
-        self.epoch = 0
-        self._start = 0          # offset the next iteration starts from
-        self._resumed = None     # epoch of a loaded state not yet iterated
-        self._iter_start = None  # offset the current/last iteration started from
-        self._yielded = 0
+        # DistributedSampler's per-epoch figures: this rank's ids and the positions of an epoch
+        self.num_samples = self._remaining(0)
+        self.total_size = self._epoch_length()
+        self._next_epoch = 0      # the epoch of the next pass, unless a loaded state names another
+        self._requested = False   # set_epoch() was called since the last pass began
+        self._loaded = None       # (epoch, offset) of a loaded state that no pass has begun from yet
+        self._pass = None         # the pass state_dict() describes; None: the one about to begin
 
     # ---- DistributedSampler's protocol
 
+    @property
+    def epoch(self):
+        """The epoch of the current pass, or of the next one when none is under way."""
+        return self._pass.epoch if self._pass is not None else self._next_start()[0]
+
+    @epoch.setter
+    def epoch(self, value):
+        self.set_epoch(value)
+
     def set_epoch(self, epoch):
-        epoch = _args.integer("epoch", epoch)
-        if epoch != self._resumed:
-            self._start = 0
-            self._resumed = None
-        self.epoch = epoch
+        """The epoch of the next pass. A loaded state of this epoch resumes at its offset (whichever
+        of set_epoch and load_state_dict came first); any other epoch starts at its beginning."""
+        self._next_epoch = _args.wrapped("epoch", epoch)
+        self._requested = True
+        self._pass = None
 
     def __len__(self):
-        left = ctypes.c_uint64()
-        rc = _lib.rank_remaining(self.size, self.num_replicas, self.rank, _lib.MODES[self.mode], self._start,
-                                 ctypes.byref(left))
-        _lib.check(rc, "Sampler")
-        return left.value
+        """The ids of the current pass, or of the next one (after a resume: what is left of its epoch)."""
+        if self._pass is not None:
+            return self._pass.count
+        return self._remaining(self._next_start()[1])
 
     def __iter__(self):
-        start = self._start
-        self._iter_start, self._yielded = start, 0
-        self._start, self._resumed = 0, None  # the next iteration (next epoch) begins afresh
-        chunks = self._chunks(start)
-        for chunk in chunks:
-            for i in chunk:
-                self._yielded += 1
-                yield i
+        self._pass = None  # until it begins, state_dict() describes the pass about to begin
+        return self._run()
 
-    def _chunks(self, offset):
+    def _next_start(self):
+        loaded = self._loaded
+        if loaded is not None and (not self._requested or loaded[0] == self._next_epoch):
+            return loaded
+        return self._next_epoch, 0
+
+    def _run(self):
+        # The pass begins at the first next(), not at iter(): DataLoaders (torch's and torchdata's)
+        # call iter() more than once before they read, and torchdata's calls it again after
+        # load_state_dict (torchdata/stateful_dataloader/sampler.py, _BatchSamplerIterator).
+        epoch, start = self._next_start()
+        p = _Pass(epoch, start, self._remaining(start))
+        self._pass, self._loaded, self._requested, self._next_epoch = p, None, False, epoch
+        for chunk in self._chunks(epoch, start, p.count):
+            for i in chunk:
+                p.yielded += 1  # before the yield: a state_dict() taken after the k-th next() counts k
+                yield i
+        p.done = True
+
+    def _chunks(self, epoch, offset, left):
+        """The pass's ids in chunks, one fetch (one round trip with client=) per chunk and no more."""
         count = _FIRST_CHUNK
-        while True:
-            ids, offset = self._fetch(offset, count)
+        while left > 0:
+            ids, offset = self._fetch(epoch, offset, min(count, left))
             if not len(ids):
-                return
+                raise RuntimeError(f"permd.Sampler: no ids at offset {offset} where {left} were expected")
+            left -= len(ids)
             yield ids.tolist() if np is not None else ids
             count = _CHUNK
 
-    def _shard_plan(self):
-        if self._plan is None or self._plan.epoch != self.epoch or self._plan.seed != self.seed:
+    def _shard_plan(self, epoch):
+        if self._plan is None or self._plan.epoch != epoch or self._plan.seed != self.seed:
             from .shards import ShardPlan
-            self._plan = ShardPlan(self.seed, self.epoch, self._shards, self.window or 8, self.lanes or 1)
+            self._plan = ShardPlan(self.seed, epoch, self._shards, self.window or 8, self.lanes or 1)
         return self._plan
 
-    def _fetch(self, offset, count):
+    def _fetch(self, epoch, offset, count):
+        if self.size == 0:
+            return [], offset
         if self.client is not None:
-            return self.client.fetch(self.name, self.seed, self.epoch, self.num_replicas, self.rank, self.mode,
+            return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode,
                                      offset, count, window=self.window, lanes=self.lanes)
         if self._shards is not None:
-            ids = self._shard_plan().rank(self.num_replicas, self.rank, self.mode, offset, count)
+            ids = self._shard_plan(epoch).rank(self.num_replicas, self.rank, self.mode, offset, count)
             return ids, min(offset + len(ids) * self.num_replicas, self._epoch_length())
         wide = self.size > 1 << 32
         if np is not None:
@@ -170,14 +215,11 @@ class Sampler(_Base):
             ptr, wide = ctypes.cast(out, ctypes.c_void_p), True
         got = ctypes.c_uint64()
         if self.shuffle:
-            rc = _lib.rank_fill(self.seed, self.epoch, self.size, self.num_replicas, self.rank,
+            rc = _lib.rank_fill(self.seed, epoch, self.size, self.num_replicas, self.rank,
                                 _lib.MODES[self.mode], offset, count, ptr, 8 if wide else 4, ctypes.byref(got))
             _lib.check(rc, "Sampler")
         else:  # DistributedSampler's unshuffled order: position p reads sample p (mod size when padding)
-            left = ctypes.c_uint64()
-            _lib.check(_lib.rank_remaining(self.size, self.num_replicas, self.rank, _lib.MODES[self.mode], offset,
-                                           ctypes.byref(left)), "Sampler")
-            got.value = min(count, left.value)
+            got.value = min(count, self._remaining(offset))
             first = offset + self.rank
             for k in range(got.value):
                 out[k] = (first + k * self.num_replicas) % self.size
@@ -186,50 +228,124 @@ class Sampler(_Base):
         return (out[:n] if np is not None else list(out)[:n]), min(offset + n * self.num_replicas,
                                                                    self._epoch_length())
 
-    # ---- checkpoints
-
     def _epoch_length(self):
+        """T: the positions of an epoch (spec v1 §5), the same for every epoch."""
+        if self.size == 0:
+            return 0
         t = ctypes.c_uint64()
         _lib.check(_lib.epoch_length(self.size, self.num_replicas, _lib.MODES[self.mode], ctypes.byref(t)), "Sampler")
         return t.value
 
+    def _remaining(self, offset):
+        """This rank's ids at positions offset..T-1."""
+        if self.size == 0:
+            return 0
+        left = ctypes.c_uint64()
+        _lib.check(_lib.rank_remaining(self.size, self.num_replicas, self.rank, _lib.MODES[self.mode], offset,
+                                       ctypes.byref(left)), "Sampler")
+        return left.value
+
+    # ---- checkpoints
+
     def state_dict(self, consumed=None):
-        """The checkpoint: {"seed", "epoch", "offset", ...}. offset counts global positions that
-        every rank has passed, assuming ranks step in lockstep. consumed: the samples this rank
-        has trained on this epoch (e.g. steps * batch_size); by default the samples yielded so far,
-        which runs ahead of training when a DataLoader prefetches."""
-        if self._iter_start is None or self._resumed is not None:
-            offset = self._start
+        """The checkpoint {"seed", "epoch", "offset", ...}: the epoch and the first global position not
+        yet trained, assuming the ranks step in lockstep (take rank 0's: in exact mode, where ranks
+        differ by one, it is also exact at an epoch's end).
+
+        Before a pass begins (after set_epoch, load_state_dict or iter(), before the first next()) it
+        is where that pass will start. During a pass it counts the ids handed out so far, which runs
+        ahead of training when a DataLoader prefetches: then give consumed, the samples this rank has
+        trained on since this pass began (e.g. steps * batch_size, steps counted since its iter(),
+        so after a resume it counts from the resumed offset, not from the epoch's start). Once a pass
+        has run out, the offset is the epoch's end."""
+        p, t = self._pass, self._epoch_length()
+        if p is None:
+            epoch, offset = self._next_start()
+            if consumed is not None:
+                _args.integer("consumed (no pass has begun)", consumed, 0, 0)
         else:
-            k = self._yielded if consumed is None else _args.integer("consumed", consumed)
-            offset = min(self._iter_start + k * self.num_replicas, self._epoch_length())
-        state = {"version": STATE_VERSION, "seed": self.seed, "epoch": self.epoch, "offset": offset,
-                 "size": self.size, "mode": self.mode, "shuffle": self.shuffle}
+            epoch = p.epoch
+            if consumed is None:
+                offset = t if p.done else min(p.start + p.yielded * self.num_replicas, t)
+            else:
+                k = _args.integer("consumed (at most the ids this pass has handed out)", consumed, 0, p.yielded)
+                offset = min(p.start + k * self.num_replicas, t)
+        state = {"version": STATE_VERSION, "seed": self.seed, "epoch": epoch, "offset": offset,
+                 "size": self.size, "mode": self.mode, "shuffle": self.shuffle, "num_replicas": self.num_replicas}
         if self.sharded:  # K and G define the order as much as the seed does
             state.update(window=self.window, lanes=self.lanes)
         return state
 
     def load_state_dict(self, state):
-        """Resume from state_dict() of any world size: the next iteration of that epoch starts at
-        its offset (call set_epoch with the same epoch, or not at all)."""
+        """Resume from state_dict() of any world size: the next pass of the state's epoch starts at
+        its offset. Without set_epoch() the next pass runs that epoch; set_epoch() of another epoch
+        (before or after this call) starts that epoch at its beginning instead."""
         if not isinstance(state, dict):
             raise TypeError("state must be a dict from Sampler.state_dict()")
-        missing = {"version", "seed", "epoch", "offset", "size"} - set(state)
+        missing = _STATE_KEYS - set(state)
         if missing:
             raise ValueError(f"state lacks {sorted(missing)}")
         if state["version"] != STATE_VERSION:
             raise ValueError(f"unsupported state version {state['version']!r}")
-        if _args.integer("size", state["size"], 1, _args.N_MAX) != self.size:
+        if _args.integer("size", state["size"], 0, _args.N_MAX) != self.size:
             raise ValueError(f"state is for {state['size']} samples, this sampler has {self.size}")
         if state.get("mode", self.mode) != self.mode:
             raise ValueError(f"state was saved in mode {state['mode']!r}, this sampler runs {self.mode!r}")
-        seed, epoch = _args.integer("seed", state["seed"]), _args.integer("epoch", state["epoch"])
+        if _args.flag("shuffle", state.get("shuffle", self.shuffle)) != self.shuffle:
+            raise ValueError(f"state was saved with shuffle={state['shuffle']}, this sampler has {self.shuffle}")
+        seed, epoch = _args.wrapped("seed", state["seed"]), _args.wrapped("epoch", state["epoch"])
         offset = _args.integer("offset", state["offset"])
-        self.seed, self.epoch = seed, epoch
+        if offset > self._epoch_length():
+            raise ValueError(f"offset {offset} is past the end of the epoch ({self._epoch_length()} positions)")
         if self.sharded:
             for key in ("window", "lanes"):
                 if state.get(key) is not None:
                     setattr(self, key, _args.integer(key, state[key], 1))
-        if offset > self._epoch_length():
-            raise ValueError(f"offset {offset} is past the end of the epoch ({self._epoch_length()} positions)")
-        self._start, self._resumed, self._iter_start = offset, epoch, None
+        self.seed = seed
+        self._loaded, self._pass, self._plan = (epoch, offset), None, None
+
+    @staticmethod
+    def state_from_loader(loader_state, batch_size=None):
+        """The Sampler's state inside a torchdata StatefulDataLoader's state_dict(), moved past the
+        steps that loader replays on restore (its `_steps_since_snapshot`, non-zero with
+        snapshot_every_n_steps > 1; batch_size is then needed): load it into a Sampler of another
+        world size, with a fresh loader. At the same world size, loader.load_state_dict() is enough."""
+        found = []
+
+        def walk(x):
+            if isinstance(x, dict):
+                if _STATE_KEYS <= set(x) and "mode" in x:
+                    found.append(x)
+                    return
+                for v in x.values():
+                    walk(v)
+            elif isinstance(x, (list, tuple)):
+                for v in x:
+                    walk(v)
+
+        walk(loader_state)
+        if len(found) != 1:
+            raise ValueError(f"expected one permd.Sampler state in the loader state, found {len(found)}")
+        state = dict(found[0])
+        steps = loader_state.get("_steps_since_snapshot", 0) if isinstance(loader_state, dict) else 0
+        steps = _args.integer("_steps_since_snapshot", steps)
+        if steps:
+            if batch_size is None:
+                raise ValueError(f"the loader took {steps} steps after its snapshot: pass batch_size")
+            if "num_replicas" not in state:
+                raise ValueError("the state does not say its world size (saved by an older permd)")
+            world = _args.integer("num_replicas", state["num_replicas"], 1, _args.U32_MAX)
+            t = ctypes.c_uint64()
+            if state["size"]:
+                _lib.check(_lib.epoch_length(state["size"], world, _lib.MODES[_args.mode(state["mode"])],
+                                             ctypes.byref(t)), "Sampler.state_from_loader")
+            state["offset"] = min(state["offset"] + steps * _args.integer("batch_size", batch_size, 1) * world,
+                                  t.value)
+        return state
+
+    # ---- copies: a daemon-backed sampler pickles with its Client's address and reconnects there
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_plan"] = None  # a C handle; rebuilt on first use
+        return state

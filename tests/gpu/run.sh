@@ -2,7 +2,8 @@
 # The GPU session's script, run on a GPU machine through the device tool (see docs): builds with CUDA,
 # runs the GPU and unit tests, then the GPU benchmark, leaving logs and results in $OUT.
 # Prepare here first: scripts/device-sysroot.sh (then carry .carry).
-#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|nccl|nccl-python|all] [--quick]
+#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|nccl|nccl-python|python|all] [--quick]
+# (python: the Python package's tests under this host's torch 2.x; CI runs them under Debian's torch 1.13)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
 #  sysroot: scripts/device-sysroot.sh redis-server redis-tools libjemalloc2 liblzf1)
 set -uo pipefail
@@ -27,6 +28,14 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   grep -o -w 'avx512[a-z]*' /proc/cpuinfo | sort -u | tr '\n' ' ' >"$OUT/cpu_flags.txt"
   # test_metrics needs Debian's python3-prometheus-client, which GPU machines lack
   (cd build-dev && ctest --output-on-failure -j4 -L 'gpu|unit|integration' -E test_metrics 2>&1) | tee "$OUT/tests.log" | tail -25
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if [ "$what" = python ]; then
+  py=$(command -v python3)
+  "$py" -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)' | tee "$OUT/python_tests.log"
+  cmake -S . -B build-dev -DPERMD_PYTHON="$py" >>"$OUT/configure.log" 2>&1
+  # install and readme build virtualenvs from Debian's /usr/bin/python3, which GPU hosts may lack
+  (cd build-dev && ctest --output-on-failure -L python -E 'install|readme' 2>&1) | tee -a "$OUT/python_tests.log" | tail -25
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then

@@ -1,6 +1,10 @@
-"""permd.Sampler against DistributedSampler's semantics, checkpoints across world sizes, offline vs daemon,
-and bad arguments. Uses Debian's python3-torch and python3-numpy."""
+"""permd.Sampler as a drop-in for DistributedSampler (torch's own tests of it and what frameworks expect),
+offline vs daemon, copies of a daemon-backed sampler, its round trips, and bad arguments. Uses Debian's
+python3-torch and python3-numpy. Checkpoints are in test_checkpoints.py."""
+import copy
 import os
+import pickle
+import subprocess
 import sys
 import unittest
 
@@ -53,8 +57,6 @@ class DistributedSamplerParity(unittest.TestCase):
         for n in [1, 3, 10, 1000, 1003]:
             for world in [1, 3, 4, 8]:
                 for drop_last in [False, True]:
-                    if drop_last and n < world:
-                        continue
                     ours = [permd.Sampler(Range(n), num_replicas=world, rank=r, drop_last=drop_last)
                             for r in range(world)]
                     theirs = [DistributedSampler(Range(n), num_replicas=world, rank=r, drop_last=drop_last)
@@ -94,53 +96,124 @@ class DistributedSamplerParity(unittest.TestCase):
         self.assertEqual(list(s), [6, 2, 5, 0])  # the spec's rank vector
 
 
-class Resume(unittest.TestCase):
-    def resume(self, n, w1, w2, steps, consumed_arg):
-        epoch = 4
-        first = [permd.Sampler(size=n, num_replicas=w1, rank=r, seed=21, mode="exact") for r in range(w1)]
-        seen = []
-        states = []
-        for s in first:
-            s.set_epoch(epoch)
-            it = iter(s)
-            seen.extend(next(it) for _ in range(steps))
-            if consumed_arg:
-                list(it)  # the loader ran ahead; the trainer says what it consumed
-                states.append(s.state_dict(consumed=steps))
-            else:
-                states.append(s.state_dict())
-        self.assertTrue(all(st == states[0] for st in states))
-        second = [permd.Sampler(size=n, num_replicas=w2, rank=r, seed=0, mode="exact") for r in range(w2)]
-        for s in second:
-            s.load_state_dict(states[0])
-            s.set_epoch(epoch)
-            seen.extend(list(s))
-        return seen
+class DropIn(unittest.TestCase):
+    """What torch's tests of DistributedSampler and the frameworks that take one expect."""
 
-    def test_resume_at_other_world_sizes(self):
-        n = 10_007
-        for w2 in [3, 8]:
-            for consumed_arg in [False, True]:
-                seen = self.resume(n, 4, w2, 1234, consumed_arg)
-                self.assertEqual(len(seen), n)
-                self.assertEqual(sorted(seen), list(range(n)), (w2, consumed_arg))
+    def test_is_a_distributed_sampler_with_its_attributes(self):
+        # Lightning keeps a sampler only if isinstance(dataloader.sampler, DistributedSampler)
+        # (_requires_distributed_sampler); anything else is wrapped and sharded a second time.
+        data = Range(10)
+        s = permd.Sampler(data, 4, 1, seed=3)
+        self.assertIsInstance(s, DistributedSampler)
+        self.assertIs(s.dataset, data)
+        self.assertEqual((s.num_replicas, s.rank, s.epoch, s.seed, s.shuffle, s.drop_last), (4, 1, 0, 3, True, False))
+        s.set_epoch(5)
+        self.assertEqual(s.epoch, 5)
+        s.epoch = 6  # some code assigns the attribute
+        self.assertEqual(s.epoch, 6)
+        self.assertEqual((len(s), s.num_samples, s.total_size), (3, 3, 12))
+        self.assertEqual(len(set(s)), 3)
 
-    def test_state_after_a_whole_epoch(self):
-        s = permd.Sampler(size=100, num_replicas=4, rank=0, mode="exact")
-        list(s)
-        st = s.state_dict()
-        self.assertEqual(st["offset"], 100)
-        t = permd.Sampler(size=100, num_replicas=2, rank=1, mode="exact")
-        t.load_state_dict(st)
-        self.assertEqual(list(t), [])
-        t.set_epoch(1)
-        self.assertEqual(len(list(t)), 50)
+    def test_num_samples_and_total_size(self):
+        # torch/testing/_internal/distributed/distributed_test.py, test_DistributedSampler_padding, reads these
+        # (the same test runs through a real process group in test_ddp.py)
+        for n in [1, 3, 10, 101, 1003]:
+            for world in [1, 3, 4, 8]:
+                for drop_last in [False, True]:
+                    for r in range(world):
+                        ours = permd.Sampler(Range(n), world, r, drop_last=drop_last)
+                        theirs = DistributedSampler(Range(n), world, r, drop_last=drop_last)
+                        self.assertEqual((ours.num_samples, ours.total_size), (theirs.num_samples, theirs.total_size),
+                                         (n, world, drop_last, r))
+                        self.assertEqual(len(list(ours)), ours.num_samples)
+                exact = [permd.Sampler(Range(n), world, r, mode="exact") for r in range(world)]
+                self.assertEqual([s.total_size for s in exact], [n] * world)
+                self.assertEqual([s.num_samples for s in exact], [len(list(s)) for s in exact])
+                self.assertEqual(sum(s.num_samples for s in exact), n)
 
-    def test_len_after_resume(self):
-        s = permd.Sampler(size=100, num_replicas=4, rank=0, mode="exact")
-        s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 40, "size": 100, "mode": "exact"})
-        self.assertEqual(len(s), 15)
-        self.assertEqual(len(list(s)), 15)
+    def test_distributed_sampler_invalid_rank(self):
+        # test/test_dataloader.py, test_distributed_sampler_invalid_rank
+        dataset = torch.IntTensor(range(10))
+        with self.assertRaisesRegex(ValueError, "Invalid rank"):
+            permd.Sampler(dataset, 3, 3)
+        with self.assertRaisesRegex(ValueError, "Invalid rank"):
+            permd.Sampler(dataset, 3, -1)
+
+    def test_duplicating_data_with_drop_last(self):
+        # test/test_dataloader.py, test_duplicating_data_with_drop_last, with each mode
+        num_processes, num_batches = 4, 9
+        data_set = torch.IntTensor(range(num_batches))
+        for mode in ["pad", "drop", "exact"]:
+            scanned_data = torch.IntTensor([])
+            for i in range(num_processes):
+                s = permd.Sampler(data_set, num_processes, i, mode=mode)
+                d_loader = DataLoader(data_set, batch_size=int(num_batches / num_processes), drop_last=True, sampler=s)
+                for data in d_loader:
+                    scanned_data = torch.cat((scanned_data, data), 0)
+            self.assertEqual(scanned_data.size(), scanned_data.unique().size(), mode)
+            self.assertEqual(scanned_data.numel(), 8, mode)
+
+    def test_arguments_as_torch_takes_them(self):
+        data = Range(50)
+        unshuffled = [list(DistributedSampler(data, 4, 1, shuffle=False))]
+        for off in [0, np.bool_(False), np.int64(0)]:  # truthy values, numpy's included
+            self.assertEqual([list(permd.Sampler(data, 4, 1, shuffle=off))], unshuffled, repr(off))
+        self.assertTrue(permd.Sampler(data, 4, 1, shuffle=1).shuffle)
+        dropped = permd.Sampler(data, 4, 1, drop_last=1)
+        self.assertEqual((dropped.mode, dropped.drop_last, len(dropped)), ("drop", True, 12))
+        self.assertEqual(permd.Sampler(data, 4, 1, drop_last=np.int64(0)).mode, "pad")
+        plain = permd.Sampler(data, 4, 1, seed=7)
+        plain.set_epoch(2)
+        wide = permd.Sampler(data, np.int64(4), np.int32(1), seed=np.uint64(7))
+        wide.set_epoch(np.int64(2))
+        self.assertEqual(list(wide), list(plain))
+        self.assertEqual(type(wide.num_replicas), int)
+        # negative seeds and epochs are taken modulo 2**64, as documented
+        neg = permd.Sampler(data, 4, 1, seed=-1)
+        neg.set_epoch(-3)
+        pos = permd.Sampler(data, 4, 1, seed=2**64 - 1)
+        pos.set_epoch(2**64 - 3)
+        self.assertEqual(list(neg), list(pos))
+        self.assertNotEqual(list(neg), list(permd.Sampler(data, 4, 1, seed=1)))
+        self.assertEqual((neg.seed, neg.epoch), (2**64 - 1, 2**64 - 3))
+        self.assertEqual(neg.state_dict()["epoch"], 2**64 - 3)
+        for bad in [2**64, -(2**63) - 1]:
+            with self.assertRaises(ValueError):
+                permd.Sampler(data, 4, 1, seed=bad)
+        with self.assertRaises(TypeError):
+            permd.Sampler(data, 4, 1, shuffle="False")  # a string would be truthy: refused
+        with self.assertRaises(TypeError):
+            permd.Sampler(data, 4, 1, drop_last=None)
+
+    def test_empty_dataset(self):
+        for mode in ["pad", "drop", "exact"]:
+            s = permd.Sampler(Range(0), 4, 1, mode=mode)
+            self.assertEqual((len(s), list(s), s.num_samples, s.total_size), (0, [], 0, 0))
+            self.assertEqual(list(DataLoader(Range(0), batch_size=3, sampler=s)), [])
+            s.set_epoch(3)
+            state = s.state_dict()
+            self.assertEqual((state["epoch"], state["offset"]), (3, 0))
+            t = permd.Sampler(size=0, num_replicas=2, rank=0, mode=mode)
+            t.load_state_dict(state)
+            self.assertEqual(list(t), [])
+        theirs = DistributedSampler(Range(0), 4, 1)
+        self.assertEqual((len(theirs), list(theirs)), (0, []))
+
+    def test_without_torch_or_numpy(self):
+        code = (
+            "import sys\n"
+            "sys.modules['torch'] = None; sys.modules['numpy'] = None  # both fail to import\n"
+            "import permd\n"
+            "s = permd.Sampler(size=10, num_replicas=3, rank=1, seed=99, mode='pad')\n"
+            "assert type(s).__bases__ == (object,), type(s).__bases__\n"
+            "s.set_epoch(2)\n"
+            "assert list(s) == [6, 2, 5, 0], list(s)\n"
+            "t = permd.Sampler(size=10, num_replicas=3, rank=1, seed=99, shuffle=1)\n"
+            "t.load_state_dict(dict(s.state_dict(), offset=6))\n"
+            "assert list(t) == [5, 0], list(t)\n"
+            "print('ok')\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.stdout.strip(), "ok", out.stderr)
 
 
 class Offline(unittest.TestCase):
@@ -171,20 +244,18 @@ class BadArguments(unittest.TestCase):
             permd.Sampler(size=10)  # no world and no torch.distributed
         with self.assertRaises(ValueError):
             permd.Sampler(size=10, num_replicas=0, rank=0)
-        with self.assertRaises(ValueError):
+        with self.assertRaisesRegex(ValueError, "Invalid rank 2"):
             permd.Sampler(size=10, num_replicas=2, rank=2)
         with self.assertRaises(TypeError):
             permd.Sampler(size=10, num_replicas="2", rank=0)
         with self.assertRaises(ValueError):
-            permd.Sampler(size=0, num_replicas=1, rank=0)
+            permd.Sampler(size=-1, num_replicas=1, rank=0)
         with self.assertRaises(ValueError):
             permd.Sampler(size=10, num_replicas=1, rank=0, mode="shuffle")
         with self.assertRaises(ValueError):
             permd.Sampler(size=10, num_replicas=1, rank=0, drop_last=True, mode="exact")
         with self.assertRaises(TypeError):
             permd.Sampler(size=10, num_replicas=1, rank=0, seed=1.5)
-        with self.assertRaises(ValueError):
-            permd.Sampler(size=10, num_replicas=1, rank=0, seed=-1)
         with self.assertRaises(ValueError):
             permd.Sampler(Range(5), size=6, num_replicas=1, rank=0)
         s = permd.Sampler(size=10, num_replicas=2, rank=0)
@@ -200,6 +271,10 @@ class BadArguments(unittest.TestCase):
             s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 13, "size": 10})
         with self.assertRaises(ValueError):
             s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 0, "size": 10, "mode": "exact"})
+        with self.assertRaises(ValueError):
+            s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 0, "size": 10, "shuffle": False})
+        with self.assertRaises(ValueError):
+            s.load_state_dict({"version": 2, "seed": 0, "epoch": 0, "offset": 0, "size": 10})
 
     def test_permutation(self):
         with self.assertRaises(ValueError):
@@ -217,6 +292,10 @@ class BadArguments(unittest.TestCase):
             p.inverse(np.array([1, 7]))
         with self.assertRaises(TypeError):
             p.inverse(np.array([1.0]))
+
+
+def requests(client, kind):
+    return client.stats()["requests_by_type"][kind]["requests"]
 
 
 class DaemonBacked(unittest.TestCase):
@@ -271,6 +350,62 @@ class DaemonBacked(unittest.TestCase):
             permd.Client(socket="/nonexistent/permd.sock")
         with self.assertRaises(ValueError):
             permd.Client(socket="a", tcp="b")
+        closed = permd.Client(socket=self.daemon.socket)
+        closed.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            closed.get_dataset("small")
+
+    def test_copies_reconnect(self):
+        n = 5_000
+        with permd.Client(socket=self.daemon.socket) as c:
+            c.put_dataset("copies", n)
+            s = permd.Sampler(size=n, num_replicas=3, rank=2, seed=4, mode="exact", client=c, name="copies")
+            s.set_epoch(2)
+            it = iter(s)
+            head = [next(it) for _ in range(10)]
+            off = permd.Sampler(size=n, num_replicas=3, rank=2, seed=4, mode="exact")
+            off.set_epoch(2)
+            whole = list(off)
+            self.assertEqual(head, whole[:10])
+            before = c.stats()["connections_total"]
+            for clone in [copy.deepcopy(s), pickle.loads(pickle.dumps(s))]:
+                self.assertIsNot(clone.client, c)
+                self.assertEqual(clone.state_dict(), s.state_dict())  # mid-pass: 10 ids handed out
+                self.assertEqual(list(clone), whole)  # its next pass: epoch 2 again, from its start
+            self.assertEqual(c.stats()["connections_total"], before + 2)  # each copy opened its own connection
+            # a resumed state travels too, and the copy reconnects in another process
+            s.load_state_dict(dict(s.state_dict(), offset=30))
+            out = subprocess.run([sys.executable, "-c", "import pickle, sys; s = pickle.load(sys.stdin.buffer); "
+                                  "print(s.epoch, len(s), sum(s), s.client.server)"],
+                                 input=pickle.dumps(s), capture_output=True, timeout=120, env=os.environ)
+            self.assertEqual(out.stdout.decode().split()[:3], ["2", str(len(whole) - 10), str(sum(whole[10:]))],
+                             out.stderr.decode())
+
+    def test_a_pass_costs_fetches_only(self):
+        n = 50_000
+        with permd.Client(socket=self.daemon.socket) as c:
+            c.put_dataset("trips", n)
+            gets, fetches = requests(c, "get_dataset"), requests(c, "fetch")
+            s = permd.Sampler(size=n, num_replicas=1, rank=0, mode="exact", client=c, name="trips")
+            self.assertEqual(requests(c, "get_dataset"), gets + 1)  # the construction's check of the size
+            self.assertEqual(sorted(s), list(range(n)))
+            # 256 ids, then 8192 at a time: 1 + ceil((50000 - 256) / 8192) = 8 fetches, and no GetDataset
+            self.assertEqual((requests(c, "get_dataset"), requests(c, "fetch")), (gets + 1, fetches + 8))
+
+    def test_ids_above_two_to_the_32(self):
+        n = (1 << 33) + 5
+        with permd.Client(socket=self.daemon.socket) as c:
+            c.put_dataset("wide", n)
+            gets = requests(c, "get_dataset")
+            on = permd.Sampler(size=n, num_replicas=3, rank=1, seed=6, client=c, name="wide")
+            off = permd.Sampler(size=n, num_replicas=3, rank=1, seed=6)
+            a, b = iter(on), iter(off)
+            got = [next(a) for _ in range(300)]
+            self.assertEqual(got, [next(b) for _ in range(300)])
+            self.assertGreater(max(got), 1 << 32)
+            self.assertEqual(requests(c, "get_dataset"), gets + 1)
+            ids, nxt = c.fetch("wide", 6, 0, 3, 1, "pad", 0, 4)
+            self.assertEqual((ids.dtype, ids.tolist(), nxt), (np.uint64, got[:4], 12))
 
 
 if __name__ == "__main__":

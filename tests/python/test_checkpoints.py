@@ -1,0 +1,277 @@
+"""permd.Sampler's checkpoints at every point of a training loop: before the first set_epoch, right after
+set_epoch, after iter() before next(), mid-epoch, at the last id, after the epoch ends, after a resume and more
+steps; set_epoch and load_state_dict in either order; consumed= through a DataLoader that prefetches. Each
+resume runs on another world size and must train every sample of the epoch exactly once."""
+import itertools
+import unittest
+
+from torch.utils.data import DataLoader
+
+import permd
+
+N, SEED = 103, 5  # exact mode on 4 ranks: ranks 0-2 read 26 ids, rank 3 reads 25
+
+
+def sampler(world, rank, n=N, **kw):
+    return permd.Sampler(size=n, num_replicas=world, rank=rank, seed=SEED, mode="exact", **kw)
+
+
+def resume(state, world, n=N, epoch=None):
+    """Every id a fresh job of `world` ranks trains after loading state (set_epoch(epoch) first, if given)."""
+    out = []
+    for r in range(world):
+        s = sampler(world, r, n)
+        if epoch is not None:
+            s.set_epoch(epoch)
+        s.load_state_dict(state)
+        out += list(s)
+    return out
+
+
+def steps(world, epoch, k):
+    """`world` fresh ranks, each k ids into epoch `epoch`: the samplers and the ids they handed out."""
+    ranks, ids = [sampler(world, r) for r in range(world)], []
+    for s in ranks:
+        s.set_epoch(epoch)
+        ids += list(itertools.islice(iter(s), k))
+    return ranks, ids
+
+
+def epoch_order(epoch, n=N):
+    """Epoch `epoch`'s ids as 4 fresh ranks read them."""
+    out = []
+    for r in range(4):
+        s = sampler(4, r, n)
+        s.set_epoch(epoch)
+        out += list(s)
+    return out
+
+
+class CheckpointPoints(unittest.TestCase):
+    def assert_once(self, ids, n=N):
+        self.assertEqual(sorted(ids), list(range(n)))
+
+    def test_before_the_first_set_epoch(self):
+        s = sampler(4, 0)
+        st = s.state_dict()
+        self.assertEqual((st["epoch"], st["offset"]), (0, 0))
+        self.assertEqual(sorted(resume(st, 3)), sorted(epoch_order(0)))
+        self.assertEqual(resume(st, 4), epoch_order(0))
+
+    def test_right_after_set_epoch(self):
+        # the defect of issue 13: set_epoch kept the last pass's start and count, so the state said
+        # epoch 1 with epoch 0's end and a resume trained nothing of epoch 1
+        s = permd.Sampler(size=100, num_replicas=4, rank=0, mode="exact")
+        list(s)
+        s.set_epoch(1)
+        t = permd.Sampler(size=100, num_replicas=4, rank=0, mode="exact")
+        t.load_state_dict(s.state_dict())
+        self.assertEqual(len(list(t)), 25)
+        ranks = [sampler(4, r) for r in range(4)]
+        for s in ranks:
+            list(s)
+            s.set_epoch(1)
+        states = [s.state_dict() for s in ranks]
+        self.assertEqual([(st["epoch"], st["offset"]) for st in states], [(1, 0)] * 4)
+        self.assertEqual(resume(states[0], 4), epoch_order(1))
+        self.assert_once(resume(states[0], 3))
+
+    def test_after_iter_before_next(self):
+        s = sampler(4, 2)
+        list(s)
+        s.set_epoch(1)
+        it = iter(s)
+        st = s.state_dict()
+        self.assertEqual((st["epoch"], st["offset"], len(s)), (1, 0, 26))
+        first = next(it)
+        self.assertEqual(s.state_dict()["offset"], 4)
+        self.assertEqual(first, epoch_order(1)[26 * 2])
+        # no set_epoch: the next pass repeats the epoch (DistributedSampler's rule), and the state says so
+        list(it)
+        iter(s)
+        self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (1, 0))
+
+    def test_mid_epoch(self):
+        ranks, trained = steps(4, 3, 7)
+        states = [s.state_dict() for s in ranks]
+        self.assertTrue(all(st == states[0] for st in states))
+        self.assertEqual((states[0]["epoch"], states[0]["offset"]), (3, 28))
+        for world in [3, 8]:
+            self.assert_once(trained + resume(states[0], world, epoch=3))
+
+    def test_at_the_last_id(self):
+        ranks = [sampler(4, r) for r in range(4)]
+        trained, states = [], []
+        for s in ranks:
+            s.set_epoch(3)
+            it = iter(s)
+            trained += [next(it) for _ in range(len(s))]  # every id, without asking past the last
+            states.append(s.state_dict())
+        # rank 0 reads the most ids, so its state is exact; rank 3 has one id fewer and in lockstep
+        # can only vouch for the positions before its last round
+        self.assertEqual([st["offset"] for st in states], [N, N, N, 100])
+        self.assertEqual(resume(states[0], 3, epoch=3), [])
+        self.assert_once(trained)
+        self.assertEqual(len(resume(states[0], 3, epoch=4)), N)
+
+    def test_after_the_epoch_ends(self):
+        ranks = [sampler(4, r) for r in range(4)]
+        for s in ranks:
+            s.set_epoch(3)
+            list(s)
+        states = [s.state_dict() for s in ranks]
+        self.assertEqual([(st["epoch"], st["offset"]) for st in states], [(3, N)] * 4)
+        self.assertEqual(resume(states[0], 3), [])  # epoch 3 is done: nothing repeats
+        self.assertEqual(resume(states[0], 3, epoch=3), [])
+        self.assertEqual(sorted(resume(states[0], 3, epoch=4)), sorted(epoch_order(4)))
+
+    def test_after_a_resume_and_more_steps(self):
+        first, trained = steps(4, 2, 7)
+        state = first[0].state_dict()
+        second = [sampler(3, r) for r in range(3)]
+        for s in second:
+            s.load_state_dict(state)
+            s.set_epoch(2)
+            trained += list(itertools.islice(iter(s), 5))
+        states = [s.state_dict() for s in second]
+        self.assertEqual([st["offset"] for st in states], [28 + 15] * 3)
+        self.assert_once(trained + resume(states[0], 8, epoch=2))
+
+
+class EpochAndLoadOrder(unittest.TestCase):
+    """set_epoch and load_state_dict in either order: the epoch named last by set_epoch wins, resuming at the
+    loaded offset when it is the loaded state's epoch."""
+
+    def state(self, epoch, offset):
+        s = sampler(4, 0)
+        s.load_state_dict({"version": 1, "seed": SEED, "epoch": epoch, "offset": offset, "size": N, "mode": "exact"})
+        return s.state_dict()
+
+    def test_orders(self):
+        mid, end = self.state(5, 40), self.state(5, N)
+        left = len(resume(mid, 1))  # N - 40 positions on one rank
+        self.assertEqual(left, N - 40)
+        cases = [  # (calls, how many ids the pass reads, its epoch)
+            (["load", 5], left, 5),
+            ([5, "load"], left, 5),
+            ([0, "load", 5], left, 5),      # a framework's set_epoch(0) at set-up, then the loop's
+            (["load"], left, 5),            # no set_epoch: the state's epoch
+            ([6, "load"], N, 6),            # another epoch named: it starts at its beginning
+        ]
+        for calls, count, epoch in cases:
+            s = sampler(1, 0)
+            for c in calls:
+                s.load_state_dict(mid) if c == "load" else s.set_epoch(c)
+            self.assertEqual((len(s), s.epoch), (count, epoch), calls)
+            self.assertEqual((len(list(s)), s.epoch), (count, epoch), calls)
+        # torchdata's StatefulDataLoader restores its sampler inside iter(loader), after the loop's set_epoch: a
+        # state saved after epoch 5 ended, restored in epoch 6, runs epoch 6 whole (not epoch 5 again)
+        s = sampler(1, 0)
+        s.set_epoch(6)
+        s.load_state_dict(end)
+        fresh = sampler(1, 0)
+        fresh.set_epoch(6)
+        self.assertEqual((s.epoch, list(s)), (6, list(fresh)))
+
+    def test_a_finished_epoch_does_not_repeat(self):
+        end = self.state(5, N)
+        s = sampler(4, 1)
+        s.load_state_dict(end)
+        s.set_epoch(5)
+        self.assertEqual(list(s), [])
+        s.set_epoch(6)
+        self.assertEqual(len(list(s)), 26)
+
+
+class Consumed(unittest.TestCase):
+    """consumed= counts the samples this rank trained on since its pass began (since set_epoch, or since the
+    resume), as a loop's own step counter does; a DataLoader with workers runs the sampler ahead of it."""
+
+    def test_through_a_prefetching_dataloader(self):
+        n, bs = 1003, 4
+        trained, states = [], []
+        for r in range(4):
+            s = sampler(4, r, n)
+            s.set_epoch(1)
+            loader = DataLoader(range(n), batch_size=bs, sampler=s, num_workers=2, prefetch_factor=2)
+            for step, batch in enumerate(loader):
+                trained += batch.tolist()
+                if step + 1 == 6:
+                    break
+            self.assertGreater(s.state_dict()["offset"], 6 * bs * 4)  # the workers ran ahead
+            states.append(s.state_dict(consumed=6 * bs))
+            del loader
+        self.assertEqual([st["offset"] for st in states], [96] * 4)
+        # a resume on 3 ranks; its loop counts its own steps from 0: consumed=15*bs means 15 steps since the resume
+        for r in range(3):
+            s = sampler(3, r, n)
+            s.load_state_dict(states[0])
+            s.set_epoch(1)
+            for step, batch in enumerate(DataLoader(range(n), batch_size=bs, sampler=s, num_workers=2)):
+                trained += batch.tolist()
+                if step + 1 == 15:
+                    break
+            states.append(s.state_dict(consumed=15 * bs))
+        self.assertEqual([st["offset"] for st in states[4:]], [96 + 15 * bs * 3] * 3)
+        self.assertEqual(sorted(trained + resume(states[-1], 2, n, epoch=1)), list(range(n)))
+
+    def test_bad_consumed(self):
+        s = sampler(4, 0)
+        s.set_epoch(1)
+        with self.assertRaisesRegex(ValueError, "no pass has begun"):
+            s.state_dict(consumed=1)
+        self.assertEqual(s.state_dict(consumed=0)["offset"], 0)
+        it = iter(s)
+        next(it)
+        next(it)
+        with self.assertRaisesRegex(ValueError, "at most the ids this pass has handed out"):
+            s.state_dict(consumed=3)
+        with self.assertRaises(TypeError):
+            s.state_dict(consumed=1.0)
+        self.assertEqual(s.state_dict(consumed=1)["offset"], 4)
+
+
+class Resume(unittest.TestCase):
+    def resume(self, n, w1, w2, steps, consumed_arg):
+        epoch = 4
+        first = [permd.Sampler(size=n, num_replicas=w1, rank=r, seed=21, mode="exact") for r in range(w1)]
+        seen = []
+        states = []
+        for s in first:
+            s.set_epoch(epoch)
+            it = iter(s)
+            seen.extend(next(it) for _ in range(steps))
+            if consumed_arg:
+                for _ in range(100):  # the loader ran ahead; the trainer says what it consumed
+                    next(it)
+                states.append(s.state_dict(consumed=steps))
+            else:
+                states.append(s.state_dict())
+        self.assertTrue(all(st == states[0] for st in states))
+        second = [permd.Sampler(size=n, num_replicas=w2, rank=r, seed=0, mode="exact") for r in range(w2)]
+        for s in second:
+            s.load_state_dict(states[0])
+            s.set_epoch(epoch)
+            seen.extend(list(s))
+        return seen
+
+    def test_resume_at_other_world_sizes(self):
+        n = 10_007
+        for w2 in [3, 8]:
+            for consumed_arg in [False, True]:
+                seen = self.resume(n, 4, w2, 1234, consumed_arg)
+                self.assertEqual(len(seen), n)
+                self.assertEqual(sorted(seen), list(range(n)), (w2, consumed_arg))
+
+    def test_len_after_resume(self):
+        s = permd.Sampler(size=100, num_replicas=4, rank=0, mode="exact")
+        s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 40, "size": 100, "mode": "exact"})
+        self.assertEqual(len(s), 15)
+        self.assertEqual(len(list(s)), 15)
+        self.assertEqual(len(s), 15)  # the pass just read
+        s.set_epoch(1)
+        self.assertEqual(len(s), 25)
+
+
+if __name__ == "__main__":
+    unittest.main()
