@@ -264,7 +264,7 @@ int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_rea
         int r = archive_read_next_header(a, &e); /* seeks over the previous member's data first */
         if (r == ARCHIVE_EOF)
             break;
-        if (r < ARCHIVE_WARN) {
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) { /* a damaged header is ARCHIVE_RETRY: an error here too */
             const char *why = archive_error_string(a) ? archive_error_string(a) : "unknown error";
             rc = members ? pd_layout_fail(PD_EIO, err, errlen, "%s: truncated or damaged after member %llu (%s)", path,
                                           (unsigned long long)members, why)
