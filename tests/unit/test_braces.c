@@ -117,6 +117,7 @@ static void test_nesting(void **state)
         g.len = g.n = 0;
         int rc = pd_braces_expand(deep, 100, collect, &g, err, sizeof err);
         assert_int_equal(rc, depth <= PD_BRACES_DEPTH_MAX ? 0 : PD_EINVAL);
+        assert_int_equal(g.n, depth <= PD_BRACES_DEPTH_MAX ? 2 : 0); /* {..{a,b}..}: the outer braces stay */
     }
     assert_non_null(strstr(err, "nested deeper"));
 }
