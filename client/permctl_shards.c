@@ -91,9 +91,10 @@ int permctl_cmd_shards(int argc, char **argv)
             permctl_out_str(&out, "\n");
         }
     }
-    fprintf(stderr, "permctl: %llu shards, %llu samples (%llu bytes of shard files read)\n",
-            (unsigned long long)pd_layout_shards(l), (unsigned long long)pd_layout_samples(l),
-            (unsigned long long)pd_layout_bytes_read(l));
+    if ((rc = permctl_out_flush(&out)) == 0) /* the summary after the lines, on stderr: stdout stays a sizes file */
+        fprintf(stderr, "permctl: %llu shards, %llu samples (%llu bytes of shard files read)\n",
+                (unsigned long long)pd_layout_shards(l), (unsigned long long)pd_layout_samples(l),
+                (unsigned long long)pd_layout_bytes_read(l));
     pd_layout_free(l);
-    return permctl_out_flush(&out);
+    return rc;
 }
