@@ -56,6 +56,25 @@ const char *pd_layout_path(const pd_layout *l, uint64_t shard)
     return shard < l->n && l->path_at[shard] != SIZE_MAX ? l->paths + l->path_at[shard] : NULL;
 }
 
+int pd_layout_append_str(char **buf, size_t *len, size_t *cap, const char *s, size_t *at)
+{
+    size_t n = strlen(s) + 1;
+    if (*len + n > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n)
+            c *= 2;
+        char *p = realloc(*buf, c);
+        if (!p)
+            return PD_ENOMEM;
+        *buf = p;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n);
+    *at = *len;
+    *len += n;
+    return 0;
+}
+
 static int pd_layout_overflow(char *err, size_t errlen, const char *where)
 {
     return pd_layout_fail(PD_EOVERFLOW, err, errlen, "%s: the shards hold more than 2^63 samples in all", where);
@@ -80,22 +99,8 @@ int pd_layout_add(pd_layout *l, uint64_t size, const char *path, const char *whe
         l->cap = cap;
     }
     l->path_at[l->n] = SIZE_MAX;
-    if (path) {
-        size_t len = strlen(path) + 1;
-        if (l->paths_len + len > l->paths_cap) {
-            size_t cap = l->paths_cap ? l->paths_cap : 4096;
-            while (cap < l->paths_len + len)
-                cap *= 2;
-            char *p = realloc(l->paths, cap);
-            if (!p)
-                return pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory for shard paths", where);
-            l->paths = p;
-            l->paths_cap = cap;
-        }
-        memcpy(l->paths + l->paths_len, path, len);
-        l->path_at[l->n] = l->paths_len;
-        l->paths_len += len;
-    }
+    if (path && pd_layout_append_str(&l->paths, &l->paths_len, &l->paths_cap, path, &l->path_at[l->n]))
+        return pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory for shard paths", where);
     l->sizes[l->n++] = size;
     l->total += size;
     return 0;

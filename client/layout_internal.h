@@ -26,6 +26,9 @@ int pd_layout_add(pd_layout *l, uint64_t size, const char *path, const char *whe
 /* Set shard i's size (paths listed first, counted after), with pd_layout_add's checks on the total. */
 int pd_layout_set_size(pd_layout *l, uint64_t shard, uint64_t size, char *err, size_t errlen);
 
+/* Append s and its NUL to the growing buffer *buf (*len used of *cap); *at gets its offset. 0 or PD_ENOMEM. */
+int pd_layout_append_str(char **buf, size_t *len, size_t *cap, const char *s, size_t *at);
+
 /* snprintf into err (when errlen > 0) and return code: the readers' one-line error exit. */
 int pd_layout_fail(int code, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

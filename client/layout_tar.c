@@ -98,20 +98,9 @@ static int tar_exts_add(tar_exts *x, const char *ext)
             if (!strcmp(x->text + x->slots[i] - 1, ext))
                 return 1;
     }
-    size_t len = strlen(ext) + 1;
-    if (x->len + len > x->cap) {
-        size_t cap = x->cap ? x->cap : 256;
-        while (cap < x->len + len)
-            cap *= 2;
-        char *t = realloc(x->text, cap);
-        if (!t)
-            return PD_ENOMEM;
-        x->text = t;
-        x->cap = cap;
-    }
-    size_t off = x->len;
-    memcpy(x->text + off, ext, len);
-    x->len += len;
+    size_t off;
+    if (pd_layout_append_str(&x->text, &x->len, &x->cap, ext, &off))
+        return PD_ENOMEM;
     if ((x->used + 1) * 2 > x->nslots) { /* grow and rehash: load stays ≤ 1/2 */
         size_t n = x->nslots ? x->nslots * 2 : 16;
         size_t *s = calloc(n, sizeof *s);
