@@ -2,6 +2,7 @@
 file), and sample ids to (shard, offset) and back. The same rules as permctl's reader (client/layout.h)."""
 import bisect
 import glob
+import io
 import json
 import os
 import re
@@ -348,6 +349,9 @@ def _tar_keys(path):
             # tarfile ends quietly at a cut or damaged header: look at where it stopped
             tf.fileobj.seek(tf.offset)
             block = tf.fileobj.read(tarfile.BLOCKSIZE)
+            if not isinstance(tf.fileobj, io.BufferedReader):  # compressed: its stream must end whole, as in C
+                while tf.fileobj.read(1 << 16):
+                    pass
         except LayoutError:
             raise
         except (tarfile.TarError, EOFError, OSError) as e:  # a cut member, a broken compressed stream

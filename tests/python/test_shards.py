@@ -355,6 +355,17 @@ class Tars(LayoutCase):
                                  self.path("s-0.tar"), self.path("s-0.tar"), max_shards=1)
         os.mkdir(self.path("nodir"))
         self.assert_same_as_permctl("--tars", self.path("nodir"), code=layout.ENOTFOUND)
+        # a compressed shard must end whole: its last bytes (the gzip trailer) cut
+        rng = random.Random(5)
+        with tarfile.open(self.path("z.tar.gz"), "w:gz") as t:
+            for i in range(20):
+                ti = tarfile.TarInfo(f"k{i}.bin")
+                ti.size = 3000
+                t.addfile(ti, io.BytesIO(bytes(rng.getrandbits(8) for _ in range(3000))))
+        self.assert_same_as_permctl("--tars", self.path("z.tar.gz"))
+        with open(self.path("z.tar.gz"), "rb") as f:
+            self.put("zcut.tar.gz", f.read()[:-4])
+        self.assert_same_as_permctl("--tars", self.path("zcut.tar.gz"), code=layout.EIO)
 
 
 def mds_entry(base, samples, raw_bytes=64, zip_=None, fmt="mds", **extra):
