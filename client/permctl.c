@@ -17,6 +17,7 @@ static const permctl_cmd permctl_cmds[] = {
     {"stream", permctl_cmd_stream, "print all ids left to a rank, streamed from permd"},
     {"stats", permctl_cmd_stats, "print permd's counters"},
     {"verify", permctl_cmd_verify, "check a rank's received ids against the epoch's digest (exactly once)"},
+    {"shards", permctl_cmd_shards, "print the shard sizes of an MDS index or WebDataset tars (offline)"},
 };
 
 static void permctl_help(FILE *f)
@@ -141,52 +142,6 @@ int main(int argc, char **argv)
     return PERMCTL_EXIT_USAGE;
 }
 
-int permctl_read_shards(const char *path, uint64_t **sizes, uint64_t *n)
-{
-    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
-    char line[256];
-    uint64_t cap = 1024, count = 0, lineno = 0;
-    uint64_t *v = malloc(cap * sizeof *v);
-    if (!f || !v) {
-        free(v);
-        if (f && f != stdin)
-            fclose(f);
-        return permctl_usage_error("--shards-file: cannot read %s", path);
-    }
-    int rc = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (!line[0] || line[0] == '#')
-            continue;
-        if (count == cap) {
-            uint64_t *p = realloc(v, (cap *= 2) * sizeof *v);
-            if (!p) {
-                rc = permctl_usage_error("--shards-file: out of memory");
-                break;
-            }
-            v = p;
-        }
-        if (pd_parse_u64(line, &v[count])) {
-            rc = permctl_usage_error("--shards-file %s:%llu: '%s' is not a shard size (an unsigned decimal integer)",
-                                     path, (unsigned long long)lineno, line);
-            break;
-        }
-        count++;
-    }
-    if (f != stdin)
-        fclose(f);
-    if (!rc && count == 0)
-        rc = permctl_usage_error("--shards-file: %s lists no shard sizes", path);
-    if (rc) {
-        free(v);
-        return rc;
-    }
-    *sizes = v;
-    *n = count;
-    return 0;
-}
-
 enum permctl_opt_kind { PERMCTL_U64, PERMCTL_MODE, PERMCTL_STR, PERMCTL_FLAG };
 
 static const struct {
@@ -212,6 +167,9 @@ static const struct {
     [PERMCTL_OPT_WINDOW] = {"window", PERMCTL_U64, 1, UINT64_MAX},
     [PERMCTL_OPT_LANES] = {"lanes", PERMCTL_U64, 1, UINT32_MAX},
     [PERMCTL_OPT_LOCATIONS] = {"locations", PERMCTL_FLAG, 0, 0},
+    [PERMCTL_OPT_MDS] = {"mds", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_TARS] = {"tars", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_MAX_SHARDS] = {"max-shards", PERMCTL_U64, 1, UINT32_MAX - 1},
 };
 
 int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, const char *usage,

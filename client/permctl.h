@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "client/layout.h"
 #include "core/rank.h"
 
 /* Exit codes: 0 success, 1 the operation failed, 2 the command line is wrong. */
@@ -62,6 +63,9 @@ enum permctl_opt {
     PERMCTL_OPT_WINDOW,     /* K: shards per window */
     PERMCTL_OPT_LANES,      /* G: lanes */
     PERMCTL_OPT_LOCATIONS,  /* a flag: print "shard offset" instead of ids */
+    PERMCTL_OPT_MDS,        /* a MosaicML Streaming index.json (client/layout.h) */
+    PERMCTL_OPT_TARS,       /* WebDataset tar shards: the first SPEC (more may follow as arguments) */
+    PERMCTL_OPT_MAX_SHARDS, /* the most shards a layout may list */
     PERMCTL_OPT__COUNT
 };
 #define PERMCTL_BIT(o) (1u << PERMCTL_OPT_##o)
@@ -87,10 +91,17 @@ void permctl_out_u64_sep(permctl_out *o, uint64_t v, char sep);
 /* Write a string as-is (JSON punctuation, labels). */
 void permctl_out_str(permctl_out *o, const char *s);
 
-/* Read a shards file: one decimal size per line (blank lines and # comments
- * skipped). On failure prints a message naming the line and returns
- * PERMCTL_EXIT_USAGE; else 0 with a malloc'd array. */
-int permctl_read_shards(const char *path, uint64_t **sizes, uint64_t *n);
+/* Where a sharded dataset's sizes come from: exactly one of these (with --max-shards). */
+#define PERMCTL_SOURCE_OPTS (PERMCTL_BIT(SHARDS_FILE) | PERMCTL_BIT(MDS) | PERMCTL_BIT(TARS))
+#define PERMCTL_LAYOUT_OPTS (PERMCTL_SOURCE_OPTS | PERMCTL_BIT(MAX_SHARDS))
+
+/* The layout of --shards-file F, --mds INDEX or --tars SPEC, with a->pos[first_spec..] as more
+ * tar SPECs (permctl_shards.c). On failure prints a message naming the file and returns
+ * PERMCTL_EXIT_USAGE (no source or two, arguments where --tars is not given, a bad sizes file)
+ * or PERMCTL_EXIT_FAIL (an index or tar that cannot be read, with its PD_E* name); else 0. */
+int permctl_read_layout(const permctl_args *a, int first_spec, pd_layout **out);
+/* As permctl_read_layout, the sizes alone in a malloc'd array. */
+int permctl_read_shards(const permctl_args *a, int first_spec, uint64_t **sizes, uint64_t *n);
 
 /* Options every daemon subcommand accepts. */
 #define PERMCTL_CONN_OPTS (PERMCTL_BIT(SOCKET) | PERMCTL_BIT(TCP) | PERMCTL_BIT(TOKEN_FILE))
@@ -109,5 +120,6 @@ int permctl_cmd_stream(int argc, char **argv);
 int permctl_cmd_inverse_daemon(int argc, char **argv);
 int permctl_cmd_stats(int argc, char **argv);
 int permctl_cmd_verify(int argc, char **argv); /* offline with --size / --shards-file, else the daemon */
+int permctl_cmd_shards(int argc, char **argv); /* permctl_shards.c */
 
 #endif

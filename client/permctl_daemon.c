@@ -12,16 +12,21 @@
 
 static const char permctl_datasets_usage[] =
     "usage: permctl datasets put NAME --size N [--json]\n"
-    "       permctl datasets put NAME --shards-file FILE [--window K] [--lanes G] [--json]\n"
+    "       permctl datasets put NAME SHARDS [--window K] [--lanes G] [--max-shards M] [--json]\n"
     "       permctl datasets list [--json]\n"
     "       permctl datasets get NAME [--json]\n"
     "       permctl datasets rm NAME\n"
     "\n"
     "Register, show and remove datasets on permd. put is idempotent; a different\n"
     "size for an existing name is a conflict. Names: 1-128 of A-Z a-z 0-9 . _ -\n"
-    "A sharded dataset (docs/spec/shards-v1.md) is put from a file of shard sizes,\n"
-    "one per line; its default window K (shards per window, default 8) and lanes G\n"
-    "(default 1; set it to the usual world size) apply to its epochs.\n"
+    "A sharded dataset (docs/spec/shards-v1.md) is put from its SHARDS:\n"
+    "  --shards-file FILE         shard sizes, one per line (what permctl shards prints)\n"
+    "  --mds INDEX                a MosaicML Streaming index.json (or its directory)\n"
+    "  --tars SPEC [SPEC...]      WebDataset tars: files, directories, brace patterns\n"
+    "                             (\"shard-{000000..000999}.tar\") or globs, in order\n"
+    "Its default window K (shards per window, default 8) and lanes G (default 1;\n"
+    "set it to the usual world size) apply to its epochs. permctl shards prints the\n"
+    "shard order the sample ids follow.\n"
     "Connection: [--socket PATH | --tcp HOST:PORT [--token-file FILE]].\n";
 
 static const char permctl_fetch_usage[] =
@@ -151,7 +156,7 @@ int permctl_cmd_datasets(int argc, char **argv)
     permctl_args a;
     permd_client *c;
     int rc = permctl_parse(argc, argv,
-                           PERMCTL_CONN_OPTS | PERMCTL_BIT(JSON) | PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE) |
+                           PERMCTL_CONN_OPTS | PERMCTL_BIT(JSON) | PERMCTL_BIT(SIZE) | PERMCTL_LAYOUT_OPTS |
                                PERMCTL_SHARD_OPTS,
                            0, permctl_datasets_usage, &a);
     if (rc)
@@ -164,20 +169,21 @@ int permctl_cmd_datasets(int argc, char **argv)
     int is_get = !strcmp(action, "get"), is_rm = !strcmp(action, "rm");
     if (!is_put && !is_list && !is_get && !is_rm)
         return permctl_usage_error("datasets: unknown action '%s' (put, list, get or rm)", action);
-    if (is_list ? a.npos != 1 : a.npos != 2)
+    int sharded = (a.set & PERMCTL_SOURCE_OPTS) != 0;
+    int more_tars = is_put && (a.set & PERMCTL_BIT(TARS)); /* --tars SPEC SPEC...: more SPECs after NAME */
+    if (is_list ? a.npos != 1 : more_tars ? a.npos < 2 : a.npos != 2)
         return permctl_usage_error(is_list ? "datasets list: unexpected argument '%s'"
                                            : "datasets %s: give exactly one dataset NAME",
                                    is_list ? a.pos[1] : action);
-    int sharded = (a.set & PERMCTL_BIT(SHARDS_FILE)) != 0;
     if (is_put && sharded == ((a.set & PERMCTL_BIT(SIZE)) != 0))
-        return permctl_usage_error("datasets put: give --size N or --shards-file FILE");
-    if (!is_put && (a.set & (PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE) | PERMCTL_SHARD_OPTS)))
-        return permctl_usage_error("datasets %s: --size, --shards-file, --window and --lanes apply to put only",
+        return permctl_usage_error("datasets put: give --size N or --shards-file FILE (or --mds INDEX, or --tars SPEC...)");
+    if (!is_put && (a.set & (PERMCTL_BIT(SIZE) | PERMCTL_LAYOUT_OPTS | PERMCTL_SHARD_OPTS)))
+        return permctl_usage_error("datasets %s: --size, the shards, --window and --lanes apply to put only",
                                    action);
-    if (is_put && !sharded && (a.set & PERMCTL_SHARD_OPTS))
-        return permctl_usage_error("datasets put: --window and --lanes need --shards-file");
+    if (is_put && !sharded && (a.set & (PERMCTL_SHARD_OPTS | PERMCTL_BIT(MAX_SHARDS))))
+        return permctl_usage_error("datasets put: --window, --lanes and --max-shards need the shards");
     uint64_t *sizes = NULL, nshards = 0;
-    if (sharded && (rc = permctl_read_shards(a.s[PERMCTL_OPT_SHARDS_FILE], &sizes, &nshards)))
+    if (sharded && (rc = permctl_read_shards(&a, 2, &sizes, &nshards)))
         return rc;
     if (is_rm && json)
         return permctl_usage_error("datasets rm: --json does not apply");
@@ -613,14 +619,14 @@ int permctl_cmd_stats(int argc, char **argv)
 
 static const char permctl_verify_usage[] =
     "usage: permctl verify NAME --seed S --epoch E --world W --rank R --mode M [--offset O] [FILE]\n"
-    "       permctl verify (--size N | --shards-file F [--window K] [--lanes G])\n"
+    "       permctl verify (--size N | (--shards-file F | --mds INDEX | --tars SPEC) [--window K] [--lanes G])\n"
     "                      --seed S --epoch E --world W --rank R --mode M [--offset O] [FILE]\n"
     "\n"
     "Check that the ids in FILE (default: standard input; one per line) are exactly\n"
     "what rank R reads from offset O to the end of the epoch — no id missing,\n"
     "repeated or foreign, in any order — by comparing order-independent digests\n"
     "(count, sum, hash). The expected digest comes from permd (NAME) or is computed\n"
-    "here (--size / --shards-file). Exit 0 when they match, 1 when not.\n";
+    "here (--size, or the shards). Exit 0 when they match, 1 when not.\n";
 
 /* Digest the ids in a file (or stdin): one decimal id per line. */
 static int permctl_digest_file(const char *path, permd_digest *d)
@@ -655,14 +661,14 @@ int permctl_cmd_verify(int argc, char **argv)
     permctl_args a;
     const unsigned req = PERMCTL_SLICE_OPTS;
     int rc = permctl_parse(argc, argv,
-                           req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE) |
+                           req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(SIZE) | PERMCTL_LAYOUT_OPTS |
                                PERMCTL_SHARD_OPTS | PERMCTL_CONN_OPTS,
                            req, permctl_verify_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
-    int offline = (a.set & (PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE))) != 0;
-    if ((a.set & PERMCTL_BIT(SIZE)) && (a.set & PERMCTL_BIT(SHARDS_FILE)))
-        return permctl_usage_error("verify: give --size or --shards-file, not both");
+    int offline = (a.set & (PERMCTL_BIT(SIZE) | PERMCTL_SOURCE_OPTS)) != 0;
+    if ((a.set & PERMCTL_BIT(SIZE)) && (a.set & PERMCTL_SOURCE_OPTS))
+        return permctl_usage_error("verify: give --size or the shards, not both");
     if (a.npos > (offline ? 1 : 2))
         return permctl_usage_error("verify: unexpected argument '%s'", a.pos[a.npos - 1]);
     if (!offline && a.npos < 1)
@@ -675,9 +681,9 @@ int permctl_cmd_verify(int argc, char **argv)
     uint32_t world = (uint32_t)a.u[PERMCTL_OPT_WORLD], rank = (uint32_t)a.u[PERMCTL_OPT_RANK];
     if (offline) {
         uint64_t *sizes = NULL, nshards = 0;
-        if (a.set & PERMCTL_BIT(SHARDS_FILE)) {
+        if (a.set & PERMCTL_SOURCE_OPTS) {
             permd_plan *plan;
-            if ((rc = permctl_read_shards(a.s[PERMCTL_OPT_SHARDS_FILE], &sizes, &nshards)))
+            if ((rc = permctl_read_shards(&a, a.npos, &sizes, &nshards))) /* positionals: the ids FILE */
                 return rc;
             rc = permd_plan_new(a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], sizes, nshards,
                                 a.u[PERMCTL_OPT_WINDOW], (uint32_t)a.u[PERMCTL_OPT_LANES], &plan);
@@ -687,8 +693,8 @@ int permctl_cmd_verify(int argc, char **argv)
                 permd_plan_free(plan);
             }
         } else {
-            if (a.set & PERMCTL_SHARD_OPTS)
-                return permctl_usage_error("verify: --window and --lanes need --shards-file");
+            if (a.set & (PERMCTL_SHARD_OPTS | PERMCTL_BIT(MAX_SHARDS)))
+                return permctl_usage_error("verify: --window, --lanes and --max-shards need the shards");
             rc = permd_rank_digest(a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], a.u[PERMCTL_OPT_SIZE], world, rank,
                                    (int)a.mode, a.u[PERMCTL_OPT_OFFSET], &want);
         }

@@ -28,14 +28,15 @@ const char permctl_inverse_usage[] =
     "(position mod W; '-' when drop mode discards it).\n";
 
 static const char permctl_rank_usage[] =
-    "usage: permctl rank --seed S --epoch E (--size N | --shards-file F [--window K] [--lanes G]\n"
-    "                    [--locations]) --world W --rank R --mode pad|drop|exact [--offset O] [--count C]\n"
+    "usage: permctl rank --seed S --epoch E (--size N | SHARDS [--window K] [--lanes G] [--locations])\n"
+    "                    --world W --rank R --mode pad|drop|exact [--offset O] [--count C]\n"
+    "       SHARDS: --shards-file F | --mds INDEX | --tars SPEC [SPEC...]  (see permctl shards --help)\n"
     "\n"
     "Print the sample ids rank R of W reads after O global positions were\n"
     "consumed (positions O + R + k·W), one per line. pad repeats samples so every\n"
     "rank reads ⌈N/W⌉; drop discards the last N mod W positions; exact reads\n"
     "every sample once. --count defaults to all the rank has left.\n"
-    "With --shards-file (one shard size per line) the epoch is the sharded order of\n"
+    "With SHARDS (sizes one per line, or as an MDS index or tars list them) the epoch is the sharded order of\n"
     "docs/spec/shards-v1.md: windows of K shards (default 8) read through G lanes\n"
     "(default 1); --locations prints \"SHARD OFFSET\" instead of sample ids.\n";
 
@@ -141,7 +142,7 @@ int permctl_cmd_inverse(int argc, char **argv)
 static int permctl_rank_sharded(const permctl_args *a, pd_slice *s, uint64_t want)
 {
     uint64_t *sizes, nshards;
-    int rc = permctl_read_shards(a->s[PERMCTL_OPT_SHARDS_FILE], &sizes, &nshards);
+    int rc = permctl_read_shards(a, 0, &sizes, &nshards);
     if (rc)
         return rc;
     uint64_t *start = malloc((size_t)(nshards + 1) * sizeof *start);
@@ -153,7 +154,7 @@ static int permctl_rank_sharded(const permctl_args *a, pd_slice *s, uint64_t wan
     if (!start || !mem)
         rc = permctl_fail(PD_ENOMEM, "rank");
     else if (pd_shard_layout_build(sizes, nshards, start))
-        rc = permctl_usage_error("--shards-file: the sizes must sum to between 1 and 2^63 samples");
+        rc = permctl_usage_error("rank: the shard sizes must sum to between 1 and 2^63 samples");
     else if ((rc = pd_shard_plan_init(&plan, start, nshards, a->u[PERMCTL_OPT_SEED], a->u[PERMCTL_OPT_EPOCH],
                                       (a->set & PERMCTL_BIT(WINDOW)) ? a->u[PERMCTL_OPT_WINDOW] : 8,
                                       (a->set & PERMCTL_BIT(LANES)) ? a->u[PERMCTL_OPT_LANES] : 1, mem, bytes)))
@@ -198,18 +199,18 @@ int permctl_cmd_rank(int argc, char **argv)
                          PERMCTL_BIT(MODE);
     const unsigned shard_opts = PERMCTL_BIT(WINDOW) | PERMCTL_BIT(LANES) | PERMCTL_BIT(LOCATIONS);
     int rc = permctl_parse(argc, argv,
-                           req | PERMCTL_BIT(SIZE) | PERMCTL_BIT(SHARDS_FILE) | shard_opts | PERMCTL_BIT(OFFSET) |
+                           req | PERMCTL_BIT(SIZE) | PERMCTL_LAYOUT_OPTS | shard_opts | PERMCTL_BIT(OFFSET) |
                                PERMCTL_BIT(COUNT),
                            req, permctl_rank_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
-    if (a.npos)
+    int sharded = (a.set & PERMCTL_SOURCE_OPTS) != 0;
+    if (a.npos && !(a.set & PERMCTL_BIT(TARS)))
         return permctl_usage_error("rank: unexpected argument '%s'", a.pos[0]);
-    int sharded = (a.set & PERMCTL_BIT(SHARDS_FILE)) != 0;
     if (sharded == ((a.set & PERMCTL_BIT(SIZE)) != 0))
-        return permctl_usage_error("rank: give --size N or --shards-file FILE (see permctl rank --help)");
-    if (!sharded && (a.set & shard_opts))
-        return permctl_usage_error("rank: --window, --lanes and --locations need --shards-file");
+        return permctl_usage_error("rank: give --size N or the shards: --shards-file, --mds or --tars (see permctl rank --help)");
+    if (!sharded && (a.set & (shard_opts | PERMCTL_BIT(MAX_SHARDS))))
+        return permctl_usage_error("rank: --window, --lanes, --locations and --max-shards need the shards");
     pd_slice s = {
         .world = (uint32_t)a.u[PERMCTL_OPT_WORLD],
         .rank = (uint32_t)a.u[PERMCTL_OPT_RANK],

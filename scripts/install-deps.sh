@@ -10,6 +10,7 @@ PACKAGES=(
   libsqlite3-dev                            # dataset registry
   libcmocka-dev                             # unit tests
   libsystemd-dev                            # sd_notify (Type=notify units, watchdog)
+  libarchive-dev libjansson-dev             # permctl --tars (WebDataset shards) and --mds (MDS index.json)
   libsimde-dev                              # tests of the AVX-512 kernel on CPUs without AVX-512
   clang libclang-rt-14-dev                  # fuzzers (libFuzzer) and sanitizers
   valgrind                                  # leak checks

@@ -20,7 +20,7 @@ step "tests (Release)"
 
 step "build (ASan+UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPERMD_SANITIZE=ON -DPERMD_WERROR=ON \
-      -DPERMD_CUDA=OFF -DPERMD_BUILD_BENCH=OFF >/dev/null
+      -DPERMD_CUDA=OFF -DPERMD_BUILD_BENCH=OFF -DPERMD_IMPORT=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 
 step "tests (ASan+UBSan)"

@@ -13,6 +13,7 @@ from .permutation import Permutation
 from .client import Client
 from .sampler import Sampler
 from .shards import ShardPlan, digest
+from .layout import LayoutError, ShardLayout
 
 __version__ = "0.1.0"
 __all__ = ["Permutation", "Sampler", "Client", "ShardPlan", "digest", "PermdError", "NotFound", "Conflict", "InvalidArgument",

@@ -1,7 +1,14 @@
 """Sharded datasets from Python: ShardPlan against the independent reference, Sampler coverage and resume
-across world sizes, offline and daemon ids identical, digests, bad arguments."""
+across world sizes, offline and daemon ids identical, digests, bad arguments; ShardLayout from WebDataset tars,
+MDS indexes and sizes files (good and bad input, each the same as permctl shards reads it), ids <-> (shard, offset)."""
+import io
+import json
 import os
+import random
+import subprocess
 import sys
+import tarfile
+import tempfile
 import unittest
 
 import numpy as np
@@ -14,6 +21,11 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import permv1  # noqa: E402
 from daemon import Daemon  # noqa: E402
+from permd import layout  # noqa: E402
+
+PERMCTL = os.path.join(os.path.dirname(os.environ.get("PERMD_BIN", "permd")), "permctl")
+BRACES = os.path.join(HERE, "..", "data", "braces.tsv")
+PERMCTL_READS = os.environ.get("PERMD_HAVE_IMPORT", "1") != "0"  # permctl built with --tars and --mds
 
 SIZES = [0 if i % 7 == 0 else 1 if i % 5 == 0 else (i * 13) % 40 for i in range(400)]
 N = sum(SIZES)
@@ -131,6 +143,364 @@ class DaemonSharded(unittest.TestCase):
             c.put_dataset("flat10", 10)
             with self.assertRaises(permd.InvalidArgument):
                 c.fetch("flat10", 1, 1, 1, 0, locations=True)
+
+
+# ---- ShardLayout ---------------------------------------------------------------------------------------------------
+
+def write_tar(path, names, size=3, fmt=tarfile.PAX_FORMAT, mode="w"):
+    """A tar of regular members (or (name, type) pairs: "d" directory, "s" symlink, "h" hard link to the first)."""
+    with tarfile.open(path, mode, format=fmt) as t:
+        first = None
+        for n in names:
+            n, kind = n if isinstance(n, tuple) else (n, "f")
+            ti = tarfile.TarInfo(n)
+            if kind == "d":
+                ti.type = tarfile.DIRTYPE
+                t.addfile(ti)
+            elif kind == "s":
+                ti.type, ti.linkname = tarfile.SYMTYPE, "x"
+                t.addfile(ti)
+            elif kind == "h":
+                ti.type, ti.linkname = tarfile.LNKTYPE, first or "x"
+                t.addfile(ti)
+            else:
+                ti.size = size
+                t.addfile(ti, io.BytesIO(b"x" * size))
+            first = first or n
+
+
+def samples_tar(path, k, size=3):
+    write_tar(path, [f"s{i:04d}.{e}" for i in range(k) for e in ("jpg", "cls")], size)
+
+
+def permctl_shards(*args):
+    """permctl shards' layout: ([(size, path)], None) or (None, PD_E* name)."""
+    r = subprocess.run([PERMCTL, "shards", *args], capture_output=True, text=True)
+    if r.returncode:
+        return None, r.stderr.strip().rsplit("(", 1)[-1].rstrip(")")
+    rows = [line.split("\t", 1) for line in r.stdout.splitlines()]
+    return [(int(n), p) for n, p in rows], None
+
+
+CODE_NAMES = {layout.EINVAL: "PD_EINVAL", layout.EOVERFLOW: "PD_EOVERFLOW", layout.EIO: "PD_EIO",
+              layout.ENOTFOUND: "PD_ENOTFOUND", layout.ETOOBIG: "PD_ETOOBIG", layout.EUNSUPPORTED: "PD_EUNSUPPORTED"}
+
+
+class LayoutCase(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="permd-layout-")
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def put(self, name, data):
+        with open(self.path(name), "wb" if isinstance(data, (bytes, bytearray)) else "w") as f:
+            f.write(data)
+
+    def assert_layout_error(self, code, mention, fn, *args, **kw):
+        with self.assertRaises(permd.LayoutError) as cm:
+            fn(*args, **kw)
+        self.assertEqual(cm.exception.code, code, str(cm.exception))
+        self.assertIn(mention, str(cm.exception))
+        self.assertIsInstance(cm.exception, ValueError)
+        return cm.exception
+
+    def assert_same_as_permctl(self, flag, *specs, code=None):
+        """Python and permctl read the same layout, or fail with the same code (Python alone where permctl
+        was built without the readers)."""
+        reader = permd.ShardLayout.from_tars if flag == "--tars" else permd.ShardLayout.from_mds
+        if not PERMCTL_READS:
+            if code is None:
+                return reader(*specs)
+            with self.assertRaises(permd.LayoutError) as cm:
+                reader(*specs)
+            self.assertEqual(cm.exception.code, code, str(cm.exception))
+            return None
+        want, err = permctl_shards(flag, *specs)
+        if code is not None:
+            self.assertEqual(err, CODE_NAMES[code], specs)
+            with self.assertRaises(permd.LayoutError) as cm:
+                reader(*specs)
+            self.assertEqual(cm.exception.code, code, str(cm.exception))
+            return None
+        self.assertIsNone(err, specs)
+        got = reader(*specs)
+        self.assertEqual(list(zip(got.sizes, got.paths)), want)
+        return got
+
+
+class Braces(unittest.TestCase):
+    def test_cases_file(self):
+        n = 0
+        with open(BRACES, encoding="utf-8") as f:
+            for line in f:
+                line = line.rstrip("\n")
+                if not line or line.startswith("#"):
+                    continue
+                pattern, *want = line.split("\t")
+                if want == ["!unbalanced"]:
+                    with self.assertRaises(ValueError, msg=pattern):
+                        layout.expand_braces(pattern)
+                else:
+                    self.assertEqual(layout.expand_braces(pattern), want, pattern)
+                n += 1
+        self.assertGreaterEqual(n, 60)
+
+    def test_limits(self):
+        self.assertEqual(len(layout.expand_braces("{0..9}", 10)), 10)
+        e = None
+        for pattern in ["{0..10}", "s{0..99999999999999}.tar", "{0..9999}{0..9999}{0..9999}"]:
+            with self.assertRaises(permd.LayoutError) as cm:
+                layout.expand_braces(pattern, 10)
+            e = cm.exception
+        self.assertEqual(e.code, layout.ETOOBIG)
+        with self.assertRaises(ValueError):
+            layout.expand_braces("{" * 65 + "a,b" + "}" * 65)
+        # braces around a single item stay literal: only the innermost {a,b} expands
+        self.assertEqual(layout.expand_braces("{" * 64 + "a,b" + "}" * 64), ["{" * 63 + c + "}" * 63 for c in "ab"])
+
+
+class Tars(LayoutCase):
+    def test_grouping_as_webdataset(self):
+        write_tar(self.path("g.tar"), ["a.jpg", "a.json", "__meta__", "noext", "a.txt", ("sub", "d"), "sub/b.jpg",
+                                       "sub/b.cls", ("link.jpg", "s"), ("hard.jpg", "h"), "a.png", "x/.hidden",
+                                       "x/.other", "__k__/z.jpg", "d.v1/c.seg.png"])
+        got = self.assert_same_as_permctl("--tars", self.path("g.tar"))
+        self.assertEqual(got.sizes, [5])
+        self.assertEqual(got.keys(0), ["a", "sub/b", "a", "x/", "d.v1/c"])
+
+    @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_random_names_agree_with_permctl(self):
+        """Differential: random member names, types and formats; Python and C must count alike."""
+        rng = random.Random(17)
+        parts = ["a", "b", ".", "/", "_", "__", "A", "JPG", "jpg", ".x", "d.v/", "__k__", "é", "ü.Ü"]
+        agreed = 0
+        for trial in range(60):
+            names = []
+            for _ in range(rng.randint(1, 10)):
+                n = "".join(rng.choice(parts) for _ in range(rng.randint(1, 5))).replace("//", "/").lstrip("/")
+                n = n + "z" if not n or n.endswith("/") else n
+                names.append((n, rng.choice("ffffffffdsh")))
+            p = self.path(f"r{trial}.tar")
+            write_tar(p, names, fmt=rng.choice([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT]))
+            want, err = permctl_shards("--tars", p)
+            try:
+                got = [(permd.layout.count_tar(p), p)]
+                code = None
+            except permd.LayoutError as e:
+                got, code = None, CODE_NAMES[e.code]
+            self.assertEqual((got, code), (want, err), names)
+            agreed += want is not None
+        self.assertGreater(agreed, 20)
+
+    def test_specs(self):
+        for i in range(4):
+            samples_tar(self.path(f"shard-{i:06d}.tar"), i + 1)
+        spec = self.path("shard-{000002..000000}.tar") + "::" + self.path("shard-000003.tar")
+        got = self.assert_same_as_permctl("--tars", spec)
+        self.assertEqual(got.sizes, [3, 2, 1, 4])
+        self.assertEqual(got.paths[0], self.path("shard-000002.tar"))
+        os.mkdir(self.path("d"))
+        samples_tar(self.path("d", "b.tar"), 2)
+        samples_tar(self.path("d", "a.tar.gz"), 1)
+        with tarfile.open(self.path("d", "c.tar.gz"), "w:gz") as t:
+            for n in ["k1.a", "k1.b", "k2.a"]:
+                ti = tarfile.TarInfo(n)
+                t.addfile(ti, io.BytesIO(b""))
+        samples_tar(self.path("d", ".partial.tar"), 1)
+        got = self.assert_same_as_permctl("--tars", self.path("d"), self.path("shard-00000[13].tar"))
+        self.assertEqual([os.path.basename(p) for p in got.paths],
+                         ["a.tar.gz", "b.tar", "c.tar.gz", "shard-000001.tar", "shard-000003.tar"])
+        self.assertEqual(got.sizes, [1, 2, 2, 2, 4])
+
+    def test_bad_tars(self):
+        samples_tar(self.path("t.tar"), 3, size=1000)
+        with open(self.path("t.tar"), "rb") as f:
+            data = f.read()
+        body = 6 * (512 + 1024)
+        for cut in [body - 1, body - 600, body - 1024 - 100, 512 + 1024 + 100]:
+            self.put("cut.tar", data[:cut])
+            self.assert_same_as_permctl("--tars", self.path("cut.tar"), code=layout.EIO)
+            self.assert_layout_error(layout.EIO, "cut.tar: truncated", layout.count_tar, self.path("cut.tar"))
+        self.put("cut.tar", data[:4 * (512 + 1024)])  # cut right after a member: accepted
+        self.assertEqual(layout.count_tar(self.path("cut.tar")), 2)
+        damaged = bytearray(data)
+        damaged[2 * 1536 + 100:2 * 1536 + 102] = b"ZZ"
+        self.put("damaged.tar", damaged)
+        self.assert_same_as_permctl("--tars", self.path("damaged.tar"), code=layout.EIO)
+        self.put("text.tar", "not a tar\n")
+        self.assert_same_as_permctl("--tars", self.path("text.tar"), code=layout.EINVAL)
+        self.put("empty.tar", "")
+        self.assert_same_as_permctl("--tars", self.path("empty.tar"), code=layout.EINVAL)
+        write_tar(self.path("meta.tar"), ["__index__", "README", ("d", "d")])
+        e = self.assert_layout_error(layout.EINVAL, "an empty shard", layout.count_tar, self.path("meta.tar"))
+        self.assertEqual(e.path, self.path("meta.tar"))
+        self.assert_same_as_permctl("--tars", self.path("meta.tar"), code=layout.EINVAL)
+        write_tar(self.path("dup.tar"), ["a.jpg", "a.cls", "a.JPG"])
+        self.assert_layout_error(layout.EINVAL, "a.JPG", layout.count_tar, self.path("dup.tar"))
+        self.assert_same_as_permctl("--tars", self.path("dup.tar"), code=layout.EINVAL)
+        self.assert_same_as_permctl("--tars", self.path("missing.tar"), code=layout.ENOTFOUND)
+        self.assert_same_as_permctl("--tars", self.path("nothing-*.tar"), code=layout.ENOTFOUND)
+        samples_tar(self.path("s-0.tar"), 1)
+        e = self.assert_layout_error(layout.ENOTFOUND, "s-1.tar", permd.ShardLayout.from_tars,
+                                     self.path("s-{0..1}.tar"))
+        self.assertEqual(e.path, self.path("s-1.tar"))
+        self.assert_same_as_permctl("--tars", self.path("s-{0..1}.tar"), code=layout.ENOTFOUND)
+        self.assert_same_as_permctl("--tars", self.path("s-{0,1.tar"), code=layout.EINVAL)
+        self.assert_layout_error(layout.ETOOBIG, "more than 1 shards", permd.ShardLayout.from_tars,
+                                 self.path("s-0.tar"), self.path("s-0.tar"), max_shards=1)
+        os.mkdir(self.path("nodir"))
+        self.assert_same_as_permctl("--tars", self.path("nodir"), code=layout.ENOTFOUND)
+        # a compressed shard must end whole: its last bytes (the gzip trailer) cut
+        rng = random.Random(5)
+        with tarfile.open(self.path("z.tar.gz"), "w:gz") as t:
+            for i in range(20):
+                ti = tarfile.TarInfo(f"k{i}.bin")
+                ti.size = 3000
+                t.addfile(ti, io.BytesIO(bytes(rng.getrandbits(8) for _ in range(3000))))
+        self.assert_same_as_permctl("--tars", self.path("z.tar.gz"))
+        with open(self.path("z.tar.gz"), "rb") as f:
+            self.put("zcut.tar.gz", f.read()[:-4])
+        self.assert_same_as_permctl("--tars", self.path("zcut.tar.gz"), code=layout.EIO)
+
+
+def mds_entry(base, samples, raw_bytes=64, zip_=None, fmt="mds", **extra):
+    e = {"column_encodings": ["str", "int"], "column_names": ["text", "label"], "column_sizes": [None, 8],
+         "compression": "zstd" if zip_ else None, "format": fmt, "hashes": [],
+         "raw_data": {"basename": base, "bytes": raw_bytes, "hashes": {}}, "samples": samples,
+         "size_limit": 1 << 26, "version": 2,
+         "zip_data": {"basename": zip_, "bytes": 40, "hashes": {}} if zip_ else None}
+    e.update(extra)
+    return e
+
+
+class Mds(LayoutCase):
+    def write_index(self, shards, name="index.json", **top):
+        obj = {"shards": shards, "version": 2}
+        obj.update(top)
+        with open(self.path(name), "w") as f:
+            json.dump(obj, f, sort_keys=True)
+        return self.path(name)
+
+    def mds_file(self, name, samples, size=64):
+        with open(self.path(name), "wb") as f:
+            f.write(samples.to_bytes(4, "little") + b"\0" * (size - 4))
+
+    def test_good(self):
+        index = self.write_index([mds_entry("shard.00000.mds", 1000), mds_entry("shard.00001.mds", 17,
+                                                                               zip_="shard.00001.mds.zstd"),
+                                  mds_entry("part2/shard.00000.mds", 400)])
+        got = self.assert_same_as_permctl("--mds", index)
+        self.assertEqual(got.sizes, [1000, 17, 400])
+        self.assertEqual(got.paths, ["shard.00000.mds", "shard.00001.mds", "part2/shard.00000.mds"])
+        self.mds_file("shard.00000.mds", 1000)
+        got = self.assert_same_as_permctl("--mds", self.dir)
+        self.assertEqual(got.samples, 1417)
+
+    def test_inconsistent(self):
+        index = self.write_index([mds_entry("a.mds", 10), mds_entry("b.mds", 5)])
+        self.mds_file("a.mds", 9)
+        self.assert_layout_error(layout.EINVAL, "holds 9 samples", permd.ShardLayout.from_mds, index)
+        self.assert_same_as_permctl("--mds", index, code=layout.EINVAL)
+        self.mds_file("a.mds", 10, size=63)
+        self.assert_layout_error(layout.EINVAL, "is 63 bytes", permd.ShardLayout.from_mds, index)
+        self.assert_same_as_permctl("--mds", index, code=layout.EINVAL)
+
+    def test_bad(self):
+        ok = mds_entry("ok.mds", 5)
+        no_raw = {k: v for k, v in mds_entry("x.mds", 5).items() if k != "raw_data"}
+        cases = [  # (shards, top-level extras, code, mention)
+            ([ok, mds_entry("a.mds", 0)], {}, layout.EINVAL, "a.mds is an empty shard"),
+            ([ok, mds_entry("a.mds", -3)], {}, layout.EINVAL, "negative"),
+            ([ok, mds_entry("a.mds", 1 << 32)], {}, layout.EOVERFLOW, "32 bits"),
+            ([ok, mds_entry("a.mds", 1 << 63)], {}, layout.EOVERFLOW, "2^63 - 1"),
+            ([ok, mds_entry("a.mds", (1 << 63) - 1, fmt="json")], {}, layout.EOVERFLOW, "more than 2^63"),
+            ([ok, mds_entry("a.mds", 5.0)], {}, layout.EINVAL, "not an integer"),
+            ([ok, mds_entry("a.mds", True)], {}, layout.EINVAL, "not an integer"),
+            ([ok, mds_entry("ok.mds", 5)], {}, layout.EINVAL, "two shards name the file ok.mds"),
+            ([ok, mds_entry("../up.mds", 5)], {}, layout.EINVAL, "leaves the dataset"),
+            ([ok, mds_entry("a.mds", 5, fmt="parquet")], {}, layout.EUNSUPPORTED, "parquet"),
+            ([ok, mds_entry("a.mds", 5, version=1)], {}, layout.EUNSUPPORTED, "shard 1: \"version\" is 1"),
+            ([ok, mds_entry("a.mds", 5, compression="zstd")], {}, layout.EINVAL, "\"compression\" is set"),
+            ([ok, no_raw], {}, layout.EINVAL, "no \"raw_data\""),
+            ([ok], {"version": 1}, layout.EUNSUPPORTED, "\"version\" is 1"),
+            ([], {}, layout.EINVAL, "\"shards\" is empty"),
+        ]
+        for i, (shards, top, code, mention) in enumerate(cases):
+            index = self.write_index(shards, name=f"i{i}.json", **top)
+            self.assert_layout_error(code, mention, permd.ShardLayout.from_mds, index)
+            self.assert_same_as_permctl("--mds", index, code=code)
+        for name, text, code in [("trunc.json", '{"version": 2, "shards": [', layout.EINVAL),
+                                 ("dup.json", '{"version": 2, "version": 2, "shards": []}', layout.EINVAL),
+                                 ("nan.json", '{"version": 2, "shards": [NaN]}', layout.EINVAL),
+                                 ("array.json", "[1]", layout.EINVAL),
+                                 ("huge.json", '{"version": 2, "shards": [{"samples": 99999999999999999999}]}',
+                                  layout.EOVERFLOW)]:
+            with open(self.path(name), "w") as f:
+                f.write(text)
+            e = self.assert_layout_error(code, name, permd.ShardLayout.from_mds, self.path(name))
+            self.assertIn(self.path(name), e.path)
+            self.assert_same_as_permctl("--mds", self.path(name), code=code)
+        self.assert_same_as_permctl("--mds", self.path("absent", "index.json"), code=layout.ENOTFOUND)
+
+
+class Mapping(LayoutCase):
+    def test_ids_both_ways(self):
+        lay = permd.ShardLayout([3, 0, 0, 5, 1], ["a", "b", "c", "d", "e"])
+        self.assertEqual(lay.samples, 9)
+        self.assertEqual(len(lay), 5)
+        self.assertEqual([lay.locate(s) for s in range(9)],
+                         [(0, 0), (0, 1), (0, 2), (3, 0), (3, 1), (3, 2), (3, 3), (3, 4), (4, 0)])
+        for s in range(9):
+            self.assertEqual(lay.sample_id(*lay.locate(s)), s)
+        self.assertEqual(lay.where(8), ("e", 0))
+        shards, offsets = lay.locate(np.arange(9, dtype=np.uint64))
+        self.assertEqual(shards.tolist(), [0, 0, 0, 3, 3, 3, 3, 3, 4])
+        self.assertEqual(lay.sample_id(shards, offsets).tolist(), list(range(9)))
+        with self.assertRaises(IndexError):
+            lay.locate(9)
+        with self.assertRaises(IndexError):
+            lay.sample_id(1, 0)  # an empty shard has no offset 0
+        with self.assertRaises(IndexError):
+            lay.sample_id(np.array([0, 3]), np.array([0, 5]))
+        with self.assertRaises(ValueError):
+            permd.ShardLayout([])
+        with self.assertRaises(ValueError):
+            permd.ShardLayout([1 << 62, 1 << 62, 1])
+
+    def test_plan_locations_map_back(self):
+        """A plan over a layout: each (shard, offset) it yields is the id it yields, and names its file."""
+        for i, k in enumerate([3, 1, 4, 1, 5]):
+            samples_tar(self.path(f"w-{i}.tar"), k)
+        lay = permd.ShardLayout.from_tars(self.path("w-{0..4}.tar"))
+        plan = permd.ShardPlan(3, 1, lay, 2, 1)
+        ids = plan.rank(2, 0, "exact")
+        shards, offsets = plan.rank(2, 0, "exact", locations=True)
+        self.assertEqual(lay.sample_id(shards, offsets).tolist(), ids.tolist())
+        for sid, sh, off in zip(ids.tolist(), shards.tolist(), offsets.tolist()):
+            path, o = lay.where(sid)
+            self.assertEqual((path, o), (self.path(f"w-{sh}.tar"), off))
+            self.assertEqual(lay.keys(sh)[off], f"s{off:04d}")
+
+    @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_sizes_file_round_trip(self):
+        for i in range(3):
+            samples_tar(self.path(f"q-{i}.tar"), i + 2)
+        r = subprocess.run([PERMCTL, "shards", "--tars", self.path("q-{0..2}.tar")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.path("sizes.txt"), "w") as f:
+            f.write("# from permctl shards\n" + r.stdout)
+        lay = permd.ShardLayout.from_sizes(self.path("sizes.txt"))
+        self.assertEqual((lay.sizes, lay.paths), ([2, 3, 4], [self.path(f"q-{i}.tar") for i in range(3)]))
+        self.assertEqual(permd.ShardLayout.from_sizes([4, 0, 2]).samples, 6)
+        with open(self.path("bad.txt"), "w") as f:
+            f.write("3\n４\n")
+        self.assert_layout_error(layout.EINVAL, "bad.txt:2", permd.ShardLayout.from_sizes, self.path("bad.txt"))
+        self.assert_layout_error(layout.ENOTFOUND, "nope.txt", permd.ShardLayout.from_sizes, self.path("nope.txt"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,273 @@
+/* MosaicML Streaming (MDS) index.json: shard sample counts and basenames, parsed with jansson and checked strictly. */
+#include "layout_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+/* The shard formats a version-2 index may list (Streaming's readers); all count samples alike. */
+static const char *const mds_formats[] = {"mds", "csv", "tsv", "xsv", "json"};
+
+typedef struct mds_ctx {
+    const char *index; /* the index file, for messages */
+    char *dir;         /* its directory, where shard files would lie */
+    char *err;
+    size_t errlen;
+    uint64_t bytes_read;
+} mds_ctx;
+
+/* Fail naming the index and shard i. */
+#define MDS_FAIL(c, code, i, fmt, ...)                                                                    \
+    pd_layout_fail(code, (c)->err, (c)->errlen, "%s: shard %zu: " fmt, (c)->index, (size_t)(i), __VA_ARGS__)
+
+/* obj[key] as an integer in [0, max]; 0 or a typed error. */
+static int mds_uint(mds_ctx *c, size_t i, const json_t *obj, const char *key, uint64_t max, uint64_t *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v)
+        return MDS_FAIL(c, PD_EINVAL, i, "no \"%s\"", key);
+    if (!json_is_integer(v))
+        return MDS_FAIL(c, PD_EINVAL, i, "\"%s\" is not an integer", key);
+    json_int_t x = json_integer_value(v);
+    if (x < 0)
+        return MDS_FAIL(c, PD_EINVAL, i, "\"%s\" is negative (%" JSON_INTEGER_FORMAT ")", key, x);
+    if ((uint64_t)x > max)
+        return MDS_FAIL(c, PD_EOVERFLOW, i, "\"%s\" is %" JSON_INTEGER_FORMAT ", more than %" PRIu64 " %s", key, x,
+                        max, max == UINT32_MAX ? "(an MDS shard counts its samples in 32 bits)" : "");
+    *out = (uint64_t)x;
+    return 0;
+}
+
+/* A basename must stay inside the dataset's directory, as Streaming joins it to it. */
+static int mds_name_ok(const char *s)
+{
+    if (!*s || s[0] == '/')
+        return 0;
+    for (const char *p = s; p; p = strchr(p, '/')) {
+        p += *p == '/';
+        if (p[0] == '.' && p[1] == '.' && (p[2] == '/' || p[2] == '\0'))
+            return 0;
+    }
+    return 1;
+}
+
+/* raw_data / zip_data: {"basename": non-empty string inside the directory, "bytes": integer}. */
+static int mds_file(mds_ctx *c, size_t i, const json_t *shard, const char *key, const char **name, uint64_t *bytes)
+{
+    json_t *f = json_object_get(shard, key);
+    const char *s;
+    *name = NULL;
+    if (!f)
+        return MDS_FAIL(c, PD_EINVAL, i, "no \"%s\"", key);
+    if (json_is_null(f) && strcmp(key, "raw_data"))
+        return 0;
+    if (!json_is_object(f))
+        return MDS_FAIL(c, PD_EINVAL, i, "\"%s\" is not an object", key);
+    if (!(s = json_string_value(json_object_get(f, "basename"))))
+        return MDS_FAIL(c, PD_EINVAL, i, "\"%s\" has no \"basename\" string", key);
+    if (!mds_name_ok(s))
+        return MDS_FAIL(c, PD_EINVAL, i, "\"%s\".basename '%s' is empty or leaves the dataset's directory", key, s);
+    int rc = mds_uint(c, i, f, "bytes", UINT64_MAX, bytes);
+    if (rc)
+        return rc;
+    *name = s;
+    return 0;
+}
+
+/* When the shard's file lies next to the index: its size must be the index's, and an MDS file's
+ * first 4 bytes (its sample count, little-endian) the shard's samples. 1 when it was there. */
+static int mds_check_file(mds_ctx *c, size_t i, const char *name, uint64_t bytes, uint64_t samples, int header)
+{
+    char *path = malloc(strlen(c->dir) + strlen(name) + 2);
+    struct stat st;
+    int rc = 0, fd = -1;
+    if (!path)
+        return MDS_FAIL(c, PD_ENOMEM, i, "%s", "out of memory");
+    sprintf(path, "%s/%s", c->dir, name);
+    if (stat(path, &st) || !S_ISREG(st.st_mode))
+        goto done;
+    rc = 1;
+    if ((uint64_t)st.st_size != bytes) {
+        rc = MDS_FAIL(c, PD_EINVAL, i, "%s is %lld bytes but the index lists %" PRIu64 " (a partial or stale file?)",
+                      path, (long long)st.st_size, bytes);
+        goto done;
+    }
+    if (!header)
+        goto done;
+    unsigned char b[4];
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || read(fd, b, 4) != 4) {
+        rc = MDS_FAIL(c, PD_EIO, i, "%s: cannot read its header", path);
+        goto done;
+    }
+    c->bytes_read += 4;
+    uint64_t n = (uint64_t)b[0] | (uint64_t)b[1] << 8 | (uint64_t)b[2] << 16 | (uint64_t)b[3] << 24;
+    if (n != samples)
+        rc = MDS_FAIL(c, PD_EINVAL, i, "%s holds %" PRIu64 " samples but the index lists %" PRIu64, path, n, samples);
+done:
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return rc;
+}
+
+/* "version": 2, the only one Streaming writes and reads. where: "" or "shard N: ". */
+static int mds_version(mds_ctx *c, const json_t *obj, const char *where)
+{
+    json_t *v = json_object_get(obj, "version");
+    if (json_is_integer(v) && json_integer_value(v) == 2)
+        return 0;
+    if (!json_is_integer(v))
+        return pd_layout_fail(PD_EINVAL, c->err, c->errlen, "%s: %s\"version\" is %s", c->index, where,
+                              v ? "not an integer" : "missing");
+    return pd_layout_fail(PD_EUNSUPPORTED, c->err, c->errlen,
+                          "%s: %s\"version\" is %" JSON_INTEGER_FORMAT "; this reader knows MDS index version 2",
+                          c->index, where, json_integer_value(v));
+}
+
+/* One shard's entry: checked, then appended to l. */
+static int mds_shard(mds_ctx *c, size_t i, const json_t *shard, pd_layout *l)
+{
+    if (!json_is_object(shard))
+        return MDS_FAIL(c, PD_EINVAL, i, "%s", "not an object");
+    char where[48];
+    snprintf(where, sizeof where, "shard %zu: ", i);
+    int rc = mds_version(c, shard, where);
+    if (rc)
+        return rc;
+    const char *format = json_string_value(json_object_get(shard, "format"));
+    if (!format)
+        return MDS_FAIL(c, PD_EINVAL, i, "%s", "no \"format\" string");
+    size_t f = 0;
+    while (f < sizeof mds_formats / sizeof mds_formats[0] && strcmp(format, mds_formats[f]))
+        f++;
+    if (f == sizeof mds_formats / sizeof mds_formats[0])
+        return MDS_FAIL(c, PD_EUNSUPPORTED, i, "format '%s' is none of mds, csv, tsv, xsv, json", format);
+    int mds = f == 0;
+    uint64_t samples, raw_bytes = 0, zip_bytes = 0;
+    const char *raw, *zip;
+    rc = mds_uint(c, i, shard, "samples", mds ? UINT32_MAX : UINT64_MAX, &samples);
+    if (!rc)
+        rc = mds_file(c, i, shard, "raw_data", &raw, &raw_bytes);
+    if (!rc)
+        rc = mds_file(c, i, shard, "zip_data", &zip, &zip_bytes);
+    if (rc)
+        return rc;
+    json_t *comp = json_object_get(shard, "compression");
+    if (comp && !json_is_null(comp) != (zip != NULL))
+        return MDS_FAIL(c, PD_EINVAL, i, "\"compression\" is %s but \"zip_data\" is %s", json_is_null(comp) ? "null" : "set",
+                        zip ? "set" : "null");
+    if (samples == 0)
+        return MDS_FAIL(c, PD_EINVAL, i, "%s is an empty shard (\"samples\": 0)", raw);
+    rc = mds_check_file(c, i, raw, raw_bytes, samples, mds);
+    if (rc >= 0 && zip)
+        rc = mds_check_file(c, i, zip, zip_bytes, samples, 0);
+    if (rc < 0)
+        return rc;
+    char *at = malloc(strlen(c->index) + sizeof where + 2);
+    if (!at)
+        return MDS_FAIL(c, PD_ENOMEM, i, "%s", "out of memory");
+    sprintf(at, "%s: shard %zu", c->index, i);
+    rc = pd_layout_add(l, samples, raw, at, c->err, c->errlen);
+    free(at);
+    return rc;
+}
+
+static int mds_cmp_path(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Two shards naming one file would count its samples twice. */
+static int mds_unique(mds_ctx *c, const pd_layout *l)
+{
+    const char **names = malloc(l->n * sizeof *names);
+    int rc = 0;
+    if (!names)
+        return pd_layout_fail(PD_ENOMEM, c->err, c->errlen, "%s: out of memory", c->index);
+    for (uint64_t i = 0; i < l->n; i++)
+        names[i] = pd_layout_path(l, i);
+    qsort(names, l->n, sizeof *names, mds_cmp_path);
+    for (uint64_t i = 1; !rc && i < l->n; i++)
+        if (!strcmp(names[i - 1], names[i]))
+            rc = pd_layout_fail(PD_EINVAL, c->err, c->errlen, "%s: two shards name the file %s", c->index, names[i]);
+    free(names);
+    return rc;
+}
+
+static int mds_load(mds_ctx *c, json_t **root)
+{
+    json_error_t je;
+    *root = json_load_file(c->index, JSON_REJECT_DUPLICATES, &je);
+    if (*root)
+        return 0;
+    switch (json_error_code(&je)) {
+    case json_error_cannot_open_file:
+        return pd_layout_fail(errno == ENOENT ? PD_ENOTFOUND : PD_EIO, c->err, c->errlen, "%s", je.text);
+    case json_error_numeric_overflow:
+        return pd_layout_fail(PD_EOVERFLOW, c->err, c->errlen, "%s:%d:%d: a number past 2^63 - 1 (%s)", c->index,
+                              je.line, je.column, je.text);
+    case json_error_out_of_memory:
+        return pd_layout_fail(PD_ENOMEM, c->err, c->errlen, "%s: out of memory parsing it", c->index);
+    default:
+        return pd_layout_fail(PD_EINVAL, c->err, c->errlen, "%s:%d:%d: malformed JSON: %s", c->index, je.line,
+                              je.column, je.text);
+    }
+}
+
+int pd_layout_read_mds(const char *index, uint64_t max_shards, pd_layout **out, char *err, size_t errlen)
+{
+    mds_ctx c = {.err = err, .errlen = errlen};
+    json_t *root = NULL;
+    pd_layout *l = NULL;
+    char *file = NULL;
+    struct stat st;
+    int rc = 0;
+    size_t n = strlen(index);
+    /* a dataset directory means its index.json */
+    int is_dir = !stat(index, &st) && S_ISDIR(st.st_mode);
+    if (!(file = malloc(n + sizeof "/index.json")) || !(c.dir = malloc(n + 2))) {
+        rc = pd_layout_fail(PD_ENOMEM, err, errlen, "out of memory");
+        goto done;
+    }
+    sprintf(file, is_dir ? "%s/index.json" : "%s", index);
+    strcpy(c.dir, is_dir ? index : file);
+    char *slash = is_dir ? NULL : strrchr(c.dir, '/');
+    if (!is_dir)
+        strcpy(slash ? slash + (slash == c.dir) : c.dir, slash ? "" : ".");
+    c.index = file;
+    if ((rc = mds_load(&c, &root)))
+        goto done;
+    json_t *shards = json_object_get(root, "shards");
+    if (!json_is_object(root))
+        rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s: not a JSON object", file);
+    else if ((rc = mds_version(&c, root, "")))
+        ;
+    else if (!json_is_array(shards))
+        rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s: no \"shards\" array", file);
+    else if (json_array_size(shards) == 0)
+        rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s: \"shards\" is empty", file);
+    else if (!(l = pd_layout_new(max_shards)))
+        rc = pd_layout_fail(PD_ENOMEM, err, errlen, "out of memory");
+    for (size_t i = 0; !rc && i < json_array_size(shards); i++)
+        rc = mds_shard(&c, i, json_array_get(shards, i), l);
+    if (!rc)
+        rc = mds_unique(&c, l);
+    if (!rc) {
+        l->bytes_read = c.bytes_read;
+        *out = l;
+        l = NULL;
+    }
+done:
+    pd_layout_free(l);
+    json_decref(root);
+    free(file);
+    free(c.dir);
+    return rc;
+}

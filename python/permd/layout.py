@@ -1,0 +1,564 @@
+"""permd.ShardLayout: a sharded dataset's shards as its loader wrote them (MDS index.json, WebDataset tars, a sizes
+file), and sample ids to (shard, offset) and back. The same rules as permctl's reader (client/layout.h)."""
+import bisect
+import glob
+import io
+import json
+import os
+import re
+import stat
+import tarfile
+
+from . import _args
+from .errors import PermdError
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+MAX_SHARDS = 1 << 24  # the default bound on shards, as the daemon's max_shards and permctl --max-shards
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+
+# PD_E* codes (core/error.h), as permctl reports them
+EINVAL, EOVERFLOW, EIO, ENOTFOUND, ETOOBIG, EUNSUPPORTED = -1, -4, -5, -7, -11, -12
+
+
+class LayoutError(PermdError, ValueError):
+    """A layout that cannot be read. .path is the file at fault, .code the PD_E* code permctl gives:
+    ENOTFOUND missing, EIO unreadable/truncated/damaged, EINVAL malformed or empty, EOVERFLOW a count too
+    large, EUNSUPPORTED an unknown version or format, ETOOBIG more than max_shards shards."""
+
+    def __init__(self, code, path, message):
+        super().__init__(code, f"{path}: {message}")
+        self.path = path
+
+
+class ShardLayout:
+    """Shards in the order their sample ids follow: shard i holds sizes[i] samples and is read from paths[i]
+    (None where the source names no file). Sample ids count the samples shard after shard: the layout's
+    sample s is (shard, offset) = locate(s), and sample_id(shard, offset) = s.
+
+    A ShardLayout is the sequence of its sizes, so it goes wherever permd takes shard sizes:
+    ShardPlan(seed, epoch, layout), Sampler(..., shards=layout), Client.put_dataset(name, shards=layout).
+
+        layout = ShardLayout.from_tars("/data/shard-{000000..000999}.tar")
+        layout = ShardLayout.from_mds("/data/train")          # or its index.json
+        layout = ShardLayout.from_sizes("shards.txt")         # or any sequence of sizes
+    """
+
+    def __init__(self, sizes, paths=None):
+        self.sizes = [_args.integer("shard size", s) for s in sizes]
+        if not self.sizes:
+            raise ValueError("a sharded dataset needs at least one shard")
+        self.paths = [None] * len(self.sizes) if paths is None else list(paths)
+        if len(self.paths) != len(self.sizes):
+            raise ValueError(f"{len(self.paths)} paths for {len(self.sizes)} shards")
+        self.starts = [0]
+        for s in self.sizes:
+            self.starts.append(self.starts[-1] + s)
+        if self.starts[-1] > _args.N_MAX:
+            raise ValueError("the shards hold more than 2**63 samples in all")
+
+    @classmethod
+    def from_mds(cls, index, max_shards=MAX_SHARDS):
+        """A MosaicML Streaming index.json (version 2), or the directory holding it."""
+        return cls(*_read_mds(os.fspath(index), max_shards))
+
+    @classmethod
+    def from_tars(cls, *specs, max_shards=MAX_SHARDS):
+        """WebDataset tar shards: each spec a path, a directory, a brace pattern or a glob; "::" joins several."""
+        if not specs:
+            raise ValueError("no tar shards given")
+        paths = _resolve_specs(specs, max_shards)
+        return cls([count_tar(p) for p in paths], paths)
+
+    @classmethod
+    def from_sizes(cls, source, max_shards=MAX_SHARDS):
+        """A sizes file (one count per line, optionally then blanks and a path: what permctl shards prints), or
+        any sequence of sizes."""
+        if isinstance(source, (str, bytes, os.PathLike)):
+            return cls(*_read_sizes(os.fspath(source), max_shards))
+        return cls(source)
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def __iter__(self):
+        return iter(self.sizes)
+
+    def __getitem__(self, shard):
+        return self.sizes[shard]
+
+    def __repr__(self):
+        return f"ShardLayout(shards={len(self.sizes)}, samples={self.samples})"
+
+    @property
+    def samples(self):
+        return self.starts[-1]
+
+    def locate(self, sample):
+        """(shard, offset in the shard) of a sample id; numpy arrays of ids give two arrays."""
+        if np is not None and isinstance(sample, np.ndarray):
+            ids = sample.astype(np.uint64)
+            if ids.size and ids.max() >= self.samples:
+                raise IndexError(f"sample ids must be below {self.samples}")
+            starts = np.asarray(self.starts, dtype=np.uint64)
+            shard = np.searchsorted(starts, ids, side="right") - 1
+            return shard, ids - starts[shard]
+        s = _args.integer("sample", sample)
+        if s >= self.samples:
+            raise IndexError(f"sample {s} is not below {self.samples}")
+        shard = bisect.bisect_right(self.starts, s) - 1  # empty shards share a start: the last of them holds s
+        return shard, s - self.starts[shard]
+
+    def sample_id(self, shard, offset):
+        """The sample id of the offset-th sample of a shard (numpy arrays: elementwise)."""
+        if np is not None and isinstance(shard, np.ndarray):
+            shard = shard.astype(np.int64)
+            offset = np.asarray(offset, dtype=np.uint64)
+            sizes = np.asarray(self.sizes, dtype=np.uint64)
+            if shard.size and (shard.min() < 0 or shard.max() >= len(self.sizes) or (offset >= sizes[shard]).any()):
+                raise IndexError("a (shard, offset) pair lies outside the layout")
+            return np.asarray(self.starts, dtype=np.uint64)[shard] + offset
+        i = _args.integer("shard", shard, 0, len(self.sizes) - 1)
+        o = _args.integer("offset", offset)
+        if o >= self.sizes[i]:
+            raise IndexError(f"shard {i} holds {self.sizes[i]} samples, not {o + 1}")
+        return self.starts[i] + o
+
+    def where(self, sample):
+        """(path, offset) of a sample id: the file to read it from and its index there."""
+        shard, offset = self.locate(sample)
+        return self.paths[shard], offset
+
+    def keys(self, shard):
+        """A tar shard's sample keys in order (WebDataset's __key__), read again from its headers."""
+        path = self.paths[_args.integer("shard", shard, 0, len(self.sizes) - 1)]
+        if path is None or not path.endswith(TAR_SUFFIXES):
+            raise ValueError(f"shard {shard} is no tar shard")
+        return list(_tar_keys(path))
+
+
+# ---- Brace patterns: braceexpand 0.1.7's rules (what WebDataset expands URLs with), as client/braces.c ----------
+
+_INT_RANGE = re.compile(r"^(-?[0-9]+)\.\.(-?[0-9]+)(?:\.\.-?([0-9]+))?$")
+_CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?([0-9]+))?$")
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+BRACES_DEPTH_MAX = 64
+
+
+class _Unbalanced(Exception):
+    pass
+
+
+def _parse_pattern(s, depth):
+    """A pattern as a product of items; each item a list of alternatives, each a str or a parsed pattern."""
+    if depth > BRACES_DEPTH_MAX:
+        raise _Unbalanced(f"braces nested deeper than {BRACES_DEPTH_MAX}")
+    items, start, level, pos = [], 0, 0, 0
+    while pos < len(s):
+        c = s[pos]
+        if c == "\\":
+            pos += 2
+            continue
+        if c == "{":
+            if level == 0 and pos > start:
+                items.append([s[start:pos]])
+                start = pos
+            level += 1
+        elif c == "}":
+            level -= 1
+            if level == 0:
+                expr = s[start + 1:pos]
+                item = _parse_expression(expr, depth + 1)
+                items.extend([["{"], [_parse_pattern(expr, depth + 1)], ["}"]] if item is None else [item])
+                start = pos + 1
+        pos += 1
+    if level != 0:
+        raise _Unbalanced("unbalanced braces")
+    if start < len(s):
+        items.append([s[start:]])
+    return items
+
+
+def _parse_expression(expr, depth):
+    m = _INT_RANGE.match(expr)
+    if m and not expr.endswith("\n"):
+        left, right, step = m.groups()
+        width = max(len(left), len(right)) if any(
+            e.lstrip("-").startswith("0") and e.lstrip("-") != "0" for e in (left, right)) else 0
+        return _Range(int(left), int(right), int(step or 0) or 1, lambda v: "%0*d" % (width, v))
+    m = _CHAR_RANGE.match(expr)
+    if m and not expr.endswith("\n"):
+        left, right, step = m.groups()
+        return _Range(_ALPHABET.index(left), _ALPHABET.index(right), int(step or 0) or 1, _ALPHABET.__getitem__)
+    alts, start, level, pos = [], 0, 0, 0
+    while pos < len(expr):
+        c = expr[pos]
+        if c == "\\":
+            pos += 2
+            continue
+        if c == "{":
+            level += 1
+        elif c == "}":
+            level -= 1
+        elif c == "," and level == 0:
+            alts.append(_parse_pattern(expr[start:pos], depth))
+            start = pos + 1
+        pos += 1
+    if not alts:
+        return None
+    alts.append(_parse_pattern(expr[start:], depth))
+    return alts
+
+
+class _Range:
+    def __init__(self, a, b, step, fmt):
+        self.a, self.b, self.step, self.fmt = a, b, step, fmt
+
+    def __len__(self):
+        return abs(self.b - self.a) // self.step + 1
+
+    def __iter__(self):
+        d = self.step if self.a <= self.b else -self.step
+        return (self.fmt(self.a + i * d) for i in range(len(self)))
+
+
+def _count(items):
+    n = 1
+    for item in items:
+        n *= len(item) if isinstance(item, _Range) else sum(1 if isinstance(a, str) else _count(a) for a in item)
+    return n
+
+
+def _expand(items):
+    out = [""]
+    for item in items:
+        strings = list(item) if isinstance(item, _Range) else [
+            x for a in item for x in ([a] if isinstance(a, str) else _expand(a))]
+        out = [o + x for o in out for x in strings]
+    return out
+
+
+_UNESCAPE = re.compile(r"\\(.)")
+
+
+def expand_braces(pattern, max_names=MAX_SHARDS):
+    """The names a brace pattern stands for, in order (braceexpand's rules; see client/braces.h). ValueError
+    for unbalanced braces, LayoutError(ETOOBIG) past max_names (counted before any name is built)."""
+    try:
+        items = _parse_pattern(pattern, 0)
+    except _Unbalanced as e:
+        raise ValueError(f"{e} in {pattern!r}") from None
+    if _count(items) > max_names:
+        raise LayoutError(ETOOBIG, pattern, f"expands to more than {max_names} names")
+    return [_UNESCAPE.sub(r"\1", s) for s in _expand(items)]
+
+
+# ---- Tar specs -----------------------------------------------------------------------------------------------------
+
+def _resolve_specs(specs, max_shards):
+    paths = []
+
+    def add(p, spec):
+        if len(paths) >= max_shards:
+            raise LayoutError(ETOOBIG, spec, f"more than {max_shards} shards (raise max_shards)")
+        paths.append(p)
+
+    for spec in specs:
+        for part in os.fspath(spec).split("::"):
+            if not part:
+                raise LayoutError(EINVAL, spec, "an empty shard spec")
+            try:
+                names = expand_braces(part, max(max_shards - len(paths), 1))
+            except ValueError as e:
+                if isinstance(e, LayoutError):
+                    raise
+                raise LayoutError(EINVAL, part, str(e)) from None
+            for name in names:
+                if os.path.isdir(name):
+                    found = sorted(n for n in os.listdir(name)
+                                   if not n.startswith(".") and n.endswith(TAR_SUFFIXES)
+                                   and os.path.isfile(os.path.join(name, n)))
+                    if not found:
+                        raise LayoutError(ENOTFOUND, name, "no tar shards in it (" + ", ".join(
+                            "*" + x for x in TAR_SUFFIXES) + ")")
+                    for n in found:
+                        add(os.path.join(name, n), name)
+                elif os.path.exists(name):
+                    add(name, name)
+                elif glob.has_magic(name):
+                    found = sorted(glob.glob(name))
+                    if not found:
+                        raise LayoutError(ENOTFOUND, name, "matches no file")
+                    for p in found:
+                        add(p, name)
+                else:
+                    raise LayoutError(ENOTFOUND, name, f"no such file (from {part!r})" if name != part else "no such file")
+    return paths
+
+
+# ---- Tar shards: WebDataset's grouping, from the headers -------------------------------------------------------------
+
+_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # WebDataset's base_plus_ext
+_META = re.compile(r"__[^/]*__($|/)")
+
+
+def _is_meta(name):
+    return ("/" not in name and name.startswith("__") and name.endswith("__")) or bool(_META.match(name))
+
+
+def _tar_keys(path):
+    """Yield a tar shard's sample keys in order: regular members, metadata and keyless names skipped, a sample
+    being a run of consecutive members with one key (WebDataset's group_by_keys). Headers only when uncompressed."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise LayoutError(ENOTFOUND, path, "no such file") from None
+    except OSError as e:
+        raise LayoutError(EIO, path, e.strerror) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise LayoutError(EINVAL, path, "not a regular file")
+    if st.st_size == 0:
+        raise LayoutError(EINVAL, path, "an empty file (0 bytes), not a tar shard")
+    try:
+        tf = tarfile.open(path, "r:*")
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise LayoutError(EINVAL, path, f"not a tar archive ({e})") from None
+    members = samples = 0
+    key, exts = None, set()
+    with tf:
+        try:
+            for ti in tf:
+                members += 1
+                if not ti.isreg() or _is_meta(ti.name):
+                    continue
+                m = _KEY.match(ti.name)
+                if not m:
+                    continue
+                k, ext = m.group(1), m.group(2).lower()
+                if k != key or samples == 0:
+                    key, exts = k, set()
+                    samples += 1
+                    yield k
+                if ext in exts or ext in ("__key__", "__url__"):
+                    raise LayoutError(EINVAL, path, f"member {ti.name!r} repeats the extension {ext!r} in sample "
+                                                    f"{k!r} (WebDataset raises on it)")
+                exts.add(ext)
+            # tarfile ends quietly at a cut or damaged header: look at where it stopped
+            tf.fileobj.seek(tf.offset)
+            block = tf.fileobj.read(tarfile.BLOCKSIZE)
+            if not isinstance(tf.fileobj, io.BufferedReader):  # compressed: its stream must end whole, as in C
+                while tf.fileobj.read(1 << 16):
+                    pass
+        except LayoutError:
+            raise
+        except (tarfile.TarError, EOFError, OSError) as e:  # a cut member, a broken compressed stream
+            raise LayoutError(EIO, path, f"truncated or damaged after member {members} ({e})") from None
+        except Exception as e:  # zlib.error, lzma.LZMAError: broken compressed data
+            raise LayoutError(EIO, path, f"truncated or damaged after member {members} ({e})") from None
+    if block and (len(block) < tarfile.BLOCKSIZE or block.count(0) != tarfile.BLOCKSIZE):
+        raise LayoutError(EIO, path, f"truncated or damaged after member {members}")
+    if samples == 0:
+        raise LayoutError(EINVAL, path, f"an empty shard: no samples in its {members} members")
+
+
+def count_tar(path):
+    """The samples of one tar shard, as WebDataset groups its members (see ShardLayout.from_tars)."""
+    return sum(1 for _ in _tar_keys(os.fspath(path)))
+
+
+# ---- Sizes files ----------------------------------------------------------------------------------------------------
+
+_SIZE_LINE = re.compile(r"([^ \t]*)[ \t]*(.*)", re.S)  # SIZE, then blanks and a path (maybe none)
+
+
+def _read_sizes(path, max_shards):
+    sizes, paths, total = [], [], 0
+    try:
+        f = open(path, encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        raise LayoutError(ENOTFOUND, path, "cannot read it: no such file") from None
+    except OSError as e:
+        raise LayoutError(EIO, path, f"cannot read it: {e.strerror}") from None
+    with f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line or line.startswith("#"):
+                continue
+            number, rest = _SIZE_LINE.match(line).groups()
+            where = f"{path}:{lineno}"
+            if not number.isascii() or not number.isdigit() or int(number) >= 1 << 64:
+                raise LayoutError(EINVAL, where, f"{number!r} is not a shard size (an unsigned decimal integer)")
+            if len(sizes) == max_shards:
+                raise LayoutError(ETOOBIG, where, f"more than {max_shards} shards (raise max_shards)")
+            total += int(number)
+            if total > _args.N_MAX:
+                raise LayoutError(EOVERFLOW, where, "the shards hold more than 2^63 samples in all")
+            sizes.append(int(number))
+            paths.append(rest or None)
+    if not sizes:
+        raise LayoutError(EINVAL, path, "lists no shard sizes")
+    return sizes, paths
+
+
+# ---- MDS indexes -----------------------------------------------------------------------------------------------------
+
+_MDS_FORMATS = ("mds", "csv", "tsv", "xsv", "json")
+_I64 = (-(1 << 63), (1 << 63) - 1)  # jansson's integers
+
+
+class _Overflow(Exception):
+    pass
+
+
+def _json_int(text):
+    v = int(text)
+    if not _I64[0] <= v <= _I64[1]:
+        raise _Overflow(text)
+    return v
+
+
+def _no_duplicates(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate object key {k!r}")
+        out[k] = v
+    return out
+
+
+def _no_constant(name):
+    raise ValueError(f"invalid JSON constant {name}")
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _read_mds(index, max_shards):
+    file = os.path.join(index, "index.json") if os.path.isdir(index) else index
+    folder = os.path.dirname(file) or "."
+    try:
+        with open(file, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise LayoutError(ENOTFOUND, file, "no such file") from None
+    except OSError as e:
+        raise LayoutError(EIO, file, e.strerror) from None
+    try:
+        root = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_int=_json_int,
+                          parse_constant=_no_constant)
+    except _Overflow as e:
+        raise LayoutError(EOVERFLOW, file, f"a number past 2^63 - 1 ({e})") from None
+    except json.JSONDecodeError as e:
+        raise LayoutError(EINVAL, f"{file}:{e.lineno}:{e.colno}", f"malformed JSON: {e.msg}") from None
+    except ValueError as e:  # duplicate keys, NaN, bad UTF-8
+        raise LayoutError(EINVAL, file, f"malformed JSON: {e}") from None
+    if not isinstance(root, dict):
+        raise LayoutError(EINVAL, file, "not a JSON object")
+    _mds_version(file, root, "")
+    shards = root.get("shards")
+    if not isinstance(shards, list):
+        raise LayoutError(EINVAL, file, 'no "shards" array')
+    if not shards:
+        raise LayoutError(EINVAL, file, '"shards" is empty')
+    sizes, paths, total = [], [], 0
+    for i, shard in enumerate(shards):
+        def fail(code, msg, i=i):
+            raise LayoutError(code, file, f"shard {i}: {msg}")
+
+        if not isinstance(shard, dict):
+            fail(EINVAL, "not an object")
+        _mds_version(file, shard, f"shard {i}: ")
+        fmt = shard.get("format")
+        if not isinstance(fmt, str):
+            fail(EINVAL, 'no "format" string')
+        if fmt not in _MDS_FORMATS:
+            fail(EUNSUPPORTED, f"format '{fmt}' is none of mds, csv, tsv, xsv, json")
+        samples = _mds_uint(fail, shard, "samples", (1 << 32) - 1 if fmt == "mds" else (1 << 64) - 1)
+        raw, raw_bytes = _mds_file(fail, shard, "raw_data")
+        zip_, zip_bytes = _mds_file(fail, shard, "zip_data")
+        if "compression" in shard and (shard["compression"] is not None) != (zip_ is not None):
+            fail(EINVAL, f'"compression" is {"null" if shard["compression"] is None else "set"} but "zip_data" is '
+                         f'{"set" if zip_ else "null"}')
+        if samples == 0:
+            fail(EINVAL, f'{raw} is an empty shard ("samples": 0)')
+        _mds_check_file(fail, folder, raw, raw_bytes, samples if fmt == "mds" else None)
+        if zip_ is not None:
+            _mds_check_file(fail, folder, zip_, zip_bytes, None)
+        if len(sizes) == max_shards:
+            raise LayoutError(ETOOBIG, f"{file}: shard {i}", f"more than {max_shards} shards (raise max_shards)")
+        total += samples
+        if total > _args.N_MAX:
+            raise LayoutError(EOVERFLOW, f"{file}: shard {i}", "the shards hold more than 2^63 samples in all")
+        sizes.append(samples)
+        paths.append(raw)
+    seen = set()
+    for p in sorted(paths):
+        if p in seen:
+            raise LayoutError(EINVAL, file, f"two shards name the file {p}")
+        seen.add(p)
+    return sizes, paths
+
+
+def _mds_version(file, obj, where):
+    v = obj.get("version")
+    if _is_int(v) and v == 2:
+        return
+    if not _is_int(v):
+        raise LayoutError(EINVAL, file, f'{where}"version" is {"missing" if v is None else "not an integer"}')
+    raise LayoutError(EUNSUPPORTED, file, f'{where}"version" is {v}; this reader knows MDS index version 2')
+
+
+def _mds_uint(fail, obj, key, hi):
+    if key not in obj:
+        fail(EINVAL, f'no "{key}"')
+    v = obj[key]
+    if not _is_int(v):
+        fail(EINVAL, f'"{key}" is not an integer')
+    if v < 0:
+        fail(EINVAL, f'"{key}" is negative ({v})')
+    if v > hi:
+        fail(EOVERFLOW, f'"{key}" is {v}, more than {hi}'
+                        + (" (an MDS shard counts its samples in 32 bits)" if hi == (1 << 32) - 1 else ""))
+    return v
+
+
+def _mds_name_ok(name):
+    return bool(name) and not name.startswith("/") and ".." not in name.split("/")
+
+
+def _mds_file(fail, shard, key):
+    if key not in shard:
+        fail(EINVAL, f'no "{key}"')
+    f = shard[key]
+    if f is None and key != "raw_data":
+        return None, 0
+    if not isinstance(f, dict):
+        fail(EINVAL, f'"{key}" is not an object')
+    name = f.get("basename")
+    if not isinstance(name, str):
+        fail(EINVAL, f'"{key}" has no "basename" string')
+    if not _mds_name_ok(name):
+        fail(EINVAL, f'"{key}".basename \'{name}\' is empty or leaves the dataset\'s directory')
+    return name, _mds_uint(fail, f, "bytes", (1 << 64) - 1)
+
+
+def _mds_check_file(fail, folder, name, size, samples):
+    """A shard file next to the index must have the listed size, and an MDS one its samples in its first 4 bytes."""
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        return
+    actual = os.path.getsize(path)
+    if actual != size:
+        fail(EINVAL, f"{path} is {actual} bytes but the index lists {size} (a partial or stale file?)")
+    if samples is not None:
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if len(head) != 4:
+            fail(EIO, f"{path}: cannot read its header")
+        n = int.from_bytes(head, "little")
+        if n != samples:
+            fail(EINVAL, f"{path} holds {n} samples but the index lists {samples}")
