@@ -42,6 +42,9 @@ int pd__req_range(const pd_perm *p, uint64_t start, uint64_t count, void *out, u
 int pd__req_slice(const pd_perm *p, const pd_slice *s, uint64_t count, void *out, unsigned width,
                   pd__req *req);
 
+/* PD_EINVAL for a g that pd_gen_init did not set up, PD_EUNSUPPORTED for an ISA this CPU cannot run. */
+int pd__gen_check(const pd_gen *g);
+
 /* Run a validated run (any count; chunked to PD__RUN_MAX) on g's kernel. */
 void pd__gen_run(const pd_gen *g, const pd__run *run);
 
