@@ -12,6 +12,7 @@ from .permutation import Permutation
 from .client import Client
 from .sampler import Sampler
 from .shards import ShardPlan, digest
+from .mixture import Mixture, Sharded  # noqa: F401 (offline mixtures: docs/spec/mixtures-v1.md)
 
 __version__ = "0.1.0"
 __all__ = ["Permutation", "Sampler", "Client", "ShardPlan", "digest", "PermdError", "NotFound", "Conflict", "InvalidArgument",
