@@ -173,15 +173,16 @@ PD_STATIC_INLINE uint64_t pd__mix_stage_of(const pd_mix *m, uint64_t g)
     return pd__last_at_most(m->start, 1, 0, m->stages, g);
 }
 
-/* Block β's permutation π_β (spec §2, §5): v1's f on log2 B bits with keys packed in one Philox output. */
-PD_STATIC_INLINE void pd__mix_block_perm(const pd_mix *m, uint64_t beta, pd_perm *pi)
+/* Block β's permutation π_β (spec §2, §5) for a mixture of this seed and block: v1's f on log2 B bits with
+ * keys packed in one Philox output. */
+PD_STATIC_INLINE void pd__mix_block_keys(uint64_t seed, uint64_t block, uint64_t beta, pd_perm *pi)
 {
-    const uint32_t key[2] = {(uint32_t)m->seed, (uint32_t)(m->seed >> 32)};
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     const uint32_t ctr[4] = {PD_MIX_CTR_BLOCK, 0, (uint32_t)beta, (uint32_t)(beta >> 32)};
     uint32_t x[4];
     pd_philox4x32_10(ctr, key, x);
     const uint64_t lo = (uint64_t)x[0] | (uint64_t)x[1] << 32, hi = (uint64_t)x[2] | (uint64_t)x[3] << 32;
-    pd__perm_shape(pi, m->block, PD_MIN_BITS);
+    pd__perm_shape(pi, block, PD_MIN_BITS);
     for (uint32_t i = 0; i < PD_ROUNDS; i++) {
         const uint32_t at = 5 * i; /* bits [5i, 5i + 5) of X */
         uint64_t v = at < 64 ? lo >> at : hi >> (at - 64);
@@ -190,6 +191,11 @@ PD_STATIC_INLINE void pd__mix_block_perm(const pd_mix *m, uint64_t beta, pd_perm
         pi->keys.k[i] = (uint32_t)(v & 31);
     }
     pi->keys.flip = (uint32_t)(hi >> 56) & 1; /* bit 120 */
+}
+
+PD_STATIC_INLINE void pd__mix_block_perm(const pd_mix *m, uint64_t beta, pd_perm *pi)
+{
+    pd__mix_block_keys(m->seed, m->block, beta, pi);
 }
 
 /* Descend stage k's tree (spec §5) for the block at stage position x0 and slot q < B: the component and

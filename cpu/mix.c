@@ -2,26 +2,63 @@
 #include "cpu/mix.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu/kernel.h"
 
 /*
- * A request is cut into chunks of whole blocks (PD_MIX_CHUNK run positions). Two ways through a chunk:
+ * A request is cut into chunks. In a chunk, the slots of all the rank's reads come from one call of the
+ * slot kernel (every lane its block's keys: pd__slots_*). Then, two ways:
  *
- * Dense (W ≤ PD_MIX_DENSE_WORLD: the rank reads at least one position in PD_MIX_DENSE_WORLD):
- *   1. per block: its keys (one Philox call), the slots of the rank's positions in it (g's kernel,
- *      stride W), and its parts: one walk of the tree lists each component's slot range and first draw;
+ * Dense (W ≤ PD_MIX_DENSE_WORLD; a chunk is PD_MIX_CHUNK run positions of whole blocks):
+ *   1. per block: one walk of the tree lists its parts: each component's slot range and first draw;
  *   2. per component: its draws in the chunk are contiguous (blocks and stages continue each other's
- *      counters), so σ runs over the whole range on g's kernel (split at component epochs) — W times
- *      more σ than the rank reads, each at SIMD speed;
- *   3. per block: its ids laid out in slot order (one copy per part), then each read takes the id of
- *      its slot: no branch per position.
- * Sparse (larger W): per read, its slot (g's kernel per block, scalar when the block has few reads), one
- * descent of the tree, and σ of its component at that draw alone (the core's scalar σ, keys cached).
+ *      counters), so σ runs over the whole range on g's kernel (split at component epochs): W times more
+ *      σ than the rank reads, each at the kernel's full speed;
+ *   3. per block: its ids laid out in slot order (one copy per part); each read takes its slot's id.
+ * Sparse (larger W; a chunk is PD_MIX_CHUNK reads): per read, one descent of the tree gives its component
+ * and draw; the reads are grouped by component and component epoch, and σ is gathered at their draws
+ * (pd__gather_*), so only the ids read are computed.
  */
 
-#define PD_MIX_CHUNK 8192u      /* run positions per chunk (a multiple of every B) */
-#define PD_MIX_DENSE_WORLD 32u  /* dense up to this W: measured in bench/mixtures.c */
+#define PD_MIX_CHUNK 8192u      /* run positions (dense) or reads (sparse) per chunk; a multiple of every B */
+#define PD_MIX_DENSE_WORLD 5u   /* dense up to this W: measured to cost less than sparse up to W = 5 (AVX-512) */
+
+/* ---- Division by invariants (Granlund and Montgomery, "Division by invariant integers using multiplication",
+ * 1994, Figure 4.1): ⌊y/d⌋ for every u64 y as a multiply-high and shifts, exact for 1 ≤ d < 2^64. The tree's node
+ * weights and the components' sizes are invariant over a request, and a 64-bit div costs ~40 cycles here. */
+
+typedef struct pd_divisor {
+    uint64_t d, magic;
+    uint32_t shift; /* ⌈log2 d⌉ */
+} pd_divisor;
+
+static void pd_divisor_init(pd_divisor *v, uint64_t d)
+{
+    const uint32_t l = d > 1 ? pd_bit_width(d - 1) : 0;
+    v->d = d;
+    v->shift = l;
+    v->magic = l ? (uint64_t)((((unsigned __int128)1 << 64) * (((unsigned __int128)1 << l) - d)) / d) + 1 : 0;
+}
+
+static inline uint64_t pd_divide(const pd_divisor *v, uint64_t y)
+{
+    if (!v->shift)
+        return y;
+    const uint64_t t = (uint64_t)(((unsigned __int128)y * v->magic) >> 64);
+    return (t + ((y - t) >> 1)) >> (v->shift - 1);
+}
+
+/* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
+static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
+{
+    if (!a)
+        return 0;
+    if (y >> 32 == 0) /* stage positions below 2^32: y·a + ⌊S/2⌋ fits 64 bits, one division */
+        return pd_divide(S, y * a + S->d / 2);
+    const uint64_t q = pd_divide(S, y), t = y - q * S->d;
+    return q * a + pd_divide(S, t * a + S->d / 2);
+}
 
 typedef struct pd_mix_part {
     uint64_t draw;                    /* run draw of its first slot */
@@ -30,8 +67,8 @@ typedef struct pd_mix_part {
 
 typedef struct pd_mix_seen {
     uint64_t chunk;   /* the chunk that last touched the component (+ 1; 0: never) */
-    uint64_t lo, hi;  /* its draws in the chunk: [lo, hi) */
-    uint64_t scratch; /* where the ids of [lo, hi) start in the scratch */
+    uint64_t lo, hi;  /* dense: its draws in the chunk, [lo, hi); sparse: its reads' bucket, [lo, hi) */
+    uint64_t scratch; /* dense: where the ids of [lo, hi) start in the scratch */
 } pd_mix_seen;
 
 typedef struct pd_mix_work {
@@ -39,11 +76,18 @@ typedef struct pd_mix_work {
     uint32_t *present;   /* components touched in this chunk */
     uint32_t npresent;
     uint32_t *slot;      /* the slot of each read of the chunk */
-    pd_mix_part *parts;  /* the chunk's blocks' parts, block after block */
-    uint32_t *first;     /* block b's parts: [first[b], first[b + 1]) */
-    uint64_t *scratch;   /* the ids of each component's range */
-    uint64_t *by_slot;   /* one block's ids in slot order */
-    uint32_t *block_slots; /* one block's slots, all B */
+    pd_mix_part *parts;  /* dense: the chunk's blocks' parts, block after block */
+    uint32_t *first;     /* dense: block b's parts are [first[b], first[b + 1]) */
+    uint64_t *scratch;   /* dense: the ids of each component's range */
+    uint64_t *by_slot;   /* dense: one block's ids in slot order */
+    uint32_t *comp;      /* sparse: each read's component */
+    uint64_t *draw;      /* sparse: its run draw */
+    uint32_t *order;     /* sparse: the reads grouped by component */
+    uint64_t *at;        /* sparse: the positions gathered, then their ids */
+    uint32_t *index;     /* sparse: their reads */
+    pd_divisor *node;    /* the current stage's node weights as divisors (C − 1, at mid − 1) */
+    uint64_t node_stage; /* the stage they are for (UINT64_MAX: none yet) */
+    pd_divisor *size;    /* the components' sizes as divisors (sparse; set when first touched) */
 } pd_mix_work;
 
 static void pd_mix_work_free(pd_mix_work *w)
@@ -55,26 +99,149 @@ static void pd_mix_work_free(pd_mix_work *w)
     free(w->first);
     free(w->scratch);
     free(w->by_slot);
-    free(w->block_slots);
+    free(w->comp);
+    free(w->draw);
+    free(w->order);
+    free(w->at);
+    free(w->index);
+    free(w->node);
+    free(w->size);
 }
 
-static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m)
+static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense)
 {
-    const uint64_t C = m->components, B = m->block, blocks = PD_MIX_CHUNK / B + 1;
+    const uint64_t C = m->components, B = m->block, blocks = PD_MIX_CHUNK / B + 1, reads = PD_MIX_CHUNK + B;
+    memset(w, 0, sizeof *w);
     w->seen = calloc(C, sizeof *w->seen);
     w->present = malloc(C * sizeof *w->present);
-    w->slot = malloc((PD_MIX_CHUNK + B) * sizeof *w->slot); /* a chunk ends with the block its last read is in */
-    w->parts = malloc(blocks * (C < B ? C : B) * sizeof *w->parts);
-    w->first = malloc((blocks + 1) * sizeof *w->first);
-    w->scratch = malloc((PD_MIX_CHUNK + B) * sizeof *w->scratch);
-    w->by_slot = malloc(B * sizeof *w->by_slot);
-    w->block_slots = malloc(B * sizeof *w->block_slots);
-    w->npresent = 0;
-    if (w->seen && w->present && w->slot && w->parts && w->first && w->scratch && w->by_slot && w->block_slots)
+    w->slot = malloc(reads * sizeof *w->slot); /* a dense chunk ends with the block of its last read */
+    w->node = malloc(C * sizeof *w->node);
+    w->node_stage = UINT64_MAX;
+    int ok = w->seen && w->present && w->slot && w->node;
+    if (dense) {
+        w->parts = malloc(blocks * (C < B ? C : B) * sizeof *w->parts);
+        w->first = malloc((blocks + 1) * sizeof *w->first);
+        w->scratch = malloc((PD_MIX_CHUNK + B) * sizeof *w->scratch);
+        w->by_slot = malloc(B * sizeof *w->by_slot);
+        ok = ok && w->parts && w->first && w->scratch && w->by_slot;
+    } else {
+        w->comp = malloc(PD_MIX_CHUNK * sizeof *w->comp);
+        w->draw = malloc(PD_MIX_CHUNK * sizeof *w->draw);
+        w->order = malloc(PD_MIX_CHUNK * sizeof *w->order);
+        w->at = malloc(PD_MIX_CHUNK * sizeof *w->at);
+        w->index = malloc(PD_MIX_CHUNK * sizeof *w->index);
+        w->size = calloc(C, sizeof *w->size);
+        ok = ok && w->comp && w->draw && w->order && w->at && w->index && w->size;
+    }
+    if (ok)
         return PD_OK;
     pd_mix_work_free(w);
     return PD_ENOMEM;
 }
+
+/* The slots of reads at run positions g0 + t·W, t < n: one call, on the AVX-512 kernel where there is one. */
+static void pd_mix_slots(const pd_gen *g, const pd_mix *m, uint64_t g0, uint64_t world, uint64_t n, uint32_t *slot)
+{
+    const pd__slots s = {.seed = m->seed, .block = m->block, .first = g0, .stride = world, .count = n, .out = slot};
+#if defined(PD_CPU_HAVE_AVX512)
+    if (g->isa == PD_ISA_AVX512 && n >= PD__SIMD_MIN) {
+        pd__slots_avx512(&s);
+        return;
+    }
+#endif
+    (void)g;
+    pd__slots_scalar(&s);
+}
+
+/* ids[i] = σ(positions[i]) of a flat component's order, i < n (gathered). */
+static void pd_mix_gather(const pd_gen *g, const pd_perm *order, const uint64_t *positions, uint64_t n,
+                          uint64_t *ids)
+{
+    const pd__run run = {.perm = order, .count = n, .out = ids, .width = 8, .walk = g->walk};
+#if defined(PD_CPU_HAVE_AVX512)
+    if (g->isa == PD_ISA_AVX512 && n >= PD__SIMD_MIN && order->n > 1) {
+        pd__gather_avx512(&run, positions);
+        return;
+    }
+#endif
+    pd__gather_scalar(&run, positions);
+}
+
+static void pd_mix_store(void *out, unsigned width, uint64_t i, uint64_t id)
+{
+    if (width == 4)
+        ((uint32_t *)out)[i] = (uint32_t)id;
+    else
+        ((uint64_t *)out)[i] = id;
+}
+
+/* Stage k's internal nodes' weights as divisors, at node[mid − 1] (every internal node splits at its own mid). */
+static void pd_mix_stage_divisors(const pd_mix *m, uint64_t k, pd_divisor *node)
+{
+    const uint32_t *cw = m->cum + k * (m->components + 1);
+    struct {
+        uint64_t lo, hi;
+    } stack[PD_MIX_DEPTH_MAX + 2];
+    int top = 0;
+    stack[0].lo = 0;
+    stack[0].hi = m->components;
+    while (top >= 0) {
+        const uint64_t lo = stack[top].lo, hi = stack[top].hi, mid = lo + (hi - lo) / 2;
+        top--;
+        if (hi - lo < 2)
+            continue;
+        pd_divisor_init(&node[mid - 1], cw[hi] - cw[lo] ? cw[hi] - cw[lo] : 1); /* weight 0: never divided by */
+        stack[++top].lo = lo;
+        stack[top].hi = mid;
+        stack[++top].lo = mid;
+        stack[top].hi = hi;
+    }
+}
+
+/* pd__mix_descend on the node divisors (the same walk; the core's is the reference, test_cpu_mix compares). */
+static inline void pd_mix_descend(const pd_mix *m, const pd_divisor *node, uint64_t k, uint64_t x0, uint64_t q,
+                                  uint64_t *component, uint64_t *stage_draw)
+{
+    const uint32_t *cw = m->cum + k * (m->components + 1);
+    uint64_t lo = 0, hi = m->components, y0 = x0, y1 = x0 + m->block;
+    while (hi - lo > 1) { /* without branches on the slot: reads of random slots would mispredict half of them */
+        const uint64_t mid = lo + (hi - lo) / 2, a = cw[mid] - cw[lo];
+        const uint64_t l0 = pd_mix_left(y0, a, &node[mid - 1]), l1 = pd_mix_left(y1, a, &node[mid - 1]);
+        const uint64_t left = q < l1 - l0;
+        q -= left ? 0 : l1 - l0;
+        lo = left ? lo : mid;
+        hi = left ? mid : hi;
+        y0 = left ? l0 : y0 - l0;
+        y1 = left ? l1 : y1 - l1;
+    }
+    *component = lo;
+    *stage_draw = y0 + q;
+}
+
+/* Component j first touched in this chunk: it joins the present list. */
+static pd_mix_seen *pd_mix_seen_touch(pd_mix_work *w, uint64_t chunk, uint64_t j, uint64_t lo)
+{
+    pd_mix_seen *s = &w->seen[j];
+    if (s->chunk != chunk) {
+        s->chunk = chunk;
+        s->lo = s->hi = lo;
+        w->present[w->npresent++] = (uint32_t)j;
+    }
+    return s;
+}
+
+/* Advance *k to the stage of run position g (positions only grow), with its node divisors. */
+static void pd_mix_stage_at(const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64_t g)
+{
+    while (*k + 1 < m->stages && m->start[*k + 1] <= g)
+        (*k)++;
+    if (w->node_stage != *k) {
+        pd_mix_stage_divisors(m, *k, w->node);
+        w->node_stage = *k;
+    }
+}
+
+/* ---- Dense chunks */
 
 /* Stage k's tree walked for the block at stage position x0 (spec §5): its components with slots, in slot
  * order, skipping empty subtrees; each part also extends its component's range in the chunk. Depth first
@@ -95,41 +262,17 @@ static uint32_t pd_mix_block_parts(const pd_mix *m, pd_mix_work *w, uint64_t chu
         if (f.y1 == f.y0)
             continue;
         if (f.hi - f.lo == 1) {
-            pd_mix_seen *s = &w->seen[f.lo];
             const uint64_t draw = P[f.lo] + f.y0;
             parts[n++] = (pd_mix_part){draw, (uint32_t)f.lo, (uint32_t)f.slot, (uint32_t)(f.y1 - f.y0)};
-            if (s->chunk != chunk) { /* blocks come in order: the first part starts the range */
-                s->chunk = chunk;
-                s->lo = draw;
-                w->present[w->npresent++] = (uint32_t)f.lo;
-            }
-            s->hi = draw + (f.y1 - f.y0);
+            pd_mix_seen_touch(w, chunk, f.lo, draw)->hi = draw + (f.y1 - f.y0); /* blocks come in order */
             continue;
         }
-        const uint64_t mid = f.lo + (f.hi - f.lo) / 2, S = cw[f.hi] - cw[f.lo], a = cw[mid] - cw[f.lo];
-        const uint64_t l0 = pd__mix_left(f.y0, a, S), l1 = pd__mix_left(f.y1, a, S);
+        const uint64_t mid = f.lo + (f.hi - f.lo) / 2, a = cw[mid] - cw[f.lo];
+        const uint64_t l0 = pd_mix_left(f.y0, a, &w->node[mid - 1]), l1 = pd_mix_left(f.y1, a, &w->node[mid - 1]);
         stack[++top] = (struct frame){mid, f.hi, f.y0 - l0, f.y1 - l1, f.slot + (l1 - l0)}; /* right after left */
         stack[++top] = (struct frame){f.lo, mid, l0, l1, f.slot};
     }
     return n;
-}
-
-/* The slots of a block's reads, at run positions g0 + t·W, t < reads. Too few reads for a SIMD run: the
- * whole block's slots on the SIMD kernel (B ≥ 64 of them) cost less than theirs on the scalar one, from
- * about B/8 reads on; then each read picks its own. */
-static void pd_mix_slots(const pd_gen *g, const pd_mix *m, pd_mix_work *w, uint64_t g0, uint64_t world,
-                         uint64_t reads, uint32_t *slot)
-{
-    pd_perm pi;
-    pd__mix_block_perm(m, g0 >> m->block_bits, &pi);
-    const uint64_t r0 = g0 & (m->block - 1);
-    const int whole = reads < PD__SIMD_MIN && reads * 8 >= m->block;
-    pd__run run = {.perm = &pi, .first = whole ? 0 : r0, .stride = whole ? 1 : world, .count = whole ? m->block : reads,
-                   .out = whole ? w->block_slots : slot, .width = 4, .walk = g->walk};
-    pd__gen_run(g, &run);
-    if (whole)
-        for (uint64_t t = 0; t < reads; t++)
-            slot[t] = w->block_slots[r0 + t * world];
 }
 
 /* Dense step 2: the global ids of every component's range, into the scratch. */
@@ -166,24 +309,6 @@ static void pd_mix_ranges(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w)
     }
 }
 
-/* Dense step 3 for one block: its ids in slot order, then each read's. */
-static void pd_mix_block_ids(pd_mix_work *w, const pd_mix_part *parts, uint32_t nparts,
-                             const uint32_t *slot, uint64_t reads, void *out, unsigned width)
-{
-    for (uint32_t p = 0; p < nparts; p++) {
-        const pd_mix_seen *s = &w->seen[parts[p].component];
-        const uint64_t *ids = w->scratch + s->scratch + (parts[p].draw - s->lo);
-        for (uint32_t i = 0; i < parts[p].count; i++)
-            w->by_slot[parts[p].slot + i] = ids[i];
-    }
-    if (width == 4)
-        for (uint64_t t = 0; t < reads; t++)
-            ((uint32_t *)out)[t] = (uint32_t)w->by_slot[slot[t]];
-    else
-        for (uint64_t t = 0; t < reads; t++)
-            ((uint64_t *)out)[t] = w->by_slot[slot[t]];
-}
-
 /* Reads in the block of run position g0 (reads at g0 + t·W), at most left. */
 static uint64_t pd_mix_block_count(const pd_mix *m, uint64_t g0, uint64_t world, uint64_t left)
 {
@@ -191,51 +316,108 @@ static uint64_t pd_mix_block_count(const pd_mix *m, uint64_t g0, uint64_t world,
     return in_block < left ? in_block : left;
 }
 
-/* One dense chunk: reads [0, n) at run positions g_first + t·W; returns how many it wrote (whole blocks). */
+/* One dense chunk: reads from run position g_first on, at most n; returns how many it wrote. */
 static uint64_t pd_mix_dense_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t chunk, uint64_t *k,
                                    uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
+    const uint64_t end = (g_first & ~(m->block - 1)) + PD_MIX_CHUNK; /* whole blocks */
+    if ((end - g_first - 1) / world + 1 < n)
+        n = (end - g_first - 1) / world + 1;
+    pd_mix_slots(g, m, g_first, world, n, w->slot);
     uint64_t t = 0, b = 0;
     w->npresent = 0;
     w->first[0] = 0;
-    for (; t < n && t * world < PD_MIX_CHUNK; b++) { /* step 1 */
-        const uint64_t g0 = g_first + t * world, reads = pd_mix_block_count(m, g0, world, n - t);
-        while (*k + 1 < m->stages && m->start[*k + 1] <= g0)
-            (*k)++;
-        pd_mix_slots(g, m, w, g0, world, reads, w->slot + t);
+    for (; t < n; b++) { /* step 1 */
+        const uint64_t g0 = g_first + t * world;
+        pd_mix_stage_at(m, w, k, g0);
         const uint64_t x0 = (g0 & ~(m->block - 1)) - m->start[*k];
         w->first[b + 1] = w->first[b] + pd_mix_block_parts(m, w, chunk, *k, x0, w->parts + w->first[b]);
-        t += reads;
+        t += pd_mix_block_count(m, g0, world, n - t);
     }
     pd_mix_ranges(g, c, w); /* step 2 */
     for (uint64_t i = 0, tb = 0; i < b; i++) { /* step 3 */
         const uint64_t reads = pd_mix_block_count(m, g_first + tb * world, world, n - tb);
-        pd_mix_block_ids(w, w->parts + w->first[i], w->first[i + 1] - w->first[i], w->slot + tb, reads,
-                         (char *)out + tb * width, width);
+        for (uint32_t p = w->first[i]; p < w->first[i + 1]; p++) {
+            const pd_mix_part *part = &w->parts[p];
+            const pd_mix_seen *s = &w->seen[part->component];
+            const uint64_t *ids = w->scratch + s->scratch + (part->draw - s->lo);
+            for (uint32_t q = 0; q < part->count; q++)
+                w->by_slot[part->slot + q] = ids[q];
+        }
+        for (uint64_t r = tb; r < tb + reads; r++)
+            pd_mix_store(out, width, r, w->by_slot[w->slot[r]]);
         tb += reads;
     }
-    return t;
+    return n;
 }
 
-/* One sparse block: reads [0, reads) at run positions g0 + t·W. */
-static void pd_mix_sparse_block(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t k, uint64_t g0,
-                                uint64_t world, uint64_t reads, void *out, unsigned width)
+/* ---- Sparse chunks */
+
+/* The ids of component j's reads order[a, b) (all of one component epoch e): gathered, then stored. */
+static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t j, uint64_t e,
+                                uint64_t n, void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
-    const uint64_t x0 = (g0 & ~(m->block - 1)) - m->start[k];
-    pd_mix_slots(g, m, w, g0, world, reads, w->slot);
-    for (uint64_t t = 0; t < reads; t++) {
-        pd_mix_draw d;
-        pd_mix_loc loc;
-        uint64_t stage_draw;
-        pd__mix_descend(m, k, x0, w->slot[t], &d.component, &stage_draw);
-        d.draw = m->drawn[k * m->components + d.component] + stage_draw;
-        pd_mix_sample(c, &d, &loc);
-        if (width == 4)
-            ((uint32_t *)out)[t] = (uint32_t)loc.sample;
-        else
-            ((uint64_t *)out)[t] = loc.sample;
+    const pd_mix_order *o = pd_mix_order_get(c, j, e);
+    if (m->comp[j].shard_start) {
+        pd_shard_loc loc;
+        for (uint64_t i = 0; i < n; i++) {
+            pd_shard_locate(&o->plan, w->at[i], &loc);
+            w->at[i] = loc.sample;
+        }
+    } else {
+        pd_mix_gather(g, &o->perm, w->at, n, w->at); /* in place: each lane reads its position first */
+    }
+    for (uint64_t i = 0; i < n; i++)
+        pd_mix_store(out, width, w->index[i], m->offset[j] + w->at[i]);
+}
+
+/* One sparse chunk: n reads at run positions g_first + t·W. */
+static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t chunk, uint64_t *k,
+                                uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
+{
+    const pd_mix *m = c->mix;
+    pd_mix_slots(g, m, g_first, world, n, w->slot);
+    w->npresent = 0;
+    for (uint64_t t = 0; t < n; t++) { /* component and draw of each read; count the reads per component */
+        const uint64_t g0 = g_first + t * world;
+        uint64_t j, d;
+        pd_mix_stage_at(m, w, k, g0);
+        pd_mix_descend(m, w->node, *k, (g0 & ~(m->block - 1)) - m->start[*k], w->slot[t], &j, &d);
+        w->comp[t] = (uint32_t)j;
+        w->draw[t] = m->drawn[*k * m->components + j] + d;
+        pd_mix_seen_touch(w, chunk, j, 0)->hi++;
+    }
+    uint64_t at = 0;
+    for (uint32_t p = 0; p < w->npresent; p++) { /* buckets: [lo, hi) of order; hi counts the bucket's fill */
+        pd_mix_seen *s = &w->seen[w->present[p]];
+        const uint64_t size = s->hi;
+        s->lo = s->hi = at;
+        at += size;
+    }
+    for (uint64_t t = 0; t < n; t++)
+        w->order[w->seen[w->comp[t]].hi++] = (uint32_t)t;
+    for (uint32_t p = 0; p < w->npresent; p++) { /* per component, batches of one component epoch each */
+        const uint32_t j = w->present[p];
+        const pd_mix_seen *s = &w->seen[j];
+        pd_divisor *size = &w->size[j];
+        uint64_t nb = 0, e = 0;
+        if (!size->d)
+            pd_divisor_init(size, m->comp[j].size);
+        for (uint64_t i = s->lo; i < s->hi; i++) {
+            const uint32_t t = w->order[i];
+            const uint64_t ei = pd_divide(size, w->draw[t]);
+            if (nb && ei != e) {
+                pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
+                nb = 0;
+            }
+            e = ei;
+            w->at[nb] = w->draw[t] - ei * size->d;
+            w->index[nb++] = t;
+        }
+        if (nb)
+            pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
     }
 }
 
@@ -273,21 +455,20 @@ static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, co
     if (body == 0)
         return PD_OK;
     pd_mix_work w;
-    if ((rc = pd_mix_work_alloc(&w, m)))
+    const int dense = W <= PD_MIX_DENSE_WORLD;
+    if ((rc = pd_mix_work_alloc(&w, m, dense)))
         return rc;
     uint64_t k = pd__mix_stage_of(m, base + first);
     for (uint64_t done = 0, chunk = 1; done < body; chunk++) {
-        const uint64_t g0 = base + first + done * W;
+        const uint64_t g0 = base + first + done * W, todo = body - done;
         char *at = (char *)out + done * width;
-        if (W <= PD_MIX_DENSE_WORLD) {
-            done += pd_mix_dense_chunk(g, c, &w, chunk, &k, g0, W, body - done, at, width);
-            continue;
+        if (dense) {
+            done += pd_mix_dense_chunk(g, c, &w, chunk, &k, g0, W, todo, at, width);
+        } else {
+            const uint64_t n = todo < PD_MIX_CHUNK ? todo : PD_MIX_CHUNK;
+            pd_mix_sparse_chunk(g, c, &w, chunk, &k, g0, W, n, at, width);
+            done += n;
         }
-        const uint64_t reads = pd_mix_block_count(m, g0, W, body - done);
-        while (k + 1 < m->stages && m->start[k + 1] <= g0)
-            k++;
-        pd_mix_sparse_block(g, c, &w, k, g0, W, reads, at, width);
-        done += reads;
     }
     pd_mix_work_free(&w);
     return PD_OK;
