@@ -49,51 +49,33 @@ static const uint64_t sizes[4] = {8, 1000, 3000, 600};
 static const uint32_t weights[4] = {1, 2, 3, 4};
 static const uint64_t start0 = 0;
 
-/* Where component 0 (weight 1/10) lands inside its blocks: uniform over the B offsets with the shuffle,
- * packed into its slot range without it. */
-static double offsets_chi2(int shuffle)
+/* χ² of where component 0 (weight 1/10) falls modulo `bins` (the B offsets of a block, or W ranks). With the
+ * shuffle it is even; without it each block packs component 0 into its slot range, and with W = B each rank
+ * reads the same slot of every block, so some ranks never see component 0. */
+static double share_chi2(uint64_t seed, int shuffle, unsigned bins)
 {
     owned_mix o;
-    assert_int_equal(mix_make(&o, 2026, sizes, 4, 0, 64, &start0, weights, 1), PD_OK);
+    assert_int_equal(mix_make(&o, seed, sizes, 4, 0, 64, &start0, weights, 1), PD_OK);
     uint64_t counts[64] = {0}, total = 0;
     for (uint64_t g = 0; g < 64 * 20000; g++) {
         pd_mix_draw d;
         draw_at(&o.mix, g, shuffle, &d);
         if (d.component == 0) {
-            counts[g % 64]++;
+            counts[g % bins]++;
             total++;
         }
     }
     mix_free(&o);
-    return chi2(counts, 64, total / 64.0);
+    return chi2(counts, bins, (double)total / bins);
 }
 
 static void block_offsets_uniform(void **state)
 {
     (void)state;
-    const double x = offsets_chi2(1), control = offsets_chi2(0), t = chi2_threshold(63);
+    const double x = share_chi2(2026, 1, 64), control = share_chi2(2026, 0, 64), t = chi2_threshold(63);
     printf("  offsets in the block, χ²(63): %.1f (threshold %.1f); without the shuffle: %.1f\n", x, t, control);
     assert_true(x < t);
     assert_true(control > 10 * t);
-}
-
-/* Component 0's share per rank for W = B: every rank gets the same share with the shuffle; without it each
- * rank reads one slot of every block, so some ranks never see component 0. */
-static double ranks_chi2(int shuffle, unsigned world)
-{
-    owned_mix o;
-    assert_int_equal(mix_make(&o, 7, sizes, 4, 0, 64, &start0, weights, 1), PD_OK);
-    uint64_t counts[64] = {0}, total = 0;
-    for (uint64_t g = 0; g < 64 * 20000; g++) {
-        pd_mix_draw d;
-        draw_at(&o.mix, g, shuffle, &d);
-        if (d.component == 0) {
-            counts[g % world]++;
-            total++;
-        }
-    }
-    mix_free(&o);
-    return chi2(counts, world, (double)total / world);
 }
 
 static void ranks_balanced(void **state)
@@ -101,11 +83,11 @@ static void ranks_balanced(void **state)
     (void)state;
     const unsigned worlds[] = {2, 3, 8, 64};
     for (size_t i = 0; i < 4; i++) {
-        const double x = ranks_chi2(1, worlds[i]), t = chi2_threshold(worlds[i] - 1);
+        const double x = share_chi2(7, 1, worlds[i]), t = chi2_threshold(worlds[i] - 1);
         printf("  component 0 per rank, W = %u: χ²(%u) %.1f (threshold %.1f)\n", worlds[i], worlds[i] - 1, x, t);
         assert_true(x < t);
     }
-    const double control = ranks_chi2(0, 64);
+    const double control = share_chi2(7, 0, 64);
     printf("  W = 64 without the shuffle: χ²(63) %.1f\n", control);
     assert_true(control > 10 * chi2_threshold(63));
 }
