@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/divide.h"
 #include "cpu/kernel.h"
 
 /*
@@ -23,31 +24,6 @@
 
 #define PD_MIX_CHUNK 8192u      /* run positions (dense) or reads (sparse) per chunk; a multiple of every B */
 #define PD_MIX_DENSE_WORLD 5u   /* dense up to this W: measured to cost less than sparse up to W = 5 (AVX-512) */
-
-/* ---- Division by invariants (Granlund and Montgomery, "Division by invariant integers using multiplication",
- * 1994, Figure 4.1): ⌊y/d⌋ for every u64 y as a multiply-high and shifts, exact for 1 ≤ d < 2^64. The tree's node
- * weights and the components' sizes are invariant over a request, and a 64-bit div costs ~40 cycles here. */
-
-typedef struct pd_divisor {
-    uint64_t d, magic;
-    uint32_t shift; /* ⌈log2 d⌉ */
-} pd_divisor;
-
-static void pd_divisor_init(pd_divisor *v, uint64_t d)
-{
-    const uint32_t l = d > 1 ? pd_bit_width(d - 1) : 0;
-    v->d = d;
-    v->shift = l;
-    v->magic = l ? (uint64_t)((((unsigned __int128)1 << 64) * (((unsigned __int128)1 << l) - d)) / d) + 1 : 0;
-}
-
-static inline uint64_t pd_divide(const pd_divisor *v, uint64_t y)
-{
-    if (!v->shift)
-        return y;
-    const uint64_t t = (uint64_t)(((unsigned __int128)y * v->magic) >> 64);
-    return (t + ((y - t) >> 1)) >> (v->shift - 1);
-}
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "cpu/divide.h"
 #include "cpu/mix.h"
 #include "mix_util.h"
 
@@ -106,8 +107,11 @@ static void matches_core(void **state)
         for (int r = 0; r < 6; r++) {
             pd_slice s = {.world = worlds[test_below(&rng, 7)], .mode = (pd_mode)test_below(&rng, 3)};
             s.rank = (uint32_t)test_below(&rng, s.world);
+            const uint64_t last = PD_MIX_RUN_END / o.mix.length - 1; /* the last epoch: run positions near 2^63 */
             uint64_t len, epoch = test_below(&rng, 3) ? test_below(&rng, 5) : test_below(&rng, 1000000);
-            epoch %= PD_MIX_RUN_END / o.mix.length; /* an epoch that exists */
+            if (test_below(&rng, 4) == 0)
+                epoch = last - test_below(&rng, last < 3 ? last + 1 : 3);
+            epoch %= last + 1; /* an epoch that exists */
             assert_int_equal(pd_epoch_length(o.mix.length, s.world, s.mode, &len), PD_OK);
             s.offset = test_below(&rng, 4) ? test_below(&rng, len + 1) : len - test_below(&rng, len < 9 ? len + 1 : 9);
             const uint64_t count = test_below(&rng, cap);
@@ -188,9 +192,34 @@ static void bad_arguments_match_core(void **state)
     mix_free(&w);
 }
 
+/* cpu/divide.h against the division instruction: edge divisors and dividends over all of u64. */
+static void divide_by_invariants(void **state)
+{
+    (void)state;
+    uint64_t rng = 5, divisors[64] = {1, 2, 3, 5, 7, 10, 64, 1000, UINT32_MAX, (UINT64_C(1) << 32) + 1,
+                                      UINT64_C(1) << 63, (UINT64_C(1) << 63) + 1, UINT64_MAX - 1, UINT64_MAX};
+    for (int i = 14; i < 64; i++)
+        divisors[i] = test_rand(&rng) >> test_below(&rng, 64);
+    for (int i = 0; i < 64; i++) {
+        pd_divisor v;
+        const uint64_t d = divisors[i] ? divisors[i] : 1;
+        pd_divisor_init(&v, d);
+        const uint64_t edges[6] = {0, 1, d - 1, d, UINT64_MAX - 1, UINT64_MAX};
+        for (int k = 0; k < 6; k++)
+            assert_true(pd_divide(&v, edges[k]) == edges[k] / d);
+        for (int k = 0; k < 20000; k++) {
+            const uint64_t y = test_rand(&rng) >> test_below(&rng, 64);
+            if (pd_divide(&v, y) != y / d)
+                fail_msg("%llu / %llu: %llu", (unsigned long long)y, (unsigned long long)d,
+                         (unsigned long long)pd_divide(&v, y));
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(divide_by_invariants),
         cmocka_unit_test(comparison_can_fail),
         cmocka_unit_test(bad_arguments_match_core),
         cmocka_unit_test(matches_core),
