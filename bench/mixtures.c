@@ -84,15 +84,15 @@ int main(int argc, char **argv)
     pd_gen gen;
     pd_gen_init(&gen, PD_ISA_AUTO);
 
-    printf("%d flat components, N = %llu samples, weights 4:3:2:1; rank 3 of W reads %llu ids (u32), exact mode, "
-           "one thread; flat: σ over N\n\n",
+    printf("%d flat components, N = %llu samples, weights 4:3:2:1; rank 3 of W reads min(%llu, N/W) ids (u32), "
+           "exact mode, one thread; flat: σ over N\n\n",
            C, (unsigned long long)n, (unsigned long long)want);
     printf("| W | order | B | M ids/s | vs flat %s |\n|---:|---|---:|---:|---:|\n", pd_isa_name(gen.isa));
     const uint32_t worlds[] = {1, 4, 8, 64};
     const uint64_t blocks[] = {64, 256, 1024};
     for (size_t w = 0; w < 4; w++) {
         j.slice = (pd_slice){.world = worlds[w], .rank = worlds[w] > 3 ? 3 : 0, .mode = PD_MODE_EXACT};
-        j.count = want;
+        j.count = want < n / worlds[w] ? want : n / worlds[w]; /* what the rank has in an epoch */
         j.gen = &gen;
         const double flat = j.count / median_seconds(run_flat, &j) / 1e6;
         j.gen = NULL;
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
             if (b == 0) {
                 j.gen = NULL;
                 const uint64_t keep = j.count;
-                j.count = want / 8; /* the scalar loop is slow */
+                j.count /= 8; /* the scalar loop is slow */
                 const double mix_scalar = j.count / median_seconds(run_mix, &j) / 1e6;
                 j.count = keep;
                 printf("| %u | mixture, core scalar | %llu | %.1f | %.2f |\n", worlds[w], (unsigned long long)blocks[b],
