@@ -404,6 +404,9 @@ static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, co
     int rc = pd__gen_check(g);
     if (rc)
         return rc;
+    if (count < PD__SIMD_MIN) /* a few ids: the core's loop, without the chunk's workspace */
+        return width == 4 ? pd_mix_slice_fill_u32(c, epoch, s, count, out, written)
+                          : pd_mix_slice_fill_u64(c, epoch, s, count, out, written);
     if (c && width == 4 && pd_id_width(c->mix->total) != 4) /* then the checks of pd_mix_slice_fill_*, in order */
         return PD_EOVERFLOW;
     if (!c || !written || (!out && count))
