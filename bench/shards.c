@@ -8,37 +8,10 @@
 
 #include "core/shards.h"
 #include "cpu/gen.h"
+#include "timing.h"
 #ifdef PERMD_BENCH_GPU
 #include "gpu/permd_gpu.h"
 #endif
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Median of REPS timings of fn(ctx), after one warm-up. */
-#define REPS 5
-static double median_seconds(void (*fn)(void *), void *ctx)
-{
-    double t[REPS];
-    fn(ctx);
-    for (int r = 0; r < REPS; r++) {
-        double t0 = now();
-        fn(ctx);
-        t[r] = now() - t0;
-    }
-    for (int i = 0; i < REPS; i++)
-        for (int j = i + 1; j < REPS; j++)
-            if (t[j] < t[i]) {
-                double x = t[i];
-                t[i] = t[j];
-                t[j] = x;
-            }
-    return t[REPS / 2];
-}
 
 typedef struct job {
     const pd_shard_plan *plan;
@@ -120,10 +93,10 @@ static void gpu_table(const uint64_t *start, uint64_t shards, uint64_t n, const 
             pd_gpu_plan *dp;
             if (pd_shard_plan_init(&plan, start, shards, 1, 2, ks[a], gs[b], mem, pd_shard_plan_bytes(shards)))
                 abort();
-            double t0 = now();
+            double t0 = bench_now();
             if (pd_gpu_plan_upload(gpu, &plan, &dp))
                 abort();
-            double upload = now() - t0;
+            double upload = bench_now() - t0;
             g.plan = dp;
             double ids = count / median_seconds(run_gpu, &g) / 1e9;
             printf("| sharded | %llu | %llu | %.2f | %.2f | %.2f ms |\n", (unsigned long long)ks[a],

@@ -12,6 +12,7 @@ static const permctl_cmd permctl_cmds[] = {
     {"perm", permctl_cmd_perm, "print σ(p): the sample ids of an epoch, in order (offline)"},
     {"inverse", permctl_cmd_inverse, "print σ⁻¹(s): positions of samples (offline with --size, else from permd)"},
     {"rank", permctl_cmd_rank, "print one rank's sample ids (pad, drop or exact) (offline)"},
+    {"mix", permctl_cmd_mix, "a weighted mixture of datasets: one rank's ids, or where a sample is drawn (offline)"},
     {"datasets", permctl_cmd_datasets, "put | list | get | rm datasets on permd"},
     {"fetch", permctl_cmd_fetch, "print the next ids of a rank, fetched from permd"},
     {"stream", permctl_cmd_stream, "print all ids left to a rank, streamed from permd"},
@@ -170,6 +171,11 @@ static const struct {
     [PERMCTL_OPT_MDS] = {"mds", PERMCTL_STR, 0, 0},
     [PERMCTL_OPT_TARS] = {"tars", PERMCTL_STR, 0, 0},
     [PERMCTL_OPT_MAX_SHARDS] = {"max-shards", PERMCTL_U64, 1, UINT32_MAX - 1},
+    [PERMCTL_OPT_SIZES] = {"sizes", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_WEIGHTS] = {"weights", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_LENGTH] = {"length", PERMCTL_U64, 1, PD_N_MAX},
+    [PERMCTL_OPT_BLOCK] = {"block", PERMCTL_U64, 1, UINT32_MAX},
+    [PERMCTL_OPT_INVERSE] = {"inverse", PERMCTL_FLAG, 0, 0},
 };
 
 int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, const char *usage,

@@ -66,6 +66,11 @@ enum permctl_opt {
     PERMCTL_OPT_MDS,        /* a MosaicML Streaming index.json (client/layout.h) */
     PERMCTL_OPT_TARS,       /* WebDataset tar shards: the first SPEC (more may follow as arguments) */
     PERMCTL_OPT_MAX_SHARDS, /* the most shards a layout may list */
+    PERMCTL_OPT_SIZES,      /* a mixture's component sizes: N0,N1,... */
+    PERMCTL_OPT_WEIGHTS,    /* its first stage's weights: W0,W1,... */
+    PERMCTL_OPT_LENGTH,     /* L: positions per mixture epoch */
+    PERMCTL_OPT_BLOCK,      /* B: a mixture's block */
+    PERMCTL_OPT_INVERSE,    /* a flag: positional J:LOCAL:CEPOCH triples to find */
     PERMCTL_OPT__COUNT
 };
 #define PERMCTL_BIT(o) (1u << PERMCTL_OPT_##o)
@@ -110,6 +115,7 @@ int permctl_read_shards(const permctl_args *a, int first_spec, uint64_t **sizes,
 int permctl_cmd_perm(int argc, char **argv);
 int permctl_cmd_inverse(int argc, char **argv); /* dispatches to the daemon form without --size */
 int permctl_cmd_rank(int argc, char **argv);
+int permctl_cmd_mix(int argc, char **argv); /* mixtures: a rank's ids, locations, inverse */
 
 extern const char permctl_inverse_usage[]; /* both forms of inverse */
 

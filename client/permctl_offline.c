@@ -1,10 +1,12 @@
-/* permctl perm | inverse | rank: spec-v1 answers computed locally by the core, no daemon involved. */
+/* permctl perm | inverse | rank | mix: spec-v1, shard and mixture answers computed locally, no daemon involved. */
 #include "permctl.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/permd.h"
 #include "core/error.h"
+#include "core/mixture.h"
 #include "core/shards.h"
 #include "cpu/gen.h"
 #include "core/parse.h"
@@ -250,4 +252,258 @@ int permctl_cmd_rank(int argc, char **argv)
         count -= got;
     }
     return permctl_out_flush(&out);
+}
+
+/* ---- permctl mix ----------------------------------------------------------------------------- */
+
+static const char permctl_mix_usage[] =
+    "usage: permctl mix --seed S --epoch E --sizes N0,N1,... --weights W0,W1,... [--stage G:W0,W1,...]...\n"
+    "                   [--length L] [--block B] --world W --rank R --mode pad|drop|exact [--offset O]\n"
+    "                   [--count C] [--locations]\n"
+    "       permctl mix --seed S --sizes N0,N1,... --weights W0,W1,... [--stage ...]... [--length L]\n"
+    "                   [--block B] --inverse J:LOCAL:CEPOCH...\n"
+    "\n"
+    "A mixture (docs/spec/mixtures-v1.md) of flat datasets of N0, N1, ... samples, drawn in\n"
+    "proportion to integer weights; each --stage G:W0,W1,... re-weights from run position G\n"
+    "on (G = epoch * L + offset, a multiple of B; 0 switches a component off). Prints the\n"
+    "global ids rank R of W reads in mixture epoch E after O positions, one per line (a global\n"
+    "id is the index into the datasets concatenated in order); --locations prints\n"
+    "\"COMPONENT LOCAL COMPONENT_EPOCH\" instead. --inverse prints, for each component J's\n"
+    "sample LOCAL of its epoch CEPOCH, the \"EPOCH POSITION\" that draws it, or '-' when the\n"
+    "run never does. L (positions per mixture epoch) defaults to the sum of the sizes, B to 64.\n";
+
+#define PERMCTL_MIX_STAGES 256 /* --stage options at most */
+
+/* A list of u64 in [lo, hi] separated by sep into out (at most cap). */
+static int permctl_u64_list(const char *opt, const char *text, char sep, uint64_t lo, uint64_t hi, uint64_t *out,
+                            size_t cap, size_t *n)
+{
+    char item[32];
+    const char seps[2] = {sep, '\0'};
+    *n = 0;
+    for (const char *p = text;; p++) {
+        size_t len = strcspn(p, seps);
+        if (*n == cap)
+            return permctl_usage_error("--%s: more than %zu values", opt, cap);
+        if (len == 0 || len >= sizeof item)
+            return permctl_usage_error("--%s: '%s' is not a list of unsigned integers", opt, text);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (permctl_opt_u64(opt, item, lo, hi, &out[(*n)++]))
+            return PERMCTL_EXIT_USAGE;
+        p += len;
+        if (!*p)
+            return 0;
+    }
+}
+
+/* One stage's weights: exactly ncomp of them, in [0, 2^32 − 1]. */
+static int permctl_weights(const char *opt, const char *text, size_t ncomp, uint32_t *out)
+{
+    uint64_t *v = malloc(ncomp * sizeof *v);
+    size_t n;
+    if (!v)
+        return permctl_fail(PD_ENOMEM, "mix");
+    int rc = permctl_u64_list(opt, text, ',', 0, UINT32_MAX, v, ncomp, &n);
+    if (!rc && n != ncomp)
+        rc = permctl_usage_error("--%s: %zu weights for %zu components", opt, n, ncomp);
+    for (size_t j = 0; !rc && j < ncomp; j++)
+        out[j] = (uint32_t)v[j];
+    free(v);
+    return rc;
+}
+
+/* Take every --stage VALUE / --stage=VALUE out of argv (before any "--"); the rest goes to permctl_parse. */
+static int permctl_take_stages(int *argc, char **argv, const char **stages, int *nstages)
+{
+    int w = 1;
+    *nstages = 0;
+    for (int i = 1; i < *argc; i++) {
+        const char *value = NULL;
+        if (!strcmp(argv[i], "--")) {
+            while (i < *argc)
+                argv[w++] = argv[i++];
+            break;
+        }
+        if (!strcmp(argv[i], "--stage")) {
+            if (i + 1 == *argc)
+                return permctl_usage_error("--stage needs a value");
+            value = argv[++i];
+        } else if (!strncmp(argv[i], "--stage=", 8)) {
+            value = argv[i] + 8;
+        } else {
+            argv[w++] = argv[i];
+            continue;
+        }
+        if (*nstages == PERMCTL_MIX_STAGES)
+            return permctl_usage_error("--stage: more than %d stages", PERMCTL_MIX_STAGES);
+        stages[(*nstages)++] = value;
+    }
+    *argc = w;
+    return 0;
+}
+
+/* The mixture the options describe; prints what is wrong and returns an exit code on failure. */
+static int permctl_mix_build(const permctl_args *a, const char **stage_text, int nstages, permd_mixture **out)
+{
+    static uint64_t sizes[PD_MIX_COMPONENTS_MAX];
+    size_t ncomp;
+    int rc = permctl_u64_list("sizes", a->s[PERMCTL_OPT_SIZES], ',', 1, PD_N_MAX, sizes, PD_MIX_COMPONENTS_MAX, &ncomp);
+    if (rc)
+        return rc;
+    uint64_t *starts = malloc((size_t)(nstages + 1) * sizeof *starts);
+    uint32_t *weights = malloc((size_t)(nstages + 1) * ncomp * sizeof *weights);
+    if (!starts || !weights) {
+        rc = permctl_fail(PD_ENOMEM, "mix");
+        goto done;
+    }
+    starts[0] = 0;
+    if ((rc = permctl_weights("weights", a->s[PERMCTL_OPT_WEIGHTS], ncomp, weights)))
+        goto done;
+    for (int k = 0; k < nstages; k++) {
+        const char *colon = strchr(stage_text[k], ':');
+        char at[32];
+        size_t len = colon ? (size_t)(colon - stage_text[k]) : 0;
+        if (!colon || len == 0 || len >= sizeof at) {
+            rc = permctl_usage_error("--stage: '%s' is not G:W0,W1,...", stage_text[k]);
+            goto done;
+        }
+        memcpy(at, stage_text[k], len);
+        at[len] = '\0';
+        if ((rc = permctl_opt_u64("stage", at, 1, PD_MIX_RUN_END - 1, &starts[k + 1])) ||
+            (rc = permctl_weights("stage", colon + 1, ncomp, weights + (size_t)(k + 1) * ncomp)))
+            goto done;
+    }
+    const uint64_t length = (a->set & PERMCTL_BIT(LENGTH)) ? a->u[PERMCTL_OPT_LENGTH] : 0;
+    const uint64_t block = (a->set & PERMCTL_BIT(BLOCK)) ? a->u[PERMCTL_OPT_BLOCK] : 0;
+    rc = permd_mixture_new(a->u[PERMCTL_OPT_SEED], sizes, (uint32_t)ncomp, length, (uint32_t)block, starts, weights,
+                           (uint32_t)nstages + 1, out);
+    if (rc == PD_EINVAL)
+        rc = permctl_usage_error("mix: not a valid mixture: the sizes must sum to at most 2^63, each stage's weights "
+                                 "to between 1 and 2^32 - 1, stages must increase and start at multiples of the "
+                                 "block (a power of two from 64 to 2048)");
+    else if (rc)
+        rc = permctl_fail(rc, "mix");
+done:
+    free(starts);
+    free(weights);
+    return rc;
+}
+
+/* --inverse: each J:LOCAL:CEPOCH → "EPOCH POSITION" or "-". All are parsed before any is printed. */
+static int permctl_mix_inverse(const permctl_args *a, permd_mixture *m)
+{
+    uint64_t *q = malloc((size_t)a->npos * 3 * sizeof *q);
+    if (!q)
+        return permctl_fail(PD_ENOMEM, "mix");
+    for (int i = 0; i < a->npos; i++) {
+        size_t n;
+        int rc = permctl_u64_list("inverse", a->pos[i], ':', 0, UINT64_MAX, q + 3 * i, 3, &n);
+        if (rc || n != 3) {
+            free(q);
+            return rc ? rc : permctl_usage_error("mix --inverse: '%s' is not J:LOCAL:CEPOCH", a->pos[i]);
+        }
+    }
+    static permctl_out out;
+    int rc = 0;
+    permctl_out_init(&out, stdout);
+    for (int i = 0; i < a->npos && !rc; i++) {
+        uint64_t epoch, position;
+        int r = q[3 * i] > UINT32_MAX ? PD_ERANGE
+                                      : permd_mixture_position(m, (uint32_t)q[3 * i], q[3 * i + 1], q[3 * i + 2],
+                                                               &epoch, &position);
+        if (r == PD_ENOTFOUND) {
+            permctl_out_str(&out, "-\n");
+        } else if (r == PD_ERANGE) {
+            permctl_out_flush(&out);
+            rc = permctl_usage_error("mix --inverse: '%s' names no sample (component below %u, local id below its "
+                                     "size)", a->pos[i], permd_mixture_components(m));
+        } else if (r) {
+            rc = permctl_fail(r, "mix --inverse");
+        } else {
+            permctl_out_u64_sep(&out, epoch, ' ');
+            permctl_out_u64(&out, position);
+        }
+    }
+    free(q);
+    return rc ? rc : permctl_out_flush(&out);
+}
+
+/* A rank's ids (or locations) of mixture epoch E, in chunks. */
+static int permctl_mix_rank(const permctl_args *a, permd_mixture *m)
+{
+    const uint32_t world = (uint32_t)a->u[PERMCTL_OPT_WORLD], rank = (uint32_t)a->u[PERMCTL_OPT_RANK];
+    const uint64_t epoch = a->u[PERMCTL_OPT_EPOCH];
+    uint64_t offset = a->u[PERMCTL_OPT_OFFSET], left, len;
+    if (rank >= world)
+        return permctl_usage_error("--rank: %u must be below --world %u", rank, world);
+    pd_epoch_length(permd_mixture_length(m), world, a->mode, &len);
+    if (offset > len)
+        return permctl_usage_error("--offset: %llu is past the end of the epoch (%llu positions in %s mode)",
+                                   (unsigned long long)offset, (unsigned long long)len, pd_mode_name(a->mode));
+    int rc = permd_rank_remaining(permd_mixture_length(m), world, rank, a->mode, offset, &left);
+    if (rc)
+        return permctl_fail(rc, "mix");
+    uint64_t count = (a->set & PERMCTL_BIT(COUNT)) && a->u[PERMCTL_OPT_COUNT] < left ? a->u[PERMCTL_OPT_COUNT] : left;
+    static uint64_t ids[PERMCTL_CHUNK], locals[PERMCTL_CHUNK], cepochs[PERMCTL_CHUNK];
+    static uint32_t comps[PERMCTL_CHUNK];
+    static permctl_out out;
+    const int locations = (a->set & PERMCTL_BIT(LOCATIONS)) != 0;
+    permctl_out_init(&out, stdout);
+    for (uint64_t got; count; count -= got) {
+        const uint64_t c = count < PERMCTL_CHUNK ? count : PERMCTL_CHUNK;
+        rc = locations ? permd_mixture_rank_locations(m, epoch, world, rank, a->mode, offset, c, comps, locals,
+                                                      cepochs, &got)
+                       : permd_mixture_rank_fill(m, epoch, world, rank, a->mode, offset, c, ids, 8, &got);
+        if (rc == PD_EINVAL)
+            return permctl_usage_error("--epoch: mixture epoch %llu lies past run position 2^63",
+                                       (unsigned long long)epoch);
+        if (rc)
+            return permctl_fail(rc, "mix");
+        for (uint64_t i = 0; i < got; i++) {
+            if (locations) {
+                permctl_out_u64_sep(&out, comps[i], ' ');
+                permctl_out_u64_sep(&out, locals[i], ' ');
+                permctl_out_u64(&out, cepochs[i]);
+            } else {
+                permctl_out_u64(&out, ids[i]);
+            }
+        }
+        offset += got * world; /* the next chunk starts where this one ended */
+    }
+    return permctl_out_flush(&out);
+}
+
+int permctl_cmd_mix(int argc, char **argv)
+{
+    const char *stages[PERMCTL_MIX_STAGES];
+    int nstages;
+    permctl_args a;
+    permd_mixture *m = NULL;
+    int rc = permctl_take_stages(&argc, argv, stages, &nstages);
+    if (rc)
+        return rc;
+    const unsigned mixture = PERMCTL_BIT(SEED) | PERMCTL_BIT(SIZES) | PERMCTL_BIT(WEIGHTS);
+    const unsigned rank_opts = PERMCTL_BIT(EPOCH) | PERMCTL_BIT(WORLD) | PERMCTL_BIT(RANK) | PERMCTL_BIT(MODE);
+    const unsigned optional = PERMCTL_BIT(LENGTH) | PERMCTL_BIT(BLOCK) | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(COUNT) |
+                              PERMCTL_BIT(LOCATIONS) | PERMCTL_BIT(INVERSE);
+    rc = permctl_parse(argc, argv, mixture | rank_opts | optional, mixture, permctl_mix_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    const int inverse = (a.set & PERMCTL_BIT(INVERSE)) != 0;
+    const unsigned rank_only = rank_opts | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(COUNT) | PERMCTL_BIT(LOCATIONS);
+    if (inverse && (a.set & rank_only))
+        return permctl_usage_error("mix --inverse takes no --epoch, --world, --rank, --mode, --offset, --count or "
+                                   "--locations");
+    if (inverse && !a.npos)
+        return permctl_usage_error("mix --inverse: give at least one J:LOCAL:CEPOCH");
+    if (!inverse && a.npos)
+        return permctl_usage_error("mix: unexpected argument '%s'", a.pos[0]);
+    if (!inverse && (a.set & rank_opts) != rank_opts)
+        return permctl_usage_error("mix: --epoch, --world, --rank and --mode are required (see permctl mix --help)");
+    if ((rc = permctl_mix_build(&a, stages, nstages, &m)))
+        return rc;
+    rc = inverse ? permctl_mix_inverse(&a, m) : permctl_mix_rank(&a, m);
+    permd_mixture_free(m);
+    return rc;
 }

@@ -314,6 +314,74 @@ PERMD_API int permd_plan_rank_locations(const permd_plan *p, uint32_t world, uin
 PERMD_API int permd_plan_rank_digest(const permd_plan *p, uint32_t world, uint32_t rank, int mode, uint64_t offset,
                                      permd_digest *out);
 
+/* ---- Offline mixtures (docs/spec/mixtures-v1.md) ----------------------------
+ * Weighted draws over several datasets (components), in stages whose weights
+ * may change at block boundaries, as one stream of run positions; mixture
+ * epoch E is run positions E·L … E·L + L − 1. Ids are global: component j's
+ * local id plus the sizes of the components before it (a ConcatDataset index).
+ * A permd_mixture caches component orders: use it from one thread at a time. */
+
+typedef struct permd_mixture permd_mixture;
+
+/* One component: flat (shard_sizes NULL: `size` samples) or sharded (its shard
+ * sizes, zero allowed; window 0 = 8, lanes 0 = 1; `size` is ignored). */
+typedef struct permd_mix_component {
+    uint64_t size;
+    const uint64_t *shard_sizes;
+    uint64_t nshards;
+    uint64_t window;
+    uint32_t lanes;
+} permd_mix_component;
+
+#define PERMD_MIX_BLOCK_DEFAULT 64 /* B: slots shuffled together (a power of two, 64 … 2048) */
+
+/* A mixture of flat components of sizes[0 … n): stage k starts at run position
+ * stage_starts[k] (the first at 0, increasing, multiples of the block) with
+ * weights[k·n … k·n + n) (u32, each stage's sum in [1, 2^32 − 1]). length 0:
+ * the sum of the sizes; block 0: PERMD_MIX_BLOCK_DEFAULT. PERMD_EINVAL for
+ * anything outside the spec's domain. */
+PERMD_API int permd_mixture_new(uint64_t seed, const uint64_t *sizes, uint32_t ncomponents, uint64_t length,
+                                uint32_t block, const uint64_t *stage_starts, const uint32_t *weights,
+                                uint32_t nstages, permd_mixture **out);
+/* The same with components that may be sharded. */
+PERMD_API int permd_mixture_new_ex(uint64_t seed, const permd_mix_component *components, uint32_t ncomponents,
+                                   uint64_t length, uint32_t block, const uint64_t *stage_starts,
+                                   const uint32_t *weights, uint32_t nstages, permd_mixture **out);
+PERMD_API void permd_mixture_free(permd_mixture *m);
+/* L (positions per mixture epoch), N (global ids are below it), C, B. 0 for NULL. */
+PERMD_API uint64_t permd_mixture_length(const permd_mixture *m);
+PERMD_API uint64_t permd_mixture_size(const permd_mixture *m);
+PERMD_API uint32_t permd_mixture_components(const permd_mixture *m);
+PERMD_API uint32_t permd_mixture_block(const permd_mixture *m);
+/* Component j's seed: its order in component epoch e is permutation v1's
+ * σ(seed_j, e) over its size (or the shard addendum's epoch e under seed_j). */
+PERMD_API int permd_mixture_component_seed(const permd_mixture *m, uint32_t component, uint64_t *seed);
+/* The first run position at or after epoch·L + offset where a stage may start
+ * (a multiple of the block): re-weighting from a checkpoint takes effect there. */
+PERMD_API int permd_mixture_stage_start(const permd_mixture *m, uint64_t epoch, uint64_t offset, uint64_t *start);
+/* The sample at position < L of mixture epoch `epoch`: its global id, component,
+ * local id and component epoch (any pointer but m may be NULL). */
+PERMD_API int permd_mixture_locate(permd_mixture *m, uint64_t epoch, uint64_t position, uint64_t *sample,
+                                   uint32_t *component, uint64_t *local, uint64_t *component_epoch);
+/* Where component j's sample `local` of component epoch e is drawn: mixture
+ * epoch and position. PERMD_ENOTFOUND when the run never draws it (its weight
+ * is 0 from some stage on, or the draw lies past run position 2^63). */
+PERMD_API int permd_mixture_position(permd_mixture *m, uint32_t component, uint64_t local, uint64_t component_epoch,
+                                     uint64_t *epoch, uint64_t *position);
+/* drawn[j] = how many samples of each component the run drew before position
+ * `position` of mixture epoch `epoch` (ncomponents values). */
+PERMD_API int permd_mixture_drawn(const permd_mixture *m, uint64_t epoch, uint64_t position, uint64_t *drawn);
+/* As permd_rank_fill over mixture epoch `epoch` (n = L): global ids of width
+ * 4 or 8 (4 needs N <= 2^32). world 1, rank 0, offset P, exact: positions P, P + 1, … */
+PERMD_API int permd_mixture_rank_fill(permd_mixture *m, uint64_t epoch, uint32_t world, uint32_t rank, int mode,
+                                      uint64_t offset, uint64_t count, void *out, unsigned width, uint64_t *written);
+/* The rank's next reads as (component, local id, component epoch); any array may be NULL. */
+PERMD_API int permd_mixture_rank_locations(permd_mixture *m, uint64_t epoch, uint32_t world, uint32_t rank, int mode,
+                                           uint64_t offset, uint64_t count, uint32_t *components, uint64_t *locals,
+                                           uint64_t *component_epochs, uint64_t *written);
+PERMD_API int permd_mixture_rank_digest(permd_mixture *m, uint64_t epoch, uint32_t world, uint32_t rank, int mode,
+                                        uint64_t offset, permd_digest *out);
+
 #ifdef __cplusplus
 }
 #endif

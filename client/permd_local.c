@@ -1,11 +1,13 @@
-/* libpermd's offline half: spec-v1 permutations, rank slices, sharded plans and digests computed in-process. */
+/* libpermd's offline half: spec-v1 permutations, rank slices, sharded plans, mixtures and digests computed in-process. */
 #include "client/permd.h"
 
 #include <stdlib.h>
 
 #include "cpu/gen.h"
+#include "cpu/mix.h"
 #include "core/error.h"
 #include "core/digest.h"
+#include "core/mixture.h"
 #include "core/rank.h"
 #include "core/shards.h"
 
@@ -241,6 +243,253 @@ int permd_plan_rank_digest(const permd_plan *p, uint32_t world, uint32_t rank, i
     if (!p || !out || pd_local_mode(mode, &s.mode))
         return PD_EINVAL;
     int rc = pd_digest_shard_slice(&p->plan, &s, &d);
+    if (rc == 0)
+        pd_local_digest_out(&d, out);
+    return rc;
+}
+
+/* ---- Mixtures ------------------------------------------------------------------------------ */
+
+struct permd_mixture {
+    pd_mix mix;          /* points into comps and mem */
+    pd_mix_cursor cur;   /* points into cmem */
+    pd_gen gen;
+    pd_mix_component *comps;
+    uint64_t **layouts;  /* sharded components' natural offsets */
+    uint32_t ncomp;
+    void *mem, *cmem;
+};
+
+void permd_mixture_free(permd_mixture *m)
+{
+    if (!m)
+        return;
+    for (uint32_t j = 0; m->layouts && j < m->ncomp; j++)
+        free(m->layouts[j]);
+    free(m->layouts);
+    free(m->comps);
+    free(m->mem);
+    free(m->cmem);
+    free(m);
+}
+
+/* Component j of the caller's description, its shard layout (if any) built into m->layouts[j]. */
+static int pd_local_mix_component(permd_mixture *m, uint32_t j, const permd_mix_component *in)
+{
+    pd_mix_component *c = &m->comps[j];
+    if (!in->shard_sizes) {
+        c->size = in->size;
+        return 0;
+    }
+    if (in->nshards == 0 || in->nshards > PD_SHARDS_MAX)
+        return PD_EINVAL;
+    if (!(m->layouts[j] = malloc((size_t)(in->nshards + 1) * sizeof(uint64_t))))
+        return PD_ENOMEM;
+    int rc = pd_shard_layout_build(in->shard_sizes, in->nshards, m->layouts[j]);
+    if (rc)
+        return rc;
+    c->shard_start = m->layouts[j];
+    c->shards = in->nshards;
+    c->size = m->layouts[j][in->nshards];
+    c->window = in->window ? in->window : 8;
+    c->lanes = in->lanes ? in->lanes : 1;
+    return 0;
+}
+
+int permd_mixture_new_ex(uint64_t seed, const permd_mix_component *components, uint32_t ncomponents,
+                         uint64_t length, uint32_t block, const uint64_t *stage_starts, const uint32_t *weights,
+                         uint32_t nstages, permd_mixture **out)
+{
+    const size_t bytes = pd_mix_bytes(ncomponents, nstages);
+    if (!out || !components || !stage_starts || !weights || bytes == 0)
+        return PD_EINVAL;
+    permd_mixture *m = calloc(1, sizeof *m);
+    if (!m)
+        return PD_ENOMEM;
+    m->ncomp = ncomponents;
+    m->comps = calloc(ncomponents, sizeof *m->comps);
+    m->layouts = calloc(ncomponents, sizeof *m->layouts);
+    m->mem = malloc(bytes);
+    int rc = !m->comps || !m->layouts || !m->mem ? PD_ENOMEM : 0;
+    for (uint32_t j = 0; !rc && j < ncomponents; j++)
+        rc = pd_local_mix_component(m, j, &components[j]);
+    if (!rc)
+        rc = pd_mix_init(&m->mix, seed, m->comps, ncomponents, length, block, stage_starts, weights, nstages, m->mem,
+                         bytes);
+    if (!rc) {
+        const size_t cbytes = pd_mix_cursor_bytes(&m->mix);
+        rc = (m->cmem = malloc(cbytes)) ? pd_mix_cursor_init(&m->cur, &m->mix, m->cmem, cbytes) : PD_ENOMEM;
+    }
+    if (!rc)
+        rc = pd_gen_init(&m->gen, PD_ISA_AUTO);
+    if (rc) {
+        permd_mixture_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+int permd_mixture_new(uint64_t seed, const uint64_t *sizes, uint32_t ncomponents, uint64_t length, uint32_t block,
+                      const uint64_t *stage_starts, const uint32_t *weights, uint32_t nstages, permd_mixture **out)
+{
+    if (!sizes || ncomponents == 0 || ncomponents > PD_MIX_COMPONENTS_MAX)
+        return PD_EINVAL;
+    permd_mix_component *comps = calloc(ncomponents, sizeof *comps);
+    if (!comps)
+        return PD_ENOMEM;
+    for (uint32_t j = 0; j < ncomponents; j++)
+        comps[j].size = sizes[j];
+    int rc = permd_mixture_new_ex(seed, comps, ncomponents, length, block, stage_starts, weights, nstages, out);
+    free(comps);
+    return rc;
+}
+
+uint64_t permd_mixture_length(const permd_mixture *m)
+{
+    return m ? m->mix.length : 0;
+}
+
+uint64_t permd_mixture_size(const permd_mixture *m)
+{
+    return m ? m->mix.total : 0;
+}
+
+uint32_t permd_mixture_components(const permd_mixture *m)
+{
+    return m ? (uint32_t)m->mix.components : 0;
+}
+
+uint32_t permd_mixture_block(const permd_mixture *m)
+{
+    return m ? (uint32_t)m->mix.block : 0;
+}
+
+int permd_mixture_component_seed(const permd_mixture *m, uint32_t component, uint64_t *seed)
+{
+    if (!m || !seed)
+        return PD_EINVAL;
+    if (component >= m->mix.components)
+        return PD_ERANGE;
+    *seed = m->mix.comp_seed[component];
+    return 0;
+}
+
+/* Run position epoch·L + offset for offset ≤ L; PD_EINVAL for an epoch that does not exist. */
+static int pd_local_run_position(const pd_mix *m, uint64_t epoch, uint64_t offset, uint64_t *g)
+{
+    if (!pd_mix_epoch_ok(m, epoch))
+        return PD_EINVAL;
+    if (offset > m->length)
+        return PD_ERANGE;
+    *g = epoch * m->length + offset; /* ≤ 2^63 */
+    return 0;
+}
+
+int permd_mixture_stage_start(const permd_mixture *m, uint64_t epoch, uint64_t offset, uint64_t *start)
+{
+    uint64_t g;
+    if (!m || !start)
+        return PD_EINVAL;
+    int rc = pd_local_run_position(&m->mix, epoch, offset, &g);
+    if (rc)
+        return rc;
+    g = (g + m->mix.block - 1) & ~(m->mix.block - 1);
+    if (g >= PD_MIX_RUN_END)
+        return PD_ERANGE;
+    *start = g;
+    return 0;
+}
+
+int permd_mixture_locate(permd_mixture *m, uint64_t epoch, uint64_t position, uint64_t *sample, uint32_t *component,
+                         uint64_t *local, uint64_t *component_epoch)
+{
+    pd_mix_loc loc;
+    if (!m)
+        return PD_EINVAL;
+    int rc = pd_mix_locate(&m->cur, epoch, position, &loc);
+    if (rc)
+        return rc;
+    if (sample)
+        *sample = loc.sample;
+    if (component)
+        *component = (uint32_t)loc.component;
+    if (local)
+        *local = loc.local;
+    if (component_epoch)
+        *component_epoch = loc.epoch;
+    return 0;
+}
+
+int permd_mixture_position(permd_mixture *m, uint32_t component, uint64_t local, uint64_t component_epoch,
+                           uint64_t *epoch, uint64_t *position)
+{
+    return m ? pd_mix_position(&m->cur, component, local, component_epoch, epoch, position) : PD_EINVAL;
+}
+
+int permd_mixture_drawn(const permd_mixture *m, uint64_t epoch, uint64_t position, uint64_t *drawn)
+{
+    uint64_t g;
+    if (!m || !drawn)
+        return PD_EINVAL;
+    int rc = pd_local_run_position(&m->mix, epoch, position, &g);
+    return rc ? rc : pd_mix_draws_before(&m->mix, g, drawn);
+}
+
+int permd_mixture_rank_fill(permd_mixture *m, uint64_t epoch, uint32_t world, uint32_t rank, int mode,
+                            uint64_t offset, uint64_t count, void *out, unsigned width, uint64_t *written)
+{
+    pd_slice s = {.world = world, .rank = rank, .offset = offset};
+    if (!m || pd_local_mode(mode, &s.mode))
+        return PD_EINVAL;
+    if (width == 4)
+        return pd_gen_mix_fill_u32(&m->gen, &m->cur, epoch, &s, count, out, written);
+    if (width == 8)
+        return pd_gen_mix_fill_u64(&m->gen, &m->cur, epoch, &s, count, out, written);
+    return PD_EINVAL;
+}
+
+int permd_mixture_rank_locations(permd_mixture *m, uint64_t epoch, uint32_t world, uint32_t rank, int mode,
+                                 uint64_t offset, uint64_t count, uint32_t *components, uint64_t *locals,
+                                 uint64_t *component_epochs, uint64_t *written)
+{
+    pd_slice s = {.world = world, .rank = rank, .offset = offset};
+    pd_mix_loc locs[256];
+    uint64_t left, got;
+    if (!m || !written || pd_local_mode(mode, &s.mode))
+        return PD_EINVAL;
+    if (!pd_mix_epoch_ok(&m->mix, epoch))
+        return PD_EINVAL;
+    int rc = pd_slice_remaining(m->mix.length, &s, &left);
+    if (rc)
+        return rc;
+    if (count > left)
+        count = left;
+    for (uint64_t done = 0; done < count; done += got) {
+        if ((rc = pd_mix_slice_fill_locs(&m->cur, epoch, &s, count - done < 256 ? count - done : 256, locs, &got)))
+            return rc;
+        for (uint64_t i = 0; i < got; i++) {
+            if (components)
+                components[done + i] = (uint32_t)locs[i].component;
+            if (locals)
+                locals[done + i] = locs[i].local;
+            if (component_epochs)
+                component_epochs[done + i] = locs[i].epoch;
+        }
+        s.offset += got * s.world; /* more follow, so this stays ≤ T */
+    }
+    *written = count;
+    return 0;
+}
+
+int permd_mixture_rank_digest(permd_mixture *m, uint64_t epoch, uint32_t world, uint32_t rank, int mode,
+                              uint64_t offset, permd_digest *out)
+{
+    pd_digest d;
+    pd_slice s = {.world = world, .rank = rank, .offset = offset};
+    if (!m || !out || pd_local_mode(mode, &s.mode))
+        return PD_EINVAL;
+    int rc = pd_digest_mix_slice(&m->cur, epoch, &s, &d);
     if (rc == 0)
         pd_local_digest_out(&d, out);
     return rc;

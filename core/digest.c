@@ -63,3 +63,23 @@ int pd_digest_shard_slice(const pd_shard_plan *plan, const pd_slice *s, pd_diges
 {
     return pd_digest_fill(plan, plan ? plan->n : 0, s, pd_fill_sharded, out);
 }
+
+/* A mixture's fill needs its cursor and epoch: both travel as the source. */
+typedef struct pd_mix_source {
+    pd_mix_cursor *cursor;
+    uint64_t epoch;
+} pd_mix_source;
+
+static int pd_fill_mixture(const void *src, const pd_slice *s, uint64_t count, uint64_t *out, uint64_t *written)
+{
+    const pd_mix_source *m = src;
+    return pd_mix_slice_fill_u64(m->cursor, m->epoch, s, count, out, written);
+}
+
+int pd_digest_mix_slice(pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, pd_digest *out)
+{
+    if (!c || !pd_mix_epoch_ok(c->mix, epoch))
+        return PD_EINVAL;
+    const pd_mix_source src = {c, epoch};
+    return pd_digest_fill(&src, c->mix->length, s, pd_fill_mixture, out);
+}

@@ -3,6 +3,7 @@
 #define PD_DIGEST_H
 
 #include "defs.h"
+#include "mixture.h"
 #include "shards.h"
 
 #ifdef __cplusplus
@@ -41,6 +42,8 @@ int pd_digest_equal(const pd_digest *a, const pd_digest *b);
 /* Digest of everything a rank reads from its offset to the end of the epoch (O(T/W)). */
 int pd_digest_slice(const pd_perm *perm, const pd_slice *s, pd_digest *out);
 int pd_digest_shard_slice(const pd_shard_plan *plan, const pd_slice *s, pd_digest *out);
+/* The same over mixture epoch E of a mixture (docs/spec/mixtures-v1.md), through a cursor. */
+int pd_digest_mix_slice(pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, pd_digest *out);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "core/mixture.h"
 #include "cpu/gen.h"
 
 /* A run: out[i] = σ(first + i·stride) for i < count. The caller has checked
@@ -42,6 +43,9 @@ int pd__req_range(const pd_perm *p, uint64_t start, uint64_t count, void *out, u
 int pd__req_slice(const pd_perm *p, const pd_slice *s, uint64_t count, void *out, unsigned width,
                   pd__req *req);
 
+/* PD_EINVAL for a g that pd_gen_init did not set up, PD_EUNSUPPORTED for an ISA this CPU cannot run. */
+int pd__gen_check(const pd_gen *g);
+
 /* Run a validated run (any count; chunked to PD__RUN_MAX) on g's kernel. */
 void pd__gen_run(const pd_gen *g, const pd__run *run);
 
@@ -66,6 +70,29 @@ void pd__run_avx2(const pd__run *run);
 #endif
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__run_avx512(const pd__run *run);
+#endif
+
+/* ---- Entry points for mixtures (cpu/mix.c; docs/spec/mixtures-v1.md) */
+
+/* Block slots: out[t] = π_β(g mod B) for run positions g = first + t·stride, t < count, β = g / B, with
+ * block β's keys of a mixture of this seed and block (pd__mix_block_keys): every lane its own keys, so one
+ * call covers any number of blocks. B is a power of two in [64, 2048], stride < 2^32, count ≤ PD__RUN_MAX. */
+typedef struct pd__slots {
+    uint64_t seed, block;
+    uint64_t first, stride, count;
+    uint32_t *out;
+} pd__slots;
+
+void pd__slots_scalar(const pd__slots *s);
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__slots_avx512(const pd__slots *s);
+#endif
+
+/* Gather: out[i] = σ(positions[i]) for i < run->count (run->first and stride are not used), every position
+ * below n, n ≥ 2, count ≤ PD__RUN_MAX. */
+void pd__gather_scalar(const pd__run *run, const uint64_t *positions);
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__gather_avx512(const pd__run *run, const uint64_t *positions);
 #endif
 
 #endif

@@ -467,3 +467,185 @@ void pd__run_avx512(const pd__run *r)
         walk_compact_by_shape[d][wide](&c);
     pd__run_fix_parity(r);
 }
+
+/* ---- Mixture entry points (kernel.h): block slots with every lane's own keys, σ gathered from a list */
+
+#define SG 4 /* groups of 16 lanes in flight in the slot kernel */
+
+/* hi32(a·m) for 16 lanes of 32 bits (m broadcast), as vp_round computes it. */
+PD_AI __m512i mulhi32(__m512i a, __m512i m)
+{
+    const __m512i e = _mm512_mul_epu32(a, m);
+    const __m512i o = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+    return _mm512_mask_shuffle_epi32(o, 0x5555, e, _MM_PERM_DDBB);
+}
+
+/* Philox4x32-10 (core/philox.h) on SG·16 lanes at once: counter words per lane, one key for all. */
+PD_AI void philox_lanes(__m512i c[SG][4], uint32_t k0, uint32_t k1)
+{
+    const __m512i m0 = _mm512_set1_epi32((int)PD_PHILOX_M0), m1 = _mm512_set1_epi32((int)PD_PHILOX_M1);
+    for (int r = 0; r < 10; r++) {
+        if (r) {
+            k0 += PD_PHILOX_W0;
+            k1 += PD_PHILOX_W1;
+        }
+        const __m512i key0 = _mm512_set1_epi32((int)k0), key1 = _mm512_set1_epi32((int)k1);
+        for (int v = 0; v < SG; v++) {
+            const __m512i hi0 = mulhi32(c[v][0], m0), lo0 = _mm512_mullo_epi32(c[v][0], m0);
+            const __m512i hi1 = mulhi32(c[v][2], m1), lo1 = _mm512_mullo_epi32(c[v][2], m1);
+            c[v][0] = _mm512_ternarylogic_epi32(hi1, c[v][1], key0, PD_TL_XOR3);
+            c[v][2] = _mm512_ternarylogic_epi32(hi0, c[v][3], key1, PD_TL_XOR3);
+            c[v][1] = lo1;
+            c[v][3] = lo0;
+        }
+    }
+}
+
+/* Round key i = bits [5i, 5i + 5) of the 128-bit Philox output x (pd__mix_block_keys). */
+PD_AI __m512i packed_key(const __m512i x[4], int i)
+{
+    const int at = 5 * i, w = at / 32, off = at % 32;
+    __m512i v = _mm512_srl_epi32(x[w], _mm_cvtsi32_si128(off));
+    if (off > 27)
+        v = _mm512_or_si512(v, _mm512_sll_epi32(x[w + 1], _mm_cvtsi32_si128(32 - off)));
+    return _mm512_and_si512(v, _mm512_set1_epi32(31));
+}
+
+/* SG·16 slots from lane t on: positions, keys, f without walk (B = 2^b), the key's parity transposition. */
+PD_AI void slots_group(avx512_ctx c[SG], const pd__slots *s, uint64_t t, const int d)
+{
+    const __m512i first = _mm512_set1_epi64((long long)s->first), stride = _mm512_set1_epi64((long long)s->stride);
+    const __m512i lanes8 = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    const __m128i b = _mm_cvtsi32_si128((int)pd_bit_width(s->block - 1)); /* g >> b: the block */
+    __m512i x[SG][4], s0[SG], s1[SG];
+    for (int v = 0; v < SG; v++) {
+        const __m512i i0 = _mm512_add_epi64(_mm512_set1_epi64((long long)(t + 16 * v)), lanes8);
+        const __m512i i1 = _mm512_add_epi64(i0, _mm512_set1_epi64(8));
+        const __m512i g0 = _mm512_add_epi64(first, _mm512_mul_epu32(i0, stride));
+        const __m512i g1 = _mm512_add_epi64(first, _mm512_mul_epu32(i1, stride));
+        const __m512i beta0 = _mm512_srl_epi64(g0, b), beta1 = _mm512_srl_epi64(g1, b);
+        x[v][0] = _mm512_set1_epi32((int)PD_MIX_CTR_BLOCK);
+        x[v][1] = _mm512_setzero_si512();
+        x[v][2] = pack_lo32(beta0, beta1);
+        x[v][3] = pack_lo32(_mm512_srli_epi64(beta0, 32), _mm512_srli_epi64(beta1, 32));
+        const __m512i r = _mm512_and_si512(pack_lo32(g0, g1), _mm512_set1_epi32((int)(s->block - 1)));
+        s0[v] = _mm512_srl_epi32(r, c[v].rbits);
+        s1[v] = _mm512_and_si512(r, c[v].rmask);
+    }
+    philox_lanes(x, (uint32_t)s->seed, (uint32_t)(s->seed >> 32));
+    for (int v = 0; v < SG; v++)
+        for (int i = 0; i < PD_ROUNDS; i++)
+            c[v].k[i] = packed_key(x[v], i);
+    PD_UNROLL(24)
+    for (int i = 0; i < PD_ROUNDS; i++)
+        for (int v = 0; v < SG; v++)
+            vp_round(&c[v], i, &s0[v], &s1[v], d);
+    const __m512i one = _mm512_set1_epi32(1);
+    for (int v = 0; v < SG; v++) {
+        if (!d)
+            s1[v] = _mm512_and_si512(s1[v], c[v].rmask);
+        const __m512i val = join(&c[v], s0[v], s1[v]);
+        const __mmask16 flip = _mm512_test_epi32_mask(_mm512_srli_epi32(x[v][3], 24), one); /* bit 120 */
+        const __mmask16 low = _mm512_cmplt_epu32_mask(val, _mm512_set1_epi32(2));
+        _mm512_storeu_si512(s->out + t + 16 * v, _mm512_mask_xor_epi32(val, (__mmask16)(flip & low), val, one));
+    }
+}
+
+static void slots_d0(avx512_ctx c[SG], const pd__slots *s, uint64_t t) { slots_group(c, s, t, 0); }
+static void slots_d1(avx512_ctx c[SG], const pd__slots *s, uint64_t t) { slots_group(c, s, t, 1); }
+
+void pd__slots_avx512(const pd__slots *s)
+{
+    pd_perm shape;
+    pd__perm_shape(&shape, s->block, PD_MIN_BITS);
+    const pd__run run = {.perm = &shape, .first = 0, .stride = 1, .count = 1};
+    avx512_ctx c[SG];
+    for (int v = 0; v < SG; v++)
+        avx512_ctx_init(&c[v], &run); /* the shape's masks and multipliers; keys come per lane */
+    const int d = (int)(shape.rbits - shape.lbits);
+    uint64_t t = 0;
+    for (; t + 16 * SG <= s->count; t += 16 * SG)
+        (d ? slots_d1 : slots_d0)(c, s, t);
+    pd__slots rest = *s;
+    rest.first += t * s->stride;
+    rest.count -= t;
+    rest.out += t;
+    pd__slots_scalar(&rest);
+}
+
+/* Gather: compaction (walk_compact) whose first pass reads its positions from a list. */
+PD_AI void gather_first(const avx512_ctx *c, queue *q, const uint64_t *pos, uint32_t i, const int d, const int wide)
+{
+    __m512i s0[CNV], s1[CNV], idx[CNV];
+    for (int v = 0; v < CNV; v++) {
+        const __m512i p0 = _mm512_loadu_si512(pos + i + VW * v), p1 = _mm512_loadu_si512(pos + i + VW * v + 8);
+        idx[v] = idx_from(i + VW * v);
+        s0[v] = pack_lo32(_mm512_srl_epi64(p0, c->rbits), _mm512_srl_epi64(p1, c->rbits));
+        s1[v] = _mm512_and_si512(pack_lo32(p0, p1), c->rmask);
+    }
+    vp_eval_n(c, s0, s1, CNV, d);
+    for (int v = 0; v < CNV; v++) {
+        __m512i val;
+        const __mmask16 out = (__mmask16)~inside(c, s0[v], s1[v], &val, wide);
+        store_ids(c, i + VW * v, val, s1[v], wide);
+        queue_push_at(q, q->n, out, s0[v], s1[v], idx[v]);
+        q->n += (unsigned)__builtin_popcount(out);
+    }
+}
+
+PD_AI void walk_gather(const avx512_ctx *c, const uint64_t *pos, const int d, const int wide)
+{
+    const pd__run *r = c->run;
+    const uint32_t count = (uint32_t)r->count;
+    queue q;
+    outbuf buf;
+    q.n = buf.n = 0;
+    uint32_t i = 0;
+    while (i + CLANES <= count) {
+        const uint32_t end = count - i < BLOCK ? i + (count - i) / CLANES * CLANES : i + BLOCK;
+        for (; i < end; i += CLANES)
+            gather_first(c, &q, pos, i, d, wide);
+        while (q.n > BLOCK / 2)
+            compact_pass(c, &q, &buf, d, wide);
+    }
+    for (; i < count; i++) {
+        q.s0[q.n] = (uint32_t)(pos[i] >> r->perm->rbits);
+        q.s1[q.n] = (uint32_t)pos[i] & r->perm->rmask;
+        q.idx[q.n++] = i;
+    }
+    while (q.n) {
+        for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) {
+            q.s0[q.n] = q.s0[last];
+            q.s1[q.n] = q.s1[last];
+            q.idx[q.n] = q.idx[last];
+        }
+        compact_pass(c, &q, &buf, d, wide);
+    }
+    outbuf_flush(c, &buf, wide);
+}
+
+typedef void gather_fn(const avx512_ctx *c, const uint64_t *pos);
+static void gather_00(const avx512_ctx *c, const uint64_t *pos) { walk_gather(c, pos, 0, 0); }
+static void gather_01(const avx512_ctx *c, const uint64_t *pos) { walk_gather(c, pos, 0, 1); }
+static void gather_10(const avx512_ctx *c, const uint64_t *pos) { walk_gather(c, pos, 1, 0); }
+static void gather_11(const avx512_ctx *c, const uint64_t *pos) { walk_gather(c, pos, 1, 1); }
+static gather_fn *const gather_by_shape[2][2] = {{gather_00, gather_01}, {gather_10, gather_11}};
+
+void pd__gather_avx512(const pd__run *r, const uint64_t *positions)
+{
+    const pd_perm *p = r->perm;
+    avx512_ctx c;
+    avx512_ctx_init(&c, r);
+    gather_by_shape[p->rbits - p->lbits][p->bits > 32](&c, positions);
+    if (!p->keys.flip) /* the parity transposition, left out of the walk: σ = walk ^ 1 where the walk ends below 2 */
+        return;
+    for (uint64_t i = 0; i < r->count; i++) {
+        if (r->width == 4) {
+            uint32_t *out = r->out;
+            out[i] ^= out[i] < 2;
+        } else {
+            uint64_t *out = r->out;
+            out[i] ^= out[i] < 2;
+        }
+    }
+}

@@ -1,4 +1,4 @@
-/* The scalar kernel (the core's σ one position at a time, for CPUs without SIMD and short runs) and the SIMD kernels' parity fix-up. */
+/* The scalar kernel (the core's σ one position at a time, for CPUs without SIMD and short runs), the SIMD kernels' parity fix-up, and the mixture entry points' scalar forms. */
 #include "cpu/kernel.h"
 
 void pd__run_scalar_walk(const pd__run *run, int parity)
@@ -37,5 +37,29 @@ void pd__run_fix_parity(const pd__run *run)
             ((uint32_t *)run->out)[i] ^= 1;
         else
             ((uint64_t *)run->out)[i] ^= 1;
+    }
+}
+
+void pd__slots_scalar(const pd__slots *s)
+{
+    pd_perm pi = {0}; /* keyed at the first position: no block is numbered UINT64_MAX */
+    uint64_t beta = UINT64_MAX, g = s->first;
+    for (uint64_t t = 0; t < s->count; t++, g += s->stride) {
+        if (g / s->block != beta) { /* keys once per block */
+            beta = g / s->block;
+            pd__mix_block_keys(s->seed, s->block, beta, &pi);
+        }
+        s->out[t] = (uint32_t)pd_perm_at(&pi, g & (s->block - 1));
+    }
+}
+
+void pd__gather_scalar(const pd__run *run, const uint64_t *positions)
+{
+    for (uint64_t i = 0; i < run->count; i++) {
+        const uint64_t id = pd_perm_at(run->perm, positions[i]);
+        if (run->width == 4)
+            ((uint32_t *)run->out)[i] = (uint32_t)id;
+        else
+            ((uint64_t *)run->out)[i] = id;
     }
 }

@@ -14,6 +14,7 @@ from .client import Client
 from .sampler import Sampler
 from .shards import ShardPlan, digest
 from .layout import LayoutError, ShardLayout
+from .mixture import Mixture, Sharded  # noqa: F401 (offline mixtures: docs/spec/mixtures-v1.md)
 
 __version__ = "0.1.0"
 __all__ = ["Permutation", "Sampler", "Client", "ShardPlan", "digest", "PermdError", "NotFound", "Conflict", "InvalidArgument",

@@ -1,0 +1,137 @@
+/* Mixtures vs a flat dataset on the CPU, in one run: ids/s of a rank's slice per world size and block size,
+ * time to the first batch and memory. usage: mixtures [--quick]; prints markdown (bench/mixtures.sh). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/mixture.h"
+#include "cpu/mix.h"
+#include "timing.h"
+
+#define C 4
+static const uint64_t sizes[C] = {20000000, 17000000, 3000000, 10000000}; /* N = 5·10^7: σ walks (2^26/N = 1.34) */
+static const uint32_t weights[C] = {4, 3, 2, 1};
+
+typedef struct job {
+    const pd_gen *gen; /* NULL: the core's scalar loop */
+    pd_perm perm;      /* flat */
+    pd_mix mix;
+    pd_mix_cursor cur;
+    pd_slice slice;
+    uint64_t epoch, count;
+    uint32_t *out;
+    /* first batch */
+    pd_mix_component comps[C];
+    void *mem, *cmem;
+    uint64_t block;
+} job;
+
+static void run_flat(void *p)
+{
+    job *j = p;
+    uint64_t got;
+    int rc = j->gen ? pd_gen_slice_fill_u32(j->gen, &j->perm, &j->slice, j->count, j->out, &got)
+                    : pd_slice_fill_u32(&j->perm, &j->slice, j->count, j->out, &got);
+    if (rc || got != j->count)
+        abort();
+}
+
+static void run_mix(void *p)
+{
+    job *j = p;
+    uint64_t got;
+    int rc = j->gen ? pd_gen_mix_fill_u32(j->gen, &j->cur, j->epoch, &j->slice, j->count, j->out, &got)
+                    : pd_mix_slice_fill_u32(&j->cur, j->epoch, &j->slice, j->count, j->out, &got);
+    if (rc || got != j->count)
+        abort();
+    j->epoch++; /* a new mixture epoch each run: nothing is cached between runs but the component orders */
+}
+
+static int mix_setup(job *j, uint64_t block)
+{
+    const uint64_t start = 0;
+    size_t bytes = pd_mix_bytes(C, 1);
+    if (pd_mix_init(&j->mix, 1, j->comps, C, 0, block, &start, weights, 1, j->mem, bytes))
+        return -1;
+    return pd_mix_cursor_init(&j->cur, &j->mix, j->cmem, pd_mix_cursor_bytes(&j->mix));
+}
+
+/* A new job's first 1024 ids: plan, cursor and one fill, as a trainer's first batch after a restart. */
+static void run_first_batch(void *p)
+{
+    job *j = p;
+    uint64_t got;
+    if (mix_setup(j, j->block) || pd_gen_mix_fill_u32(j->gen, &j->cur, 7, &j->slice, 1024, j->out, &got))
+        abort();
+}
+
+int main(int argc, char **argv)
+{
+    const int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    uint64_t n = 0;
+    job j = {0};
+    for (int c = 0; c < C; c++) {
+        j.comps[c].size = sizes[c];
+        n += sizes[c];
+    }
+    j.mem = malloc(pd_mix_bytes(C, 1));
+    j.cmem = malloc(2 * C * sizeof(pd_mix_order));
+    const uint64_t want = quick ? UINT64_C(1) << 20 : UINT64_C(1) << 23;
+    j.out = malloc(want * sizeof *j.out);
+    pd_perm_init(&j.perm, 1, 2, PD_STREAM_SAMPLES, n);
+    pd_gen gen;
+    pd_gen_init(&gen, PD_ISA_AUTO);
+
+    printf("%d flat components, N = %llu samples, weights 4:3:2:1; rank 3 of W reads min(%llu, N/W) ids (u32), "
+           "exact mode, one thread; flat: σ over N\n\n",
+           C, (unsigned long long)n, (unsigned long long)want);
+    printf("| W | order | B | M ids/s | vs flat %s |\n|---:|---|---:|---:|---:|\n", pd_isa_name(gen.isa));
+    const uint32_t worlds[] = {1, 4, 8, 64};
+    const uint64_t blocks[] = {64, 256, 1024};
+    for (size_t w = 0; w < 4; w++) {
+        j.slice = (pd_slice){.world = worlds[w], .rank = worlds[w] > 3 ? 3 : 0, .mode = PD_MODE_EXACT};
+        j.count = want < n / worlds[w] ? want : n / worlds[w]; /* what the rank has in an epoch */
+        j.gen = &gen;
+        const double flat = j.count / median_seconds(run_flat, &j) / 1e6;
+        j.gen = NULL;
+        const double flat_scalar = j.count / median_seconds(run_flat, &j) / 1e6;
+        printf("| %u | flat σ, %s | | %.1f | 1.00 |\n", worlds[w], pd_isa_name(gen.isa), flat);
+        printf("| %u | flat σ, core scalar | | %.1f | %.2f |\n", worlds[w], flat_scalar, flat_scalar / flat);
+        for (size_t b = 0; b < 3; b++) {
+            if (mix_setup(&j, blocks[b]))
+                return 1;
+            j.epoch = 0;
+            j.gen = &gen;
+            const double mix = j.count / median_seconds(run_mix, &j) / 1e6;
+            printf("| %u | mixture, %s | %llu | %.1f | %.2f |\n", worlds[w], pd_isa_name(gen.isa),
+                   (unsigned long long)blocks[b], mix, mix / flat);
+            if (b == 0) {
+                j.gen = NULL;
+                const uint64_t keep = j.count;
+                j.count /= 8; /* the scalar loop is slow */
+                const double mix_scalar = j.count / median_seconds(run_mix, &j) / 1e6;
+                j.count = keep;
+                printf("| %u | mixture, core scalar | %llu | %.1f | %.2f |\n", worlds[w], (unsigned long long)blocks[b],
+                       mix_scalar, mix_scalar / flat);
+            }
+            fflush(stdout);
+        }
+    }
+
+    j.gen = &gen;
+    j.slice = (pd_slice){.world = 8, .rank = 3, .mode = PD_MODE_EXACT, .offset = 123456};
+    printf("\n| first batch (new plan + cursor + 1024 ids, W = 8) | B | µs | plan bytes | cursor bytes |\n"
+           "|---|---:|---:|---:|---:|\n");
+    for (size_t b = 0; b < 3; b++) {
+        j.block = blocks[b];
+        const double t = median_seconds(run_first_batch, &j);
+        printf("| mixture | %llu | %.1f | %zu | %zu |\n", (unsigned long long)blocks[b], t * 1e6, pd_mix_bytes(C, 1),
+               pd_mix_cursor_bytes(&j.mix));
+    }
+    free(j.mem);
+    free(j.cmem);
+    free(j.out);
+    return 0;
+}

@@ -1,0 +1,466 @@
+/* Bulk mixture fills: blocks' slots and components' σ batched onto the SIMD kernels, then scattered to the rank's ids. */
+#include "cpu/mix.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/divide.h"
+#include "cpu/kernel.h"
+
+/*
+ * A request is cut into chunks. In a chunk, the slots of all the rank's reads come from one call of the
+ * slot kernel (every lane its block's keys: pd__slots_*). Then, two ways:
+ *
+ * Dense (W ≤ PD_MIX_DENSE_WORLD; a chunk is PD_MIX_CHUNK run positions of whole blocks):
+ *   1. per block: one walk of the tree lists its parts: each component's slot range and first draw;
+ *   2. per component: its draws in the chunk are contiguous (blocks and stages continue each other's
+ *      counters), so σ runs over the whole range on g's kernel (split at component epochs): W times more
+ *      σ than the rank reads, each at the kernel's full speed;
+ *   3. per block: its ids laid out in slot order (one copy per part); each read takes its slot's id.
+ * Sparse (larger W; a chunk is PD_MIX_CHUNK reads): per read, one descent of the tree gives its component
+ * and draw; the reads are grouped by component and component epoch, and σ is gathered at their draws
+ * (pd__gather_*), so only the ids read are computed.
+ */
+
+#define PD_MIX_CHUNK 8192u      /* run positions (dense) or reads (sparse) per chunk; a multiple of every B */
+#define PD_MIX_DENSE_WORLD 5u   /* dense up to this W: measured to cost less than sparse up to W = 5 (AVX-512) */
+
+/* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
+static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
+{
+    if (!a)
+        return 0;
+    if (y >> 32 == 0) /* stage positions below 2^32: y·a + ⌊S/2⌋ fits 64 bits, one division */
+        return pd_divide(S, y * a + S->d / 2);
+    const uint64_t q = pd_divide(S, y), t = y - q * S->d;
+    return q * a + pd_divide(S, t * a + S->d / 2);
+}
+
+typedef struct pd_mix_part {
+    uint64_t draw;                    /* run draw of its first slot */
+    uint32_t component, slot, count;  /* slots [slot, slot + count) of its block */
+} pd_mix_part;
+
+typedef struct pd_mix_seen {
+    uint64_t chunk;   /* the chunk that last touched the component (+ 1; 0: never) */
+    uint64_t lo, hi;  /* dense: its draws in the chunk, [lo, hi); sparse: its reads' bucket, [lo, hi) */
+    uint64_t scratch; /* dense: where the ids of [lo, hi) start in the scratch */
+} pd_mix_seen;
+
+typedef struct pd_mix_work {
+    pd_mix_seen *seen;   /* C */
+    uint32_t *present;   /* components touched in this chunk */
+    uint32_t npresent;
+    uint32_t *slot;      /* the slot of each read of the chunk */
+    pd_mix_part *parts;  /* dense: the chunk's blocks' parts, block after block */
+    uint32_t *first;     /* dense: block b's parts are [first[b], first[b + 1]) */
+    uint64_t *scratch;   /* dense: the ids of each component's range */
+    uint64_t *by_slot;   /* dense: one block's ids in slot order */
+    uint32_t *comp;      /* sparse: each read's component */
+    uint64_t *draw;      /* sparse: its run draw */
+    uint32_t *order;     /* sparse: the reads grouped by component */
+    uint64_t *at;        /* sparse: the positions gathered, then their ids */
+    uint32_t *index;     /* sparse: their reads */
+    pd_divisor *node;    /* the current stage's node weights as divisors (C − 1, at mid − 1) */
+    uint64_t node_stage; /* the stage they are for (UINT64_MAX: none yet) */
+    pd_divisor *size;    /* the components' sizes as divisors (sparse; set when first touched) */
+} pd_mix_work;
+
+static void pd_mix_work_free(pd_mix_work *w)
+{
+    free(w->seen);
+    free(w->present);
+    free(w->slot);
+    free(w->parts);
+    free(w->first);
+    free(w->scratch);
+    free(w->by_slot);
+    free(w->comp);
+    free(w->draw);
+    free(w->order);
+    free(w->at);
+    free(w->index);
+    free(w->node);
+    free(w->size);
+}
+
+static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense)
+{
+    const uint64_t C = m->components, B = m->block, blocks = PD_MIX_CHUNK / B + 1, reads = PD_MIX_CHUNK + B;
+    memset(w, 0, sizeof *w);
+    w->seen = calloc(C, sizeof *w->seen);
+    w->present = malloc(C * sizeof *w->present);
+    w->slot = malloc(reads * sizeof *w->slot); /* a dense chunk ends with the block of its last read */
+    w->node = malloc(C * sizeof *w->node);
+    w->node_stage = UINT64_MAX;
+    int ok = w->seen && w->present && w->slot && w->node;
+    if (dense) {
+        w->parts = malloc(blocks * (C < B ? C : B) * sizeof *w->parts);
+        w->first = malloc((blocks + 1) * sizeof *w->first);
+        w->scratch = malloc((PD_MIX_CHUNK + B) * sizeof *w->scratch);
+        w->by_slot = malloc(B * sizeof *w->by_slot);
+        ok = ok && w->parts && w->first && w->scratch && w->by_slot;
+    } else {
+        w->comp = malloc(PD_MIX_CHUNK * sizeof *w->comp);
+        w->draw = malloc(PD_MIX_CHUNK * sizeof *w->draw);
+        w->order = malloc(PD_MIX_CHUNK * sizeof *w->order);
+        w->at = malloc(PD_MIX_CHUNK * sizeof *w->at);
+        w->index = malloc(PD_MIX_CHUNK * sizeof *w->index);
+        w->size = calloc(C, sizeof *w->size);
+        ok = ok && w->comp && w->draw && w->order && w->at && w->index && w->size;
+    }
+    if (ok)
+        return PD_OK;
+    pd_mix_work_free(w);
+    return PD_ENOMEM;
+}
+
+/* The slots of reads at run positions g0 + t·W, t < n: one call, on the AVX-512 kernel where there is one. */
+static void pd_mix_slots(const pd_gen *g, const pd_mix *m, uint64_t g0, uint64_t world, uint64_t n, uint32_t *slot)
+{
+    const pd__slots s = {.seed = m->seed, .block = m->block, .first = g0, .stride = world, .count = n, .out = slot};
+#if defined(PD_CPU_HAVE_AVX512)
+    if (g->isa == PD_ISA_AVX512 && n >= PD__SIMD_MIN) {
+        pd__slots_avx512(&s);
+        return;
+    }
+#endif
+    (void)g;
+    pd__slots_scalar(&s);
+}
+
+/* ids[i] = σ(positions[i]) of a flat component's order, i < n (gathered). */
+static void pd_mix_gather(const pd_gen *g, const pd_perm *order, const uint64_t *positions, uint64_t n,
+                          uint64_t *ids)
+{
+    const pd__run run = {.perm = order, .count = n, .out = ids, .width = 8, .walk = g->walk};
+#if defined(PD_CPU_HAVE_AVX512)
+    if (g->isa == PD_ISA_AVX512 && n >= PD__SIMD_MIN && order->n > 1) {
+        pd__gather_avx512(&run, positions);
+        return;
+    }
+#endif
+    pd__gather_scalar(&run, positions);
+}
+
+static void pd_mix_store(void *out, unsigned width, uint64_t i, uint64_t id)
+{
+    if (width == 4)
+        ((uint32_t *)out)[i] = (uint32_t)id;
+    else
+        ((uint64_t *)out)[i] = id;
+}
+
+/* Stage k's internal nodes' weights as divisors, at node[mid − 1] (every internal node splits at its own mid). */
+static void pd_mix_stage_divisors(const pd_mix *m, uint64_t k, pd_divisor *node)
+{
+    const uint32_t *cw = m->cum + k * (m->components + 1);
+    struct {
+        uint64_t lo, hi;
+    } stack[PD_MIX_DEPTH_MAX + 2];
+    int top = 0;
+    stack[0].lo = 0;
+    stack[0].hi = m->components;
+    while (top >= 0) {
+        const uint64_t lo = stack[top].lo, hi = stack[top].hi, mid = lo + (hi - lo) / 2;
+        top--;
+        if (hi - lo < 2)
+            continue;
+        pd_divisor_init(&node[mid - 1], cw[hi] - cw[lo] ? cw[hi] - cw[lo] : 1); /* weight 0: never divided by */
+        stack[++top].lo = lo;
+        stack[top].hi = mid;
+        stack[++top].lo = mid;
+        stack[top].hi = hi;
+    }
+}
+
+/* pd__mix_descend on the node divisors (the same walk; the core's is the reference, test_cpu_mix compares). */
+static inline void pd_mix_descend(const pd_mix *m, const pd_divisor *node, uint64_t k, uint64_t x0, uint64_t q,
+                                  uint64_t *component, uint64_t *stage_draw)
+{
+    const uint32_t *cw = m->cum + k * (m->components + 1);
+    uint64_t lo = 0, hi = m->components, y0 = x0, y1 = x0 + m->block;
+    while (hi - lo > 1) { /* without branches on the slot: reads of random slots would mispredict half of them */
+        const uint64_t mid = lo + (hi - lo) / 2, a = cw[mid] - cw[lo];
+        const uint64_t l0 = pd_mix_left(y0, a, &node[mid - 1]), l1 = pd_mix_left(y1, a, &node[mid - 1]);
+        const uint64_t left = q < l1 - l0;
+        q -= left ? 0 : l1 - l0;
+        lo = left ? lo : mid;
+        hi = left ? mid : hi;
+        y0 = left ? l0 : y0 - l0;
+        y1 = left ? l1 : y1 - l1;
+    }
+    *component = lo;
+    *stage_draw = y0 + q;
+}
+
+/* Component j first touched in this chunk: it joins the present list. */
+static pd_mix_seen *pd_mix_seen_touch(pd_mix_work *w, uint64_t chunk, uint64_t j, uint64_t lo)
+{
+    pd_mix_seen *s = &w->seen[j];
+    if (s->chunk != chunk) {
+        s->chunk = chunk;
+        s->lo = s->hi = lo;
+        w->present[w->npresent++] = (uint32_t)j;
+    }
+    return s;
+}
+
+/* Advance *k to the stage of run position g (positions only grow), with its node divisors. */
+static void pd_mix_stage_at(const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64_t g)
+{
+    while (*k + 1 < m->stages && m->start[*k + 1] <= g)
+        (*k)++;
+    if (w->node_stage != *k) {
+        pd_mix_stage_divisors(m, *k, w->node);
+        w->node_stage = *k;
+    }
+}
+
+/* ---- Dense chunks */
+
+/* Stage k's tree walked for the block at stage position x0 (spec §5): its components with slots, in slot
+ * order, skipping empty subtrees; each part also extends its component's range in the chunk. Depth first
+ * with an explicit stack; returns how many parts. */
+static uint32_t pd_mix_block_parts(const pd_mix *m, pd_mix_work *w, uint64_t chunk, uint64_t k, uint64_t x0,
+                                   pd_mix_part *parts)
+{
+    struct frame {
+        uint64_t lo, hi, y0, y1, slot;
+    } stack[PD_MIX_DEPTH_MAX + 2];
+    const uint32_t *cw = m->cum + k * (m->components + 1);
+    const uint64_t *P = m->drawn + k * m->components;
+    int top = 0;
+    uint32_t n = 0;
+    stack[0] = (struct frame){0, m->components, x0, x0 + m->block, 0};
+    while (top >= 0) {
+        const struct frame f = stack[top--];
+        if (f.y1 == f.y0)
+            continue;
+        if (f.hi - f.lo == 1) {
+            const uint64_t draw = P[f.lo] + f.y0;
+            parts[n++] = (pd_mix_part){draw, (uint32_t)f.lo, (uint32_t)f.slot, (uint32_t)(f.y1 - f.y0)};
+            pd_mix_seen_touch(w, chunk, f.lo, draw)->hi = draw + (f.y1 - f.y0); /* blocks come in order */
+            continue;
+        }
+        const uint64_t mid = f.lo + (f.hi - f.lo) / 2, a = cw[mid] - cw[f.lo];
+        const uint64_t l0 = pd_mix_left(f.y0, a, &w->node[mid - 1]), l1 = pd_mix_left(f.y1, a, &w->node[mid - 1]);
+        stack[++top] = (struct frame){mid, f.hi, f.y0 - l0, f.y1 - l1, f.slot + (l1 - l0)}; /* right after left */
+        stack[++top] = (struct frame){f.lo, mid, l0, l1, f.slot};
+    }
+    return n;
+}
+
+/* Dense step 2: the global ids of every component's range, into the scratch. */
+static void pd_mix_ranges(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w)
+{
+    const pd_mix *m = c->mix;
+    uint64_t at = 0;
+    for (uint32_t p = 0; p < w->npresent; p++) {
+        const uint32_t j = w->present[p];
+        pd_mix_seen *s = &w->seen[j];
+        const pd_mix_component *comp = &m->comp[j];
+        uint64_t *ids = w->scratch + at;
+        s->scratch = at;
+        for (uint64_t d = s->lo; d < s->hi;) { /* one run per component epoch */
+            const uint64_t e = d / comp->size, u = d % comp->size;
+            const uint64_t n = comp->size - u < s->hi - d ? comp->size - u : s->hi - d;
+            const pd_mix_order *o = pd_mix_order_get(c, j, e);
+            if (comp->shard_start) {
+                pd_shard_loc loc;
+                for (uint64_t i = 0; i < n; i++) {
+                    pd_shard_locate(&o->plan, u + i, &loc);
+                    ids[d - s->lo + i] = loc.sample;
+                }
+            } else {
+                pd__run run = {.perm = &o->perm, .first = u, .stride = 1, .count = n, .out = ids + (d - s->lo),
+                               .width = 8, .walk = g->walk};
+                pd__gen_run(g, &run);
+            }
+            d += n;
+        }
+        for (uint64_t i = 0; i < s->hi - s->lo; i++)
+            ids[i] += m->offset[j];
+        at += s->hi - s->lo;
+    }
+}
+
+/* Reads in the block of run position g0 (reads at g0 + t·W), at most left. */
+static uint64_t pd_mix_block_count(const pd_mix *m, uint64_t g0, uint64_t world, uint64_t left)
+{
+    const uint64_t in_block = ((g0 | (m->block - 1)) - g0) / world + 1;
+    return in_block < left ? in_block : left;
+}
+
+/* One dense chunk: reads from run position g_first on, at most n; returns how many it wrote. */
+static uint64_t pd_mix_dense_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t chunk, uint64_t *k,
+                                   uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
+{
+    const pd_mix *m = c->mix;
+    const uint64_t end = (g_first & ~(m->block - 1)) + PD_MIX_CHUNK; /* whole blocks */
+    if ((end - g_first - 1) / world + 1 < n)
+        n = (end - g_first - 1) / world + 1;
+    pd_mix_slots(g, m, g_first, world, n, w->slot);
+    uint64_t t = 0, b = 0;
+    w->npresent = 0;
+    w->first[0] = 0;
+    for (; t < n; b++) { /* step 1 */
+        const uint64_t g0 = g_first + t * world;
+        pd_mix_stage_at(m, w, k, g0);
+        const uint64_t x0 = (g0 & ~(m->block - 1)) - m->start[*k];
+        w->first[b + 1] = w->first[b] + pd_mix_block_parts(m, w, chunk, *k, x0, w->parts + w->first[b]);
+        t += pd_mix_block_count(m, g0, world, n - t);
+    }
+    pd_mix_ranges(g, c, w); /* step 2 */
+    for (uint64_t i = 0, tb = 0; i < b; i++) { /* step 3 */
+        const uint64_t reads = pd_mix_block_count(m, g_first + tb * world, world, n - tb);
+        for (uint32_t p = w->first[i]; p < w->first[i + 1]; p++) {
+            const pd_mix_part *part = &w->parts[p];
+            const pd_mix_seen *s = &w->seen[part->component];
+            const uint64_t *ids = w->scratch + s->scratch + (part->draw - s->lo);
+            for (uint32_t q = 0; q < part->count; q++)
+                w->by_slot[part->slot + q] = ids[q];
+        }
+        for (uint64_t r = tb; r < tb + reads; r++)
+            pd_mix_store(out, width, r, w->by_slot[w->slot[r]]);
+        tb += reads;
+    }
+    return n;
+}
+
+/* ---- Sparse chunks */
+
+/* The ids of component j's reads order[a, b) (all of one component epoch e): gathered, then stored. */
+static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t j, uint64_t e,
+                                uint64_t n, void *out, unsigned width)
+{
+    const pd_mix *m = c->mix;
+    const pd_mix_order *o = pd_mix_order_get(c, j, e);
+    if (m->comp[j].shard_start) {
+        pd_shard_loc loc;
+        for (uint64_t i = 0; i < n; i++) {
+            pd_shard_locate(&o->plan, w->at[i], &loc);
+            w->at[i] = loc.sample;
+        }
+    } else {
+        pd_mix_gather(g, &o->perm, w->at, n, w->at); /* in place: each lane reads its position first */
+    }
+    for (uint64_t i = 0; i < n; i++)
+        pd_mix_store(out, width, w->index[i], m->offset[j] + w->at[i]);
+}
+
+/* One sparse chunk: n reads at run positions g_first + t·W. */
+static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t chunk, uint64_t *k,
+                                uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
+{
+    const pd_mix *m = c->mix;
+    pd_mix_slots(g, m, g_first, world, n, w->slot);
+    w->npresent = 0;
+    for (uint64_t t = 0; t < n; t++) { /* component and draw of each read; count the reads per component */
+        const uint64_t g0 = g_first + t * world;
+        uint64_t j, d;
+        pd_mix_stage_at(m, w, k, g0);
+        pd_mix_descend(m, w->node, *k, (g0 & ~(m->block - 1)) - m->start[*k], w->slot[t], &j, &d);
+        w->comp[t] = (uint32_t)j;
+        w->draw[t] = m->drawn[*k * m->components + j] + d;
+        pd_mix_seen_touch(w, chunk, j, 0)->hi++;
+    }
+    uint64_t at = 0;
+    for (uint32_t p = 0; p < w->npresent; p++) { /* buckets: [lo, hi) of order; hi counts the bucket's fill */
+        pd_mix_seen *s = &w->seen[w->present[p]];
+        const uint64_t size = s->hi;
+        s->lo = s->hi = at;
+        at += size;
+    }
+    for (uint64_t t = 0; t < n; t++)
+        w->order[w->seen[w->comp[t]].hi++] = (uint32_t)t;
+    for (uint32_t p = 0; p < w->npresent; p++) { /* per component, batches of one component epoch each */
+        const uint32_t j = w->present[p];
+        const pd_mix_seen *s = &w->seen[j];
+        pd_divisor *size = &w->size[j];
+        uint64_t nb = 0, e = 0;
+        if (!size->d)
+            pd_divisor_init(size, m->comp[j].size);
+        for (uint64_t i = s->lo; i < s->hi; i++) {
+            const uint32_t t = w->order[i];
+            const uint64_t ei = pd_divide(size, w->draw[t]);
+            if (nb && ei != e) {
+                pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
+                nb = 0;
+            }
+            e = ei;
+            w->at[nb] = w->draw[t] - ei * size->d;
+            w->index[nb++] = t;
+        }
+        if (nb)
+            pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
+    }
+}
+
+static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
+                           void *out, unsigned width, uint64_t *written)
+{
+    uint64_t left;
+    int rc = pd__gen_check(g);
+    if (rc)
+        return rc;
+    if (count < PD__SIMD_MIN) /* a few ids: the core's loop, without the chunk's workspace */
+        return width == 4 ? pd_mix_slice_fill_u32(c, epoch, s, count, out, written)
+                          : pd_mix_slice_fill_u64(c, epoch, s, count, out, written);
+    if (c && width == 4 && pd_id_width(c->mix->total) != 4) /* then the checks of pd_mix_slice_fill_*, in order */
+        return PD_EOVERFLOW;
+    if (!c || !written || (!out && count))
+        return PD_EINVAL;
+    const pd_mix *m = c->mix;
+    if (!pd_mix_epoch_ok(m, epoch))
+        return PD_EINVAL;
+    if ((rc = pd_slice_remaining(m->length, s, &left)))
+        return rc;
+    if (count > left)
+        count = left;
+    const uint64_t W = s->world, first = s->offset + s->rank, base = epoch * m->length;
+    /* Pad mode may wrap the last read past L (v1 §5: only one can): the core resolves it. */
+    uint64_t body = count;
+    if (count && first + (count - 1) * W >= m->length) {
+        pd_mix_loc loc;
+        body--;
+        pd_mix_locate(c, epoch, (first + body * W) % m->length, &loc);
+        if (width == 4)
+            ((uint32_t *)out)[body] = (uint32_t)loc.sample;
+        else
+            ((uint64_t *)out)[body] = loc.sample;
+    }
+    *written = count;
+    if (body == 0)
+        return PD_OK;
+    pd_mix_work w;
+    const int dense = W <= PD_MIX_DENSE_WORLD;
+    if ((rc = pd_mix_work_alloc(&w, m, dense)))
+        return rc;
+    uint64_t k = pd__mix_stage_of(m, base + first);
+    for (uint64_t done = 0, chunk = 1; done < body; chunk++) {
+        const uint64_t g0 = base + first + done * W, todo = body - done;
+        char *at = (char *)out + done * width;
+        if (dense) {
+            done += pd_mix_dense_chunk(g, c, &w, chunk, &k, g0, W, todo, at, width);
+        } else {
+            const uint64_t n = todo < PD_MIX_CHUNK ? todo : PD_MIX_CHUNK;
+            pd_mix_sparse_chunk(g, c, &w, chunk, &k, g0, W, n, at, width);
+            done += n;
+        }
+    }
+    pd_mix_work_free(&w);
+    return PD_OK;
+}
+
+int pd_gen_mix_fill_u64(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
+                        uint64_t *out, uint64_t *written)
+{
+    return pd_gen_mix_fill(g, c, epoch, s, count, out, 8, written);
+}
+
+int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
+                        uint32_t *out, uint64_t *written)
+{
+    return pd_gen_mix_fill(g, c, epoch, s, count, out, 4, written);
+}

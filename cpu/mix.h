@@ -1,0 +1,31 @@
+/* Bulk mixture fills on the CPU kernels (docs/spec/mixtures-v1.md): bit-identical to core/mixture.c's fills. */
+#ifndef PD_CPU_MIX_H
+#define PD_CPU_MIX_H
+
+#include "core/mixture.h"
+#include "cpu/gen.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A rank's next min(count, remaining) global ids of mixture epoch E, as pd_mix_slice_fill_u64/u32 and
+ * with the same errors (in the same order); besides, those of pd_gen_fill_* for g, and PD_ENOMEM.
+ *
+ * Where the time goes, and how it is spent here: the slots of all the reads of a chunk come from one
+ * call of a slot kernel whose lanes each carry their block's keys; for W ≤ 5 each block's slots are split
+ * among the components by one walk of the weight tree and each component's σ runs over its contiguous
+ * draws in the chunk on g's kernel; for larger W each read descends the tree alone (exact multiply-shift
+ * divisions) and σ is gathered at the reads' draws. AVX-512 has the slot and gather kernels; other ISAs
+ * compute those two steps with the scalar core. Sharded components resolve
+ * each draw through their cursor's plan. The cursor is the caller's (one per thread). */
+int pd_gen_mix_fill_u64(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
+                        uint64_t *out, uint64_t *written);
+int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
+                        uint32_t *out, uint64_t *written);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,300 @@
+"""permd.Mixture: weighted, staged draws over several datasets (docs/spec/mixtures-v1.md), computed in-process."""
+import ctypes
+import numbers
+from fractions import Fraction
+
+from . import _args, _lib
+
+try:
+    import numpy as np
+except ImportError:  # numpy is optional
+    np = None
+
+BLOCK_DEFAULT = 64
+STAGES_MAX = COMPONENTS_MAX = 65536
+RUN_END = 1 << 63  # run positions are below 2^63
+FLOAT_SCALE = 1 << 24  # real-valued weights become integers summing to about this (spec §1)
+_CHUNK = 1 << 16
+
+
+class _Component(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint64), ("shard_sizes", _lib.P64), ("nshards", ctypes.c_uint64),
+                ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32)]
+
+
+def _sig(name, args, res=ctypes.c_int):
+    fn = getattr(_lib.lib, name)
+    fn.argtypes = args
+    fn.restype = res
+    return fn
+
+
+_u64, _u32, _p, _P64, _P32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p, _lib.P64, _lib.P32
+_new_ex = _sig("permd_mixture_new_ex", [_u64, ctypes.POINTER(_Component), _u32, _u64, _u32, _P64, _P32, _u32,
+                                        ctypes.POINTER(_p)])
+_free = _sig("permd_mixture_free", [_p], None)
+_length = _sig("permd_mixture_length", [_p], _u64)
+_size = _sig("permd_mixture_size", [_p], _u64)
+_component_seed = _sig("permd_mixture_component_seed", [_p, _u32, _P64])
+_stage_start = _sig("permd_mixture_stage_start", [_p, _u64, _u64, _P64])
+_locate = _sig("permd_mixture_locate", [_p, _u64, _u64, _P64, _P32, _P64, _P64])
+_position = _sig("permd_mixture_position", [_p, _u32, _u64, _u64, _P64, _P64])
+_drawn = _sig("permd_mixture_drawn", [_p, _u64, _u64, _P64])
+_rank_fill = _sig("permd_mixture_rank_fill", [_p, _u64, _u32, _u32, ctypes.c_int, _u64, _u64, _p, ctypes.c_uint, _P64])
+_rank_locations = _sig("permd_mixture_rank_locations", [_p, _u64, _u32, _u32, ctypes.c_int, _u64, _u64, _P32, _P64,
+                                                        _P64, _P64])
+_rank_digest = _sig("permd_mixture_rank_digest", [_p, _u64, _u32, _u32, ctypes.c_int, _u64, ctypes.POINTER(_lib.Digest)])
+
+_NOT_FOUND = -7  # PERMD_ENOTFOUND
+
+
+class Sharded:
+    """A sharded component (docs/spec/shards-v1.md): its shard sizes (zero allowed), window K and lanes G.
+    Its local ids are offsets in the natural order of the shards."""
+
+    def __init__(self, shards, window=8, lanes=1):
+        self.shards = [_args.integer("shard size", s) for s in shards]
+        if not self.shards:
+            raise ValueError("a sharded component needs at least one shard")
+        self.window = _args.integer("window", window, 1)
+        self.lanes = _args.integer("lanes", lanes, 1, _args.U32_MAX)
+        self.size = sum(self.shards)
+
+    def __repr__(self):
+        return f"Sharded({len(self.shards)} shards, size={self.size}, window={self.window}, lanes={self.lanes})"
+
+    def __eq__(self, other):
+        return isinstance(other, Sharded) and (self.shards, self.window, self.lanes) == (
+            other.shards, other.window, other.lanes)
+
+
+def integer_weights(weights):
+    """One stage's weights as the integers the contract uses (spec §1). Integers are kept as they are; if any
+    weight is not an integer, w_j = max(1, ⌊f_j/Σf · 2^24 + 1/2⌋) for f_j > 0 and 0 for f_j = 0, computed
+    exactly (the float's own value, no rounding on the way)."""
+    values = list(weights)
+    if not values:
+        raise ValueError("weights must not be empty")
+    for w in values:
+        if isinstance(w, bool) or not isinstance(w, numbers.Real):
+            raise TypeError(f"weights must be numbers, not {type(w).__name__}")
+        if not w >= 0 or w == float("inf"):
+            raise ValueError(f"weights must be finite and non-negative, got {w}")
+    if all(isinstance(w, numbers.Integral) for w in values):
+        ints = [int(w) for w in values]
+    else:
+        exact = [Fraction(w) for w in values]
+        total = sum(exact)
+        if total == 0:
+            raise ValueError("at least one weight must be positive")
+        ints = [0 if f == 0 else max(1, int(f / total * FLOAT_SCALE + Fraction(1, 2))) for f in exact]
+    if not 1 <= sum(ints) <= _args.U32_MAX:
+        raise ValueError(f"a stage's weights must sum to between 1 and {_args.U32_MAX}, got {sum(ints)}")
+    return ints
+
+
+class Mixture:
+    """Mixture epoch `epoch` of a weighted mixture of datasets, computed on demand (no table).
+
+    sizes: the components, each a size (a flat dataset) or a permd.mixture.Sharded. weights: the first
+    stage's weights (integers, or reals converted by integer_weights). stages: later (start, weights)
+    pairs, start a run position (epoch * len + offset, a multiple of `block`; see stage_start) from which
+    the weights change. length: positions per mixture epoch (default: the sum of the sizes).
+
+    m[p] is the global id at position p (a component's local id plus the sizes before it: a ConcatDataset
+    index), m[a:b] a numpy array (a list without numpy); m.locate(p) -> (component, local id, component
+    epoch); m.position(j, local, component_epoch) -> p, or None when this epoch does not draw it."""
+
+    def __init__(self, seed, epoch, sizes, weights, *, length=None, stages=None, block=BLOCK_DEFAULT):
+        self.seed = _args.integer("seed", seed)
+        self.epoch = _args.integer("epoch", epoch)
+        comps = [c if isinstance(c, Sharded) else _args.integer("component size", c, 1, _args.N_MAX) for c in sizes]
+        if not 1 <= len(comps) <= COMPONENTS_MAX:
+            raise ValueError(f"a mixture needs between 1 and {COMPONENTS_MAX} components")
+        self.block = _args.integer("block", block, BLOCK_DEFAULT, 2048)
+        if self.block & (self.block - 1):
+            raise ValueError(f"block must be a power of two from {BLOCK_DEFAULT} to 2048, got {self.block}")
+        table = [(0, integer_weights(weights))]
+        for stage in stages or ():
+            try:
+                start, w = stage
+            except (TypeError, ValueError):
+                raise TypeError("stages must be (start, weights) pairs") from None
+            table.append((_args.integer("stage start", start, 1, RUN_END - 1), integer_weights(w)))
+        for start, w in table:
+            if len(w) != len(comps):
+                raise ValueError(f"{len(w)} weights for {len(comps)} components")
+            if start % self.block:
+                raise ValueError(f"stage start {start} is not a multiple of the block ({self.block}): "
+                                 "Mixture.stage_start gives the next one")
+        if any(a >= b for (a, _), (b, _) in zip(table, table[1:])):
+            raise ValueError("stage starts must increase")
+        if len(table) > STAGES_MAX:
+            raise ValueError(f"at most {STAGES_MAX} stages")
+        self.components = comps
+        self.stages = table
+        self._build(0 if length is None else _args.integer("length", length, 1, _args.N_MAX))
+        if not (self.epoch + 1) * self.length <= RUN_END:
+            raise ValueError(f"mixture epoch {self.epoch} lies past run position 2**63 (length {self.length})")
+
+    def _build(self, length):
+        C, S = len(self.components), len(self.stages)
+        cs = (_Component * C)()
+        self._keep = []
+        for j, c in enumerate(self.components):
+            if isinstance(c, Sharded):
+                arr = (ctypes.c_uint64 * len(c.shards))(*c.shards)
+                self._keep.append(arr)
+                cs[j] = _Component(c.size, ctypes.cast(arr, _P64), len(c.shards), c.window, c.lanes)
+            else:
+                cs[j].size = c
+        starts = (ctypes.c_uint64 * S)(*[s for s, _ in self.stages])
+        weights = (ctypes.c_uint32 * (S * C))(*[x for _, w in self.stages for x in w])
+        handle = ctypes.c_void_p()
+        rc = _new_ex(self.seed, cs, C, length, self.block, starts, weights, S, ctypes.byref(handle))
+        if rc == -1:
+            raise ValueError("not a valid mixture: the sizes must sum to between 1 and 2**63 samples")
+        _lib.check(rc, "Mixture")
+        self._m = handle
+        self.length = _length(handle)
+        self.size = _size(handle)
+        self._width = 4 if self.size <= 1 << 32 else 8
+
+    def __del__(self):
+        if getattr(self, "_m", None):
+            _free(self._m)
+            self._m = None
+
+    def __repr__(self):
+        return (f"Mixture(seed={self.seed}, epoch={self.epoch}, components={len(self.components)}, "
+                f"length={self.length}, stages={len(self.stages)}, block={self.block})")
+
+    def __len__(self):
+        return self.length
+
+    def definition(self):
+        """What identifies the mixture (all but the epoch): a checkpoint may resume it only with these, except
+        that stages may be appended after the checkpoint's position."""
+        comps = [c if isinstance(c, int) else {"shards": list(c.shards), "window": c.window, "lanes": c.lanes}
+                 for c in self.components]
+        return {"seed": self.seed, "components": comps, "length": self.length, "block": self.block,
+                "stages": [[s, list(w)] for s, w in self.stages]}
+
+    def with_epoch(self, epoch):
+        """The same mixture at another mixture epoch."""
+        return Mixture(self.seed, epoch, self.components, self.stages[0][1], length=self.length,
+                       stages=self.stages[1:], block=self.block)
+
+    def component_seed(self, j):
+        """Component j's seed: its order in component epoch e is permd.Permutation(seed_j, e, size_j)."""
+        out = ctypes.c_uint64()
+        _lib.check(_component_seed(self._m, _args.integer("component", j, 0, len(self.components) - 1),
+                                   ctypes.byref(out)), "Mixture.component_seed")
+        return out.value
+
+    def stage_start(self, offset=0):
+        """The first run position at or after this epoch's `offset` where a stage may start: to re-weight from
+        a checkpoint (epoch, offset), append (m.stage_start(offset), new_weights) to the stages."""
+        out = ctypes.c_uint64()
+        _lib.check(_stage_start(self._m, self.epoch, _args.integer("offset", offset, 0, self.length),
+                                ctypes.byref(out)), "Mixture.stage_start")
+        return out.value
+
+    def _index(self, key):
+        p = _args.integer("index", key, -self.length, self.length - 1)
+        return p + self.length if p < 0 else p
+
+    def locate(self, position):
+        """(component j, local id, component epoch) of the sample at `position`."""
+        j, local, ce = ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint64()
+        _lib.check(_locate(self._m, self.epoch, self._index(position), None, ctypes.byref(j), ctypes.byref(local),
+                           ctypes.byref(ce)), "Mixture.locate")
+        return j.value, local.value, ce.value
+
+    def find(self, j, local, component_epoch):
+        """(mixture epoch, position) that draws component j's sample `local` in its epoch `component_epoch`,
+        or None when the run never draws it (its weight is 0 from some stage on)."""
+        j = _args.integer("component", j, 0, len(self.components) - 1)
+        local = _args.integer("local id", local, 0, _comp_size(self.components[j]) - 1)
+        e, p = ctypes.c_uint64(), ctypes.c_uint64()
+        rc = _position(self._m, j, local, _args.integer("component epoch", component_epoch), ctypes.byref(e),
+                       ctypes.byref(p))
+        if rc == _NOT_FOUND:
+            return None
+        _lib.check(rc, "Mixture.find")
+        return e.value, p.value
+
+    def position(self, j, local, component_epoch):
+        """The position in this mixture epoch that draws component j's sample `local` of component epoch
+        `component_epoch`, or None (drawn in another mixture epoch, or never: see find)."""
+        found = self.find(j, local, component_epoch)
+        return found[1] if found and found[0] == self.epoch else None
+
+    def drawn(self, position=None):
+        """How many samples of each component the run drew before `position` of this epoch (default: its end)."""
+        pos = self.length if position is None else _args.integer("position", position, 0, self.length)
+        out = (ctypes.c_uint64 * len(self.components))()
+        _lib.check(_drawn(self._m, self.epoch, pos, out), "Mixture.drawn")
+        return list(out)
+
+    def _fill(self, world, rank, mode, offset, count, width):
+        out = (np.empty(count, dtype=np.uint32 if width == 4 else np.uint64) if np is not None
+               else (ctypes.c_uint64 * max(count, 1))())
+        ptr = out.ctypes.data_as(ctypes.c_void_p) if np is not None else ctypes.cast(out, ctypes.c_void_p)
+        got = ctypes.c_uint64()
+        _lib.check(_rank_fill(self._m, self.epoch, world, rank, mode, offset, count, ptr,
+                              width if np is not None else 8, ctypes.byref(got)), "Mixture")
+        return out[: got.value] if np is not None else list(out)[: got.value]
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.length)
+            positions = range(start, stop, step)
+            if step < 0 and positions:  # the same positions read forward, then reversed
+                return self[positions[-1]:positions[0] + 1:-step][::-1]
+            n = len(positions)
+            if n == 0:
+                return np.empty(0, dtype=np.uint32 if self._width == 4 else np.uint64) if np is not None else []
+            # positions start, start + step, …: rank (start mod step) of world `step` in exact mode
+            return self._fill(step, start % step, _lib.MODES["exact"], start - start % step, n, self._width)
+        return int(self._fill(1, 0, _lib.MODES["exact"], self._index(key), 1, 8)[0])
+
+    def __iter__(self):
+        for start in range(0, self.length, _CHUNK):
+            yield from (int(x) for x in self[start:min(start + _CHUNK, self.length)])
+
+    def rank(self, world, rank, mode="exact", offset=0, count=None, locations=False):
+        """The rank's next global ids (v1 §5 over this epoch); with locations=True, (components, local ids,
+        component epochs)."""
+        world = _args.integer("world", world, 1, _args.U32_MAX)
+        rank = _args.integer("rank", rank, 0, world - 1)
+        m = _lib.MODES[_args.mode(mode)]
+        offset = _args.integer("offset", offset)
+        left = ctypes.c_uint64()
+        _lib.check(_lib.rank_remaining(self.length, world, rank, m, offset, ctypes.byref(left)), "Mixture.rank")
+        count = left.value if count is None else min(_args.integer("count", count), left.value)
+        if not locations:
+            return self._fill(world, rank, m, offset, count, self._width)
+        comps, local, ce = (ctypes.c_uint32 * max(count, 1))(), (ctypes.c_uint64 * max(count, 1))(), (
+            ctypes.c_uint64 * max(count, 1))()
+        got = ctypes.c_uint64()
+        _lib.check(_rank_locations(self._m, self.epoch, world, rank, m, offset, count, comps, local, ce,
+                                   ctypes.byref(got)), "Mixture.rank")
+        n = got.value
+        if np is not None:
+            return (np.frombuffer(comps, dtype=np.uint32)[:n].copy(), np.frombuffer(local, dtype=np.uint64)[:n].copy(),
+                    np.frombuffer(ce, dtype=np.uint64)[:n].copy())
+        return list(comps)[:n], list(local)[:n], list(ce)[:n]
+
+    def rank_digest(self, world, rank, mode="exact", offset=0):
+        """The digest of everything the rank has left in this epoch (see permd.digest)."""
+        world = _args.integer("world", world, 1, _args.U32_MAX)
+        d = _lib.Digest()
+        _lib.check(_rank_digest(self._m, self.epoch, world, _args.integer("rank", rank, 0, world - 1),
+                                _lib.MODES[_args.mode(mode)], _args.integer("offset", offset), ctypes.byref(d)),
+                   "Mixture.rank_digest")
+        return {"count": d.count, "sum": d.sum, "hash": d.hash}
+
+
+def _comp_size(c):
+    return c.size if isinstance(c, Sharded) else c

@@ -1,0 +1,194 @@
+"""Offline mixtures from Python: permd.Mixture against the independent reference and the known answers,
+exact coverage and resume on another world size over an added stage, weights as reals, bad arguments."""
+import json
+import os
+import sys
+import unittest
+
+import numpy as np
+
+import permd
+from permd.mixture import Sharded, integer_weights
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import mixv1  # noqa: E402
+
+SHARDS = [3, 0, 5, 1, 0, 7, 2]
+
+
+def reference(seed, sizes, weights, stages=(), length=None, block=64):
+    comps = [mixv1.Component(shards=c.shards, window=c.window, lanes=c.lanes) if isinstance(c, Sharded) else c
+             for c in sizes]
+    return mixv1.Mixture(seed, comps, [(0, weights)] + list(stages), length, block)
+
+
+class MatchesReference(unittest.TestCase):
+    CASES = [
+        (1, [5, 7, 100], [1, 2, 3], [(128, [0, 5, 1]), (256, [3, 3, 3])], None, 64),
+        (8, [Sharded(SHARDS, window=2), 50, Sharded([10] * 6, window=3, lanes=2)], [3, 1, 2], [(256, [1, 0, 4])],
+         None, 128),
+        (3, [1000, 1], [1, 1], [], 333, 256),
+    ]
+
+    def test_locate_slices_ranks_inverse(self):
+        for seed, sizes, weights, stages, length, block in self.CASES:
+            ref = reference(seed, sizes, weights, stages, length, block)
+            for epoch in (0, 1, 5):
+                m = permd.Mixture(seed, epoch, sizes, weights, length=length, stages=stages, block=block)
+                self.assertEqual(len(m), ref.L)
+                want = [ref.locate(epoch, p) for p in range(ref.L)]
+                self.assertEqual(m[:].tolist(), [w[3] for w in want])
+                self.assertEqual(list(m), [w[3] for w in want])
+                self.assertEqual(m[5:40:3].tolist(), [w[3] for w in want[5:40:3]])
+                self.assertEqual(m[40:5:-4].tolist(), [w[3] for w in want[40:5:-4]])
+                self.assertEqual(m[-1], want[-1][3])
+                for p in (0, 1, ref.L // 2, ref.L - 1):
+                    self.assertEqual(m.locate(p), want[p][:3])
+                    self.assertEqual(m[p], want[p][3])
+                    j, local, ce = m.locate(p)
+                    self.assertEqual(m.position(j, local, ce), p)
+                    self.assertEqual(m.find(j, local, ce), (epoch, p))
+                for world, mode, offset in [(3, "pad", 4), (4, "drop", 0), (7, "exact", 10)]:
+                    for rank in range(world):
+                        self.assertEqual(m.rank(world, rank, mode, offset).tolist(),
+                                         ref.rank_ids(epoch, world, rank, mode, offset))
+                    comps, locals_, ces = m.rank(world, 1, mode, offset, locations=True)
+                    self.assertEqual(list(zip(comps.tolist(), locals_.tolist(), ces.tolist())),
+                                     [ref.locate(epoch, p % ref.L)[:3]
+                                      for p in range(offset + 1, permd_T(ref.L, world, mode), world)])
+                self.assertEqual(m.drawn(), ref.counts((epoch + 1) * ref.L))
+                self.assertEqual(m.drawn(7), ref.counts(epoch * ref.L + 7))
+            for j in range(len(sizes)):
+                self.assertEqual(m.component_seed(j), ref.seeds[j])
+
+    def test_inverse_none_and_other_epochs(self):
+        m = permd.Mixture(1, 0, [5, 7, 100], [1, 2, 3], stages=[(128, [0, 5, 1]), (256, [3, 0, 3])])
+        ref = reference(1, [5, 7, 100], [1, 2, 3], [(128, [0, 5, 1]), (256, [3, 0, 3])])
+        self.assertIsNone(m.find(1, 0, 80))  # component 1 is off from run position 256 on
+        self.assertIsNone(m.position(1, 0, 80))
+        g = ref.inverse(2, 99, 1)
+        self.assertEqual(m.find(2, 99, 1), (g // ref.L, g % ref.L))
+        self.assertIsNone(m.position(2, 99, 1))  # drawn, but in mixture epoch 5
+
+
+def permd_T(n, world, mode):
+    return {"pad": -(-n // world) * world, "drop": n // world * world, "exact": n}[mode]
+
+
+class KnownAnswers(unittest.TestCase):
+    def test_vectors(self):
+        with open(os.path.join(HERE, "..", "data", "vectors-mixtures-v1.json")) as f:
+            cases = json.load(f)["cases"]
+        for c in cases:
+            sizes = [Sharded([int(x) for x in comp["shards"]], int(comp["window"]), int(comp["lanes"]))
+                     if "shards" in comp else int(comp["size"]) for comp in c["components"]]
+            stages = [(int(s["start"]), [int(w) for w in s["weights"]]) for s in c["stages"]]
+            seed, length, block = int(c["seed"]), int(c["length"]), int(c["block"])
+            mixtures = {}
+
+            def at(epoch):
+                if epoch not in mixtures:
+                    mixtures[epoch] = permd.Mixture(seed, epoch, sizes, stages[0][1], stages=stages[1:],
+                                                    length=length, block=block)
+                return mixtures[epoch]
+
+            loc = c["locate"]
+            for n in range(0, len(loc["epoch"]), 7):
+                m = at(int(loc["epoch"][n]))
+                p = int(loc["position"][n])
+                self.assertEqual(m.locate(p), (int(loc["component"][n]), int(loc["local"][n]),
+                                               int(loc["component_epoch"][n])))
+                self.assertEqual(m[p], int(loc["id"][n]))
+            for r in c["ranks"]:
+                m = at(int(r["epoch"]))
+                for rank, ids in enumerate(r["per_rank"][:8]):
+                    self.assertEqual(m.rank(r["world"], rank, r["mode"], int(r["offset"]), len(ids)).tolist(),
+                                     [int(x) for x in ids])
+            inv = c["inverse"]
+            m = at(0)
+            for j, local, ce, g in zip(inv["component"], inv["local"], inv["component_epoch"], inv["run_position"]):
+                found = m.find(int(j), int(local), int(ce))
+                self.assertEqual(found, None if g == "none" else (int(g) // length, int(g) % length))
+
+
+class Coverage(unittest.TestCase):
+    def test_exact_mode_reads_every_position_once(self):
+        m = permd.Mixture(4, 3, [300, 20, 4000], [5, 1, 2], stages=[(64 * 40, [1, 1, 1])])
+        for world in (1, 4, 7):
+            ids = np.concatenate([m.rank(world, r, "exact") for r in range(world)])
+            self.assertEqual(sorted(ids.tolist()), sorted(m[:].tolist()))
+            for r in range(world):
+                self.assertEqual(permd.digest(m.rank(world, r, "exact", 9)), m.rank_digest(world, r, "exact", 9))
+
+    def test_resume_on_three_ranks_after_reweighting(self):
+        sizes, weights = [500, 70, 1234], [1, 1, 2]
+        before = permd.Mixture(5, 2, sizes, weights)
+        steps, world = 111, 4
+        seen = {}
+        for r in range(world):
+            for k, i in enumerate(before.rank(world, r, "exact", 0, steps)):
+                seen[r + world * k] = int(i)
+        offset = steps * world
+        start = before.stage_start(offset)
+        self.assertTrue(start >= 2 * len(before) + offset and start % 64 == 0)
+        after = permd.Mixture(5, 2, sizes, weights, stages=[(start, [0, 5, 1])])
+        for r in range(3):
+            for k, i in enumerate(after.rank(3, r, "exact", offset)):
+                p = offset + r + 3 * k
+                self.assertNotIn(p, seen)
+                seen[p] = int(i)
+        self.assertEqual(sorted(seen), list(range(len(after))))
+        self.assertEqual([seen[p] for p in range(len(after))], after[:].tolist())
+        self.assertEqual(after[:offset].tolist(), before[:offset].tolist())  # nothing before the stage changed
+        tail = after.rank(1, 0, "exact", start - 2 * len(after), locations=True)[0]
+        self.assertEqual(int((tail == 0).sum()), 0)  # component 0 is off after the stage
+
+
+class Weights(unittest.TestCase):
+    def test_real_weights(self):
+        self.assertEqual(integer_weights([1, 0, 3]), [1, 0, 3])
+        self.assertEqual(integer_weights([0.5, 0.25, 0.25]), [1 << 23, 1 << 22, 1 << 22])
+        self.assertEqual(integer_weights([1e-12, 1.0]), [1, 1 << 24])  # a positive weight never rounds to 0
+        self.assertEqual(sum(integer_weights([0.1, 0.2, 0.7])), 1 << 24)
+        a = permd.Mixture(1, 0, [10, 10], [0.25, 0.75])
+        b = permd.Mixture(1, 0, [10, 10], [1 << 22, 3 << 22])
+        self.assertEqual(a[:].tolist(), b[:].tolist())
+        self.assertEqual(a.definition()["stages"], [[0, [1 << 22, 3 << 22]]])
+
+    def test_bad_arguments(self):
+        for args, kwargs, exc in [
+            (([], [1]), {}, ValueError),
+            (([5, 5], [1]), {}, ValueError),
+            (([5, 5], [1, -1]), {}, ValueError),
+            (([5, 5], [0, 0]), {}, ValueError),
+            (([5, 5], [0.0, 0.0]), {}, ValueError),
+            (([5, 5], [1, float("nan")]), {}, ValueError),
+            (([5, 5], ["1", 1]), {}, TypeError),
+            (([0, 5], [1, 1]), {}, ValueError),
+            (([5, 5], [1, 1]), {"stages": [(100, [1, 1])]}, ValueError),
+            (([5, 5], [1, 1]), {"stages": [(128, [1, 1]), (64, [1, 1])]}, ValueError),
+            (([5, 5], [1, 1]), {"stages": [(0, [1, 1])]}, ValueError),
+            (([5, 5], [1, 1]), {"stages": [128]}, TypeError),
+            (([5, 5], [1, 1]), {"block": 100}, ValueError),
+            (([5, 5], [1, 1]), {"block": 4096}, ValueError),
+            (([5, 5], [1, 1]), {"length": 0}, ValueError),
+            (([1 << 62, 1 << 62, 1], [1, 1, 1]), {}, ValueError),
+            (([5, 5], [1 << 31, 1 << 31]), {}, ValueError),
+        ]:
+            with self.assertRaises(exc, msg=(args, kwargs)):
+                permd.Mixture(1, 0, *args, **kwargs)
+        with self.assertRaises(ValueError):
+            permd.Mixture(1, 1 << 62, [5, 5], [1, 1])  # past run position 2^63
+        m = permd.Mixture(1, 0, [5, 5], [1, 1])
+        for call, exc in [(lambda: m[10], ValueError), (lambda: m.locate(-11), ValueError),
+                          (lambda: m.find(2, 0, 0), ValueError), (lambda: m.find(0, 5, 0), ValueError),
+                          (lambda: m.rank(2, 2), ValueError), (lambda: m.rank(2, 0, "all"), ValueError),
+                          (lambda: m.rank(2, 0, "pad", 11), IndexError), (lambda: m.stage_start(11), ValueError),
+                          (lambda: Sharded([]), ValueError), (lambda: m.component_seed(2), ValueError)]:
+            with self.assertRaises(exc):
+                call()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,228 @@
+/* Tests for cpu/mix.c: every ISA and walk gives the core's mixture ids bit for bit (flat and sharded
+ * components, any world, mode and offset, component epochs and stages inside a request), and the same errors. */
+#include "test_util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "cpu/divide.h"
+#include "cpu/mix.h"
+#include "mix_util.h"
+
+#define GUARD 8
+#define SENTINEL UINT64_C(0xA5A5A5A5A5A5A5A5)
+
+/* Every generator this CPU can run: each ISA with each walk it has. */
+static size_t all_gens(pd_gen *out)
+{
+    size_t n = 0;
+    for (int isa = PD_ISA_SCALAR; isa <= PD_ISA_AVX512; isa++) {
+        if (!pd_cpu_has_isa((pd_isa)isa))
+            continue;
+        for (int w = PD_WALK_AUTO; w <= PD_WALK_COMPACT; w++) {
+            assert_int_equal(pd_gen_init(&out[n], (pd_isa)isa), PD_OK);
+            if (pd_gen_set_walk(&out[n], (pd_walk)w) == PD_OK)
+                n++;
+        }
+    }
+    return n;
+}
+
+/* One request through g against the core's n_want ids: u64 and u32 (when ids fit) equal, nothing written
+ * past them. */
+static void compare(const pd_gen *g, owned_mix *o, uint64_t epoch, const pd_slice *s, uint64_t count,
+                    const uint64_t *want, uint64_t n_want, uint64_t *got, uint32_t *got32)
+{
+    uint64_t n_got;
+    for (uint64_t i = 0; i < n_want + GUARD; i++)
+        got[i] = SENTINEL;
+    assert_int_equal(pd_gen_mix_fill_u64(g, &o->cur, epoch, s, count, got, &n_got), PD_OK);
+    assert_int_equal(n_got, n_want);
+    for (uint64_t i = 0; i < n_want; i++)
+        if (got[i] != want[i])
+            fail_msg("%s/%s W %u rank %u mode %d offset %llu: id %llu of %llu is %llu, want %llu",
+                     pd_isa_name(g->isa), pd_walk_name(g->walk), s->world, s->rank, (int)s->mode,
+                     (unsigned long long)s->offset, (unsigned long long)i, (unsigned long long)n_want,
+                     (unsigned long long)got[i], (unsigned long long)want[i]);
+    for (uint64_t i = n_want; i < n_want + GUARD; i++)
+        assert_true(got[i] == SENTINEL);
+    if (pd_id_width(o->mix.total) != 4) {
+        assert_int_equal(pd_gen_mix_fill_u32(g, &o->cur, epoch, s, count, got32, &n_got), PD_EOVERFLOW);
+        return;
+    }
+    assert_int_equal(pd_gen_mix_fill_u32(g, &o->cur, epoch, s, count, got32, &n_got), PD_OK);
+    assert_int_equal(n_got, n_want);
+    for (uint64_t i = 0; i < n_want; i++)
+        assert_true(got32[i] == want[i]);
+}
+
+/* Random mixtures of flat and sharded components; random slices over random epochs. */
+static void matches_core(void **state)
+{
+    (void)state;
+    pd_gen gens[16];
+    const size_t ngens = all_gens(gens);
+    uint64_t rng = 77;
+    const size_t cap = 40000;
+    uint64_t *want = malloc((cap + GUARD) * sizeof *want), *got = malloc((cap + GUARD) * sizeof *got);
+    uint32_t *got32 = malloc(cap * sizeof *got32);
+    static const uint64_t blocks[] = {64, 128, 512, 2048};
+    static const uint32_t worlds[] = {1, 1, 2, 3, 8, 64, 1000};
+    const int trials = test_quick() ? 3 : 40;
+    for (int t = 0; t < trials; t++) {
+        uint64_t C = 1 + test_below(&rng, 12), S = 1 + test_below(&rng, 4), block = blocks[test_below(&rng, 4)];
+        uint64_t sizes[12], nshards[12] = {0}, windows[12], lanes[12], starts[4], shard_sizes[12][20];
+        const uint64_t *shards[12] = {NULL};
+        uint32_t weights[48];
+        for (uint64_t j = 0; j < C; j++) {
+            const uint64_t kind = test_below(&rng, 6);
+            sizes[j] = kind == 0 ? 1 + test_below(&rng, 5)        /* many component epochs per request */
+                     : kind == 1 ? (UINT64_C(1) << 32) + test_below(&rng, 99) /* wide ids and wide σ */
+                                 : 1 + test_below(&rng, 5000);
+            if (kind == 2) { /* sharded */
+                nshards[j] = 1 + test_below(&rng, 20);
+                sizes[j] = 0;
+                for (uint64_t i = 0; i < nshards[j]; i++)
+                    sizes[j] += shard_sizes[j][i] = test_below(&rng, 30);
+                if (sizes[j] == 0)
+                    sizes[j] = shard_sizes[j][0] = 7;
+                shards[j] = shard_sizes[j];
+                windows[j] = 1 + test_below(&rng, 4);
+                lanes[j] = 1 + test_below(&rng, 3);
+            }
+        }
+        for (uint64_t k = 0, at = 0; k < S; k++) {
+            starts[k] = at;
+            at += block * (1 + test_below(&rng, 30));
+            for (uint64_t j = 0; j < C; j++)
+                weights[k * C + j] = test_below(&rng, 3) ? (uint32_t)test_below(&rng, 100) : 0;
+            weights[k * C + test_below(&rng, C)] += 1;
+        }
+        owned_mix o;
+        const uint64_t length = test_below(&rng, 2) ? 0 : 1 + test_below(&rng, 30000);
+        assert_int_equal(mix_make_ex(&o, test_rand(&rng), sizes, shards, nshards, windows, lanes, C, length, block,
+                                     starts, weights, S),
+                         PD_OK);
+        for (int r = 0; r < 6; r++) {
+            pd_slice s = {.world = worlds[test_below(&rng, 7)], .mode = (pd_mode)test_below(&rng, 3)};
+            s.rank = (uint32_t)test_below(&rng, s.world);
+            const uint64_t last = PD_MIX_RUN_END / o.mix.length - 1; /* the last epoch: run positions near 2^63 */
+            uint64_t len, epoch = test_below(&rng, 3) ? test_below(&rng, 5) : test_below(&rng, 1000000);
+            if (test_below(&rng, 4) == 0)
+                epoch = last - test_below(&rng, last < 3 ? last + 1 : 3);
+            epoch %= last + 1; /* an epoch that exists */
+            assert_int_equal(pd_epoch_length(o.mix.length, s.world, s.mode, &len), PD_OK);
+            s.offset = test_below(&rng, 4) ? test_below(&rng, len + 1) : len - test_below(&rng, len < 9 ? len + 1 : 9);
+            const uint64_t count = test_below(&rng, cap);
+            uint64_t n_want;
+            assert_int_equal(pd_mix_slice_fill_u64(&o.cur, epoch, &s, count, want, &n_want), PD_OK);
+            for (size_t i = 0; i < ngens; i++)
+                compare(&gens[i], &o, epoch, &s, count, want, n_want, got, got32);
+        }
+        mix_free(&o);
+    }
+    free(want);
+    free(got);
+    free(got32);
+}
+
+/* The comparison can fail: another seed's ids differ from these somewhere. */
+static void comparison_can_fail(void **state)
+{
+    (void)state;
+    const uint64_t sizes[2] = {1000, 3000}, starts[1] = {0};
+    const uint32_t weights[2] = {1, 2};
+    owned_mix a, b;
+    assert_int_equal(mix_make(&a, 1, sizes, 2, 0, 64, starts, weights, 1), PD_OK);
+    assert_int_equal(mix_make(&b, 2, sizes, 2, 0, 64, starts, weights, 1), PD_OK);
+    pd_gen g;
+    assert_int_equal(pd_gen_init(&g, PD_ISA_AUTO), PD_OK);
+    uint64_t x[4000], y[4000], n1, n2, same = 0;
+    pd_slice s = {.world = 1, .mode = PD_MODE_EXACT};
+    assert_int_equal(pd_gen_mix_fill_u64(&g, &a.cur, 0, &s, 4000, x, &n1), PD_OK);
+    assert_int_equal(pd_gen_mix_fill_u64(&g, &b.cur, 0, &s, 4000, y, &n2), PD_OK);
+    for (uint64_t i = 0; i < n1; i++)
+        same += x[i] == y[i];
+    assert_true(n1 == 4000 && n2 == 4000 && same < 100);
+    mix_free(&a);
+    mix_free(&b);
+}
+
+/* Bad input gets the core's codes, checked in the core's order. */
+static void bad_arguments_match_core(void **state)
+{
+    (void)state;
+    const uint64_t sizes[2] = {10, 20}, wide[2] = {UINT64_C(1) << 33, 1}, starts[1] = {0};
+    const uint32_t weights[2] = {1, 1};
+    owned_mix o, w;
+    assert_int_equal(mix_make(&o, 3, sizes, 2, 0, 64, starts, weights, 1), PD_OK);
+    assert_int_equal(mix_make(&w, 3, wide, 2, 100, 64, starts, weights, 1), PD_OK);
+    pd_gen g;
+    assert_int_equal(pd_gen_init(&g, PD_ISA_AUTO), PD_OK);
+    uint64_t out[64], got;
+    uint32_t out32[64];
+    const pd_slice ok = {.world = 2, .rank = 1, .mode = PD_MODE_PAD};
+    const pd_slice bad_rank = {.world = 2, .rank = 2}, bad_offset = {.world = 2, .offset = 31},
+                   bad_world = {.world = 0};
+    struct {
+        owned_mix *o;
+        uint64_t epoch;
+        const pd_slice *s;
+        int null_out, null_written;
+    } cases[] = {
+        {&o, 0, &ok, 0, 0},      {&o, 0, &bad_rank, 0, 0},   {&o, 0, &bad_offset, 0, 0}, {&o, 0, &bad_world, 0, 0},
+        {&o, 0, NULL, 0, 0},     {&o, 0, &ok, 1, 0},         {&o, 0, &ok, 0, 1},         {&o, UINT64_MAX, &ok, 0, 0},
+        {&w, 0, &ok, 0, 0},      {&w, 0, &ok, 0, 1},         {&w, UINT64_MAX, &bad_rank, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pd_mix_cursor *c = &cases[i].o->cur;
+        uint64_t *o64 = cases[i].null_out ? NULL : out, *wr = cases[i].null_written ? NULL : &got;
+        uint32_t *o32 = cases[i].null_out ? NULL : out32;
+        assert_int_equal(pd_gen_mix_fill_u64(&g, c, cases[i].epoch, cases[i].s, 5, o64, wr),
+                         pd_mix_slice_fill_u64(c, cases[i].epoch, cases[i].s, 5, o64, wr));
+        assert_int_equal(pd_gen_mix_fill_u32(&g, c, cases[i].epoch, cases[i].s, 5, o32, wr),
+                         pd_mix_slice_fill_u32(c, cases[i].epoch, cases[i].s, 5, o32, wr));
+    }
+    assert_int_equal(pd_gen_mix_fill_u64(&g, NULL, 0, &ok, 5, out, &got), PD_EINVAL);
+    const pd_gen junk = {.isa = (pd_isa)99, .walk = PD_WALK_AUTO};
+    assert_int_equal(pd_gen_mix_fill_u64(&junk, &o.cur, 0, &ok, 5, out, &got), PD_EINVAL);
+    assert_int_equal(pd_gen_mix_fill_u64(NULL, &o.cur, 0, &ok, 5, out, &got), PD_EINVAL);
+    mix_free(&o);
+    mix_free(&w);
+}
+
+/* cpu/divide.h against the division instruction: edge divisors and dividends over all of u64. */
+static void divide_by_invariants(void **state)
+{
+    (void)state;
+    uint64_t rng = 5, divisors[64] = {1, 2, 3, 5, 7, 10, 64, 1000, UINT32_MAX, (UINT64_C(1) << 32) + 1,
+                                      UINT64_C(1) << 63, (UINT64_C(1) << 63) + 1, UINT64_MAX - 1, UINT64_MAX};
+    for (int i = 14; i < 64; i++)
+        divisors[i] = test_rand(&rng) >> test_below(&rng, 64);
+    for (int i = 0; i < 64; i++) {
+        pd_divisor v;
+        const uint64_t d = divisors[i] ? divisors[i] : 1;
+        pd_divisor_init(&v, d);
+        const uint64_t edges[6] = {0, 1, d - 1, d, UINT64_MAX - 1, UINT64_MAX};
+        for (int k = 0; k < 6; k++)
+            assert_true(pd_divide(&v, edges[k]) == edges[k] / d);
+        for (int k = 0; k < 20000; k++) {
+            const uint64_t y = test_rand(&rng) >> test_below(&rng, 64);
+            if (pd_divide(&v, y) != y / d)
+                fail_msg("%llu / %llu: %llu", (unsigned long long)y, (unsigned long long)d,
+                         (unsigned long long)pd_divide(&v, y));
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(divide_by_invariants),
+        cmocka_unit_test(comparison_can_fail),
+        cmocka_unit_test(bad_arguments_match_core),
+        cmocka_unit_test(matches_core),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
