@@ -185,6 +185,33 @@ class Mixture:
         return Mixture(self.seed, epoch, self.components, self.stages[0][1], length=self.length,
                        stages=self.stages[1:], block=self.block)
 
+    def __reduce__(self):  # copies and pickles rebuild the C plan from the definition
+        return (_rebuild, (self.seed, self.epoch, self.components, self.stages, self.length, self.block))
+
+    def identity(self):
+        """What a Sampler's state records of this mixture (see identity() below): all that defines its order
+        but the seed, which the state holds beside it."""
+        return identity([c if isinstance(c, int) else {"size": c.size, "shards": len(c.shards), "window": c.window,
+                                                       "lanes": c.lanes} for c in self.components],
+                        self.length, self.block, self.stages)
+
+    def reweighted(self, state, weights):
+        """This mixture with `weights` from the checkpoint `state` on (a permd.Sampler's state_dict() of this
+        mixture): the stage reweight_stage(state, weights) appended (or, if a stage starts exactly there,
+        its weights replaced). Nothing before the checkpoint changes and every component's draws go on
+        where they were, so resuming from `state` repeats and skips nothing. ValueError if the state is of
+        another mixture, or if this one has a stage after that point."""
+        _check_state_seed(state, self.seed)
+        check_resume(state.get("mixture"), self.identity(), run_position(state))
+        start, w = reweight_stage(state, weights)
+        later = [s for s, _ in self.stages if s > start]
+        if later:
+            raise ValueError(f"the mixture has a stage at run position {later[0]}, after the checkpoint's "
+                             f"{start}: re-weighting from the checkpoint would drop it; define the stages explicitly")
+        stages = [st for st in self.stages if st[0] != start] + [(start, w)]
+        return Mixture(self.seed, self.epoch, self.components, stages[0][1], length=self.length, stages=stages[1:],
+                       block=self.block)
+
     def component_seed(self, j):
         """Component j's seed: its order in component epoch e is permd.Permutation(seed_j, e, size_j)."""
         out = ctypes.c_uint64()
@@ -298,3 +325,93 @@ class Mixture:
 
 def _comp_size(c):
     return c.size if isinstance(c, Sharded) else c
+
+
+def _rebuild(seed, epoch, components, stages, length, block):
+    return Mixture(seed, epoch, components, stages[0][1], length=length, stages=stages[1:], block=block)
+
+
+# ---- checkpoints: what a Sampler's state records of its mixture, and re-weighting from one
+
+def identity(components, length, block, stages):
+    """The mixture part of a permd.Sampler state, as plain ints, lists and dicts (JSON as is):
+    {"components": [n_j for a flat component, or {"size", "shards", "window", "lanes"} for a sharded one],
+     "length": L, "block": B, "stages": [[start, [integer weights]], ...]}. With the state's seed, it is
+    everything that defines the order (a sharded component by its size, shard count, K and G)."""
+    return {"components": [c if isinstance(c, int) else {k: int(c[k]) for k in ("size", "shards", "window", "lanes")}
+                           for c in components],
+            "length": int(length), "block": int(block), "stages": [[int(s), [int(x) for x in w]] for s, w in stages]}
+
+
+def _canonical(mix):
+    """A state's mixture entry, checked and normalized (tuples from pickles to lists), or ValueError."""
+    try:
+        comps = [c if isinstance(c, int) and not isinstance(c, bool) else dict(c) for c in mix["components"]]
+        for c in comps:
+            if isinstance(c, dict) and sorted(c) != ["lanes", "shards", "size", "window"]:
+                raise ValueError
+        out = identity(comps, mix["length"], mix["block"], [(s, w) for s, w in mix["stages"]])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("the state's mixture entry is malformed (expected what Sampler.state_dict() writes: "
+                         "components, length, block, stages)") from None
+    if not out["stages"] or out["stages"][0][0] != 0 or not out["components"]:
+        raise ValueError("the state's mixture entry is malformed: it needs components and a first stage at 0")
+    return out
+
+
+def run_position(state):
+    """The run position where a mixture Sampler's state resumes: epoch·L + min(offset, L) (in pad mode the
+    positions past L re-read the epoch's first ones, which come before it)."""
+    if not isinstance(state, dict) or state.get("mixture") is None:
+        raise ValueError("not a mixture Sampler's state (it has no 'mixture' entry)")
+    length = _args.integer("length", _canonical(state["mixture"])["length"], 1, _args.N_MAX)
+    epoch = _args.integer("epoch", state.get("epoch"))
+    offset = _args.integer("offset", state.get("offset"))
+    g = epoch * length + min(offset, length)
+    if g > RUN_END:
+        raise ValueError(f"the state's position (epoch {epoch}, offset {offset}) lies past run position 2**63")
+    return g
+
+
+def check_resume(saved, current, position):
+    """ValueError unless a state saved at run `position` under the mixture `saved` (its 'mixture' entry) may
+    resume under `current` (an identity()): the same components, length and block, and the same stages
+    before `position`. Stages at or after it may be added, changed or removed: nothing read before the
+    checkpoint depends on them, and every component's draws go on from where they were."""
+    if saved is None:
+        raise ValueError("the state is of a dataset, not of a mixture")
+    saved, current = _canonical(saved), _canonical(current)
+    for key, what in (("components", "components"), ("length", "length (positions per mixture epoch)"),
+                      ("block", "block")):
+        if saved[key] != current[key]:
+            raise ValueError(f"the state was saved on a mixture with {what} {saved[key]}, this one has {current[key]}")
+    before = [[s, w] for s, w in saved["stages"] if s < position]
+    now = [[s, w] for s, w in current["stages"] if s < position]
+    if before != now:
+        raise ValueError(f"the mixture's stages before the state's run position {position} differ from the state's: "
+                         f"it was saved with {before}, this mixture has {now}; only stages at or after {position} "
+                         "may be added or changed (see permd.reweight_stage)")
+
+
+def _check_state_seed(state, seed):
+    if not isinstance(state, dict) or "seed" not in state:
+        raise ValueError("not a Sampler state (it has no seed)")
+    if _args.wrapped("seed", state["seed"]) != seed:
+        raise ValueError(f"the state was saved with seed {state['seed']}, this mixture has seed {seed}")
+
+
+def reweight_stage(state, weights):
+    """The stage that re-weights a mixture from the checkpoint `state` (a permd.Sampler's state_dict() of
+    it): (start, integer weights), start = the state's run position rounded up to the block, so at most
+    B - 1 positions after the checkpoint still use the old weights. Append it to the mixture's stages:
+    offline Mixture.reweighted(state, weights), on the daemon Client.reweight_mixture(name, state, weights)."""
+    g = run_position(state)
+    mix = _canonical(state["mixture"])
+    block = mix["block"]
+    start = -(-g // block) * block
+    if start >= RUN_END:
+        raise ValueError(f"no stage can start at or after run position {g}: it lies at the end of the run (2**63)")
+    w = integer_weights(weights)
+    if len(w) != len(mix["components"]):
+        raise ValueError(f"{len(w)} weights for {len(mix['components'])} components")
+    return start, w

@@ -1,8 +1,11 @@
 """permd.Sampler: torch's DistributedSampler with each rank's ids computed on demand, checkpointed as
-(seed, epoch, offset) and resumable under any world size."""
+(seed, epoch, offset) and resumable under any world size; over a dataset or a mixture of datasets."""
+import copy
 import ctypes
 
 from . import _args, _lib
+from . import mixture as _mixture
+from .errors import NotFound
 
 try:
     import numpy as np
@@ -55,15 +58,53 @@ class Sampler(_Base):
       shards, window, lanes: a sharded dataset (docs/spec/shards-v1.md): shard sizes in natural
               order, shards per window (default 8) and lanes (default 1; num_replicas gives each
               rank its own shards). With client=, the dataset's own shards are used.
+      mixture: a permd.Mixture (docs/mixtures.md): the sampler reads its mixture epochs (set_epoch
+              picks one; the Mixture's own epoch is not used) and yields global ids, indices into the
+              components concatenated in order (a ConcatDataset); the seed is the Mixture's. A mixture
+              on the daemon is client= and name= its name. size (or len(dataset)), when given, must
+              be the components' total; an epoch has the mixture's length in positions.
 
     Each iter() is a pass: it runs the epoch of the last set_epoch() (or, with none since the last
     pass, the same epoch again), from the offset of a loaded state of that epoch, else from its start.
     state_dict() / load_state_dict() carry (seed, epoch, offset): save on any world size, resume on
-    any other with no sample repeated or skipped (docs/python.md)."""
+    any other with no sample repeated or skipped (docs/python.md). A mixture's state also carries its
+    definition: a resume under another mixture is refused, one that only adds stages after the state's
+    position is accepted (docs/mixtures.md)."""
 
-    def __init__(self, dataset=None, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False, *,
-                 mode=None, size=None, client=None, name=None, shards=None, window=None, lanes=None):
+    def __init__(self, dataset=None, num_replicas=None, rank=None, shuffle=True, seed=None, drop_last=False, *,
+                 mode=None, size=None, client=None, name=None, shards=None, window=None, lanes=None, mixture=None):
         self._plan = None  # the ShardPlan of the last epoch asked for, built on first use
+        self._mix = self._mix_at = None  # offline mixture: the Mixture, and its copy at the last epoch asked for
+        self.mixture = None  # a mixture's identity (permd.mixture.identity), which its states carry
+        if (client is None) != (name is None):
+            raise ValueError("client= and name= go together")
+        info = None  # the daemon's dataset
+        if mixture is not None:
+            if not isinstance(mixture, _mixture.Mixture):
+                raise TypeError("mixture must be a permd.Mixture (a mixture on the daemon: client= and name=)")
+            if client is not None:
+                raise ValueError("mixture= is computed here; a mixture on the daemon is client= and name= alone")
+            if seed is not None and _args.wrapped("seed", seed) != mixture.seed:
+                raise ValueError(f"seed={seed} but the mixture's seed is {mixture.seed}")
+            self._mix, self.mixture, seed = mixture, mixture.identity(), mixture.seed
+            mix_size, self._length = mixture.size, mixture.length
+        elif client is not None:
+            info, mixdef = _lookup(client, name)
+            if mixdef is not None:
+                self.mixture, mix_size, self._length = _daemon_identity(client, mixdef), mixdef["size"], mixdef["length"]
+        if self.mixture is not None:
+            if shards is not None or window is not None or lanes is not None:
+                raise ValueError("shards, window and lanes apply to a sharded dataset, not to a mixture (its "
+                                 "components carry their own)")
+            if not _args.flag("shuffle", shuffle):
+                raise ValueError("shuffle=False does not apply to a mixture")
+            if size is not None and size != mix_size:
+                raise ValueError(f"size={size} but the mixture's components hold {mix_size} samples")
+            if dataset is not None and hasattr(dataset, "__len__") and len(dataset) != mix_size:
+                raise ValueError(f"len(dataset)={len(dataset)} but the mixture's components hold {mix_size} samples "
+                                 "(its global ids index them concatenated in order, as a ConcatDataset does)")
+            size = mix_size
+        seed = 0 if seed is None else seed
         if shards is not None and client is None:
             from .shards import _sizes_array
             _sizes_array(shards)  # type and sign checks, with clear errors
@@ -85,6 +126,8 @@ class Sampler(_Base):
             raise ValueError(f"size={size} but len(dataset)={len(dataset)}")
         self.dataset = dataset
         self.size = _args.integer("size", size, 0, _args.N_MAX)
+        if self.mixture is None:
+            self._length = self.size  # positions per epoch: N, or a mixture's L
         if num_replicas is None or rank is None:
             found = _world_from_torch()
             if found is None:
@@ -105,13 +148,10 @@ class Sampler(_Base):
         if drop_last and self.mode != "drop":
             raise ValueError(f"drop_last=True contradicts mode={self.mode!r}")
         self.drop_last = self.mode == "drop"
-        if (client is None) != (name is None):
-            raise ValueError("client= and name= go together")
         sharded = shards is not None
-        if client is not None:
+        if info is not None:
             if not self.shuffle:
                 raise ValueError("shuffle=False has nothing to ask the daemon for; omit client=")
-            info = client.get_dataset(name)
             if info["size"] != self.size:
                 raise ValueError(f"dataset {name!r} has {info['size']} samples on the daemon, not {self.size}")
             sharded = info["shards"] > 0
@@ -147,7 +187,7 @@ class Sampler(_Base):
     def set_epoch(self, epoch):
         """The epoch of the next pass. A loaded state of this epoch resumes at its offset (whichever
         of set_epoch and load_state_dict came first); any other epoch starts at its beginning."""
-        self._next_epoch = _args.wrapped("epoch", epoch)
+        self._next_epoch = self._epoch_checked(_args.wrapped("epoch", epoch))
         self._requested = True
         self._pass = None
 
@@ -197,12 +237,26 @@ class Sampler(_Base):
             self._plan = ShardPlan(self.seed, epoch, self._shards, self.window or 8, self.lanes or 1)
         return self._plan
 
+    def _epoch_checked(self, epoch):
+        """A mixture epoch exists only while its positions lie below run position 2**63 (spec §3)."""
+        if self.mixture is not None and (epoch + 1) * self._length > _mixture.RUN_END:
+            raise ValueError(f"mixture epoch {epoch} lies past run position 2**63 (length {self._length})")
+        return epoch
+
+    def _mixture_at(self, epoch):
+        if self._mix_at is None or self._mix_at.epoch != epoch:
+            self._mix_at = self._mix.with_epoch(epoch)
+        return self._mix_at
+
     def _fetch(self, epoch, offset, count):
         if self.size == 0:
             return [], offset
-        if self.client is not None:
+        if self.client is not None:  # a dataset's or a mixture's name: the same request
             return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode,
                                      offset, count, window=self.window, lanes=self.lanes)
+        if self._mix is not None:
+            ids = self._mixture_at(epoch).rank(self.num_replicas, self.rank, self.mode, offset, count)
+            return ids, min(offset + len(ids) * self.num_replicas, self._epoch_length())
         if self._shards is not None:
             ids = self._shard_plan(epoch).rank(self.num_replicas, self.rank, self.mode, offset, count)
             return ids, min(offset + len(ids) * self.num_replicas, self._epoch_length())
@@ -229,19 +283,15 @@ class Sampler(_Base):
                                                                    self._epoch_length())
 
     def _epoch_length(self):
-        """T: the positions of an epoch (spec v1 §5), the same for every epoch."""
-        if self.size == 0:
-            return 0
-        t = ctypes.c_uint64()
-        _lib.check(_lib.epoch_length(self.size, self.num_replicas, _lib.MODES[self.mode], ctypes.byref(t)), "Sampler")
-        return t.value
+        """T: the positions of an epoch (spec v1 §5, n = N, or L for a mixture), the same for every epoch."""
+        return _epoch_length(self._length, self.num_replicas, self.mode)
 
     def _remaining(self, offset):
         """This rank's ids at positions offset..T-1."""
-        if self.size == 0:
+        if self._length == 0:
             return 0
         left = ctypes.c_uint64()
-        _lib.check(_lib.rank_remaining(self.size, self.num_replicas, self.rank, _lib.MODES[self.mode], offset,
+        _lib.check(_lib.rank_remaining(self._length, self.num_replicas, self.rank, _lib.MODES[self.mode], offset,
                                        ctypes.byref(left)), "Sampler")
         return left.value
 
@@ -274,6 +324,8 @@ class Sampler(_Base):
                  "size": self.size, "mode": self.mode, "shuffle": self.shuffle, "num_replicas": self.num_replicas}
         if self.sharded:  # K and G define the order as much as the seed does
             state.update(window=self.window, lanes=self.lanes)
+        if self.mixture is not None:  # so does a mixture's definition
+            state["mixture"] = copy.deepcopy(self.mixture)
         return state
 
     def load_state_dict(self, state):
@@ -287,7 +339,10 @@ class Sampler(_Base):
             raise ValueError(f"state lacks {sorted(missing)}")
         if state["version"] != STATE_VERSION:
             raise ValueError(f"unsupported state version {state['version']!r}")
-        if _args.integer("size", state["size"], 0, _args.N_MAX) != self.size:
+        if (state.get("mixture") is not None) != (self.mixture is not None):
+            raise ValueError("the state is of a mixture, this sampler reads a dataset" if self.mixture is None else
+                             "the state is of a dataset, this sampler reads a mixture")
+        if self.mixture is None and _args.integer("size", state["size"], 0, _args.N_MAX) != self.size:
             raise ValueError(f"state is for {state['size']} samples, this sampler has {self.size}")
         if state.get("mode", self.mode) != self.mode:
             raise ValueError(f"state was saved in mode {state['mode']!r}, this sampler runs {self.mode!r}")
@@ -295,6 +350,8 @@ class Sampler(_Base):
             raise ValueError(f"state was saved with shuffle={state['shuffle']}, this sampler has {self.shuffle}")
         seed, epoch = _args.wrapped("seed", state["seed"]), _args.wrapped("epoch", state["epoch"])
         offset = _args.integer("offset", state["offset"])
+        if self.mixture is not None:
+            self._check_mixture_state(state, seed, epoch)
         if offset > self._epoch_length():
             raise ValueError(f"offset {offset} is past the end of the epoch ({self._epoch_length()} positions)")
         if self.sharded:
@@ -303,6 +360,17 @@ class Sampler(_Base):
                     setattr(self, key, _args.integer(key, state[key], 1))
         self.seed = seed
         self._loaded, self._pass, self._plan = (epoch, offset), None, None
+
+    def _check_mixture_state(self, state, seed, epoch):
+        """A mixture's state resumes only the mixture it was saved on (its seed the same: it is part of what
+        defines the order), up to stages at or after its position. On the daemon, the definition is read
+        again: it is what the resumed pass will be served under."""
+        if seed != self.seed:
+            raise ValueError(f"the state was saved with seed {seed}, this mixture sampler has seed {self.seed}")
+        if self.client is not None:
+            self.mixture = _daemon_identity(self.client, self.client.get_mixture(self.name))
+        _mixture.check_resume(state["mixture"], self.mixture, _mixture.run_position(state))
+        self._epoch_checked(epoch)
 
     @staticmethod
     def state_from_loader(loader_state, batch_size=None):
@@ -335,17 +403,48 @@ class Sampler(_Base):
             if "num_replicas" not in state:
                 raise ValueError("the state does not say its world size (saved by an older permd)")
             world = _args.integer("num_replicas", state["num_replicas"], 1, _args.U32_MAX)
-            t = ctypes.c_uint64()
-            if state["size"]:
-                _lib.check(_lib.epoch_length(state["size"], world, _lib.MODES[_args.mode(state["mode"])],
-                                             ctypes.byref(t)), "Sampler.state_from_loader")
-            state["offset"] = min(state["offset"] + steps * _args.integer("batch_size", batch_size, 1) * world,
-                                  t.value)
+            n = state["mixture"]["length"] if isinstance(state.get("mixture"), dict) else state["size"]
+            t = _epoch_length(_args.integer("size", n, 0, _args.N_MAX), world, _args.mode(state["mode"]))
+            state["offset"] = min(state["offset"] + steps * _args.integer("batch_size", batch_size, 1) * world, t)
         return state
 
     # ---- copies: a daemon-backed sampler pickles with its Client's address and reconnects there
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_plan"] = None  # a C handle; rebuilt on first use
+        state["_plan"] = state["_mix_at"] = None  # C handles; rebuilt on first use
         return state
+
+
+def _epoch_length(n, world, mode):
+    """T: the positions of an epoch of n (spec v1 §5)."""
+    if n == 0:
+        return 0
+    t = ctypes.c_uint64()
+    _lib.check(_lib.epoch_length(n, world, _lib.MODES[mode], ctypes.byref(t)), "Sampler")
+    return t.value
+
+
+def _lookup(client, name):
+    """(dataset, None) or (None, mixture) for a name on the daemon: datasets and mixtures share one namespace."""
+    try:
+        return client.get_dataset(name), None
+    except NotFound:
+        pass
+    try:
+        return None, client.get_mixture(name)
+    except NotFound:
+        raise NotFound(_mixture._NOT_FOUND, f"no dataset or mixture named {name!r} on the daemon") from None
+
+
+def _daemon_identity(client, d):
+    """The identity (permd.mixture.identity) of a mixture on the daemon, its components' layouts asked for."""
+    comps = []
+    for cname, size in zip(d["components"], d["component_sizes"]):
+        info = client.get_dataset(cname)
+        if info["size"] != size:  # re-created since the mixture was put: the daemon refuses it too
+            raise ValueError(f"component {cname!r} of mixture {d['name']!r} has {info['size']} samples, not the "
+                             f"{size} it had when the mixture was put")
+        comps.append(size if not info["shards"] else {"size": size, "shards": info["shards"], "window": info["window"],
+                                                      "lanes": info["lanes"]})
+    return _mixture.identity(comps, d["length"], d["block"], d["stages"])
