@@ -1,4 +1,4 @@
-"""permd.Client: a connection to the permd daemon (datasets, fetch, stream, inverse, stats)."""
+"""permd.Client: a connection to the permd daemon (datasets, mixtures, fetch, stream, inverse, stats)."""
 import ctypes
 
 from . import _args, _lib
@@ -16,6 +16,21 @@ def _dataset_dict(d):
     if d.shards:
         out.update(window=d.window, lanes=d.lanes)
     return out
+
+
+def _mixture_dict(d):
+    n, s = d.ncomponents, d.nstages
+    return {"name": d.name.decode(), "components": [d.components[j].value.decode() for j in range(n)],
+            "component_sizes": d.component_sizes[:n],
+            "stages": [(d.stage_starts[k], d.weights[k * n:(k + 1) * n]) for k in range(s)],
+            "length": d.length, "block": d.block, "size": d.size, "id_width": d.id_width,
+            "created_unix_ms": d.created_unix_ms}
+
+
+def _name(name, what="name"):
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{what} must be a non-empty string")
+    return name.encode()
 
 
 class Client:
@@ -146,6 +161,99 @@ class Client:
         self._wide.pop(name, None)
         _lib.check(_lib.delete_dataset(self._handle(), name.encode()), f"delete_dataset {name!r}", self._c)
 
+    # ---- mixtures (docs/mixtures.md): fetch, stream, digest and Sampler(client=, name=) take their names
+
+    def put_mixture(self, name, components, weights, *, stages=None, length=None, block=None):
+        """Register mixture `name` over the registered datasets `components` (names, in order), as
+        permd.Mixture takes a definition: weights, the first stage's (integers, or reals converted by the
+        rule of permd.mixture.integer_weights); stages, later (start, weights) pairs; length, positions per
+        mixture epoch (default: the components' total); block (default 64). The same definition again
+        confirms it; the stored one with stages appended re-weights it ("appended": True); Conflict for
+        anything else, or for a dataset's name; NotFound for a component that does not exist. Returns the
+        stored definition (get_mixture's dict) with "created" and "appended"."""
+        from .mixture import integer_weights
+        bname = _name(name)
+        names = [_name(c, "a component name") for c in components]
+        table = [(0, integer_weights(weights))]
+        for stage in stages or ():
+            try:
+                start, w = stage
+            except (TypeError, ValueError):
+                raise TypeError("stages must be (start, weights) pairs") from None
+            table.append((_args.integer("stage start", start), integer_weights(w)))
+        for _, w in table:
+            if len(w) != len(names):
+                raise ValueError(f"{len(w)} weights for {len(names)} components")
+        c_names = (ctypes.c_char_p * max(len(names), 1))(*names)
+        starts = (ctypes.c_uint64 * len(table))(*[st for st, _ in table])
+        flat = (ctypes.c_uint32 * max(len(table) * len(names), 1))(*[x for _, w in table for x in w])
+        out, created = _lib.PMixtureDef(), ctypes.c_int32()
+        self._wide.pop(name, None)
+        rc = _lib.put_mixture(self._handle(), bname, c_names, len(names), starts, flat, len(table),
+                              _args.integer("length", length or 0, 0, _args.N_MAX),
+                              _args.integer("block", block or 0, 0, _args.U32_MAX), ctypes.byref(out),
+                              ctypes.byref(created))
+        _lib.check(rc, f"put_mixture {name!r}", self._c)
+        return dict(self._take_mixture(out), created=created.value == 1, appended=created.value == 2)
+
+    def _take_mixture(self, ptr):
+        try:
+            return _mixture_dict(ptr.contents)
+        finally:
+            _lib.mixture_def_free(ptr)
+
+    def get_mixture(self, name):
+        """Mixture `name`'s definition: {"name", "components" (dataset names), "component_sizes" (theirs
+        when it was put), "stages" [(start, weights)], "length", "block", "size" (N), "id_width",
+        "created_unix_ms"}. NotFound if there is none."""
+        out = _lib.PMixtureDef()
+        _lib.check(_lib.get_mixture(self._handle(), _name(name), ctypes.byref(out)), f"get_mixture {name!r}", self._c)
+        return self._take_mixture(out)
+
+    def list_mixtures(self):
+        """The mixtures' names, sorted."""
+        total = ctypes.c_size_t()
+        _lib.check(_lib.list_mixtures(self._handle(), None, 0, ctypes.byref(total)), "list_mixtures", self._c)
+        cap = total.value + 16
+        names = ((ctypes.c_char * 129) * cap)()
+        _lib.check(_lib.list_mixtures(self._c, names, cap, ctypes.byref(total)), "list_mixtures", self._c)
+        return [names[i].value.decode() for i in range(min(cap, total.value))]
+
+    def delete_mixture(self, name):
+        self._wide.pop(name, None)
+        _lib.check(_lib.delete_mixture(self._handle(), _name(name)), f"delete_mixture {name!r}", self._c)
+
+    def reweight_mixture(self, name, state, weights):
+        """Re-weight mixture `name` from the checkpoint `state` (a permd.Sampler's state_dict() of it): put it
+        again with the stage permd.reweight_stage(state, weights) appended. Nothing read before the
+        checkpoint changes, and every component's draws go on where they were: samplers built after this
+        call resume `state` with no sample repeated or skipped. ValueError if the state is of another
+        mixture, or if the mixture already has a stage at or after that point (delete and put it again)."""
+        from . import mixture as mx
+        d = self.get_mixture(name)
+        mx.check_resume(state.get("mixture") if isinstance(state, dict) else None, self._mixture_identity(d),
+                        mx.run_position(state))
+        start, w = mx.reweight_stage(state, weights)
+        if d["stages"][-1][0] >= start:
+            raise ValueError(f"mixture {name!r} has a stage at run position {d['stages'][-1][0]}, at or after the "
+                             f"checkpoint's {start}: the daemon only appends stages; delete and put it again")
+        return self.put_mixture(name, d["components"], d["stages"][0][1], stages=d["stages"][1:] + [(start, w)],
+                                length=d["length"], block=d["block"])
+
+    def _mixture_identity(self, d):
+        """What a Sampler's state records of mixture definition `d` (permd.mixture.identity), its components'
+        layouts asked for (a sharded one is recorded by its size, shard count, K and G)."""
+        from .mixture import identity
+        comps = []
+        for cname, size in zip(d["components"], d["component_sizes"]):
+            info = self.get_dataset(cname)
+            if info["size"] != size:  # re-created since the mixture was put: the daemon refuses it too
+                raise ValueError(f"component {cname!r} of mixture {d['name']!r} has {info['size']} samples, not the "
+                                 f"{size} it had when the mixture was put")
+            comps.append({"size": size, "shards": info["shards"], "window": info["window"], "lanes": info["lanes"]}
+                         if info["shards"] else size)
+        return identity(comps, d["length"], d["block"], d["stages"])
+
     # ---- ids
 
     @staticmethod
@@ -230,6 +338,32 @@ class Client:
                           world, m, arr, n, pos, ranks)
         _lib.check(rc, "inverse", self._c)
         return [pos[i] for i in range(n)], [None if ranks[i] == 0xFFFFFFFF else ranks[i] for i in range(n)]
+
+    def inverse_mixture(self, name, seed, world, samples, component_epochs, mode=None):
+        """Where mixture `name` (seed `seed`, read by `world` ranks) draws each global id of `samples` in
+        its component epoch of `component_epochs`: (mixture epochs, positions, ranks), None where the run
+        never draws it (and, for the rank, where drop mode drops the position)."""
+        world = _args.integer("world", world, 1, _args.U32_MAX)
+        values = [_args.integer("sample", x) for x in samples]
+        ces = [_args.integer("component epoch", x) for x in component_epochs]
+        if len(values) != len(ces):
+            raise ValueError(f"{len(values)} samples but {len(ces)} component epochs")
+        m = -1 if mode is None else _lib.MODES[_args.mode(mode)]
+        epochs, positions, ranks = [], [], []
+        step = max(1, self.max_count)
+        for at in range(0, len(values), step):
+            n = min(step, len(values) - at)
+            arr, ce = (ctypes.c_uint64 * n)(*values[at:at + n]), (ctypes.c_uint64 * n)(*ces[at:at + n])
+            e, p, r = (ctypes.c_uint64 * n)(), (ctypes.c_uint64 * n)(), (ctypes.c_uint32 * n)()
+            rc = _lib.inverse_mixture(self._handle(), _name(name), _args.integer("seed", seed), world, m, arr, ce, n,
+                                      e, p, r)
+            _lib.check(rc, f"inverse_mixture {name!r}", self._c)
+            for i in range(n):
+                never = e[i] == _args.U64_MAX
+                epochs.append(None if never else e[i])
+                positions.append(None if never else p[i])
+                ranks.append(None if r[i] == _args.U32_MAX else r[i])
+        return epochs, positions, ranks
 
     def stats(self):
         st = _lib.Stats()

@@ -91,7 +91,7 @@ class Sampler(_Base):
         elif client is not None:
             info, mixdef = _lookup(client, name)
             if mixdef is not None:
-                self.mixture, mix_size, self._length = _daemon_identity(client, mixdef), mixdef["size"], mixdef["length"]
+                self.mixture, mix_size, self._length = client._mixture_identity(mixdef), mixdef["size"], mixdef["length"]
         if self.mixture is not None:
             if shards is not None or window is not None or lanes is not None:
                 raise ValueError("shards, window and lanes apply to a sharded dataset, not to a mixture (its "
@@ -368,7 +368,7 @@ class Sampler(_Base):
         if seed != self.seed:
             raise ValueError(f"the state was saved with seed {seed}, this mixture sampler has seed {self.seed}")
         if self.client is not None:
-            self.mixture = _daemon_identity(self.client, self.client.get_mixture(self.name))
+            self.mixture = self.client._mixture_identity(self.client.get_mixture(self.name))
         _mixture.check_resume(state["mixture"], self.mixture, _mixture.run_position(state))
         self._epoch_checked(epoch)
 
@@ -435,16 +435,3 @@ def _lookup(client, name):
         return None, client.get_mixture(name)
     except NotFound:
         raise NotFound(_mixture._NOT_FOUND, f"no dataset or mixture named {name!r} on the daemon") from None
-
-
-def _daemon_identity(client, d):
-    """The identity (permd.mixture.identity) of a mixture on the daemon, its components' layouts asked for."""
-    comps = []
-    for cname, size in zip(d["components"], d["component_sizes"]):
-        info = client.get_dataset(cname)
-        if info["size"] != size:  # re-created since the mixture was put: the daemon refuses it too
-            raise ValueError(f"component {cname!r} of mixture {d['name']!r} has {info['size']} samples, not the "
-                             f"{size} it had when the mixture was put")
-        comps.append(size if not info["shards"] else {"size": size, "shards": info["shards"], "window": info["window"],
-                                                      "lanes": info["lanes"]})
-    return _mixture.identity(comps, d["length"], d["block"], d["stages"])
