@@ -14,6 +14,7 @@ static const permctl_cmd permctl_cmds[] = {
     {"rank", permctl_cmd_rank, "print one rank's sample ids (pad, drop or exact) (offline)"},
     {"mix", permctl_cmd_mix, "a weighted mixture of datasets: one rank's ids, or where a sample is drawn (offline)"},
     {"datasets", permctl_cmd_datasets, "put | list | get | rm datasets on permd"},
+    {"mixtures", permctl_cmd_mixtures, "put | list | get | rm mixtures of datasets on permd (docs/mixtures.md)"},
     {"fetch", permctl_cmd_fetch, "print the next ids of a rank, fetched from permd"},
     {"stream", permctl_cmd_stream, "print all ids left to a rank, streamed from permd"},
     {"stats", permctl_cmd_stats, "print permd's counters"},
@@ -176,6 +177,7 @@ static const struct {
     [PERMCTL_OPT_LENGTH] = {"length", PERMCTL_U64, 1, PD_N_MAX},
     [PERMCTL_OPT_BLOCK] = {"block", PERMCTL_U64, 1, UINT32_MAX},
     [PERMCTL_OPT_INVERSE] = {"inverse", PERMCTL_FLAG, 0, 0},
+    [PERMCTL_OPT_COMPONENTS] = {"components", PERMCTL_STR, 0, 0},
 };
 
 int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, const char *usage,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "client/layout.h"
+#include "client/permd.h"
 #include "core/rank.h"
 
 /* Exit codes: 0 success, 1 the operation failed, 2 the command line is wrong. */
@@ -71,6 +72,7 @@ enum permctl_opt {
     PERMCTL_OPT_LENGTH,     /* L: positions per mixture epoch */
     PERMCTL_OPT_BLOCK,      /* B: a mixture's block */
     PERMCTL_OPT_INVERSE,    /* a flag: positional J:LOCAL:CEPOCH triples to find */
+    PERMCTL_OPT_COMPONENTS, /* a mixture's components on the daemon: NAME0,NAME1,... */
     PERMCTL_OPT__COUNT
 };
 #define PERMCTL_BIT(o) (1u << PERMCTL_OPT_##o)
@@ -108,6 +110,17 @@ int permctl_read_layout(const permctl_args *a, int first_spec, pd_layout **out);
 /* As permctl_read_layout, the sizes alone in a malloc'd array. */
 int permctl_read_shards(const permctl_args *a, int first_spec, uint64_t **sizes, uint64_t *n);
 
+/* A list of u64 in [lo, hi] separated by sep into out (at most cap; *n gets how many). */
+int permctl_u64_list(const char *opt, const char *text, char sep, uint64_t lo, uint64_t hi, uint64_t *out,
+                     size_t cap, size_t *n);
+/* Take every --stage VALUE out of argv (before any "--") into stages[] (at most PERMCTL_MIX_STAGES). */
+#define PERMCTL_MIX_STAGES 256
+int permctl_take_stages(int *argc, char **argv, const char **stages, int *nstages);
+/* A mixture's stage table from --weights (stage 0) and the --stage G:W0,W1,... texts: nstages + 1
+ * starts and rows of ncomp weights, malloc'd. On failure prints why and returns an exit code. */
+int permctl_mix_stages(const permctl_args *a, const char **stage_text, int nstages, size_t ncomp, uint64_t **starts,
+                       uint32_t **weights);
+
 /* Options every daemon subcommand accepts. */
 #define PERMCTL_CONN_OPTS (PERMCTL_BIT(SOCKET) | PERMCTL_BIT(TCP) | PERMCTL_BIT(TOKEN_FILE))
 
@@ -119,6 +132,12 @@ int permctl_cmd_mix(int argc, char **argv); /* mixtures: a rank's ids, locations
 
 extern const char permctl_inverse_usage[]; /* both forms of inverse */
 
+/* Shared by the daemon subcommands: connect as the options say (prints why it cannot, returning
+ * an exit code); print a failed call's error (closing c) and return its exit code; a JSON string. */
+int permctl_connect(const permctl_args *a, permd_client **c);
+int permctl_call_failed(permd_client *c, const char *what);
+void permctl_json_string(FILE *f, const char *s);
+
 /* The daemon subcommands (permctl_daemon.c). */
 int permctl_cmd_datasets(int argc, char **argv);
 int permctl_cmd_fetch(int argc, char **argv);
@@ -127,5 +146,6 @@ int permctl_cmd_inverse_daemon(int argc, char **argv);
 int permctl_cmd_stats(int argc, char **argv);
 int permctl_cmd_verify(int argc, char **argv); /* offline with --size / --shards-file, else the daemon */
 int permctl_cmd_shards(int argc, char **argv); /* permctl_shards.c */
+int permctl_cmd_mixtures(int argc, char **argv); /* permctl_mixtures.c */
 
 #endif

@@ -76,7 +76,7 @@ static int permctl_read_token(const char *path, char *buf, size_t len)
     return 0;
 }
 
-static int permctl_connect(const permctl_args *a, permd_client **c)
+int permctl_connect(const permctl_args *a, permd_client **c)
 {
     int rc;
     if (a->s[PERMCTL_OPT_TCP] && a->s[PERMCTL_OPT_SOCKET])
@@ -100,7 +100,7 @@ static int permctl_connect(const permctl_args *a, permd_client **c)
 }
 
 /* Report a failed call: the server's typed error and message. */
-static int permctl_call_failed(permd_client *c, const char *what)
+int permctl_call_failed(permd_client *c, const char *what)
 {
     fprintf(stderr, "permctl: %s: %s\n", what, permd_last_error(c));
     permd_close(c);
@@ -110,7 +110,7 @@ static int permctl_call_failed(permd_client *c, const char *what)
 /* ---- JSON output ------------------------------------------------------------------ */
 
 /* Dataset names are restricted to [A-Za-z0-9._-]; server strings are escaped anyway. */
-static void permctl_json_string(FILE *f, const char *s)
+void permctl_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; *s; s++) {
@@ -414,18 +414,79 @@ int permctl_cmd_stream(int argc, char **argv)
 
 /* ---- inverse NAME ---------------------------------------------------------------------------- */
 
+/* inverse on a mixture: each SAMPLE:CEPOCH (a global id and its component epoch) to "EPOCH POSITION RANK". */
+static int permctl_inverse_mixture(const permctl_args *a)
+{
+    size_t n = (size_t)a->npos - 1;
+    uint64_t *q = malloc(2 * n * sizeof *q), *epochs = malloc(n * sizeof *epochs), *pos = malloc(n * sizeof *pos);
+    uint32_t *ranks = malloc(n * sizeof *ranks);
+    permd_client *c;
+    int rc = 0;
+    if (!q || !epochs || !pos || !ranks) {
+        rc = permctl_fail(PD_ENOMEM, "inverse");
+        goto done;
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        size_t got;
+        rc = permctl_u64_list("inverse", a->pos[i + 1], ':', 0, UINT64_MAX, q + 2 * i, 2, &got);
+        if (!rc && got != 2)
+            rc = permctl_usage_error("inverse: '%s' is not SAMPLE:COMPONENT_EPOCH", a->pos[i + 1]);
+    }
+    if (rc || (rc = permctl_connect(a, &c)))
+        goto done;
+    uint64_t *samples = malloc(n * sizeof *samples), *cepochs = malloc(n * sizeof *cepochs);
+    for (size_t i = 0; samples && cepochs && i < n; i++) {
+        samples[i] = q[2 * i];
+        cepochs[i] = q[2 * i + 1];
+    }
+    int mode = (a->set & PERMCTL_BIT(MODE)) ? (int)a->mode : -1;
+    if (!samples || !cepochs)
+        rc = permctl_fail(PD_ENOMEM, "inverse");
+    else if (permd_inverse_mixture(c, a->pos[0], a->u[PERMCTL_OPT_SEED], (uint32_t)a->u[PERMCTL_OPT_WORLD], mode,
+                                   samples, cepochs, n, epochs, pos, ranks))
+        rc = permctl_call_failed(c, "inverse");
+    free(samples);
+    free(cepochs);
+    if (rc)
+        goto done;
+    permd_close(c);
+    for (size_t i = 0; i < n; i++) {
+        if (epochs[i] == UINT64_MAX)
+            printf("-\n"); /* the run never draws it */
+        else if (ranks[i] == PERMD_NO_RANK)
+            printf("%llu %llu -\n", (unsigned long long)epochs[i], (unsigned long long)pos[i]);
+        else
+            printf("%llu %llu %u\n", (unsigned long long)epochs[i], (unsigned long long)pos[i], ranks[i]);
+    }
+    rc = fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+done:
+    free(q);
+    free(epochs);
+    free(pos);
+    free(ranks);
+    return rc;
+}
+
 int permctl_cmd_inverse_daemon(int argc, char **argv)
 {
     permctl_args a;
     permd_client *c;
-    const unsigned req = PERMCTL_BIT(SEED) | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(WORLD);
-    int rc = permctl_parse(argc, argv, req | PERMCTL_BIT(MODE) | PERMCTL_BIT(JSON) | PERMCTL_CONN_OPTS, req,
-                           permctl_inverse_usage, &a);
+    const unsigned req = PERMCTL_BIT(SEED) | PERMCTL_BIT(WORLD);
+    int rc = permctl_parse(argc, argv, req | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(MODE) | PERMCTL_BIT(JSON) | PERMCTL_CONN_OPTS,
+                           req, permctl_inverse_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
     if (a.npos < 2)
         return permctl_usage_error("inverse: give a dataset NAME and at least one SAMPLE (or --size N for the "
                                    "offline form; see permctl inverse --help)");
+    if (strchr(a.pos[1], ':')) { /* SAMPLE:COMPONENT_EPOCH: a mixture */
+        if (a.set & (PERMCTL_BIT(EPOCH) | PERMCTL_BIT(JSON)))
+            return permctl_usage_error("inverse on a mixture: each SAMPLE:COMPONENT_EPOCH finds its own epoch "
+                                       "(no --epoch, no --json)");
+        return permctl_inverse_mixture(&a);
+    }
+    if (!(a.set & PERMCTL_BIT(EPOCH)))
+        return permctl_usage_error("inverse: --epoch E is required");
     size_t n = (size_t)a.npos - 1;
     uint64_t *samples = malloc(n * sizeof *samples), *pos = malloc(n * sizeof *pos);
     uint32_t *ranks = malloc(n * sizeof *ranks);

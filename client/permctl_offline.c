@@ -23,11 +23,15 @@ static const char permctl_perm_usage[] =
 const char permctl_inverse_usage[] =
     "usage: permctl inverse --seed S --epoch E --size N SAMPLE...              (offline)\n"
     "       permctl inverse NAME --seed S --epoch E --world W [--mode M] SAMPLE... [--json]\n"
+    "       permctl inverse MIXTURE --seed S --world W [--mode M] SAMPLE:COMPONENT_EPOCH...\n"
     "\n"
     "Print σ⁻¹(SAMPLE): the global position of each sample id, one per line.\n"
     "With --size the core computes it here; with a dataset NAME instead, permd\n"
     "does, and each line also names the rank of W that reads the position\n"
-    "(position mod W; '-' when drop mode discards it).\n";
+    "(position mod W; '-' when drop mode discards it). On a mixture each global\n"
+    "id comes with the component epoch it is drawn in, and each line is\n"
+    "'EPOCH POSITION RANK' (the mixture epoch that draws it), or '-' when the\n"
+    "run never does (its component's weight fell to 0).\n";
 
 static const char permctl_rank_usage[] =
     "usage: permctl rank --seed S --epoch E (--size N | SHARDS [--window K] [--lanes G] [--locations])\n"
@@ -272,10 +276,9 @@ static const char permctl_mix_usage[] =
     "sample LOCAL of its epoch CEPOCH, the \"EPOCH POSITION\" that draws it, or '-' when the\n"
     "run never does. L (positions per mixture epoch) defaults to the sum of the sizes, B to 64.\n";
 
-#define PERMCTL_MIX_STAGES 256 /* --stage options at most */
 
 /* A list of u64 in [lo, hi] separated by sep into out (at most cap). */
-static int permctl_u64_list(const char *opt, const char *text, char sep, uint64_t lo, uint64_t hi, uint64_t *out,
+int permctl_u64_list(const char *opt, const char *text, char sep, uint64_t lo, uint64_t hi, uint64_t *out,
                             size_t cap, size_t *n)
 {
     char item[32];
@@ -314,7 +317,7 @@ static int permctl_weights(const char *opt, const char *text, size_t ncomp, uint
 }
 
 /* Take every --stage VALUE / --stage=VALUE out of argv (before any "--"); the rest goes to permctl_parse. */
-static int permctl_take_stages(int *argc, char **argv, const char **stages, int *nstages)
+int permctl_take_stages(int *argc, char **argv, const char **stages, int *nstages)
 {
     int w = 1;
     *nstages = 0;
@@ -343,14 +346,10 @@ static int permctl_take_stages(int *argc, char **argv, const char **stages, int 
     return 0;
 }
 
-/* The mixture the options describe; prints what is wrong and returns an exit code on failure. */
-static int permctl_mix_build(const permctl_args *a, const char **stage_text, int nstages, permd_mixture **out)
+int permctl_mix_stages(const permctl_args *a, const char **stage_text, int nstages, size_t ncomp, uint64_t **starts_out,
+                       uint32_t **weights_out)
 {
-    static uint64_t sizes[PD_MIX_COMPONENTS_MAX];
-    size_t ncomp;
-    int rc = permctl_u64_list("sizes", a->s[PERMCTL_OPT_SIZES], ',', 1, PD_N_MAX, sizes, PD_MIX_COMPONENTS_MAX, &ncomp);
-    if (rc)
-        return rc;
+    int rc = 0;
     uint64_t *starts = malloc((size_t)(nstages + 1) * sizeof *starts);
     uint32_t *weights = malloc((size_t)(nstages + 1) * ncomp * sizeof *weights);
     if (!starts || !weights) {
@@ -374,6 +373,28 @@ static int permctl_mix_build(const permctl_args *a, const char **stage_text, int
             (rc = permctl_weights("stage", colon + 1, ncomp, weights + (size_t)(k + 1) * ncomp)))
             goto done;
     }
+done:
+    if (rc) {
+        free(starts);
+        free(weights);
+        starts = NULL;
+        weights = NULL;
+    }
+    *starts_out = starts;
+    *weights_out = weights;
+    return rc;
+}
+
+/* The mixture the options describe; prints what is wrong and returns an exit code on failure. */
+static int permctl_mix_build(const permctl_args *a, const char **stage_text, int nstages, permd_mixture **out)
+{
+    static uint64_t sizes[PD_MIX_COMPONENTS_MAX];
+    size_t ncomp;
+    uint64_t *starts;
+    uint32_t *weights;
+    int rc = permctl_u64_list("sizes", a->s[PERMCTL_OPT_SIZES], ',', 1, PD_N_MAX, sizes, PD_MIX_COMPONENTS_MAX, &ncomp);
+    if (rc || (rc = permctl_mix_stages(a, stage_text, nstages, ncomp, &starts, &weights)))
+        return rc;
     const uint64_t length = (a->set & PERMCTL_BIT(LENGTH)) ? a->u[PERMCTL_OPT_LENGTH] : 0;
     const uint64_t block = (a->set & PERMCTL_BIT(BLOCK)) ? a->u[PERMCTL_OPT_BLOCK] : 0;
     rc = permd_mixture_new(a->u[PERMCTL_OPT_SEED], sizes, (uint32_t)ncomp, length, (uint32_t)block, starts, weights,
@@ -384,7 +405,6 @@ static int permctl_mix_build(const permctl_args *a, const char **stage_text, int
                                  "block (a power of two from 64 to 2048)");
     else if (rc)
         rc = permctl_fail(rc, "mix");
-done:
     free(starts);
     free(weights);
     return rc;

@@ -1191,3 +1191,203 @@ int permd_stats_get(permd_client *c, permd_stats *out)
     pd_cl_stats_tables(r, out);
     return 0;
 }
+
+/* ---- Mixtures on the daemon ------------------------------------------------------------------- */
+
+void permd_mixture_def_free(permd_mixture_def *d)
+{
+    free(d); /* one block: the struct and its arrays */
+}
+
+/* A malloc'd permd_mixture_def of a Mixture message (one block). */
+static int pd_cl_mixture_def(permd_client *c, const Permd__V1__Mixture *m, permd_mixture_def **out)
+{
+    if (!m || m->n_components == 0 || m->n_stages == 0 || m->n_component_sizes != m->n_components)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent an incomplete mixture");
+    size_t C = m->n_components, S = m->n_stages;
+    size_t bytes = sizeof(permd_mixture_def) + C * sizeof(uint64_t) + S * sizeof(uint64_t) +
+                   C * (PERMD_NAME_MAX + 1) + S * C * sizeof(uint32_t);
+    permd_mixture_def *d = calloc(1, bytes);
+    if (!d)
+        return pd_cl_fail(c, PD_ENOMEM, "out of memory");
+    d->component_sizes = (uint64_t *)(d + 1);
+    d->stage_starts = d->component_sizes + C;
+    d->components = (char(*)[PERMD_NAME_MAX + 1])(d->stage_starts + S);
+    d->weights = (uint32_t *)(d->components + C);
+    snprintf(d->name, sizeof d->name, "%s", m->name);
+    d->ncomponents = (uint32_t)C;
+    d->nstages = (uint32_t)S;
+    d->length = m->length;
+    d->block = m->block;
+    d->size = m->size;
+    d->id_width = m->id_width;
+    d->created_unix_ms = m->created_unix_ms;
+    for (size_t j = 0; j < C; j++) {
+        snprintf(d->components[j], PERMD_NAME_MAX + 1, "%s", m->components[j]);
+        d->component_sizes[j] = m->component_sizes[j];
+    }
+    for (size_t k = 0; k < S; k++) {
+        if (m->stages[k]->n_weights != C) {
+            free(d);
+            return pd_cl_fail(c, PD_EPROTO, "permd sent a mixture stage of %zu weights for %zu components",
+                              m->stages[k]->n_weights, C);
+        }
+        d->stage_starts[k] = m->stages[k]->start;
+        memcpy(d->weights + k * C, m->stages[k]->weights, C * sizeof(uint32_t));
+    }
+    *out = d;
+    return 0;
+}
+
+int permd_put_mixture(permd_client *c, const char *name, const char *const *components, uint32_t ncomponents,
+                      const uint64_t *stage_starts, const uint32_t *weights, uint32_t nstages, uint64_t length,
+                      uint32_t block, permd_mixture_def **out, int32_t *created)
+{
+    int rc = pd_cl_check_name(c, name);
+    if (rc)
+        return rc;
+    if (!components || !ncomponents || !stage_starts || !weights || !nstages)
+        return pd_cl_fail(c, PD_EINVAL, "a mixture needs components and at least one stage of weights");
+    Permd__V1__MixtureStage *st = calloc(nstages, sizeof *st);
+    Permd__V1__MixtureStage **stp = calloc(nstages, sizeof *stp);
+    if (!st || !stp) {
+        free(st);
+        free(stp);
+        return pd_cl_fail(c, PD_ENOMEM, "out of memory");
+    }
+    for (uint32_t k = 0; k < nstages; k++) {
+        permd__v1__mixture_stage__init(&st[k]);
+        st[k].start = stage_starts[k];
+        st[k].n_weights = ncomponents;
+        st[k].weights = (uint32_t *)weights + (size_t)k * ncomponents;
+        stp[k] = &st[k];
+    }
+    Permd__V1__Mixture mix = PERMD__V1__MIXTURE__INIT;
+    mix.name = (char *)name;
+    mix.n_components = ncomponents;
+    mix.components = (char **)components;
+    mix.n_stages = nstages;
+    mix.stages = stp;
+    mix.length = length;
+    mix.block = block;
+    Permd__V1__PutMixture m = PERMD__V1__PUT_MIXTURE__INIT;
+    m.mixture = &mix;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_PUT_MIXTURE;
+    req.put_mixture = &m;
+    rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY, &rep);
+    free(st);
+    free(stp);
+    if (rc)
+        return rc;
+    if (created)
+        *created = rep->mixture_reply->updated ? 2 : rep->mixture_reply->created ? 1 : 0;
+    return out ? pd_cl_mixture_def(c, rep->mixture_reply->mixture, out) : 0;
+}
+
+int permd_get_mixture(permd_client *c, const char *name, permd_mixture_def **out)
+{
+    int rc = pd_cl_check_name(c, name);
+    if (rc)
+        return rc;
+    if (!out)
+        return pd_cl_fail(c, PD_EINVAL, "out is NULL");
+    Permd__V1__GetMixture m = PERMD__V1__GET_MIXTURE__INIT;
+    m.name = (char *)name;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_GET_MIXTURE;
+    req.get_mixture = &m;
+    if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY, &rep)))
+        return rc;
+    return pd_cl_mixture_def(c, rep->mixture_reply->mixture, out);
+}
+
+int permd_list_mixtures(permd_client *c, char (*names)[PERMD_NAME_MAX + 1], size_t cap, size_t *total)
+{
+    if (!c || !total || (cap && !names))
+        return PD_EINVAL;
+    Permd__V1__ListMixtures m = PERMD__V1__LIST_MIXTURES__INIT;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_LIST_MIXTURES;
+    req.list_mixtures = &m;
+    int rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_LIST_MIXTURES_REPLY, &rep);
+    if (rc)
+        return rc;
+    const Permd__V1__ListMixturesReply *r = rep->list_mixtures_reply;
+    for (size_t i = 0; i < r->n_mixtures && i < cap; i++)
+        snprintf(names[i], PERMD_NAME_MAX + 1, "%s", r->mixtures[i]->name);
+    *total = r->n_mixtures;
+    return 0;
+}
+
+int permd_delete_mixture(permd_client *c, const char *name)
+{
+    int rc = pd_cl_check_name(c, name);
+    if (rc)
+        return rc;
+    Permd__V1__DeleteMixture m = PERMD__V1__DELETE_MIXTURE__INIT;
+    m.name = (char *)name;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_DELETE_MIXTURE;
+    req.delete_mixture = &m;
+    return pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY, &rep);
+}
+
+int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, uint32_t world, int mode,
+                          const uint64_t *samples, const uint64_t *component_epochs, uint64_t count, uint64_t *epochs,
+                          uint64_t *positions, uint32_t *ranks)
+{
+    int rc = pd_cl_check_name(c, mixture);
+    if (rc)
+        return rc;
+    if (count && (!samples || !component_epochs || !epochs || !positions))
+        return pd_cl_fail(c, PD_EINVAL, "samples, component_epochs, epochs and positions are required");
+    if (mode > PERMD_MODE_EXACT)
+        return pd_cl_fail(c, PD_EINVAL, "mode %d is not a PERMD_MODE_* (or negative for none)", mode);
+    permd_mixture_def *d;
+    if ((rc = permd_get_mixture(c, mixture, &d))) /* samples travel at the mixture's id width */
+        return rc;
+    unsigned w = d->id_width;
+    permd_mixture_def_free(d);
+    uint8_t *buf = malloc(count * w + 1);
+    if (!buf)
+        return pd_cl_fail(c, PD_ENOMEM, "out of memory");
+    for (uint64_t i = 0; i < count; i++) {
+        if (w == 4 && samples[i] > UINT32_MAX) {
+            free(buf);
+            return pd_cl_fail(c, PD_EINVAL, "samples[%llu] = %llu is not a sample id of '%s'", (unsigned long long)i,
+                              (unsigned long long)samples[i], mixture);
+        }
+        if (w == 4)
+            pd_store_le32(buf + 4 * i, (uint32_t)samples[i]);
+        else
+            pd_store_le64(buf + 8 * i, samples[i]);
+    }
+    Permd__V1__Inverse m = PERMD__V1__INVERSE__INIT;
+    m.dataset = (char *)mixture;
+    m.seed = seed;
+    m.world = world;
+    m.mode = mode < 0 ? PERMD__V1__MODE__MODE_UNSPECIFIED : pd_wire_mode_from_pd(mode);
+    m.samples.data = buf;
+    m.samples.len = count * w;
+    m.n_component_epochs = count;
+    m.component_epochs = (uint64_t *)component_epochs;
+    pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
+    req.body_case = PERMD__V1__ENVELOPE__BODY_INVERSE;
+    req.inverse = &m;
+    rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &rep);
+    free(buf);
+    if (rc)
+        return rc;
+    const Permd__V1__InverseReply *r = rep->inverse_reply;
+    if (r->count != count || r->id_width != 8 || r->positions.len != count * 8 || r->ranks.len != count * 4 ||
+        r->n_epochs != count)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent InverseReply for a mixture");
+    for (uint64_t i = 0; i < count; i++) {
+        epochs[i] = r->epochs[i];
+        positions[i] = pd_load_le64(r->positions.data + 8 * i);
+        if (ranks)
+            ranks[i] = pd_load_le32(r->ranks.data + 4 * i);
+    }
+    return 0;
+}

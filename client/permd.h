@@ -314,6 +314,57 @@ PERMD_API int permd_plan_rank_locations(const permd_plan *p, uint32_t world, uin
 PERMD_API int permd_plan_rank_digest(const permd_plan *p, uint32_t world, uint32_t rank, int mode, uint64_t offset,
                                      permd_digest *out);
 
+/* ---- Mixtures on the daemon (docs/mixtures.md) ------------------------------
+ * A mixture registered on the daemon. Mixtures and datasets share one
+ * namespace: a permd_slice's dataset may name a mixture (its epoch is the
+ * mixture epoch; ids are global, below `size`; locations are (component,
+ * local id) pairs), and so may a digest. The ids equal an offline
+ * permd_mixture's over the same component sizes, seed, stages, length and
+ * block. A deleted or re-created component makes requests on the mixture fail
+ * with PERMD_ENOTFOUND or PERMD_ECONFLICT (never wrong ids); deleting a
+ * dataset a mixture uses is PERMD_ECONFLICT. */
+
+typedef struct permd_mixture_def {
+    char name[PERMD_NAME_MAX + 1];
+    uint32_t ncomponents;
+    char (*components)[PERMD_NAME_MAX + 1]; /* registered dataset names, component order */
+    uint64_t *component_sizes;              /* their sizes when the mixture was put (server) */
+    uint32_t nstages;
+    uint64_t *stage_starts;                 /* run positions: 0, then increasing multiples of block */
+    uint32_t *weights;                      /* nstages rows of ncomponents */
+    uint64_t length;                        /* L */
+    uint32_t block;                         /* B */
+    uint64_t size;                          /* N = sum of component sizes (global ids are below it) */
+    uint32_t id_width;                      /* 4 when N <= 2^32, else 8 */
+    int64_t created_unix_ms;
+} permd_mixture_def;
+
+/* Register (or confirm) mixture `name` over registered datasets. length 0:
+ * the sum of the components' sizes; block 0: 64. *created: 1 new, 0 identical
+ * to the stored one, 2 the stored stages were a prefix and the new ones were
+ * appended (re-weighting: a stage may only be added after the last one).
+ * PERMD_ECONFLICT when the name is a dataset, or a mixture defined otherwise;
+ * PERMD_ENOTFOUND for a component that does not exist; PERMD_EINVAL as the
+ * spec's domain says. *out (may be NULL) gets the stored definition: free it
+ * with permd_mixture_def_free. */
+PERMD_API int permd_put_mixture(permd_client *c, const char *name, const char *const *components,
+                                uint32_t ncomponents, const uint64_t *stage_starts, const uint32_t *weights,
+                                uint32_t nstages, uint64_t length, uint32_t block, permd_mixture_def **out,
+                                int32_t *created);
+PERMD_API int permd_get_mixture(permd_client *c, const char *name, permd_mixture_def **out);
+PERMD_API void permd_mixture_def_free(permd_mixture_def *d);
+/* Names, sorted; fill up to cap, *total gets how many exist. */
+PERMD_API int permd_list_mixtures(permd_client *c, char (*names)[PERMD_NAME_MAX + 1], size_t cap, size_t *total);
+PERMD_API int permd_delete_mixture(permd_client *c, const char *name);
+/* Where global ids `samples` of component epochs `component_epochs` are
+ * drawn, for mixture seed `seed` read by `world` ranks in `mode` (negative:
+ * none): the mixture epoch (UINT64_MAX: never drawn), the position in it, and
+ * the reading rank (UINT32_MAX: never, or dropped). count <= max_count; ranks
+ * may be NULL. */
+PERMD_API int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, uint32_t world, int mode,
+                                    const uint64_t *samples, const uint64_t *component_epochs, uint64_t count,
+                                    uint64_t *epochs, uint64_t *positions, uint32_t *ranks);
+
 /* ---- Offline mixtures (docs/spec/mixtures-v1.md) ----------------------------
  * Weighted draws over several datasets (components), in stages whose weights
  * may change at block boundaries, as one stream of run positions; mixture

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "cpu/gen.h"
+#include "cpu/mix.h"
 #include "daemon/log.h"
 #include "gpu/permd_gpu.h"
 
@@ -317,6 +318,42 @@ int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, uint64_t pl
     else if ((rc = width == 4 ? pd_shard_slice_fill_u32(plan, slice, count, out, written)
                               : pd_shard_slice_fill_u64(plan, slice, count, out, written)) == 0)
         pd_to_le(out, *written, width);
+    if (rc == 0)
+        atomic_fetch_add(&b->cpu_ids, *written);
+    return rc;
+}
+
+int pd_backend_mix_slice(pd_backend *b, pd_mix_cursor *cur, uint64_t epoch, const pd_slice *slice, uint64_t count,
+                         unsigned width, void *out, uint64_t *written)
+{
+    if (!b || !cur || (width != 4 && width != 8 && width != 16))
+        return PD_EINVAL;
+    int rc;
+    if (width != 16) {
+        rc = width == 4 ? pd_gen_mix_fill_u32(&b->gen, cur, epoch, slice, count, out, written)
+                        : pd_gen_mix_fill_u64(&b->gen, cur, epoch, slice, count, out, written);
+        if (rc == 0)
+            pd_to_le(out, *written, width);
+    } else { /* (component, local id), through a small buffer as for shards */
+        pd_mix_loc locs[512];
+        pd_slice at = *slice;
+        uint64_t left, got = 0, done = 0;
+        rc = pd_slice_remaining(cur->mix->length, slice, &left);
+        if (count > left)
+            count = left;
+        for (; rc == 0 && done < count; done += got) {
+            uint64_t want = count - done < 512 ? count - done : 512;
+            if ((rc = pd_mix_slice_fill_locs(cur, epoch, &at, want, locs, &got)))
+                break;
+            for (uint64_t i = 0; i < got; i++) {
+                pd_store_le64((uint8_t *)out + 16 * (done + i), locs[i].component);
+                pd_store_le64((uint8_t *)out + 16 * (done + i) + 8, locs[i].local);
+            }
+            at.offset += got * at.world; /* more follow, so this stays ≤ T */
+        }
+        if (rc == 0)
+            *written = count;
+    }
     if (rc == 0)
         atomic_fetch_add(&b->cpu_ids, *written);
     return rc;

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "core/mixture.h"
 #include "core/rank.h"
 #include "core/shards.h"
 
@@ -40,6 +41,12 @@ int pd_backend_slice(pd_backend *b, const pd_perm *perm, const pd_slice *slice, 
  * reused for another plan); 0 keeps the request on the CPU. */
 int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, uint64_t plan_id, const pd_slice *slice,
                            uint64_t count, unsigned width, void *out, uint64_t *written);
+
+/* The same for mixture epoch `epoch` (docs/spec/mixtures-v1.md), through the caller's cursor (one
+ * per thread). width 16 writes (component, local id) pairs, each a little-endian u64. Mixtures are
+ * computed on the CPU, whatever the GPU: the SIMD kernels (cpu/mix.h) on the calling thread. */
+int pd_backend_mix_slice(pd_backend *b, pd_mix_cursor *cur, uint64_t epoch, const pd_slice *slice, uint64_t count,
+                         unsigned width, void *out, uint64_t *written);
 
 /* "cpu=avx2 threads=16 gpu=NVIDIA H100 80GB HBM3 (sm_90, 132 SMs) gpu_min_ids=1048576", for logs. */
 const char *pd_backend_describe(const pd_backend *b);

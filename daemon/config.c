@@ -111,6 +111,11 @@ static const pd_opt pd_opts[] = {
     PD_OPT(layout_memory, PD_OPT_U64, "1073741824", 4096, UINT64_C(1) << 40,
            "Bytes of shard layouts the registry keeps in memory, all sharded datasets\n"
            "together (8 a shard); a sharded PutDataset beyond it is answered TOO_LARGE."),
+    PD_OPT(max_mixture_components, PD_OPT_U64, "1024", 1, 65536,
+           "Most components (datasets) one mixture may draw from."),
+    PD_OPT(max_mixture_stages, PD_OPT_U64, "4096", 1, 65536,
+           "Most stages (weight changes) one mixture may have; its plan holds 12 bytes a\n"
+           "component a stage."),
     PD_OPT(plan_cache, PD_OPT_U64, "16", 1, 4096,
            "Sharded epoch plans kept built: one per dataset, seed, epoch, window and\n"
            "lanes in use."),

@@ -44,6 +44,8 @@ typedef struct pd_config {
     uint64_t max_shards;
     uint64_t upload_memory;
     uint64_t layout_memory;
+    uint64_t max_mixture_components;
+    uint64_t max_mixture_stages;
     uint64_t plan_cache;
     uint64_t plan_cache_bytes;
     uint64_t output_cap;

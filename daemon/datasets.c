@@ -86,15 +86,17 @@ static void pd_registry_job_done(pd_job *job)
     if (!j->is_put && j->rc == 0)
         pd_log_info("dataset_delete", "name=%s", j->name);
     if (pd_conn_open(s->conn)) {
-        if (j->rc == PD_ECONFLICT && j->is_put && (j->layout || j->result.shards))
+        if (j->rc == PD_ECONFLICT && j->why[0]) /* a mixture's name, or a dataset a mixture uses */
+            pd_reply_error(s, j->id, PD_ECONFLICT, "%s", j->why);
+        else if (j->rc == PD_ECONFLICT && j->is_put && (j->layout || j->result.shards))
             pd_reply_error(s, j->id, PD_ECONFLICT,
-                               "dataset '%s' exists with another size, shard layout, window or lanes", j->name);
+                           "dataset '%s' exists with another size, shard layout, window or lanes", j->name);
         else if (j->rc == PD_ECONFLICT && j->is_put)
             pd_reply_error(s, j->id, PD_ECONFLICT, "dataset '%s' exists with size %llu, not %llu", j->name,
-                               (unsigned long long)j->result.size, (unsigned long long)j->size);
+                           (unsigned long long)j->result.size, (unsigned long long)j->size);
         else if (j->rc == PD_ECONFLICT)
             pd_reply_error(s, j->id, PD_ECONFLICT,
-                               "dataset '%s' is declared in the config file and cannot be deleted", j->name);
+                           "dataset '%s' is declared in the config file and cannot be deleted", j->name);
         else if (j->rc == PD_ENOTFOUND)
             pd_reply_error(s, j->id, PD_ENOTFOUND, "dataset '%s' does not exist", j->name);
         else if (j->rc == PD_ETOOBIG)

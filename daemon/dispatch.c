@@ -9,6 +9,7 @@
 #include "daemon/fetch.h"
 #include "daemon/groups.h"
 #include "daemon/hello.h"
+#include "daemon/mixtures.h"
 #include "daemon/reply.h"
 #include "daemon/reqtype.h"
 #include "daemon/stream.h"
@@ -44,6 +45,10 @@ PD_ENTRY(pd_on_cancel, Permd__V1__Cancel)
 PD_ENTRY(pd_on_join_group, Permd__V1__JoinGroup)
 PD_ENTRY(pd_on_deliver, Permd__V1__Deliver)
 PD_ENTRY(pd_on_leave_group, Permd__V1__LeaveGroup)
+PD_ENTRY(pd_on_put_mixture, Permd__V1__PutMixture)
+PD_ENTRY(pd_on_get_mixture, Permd__V1__GetMixture)
+PD_ENTRY(pd_on_list_mixtures, Permd__V1__ListMixtures)
+PD_ENTRY(pd_on_delete_mixture, Permd__V1__DeleteMixture)
 
 #define PD_ROW(body, fn, fl) [PERMD__V1__ENVELOPE__BODY_##body - PD_REQ_FIELD_FIRST] = {fn##_entry, fl}
 
@@ -64,6 +69,10 @@ static const pd_command pd_commands[PD_REQ_UNKNOWN] = {
     PD_ROW(JOIN_GROUP, pd_on_join_group, 0),
     PD_ROW(DELIVER, pd_on_deliver, 0),
     PD_ROW(LEAVE_GROUP, pd_on_leave_group, 0),
+    PD_ROW(PUT_MIXTURE, pd_on_put_mixture, 0),
+    PD_ROW(GET_MIXTURE, pd_on_get_mixture, 0),
+    PD_ROW(LIST_MIXTURES, pd_on_list_mixtures, 0),
+    PD_ROW(DELETE_MIXTURE, pd_on_delete_mixture, 0),
 };
 
 /* The message an Envelope carries: protobuf-c keeps every body at the offset its descriptor names. */

@@ -7,6 +7,7 @@
 #include "core/digest.h"
 #include "core/error.h"
 #include "daemon/job.h"
+#include "daemon/mixdef.h"
 #include "daemon/readahead.h"
 #include "daemon/registry.h"
 #include "daemon/reply.h"
@@ -217,18 +218,50 @@ void pd_on_digest(pd_session *s, uint64_t id, const Permd__V1__Digest *m)
 
 typedef struct pd_inverse {
     pd_perm perm;
-    pd_plan *plan; /* sharded datasets (a reference) */
+    pd_plan *plan; /* sharded datasets and mixtures (a reference) */
+    int mixture;   /* plan is a mixture's */
     uint32_t world;
-    uint64_t keep; /* positions ≥ keep are dropped (drop mode), else n */
+    uint64_t keep; /* positions ≥ keep are dropped (drop mode), else n (L for a mixture) */
     unsigned width;
     const uint8_t *samples;
+    const uint64_t *comp_epochs; /* a mixture's: each sample's component epoch */
     uint64_t count;
     uint8_t *positions, *ranks;
+    uint64_t *epochs;            /* a mixture's: the mixture epoch that draws each */
+    int rc;                      /* a mixture's cursor could not be made */
 } pd_inverse;
 
-static void pd_inverse_compute(const pd_inverse *v)
+/* A mixture's inverse (spec §7): each global id and component epoch to (mixture epoch, position). */
+static void pd_inverse_compute_mix(pd_inverse *v)
+{
+    const pd_mix *mix;
+    pd_mix_cursor cur;
+    void *mem = NULL;
+    if ((v->rc = pd_plan_use_mix(v->plan, &mix)) || !(mem = malloc(pd_mix_cursor_bytes(mix))) ||
+        (v->rc = pd_mix_cursor_init(&cur, mix, mem, pd_mix_cursor_bytes(mix)))) {
+        v->rc = v->rc ? v->rc : PD_ENOMEM;
+        free(mem);
+        return;
+    }
+    for (uint64_t i = 0; i < v->count; i++) {
+        uint64_t g = v->width == 4 ? pd_load_le32(v->samples + 4 * i) : pd_load_le64(v->samples + 8 * i);
+        uint64_t j = pd__last_at_most(mix->offset, 1, 0, mix->components, g), e = UINT64_MAX, p = UINT64_MAX;
+        if (pd_mix_position(&cur, j, g - mix->offset[j], v->comp_epochs[i], &e, &p)) /* never drawn */
+            e = p = UINT64_MAX;
+        v->epochs[i] = e;
+        pd_store_le64(v->positions + 8 * i, p);
+        pd_store_le32(v->ranks + 4 * i, p < v->keep ? (uint32_t)(p % v->world) : UINT32_MAX);
+    }
+    free(mem);
+}
+
+static void pd_inverse_compute(pd_inverse *v)
 {
     const pd_shard_plan *plan = NULL;
+    if (v->mixture) {
+        pd_inverse_compute_mix(v);
+        return;
+    }
     if (v->plan && pd_plan_use(v->plan, &plan))
         return; /* out of memory building the plan: pd_send_inverse reports it */
     for (uint64_t i = 0; i < v->count; i++) {
@@ -247,15 +280,20 @@ static void pd_inverse_compute(const pd_inverse *v)
 
 static void pd_send_inverse(pd_session *s, uint64_t id, const pd_inverse *v)
 {
-    if (v->plan && !pd_plan_ready(v->plan)) {
-        pd_reply_error(s, id, PD_EINTERNAL, "out of memory building the shard plan");
+    if ((v->plan && !pd_plan_ready(v->plan)) || v->rc) {
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory building the %s plan", v->mixture ? "mixture" : "shard");
         return;
     }
+    unsigned pwidth = v->mixture ? 8 : v->width; /* a mixture's positions are below L, which may pass 2^32 */
     Permd__V1__InverseReply r = PERMD__V1__INVERSE_REPLY__INIT;
-    r.id_width = v->width;
+    r.id_width = pwidth;
     r.count = v->count;
     r.positions.data = v->positions;
-    r.positions.len = (size_t)v->count * v->width;
+    r.positions.len = (size_t)v->count * pwidth;
+    if (v->mixture) {
+        r.n_epochs = v->count;
+        r.epochs = v->epochs;
+    }
     r.ranks.data = v->ranks;
     r.ranks.len = (size_t)v->count * 4;
     if (pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &r))
@@ -274,6 +312,63 @@ typedef struct pd_inverse_job {
 static void pd_inverse_job_run(pd_job *job)
 {
     pd_inverse_compute(&((pd_inverse_job *)job)->v);
+}
+
+/* Inverse on a mixture: samples are global ids, each with its component epoch. */
+static int pd_inverse_mix_setup(pd_session *s, uint64_t id, const Permd__V1__Inverse *m, pd_mixdef *def, int mode,
+                                pd_inverse *v)
+{
+    const pd_service *svc = s->svc;
+    char msg[256];
+    v->mixture = 1;
+    v->width = pd_id_width(def->size);
+    if (m->samples.len % v->width) {
+        pd_reply_error(s, id, PD_EINVAL, "samples holds %zu bytes, not a multiple of id_width %u", m->samples.len,
+                       v->width);
+        return PD_EINVAL;
+    }
+    v->count = m->samples.len / v->width;
+    if (pd_reply_count(s, id, v->count, "samples"))
+        return PD_ETOOBIG;
+    if (m->n_component_epochs != v->count) {
+        pd_reply_error(s, id, PD_EINVAL,
+                       "a mixture's inverse needs each sample's component epoch: %zu component_epochs for %llu "
+                       "samples",
+                       m->n_component_epochs, (unsigned long long)v->count);
+        return PD_EINVAL;
+    }
+    if (m->window || m->lanes) {
+        pd_reply_error(s, id, PD_EINVAL, "window and lanes do not apply to a mixture ('%s')", def->name);
+        return PD_EINVAL;
+    }
+    v->samples = m->samples.data;
+    v->comp_epochs = m->component_epochs;
+    for (uint64_t i = 0; i < v->count; i++) {
+        uint64_t g = v->width == 4 ? pd_load_le32(v->samples + 4 * i) : pd_load_le64(v->samples + 8 * i);
+        if (g >= def->size) {
+            pd_reply_error(s, id, PD_EINVAL, "samples[%llu] = %llu is not below the mixture's size %llu",
+                           (unsigned long long)i, (unsigned long long)g, (unsigned long long)def->size);
+            return PD_EINVAL;
+        }
+    }
+    int rc = pd_target_mix_plan(svc->reg, svc->plans, def, m->seed, &v->plan, msg, sizeof msg);
+    if (rc) {
+        pd_reply_error(s, id, rc, "%s", msg);
+        return rc;
+    }
+    v->world = m->world;
+    v->keep = def->length;
+    if (mode == PD_MODE_DROP)
+        pd_epoch_length(def->length, m->world, PD_MODE_DROP, &v->keep);
+    v->positions = pd_arena_alloc(&s->arena, (size_t)v->count * 8 + 1);
+    v->ranks = pd_arena_alloc(&s->arena, (size_t)v->count * 4 + 1);
+    v->epochs = pd_arena_alloc(&s->arena, (size_t)v->count * 8 + 8);
+    if (!v->positions || !v->ranks || !v->epochs) {
+        pd_plan_release(v->plan);
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return PD_ENOMEM;
+    }
+    return 0;
 }
 
 static void pd_inverse_job_done(pd_job *job)
@@ -296,17 +391,23 @@ void pd_on_inverse(pd_session *s, uint64_t id, const Permd__V1__Inverse *m)
                        m->dataset[0] ? "invalid dataset name" : "a dataset name is required");
         return;
     }
-    if (pd_registry_get(svc->reg, m->dataset, &d)) {
+    pd_mixdef *def = NULL;
+    if (pd_registry_get(svc->reg, m->dataset, &d) && pd_registry_mixture(svc->reg, m->dataset, &def)) {
         pd_reply_error(s, id, PD_ENOTFOUND, "dataset '%s' does not exist", m->dataset);
         return;
     }
-    if (m->world == 0) {
-        pd_reply_error(s, id, PD_EINVAL, "world must be at least 1");
+    if (m->world == 0 || (m->mode != PERMD__V1__MODE__MODE_UNSPECIFIED && pd_wire_mode_to_pd(m->mode, &mode))) {
+        pd_reply_error(s, id, PD_EINVAL, "%s", m->world == 0 ? "world must be at least 1"
+                                                           : "mode must be unspecified, MODE_PAD, MODE_DROP or MODE_EXACT");
+        pd_mixdef_release(def);
         return;
     }
-    if (m->mode != PERMD__V1__MODE__MODE_UNSPECIFIED && pd_wire_mode_to_pd(m->mode, &mode)) {
-        pd_reply_error(s, id, PD_EINVAL, "mode must be unspecified, MODE_PAD, MODE_DROP or MODE_EXACT");
-        return;
+    if (def) {
+        int rc = pd_inverse_mix_setup(s, id, m, def, mode, &v);
+        pd_mixdef_release(def);
+        if (rc)
+            return;
+        goto run;
     }
     v.width = pd_id_width(d.size);
     if (m->samples.len % v.width) {
@@ -352,6 +453,7 @@ void pd_on_inverse(pd_session *s, uint64_t id, const Permd__V1__Inverse *m)
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
         return;
     }
+run:
     if ((!v.plan || pd_plan_ready(v.plan)) && pd_loop_take_inline(s->loop, v.count)) {
         pd_inverse_compute(&v);
         pd_send_inverse(s, id, &v);

@@ -40,7 +40,7 @@ void pd_on_hello(pd_session *s, uint64_t id, const Permd__V1__Hello *m)
         }
         pd_session_authenticate(s);
     }
-    static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats", "shards", "digest", "nccl", "stream_ring"};
+    static char *features[] = {"datasets", "fetch", "stream", "inverse", "stats", "shards", "digest", "nccl", "stream_ring", "mixtures"};
     Permd__V1__Limits lim = PERMD__V1__LIMITS__INIT;
     lim.max_frame = (uint32_t)cfg->max_frame;
     lim.max_count = cfg->max_count;

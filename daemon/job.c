@@ -11,11 +11,18 @@ static void pd_job_run(uv_work_t *req)
 
 static void pd_job_after(uv_work_t *req, int status);
 
+/* The job whose done callback runs now on this loop's thread, and whether it asked to run again:
+ * after done returns the job may be freed, so the answer cannot live in it. */
+static _Thread_local pd_job *pd_job_in_done;
+static _Thread_local int pd_job_again;
+
 int pd_job_continue(pd_job *job)
 {
+    if (job != pd_job_in_done)
+        return PD_EINVAL;
     if (uv_queue_work(pd_conn_loop(job->conn), &job->req, pd_job_run, pd_job_after))
         return PD_EINTERNAL;
-    job->again = 1;
+    pd_job_again = 1;
     return 0;
 }
 
@@ -24,13 +31,15 @@ static void pd_job_after(uv_work_t *req, int status)
     pd_job *job = (pd_job *)req;
     pd_conn *c = job->conn;
     int request = job->request;
+    size_t out_bytes = job->out_bytes;
     (void)status; /* jobs are never cancelled */
-    pd_conn_job_settle(c, job->out_bytes); /* its replies are sent now: no longer promised */
-    job->again = 0;
-    job->done(job); /* frees the job, unless it continued */
-    if (job->again) { /* queued again (its worker may be running it): the connection stays held */
-        job->again = 0;
-        pd_conn_job_hold(c, job->out_bytes);
+    pd_conn_job_settle(c, out_bytes); /* its replies are sent now: no longer promised */
+    pd_job_in_done = job;
+    pd_job_again = 0;
+    job->done(job); /* frees the job, unless it continued (then a worker may run it already) */
+    pd_job_in_done = NULL;
+    if (pd_job_again) { /* queued again: the connection stays held */
+        pd_conn_job_hold(c, out_bytes);
         return;
     }
     pd_conn_job_end(c, request);

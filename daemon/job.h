@@ -19,7 +19,6 @@ struct pd_job {
     pd_job_fn done;   /* on the loop: reply if pd_conn_open(conn), then free the job */
     size_t out_bytes; /* reply size it will add, counted against output_cap meanwhile */
     int request;      /* it answers the connection's current request */
-    int again;        /* pd_job_continue was called in done: run it once more */
 };
 
 /* Whether the job's connection has closed or permd is stopping: a job that runs long (a Digest)
@@ -34,9 +33,9 @@ int pd_job_submit_request(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done
 /* Queue a job beside the requests (a stream's batch): the connection goes on reading. */
 int pd_job_submit(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done, size_t out_bytes);
 
-/* From done: instead of ending, queue the job to run again, keeping its connection and its
- * request. 0: queued, and done must return at once without touching the job (a worker may already
- * run it); PD_EINTERNAL: not queued, done ends the job as usual. A long job runs in slices this
+/* From done (and only there): instead of ending, queue the job to run again, keeping its
+ * connection and its request. 0: queued, and done must return at once without touching the job (a
+ * worker may already run it); PD_EINTERNAL: not queued, done ends the job as usual. A long job runs in slices this
  * way: between two slices its worker takes whatever was queued meanwhile, so other connections'
  * work is not held up behind it (libuv's queue is first in, first out). */
 int pd_job_continue(pd_job *job);

@@ -1,10 +1,12 @@
-/* A cache of sharded epoch plans (per dataset layout, seed, epoch, K, G): built once on a worker, shared by requests. */
+/* The plan cache: per-epoch tables of sharded datasets and per-seed plans of mixtures, built off the loop and shared. */
 #ifndef PD_PLANS_H
 #define PD_PLANS_H
 
 #include <stdint.h>
 
+#include "core/mixture.h"
 #include "core/shards.h"
+#include "daemon/mixdef.h"
 #include "daemon/registry.h"
 
 typedef struct pd_plans pd_plans;
@@ -13,25 +15,31 @@ typedef struct pd_plan pd_plan;
 /* Keep at most max_entries plans and max_bytes of their tables (least recently used go first; one
  * still in use lives on until released; the most recent is always kept). PD_ENOMEM. */
 int pd_plans_open(unsigned max_entries, uint64_t max_bytes, pd_plans **out);
+void pd_plans_close(pd_plans *c);
 /* Bytes of plan tables alive (permd_plan_bytes). */
 uint64_t pd_plans_bytes(pd_plans *c);
-void pd_plans_close(pd_plans *c);
 
-/* A reference to the plan of (layout, seed, epoch, window, lanes). Cheap and
- * never builds, so the event loop may call it. PD_ENOMEM. */
+/* A reference to the sharded plan of (layout, seed, epoch, window, lanes). Cheap and never builds,
+ * so the event loop may call it. PD_ENOMEM. */
 int pd_plans_get(pd_plans *c, pd_layout *layout, uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes,
                  pd_plan **out);
+
+/* A reference to the plan of a stored mixture definition for seed; layouts[j] is component j's
+ * layout (NULL when flat; the plan takes its own references). Never builds. PD_ENOMEM. */
+int pd_plans_get_mix(pd_plans *c, pd_mixdef *def, pd_layout *const *layouts, uint64_t seed, pd_plan **out);
 
 /* A number no other plan of this process has (1, 2, ...): lets the GPU
  * backend keep device copies of plans without ever serving a stale one. */
 uint64_t pd_plan_id(const pd_plan *p);
 
-/* Whether the plan's O(S) table is built (then pd_plan_use never blocks). */
+/* Whether the plan's table is built (then pd_plan_use never blocks). */
 int pd_plan_ready(pd_plan *p);
 
-/* The plan, built first if needed (O(S): call off the event loop unless
- * pd_plan_ready). Concurrent callers build once. PD_ENOMEM, PD_EINVAL. */
+/* The plan, built first if needed (O(S), or O(C·stages) for a mixture: call off the event loop
+ * unless pd_plan_ready). Concurrent callers build once. PD_ENOMEM, PD_EINVAL; PD_EINVAL too for
+ * the other kind of plan. */
 int pd_plan_use(pd_plan *p, const pd_shard_plan **out);
+int pd_plan_use_mix(pd_plan *p, const pd_mix **out);
 
 pd_plan *pd_plan_ref(pd_plan *p);
 void pd_plan_release(pd_plan *p);

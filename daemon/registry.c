@@ -19,7 +19,7 @@
 #include "daemon/clock.h"
 #include "daemon/log.h"
 
-#define PD_REGISTRY_SCHEMA 2 /* PRAGMA user_version of the current schema (2: shard layouts) */
+#define PD_REGISTRY_SCHEMA 3 /* PRAGMA user_version of the current schema (2: shard layouts, 3: mixtures) */
 
 /* A dataset and, when sharded, its layout (the table owns one reference). */
 typedef struct pd_entry {
@@ -29,7 +29,7 @@ typedef struct pd_entry {
 
 struct pd_registry {
     sqlite3 *db;
-    sqlite3_stmt *put, *del;
+    sqlite3_stmt *put, *del, *put_mix, *del_mix;
     pthread_mutex_t write_lock; /* one SQLite transaction at a time */
     pthread_mutex_t lock;       /* guards the table below; never held across disk I/O */
     pd_entry *sets;             /* sorted by name */
@@ -37,6 +37,8 @@ struct pd_registry {
     uint64_t layout_bytes;      /* shard layouts held (the table's), under lock */
     uint64_t layout_limit;      /* a sharded put beyond it is refused; 0: none */
     size_t skipped;             /* rows found damaged at load (their names stay usable) */
+    pd_mixdef **mixes;          /* sorted by name (the table holds one reference each) */
+    size_t nmix, capmix;
 };
 
 /* Bytes a layout of S shards holds in memory. */
@@ -87,6 +89,15 @@ int pd_layout_create(const uint64_t *sizes, uint64_t shards, pd_layout **out)
     }
     atomic_init(&l->refs, 1);
     l->shards = shards;
+    /* splitmix64 folded over the sizes: equal layouts hash equal; others differ but by accident. */
+    uint64_t h = shards;
+    for (uint64_t i = 0; i < shards; i++) {
+        uint64_t z = (h ^ sizes[i]) + UINT64_C(0x9E3779B97F4A7C15);
+        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+        h = z ^ (z >> 31);
+    }
+    l->hash = h;
     *out = l;
     return 0;
 }
@@ -303,18 +314,111 @@ static int pd_registry_migrate(pd_registry *r, int *found)
         return PD_EUNSUPPORTED;
     if (version == PD_REGISTRY_SCHEMA)
         return 0;
-    static const char v2[] = "BEGIN;"
-                             "ALTER TABLE datasets ADD COLUMN shards BLOB;"
+    static const char v2[] = "ALTER TABLE datasets ADD COLUMN shards BLOB;"
                              "ALTER TABLE datasets ADD COLUMN window INTEGER NOT NULL DEFAULT 0;"
-                             "ALTER TABLE datasets ADD COLUMN lanes INTEGER NOT NULL DEFAULT 0;"
-                             "PRAGMA user_version=2;"
-                             "COMMIT;";
-    if (sqlite3_exec(r->db, v2, NULL, NULL, NULL) != SQLITE_OK) {
+                             "ALTER TABLE datasets ADD COLUMN lanes INTEGER NOT NULL DEFAULT 0;";
+    static const char v3[] = "CREATE TABLE IF NOT EXISTS mixtures ("
+                             "  name TEXT PRIMARY KEY NOT NULL,"
+                             "  def BLOB NOT NULL,"
+                             "  created_ms INTEGER NOT NULL) WITHOUT ROWID;";
+    int ok = sqlite3_exec(r->db, "BEGIN;", NULL, NULL, NULL) == SQLITE_OK &&
+             (version >= 2 || sqlite3_exec(r->db, v2, NULL, NULL, NULL) == SQLITE_OK) &&
+             sqlite3_exec(r->db, v3, NULL, NULL, NULL) == SQLITE_OK &&
+             sqlite3_exec(r->db, "PRAGMA user_version=3; COMMIT;", NULL, NULL, NULL) == SQLITE_OK;
+    if (!ok) {
         sqlite3_exec(r->db, "ROLLBACK;", NULL, NULL, NULL);
         return PD_EIO;
     }
     pd_log_info("registry_migrate", "from=%d to=%d", version, PD_REGISTRY_SCHEMA);
     return 0;
+}
+
+/* ---- The mixtures' table (caller holds r->lock) --------------------------- */
+
+/* Index of a mixture's name, or of where it would go (*found = 0). */
+static size_t pd_mix_find(const pd_registry *r, const char *name, int *found)
+{
+    size_t lo = 0, hi = r->nmix;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(r->mixes[mid]->name, name);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = 0;
+    return lo;
+}
+
+/* Put d (the table takes the caller's reference) at `at`, or in place of the one there (replace). */
+static int pd_mix_insert(pd_registry *r, size_t at, pd_mixdef *d, int replace)
+{
+    if (replace) {
+        pd_mixdef_release(r->mixes[at]);
+        r->mixes[at] = d;
+        return 0;
+    }
+    if (r->nmix == r->capmix) {
+        size_t cap = r->capmix ? 2 * r->capmix : 8;
+        pd_mixdef **p = realloc(r->mixes, cap * sizeof *p);
+        if (!p)
+            return PD_ENOMEM;
+        r->mixes = p;
+        r->capmix = cap;
+    }
+    memmove(r->mixes + at + 1, r->mixes + at, (r->nmix - at) * sizeof *r->mixes);
+    r->mixes[at] = d;
+    r->nmix++;
+    return 0;
+}
+
+/* The mixture using dataset `name` as a component, if any (for a refused delete). */
+static const pd_mixdef *pd_mix_user(const pd_registry *r, const char *name)
+{
+    for (size_t i = 0; i < r->nmix; i++)
+        for (uint32_t j = 0; j < r->mixes[i]->components; j++)
+            if (!strcmp(r->mixes[i]->comp[j].name, name))
+                return r->mixes[i];
+    return NULL;
+}
+
+static int pd_registry_load_mixtures(pd_registry *r, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(r->db, "SELECT name, def, created_ms FROM mixtures ORDER BY name", -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        pd_mixdef *d;
+        if (!name || pd_mixdef_decode(name, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), &d)) {
+            pd_log_error("registry_skip", "reason=\"invalid mixture\" name=\"%s\" msg=\"the mixture is not served; a "
+                         "PutMixture or DeleteMixture of its name replaces or removes the row\"",
+                         name ? name : "");
+            r->skipped++;
+            continue;
+        }
+        d->created_ms = sqlite3_column_int64(st, 2);
+        if (pd_mix_insert(r, r->nmix, d, 0)) { /* rows arrive sorted */
+            pd_mixdef_release(d);
+            sqlite3_finalize(st);
+            pd_errf(err, errlen, "out of memory loading the registry");
+            return PD_ENOMEM;
+        }
+    }
+    if (rc != SQLITE_DONE)
+        goto fail;
+    sqlite3_finalize(st);
+    return 0;
+fail:
+    pd_errf(err, errlen, "reading the registry's mixtures: %s", sqlite3_errmsg(r->db));
+    sqlite3_finalize(st);
+    return PD_EIO;
 }
 
 /* Fold the WAL into registry.db and empty it, so the main file alone holds every committed dataset
@@ -435,9 +539,12 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
                            "INSERT OR REPLACE INTO datasets(name, size, created_ms, shards, window, lanes) "
                            "VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
                            -1, &r->put, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(r->db, "DELETE FROM datasets WHERE name = ?1", -1, &r->del, NULL) != SQLITE_OK)
+        sqlite3_prepare_v2(r->db, "DELETE FROM datasets WHERE name = ?1", -1, &r->del, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(r->db, "INSERT OR REPLACE INTO mixtures(name, def, created_ms) VALUES(?1, ?2, ?3)", -1,
+                           &r->put_mix, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(r->db, "DELETE FROM mixtures WHERE name = ?1", -1, &r->del_mix, NULL) != SQLITE_OK)
         goto fail_db;
-    if ((rc = pd_registry_load(r, err, errlen)))
+    if ((rc = pd_registry_load(r, err, errlen)) || (rc = pd_registry_load_mixtures(r, err, errlen)))
         goto fail;
     if (pd_registry_checkpoint(r) != SQLITE_OK) {
         pd_registry_why(r->db, sqlite3_errcode(r->db), why, sizeof why);
@@ -489,6 +596,11 @@ void pd_registry_close(pd_registry *r)
         return;
     sqlite3_finalize(r->put);
     sqlite3_finalize(r->del);
+    sqlite3_finalize(r->put_mix);
+    sqlite3_finalize(r->del_mix);
+    for (size_t i = 0; i < r->nmix; i++)
+        pd_mixdef_release(r->mixes[i]);
+    free(r->mixes);
     sqlite3_close(r->db);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->write_lock);
@@ -589,10 +701,16 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
      * true until the commit lands. */
     pthread_mutex_lock(&r->write_lock);
     pthread_mutex_lock(&r->lock);
-    size_t at = pd_table_find(r, name, &found);
+    size_t at = pd_table_find(r, name, &found), mix_at;
+    int is_mix;
+    mix_at = pd_mix_find(r, name, &is_mix);
+    (void)mix_at;
     if (found) {
         rc = pd_entry_matches(&r->sets[at], size, layout, window, lanes) ? 0 : PD_ECONFLICT;
         *out = r->sets[at].d;
+    } else if (is_mix) {
+        pd_errf(err, errlen, "'%s' is a mixture", name);
+        rc = PD_ECONFLICT;
     } else if (layout && r->layout_limit && r->layout_bytes + pd_layout_bytes(layout->shards) > r->layout_limit) {
         pd_errf(err, errlen, "shard layouts would hold %llu bytes, over layout_memory (%llu)",
                 (unsigned long long)(r->layout_bytes + pd_layout_bytes(layout->shards)),
@@ -673,8 +791,11 @@ int pd_registry_delete(pd_registry *r, const char *name, char *err, size_t errle
     pthread_mutex_lock(&r->lock);
     size_t at = pd_table_find(r, name, &found);
     int from_config = found && r->sets[at].d.from_config;
+    const pd_mixdef *user = found ? pd_mix_user(r, name) : NULL;
+    if (user)
+        pd_errf(err, errlen, "dataset '%s' is a component of mixture '%s': delete the mixture first", name, user->name);
     pthread_mutex_unlock(&r->lock);
-    if (from_config) {
+    if (from_config || user) {
         rc = PD_ECONFLICT;
         goto done;
     }
@@ -704,6 +825,198 @@ int pd_registry_delete(pd_registry *r, const char *name, char *err, size_t errle
     at = pd_table_find(r, name, &found);
     if (found)
         pd_table_remove(r, at);
+    pthread_mutex_unlock(&r->lock);
+done:
+    pthread_mutex_unlock(&r->write_lock);
+    return rc;
+}
+
+/* ---- Mixtures ---------------------------------------------------------------- */
+
+int pd_registry_component(pd_registry *r, const pd_mixdef *d, uint32_t j, pd_layout **layout, char *err,
+                          size_t errlen)
+{
+    const pd_mixcomp *c = &d->comp[j];
+    int found, rc = 0;
+    *layout = NULL;
+    pthread_mutex_lock(&r->lock);
+    size_t at = pd_table_find(r, c->name, &found);
+    if (!found) {
+        pd_errf(err, errlen, "component '%s' of mixture '%s' no longer exists", c->name, d->name);
+        rc = PD_ENOTFOUND;
+    } else {
+        const pd_entry *e = &r->sets[at];
+        const pd_layout *l = e->layout;
+        if (e->d.size != c->size || e->d.shards != c->shards || (l && (e->d.window != c->window ||
+                                                                          e->d.lanes != c->lanes ||
+                                                                          l->hash != c->layout_hash))) {
+            pd_errf(err, errlen,
+                    "component '%s' of mixture '%s' was re-created otherwise (size %llu, %llu shards; the mixture "
+                    "was put over size %llu, %llu shards): put the mixture again under a new name",
+                    c->name, d->name, (unsigned long long)e->d.size, (unsigned long long)e->d.shards,
+                    (unsigned long long)c->size, (unsigned long long)c->shards);
+            rc = PD_ECONFLICT;
+        } else {
+            *layout = pd_layout_ref(e->layout);
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+/* Record what each component is now; PD_ENOTFOUND for one that does not exist. */
+static int pd_mix_record_components(pd_registry *r, pd_mixdef *d, char *err, size_t errlen)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->lock);
+    for (uint32_t j = 0; j < d->components && !rc; j++) {
+        int found;
+        pd_mixcomp *c = &d->comp[j];
+        size_t at = pd_table_find(r, c->name, &found);
+        if (!found) {
+            pd_errf(err, errlen, "component '%s' is not a registered dataset", pd_name_printable(c->name));
+            rc = PD_ENOTFOUND;
+            break;
+        }
+        const pd_entry *e = &r->sets[at];
+        c->size = e->d.size;
+        c->shards = e->d.shards;
+        c->window = e->layout ? e->d.window : 0;
+        c->lanes = e->layout ? e->d.lanes : 0;
+        c->layout_hash = e->layout ? e->layout->hash : 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int pd_registry_put_mixture(pd_registry *r, pd_mixdef *def, pd_mixdef **stored, int *created, char *err,
+                            size_t errlen)
+{
+    int rc, found, is_set;
+    *created = 0;
+    *stored = NULL;
+    pthread_mutex_lock(&r->write_lock);
+    if ((rc = pd_mix_record_components(r, def, err, errlen)) || (rc = pd_mixdef_check(def, err, errlen)))
+        goto done;
+    pthread_mutex_lock(&r->lock);
+    size_t at = pd_mix_find(r, def->name, &found);
+    pd_table_find(r, def->name, &is_set);
+    int how = found ? pd_mixdef_compare(r->mixes[at], def) : 0;
+    if (found && how == 1)
+        *stored = pd_mixdef_ref(r->mixes[at]);
+    if (found)
+        def->created_ms = r->mixes[at]->created_ms;
+    pthread_mutex_unlock(&r->lock);
+    if (is_set) {
+        pd_errf(err, errlen, "'%s' is a dataset", def->name);
+        rc = PD_ECONFLICT;
+        goto done;
+    }
+    if (found && how == 0) {
+        pd_errf(err, errlen,
+                "mixture '%s' exists with other components, length, block or stages (only stages may be "
+                "appended after the last)",
+                def->name);
+        rc = PD_ECONFLICT;
+        goto done;
+    }
+    if (*stored) /* the same: nothing to write */
+        goto done;
+    if (!found)
+        def->created_ms = pd_clock_unix_ms();
+    uint8_t *blob;
+    size_t len;
+    if ((rc = pd_mixdef_encode(def, &blob, &len)))
+        goto done;
+    sqlite3_reset(r->put_mix);
+    sqlite3_bind_text(r->put_mix, 1, def->name, -1, SQLITE_STATIC);
+    sqlite3_bind_blob64(r->put_mix, 2, blob, len, SQLITE_STATIC);
+    sqlite3_bind_int64(r->put_mix, 3, def->created_ms);
+    int step = sqlite3_step(r->put_mix);
+    sqlite3_clear_bindings(r->put_mix);
+    sqlite3_reset(r->put_mix);
+    free(blob);
+    if (step != SQLITE_DONE || (step = pd_registry_checkpoint(r)) != SQLITE_OK) {
+        pd_registry_why(r->db, step == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(r->db), err, errlen);
+        pd_log_error("registry_put", "mixture=%s msg=\"%s\"", def->name, sqlite3_errmsg(r->db));
+        rc = PD_EIO;
+        goto done;
+    }
+    pthread_mutex_lock(&r->lock);
+    at = pd_mix_find(r, def->name, &found);
+    rc = pd_mix_insert(r, at, pd_mixdef_ref(def), found);
+    if (rc)
+        pd_mixdef_release(def);
+    pthread_mutex_unlock(&r->lock);
+    if (rc == 0) {
+        *stored = pd_mixdef_ref(def);
+        *created = found ? 2 : 1;
+    }
+done:
+    pthread_mutex_unlock(&r->write_lock);
+    return rc;
+}
+
+int pd_registry_mixture(pd_registry *r, const char *name, pd_mixdef **out)
+{
+    int found;
+    pthread_mutex_lock(&r->lock);
+    size_t at = pd_mix_find(r, name, &found);
+    *out = found ? pd_mixdef_ref(r->mixes[at]) : NULL;
+    pthread_mutex_unlock(&r->lock);
+    return found ? 0 : PD_ENOTFOUND;
+}
+
+int pd_registry_list_mixtures(pd_registry *r, pd_mixdef ***out, size_t *n)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->lock);
+    *out = NULL;
+    *n = r->nmix;
+    if (r->nmix) {
+        if ((*out = malloc(r->nmix * sizeof **out)))
+            for (size_t i = 0; i < r->nmix; i++)
+                (*out)[i] = pd_mixdef_ref(r->mixes[i]);
+        else
+            rc = PD_ENOMEM;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int pd_registry_delete_mixture(pd_registry *r, const char *name, char *err, size_t errlen)
+{
+    int rc = 0, found;
+    pthread_mutex_lock(&r->write_lock);
+    pthread_mutex_lock(&r->lock);
+    pd_mix_find(r, name, &found);
+    pthread_mutex_unlock(&r->lock);
+    if (!found && !r->skipped) {
+        rc = PD_ENOTFOUND;
+        goto done;
+    }
+    sqlite3_reset(r->del_mix);
+    sqlite3_bind_text(r->del_mix, 1, name, -1, SQLITE_STATIC);
+    int step = sqlite3_step(r->del_mix);
+    int changed = sqlite3_changes(r->db);
+    sqlite3_clear_bindings(r->del_mix);
+    sqlite3_reset(r->del_mix);
+    if (step != SQLITE_DONE || (step = pd_registry_checkpoint(r)) != SQLITE_OK) {
+        pd_registry_why(r->db, step == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(r->db), err, errlen);
+        rc = PD_EIO;
+        goto done;
+    }
+    if (!found) {
+        rc = changed ? 0 : PD_ENOTFOUND;
+        goto done;
+    }
+    pthread_mutex_lock(&r->lock);
+    size_t at = pd_mix_find(r, name, &found);
+    if (found) {
+        pd_mixdef_release(r->mixes[at]);
+        memmove(r->mixes + at, r->mixes + at + 1, (r->nmix - at - 1) * sizeof *r->mixes);
+        r->nmix--;
+    }
     pthread_mutex_unlock(&r->lock);
 done:
     pthread_mutex_unlock(&r->write_lock);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "core/name.h"
+#include "daemon/mixdef.h"
 
 #define PD_DEFAULT_WINDOW 8 /* K of a sharded dataset put without one */
 
@@ -25,6 +26,7 @@ typedef struct pd_dataset {
 typedef struct pd_layout {
     _Atomic unsigned refs;
     uint64_t shards;
+    uint64_t hash;    /* of the shard sizes: tells two layouts apart (a mixture's component check) */
     uint64_t start[]; /* S + 1 */
 } pd_layout;
 
@@ -78,12 +80,33 @@ int pd_registry_put_sharded(pd_registry *r, const char *name, pd_layout *layout,
 /* A reference to a sharded dataset's layout (release it). PD_ENOTFOUND, or
  * PD_EINVAL for a flat dataset. */
 int pd_registry_layout(pd_registry *r, const char *name, pd_layout **out);
-/* PD_ENOTFOUND; PD_ECONFLICT for a config dataset; PD_EIO (err gets the cause). */
+/* PD_ENOTFOUND; PD_ECONFLICT for a config dataset or one a mixture uses (err names it); PD_EIO (err
+ * gets the cause). */
 int pd_registry_delete(pd_registry *r, const char *name, char *err, size_t errlen);
 /* PD_ENOTFOUND */
 int pd_registry_get(pd_registry *r, const char *name, pd_dataset *out);
 /* A malloc'd copy sorted by name (free it); *n may be 0 with *out NULL. */
 int pd_registry_list(pd_registry *r, pd_dataset **out, size_t *n);
 size_t pd_registry_count(pd_registry *r);
+
+/* ---- Mixtures (docs/mixtures.md). They share the datasets' namespace: a name is one or the other. */
+
+/* Store, confirm or extend a mixture: def's components are looked up and recorded (size, layout)
+ * first. *created: 1 new, 0 the same as stored, 2 stages appended (the stored ones a prefix).
+ * *stored gets a reference to what is stored. PD_ENOTFOUND (a component), PD_ECONFLICT (the name is
+ * a dataset, or a mixture defined otherwise), PD_EINVAL (the spec's domain), PD_EIO; err says which. */
+int pd_registry_put_mixture(pd_registry *r, pd_mixdef *def, pd_mixdef **stored, int *created, char *err,
+                            size_t errlen);
+/* A reference to a mixture's definition. PD_ENOTFOUND. */
+int pd_registry_mixture(pd_registry *r, const char *name, pd_mixdef **out);
+/* References to every mixture, sorted by name (release each, free the array). */
+int pd_registry_list_mixtures(pd_registry *r, pd_mixdef ***out, size_t *n);
+/* PD_ENOTFOUND, PD_EIO. */
+int pd_registry_delete_mixture(pd_registry *r, const char *name, char *err, size_t errlen);
+/* 0 when the dataset is still what the mixture component recorded; PD_ENOTFOUND (deleted) or
+ * PD_ECONFLICT (re-created otherwise) with a message; a sharded one's layout comes back in *layout
+ * (a reference; NULL for a flat one). */
+int pd_registry_component(pd_registry *r, const pd_mixdef *d, uint32_t j, pd_layout **layout, char *err,
+                          size_t errlen);
 
 #endif

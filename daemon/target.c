@@ -2,6 +2,8 @@
 #include "daemon/target.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -31,40 +33,97 @@ int pd_target_may_block(const pd_target *t)
     return t->plan && !pd_plan_ready(t->plan);
 }
 
+/* A mixture's ids: a cursor of the caller's (it caches component orders) over the shared plan. */
+static int pd_target_generate_mix(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count,
+                                  void *out, uint64_t *written)
+{
+    const pd_mix *mix;
+    int rc = pd_plan_use_mix(t->plan, &mix);
+    if (rc)
+        return rc;
+    size_t bytes = pd_mix_cursor_bytes(mix);
+    void *mem = malloc(bytes);
+    pd_mix_cursor cur;
+    if (!mem)
+        return PD_ENOMEM;
+    if ((rc = pd_mix_cursor_init(&cur, mix, mem, bytes)) == 0)
+        rc = pd_backend_mix_slice(b, &cur, t->epoch, slice, count, t->width, out, written);
+    free(mem);
+    return rc;
+}
+
 int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
                        uint64_t *written)
 {
     const pd_shard_plan *plan;
     if (!t->plan)
         return pd_backend_slice(b, &t->perm, slice, count, t->width, out, written);
+    if (t->mixture)
+        return pd_target_generate_mix(b, t, slice, count, out, written);
     int rc = pd_plan_use(t->plan, &plan);
     return rc ? rc : pd_backend_shard_slice(b, plan, pd_plan_id(t->plan), slice, count, t->width, out, written);
 }
 
-int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, pd_target *t, char *msg,
-                      size_t len)
+int pd_target_mix_plan(pd_registry *reg, pd_plans *plans, pd_mixdef *def, uint64_t seed, pd_plan **out, char *msg,
+                       size_t len)
 {
-    t->plan = NULL;
-    if (pd_name_check(q->dataset)) {
-        snprintf(msg, len, "slice.dataset: %s", q->dataset[0] ? "invalid dataset name" : "a dataset name is required");
+    pd_layout **layouts = calloc(def->components, sizeof *layouts);
+    int rc = layouts ? 0 : PD_ENOMEM;
+    for (uint32_t j = 0; j < def->components && !rc; j++)
+        rc = pd_registry_component(reg, def, j, &layouts[j], msg, len);
+    if (rc == 0 && pd_plans_get_mix(plans, def, layouts, seed, out))
+        rc = PD_ENOMEM;
+    for (uint32_t j = 0; layouts && j < def->components; j++)
+        pd_layout_release(layouts[j]);
+    free(layouts);
+    if (rc == PD_ENOMEM) {
+        snprintf(msg, len, "out of memory");
+        rc = PD_EINTERNAL;
+    }
+    return rc;
+}
+
+/* A slice of mixture def: positions of mixture epoch q->epoch, ids global. */
+static int pd_target_resolve_mix(pd_registry *reg, pd_plans *plans, pd_mixdef *def, const pd_slice_req *q,
+                                 pd_target *t, char *msg, size_t len)
+{
+    memset(&t->ds, 0, sizeof t->ds);
+    snprintf(t->ds.name, sizeof t->ds.name, "%s", def->name);
+    t->ds.size = def->size;
+    t->ds.created_ms = def->created_ms;
+    t->mixture = 1;
+    t->epoch = q->epoch;
+    if (q->window || q->lanes) {
+        snprintf(msg, len, "window and lanes do not apply to a mixture ('%s'): its components' do", def->name);
         return PD_EINVAL;
     }
-    if (pd_registry_get(reg, q->dataset, &t->ds)) {
-        snprintf(msg, len, "dataset '%s' does not exist", q->dataset);
-        return PD_ENOTFOUND;
-    }
-    if (q->world == 0) {
-        snprintf(msg, len, "slice.world must be at least 1");
+    if (q->epoch >= PD_MIX_RUN_END / def->length) { /* (E + 1)·L must not pass 2^63 */
+        snprintf(msg, len, "slice.epoch %llu is past the last mixture epoch of '%s' (run positions end at 2^63)",
+                 (unsigned long long)q->epoch, def->name);
         return PD_EINVAL;
     }
-    if (q->rank >= q->world) {
-        snprintf(msg, len, "slice.rank %u must be below world %u", q->rank, q->world);
+    pd_epoch_length(def->length, q->world, (pd_mode)q->mode, &t->epoch_len);
+    if (q->offset > t->epoch_len) {
+        snprintf(msg, len, "slice.offset %llu is past the end of the epoch (%llu positions in %s mode)",
+                 (unsigned long long)q->offset, (unsigned long long)t->epoch_len, pd_mode_name((pd_mode)q->mode));
         return PD_EINVAL;
     }
-    if (q->mode < 0) {
-        snprintf(msg, len, "slice.mode must be MODE_PAD, MODE_DROP or MODE_EXACT");
-        return PD_EINVAL;
-    }
+    int rc = pd_target_mix_plan(reg, plans, def, q->seed, &t->plan, msg, len);
+    if (rc)
+        return rc;
+    t->slice.world = q->world;
+    t->slice.rank = q->rank;
+    t->slice.mode = (pd_mode)q->mode;
+    t->slice.offset = q->offset;
+    t->width = q->locations ? 16 : pd_id_width(def->size);
+    pd_slice_remaining(def->length, &t->slice, &t->remaining);
+    return 0;
+}
+
+/* A slice of a dataset (flat or sharded), t->ds already found. */
+static int pd_target_resolve_set(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, pd_target *t, char *msg,
+                                 size_t len)
+{
     uint64_t n = t->ds.size;
     pd_epoch_length(n, q->world, (pd_mode)q->mode, &t->epoch_len);
     if (q->offset > t->epoch_len) {
@@ -90,6 +149,36 @@ int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, 
     t->width = q->locations ? 16 : pd_id_width(n);
     pd_slice_remaining(n, &t->slice, &t->remaining);
     return 0;
+}
+
+int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, pd_target *t, char *msg,
+                      size_t len)
+{
+    pd_mixdef *def = NULL;
+    int rc = PD_EINVAL;
+    t->plan = NULL;
+    t->mixture = 0;
+    t->epoch = q->epoch;
+    if (pd_name_check(q->dataset)) {
+        snprintf(msg, len, "slice.dataset: %s", q->dataset[0] ? "invalid dataset name" : "a dataset name is required");
+        return PD_EINVAL;
+    }
+    if (pd_registry_get(reg, q->dataset, &t->ds) && pd_registry_mixture(reg, q->dataset, &def)) {
+        snprintf(msg, len, "dataset '%s' does not exist", q->dataset);
+        return PD_ENOTFOUND;
+    }
+    if (q->world == 0)
+        snprintf(msg, len, "slice.world must be at least 1");
+    else if (q->rank >= q->world)
+        snprintf(msg, len, "slice.rank %u must be below world %u", q->rank, q->world);
+    else if (q->mode < 0)
+        snprintf(msg, len, "slice.mode must be MODE_PAD, MODE_DROP or MODE_EXACT");
+    else if (def)
+        rc = pd_target_resolve_mix(reg, plans, def, q, t, msg, len);
+    else
+        rc = pd_target_resolve_set(reg, plans, q, t, msg, len);
+    pd_mixdef_release(def);
+    return rc;
 }
 
 uint64_t pd_target_next_offset(const pd_target *t, uint64_t offset, uint64_t got)

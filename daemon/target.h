@@ -24,17 +24,21 @@ typedef struct pd_slice_req {
 
 /* A slice checked against the registry and ready to generate. */
 typedef struct pd_target {
-    pd_dataset ds;
+    pd_dataset ds;          /* a mixture's name, and its size N (global ids are below it) */
     pd_perm perm;           /* flat datasets */
-    struct pd_plan *plan;   /* sharded datasets: a reference (pd_target_release) */
+    struct pd_plan *plan;   /* sharded datasets and mixtures: a reference (pd_target_release) */
+    int mixture;            /* plan is a mixture's: slice positions are those of mixture epoch `epoch` */
+    uint64_t epoch;
     pd_slice slice;
     unsigned width;         /* bytes per item on the wire: 4 or 8 (ids), 16 (locations) */
     uint64_t epoch_len;     /* T */
     uint64_t remaining;     /* ids the rank has left after slice.offset */
 } pd_target;
 
-/* Resolve q. PD_EINVAL or PD_ENOTFOUND (or PD_EINTERNAL, out of memory) with a message for the
- * client in msg. Never blocks: a sharded dataset's plan is referenced, not built. */
+/* Resolve q: a dataset, or a mixture (docs/mixtures.md). PD_EINVAL, PD_ENOTFOUND or PD_ECONFLICT
+ * (a mixture's component deleted or re-created), or PD_EINTERNAL (out of memory), with a message
+ * for the client in msg. Never blocks: a sharded dataset's or a mixture's plan is referenced, not
+ * built. */
 int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, pd_target *t, char *msg,
                       size_t len);
 
@@ -42,6 +46,11 @@ int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, 
  * PD_ENOTFOUND or PD_EINTERNAL with a message. */
 int pd_target_plan(pd_registry *reg, pd_plans *plans, const pd_dataset *d, uint64_t seed, uint64_t epoch,
                    uint64_t window, uint32_t lanes, pd_plan **out, char *msg, size_t len);
+
+/* A stored mixture's plan for seed, its components checked against the registry (PD_ENOTFOUND or
+ * PD_ECONFLICT with a message when one changed). */
+int pd_target_mix_plan(pd_registry *reg, pd_plans *plans, pd_mixdef *def, uint64_t seed, pd_plan **out, char *msg,
+                       size_t len);
 
 /* Drop what resolve acquired (the plan reference). */
 void pd_target_release(pd_target *t);

@@ -1,0 +1,288 @@
+/* Integration: mixtures on the daemon give the offline mixture's ids through Fetch, Stream, Digest, Inverse and locations; definitions persist, extend and refuse what would give wrong ids. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "client/permd.h"
+#include "harness.h"
+
+#define SEED 1234
+
+static const char *const comp_ab[] = {"a", "b"};
+static const uint64_t sizes_ab[] = {1000, 250};
+static const uint64_t starts1[] = {0};
+static const uint32_t weights1[] = {3, 1};
+static const uint64_t starts2[] = {0, 640};
+static const uint32_t weights2[] = {3, 1, 1, 4};
+
+/* The offline mixture the daemon's "m" must equal. */
+static permd_mixture *offline(const uint64_t *starts, const uint32_t *weights, uint32_t nstages)
+{
+    permd_mixture *m;
+    assert_int_equal(permd_mixture_new(SEED, sizes_ab, 2, 0, 0, starts, weights, nstages, &m), 0);
+    return m;
+}
+
+/* Fetch a whole rank of mixture epoch `epoch` in pieces and compare it with the offline mixture's. */
+static void check_fetch(permd_client *c, const char *name, permd_mixture *off, uint64_t epoch, uint32_t world,
+                        uint32_t rank, int mode)
+{
+    permd_slice s = {.dataset = name, .seed = SEED, .epoch = epoch, .world = world, .rank = rank, .mode = mode};
+    uint32_t got_ids[700], want[700];
+    uint64_t got, next, wgot;
+    assert_int_equal(permd_fetch_u32(c, &s, 700, got_ids, &got, &next), 0);
+    assert_int_equal(permd_mixture_rank_fill(off, epoch, world, rank, mode, 0, 700, want, 4, &wgot), 0);
+    assert_int_equal(got, wgot);
+    assert_memory_equal(got_ids, want, got * 4);
+    if (got == 700) { /* the rest from the offset the reply gave */
+        s.offset = next;
+        assert_int_equal(permd_fetch_u32(c, &s, 700, got_ids, &got, &next), 0);
+        assert_int_equal(permd_mixture_rank_fill(off, epoch, world, rank, mode, s.offset, 700, want, 4, &wgot), 0);
+        assert_int_equal(got, wgot);
+        assert_memory_equal(got_ids, want, got * 4);
+    }
+}
+
+static void setup_datasets(harness *h, permd_client **c)
+{
+    harness_init(h);
+    assert_int_equal(harness_start(h, 0, NULL, NULL), 0);
+    assert_int_equal(permd_connect_unix(h->sock, c), 0);
+    assert_int_equal(permd_put_dataset(*c, "a", 1000, NULL, NULL), 0);
+    assert_int_equal(permd_put_dataset(*c, "b", 250, NULL, NULL), 0);
+}
+
+static void test_serve_like_offline(void **state)
+{
+    (void)state;
+    harness h;
+    permd_client *c;
+    setup_datasets(&h, &c);
+    permd_mixture_def *d;
+    int32_t created = -1;
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, weights1, 1, 0, 0, &d, &created), 0);
+    assert_int_equal(created, 1);
+    assert_int_equal(d->length, 1250); /* L defaults to the sum of the sizes */
+    assert_int_equal(d->block, 64);
+    assert_int_equal(d->size, 1250);
+    assert_int_equal(d->component_sizes[1], 250);
+    assert_string_equal(d->components[1], "b");
+    permd_mixture_def_free(d);
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, weights1, 1, 0, 0, NULL, &created), 0);
+    assert_int_equal(created, 0); /* the same definition: confirmed */
+    char names[4][PERMD_NAME_MAX + 1];
+    size_t total;
+    assert_int_equal(permd_list_mixtures(c, names, 4, &total), 0);
+    assert_int_equal(total, 1);
+    assert_string_equal(names[0], "m");
+
+    permd_mixture *off = offline(starts1, weights1, 1);
+    for (uint64_t epoch = 0; epoch < 3; epoch++)
+        for (uint32_t world = 1; world <= 4; world += 3)
+            for (int mode = PERMD_MODE_PAD; mode <= PERMD_MODE_EXACT; mode++)
+                check_fetch(c, "m", off, epoch, world, world - 1, mode);
+
+    /* A stream of the same slice. */
+    permd_slice s = {.dataset = "m", .seed = SEED, .epoch = 1, .world = 3, .rank = 2, .mode = PERMD_MODE_EXACT};
+    permd_stream *st;
+    assert_int_equal(permd_stream_open(c, &s, 64, 0, &st), 0);
+    uint32_t want[1250];
+    uint64_t wgot, seen = 0, n;
+    assert_int_equal(permd_mixture_rank_fill(off, 1, 3, 2, PERMD_MODE_EXACT, 0, 1250, want, 4, &wgot), 0);
+    const void *ids;
+    uint32_t width;
+    while (permd_stream_next(st, &ids, &width, &n) == 0 && n) {
+        assert_int_equal(width, 4);
+        assert_memory_equal(ids, want + seen, n * 4);
+        seen += n;
+    }
+    assert_int_equal(seen, wgot);
+    permd_stream_close(st);
+
+    /* Digest and locations. */
+    permd_digest dg, wdg;
+    assert_int_equal(permd_digest_slice(c, &s, &dg), 0);
+    assert_int_equal(permd_mixture_rank_digest(off, 1, 3, 2, PERMD_MODE_EXACT, 0, &wdg), 0);
+    assert_int_equal(dg.count, wdg.count);
+    assert_int_equal(dg.sum, wdg.sum);
+    assert_int_equal(dg.hash, wdg.hash);
+    uint64_t comps[100], locals[100], got, next;
+    assert_int_equal(permd_fetch_locations(c, &s, 100, comps, locals, &got, &next), 0);
+    uint32_t wc[100];
+    uint64_t wl[100];
+    assert_int_equal(permd_mixture_rank_locations(off, 1, 3, 2, PERMD_MODE_EXACT, 0, 100, wc, wl, NULL, &wgot), 0);
+    for (uint64_t i = 0; i < got; i++) {
+        assert_int_equal(comps[i], wc[i]);
+        assert_int_equal(locals[i], wl[i]);
+    }
+
+    /* Inverse: where a sample of a component epoch is drawn, for positions the offline mixture names. */
+    uint64_t samples[40], cepochs[40], epochs[40], pos[40];
+    uint32_t ranks[40];
+    for (int i = 0; i < 40; i++) {
+        uint32_t comp;
+        uint64_t local;
+        assert_int_equal(permd_mixture_locate(off, (uint64_t)i % 3, (uint64_t)i * 31, &samples[i], &comp, &local,
+                                              &cepochs[i]),
+                         0);
+    }
+    assert_int_equal(permd_inverse_mixture(c, "m", SEED, 4, PERMD_MODE_PAD, samples, cepochs, 40, epochs, pos, ranks),
+                     0);
+    for (int i = 0; i < 40; i++) {
+        assert_int_equal(epochs[i], (uint64_t)i % 3);
+        assert_int_equal(pos[i], (uint64_t)i * 31);
+        assert_int_equal(ranks[i], (uint32_t)(pos[i] % 4));
+    }
+    permd_mixture_free(off);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
+static void test_stages_and_persistence(void **state)
+{
+    (void)state;
+    harness h;
+    permd_client *c;
+    setup_datasets(&h, &c);
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, weights1, 1, 0, 0, NULL, NULL), 0);
+    permd_slice s = {.dataset = "m", .seed = SEED, .epoch = 0, .world = 1, .mode = PERMD_MODE_EXACT};
+    uint32_t before[1250], after[1250];
+    uint64_t got, next;
+    assert_int_equal(permd_fetch_u32(c, &s, 1250, before, &got, &next), 0);
+    /* Re-weighting from position 640 on (a multiple of the block): appended, nothing before changes. */
+    int32_t created = -1;
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts2, weights2, 2, 0, 0, NULL, &created), 0);
+    assert_int_equal(created, 2);
+    assert_int_equal(permd_fetch_u32(c, &s, 1250, after, &got, &next), 0);
+    assert_memory_equal(before, after, 640 * 4);
+    assert_memory_not_equal(before + 640, after + 640, 610 * 4); /* the new weights apply after */
+    permd_mixture *off = offline(starts2, weights2, 2);
+    check_fetch(c, "m", off, 0, 1, 0, PERMD_MODE_EXACT);
+    check_fetch(c, "m", off, 5, 2, 1, PERMD_MODE_DROP);
+    /* Changing an existing stage is not an append. */
+    static const uint32_t other[] = {2, 1};
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, other, 1, 0, 0, NULL, NULL), PERMD_ECONFLICT);
+    permd_close(c);
+
+    /* Restart: the definition survives, with the same ids. */
+    assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
+    assert_int_equal(harness_start(&h, 0, NULL, NULL), 0);
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_fetch_u32(c, &s, 1250, before, &got, &next), 0);
+    assert_memory_equal(before, after, 1250 * 4);
+    check_fetch(c, "m", off, 5, 2, 1, PERMD_MODE_DROP);
+    permd_mixture_free(off);
+    assert_int_equal(permd_delete_mixture(c, "m"), 0);
+    assert_int_equal(permd_fetch_u32(c, &s, 10, before, &got, &next), PERMD_ENOTFOUND);
+    assert_int_equal(permd_delete_mixture(c, "m"), PERMD_ENOTFOUND);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    harness h;
+    permd_client *c;
+    setup_datasets(&h, &c);
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, weights1, 1, 0, 0, NULL, NULL), 0);
+    /* One namespace: a mixture cannot take a dataset's name, nor a dataset a mixture's. */
+    assert_int_equal(permd_put_mixture(c, "a", comp_ab, 2, starts1, weights1, 1, 0, 0, NULL, NULL), PERMD_ECONFLICT);
+    assert_int_equal(permd_put_dataset(c, "m", 5, NULL, NULL), PERMD_ECONFLICT);
+    /* A component that does not exist, a stage not on a block boundary, a zero-sum stage. */
+    static const char *const missing[] = {"a", "nope"};
+    assert_int_equal(permd_put_mixture(c, "x", missing, 2, starts1, weights1, 1, 0, 0, NULL, NULL), PERMD_ENOTFOUND);
+    static const uint64_t off_block[] = {0, 100};
+    assert_int_equal(permd_put_mixture(c, "x", comp_ab, 2, off_block, weights2, 2, 0, 0, NULL, NULL), PERMD_EINVAL);
+    static const uint32_t zero[] = {0, 0};
+    assert_int_equal(permd_put_mixture(c, "x", comp_ab, 2, starts1, zero, 1, 0, 0, NULL, NULL), PERMD_EINVAL);
+    /* A component in use cannot be deleted. */
+    assert_int_equal(permd_delete_dataset(c, "a"), PERMD_ECONFLICT);
+    assert_non_null(strstr(permd_last_error(c), "mixture 'm'"));
+    permd_slice s = {.dataset = "m", .seed = 1, .world = 1, .mode = PERMD_MODE_EXACT};
+    uint32_t ids[8];
+    uint64_t got, next;
+    assert_int_equal(permd_fetch_u32(c, &s, 8, ids, &got, &next), 0);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
+/* A component declared in the config changes under the mixture between runs: typed errors, never ids. */
+static void test_component_changed_under_it(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    const char *v1[] = {"--dataset", "cfg:300", NULL};
+    assert_int_equal(harness_start(&h, 0, v1, NULL), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_put_dataset(c, "b", 250, NULL, NULL), 0);
+    static const char *const comps[] = {"cfg", "b"};
+    assert_int_equal(permd_put_mixture(c, "m", comps, 2, starts1, weights1, 1, 0, 0, NULL, NULL), 0);
+    permd_close(c);
+    permd_slice s = {.dataset = "m", .seed = 1, .world = 1, .mode = PERMD_MODE_EXACT};
+    uint32_t ids[8];
+    uint64_t got, next;
+
+    assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
+    const char *v2[] = {"--dataset", "cfg:301", NULL}; /* re-declared with another size */
+    assert_int_equal(harness_start(&h, 0, v2, NULL), 0);
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_fetch_u32(c, &s, 8, ids, &got, &next), PERMD_ECONFLICT);
+    assert_non_null(strstr(permd_last_error(c), "re-created"));
+    permd_digest dg;
+    assert_int_equal(permd_digest_slice(c, &s, &dg), PERMD_ECONFLICT);
+    permd_close(c);
+
+    assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
+    assert_int_equal(harness_start(&h, 0, NULL, NULL), 0); /* no longer declared at all */
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_fetch_u32(c, &s, 8, ids, &got, &next), PERMD_ENOTFOUND);
+    assert_non_null(strstr(permd_last_error(c), "no longer exists"));
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
+static void test_sharded_component(void **state)
+{
+    (void)state;
+    harness h;
+    permd_client *c;
+    setup_datasets(&h, &c);
+    uint64_t shard_sizes[37];
+    for (int i = 0; i < 37; i++)
+        shard_sizes[i] = (uint64_t)(i % 5) * 7; /* empty shards too */
+    uint64_t n = 0;
+    for (int i = 0; i < 37; i++)
+        n += shard_sizes[i];
+    assert_int_equal(permd_put_dataset_sharded(c, "sh", shard_sizes, 37, 4, 2, NULL, NULL), 0);
+    static const char *const comps[] = {"a", "sh"};
+    assert_int_equal(permd_put_mixture(c, "ms", comps, 2, starts1, weights1, 1, 0, 128, NULL, NULL), 0);
+    permd_mix_component oc[2] = {{.size = 1000}, {.shard_sizes = shard_sizes, .nshards = 37, .window = 4, .lanes = 2}};
+    permd_mixture *off;
+    assert_int_equal(permd_mixture_new_ex(SEED, oc, 2, 0, 128, starts1, weights1, 1, &off), 0);
+    assert_int_equal(permd_mixture_size(off), 1000 + n);
+    for (uint64_t epoch = 0; epoch < 4; epoch++)
+        check_fetch(c, "ms", off, epoch, 2, 1, PERMD_MODE_PAD);
+    permd_mixture_free(off);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_serve_like_offline),
+        cmocka_unit_test(test_stages_and_persistence),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_component_changed_under_it),
+        cmocka_unit_test(test_sharded_component),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
