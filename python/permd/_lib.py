@@ -20,6 +20,14 @@ class Slice(ctypes.Structure):
                 ("offset", ctypes.c_uint64), ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32)]
 
 
+class MixtureDef(ctypes.Structure):  # permd_mixture_def: a mixture registered on the daemon
+    _fields_ = [("name", ctypes.c_char * 129), ("ncomponents", ctypes.c_uint32),
+                ("components", ctypes.POINTER(ctypes.c_char * 129)), ("component_sizes", ctypes.POINTER(ctypes.c_uint64)),
+                ("nstages", ctypes.c_uint32), ("stage_starts", ctypes.POINTER(ctypes.c_uint64)),
+                ("weights", ctypes.POINTER(ctypes.c_uint32)), ("length", ctypes.c_uint64), ("block", ctypes.c_uint32),
+                ("size", ctypes.c_uint64), ("id_width", ctypes.c_uint32), ("created_unix_ms", ctypes.c_int64)]
+
+
 class Digest(ctypes.Structure):
     _fields_ = [("count", ctypes.c_uint64), ("sum", ctypes.c_uint64), ("hash", ctypes.c_uint64)]
 
@@ -135,6 +143,16 @@ stream_close = _sig("permd_stream_close", [p])
 stream_shared = _sig("permd_stream_shared", [p], i32)
 inverse = _sig("permd_inverse", [p, ctypes.c_char_p, u64, u64, u32, i32, P64, ctypes.c_size_t, P64, P32])
 stats_get = _sig("permd_stats_get", [p, ctypes.POINTER(Stats)])
+# mixtures on the daemon
+PMixtureDef = ctypes.POINTER(MixtureDef)
+put_mixture = _sig("permd_put_mixture", [p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), u32, P64, P32, u32, u64,
+                                         u32, ctypes.POINTER(PMixtureDef), ctypes.POINTER(i32)])
+get_mixture = _sig("permd_get_mixture", [p, ctypes.c_char_p, ctypes.POINTER(PMixtureDef)])
+mixture_def_free = _sig("permd_mixture_def_free", [PMixtureDef], None)
+list_mixtures = _sig("permd_list_mixtures", [p, p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)])
+delete_mixture = _sig("permd_delete_mixture", [p, ctypes.c_char_p])
+inverse_mixture = _sig("permd_inverse_mixture", [p, ctypes.c_char_p, u64, u32, ctypes.c_int, P64, P64, u64, P64, P64,
+                                                 P32])
 
 
 def check(rc, what, client=None):
