@@ -234,6 +234,12 @@ class Resumes(unittest.TestCase):
         st = pad.state_dict()
         self.assertEqual(st["offset"], 301)  # T = ceil(300 / 7) * 7
         self.assertEqual(permd.reweight_stage(st, [1, 1, 1])[0], 640)  # run position 600, rounded up
+        b64 = permd.Mixture(SEED, 0, SIZES, WEIGHTS, length=LENGTH)
+        wide = permd.Sampler(mixture=b64, num_replicas=130, rank=0, mode="pad")  # T = 390: 90 positions re-read
+        wide.set_epoch(1)
+        end = dict(wide.state_dict(), offset=wide.total_size)
+        self.assertEqual(permd.reweight_stage(end, [1, 1, 1])[0], 640)  # from 600, not 690
+        permd.Sampler(mixture=b64.reweighted(end, [1, 1, 1]), num_replicas=130, rank=0, mode="pad").load_state_dict(end)
         planned = permd.Mixture(SEED, 0, SIZES, WEIGHTS, length=LENGTH, stages=[(1024, [1, 1, 1])], block=128)
         with self.assertRaisesRegex(ValueError, "has a stage at run position 1024"):
             planned.reweighted(self.state_at(planned, 10), [1, 0, 0])
