@@ -1,23 +1,71 @@
 #!/usr/bin/env bash
-# Runs bench/mixtures (mixtures vs a flat dataset on the CPU) and writes bench/results/mixtures.md.
-# usage: bench/mixtures.sh [BUILD_DIR] [--quick]
+# Writes bench/results/mixtures.md from one run: bench/mixtures (mixtures vs a flat dataset on the CPU, no
+# daemon), Fetch through a permd daemon of a mixture's name vs a flat dataset's (bench/serve fetch, interleaved
+# rounds, the best of each), and bench/mixtures_peers.py (first batch and memory against a numpy Megatron-style
+# blended index and torch's WeightedRandomSampler, at L = 10^7, 10^8, 10^9 unless PEER_LENGTHS says otherwise).
+# usage: bench/mixtures.sh [BUILD_DIR] [--quick]   (SECONDS_PER_RUN=3, REPS=3, PEER_MEM_GIB=20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 out=bench/results/mixtures.md
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
-"$build/bench/mixtures" "$@" >"$tmp"
+run_s=${SECONDS_PER_RUN:-3}
+reps=${REPS:-3}
+lengths=${PEER_LENGTHS:-1e7 1e8 1e9}
+for tool in "$build/bench/mixtures" "$build/bench/serve" "$build/bin/permd" "$build/bin/permctl"; do
+  [ -x "$tool" ] || { echo "mixtures.sh: build first: $tool" >&2; exit 2; }
+done
+load=$(cut -d' ' -f1-3 /proc/loadavg) # before anything of ours runs
+tmp=$(mktemp -d /tmp/permd-mixbench-XXXXXX)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+"$build/bench/mixtures" "$@" >"$tmp/cpu"
+
+# The daemon: the mixture of bench/mixtures (4 components, weights 4:3:2:1, L = N) and a flat dataset of N.
+"$build/bin/permd" --socket "$tmp/permd.sock" --state-dir "$tmp/state" --metrics "" --log-level warn \
+  2>"$tmp/permd.log" &
+pid=$!
+for _ in $(seq 200); do [ -S "$tmp/permd.sock" ] && break; sleep 0.05; done
+[ -S "$tmp/permd.sock" ] || { echo "mixtures.sh: permd did not start" >&2; cat "$tmp/permd.log" >&2; exit 1; }
+ctl() { "$build/bin/permctl" "$@" --socket "$tmp/permd.sock" >/dev/null; }
+names=()
+for c in 0:20000000 1:17000000 2:3000000 3:10000000; do
+  ctl datasets put "part${c%%:*}" --size "${c##*:}"
+  names+=("part${c%%:*}")
+done
+ctl datasets put flat --size 50000000
+ctl mixtures put mix --components "$(IFS=,; echo "${names[*]}")" --weights 4,3,2,1
+
+kv() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
+declare -A V
+for rep in $(seq "$reps"); do # rounds interleave the two names, so other load hits both alike
+  for count in 1024 8192; do
+    for world in 1 8; do
+      for name in flat mix; do
+        line=$("$build/bench/serve" fetch --socket "$tmp/permd.sock" --dataset "$name" --world "$world" \
+          --count "$count" --seconds "$run_s")
+        V[$name.$count.$world]+="$(kv "$line" rps) $(kv "$line" p50_us) $(kv "$line" p99_us);"
+      done
+    done
+  done
+done
+best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
+
 {
-  echo "# Mixtures vs a flat dataset (CPU generation)"
+  echo "# Mixtures vs a flat dataset, and against what users build today"
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
-  echo "- command: \`bash bench/mixtures.sh $build $*\` (Release build)"
-  echo "- timing: median of 5 runs after a warm-up, one thread; each mixture run reads a new mixture epoch"
+  echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 2^20}' /proc/meminfo);"
+  echo "  load average before the run $load (other jobs share these cores: compare rows of this run only)"
+  echo "- command: \`bash bench/mixtures.sh $build $*\` (Release build; SECONDS_PER_RUN=$run_s, REPS=$reps, PEER_LENGTHS=\"$lengths\")"
   echo
-  cat "$tmp"
+  echo "## CPU generation (no daemon)"
+  echo
+  echo "Median of 5 runs after a warm-up, one thread; each mixture run reads a new mixture epoch."
+  echo
+  cat "$tmp/cpu"
   echo
   echo "A mixture id costs the block's slot (v1's f on log2 B bits under the block's packed keys), the"
   echo "component and draw of that slot (the weight tree), and the component's σ. With W ≤ 5 the fill is"
@@ -28,12 +76,29 @@ trap 'rm -f "$tmp"' EXIT
   echo "of ⌈log2 C⌉ levels) is then most of the cost. Both are bit-identical to the core (test_cpu_mix)."
   echo "The flat rows are σ over N = the mixture's total size, the same rank's slice."
   echo
+  echo "## Fetch through the daemon: a mixture's name vs a flat dataset's"
+  echo
+  echo "One permd (default config, private Unix socket); \`bench/serve fetch --dataset NAME --world W --count C\`:"
+  echo "one client, each Fetch asks rank 0 of W for C u32 ids (pad mode) at a new offset. \`mix\` is the"
+  echo "mixture above (4 components, 4:3:2:1, L = N = 5·10^7), \`flat\` a dataset of N = 5·10^7. Each row is"
+  echo "the fastest of $reps interleaved rounds of ${run_s} s."
+  echo
+  echo "| W | ids per Fetch | flat: Fetch/s | flat p50 µs | mixture: Fetch/s | mixture p50 µs | mixture p99 µs | mixture / flat |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for count in 1024 8192; do
+    for world in 1 8; do
+      read -r fr fp50 _ <<<"$(best "${V[flat.$count.$world]}")"
+      read -r mr mp50 mp99 <<<"$(best "${V[mix.$count.$world]}")"
+      echo "| $world | $count | $fr | $fp50 | $mr | $mp50 | $mp99 | $(awk -v a="$mr" -v b="$fr" 'BEGIN{printf "%.2f", a / b}') |"
+    done
+  done
+  echo
   echo "## Time to the first batch and memory, against what users build today"
   echo
-  echo "\`PYTHONPATH=python PERMD_LIB=$build/lib/libpermd.so python3 bench/mixtures_peers.py ${PEER_LENGTHS:-1e7 1e8}\`"
-  echo "(L = 10^9 is not run here: the numpy index alone would need 9 GB and its sort several times that.)"
+  echo "\`PYTHONPATH=python PERMD_LIB=$build/lib/libpermd.so PERMD_SOCKET=... python3 bench/mixtures_peers.py $lengths\`"
+  echo "(the daemon row uses the permd above)"
   echo
-  PYTHONPATH=python PERMD_LIB="$build/lib/libpermd.so" "${PYTHON:-/usr/bin/python3}" bench/mixtures_peers.py \
-    ${PEER_LENGTHS:-1e7 1e8}
+  PYTHONPATH=python PERMD_LIB="$build/lib/libpermd.so" PERMD_SOCKET="$tmp/permd.sock" \
+    "${PYTHON:-/usr/bin/python3}" bench/mixtures_peers.py $lengths
 } >"$out"
 cat "$out"

@@ -5,8 +5,11 @@ dataset and the sample to read: here the deterministic interleave by sorting eac
 (k + 1/2)/w_j, then each dataset's samples shuffled once), and torch's WeightedRandomSampler: over the
 concatenated samples (per-sample weights w_j/n_j, with replacement; its __iter__ draws all L at once; torch
 refuses more than 2^24 categories), and over the datasets followed by a uniform sample in the chosen one.
-Each case runs in a fresh process; memory is the growth of its peak RSS over the interpreter with the
-libraries imported. usage: python3 bench/mixtures_peers.py [L ...]  (default 10^7 10^8; PYTHONPATH=python)
+Each case runs in a fresh process whose address space is capped (PEER_MEM_GIB, default 20 GiB, lowered to 85% of
+the memory available when the run starts, so that a peer that needs more fails with MemoryError rather than
+bringing in the kernel's OOM killer on a shared machine); memory is the growth of its peak RSS over the
+interpreter with the libraries imported; a case that fails reports why, after how long and at what peak.
+usage: python3 bench/mixtures_peers.py [L ...]  (default 10^7 10^8 10^9; PYTHONPATH=python)
 """
 import json
 import os
@@ -26,6 +29,31 @@ def case_permd(length):
     m = permd.Mixture(1, 0, SIZES, WEIGHTS, length=length)
     first = m.rank(WORLD, 0, "exact", 0, BATCH)
     return time.perf_counter() - t0, int(first[0])
+
+
+def case_permd_sampler(length):
+    """What a trainer runs: a permd.Sampler over the mixture, the first batch from its iterator."""
+    import permd
+    t0 = time.perf_counter()
+    m = permd.Mixture(1, 0, SIZES, WEIGHTS, length=length)
+    it = iter(permd.Sampler(mixture=m, num_replicas=WORLD, rank=0, mode="exact"))
+    first = [next(it) for _ in range(BATCH)]
+    return time.perf_counter() - t0, first[0]
+
+
+def case_permd_daemon(length):
+    """The same through a permd daemon ($PERMD_SOCKET): the mixture registered beforehand (once, as a platform
+    does), then a Sampler built on its name and the first batch fetched."""
+    import permd
+    client = permd.Client()
+    names = [f"peers-{j}" for j in range(len(SIZES))]
+    for name, n in zip(names, SIZES):
+        client.put_dataset(name, n)
+    client.put_mixture(f"peers-{length}", names, WEIGHTS, length=length)
+    t0 = time.perf_counter()
+    it = iter(permd.Sampler(num_replicas=WORLD, rank=0, seed=1, mode="exact", client=client, name=f"peers-{length}"))
+    first = [next(it) for _ in range(BATCH)]
+    return time.perf_counter() - t0, first[0]
 
 
 def case_numpy_index(length):
@@ -71,40 +99,65 @@ def case_torch_two_level(length):
     return time.perf_counter() - t0, int(first[0])
 
 
-CASES = {"permd.Mixture": case_permd, "numpy blended index (Megatron-style)": case_numpy_index,
+CASES = {"permd.Mixture": case_permd, "permd.Sampler(mixture=...)": case_permd_sampler,
+         "permd.Sampler(client=, name=) on a permd daemon": case_permd_daemon,
+         "numpy blended index (Megatron-style)": case_numpy_index,
          "torch WeightedRandomSampler over the samples": case_torch_sampler,
          "torch WeightedRandomSampler over the datasets, then randint": case_torch_two_level}
 
 
-def child(name, length):
+def child(name, length, cap):
     import numpy  # noqa: F401  (the baseline holds the libraries every case may use)
     import torch  # noqa: F401
     import permd  # noqa: F401
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    seconds, _ = CASES[name](length)
+    t0 = time.perf_counter()
+    try:
+        seconds, _ = CASES[name](length)
+        error = None
+    except (MemoryError, RuntimeError) as e:  # numpy's _ArrayMemoryError is a MemoryError
+        seconds, error = time.perf_counter() - t0, f"{type(e).__name__}: {e}"
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
-    print(json.dumps({"seconds": seconds, "kib": grown}))
+    print(json.dumps({"seconds": seconds, "kib": grown, "error": error}))
+
+
+def memory_cap():
+    """Bytes of address space a case may use: PEER_MEM_GIB, at most 85% of what is available now."""
+    want = float(os.environ.get("PEER_MEM_GIB", 20)) * 2 ** 30
+    with open("/proc/meminfo") as f:
+        avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    return int(min(want, 0.85 * avail))
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        return child(sys.argv[2], int(sys.argv[3]))
-    lengths = [int(float(x)) for x in sys.argv[1:]] or [10 ** 7, 10 ** 8]
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        return child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    lengths = [int(float(x)) for x in sys.argv[1:]] or [10 ** 7, 10 ** 8, 10 ** 9]
+    cap = memory_cap()
     print(f"Components {SIZES} (N = {sum(SIZES)}), weights {WEIGHTS}; the first batch: rank 0 of {WORLD}, "
-          f"{BATCH} ids\n")
-    print("| L | method | first batch (ms) | memory (MiB) | vs permd (time) |\n|---:|---|---:|---:|---:|")
+          f"{BATCH} ids; each case in a fresh process, its address space capped at {cap / 2 ** 30:.1f} GiB\n")
+    print("| L | method | first batch (ms) | memory (MiB) | vs permd.Mixture (time) | vs permd.Mixture (memory) |\n"
+          "|---:|---|---:|---:|---:|---:|")
+    cases = [c for c in CASES if os.environ.get("PERMD_SOCKET") or CASES[c] is not case_permd_daemon]
     for length in lengths:
         base = None
-        for name in CASES:
-            out = subprocess.run([sys.executable, __file__, "--child", name, str(length)], capture_output=True,
-                                 text=True, env=os.environ)
-            if out.returncode:
-                print(f"| {length:.0e} | {name} | failed: {out.stderr.strip().splitlines()[-1]} | | |")
+        for name in cases:
+            out = subprocess.run([sys.executable, __file__, "--child", name, str(length), str(cap)],
+                                 capture_output=True, text=True, env=os.environ)
+            if out.returncode:  # killed, or an error the child does not catch
+                why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+                print(f"| {length:.0e} | {name} | failed: {why} | | | |", flush=True)
                 continue
             r = json.loads(out.stdout)
-            base = base or r["seconds"]
-            print(f"| {length:.0e} | {name} | {r['seconds'] * 1e3:.2f} | {r['kib'] / 1024:.1f} | "
-                  f"{r['seconds'] / base:.0f}x |", flush=True)
+            mib = r["kib"] / 1024
+            if r["error"]:
+                print(f"| {length:.0e} | {name} | failed after {r['seconds']:.1f} s at {mib:.0f} MiB: {r['error']} "
+                      "| | | |", flush=True)
+                continue
+            base = base or (r["seconds"], max(mib, 0.1))
+            print(f"| {length:.0e} | {name} | {r['seconds'] * 1e3:.2f} | {mib:.1f} | {r['seconds'] / base[0]:.0f}x | "
+                  f"{max(mib, 0.1) / base[1]:.0f}x |", flush=True)
 
 
 if __name__ == "__main__":

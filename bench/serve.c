@@ -14,14 +14,15 @@
 #include "cpu/gen.h"
 
 static const char usage[] =
-    "usage: serve fetch  --socket PATH --dataset NAME [--clients N] [--count C] [--seconds S]\n"
+    "usage: serve fetch  --socket PATH --dataset NAME [--clients N] [--count C] [--world W] [--seconds S]\n"
     "       serve stream --socket PATH --dataset NAME [--batch B] [--seconds S] [--transport ring|socket]\n"
     "                    [--read sum|last]\n"
     "       serve gen    [--count C] [--seconds S]     (one thread of the daemon's CPU generator, no daemon)\n"
     "       serve pipe   [--batch B] [--seconds S]     (a bare Unix socket moving B u32 per write, no daemon)\n"
     "\n"
-    "fetch: N threads, one connection each, each Fetch asks rank 0 of 8 for C ids\n"
+    "fetch: N threads, one connection each, each Fetch asks rank 0 of W (default 8) for C ids\n"
     "       at a fresh offset; prints requests/s and p50/p99 latency (after 0.5 s warm-up).\n"
+    "       NAME may be a mixture's (its epochs have its length in positions).\n"
     "stream: one Stream of rank 0 of 1 in batches of B, every id read (summed); prints ids/s.\n"
     "       ring (default, libpermd's choice on a Unix socket): batches in shared memory;\n"
     "       socket: batches through the socket. --read last: one id a batch (the transport alone).\n"
@@ -30,7 +31,7 @@ static const char usage[] =
 typedef struct options {
     const char *cmd, *socket, *tcp, *dataset, *transport;
     int read_all; /* --read sum (every id, default) | last (one id a batch: the transport alone) */
-    uint64_t clients, count, batch;
+    uint64_t clients, count, batch, world;
     double seconds;
 } options;
 
@@ -51,6 +52,25 @@ static int connect_client(const options *o, permd_client **c)
 
 /* ---- fetch ---- */
 
+/* The positions of an epoch of `name`: a dataset's size, else (one namespace) a mixture's length. */
+static int epoch_positions(permd_client *c, const char *name, uint64_t *n)
+{
+    permd_dataset d;
+    int rc = permd_get_dataset(c, name, &d);
+    if (rc == 0) {
+        *n = d.size;
+        return 0;
+    }
+    permd_mixture_def *m;
+    if (rc == PERMD_ENOTFOUND && (rc = permd_get_mixture(c, name, &m)) == 0) {
+        *n = m->length;
+        permd_mixture_def_free(m);
+        return 0;
+    }
+    fprintf(stderr, "serve: %s\n", permd_last_error(c));
+    return rc;
+}
+
 typedef struct worker {
     const options *o;
     int index;
@@ -69,23 +89,22 @@ static void *fetch_worker(void *arg)
         w->failed = 1;
         return NULL;
     }
-    permd_dataset d;
-    if (permd_get_dataset(c, o->dataset, &d)) {
-        fprintf(stderr, "serve: %s\n", permd_last_error(c));
+    uint64_t n; /* positions per epoch: the dataset's size, or the mixture's length */
+    if (epoch_positions(c, o->dataset, &n)) {
         w->failed = 1;
         permd_close(c);
         return NULL;
     }
     uint32_t *ids = malloc(o->count * sizeof *ids);
-    permd_slice s = {.dataset = o->dataset, .seed = 1234, .epoch = (uint64_t)w->index, .world = 8,
+    permd_slice s = {.dataset = o->dataset, .seed = 1234, .epoch = (uint64_t)w->index, .world = (uint32_t)o->world,
                      .rank = 0, .mode = PERMD_MODE_PAD};
-    uint64_t span = d.size / 8 / o->count; /* distinct offsets before wrapping */
+    uint64_t span = n / o->world / o->count; /* distinct offsets before wrapping */
     for (uint64_t i = 0;; i++) {
         double t0 = now_s();
         if (t0 >= w->stop)
             break;
         uint64_t got;
-        s.offset = (i % (span ? span : 1)) * o->count * 8;
+        s.offset = (i % (span ? span : 1)) * o->count * o->world;
         if (permd_fetch_u32(c, &s, o->count, ids, &got, NULL) || got != o->count) {
             fprintf(stderr, "serve: fetch: %s\n", permd_last_error(c));
             w->failed = 1;
@@ -137,8 +156,10 @@ static int run_fetch(const options *o)
         free(w[i].lat);
     }
     qsort(all, total, sizeof *all, cmp_double);
-    printf("mode=fetch clients=%llu count=%llu requests=%llu seconds=%.2f rps=%.0f p50_us=%.1f p99_us=%.1f\n",
-           (unsigned long long)o->clients, (unsigned long long)o->count, (unsigned long long)total, o->seconds,
+    printf("mode=fetch clients=%llu count=%llu world=%llu requests=%llu seconds=%.2f rps=%.0f p50_us=%.1f "
+           "p99_us=%.1f\n",
+           (unsigned long long)o->clients, (unsigned long long)o->count, (unsigned long long)o->world,
+           (unsigned long long)total, o->seconds,
            (double)total / o->seconds, all[total / 2] * 1e6, all[(uint64_t)((double)total * 0.99)] * 1e6);
     free(all);
     free(w);
@@ -300,7 +321,8 @@ static int run_gen(const options *o)
 
 int main(int argc, char **argv)
 {
-    options o = {.clients = 1, .count = 1024, .batch = 65536, .seconds = 5, .transport = "ring", .read_all = 1};
+    options o = {.clients = 1, .count = 1024, .batch = 65536, .world = 8, .seconds = 5, .transport = "ring",
+                 .read_all = 1};
     if (argc < 2 || !strcmp(argv[1], "--help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -344,6 +366,8 @@ int main(int argc, char **argv)
             o.count = x;
         else if (!strcmp(a, "--batch"))
             o.batch = x;
+        else if (!strcmp(a, "--world"))
+            o.world = x;
         else {
             fprintf(stderr, "serve: unknown option %s\n%s", a, usage);
             return 2;
