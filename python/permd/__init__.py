@@ -20,5 +20,6 @@ from .layout import LayoutError, ShardLayout
 from .mixture import Mixture, Sharded, reweight_stage  # noqa: F401 (docs/mixtures.md)
 
 __version__ = "0.1.0"
-__all__ = ["Permutation", "Sampler", "Client", "ShardPlan", "digest", "Mixture", "reweight_stage", "PermdError", "NotFound", "Conflict", "InvalidArgument",
-           "OutOfRange", "Unauthenticated", "Overloaded", "ConnectionFailed", "Timeout"]
+__all__ = ["Permutation", "Sampler", "Client", "ShardPlan", "digest", "Mixture", "reweight_stage", "PermdError",
+           "NotFound", "Conflict", "InvalidArgument", "OutOfRange", "Unauthenticated", "Overloaded", "ConnectionFailed",
+           "Timeout"]

@@ -171,19 +171,10 @@ class Client:
         confirms it; the stored one with stages appended re-weights it ("appended": True); Conflict for
         anything else, or for a dataset's name; NotFound for a component that does not exist. Returns the
         stored definition (get_mixture's dict) with "created" and "appended"."""
-        from .mixture import integer_weights
+        from .mixture import stage_table
         bname = _name(name)
         names = [_name(c, "a component name") for c in components]
-        table = [(0, integer_weights(weights))]
-        for stage in stages or ():
-            try:
-                start, w = stage
-            except (TypeError, ValueError):
-                raise TypeError("stages must be (start, weights) pairs") from None
-            table.append((_args.integer("stage start", start), integer_weights(w)))
-        for _, w in table:
-            if len(w) != len(names):
-                raise ValueError(f"{len(w)} weights for {len(names)} components")
+        table = stage_table(weights, stages, len(names))
         c_names = (ctypes.c_char_p * max(len(names), 1))(*names)
         starts = (ctypes.c_uint64 * len(table))(*[st for st, _ in table])
         flat = (ctypes.c_uint32 * max(len(table) * len(names), 1))(*[x for _, w in table for x in w])

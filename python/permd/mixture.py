@@ -93,6 +93,23 @@ def integer_weights(weights):
     return ints
 
 
+def stage_table(weights, stages, components):
+    """[(0, weights), (start, weights), ...] with integer weights (integer_weights), one per component: a
+    definition's stages as permd.Mixture and Client.put_mixture take them (checked: pairs, starts in
+    [1, 2**63), as many weights as components)."""
+    table = [(0, integer_weights(weights))]
+    for stage in stages or ():
+        try:
+            start, w = stage
+        except (TypeError, ValueError):
+            raise TypeError("stages must be (start, weights) pairs") from None
+        table.append((_args.integer("stage start", start, 1, RUN_END - 1), integer_weights(w)))
+    for _, w in table:
+        if len(w) != components:
+            raise ValueError(f"{len(w)} weights for {components} components")
+    return table
+
+
 class Mixture:
     """Mixture epoch `epoch` of a weighted mixture of datasets, computed on demand (no table).
 
@@ -114,16 +131,8 @@ class Mixture:
         self.block = _args.integer("block", block, BLOCK_DEFAULT, 2048)
         if self.block & (self.block - 1):
             raise ValueError(f"block must be a power of two from {BLOCK_DEFAULT} to 2048, got {self.block}")
-        table = [(0, integer_weights(weights))]
-        for stage in stages or ():
-            try:
-                start, w = stage
-            except (TypeError, ValueError):
-                raise TypeError("stages must be (start, weights) pairs") from None
-            table.append((_args.integer("stage start", start, 1, RUN_END - 1), integer_weights(w)))
+        table = stage_table(weights, stages, len(comps))
         for start, w in table:
-            if len(w) != len(comps):
-                raise ValueError(f"{len(w)} weights for {len(comps)} components")
             if start % self.block:
                 raise ValueError(f"stage start {start} is not a multiple of the block ({self.block}): "
                                  "Mixture.stage_start gives the next one")
@@ -381,16 +390,26 @@ def check_resume(saved, current, position):
     if saved is None:
         raise ValueError("the state is of a dataset, not of a mixture")
     saved, current = _canonical(saved), _canonical(current)
-    for key, what in (("components", "components"), ("length", "length (positions per mixture epoch)"),
-                      ("block", "block")):
+    for key in ("length", "block"):
         if saved[key] != current[key]:
-            raise ValueError(f"the state was saved on a mixture with {what} {saved[key]}, this one has {current[key]}")
+            raise ValueError(f"the state was saved on a mixture of {key} {saved[key]}, this one has {current[key]}")
+    if saved["components"] != current["components"]:
+        raise ValueError("the state was saved on a mixture of other components: "
+                         + _difference("component", saved["components"], current["components"]))
     before = [[s, w] for s, w in saved["stages"] if s < position]
     now = [[s, w] for s, w in current["stages"] if s < position]
     if before != now:
         raise ValueError(f"the mixture's stages before the state's run position {position} differ from the state's: "
-                         f"it was saved with {before}, this mixture has {now}; only stages at or after {position} "
-                         "may be added or changed (see permd.reweight_stage)")
+                         f"{_difference('stage', before, now)}; only stages at or after {position} may be added or "
+                         "changed (see permd.reweight_stage)")
+
+
+def _difference(what, saved, current):
+    """Where two lists first differ, in words (a mixture may have thousands of stages: not the whole lists)."""
+    k = next(i for i in range(max(len(saved), len(current)))
+             if i >= len(saved) or i >= len(current) or saved[i] != current[i])
+    return (f"{what} {k} was {saved[k] if k < len(saved) else 'absent'} in the state, "
+            f"{current[k] if k < len(current) else 'absent'} in this mixture")
 
 
 def _check_state_seed(state, seed):

@@ -91,7 +91,8 @@ class Sampler(_Base):
         elif client is not None:
             info, mixdef = _lookup(client, name)
             if mixdef is not None:
-                self.mixture, mix_size, self._length = client._mixture_identity(mixdef), mixdef["size"], mixdef["length"]
+                self.mixture = client._mixture_identity(mixdef)
+                mix_size, self._length = mixdef["size"], mixdef["length"]
         if self.mixture is not None:
             if shards is not None or window is not None or lanes is not None:
                 raise ValueError("shards, window and lanes apply to a sharded dataset, not to a mixture (its "

@@ -96,7 +96,8 @@ class OnTheDaemon(unittest.TestCase):
                         self.assertEqual(ids, list(off), (world, mode, r, epoch))
                         self.assertEqual(len(ids), on.num_samples)
                     self.assertEqual(on.state_dict(), off.state_dict())  # the sharded component recorded alike
-        self.assertEqual(self.c.digest("same", 21, 2, 3, 1, "exact", 5), mix.with_epoch(2).rank_digest(3, 1, "exact", 5))
+        self.assertEqual(self.c.digest("same", 21, 2, 3, 1, "exact", 5),
+                         mix.with_epoch(2).rank_digest(3, 1, "exact", 5))
         ids, nxt = self.c.fetch("same", 21, 4, 2, 1, "pad", 10, 50)
         self.assertEqual((ids.tolist(), nxt), (mix.with_epoch(4).rank(2, 1, "pad", 10, 50).tolist(), 110))
         self.assertEqual(ids.dtype, np.uint32)
@@ -201,7 +202,8 @@ class OnTheDaemon(unittest.TestCase):
 
     def test_a_pass_costs_fetches_only(self):
         self.put("trips", [1, 1, 1], length=20_000)
-        gets, mixes, fetches = requests(self.c, "get_dataset"), requests(self.c, "get_mixture"), requests(self.c, "fetch")
+        gets, mixes = requests(self.c, "get_dataset"), requests(self.c, "get_mixture")
+        fetches = requests(self.c, "fetch")
         s = permd.Sampler(num_replicas=1, rank=0, seed=1, mode="exact", client=self.c, name="trips")
         # built: the name looked up as a dataset (not found), then as a mixture, and its 3 components
         self.assertEqual((requests(self.c, "get_dataset"), requests(self.c, "get_mixture")), (gets + 4, mixes + 1))
