@@ -120,7 +120,7 @@ def child(name, length, cap):
         error = None
     except MemoryError as e:  # numpy's _ArrayMemoryError is one; torch's and the interpreter's say nothing more
         seconds = time.perf_counter() - t0
-        error = f"MemoryError ({e or 'no message'}) at the {cap / 2 ** 30:.1f} GiB address-space cap"
+        error = f"MemoryError ({str(e) or 'no message'}) at the {cap / 2 ** 30:.1f} GiB address-space cap"
     except RuntimeError as e:
         seconds, error = time.perf_counter() - t0, f"RuntimeError: {e}"
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base

@@ -67,7 +67,10 @@ static int epoch_positions(permd_client *c, const char *name, uint64_t *n)
         permd_mixture_def_free(m);
         return 0;
     }
-    fprintf(stderr, "serve: %s\n", permd_last_error(c));
+    if (rc == PERMD_ENOTFOUND)
+        fprintf(stderr, "serve: no dataset or mixture named '%s'\n", name);
+    else
+        fprintf(stderr, "serve: %s\n", permd_last_error(c));
     return rc;
 }
 
@@ -146,8 +149,13 @@ static int run_fetch(const options *o)
         total += w[i].n;
         failed |= w[i].failed;
     }
-    if (failed || total == 0)
+    if (failed || total == 0) {
+        for (uint64_t i = 0; i < o->clients; i++)
+            free(w[i].lat);
+        free(w);
+        free(th);
         return 1;
+    }
     double *all = malloc(total * sizeof *all);
     uint64_t k = 0;
     for (uint64_t i = 0; i < o->clients; i++) {
