@@ -7,6 +7,8 @@ import copy
 import io
 import json
 import pickle
+import subprocess
+import sys
 import unittest
 
 import torch
@@ -255,6 +257,62 @@ class Resumes(unittest.TestCase):
             permd.Mixture(SEED, 0, SIZES, WEIGHTS, block=128).reweighted(st, [1, 1, 1])
 
 
+class CheckpointPoints(unittest.TestCase):
+    """issue 13's checkpoint rules hold for a mixture sampler: at each point of a loop, the state resumed on
+    another world trains the rest of the mixture epoch, position by position, exactly once."""
+
+    mix = permd.Mixture(SEED, 0, SIZES, WEIGHTS, length=LENGTH, stages=[(LENGTH + 148, [1, 4, 1])])  # epoch 1, position 148
+
+    def samplers(self, world):
+        return [permd.Sampler(mixture=self.mix, num_replicas=world, rank=r, mode="exact") for r in range(world)]
+
+    def rest(self, state, world, epoch=None):
+        """{position: id} that `world` fresh ranks read after loading `state` (set_epoch(epoch) first, if given)."""
+        got = {}
+        for r, s in enumerate(self.samplers(world)):
+            if epoch is not None:
+                s.set_epoch(epoch)
+            s.load_state_dict(state)
+            start = s.state_dict()["offset"]
+            got.update({start + r + k * world: i for k, i in enumerate(s)})
+        return got
+
+    def assert_rest(self, state, world, epoch, offset, set_epoch=None):
+        order = self.mix.with_epoch(epoch)[:].tolist()
+        self.assertEqual(self.rest(state, world, set_epoch), {p: order[p] for p in range(offset, LENGTH)})
+
+    def test_points(self):
+        s = self.samplers(4)[0]
+        self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (0, 0))  # before any set_epoch
+        self.assert_rest(s.state_dict(), 3, 0, 0)
+        s.set_epoch(1)  # right after set_epoch
+        self.assert_rest(s.state_dict(), 3, 1, 0)
+        it = iter(s)  # after iter(), before next()
+        self.assert_rest(s.state_dict(), 5, 1, 0)
+        for _ in range(20):
+            next(it)
+        st = s.state_dict()  # mid-epoch: 20 ids per rank on 4 ranks, before the stage
+        self.assertEqual((st["epoch"], st["offset"]), (1, 80))
+        self.assert_rest(st, 3, 1, 80)
+        self.assert_rest(st, 3, 1, 80, set_epoch=1)  # set_epoch(state's epoch) before load_state_dict
+        self.assertEqual(self.rest(st, 3, epoch=2), {p: i for p, i in enumerate(self.mix.with_epoch(2)[:].tolist())})
+        # consumed=: a loader took 40 ids ahead; the loop trained 15 since the resumed pass began
+        t = self.samplers(4)[0]
+        t.load_state_dict(st)
+        ahead_it = iter(t)
+        for _ in range(40):
+            next(ahead_it)
+        ahead = t.state_dict(consumed=15)
+        self.assertEqual(ahead["offset"], 80 + 15 * 4)  # 140: the rest straddles the stage
+        self.assert_rest(ahead, 2, 1, 140)
+        rest = list(it)  # the pass runs out: offset T, and the next epoch runs whole
+        self.assertEqual(len(rest), s.num_samples - 20)
+        end = s.state_dict()
+        self.assertEqual((end["epoch"], end["offset"]), (1, LENGTH))
+        self.assertEqual(self.rest(end, 3), {})
+        self.assertEqual(len(self.rest(end, 3, epoch=2)), LENGTH)
+
+
 class SamplerOverAMixture(unittest.TestCase):
     def test_lengths_and_modes(self):
         mix = permd.Mixture(SEED, 0, SIZES, WEIGHTS, length=LENGTH)
@@ -303,6 +361,18 @@ class SamplerOverAMixture(unittest.TestCase):
         first = [next(it) for _ in range(3)]
         self.assertEqual(first, huge.rank(8, 3, "pad", 0, 3).tolist())
         self.assertGreater(max(first), 1 << 32)
+
+    def test_without_torch_or_numpy(self):
+        expect = permd.Mixture(3, 2, [10, 7], [1, 2], length=40).rank(3, 1, "exact").tolist()
+        code = ("import sys\n"
+                "sys.modules['torch'] = None; sys.modules['numpy'] = None  # both fail to import\n"
+                "import permd\n"
+                "m = permd.Mixture(3, 0, [10, 7], [1, 2], length=40)\n"
+                "s = permd.Sampler(mixture=m, num_replicas=3, rank=1, mode='exact')\n"
+                "s.set_epoch(2)\n"
+                "print(list(s))\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.stdout.strip(), str(expect), out.stderr)
 
     def test_copies_and_state_from_loader(self):
         mix = permd.Mixture(SEED, 0, SIZES, WEIGHTS, length=LENGTH)
