@@ -3,14 +3,14 @@
 # daemon), Fetch through a permd daemon of a mixture's name vs a flat dataset's (bench/serve fetch, interleaved
 # rounds, the best of each), and bench/mixtures_peers.py (first batch and memory against a numpy Megatron-style
 # blended index and torch's WeightedRandomSampler, at L = 10^7, 10^8, 10^9 unless PEER_LENGTHS says otherwise).
-# usage: bench/mixtures.sh [BUILD_DIR] [--quick]   (SECONDS_PER_RUN=3, REPS=3, PEER_MEM_GIB=20)
+# usage: bench/mixtures.sh [BUILD_DIR] [--quick]   (SECONDS_PER_RUN=3, REPS=5, PEER_MEM_GIB=20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 out=bench/results/mixtures.md
 run_s=${SECONDS_PER_RUN:-3}
-reps=${REPS:-3}
+reps=${REPS:-5}
 lengths=${PEER_LENGTHS:-1e7 1e8 1e9}
 for tool in "$build/bench/mixtures" "$build/bench/serve" "$build/bin/permd" "$build/bin/permctl"; do
   [ -x "$tool" ] || { echo "mixtures.sh: build first: $tool" >&2; exit 2; }
@@ -81,15 +81,16 @@ best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
   echo "One permd (default config, private Unix socket); \`bench/serve fetch --dataset NAME --world W --count C\`:"
   echo "one client, each Fetch asks rank 0 of W for C u32 ids (pad mode) at a new offset. \`mix\` is the"
   echo "mixture above (4 components, 4:3:2:1, L = N = 5·10^7), \`flat\` a dataset of N = 5·10^7. Each row is"
-  echo "the fastest of $reps interleaved rounds of ${run_s} s."
+  echo "the fastest of $reps interleaved rounds of ${run_s} s. Two ratios: of the Fetch rates, and of the median"
+  echo "latencies (flat p50 / mixture p50), which a burst of other work on these cores moves less."
   echo
-  echo "| W | ids per Fetch | flat: Fetch/s | flat p50 µs | mixture: Fetch/s | mixture p50 µs | mixture p99 µs | mixture / flat |"
-  echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| W | ids per Fetch | flat: Fetch/s | flat p50 µs | mixture: Fetch/s | mixture p50 µs | mixture p99 µs | mixture / flat (rate) | mixture / flat (p50) |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for count in 1024 8192; do
     for world in 1 8; do
       read -r fr fp50 _ <<<"$(best "${V[flat.$count.$world]}")"
       read -r mr mp50 mp99 <<<"$(best "${V[mix.$count.$world]}")"
-      echo "| $world | $count | $fr | $fp50 | $mr | $mp50 | $mp99 | $(awk -v a="$mr" -v b="$fr" 'BEGIN{printf "%.2f", a / b}') |"
+      echo "| $world | $count | $fr | $fp50 | $mr | $mp50 | $mp99 | $(awk -v a="$mr" -v b="$fr" 'BEGIN{printf "%.2f", a / b}') | $(awk -v a="$fp50" -v b="$mp50" 'BEGIN{printf "%.2f", a / b}') |"
     done
   done
   echo
