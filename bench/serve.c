@@ -23,6 +23,8 @@ static const char usage[] =
     "fetch: N threads, one connection each, each Fetch asks rank 0 of W (default 8) for C ids\n"
     "       at a fresh offset; prints requests/s and p50/p99 latency (after 0.5 s warm-up).\n"
     "       NAME may be a mixture's (its epochs have its length in positions).\n"
+    "       --digest-load K: meanwhile K more connections each digest 2^28 ids at a time, again and\n"
+    "       again (long jobs on the worker pool: what the Fetch latency is under them).\n"
     "stream: one Stream of rank 0 of 1 in batches of B, every id read (summed); prints ids/s.\n"
     "       ring (default, libpermd's choice on a Unix socket): batches in shared memory;\n"
     "       socket: batches through the socket. --read last: one id a batch (the transport alone).\n"
@@ -31,7 +33,7 @@ static const char usage[] =
 typedef struct options {
     const char *cmd, *socket, *tcp, *dataset, *transport;
     int read_all; /* --read sum (every id, default) | last (one id a batch: the transport alone) */
-    uint64_t clients, count, batch, world;
+    uint64_t clients, count, batch, world, digest_load;
     double seconds;
 } options;
 
@@ -127,6 +129,30 @@ static void *fetch_worker(void *arg)
     return NULL;
 }
 
+/* Long jobs beside the Fetches: whole-rank digests of 2^28 ids (rank r of 16 over 2^32), until stop. */
+static void *digest_worker(void *arg)
+{
+    worker *w = arg;
+    permd_client *c;
+    if (connect_client(w->o, &c)) {
+        w->failed = 1;
+        return NULL;
+    }
+    for (uint64_t e = 0; now_s() < w->stop; e++) {
+        permd_slice s = {.dataset = w->o->dataset, .seed = 77, .epoch = e, .world = 16,
+                         .rank = (uint32_t)w->index % 16, .mode = PERMD_MODE_PAD};
+        permd_digest d;
+        if (permd_digest_slice(c, &s, &d)) {
+            fprintf(stderr, "serve: digest: %s\n", permd_last_error(c));
+            w->failed = 1;
+            break;
+        }
+        w->n++;
+    }
+    permd_close(c);
+    return NULL;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -135,22 +161,26 @@ static int cmp_double(const void *a, const void *b)
 
 static int run_fetch(const options *o)
 {
-    worker *w = calloc(o->clients, sizeof *w);
-    pthread_t *th = calloc(o->clients, sizeof *th);
+    uint64_t nt = o->clients + o->digest_load;
+    worker *w = calloc(nt, sizeof *w);
+    pthread_t *th = calloc(nt, sizeof *th);
     double start = now_s();
-    for (uint64_t i = 0; i < o->clients; i++) {
+    for (uint64_t i = 0; i < nt; i++) {
         w[i] = (worker){.o = o, .index = (int)i, .start = start, .warm = start + 0.5, .stop = start + 0.5 + o->seconds};
-        pthread_create(&th[i], NULL, fetch_worker, &w[i]);
+        pthread_create(&th[i], NULL, i < o->clients ? fetch_worker : digest_worker, &w[i]);
     }
-    uint64_t total = 0;
+    uint64_t total = 0, digests = 0;
     int failed = 0;
-    for (uint64_t i = 0; i < o->clients; i++) {
+    for (uint64_t i = 0; i < nt; i++) {
         pthread_join(th[i], NULL);
-        total += w[i].n;
+        if (i < o->clients)
+            total += w[i].n;
+        else
+            digests += w[i].n;
         failed |= w[i].failed;
     }
     if (failed || total == 0) {
-        for (uint64_t i = 0; i < o->clients; i++)
+        for (uint64_t i = 0; i < nt; i++)
             free(w[i].lat);
         free(w);
         free(th);
@@ -165,10 +195,11 @@ static int run_fetch(const options *o)
     }
     qsort(all, total, sizeof *all, cmp_double);
     printf("mode=fetch clients=%llu count=%llu world=%llu requests=%llu seconds=%.2f rps=%.0f p50_us=%.1f "
-           "p99_us=%.1f\n",
+           "p99_us=%.1f digest_load=%llu digests=%llu\n",
            (unsigned long long)o->clients, (unsigned long long)o->count, (unsigned long long)o->world,
-           (unsigned long long)total, o->seconds,
-           (double)total / o->seconds, all[total / 2] * 1e6, all[(uint64_t)((double)total * 0.99)] * 1e6);
+           (unsigned long long)total, o->seconds, (double)total / o->seconds, all[total / 2] * 1e6,
+           all[(uint64_t)((double)total * 0.99)] * 1e6, (unsigned long long)o->digest_load,
+           (unsigned long long)digests);
     free(all);
     free(w);
     free(th);
@@ -370,6 +401,8 @@ int main(int argc, char **argv)
             return 2;
         } else if (!strcmp(a, "--clients"))
             o.clients = x;
+        else if (!strcmp(a, "--digest-load"))
+            o.digest_load = x;
         else if (!strcmp(a, "--count"))
             o.count = x;
         else if (!strcmp(a, "--batch"))
