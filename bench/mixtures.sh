@@ -68,12 +68,13 @@ best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
   cat "$tmp/cpu"
   echo
   echo "A mixture id costs the block's slot (v1's f on log2 B bits under the block's packed keys), the"
-  echo "component and draw of that slot (the weight tree), and the component's σ. With W ≤ 5 the fill is"
+  echo "component and draw of that slot (the weight tree), and the component's σ. With W ≤ 2 the fill is"
   echo "dense: every slot of the chunk's blocks and every draw of each component's contiguous range run"
   echo "on the SIMD kernels, and each read picks its own (W times the work, at full SIMD speed). With"
-  echo "larger W it is sparse: slots on the per-lane-key kernel, one tree descent per read on exact"
-  echo "multiply-shift divisions, and σ gathered at the reads' draws; the descent (a dependent chain"
-  echo "of ⌈log2 C⌉ levels) is then most of the cost. Both are bit-identical to the core (test_cpu_mix)."
+  echo "larger W it is sparse: slots on the per-lane-key kernel, σ gathered at the reads' draws, and each"
+  echo "read's component from its block's one walk of the tree (B/W reads share it) or, when blocks have"
+  echo "about one read (W near B), its own descent on exact multiply-shift divisions. Both are"
+  echo "bit-identical to the core (test_cpu_mix)."
   echo "The flat rows are σ over N = the mixture's total size, the same rank's slice."
   echo
   echo "## Fetch through the daemon: a mixture's name vs a flat dataset's"

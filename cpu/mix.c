@@ -17,13 +17,16 @@
  *      counters), so σ runs over the whole range on g's kernel (split at component epochs): W times more
  *      σ than the rank reads, each at the kernel's full speed;
  *   3. per block: its ids laid out in slot order (one copy per part); each read takes its slot's id.
- * Sparse (larger W; a chunk is PD_MIX_CHUNK reads): per read, one descent of the tree gives its component
- * and draw; the reads are grouped by component and component epoch, and σ is gathered at their draws
- * (pd__gather_*), so only the ids read are computed.
+ * Sparse (larger W; a chunk is PD_MIX_CHUNK reads): each read's component and draw, then the reads are
+ * grouped by component and component epoch, and σ is gathered at their draws (pd__gather_*), so only the
+ * ids read are computed. A read's component and draw come one of two ways, whichever walks fewer nodes:
+ *   - a block read several times (B/W reads) walks the tree once, as dense step 1, into its parts; each
+ *     read then finds its slot's part by binary search (no division);
+ *   - otherwise one descent of the tree per read (⌈log2 C⌉ levels, two divisions each).
  */
 
 #define PD_MIX_CHUNK 8192u      /* run positions (dense) or reads (sparse) per chunk; a multiple of every B */
-#define PD_MIX_DENSE_WORLD 5u   /* dense up to this W: measured to cost less than sparse up to W = 5 (AVX-512) */
+#define PD_MIX_DENSE_WORLD 2u   /* dense up to this W: measured faster than sparse at W ≤ 2, slower from 3 (AVX-512) */
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
@@ -52,7 +55,7 @@ typedef struct pd_mix_work {
     uint32_t *present;   /* components touched in this chunk */
     uint32_t npresent;
     uint32_t *slot;      /* the slot of each read of the chunk */
-    pd_mix_part *parts;  /* dense: the chunk's blocks' parts, block after block */
+    pd_mix_part *parts;  /* dense: the chunk's blocks' parts, block after block; sparse: one block's */
     uint32_t *first;     /* dense: block b's parts are [first[b], first[b + 1]) */
     uint64_t *scratch;   /* dense: the ids of each component's range */
     uint64_t *by_slot;   /* dense: one block's ids in slot order */
@@ -84,13 +87,17 @@ static void pd_mix_work_free(pd_mix_work *w)
     free(w->size);
 }
 
-static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense)
+/* Dense: for chunks of PD_MIX_CHUNK positions; sparse: of `reads` ≤ PD_MIX_CHUNK reads (a small request
+ * stays below malloc's mmap threshold: no page faults per request on the daemon). */
+static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense, uint64_t reads)
 {
-    const uint64_t C = m->components, B = m->block, blocks = PD_MIX_CHUNK / B + 1, reads = PD_MIX_CHUNK + B;
+    const uint64_t C = m->components, B = m->block, blocks = PD_MIX_CHUNK / B + 1;
     memset(w, 0, sizeof *w);
+    if (dense)
+        reads = PD_MIX_CHUNK + B; /* a dense chunk ends with the block of its last read */
     w->seen = calloc(C, sizeof *w->seen);
     w->present = malloc(C * sizeof *w->present);
-    w->slot = malloc(reads * sizeof *w->slot); /* a dense chunk ends with the block of its last read */
+    w->slot = malloc(reads * sizeof *w->slot);
     w->node = malloc(C * sizeof *w->node);
     w->node_stage = UINT64_MAX;
     int ok = w->seen && w->present && w->slot && w->node;
@@ -101,13 +108,14 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense)
         w->by_slot = malloc(B * sizeof *w->by_slot);
         ok = ok && w->parts && w->first && w->scratch && w->by_slot;
     } else {
-        w->comp = malloc(PD_MIX_CHUNK * sizeof *w->comp);
-        w->draw = malloc(PD_MIX_CHUNK * sizeof *w->draw);
-        w->order = malloc(PD_MIX_CHUNK * sizeof *w->order);
-        w->at = malloc(PD_MIX_CHUNK * sizeof *w->at);
-        w->index = malloc(PD_MIX_CHUNK * sizeof *w->index);
+        w->comp = malloc(reads * sizeof *w->comp);
+        w->draw = malloc(reads * sizeof *w->draw);
+        w->order = malloc(reads * sizeof *w->order);
+        w->at = malloc(reads * sizeof *w->at);
+        w->index = malloc(reads * sizeof *w->index);
         w->size = calloc(C, sizeof *w->size);
-        ok = ok && w->comp && w->draw && w->order && w->at && w->index && w->size;
+        w->parts = malloc((C < B ? C : B) * sizeof *w->parts);
+        ok = ok && w->comp && w->draw && w->order && w->at && w->index && w->size && w->parts;
     }
     if (ok)
         return PD_OK;
@@ -220,9 +228,8 @@ static void pd_mix_stage_at(const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64
 /* ---- Dense chunks */
 
 /* Stage k's tree walked for the block at stage position x0 (spec §5): its components with slots, in slot
- * order, skipping empty subtrees; each part also extends its component's range in the chunk. Depth first
- * with an explicit stack; returns how many parts. */
-static uint32_t pd_mix_block_parts(const pd_mix *m, pd_mix_work *w, uint64_t chunk, uint64_t k, uint64_t x0,
+ * order, skipping empty subtrees. Depth first with an explicit stack; returns how many parts (≤ min(C, B)). */
+static uint32_t pd_mix_block_parts(const pd_mix *m, const pd_mix_work *w, uint64_t k, uint64_t x0,
                                    pd_mix_part *parts)
 {
     struct frame {
@@ -240,7 +247,6 @@ static uint32_t pd_mix_block_parts(const pd_mix *m, pd_mix_work *w, uint64_t chu
         if (f.hi - f.lo == 1) {
             const uint64_t draw = P[f.lo] + f.y0;
             parts[n++] = (pd_mix_part){draw, (uint32_t)f.lo, (uint32_t)f.slot, (uint32_t)(f.y1 - f.y0)};
-            pd_mix_seen_touch(w, chunk, f.lo, draw)->hi = draw + (f.y1 - f.y0); /* blocks come in order */
             continue;
         }
         const uint64_t mid = f.lo + (f.hi - f.lo) / 2, a = cw[mid] - cw[f.lo];
@@ -308,7 +314,11 @@ static uint64_t pd_mix_dense_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_wor
         const uint64_t g0 = g_first + t * world;
         pd_mix_stage_at(m, w, k, g0);
         const uint64_t x0 = (g0 & ~(m->block - 1)) - m->start[*k];
-        w->first[b + 1] = w->first[b] + pd_mix_block_parts(m, w, chunk, *k, x0, w->parts + w->first[b]);
+        w->first[b + 1] = w->first[b] + pd_mix_block_parts(m, w, *k, x0, w->parts + w->first[b]);
+        for (uint32_t p = w->first[b]; p < w->first[b + 1]; p++) { /* each part extends its component's range */
+            const pd_mix_part *part = &w->parts[p];
+            pd_mix_seen_touch(w, chunk, part->component, part->draw)->hi = part->draw + part->count;
+        }
         t += pd_mix_block_count(m, g0, world, n - t);
     }
     pd_mix_ranges(g, c, w); /* step 2 */
@@ -349,6 +359,28 @@ static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
         pd_mix_store(out, width, w->index[i], m->offset[j] + w->at[i]);
 }
 
+/* Whether a sparse fill walks each block's tree once (into parts) rather than descending once per read: the
+ * walk visits at most C − 1 internal nodes, the descents B/W · ⌈log2 C⌉. */
+static int pd_mix_by_parts(const pd_mix *m, uint64_t world)
+{
+    uint64_t depth = 0;
+    while ((UINT64_C(1) << depth) < m->components)
+        depth++;
+    return world < m->block && m->components - 1 <= m->block / world * depth;
+}
+
+/* The part of parts[0, n) (in slot order, covering the block) holding slot q: the last whose first slot ≤ q. */
+static inline const pd_mix_part *pd_mix_part_of(const pd_mix_part *parts, uint32_t n, uint32_t q)
+{
+    uint32_t lo = 0;
+    while (n > 1) {
+        const uint32_t half = n / 2;
+        lo = parts[lo + half].slot <= q ? lo + half : lo;
+        n -= half;
+    }
+    return &parts[lo];
+}
+
 /* One sparse chunk: n reads at run positions g_first + t·W. */
 static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t chunk, uint64_t *k,
                                 uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
@@ -356,14 +388,31 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
     const pd_mix *m = c->mix;
     pd_mix_slots(g, m, g_first, world, n, w->slot);
     w->npresent = 0;
-    for (uint64_t t = 0; t < n; t++) { /* component and draw of each read; count the reads per component */
-        const uint64_t g0 = g_first + t * world;
-        uint64_t j, d;
-        pd_mix_stage_at(m, w, k, g0);
-        pd_mix_descend(m, w->node, *k, (g0 & ~(m->block - 1)) - m->start[*k], w->slot[t], &j, &d);
-        w->comp[t] = (uint32_t)j;
-        w->draw[t] = m->drawn[*k * m->components + j] + d;
-        pd_mix_seen_touch(w, chunk, j, 0)->hi++;
+    if (pd_mix_by_parts(m, world)) {
+        uint64_t block = UINT64_MAX;
+        uint32_t nparts = 0;
+        for (uint64_t t = 0; t < n; t++) { /* component and draw of each read; count the reads per component */
+            const uint64_t g0 = g_first + t * world;
+            if ((g0 & ~(m->block - 1)) != block) {
+                block = g0 & ~(m->block - 1);
+                pd_mix_stage_at(m, w, k, g0);
+                nparts = pd_mix_block_parts(m, w, *k, block - m->start[*k], w->parts);
+            }
+            const pd_mix_part *part = pd_mix_part_of(w->parts, nparts, w->slot[t]);
+            w->comp[t] = part->component;
+            w->draw[t] = part->draw + (w->slot[t] - part->slot);
+            pd_mix_seen_touch(w, chunk, part->component, 0)->hi++;
+        }
+    } else {
+        for (uint64_t t = 0; t < n; t++) {
+            const uint64_t g0 = g_first + t * world;
+            uint64_t j, d;
+            pd_mix_stage_at(m, w, k, g0);
+            pd_mix_descend(m, w->node, *k, (g0 & ~(m->block - 1)) - m->start[*k], w->slot[t], &j, &d);
+            w->comp[t] = (uint32_t)j;
+            w->draw[t] = m->drawn[*k * m->components + j] + d;
+            pd_mix_seen_touch(w, chunk, j, 0)->hi++;
+        }
     }
     uint64_t at = 0;
     for (uint32_t p = 0; p < w->npresent; p++) { /* buckets: [lo, hi) of order; hi counts the bucket's fill */
@@ -435,7 +484,8 @@ static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, co
         return PD_OK;
     pd_mix_work w;
     const int dense = W <= PD_MIX_DENSE_WORLD;
-    if ((rc = pd_mix_work_alloc(&w, m, dense)))
+    const uint64_t cap = body < PD_MIX_CHUNK ? body : PD_MIX_CHUNK;
+    if ((rc = pd_mix_work_alloc(&w, m, dense, cap)))
         return rc;
     uint64_t k = pd__mix_stage_of(m, base + first);
     for (uint64_t done = 0, chunk = 1; done < body; chunk++) {
@@ -444,7 +494,7 @@ static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, co
         if (dense) {
             done += pd_mix_dense_chunk(g, c, &w, chunk, &k, g0, W, todo, at, width);
         } else {
-            const uint64_t n = todo < PD_MIX_CHUNK ? todo : PD_MIX_CHUNK;
+            const uint64_t n = todo < cap ? todo : cap;
             pd_mix_sparse_chunk(g, c, &w, chunk, &k, g0, W, n, at, width);
             done += n;
         }
