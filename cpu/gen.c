@@ -139,7 +139,7 @@ int pd_gen_set_walk(pd_gen *g, pd_walk walk)
     return PD_OK;
 }
 
-static int pd_gen_check(const pd_gen *g)
+int pd__gen_check(const pd_gen *g)
 {
     if (!g || g->isa < PD_ISA_SCALAR || g->isa > PD_ISA_AVX512 || (unsigned)g->walk > PD_WALK_COMPACT)
         return PD_EINVAL;
@@ -253,7 +253,7 @@ static int pd_gen_req_run(const pd_gen *g, pd__req *req)
 int pd_gen_fill_u64(const pd_gen *g, const pd_perm *p, uint64_t start, uint64_t count, uint64_t *out)
 {
     pd__req req;
-    int rc = pd_gen_check(g);
+    int rc = pd__gen_check(g);
     if (!rc)
         rc = pd__req_range(p, start, count, out, 8, &req);
     return rc ? rc : pd_gen_req_run(g, &req);
@@ -262,7 +262,7 @@ int pd_gen_fill_u64(const pd_gen *g, const pd_perm *p, uint64_t start, uint64_t 
 int pd_gen_fill_u32(const pd_gen *g, const pd_perm *p, uint64_t start, uint64_t count, uint32_t *out)
 {
     pd__req req;
-    int rc = pd_gen_check(g);
+    int rc = pd__gen_check(g);
     if (!rc)
         rc = pd__req_range(p, start, count, out, 4, &req);
     return rc ? rc : pd_gen_req_run(g, &req);
@@ -272,7 +272,7 @@ static int pd_gen_slice_fill(const pd_gen *g, const pd_perm *p, const pd_slice *
                              unsigned width, uint64_t *written)
 {
     pd__req req;
-    int rc = pd_gen_check(g);
+    int rc = pd__gen_check(g);
     if (!rc && !written)
         rc = PD_EINVAL;
     if (!rc)
