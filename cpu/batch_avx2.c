@@ -5,8 +5,9 @@
 #include <string.h>
 
 /* batch_avx512.c on 8 lanes (read it first): per-run values are 8-entry tables read with vpermd,
- * so a batch holds at most 8 runs; the round is kernel_avx2.c's d = 1 form; compress goes
- * through kernel_avx2.c's lookup table, and unsigned compares through min. */
+ * so a batch holds at most 8 runs; the round is kernel_avx2.c's; compress goes through
+ * kernel_avx2.c's lookup table, and unsigned compares through min. With 16 registers, values
+ * the round reads are kept in memory (bctx.one) wherever a group lies inside one run. */
 
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 8
@@ -16,16 +17,19 @@
 #define QCAP (BLOCK / 2 + BLOCK + CLANES)
 #define OBUF 512
 
-typedef struct bctx {
-    __m256i key[PD_ROUNDS];
-    __m256i m_lo_d, lmask, rmask, lbits, rbits, n_m1;
-    uint32_t *v;
-    const uint8_t *run;
-} bctx;
-
+/* One vector's lanes' values of the per-run tables. */
 typedef struct lanes {
     __m256i run, m_lo_d, lmask, rmask, lbits, rbits, n_m1;
 } lanes;
+
+typedef struct bctx {
+    __m256i key[PD_ROUNDS];
+    __m256i m_lo_d, lmask, rmask, lbits, rbits, n_m1;
+    uint32_t kr[PD__BATCH_RUNS][PD_ROUNDS]; /* the same per run, for groups inside one run: */
+    lanes one[PD__BATCH_RUNS];              /*   broadcast keys and values, read from memory */
+    uint32_t *v;
+    const uint8_t *run;
+} bctx;
 
 PD_AI __m256i iota8(void)
 {
@@ -43,7 +47,7 @@ PD_AI lanes lanes_of(const bctx *c, __m256i run)
                    .n_m1 = _mm256_permutevar8x32_epi32(c->n_m1, run)};
 }
 
-PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m256i *s0, __m256i *s1, const int d)
+PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m256i *s0, __m256i *s1, const int d, const uint32_t *hk)
 {
     const __m256i m_lo = _mm256_set1_epi32((int)(uint32_t)PD_VP_M0);
     const __m256i m_hi = _mm256_set1_epi32((int)(uint32_t)(PD_VP_M0 >> 32));
@@ -54,22 +58,23 @@ PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m256i *s0, __m256i *
     __m256i lo = _mm256_mullo_epi32(*s0, p->m_lo_d);
     if (d)
         lo = _mm256_or_si256(lo, _mm256_srlv_epi32(*s1, p->lbits));
-    const __m256i k = _mm256_permutevar8x32_epi32(c->key[i], p->run);
+    const __m256i k = hk ? _mm256_set1_epi32((int)hk[i]) : _mm256_permutevar8x32_epi32(c->key[i], p->run);
     *s0 = _mm256_and_si256(_mm256_xor_si256(_mm256_xor_si256(hi, k), *s1), p->lmask);
     *s1 = d ? _mm256_and_si256(lo, p->rmask) : lo; /* d = 0 everywhere: junk above rbits is masked at the end */
 }
 
-PD_AI void eval(const bctx *c, const lanes *p, __m256i *s0, __m256i *s1, const int d)
+/* hk: the keys of the one run all lanes belong to, or NULL (each lane looks its own up). */
+PD_AI void eval(const bctx *c, const lanes *const *p, __m256i *s0, __m256i *s1, const int d, const uint32_t *hk)
 {
 #pragma GCC unroll 24
     for (int i = 0; i < PD_ROUNDS; i++) {
 #pragma GCC unroll 4
         for (int v = 0; v < CNV; v++)
-            vp_round(c, i, &p[v], &s0[v], &s1[v], d);
+            vp_round(c, i, p[v], &s0[v], &s1[v], d, hk);
     }
     if (!d)
         for (int v = 0; v < CNV; v++)
-            s1[v] = _mm256_and_si256(s1[v], p[v].rmask);
+            s1[v] = _mm256_and_si256(s1[v], p[v]->rmask);
 }
 
 PD_AI void split(const lanes *p, __m256i x, __m256i *s0, __m256i *s1)
@@ -119,20 +124,30 @@ PD_AI void queue_put(queue *q, uint32_t at, unsigned m, __m256i val, __m256i run
 
 PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
 {
-    lanes p[CNV];
+    lanes own[CNV];
+    const lanes *p[CNV];
     __m256i s0[CNV], s1[CNV];
+    const uint32_t r = c->run[i], one = c->run[i + CLANES - 1] == r; /* runs are contiguous */
     for (int v = 0; v < CNV; v++) {
-        p[v] = lanes_of(c, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c->run + i + VW * v))));
-        split(&p[v], _mm256_loadu_si256((const __m256i *)(c->v + i + VW * v)), &s0[v], &s1[v]);
+        if (one) {
+            p[v] = &c->one[r];
+        } else {
+            own[v] = lanes_of(c, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c->run + i + VW * v))));
+            p[v] = &own[v];
+        }
+        split(p[v], _mm256_loadu_si256((const __m256i *)(c->v + i + VW * v)), &s0[v], &s1[v]);
     }
-    eval(c, p, s0, s1, d);
+    if (one)
+        eval(c, p, s0, s1, d, c->kr[r]);
+    else
+        eval(c, p, s0, s1, d, NULL);
     for (int v = 0; v < CNV; v++) {
         __m256i val;
-        const unsigned out = ~inside(&p[v], s0[v], s1[v], &val) & 0xFF;
+        const unsigned out = ~inside(p[v], s0[v], s1[v], &val) & 0xFF;
         _mm256_storeu_si256((__m256i *)(c->v + i + VW * v), val); /* lanes still outside are overwritten later */
         const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(i + VW * v)), iota8());
         if (out) { /* never for n = 2^b */
-            queue_put(q, q->n, out, val, p[v].run, idx);
+            queue_put(q, q->n, out, val, p[v]->run, idx);
             q->n += (unsigned)__builtin_popcount(out);
         }
     }
@@ -142,21 +157,23 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d)
 {
     uint32_t r = 0, w = 0;
     for (; r + CLANES <= q->n; r += CLANES) {
-        lanes p[CNV];
+        lanes own[CNV];
+        const lanes *p[CNV];
         __m256i s0[CNV], s1[CNV], idx[CNV];
         for (int v = 0; v < CNV; v++) {
-            p[v] = lanes_of(c, _mm256_loadu_si256((const __m256i *)(q->run + r + VW * v)));
-            split(&p[v], _mm256_loadu_si256((const __m256i *)(q->val + r + VW * v)), &s0[v], &s1[v]);
+            own[v] = lanes_of(c, _mm256_loadu_si256((const __m256i *)(q->run + r + VW * v)));
+            p[v] = &own[v];
+            split(p[v], _mm256_loadu_si256((const __m256i *)(q->val + r + VW * v)), &s0[v], &s1[v]);
             idx[v] = _mm256_loadu_si256((const __m256i *)(q->idx + r + VW * v));
         }
-        eval(c, p, s0, s1, d);
+        eval(c, p, s0, s1, d, NULL);
         for (int v = 0; v < CNV; v++) {
             __m256i val;
-            const unsigned in = inside(&p[v], s0[v], s1[v], &val);
+            const unsigned in = inside(p[v], s0[v], s1[v], &val);
             put(buf->val + buf->n, in, val);
             put(buf->idx + buf->n, in, idx[v]);
             buf->n += (unsigned)__builtin_popcount(in);
-            queue_put(q, w, ~in & 0xFF, val, p[v].run, idx[v]); /* w ≤ r + VW·v: only loaded entries */
+            queue_put(q, w, ~in & 0xFF, val, p[v]->run, idx[v]); /* w ≤ r + VW·v: only loaded entries */
             w += VW - (unsigned)__builtin_popcount(in);
         }
         if (buf->n >= OBUF)
@@ -189,6 +206,13 @@ static void bctx_init(bctx *c, const pd__batch *b)
     c->lbits = _mm256_loadu_si256((const __m256i *)t[3]);
     c->rbits = _mm256_loadu_si256((const __m256i *)t[4]);
     c->n_m1 = _mm256_loadu_si256((const __m256i *)t[5]);
+    for (unsigned r = 0; r < b->nruns; r++) {
+        c->one[r] = (lanes){.run = _mm256_set1_epi32((int)r), .m_lo_d = _mm256_set1_epi32((int)t[0][r]),
+                            .lmask = _mm256_set1_epi32((int)t[1][r]), .rmask = _mm256_set1_epi32((int)t[2][r]),
+                            .lbits = _mm256_set1_epi32((int)t[3][r]), .rbits = _mm256_set1_epi32((int)t[4][r]),
+                            .n_m1 = _mm256_set1_epi32((int)t[5][r])};
+        memcpy(c->kr[r], b->perm[r]->keys.k, sizeof c->kr[r]);
+    }
     for (int i = 0; i < PD_ROUNDS; i++) {
         for (unsigned r = 0; r < b->nruns; r++)
             t[6][r] = b->perm[r]->keys.k[i];

@@ -17,8 +17,11 @@
  * kernel.h) instead of one run. What differs is the round: each per-run value (the 24 round
  * keys, M0's low word shifted by d, the half masks and widths, n − 1) is a 16-entry table, one
  * entry per run, and a lane reads its entry with vpermd by its run number. The keys cost one
- * vpermd per round; the rest once per evaluation. With d per lane, a round is always the
- * d = 1 form, which is exact for d = 0 too as long as s1 stays masked (then s1 >> lbits = 0).
+ * vpermd per round; the rest once per evaluation. With d per lane, a round takes the d = 1
+ * form, which is exact for d = 0 too as long as s1 stays masked (then s1 >> lbits = 0); a
+ * batch whose runs all have d = 0 takes the lighter d = 0 round. A first evaluation of a group
+ * that lies inside one run (runs are contiguous in the batch, so most groups do) reads that
+ * run's keys and values broadcast from memory instead, as kernel_avx512.c does.
  */
 
 #define PD_AI static inline __attribute__((always_inline))
@@ -31,17 +34,19 @@
 #define PD_TL_XOR3 0x96   /* a ^ b ^ c */
 #define PD_TL_OR_AND 0xA8 /* (a | b) & c */
 
-typedef struct bctx {
-    __m512i key[PD_ROUNDS]; /* lane r: run r's round key */
-    __m512i m_lo_d, lmask, rmask, lbits, rbits, n_m1;
-    uint32_t *v;
-    const uint8_t *run;
-} bctx;
-
 /* One vector's lanes' values of the per-run tables. */
 typedef struct lanes {
     __m512i run, m_lo_d, lmask, rmask, lbits, rbits, n_m1;
 } lanes;
+
+typedef struct bctx {
+    __m512i key[PD_ROUNDS]; /* lane r: run r's round key */
+    __m512i m_lo_d, lmask, rmask, lbits, rbits, n_m1;
+    uint32_t kr[PD__BATCH_RUNS][PD_ROUNDS]; /* the same per run, for groups inside one run: */
+    lanes one[PD__BATCH_RUNS];              /*   broadcast keys and values, read from memory */
+    uint32_t *v;
+    const uint8_t *run;
+} bctx;
 
 PD_AI __m512i iota16(void)
 {
@@ -59,7 +64,7 @@ PD_AI lanes lanes_of(const bctx *c, __m512i run)
                    .n_m1 = _mm512_permutexvar_epi32(run, c->n_m1)};
 }
 
-PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m512i *s0, __m512i *s1, const int d)
+PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m512i *s0, __m512i *s1, const int d, const uint32_t *hk)
 {
     const __m512i m_lo = _mm512_set1_epi32((int)(uint32_t)PD_VP_M0);
     const __m512i m_hi = _mm512_set1_epi32((int)(uint32_t)(PD_VP_M0 >> 32));
@@ -69,7 +74,7 @@ PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m512i *s0, __m512i *
     __m512i hi = _mm512_mask_shuffle_epi32(o, 0x5555, e, _MM_PERM_DDBB);
     hi = _mm512_add_epi32(hi, _mm512_mullo_epi32(*s0, m_hi));
     const __m512i lo = _mm512_mullo_epi32(*s0, p->m_lo_d);
-    const __m512i k = _mm512_permutexvar_epi32(p->run, c->key[i]);
+    const __m512i k = hk ? _mm512_set1_epi32((int)hk[i]) : _mm512_permutexvar_epi32(p->run, c->key[i]);
     *s0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, *s1, PD_TL_XOR3), p->lmask);
     if (d)
         *s1 = _mm512_ternarylogic_epi32(lo, _mm512_srlv_epi32(*s1, p->lbits), p->rmask, PD_TL_OR_AND);
@@ -77,17 +82,18 @@ PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m512i *s0, __m512i *
         *s1 = lo;
 }
 
-PD_AI void eval(const bctx *c, const lanes *p, __m512i *s0, __m512i *s1, const int nv, const int d)
+/* hk: the keys of the one run all lanes belong to, or NULL (each lane looks its own up). */
+PD_AI void eval(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *s1, const int nv, const int d, const uint32_t *hk)
 {
     PD_UNROLL(24)
     for (int i = 0; i < PD_ROUNDS; i++) {
         PD_UNROLL(4)
         for (int v = 0; v < nv; v++)
-            vp_round(c, i, &p[v], &s0[v], &s1[v], d);
+            vp_round(c, i, p[v], &s0[v], &s1[v], d, hk);
     }
     if (!d)
         for (int v = 0; v < nv; v++)
-            s1[v] = _mm512_and_si512(s1[v], p[v].rmask);
+            s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
 }
 
 PD_AI void split(const lanes *p, __m512i x, __m512i *s0, __m512i *s1)
@@ -141,20 +147,30 @@ PD_AI void queue_put(queue *q, uint32_t at, __mmask16 m, __m512i val, __m512i ru
 /* The first evaluation of CLANES consecutive items from i. */
 PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
 {
-    lanes p[CNV];
+    lanes own[CNV];
+    const lanes *p[CNV];
     __m512i s0[CNV], s1[CNV];
+    const uint32_t r = c->run[i], one = c->run[i + CLANES - 1] == r; /* runs are contiguous */
     for (int v = 0; v < CNV; v++) {
-        p[v] = lanes_of(c, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c->run + i + VW * v))));
-        split(&p[v], _mm512_loadu_si512(c->v + i + VW * v), &s0[v], &s1[v]);
+        if (one) {
+            p[v] = &c->one[r];
+        } else {
+            own[v] = lanes_of(c, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c->run + i + VW * v))));
+            p[v] = &own[v];
+        }
+        split(p[v], _mm512_loadu_si512(c->v + i + VW * v), &s0[v], &s1[v]);
     }
-    eval(c, p, s0, s1, CNV, d);
+    if (one)
+        eval(c, p, s0, s1, CNV, d, c->kr[r]);
+    else
+        eval(c, p, s0, s1, CNV, d, NULL);
     for (int v = 0; v < CNV; v++) {
         __m512i val;
-        const __mmask16 out = (__mmask16)~inside(&p[v], s0[v], s1[v], &val);
+        const __mmask16 out = (__mmask16)~inside(p[v], s0[v], s1[v], &val);
         _mm512_storeu_si512(c->v + i + VW * v, val); /* lanes still outside are overwritten later */
         const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)(i + VW * v)), iota16());
         if (out) { /* never for n = 2^b */
-            queue_put(q, q->n, out, val, p[v].run, idx);
+            queue_put(q, q->n, out, val, p[v]->run, idx);
             q->n += (unsigned)__builtin_popcount(out);
         }
     }
@@ -165,19 +181,21 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d)
 {
     uint32_t r = 0, w = 0;
     for (; r + CLANES <= q->n; r += CLANES) {
-        lanes p[CNV];
+        lanes own[CNV];
+        const lanes *p[CNV];
         __m512i s0[CNV], s1[CNV], idx[CNV];
         for (int v = 0; v < CNV; v++) {
-            p[v] = lanes_of(c, _mm512_loadu_si512(q->run + r + VW * v));
-            split(&p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
+            own[v] = lanes_of(c, _mm512_loadu_si512(q->run + r + VW * v));
+            p[v] = &own[v];
+            split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
             idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
         }
-        eval(c, p, s0, s1, CNV, d);
+        eval(c, p, s0, s1, CNV, d, NULL);
         for (int v = 0; v < CNV; v++) {
             __m512i val;
-            const __mmask16 in = inside(&p[v], s0[v], s1[v], &val);
+            const __mmask16 in = inside(p[v], s0[v], s1[v], &val);
             outbuf_push(buf, in, val, idx[v]);
-            queue_put(q, w, (__mmask16)~in, val, p[v].run, idx[v]); /* w ≤ r + VW·v: only loaded entries */
+            queue_put(q, w, (__mmask16)~in, val, p[v]->run, idx[v]); /* w ≤ r + VW·v: only loaded entries */
             w += (unsigned)__builtin_popcount((__mmask16)~in);
         }
         if (buf->n >= OBUF)
@@ -210,6 +228,13 @@ static void bctx_init(bctx *c, const pd__batch *b)
     c->lbits = _mm512_loadu_si512(t[3]);
     c->rbits = _mm512_loadu_si512(t[4]);
     c->n_m1 = _mm512_loadu_si512(t[5]);
+    for (unsigned r = 0; r < b->nruns; r++) {
+        c->one[r] = (lanes){.run = _mm512_set1_epi32((int)r), .m_lo_d = _mm512_set1_epi32((int)t[0][r]),
+                            .lmask = _mm512_set1_epi32((int)t[1][r]), .rmask = _mm512_set1_epi32((int)t[2][r]),
+                            .lbits = _mm512_set1_epi32((int)t[3][r]), .rbits = _mm512_set1_epi32((int)t[4][r]),
+                            .n_m1 = _mm512_set1_epi32((int)t[5][r])};
+        memcpy(c->kr[r], b->perm[r]->keys.k, sizeof c->kr[r]);
+    }
     for (int i = 0; i < PD_ROUNDS; i++) {
         for (unsigned r = 0; r < b->nruns; r++)
             t[6][r] = b->perm[r]->keys.k[i];
