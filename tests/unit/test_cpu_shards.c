@@ -58,6 +58,9 @@ static size_t all_gens(gen_case *out)
 
 static gen_case gens[16];
 static size_t ngens;
+/* Walks differ only where a batch holds one run (the σ kernel's own walk): the random layouts,
+ * mostly short runs, check the default walk of each ISA; the others check every walk. */
+static int every_walk = 1;
 
 static void *xmalloc(size_t bytes)
 {
@@ -151,6 +154,8 @@ static void check_slice(const pd_shard_plan *plan, const pd_slice *s, uint64_t c
     for (size_t k = 0; k <= ngens; k++) {
         if (k == ngens && !pool)
             break;
+        if (k < ngens && !every_walk && gens[k].g.walk != PD_WALK_AUTO)
+            continue;
         const char *who = k < ngens ? gens[k].name : "pool";
         for (uint64_t i = 0; i < count + GUARD; i++)
             got[i] = SENTINEL;
@@ -228,6 +233,7 @@ static void random_layouts(void **state)
     static const uint64_t windows[] = {1, 2, 17, 8, 64, 16, 1000, 3, P2(40), 1025};
     static const uint64_t lanes[] = {1, 2, 3, 8, 17};
     const int fast = quick();
+    every_walk = 0;
     for (size_t i = 0; i < sizeof shard_counts / sizeof shard_counts[0]; i++) {
         const uint64_t S = shard_counts[i];
         layout l;
@@ -247,6 +253,7 @@ static void random_layouts(void **state)
         }
         layout_free(&l);
     }
+    every_walk = 1;
 }
 
 /* Shards of one sample (windows of K samples: τ over 1 or 2, where the parity correction must be
