@@ -38,6 +38,18 @@ __device__ __forceinline__ void warp_window_perm(const pd_shard_plan &plan, uint
     pd__perm_shape(tau, P[pd__window_end(&plan, w)] - P[w * plan.window], PD_MIN_BITS);
 }
 
+/* An id (W = 4, 8) or a location (W = 16: shard then offset) at out[k]. */
+template <unsigned W>
+__device__ __forceinline__ void store_loc(void *out, uint64_t k, const pd_shard_loc &loc)
+{
+    if (W == 4)
+        ((uint32_t *)out)[k] = (uint32_t)loc.sample;
+    else if (W == 8)
+        ((uint64_t *)out)[k] = loc.sample;
+    else
+        ((ulonglong2 *)out)[k] = make_ulonglong2(loc.shard, loc.offset);
+}
+
 /* out[k] for the rank's k-th position: the core's pd_shard_fill, one position per thread. The loop
  * runs warp by warp (all lanes iterate together, idle ones included) so that lanes can share the
  * window keys; a lane whose window differs from lane 0's derives its own (the core's path). */
@@ -62,12 +74,7 @@ __global__ void __launch_bounds__(kBlock) shard_fill(const __grid_constant__ pd_
             continue;
         pd_shard_loc loc;
         pd__window_locate(&plan, w, &tau, x, &loc);
-        if (W == 4)
-            ((uint32_t *)out)[k] = (uint32_t)loc.sample;
-        else if (W == 8)
-            ((uint64_t *)out)[k] = loc.sample;
-        else
-            ((ulonglong2 *)out)[k] = make_ulonglong2(loc.shard, loc.offset);
+        store_loc<W>(out, k, loc);
     }
 }
 
@@ -140,17 +147,6 @@ __device__ __forceinline__ void window_loc(const pd_shard_plan &plan, const Wind
     loc->shard = plan.slot_shard[t];
     loc->offset = win.lo + u - P[t];
     loc->sample = plan.start[loc->shard] + loc->offset;
-}
-
-template <unsigned W>
-__device__ __forceinline__ void store_loc(void *out, uint64_t k, const pd_shard_loc &loc)
-{
-    if (W == 4)
-        ((uint32_t *)out)[k] = (uint32_t)loc.sample;
-    else if (W == 8)
-        ((uint64_t *)out)[k] = loc.sample;
-    else
-        ((ulonglong2 *)out)[k] = make_ulonglong2(loc.shard, loc.offset);
 }
 
 /* The refill walk of walk.cuh over a run: window-relative positions v0 + j·d (j < len), ids to
