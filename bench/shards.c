@@ -107,6 +107,21 @@ static void run_build(void *p)
         abort();
 }
 
+/* σ's cycle walk costs 2^b / n evaluations per id on average over [0, n) (Kac's lemma), b the
+ * domain's width: the work of a sharded epoch's windows against flat σ's over N, per id. */
+static double walk_ratio(const pd_shard_plan *plan)
+{
+    double sharded = 0;
+    for (uint64_t w = 0; w < plan->windows; w++) {
+        pd_perm tau;
+        pd__window_perm(plan, w, &tau);
+        sharded += tau.n >= 2 ? (double)(UINT64_C(1) << tau.bits) : 0; /* n = 1: σ = 0, no walk */
+    }
+    pd_perm flat;
+    pd_perm_init(&flat, 1, 2, PD_STREAM_SAMPLES, plan->n);
+    return sharded / (double)(UINT64_C(1) << flat.bits);
+}
+
 static void cpu_table(const layout *l, uint64_t count)
 {
     static const pd_isa isas[] = {PD_ISA_SCALAR, PD_ISA_AVX2, PD_ISA_AVX512};
@@ -128,17 +143,17 @@ static void cpu_table(const layout *l, uint64_t count)
 
     printf("\n### %s: N = %llu in %llu shards; %llu ids (u32) of one rank, exact mode, one thread\n\n", l->name,
            (unsigned long long)l->n, (unsigned long long)l->shards, (unsigned long long)count);
-    printf("| order | K | G | W |");
+    printf("| order | K | G | W | σ work ÷ flat |");
     for (size_t b = 0; b < nb; b++)
         printf(" %s M ids/s | ÷ flat |", names[b]);
-    printf(" plan build |\n|---|---|---|---|");
+    printf(" plan build |\n|---|---|---|---|---|");
     for (size_t b = 0; b < nb; b++)
         printf("---|---|");
     printf("---|\n");
 
     double flat[MAX_BACKENDS];
     j.slice = (pd_slice){.world = 8, .rank = 3, .mode = PD_MODE_EXACT};
-    printf("| flat σ | | | 8 |");
+    printf("| flat σ | | | 8 | 1.00 |");
     for (size_t b = 0; b < nb; b++) {
         j.gen = backends[b];
         flat[b] = count / median_seconds(run_flat, &j) / 1e6;
@@ -155,8 +170,8 @@ static void cpu_table(const layout *l, uint64_t count)
             abort();
         j.plan = &plan;
         j.slice = (pd_slice){.world = shapes[s].world, .rank = 3 % shapes[s].world, .mode = PD_MODE_EXACT};
-        printf("| sharded | %llu | %llu | %u |", (unsigned long long)shapes[s].window,
-               (unsigned long long)shapes[s].lanes, shapes[s].world);
+        printf("| sharded | %llu | %llu | %u | %.2f |", (unsigned long long)shapes[s].window,
+               (unsigned long long)shapes[s].lanes, shapes[s].world, walk_ratio(&plan));
         for (size_t b = 0; b < nb; b++) {
             j.gen = backends[b];
             const double ids = count / median_seconds(run_sharded, &j) / 1e6;
@@ -201,10 +216,11 @@ static void gpu_table(pd_gpu *gpu, const layout *l, uint64_t count)
         abort();
     printf("\n### %s on the GPU: %llu ids (u32) of one rank into device memory\n\n", l->name,
            (unsigned long long)count);
-    printf("| order | K | G | W | G ids/s | ÷ flat (GPU) | plan upload |\n|---|---|---|---|---|---|---|\n");
+    printf("| order | K | G | W | σ work ÷ flat | G ids/s | ÷ flat (GPU) | plan upload |\n"
+           "|---|---|---|---|---|---|---|---|\n");
     g.slice = (pd_slice){.world = 8, .rank = 3, .mode = PD_MODE_EXACT};
     const double flat = count / median_seconds(run_gpu, &g) / 1e9;
-    printf("| flat σ | | | 8 | %.2f | 1.00 | |\n", flat);
+    printf("| flat σ | | | 8 | 1.00 | %.2f | 1.00 | |\n", flat);
     for (size_t s = 0; s < NSHAPES; s++) {
         pd_shard_plan plan;
         pd_gpu_plan *dp;
@@ -218,8 +234,8 @@ static void gpu_table(pd_gpu *gpu, const layout *l, uint64_t count)
         g.plan = dp;
         g.slice = (pd_slice){.world = shapes[s].world, .rank = 3 % shapes[s].world, .mode = PD_MODE_EXACT};
         const double ids = count / median_seconds(run_gpu, &g) / 1e9;
-        printf("| sharded | %llu | %llu | %u | %.2f | %.2f | %.2f ms |\n", (unsigned long long)shapes[s].window,
-               (unsigned long long)shapes[s].lanes, shapes[s].world, ids, ids / flat, upload * 1e3);
+        printf("| sharded | %llu | %llu | %u | %.2f | %.2f | %.2f | %.2f ms |\n", (unsigned long long)shapes[s].window,
+               (unsigned long long)shapes[s].lanes, shapes[s].world, walk_ratio(&plan), ids, ids / flat, upload * 1e3);
         fflush(stdout);
         pd_gpu_plan_free(gpu, dp);
         g.plan = NULL;
@@ -258,7 +274,9 @@ int main(int argc, char **argv)
     layout_init(&layouts[1], "Uneven shards of 512-1535", shards, 1024, 1);
     printf("Rank 3 of W reads N/8 ids from the start of its slice (rank 0 when W = 1). K: shards per window,\n"
            "G: lanes. \"÷ flat\": sharded ids/s over flat σ's ids/s on the same backend (flat: rank 3 of 8, the\n"
-           "same count, σ over the same N).\n");
+           "same count, σ over the same N). \"σ work ÷ flat\": the cycle walk's evaluations per id over the\n"
+           "windows (each τ_w walks 2^b/m_w times on average) over flat σ's on N: σ alone would make\n"
+           "\"÷ flat\" about 1 / that.\n");
     for (int i = 0; i < 2; i++)
         cpu_table(&layouts[i], layouts[i].n / 8);
 #ifdef PERMD_BENCH_GPU

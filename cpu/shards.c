@@ -65,10 +65,24 @@ typedef struct pd_run {
     uint32_t at, len;
 } pd_run;
 
-/* Per chunk of a request, on the stack (~48 KiB; the σ kernels add ~30 KiB of their own). */
-typedef struct pd_shard_scratch {
-    pd_window win; /* the window entered last */
+/* One subsequence k = c + i·m (i < n) of a chunk: window-stream indices x0 + i·d, or x0 − i·d on
+ * an odd lane, and the window it is in. */
+typedef struct pd_sub {
+    uint64_t x0, n;
+    int back;
     int entered;
+    pd_window win;
+} pd_sub;
+
+/* Up to this many subsequences are walked side by side, PD_SHARD_STEP of their indices at a
+ * time, so that their interleaved outputs are written while in cache (W = 1 reading G lanes
+ * would otherwise write every output line once per lane). */
+#define PD_SHARD_SUBS 16
+#define PD_SHARD_STEP 1024
+
+/* Per chunk of a request, on the stack (~52 KiB; the σ kernels add ~30 KiB of their own). */
+typedef struct pd_shard_scratch {
+    pd_sub subs[PD_SHARD_SUBS];
     unsigned max_runs; /* per batch: PD__BATCH_RUNS, or 8 for AVX2 */
     unsigned nruns;
     uint32_t items;
@@ -168,12 +182,12 @@ void pd__keys_many_scalar(uint64_t seed, uint64_t epoch, uint32_t first, unsigne
 
 /* Window w's τ keys, from the keys of the next windows in the direction the lane moves, derived
  * together when w is not among them (a key derivation costs as much as σ of ~50 ids). */
-static void pd_window_keys(const pd_gen *g, const pd_shard_plan *plan, pd_shard_scratch *sc, uint64_t w,
-                           pd_keys *out)
+static void pd_window_keys(const pd_gen *g, const pd_shard_plan *plan, pd_shard_scratch *sc, const pd_sub *sub,
+                           uint64_t w, pd_keys *out)
 {
     if (!sc->keys_n || w < sc->keys_w || w - sc->keys_w >= sc->keys_n) {
         const unsigned many = g->isa == PD_ISA_AVX512 ? 16 : g->isa == PD_ISA_AVX2 ? 8 : 1;
-        const int down = sc->entered && w + 1 == sc->win.w; /* an odd lane, backward */
+        const int down = sub->entered && w + 1 == sub->win.w; /* an odd lane, backward */
         const uint64_t first = !down ? w : w + 1 >= many ? w + 1 - many : 0;
         const unsigned n = (unsigned)(plan->windows - first < many ? plan->windows - first : many);
         const uint32_t stream = PD_STREAM_WINDOW_BASE + (uint32_t)first;
@@ -197,21 +211,22 @@ static void pd_window_keys(const pd_gen *g, const pd_shard_plan *plan, pd_shard_
     *out = sc->keys[w - sc->keys_w];
 }
 
-/* Make sc->win the window of x: the current one, a neighbour (a lane's next run), or a search. */
-static void pd_window_enter(const pd_gen *g, const pd_shard_plan *plan, pd_shard_scratch *sc, uint64_t x)
+/* Make sub->win the window of x: the current one, a neighbour (a lane's next run), or a search. */
+static void pd_window_enter(const pd_gen *g, const pd_shard_plan *plan, pd_shard_scratch *sc, pd_sub *sub,
+                            uint64_t x)
 {
-    pd_window *win = &sc->win;
-    if (sc->entered && x >= win->lo && x < win->hi)
+    pd_window *win = &sub->win;
+    if (sub->entered && x >= win->lo && x < win->hi)
         return;
     uint64_t w;
-    if (sc->entered && pd_window_holds(plan, win->w + 1, x))
+    if (sub->entered && pd_window_holds(plan, win->w + 1, x))
         w = win->w + 1;
-    else if (sc->entered && win->w > 0 && pd_window_holds(plan, win->w - 1, x))
+    else if (sub->entered && win->w > 0 && pd_window_holds(plan, win->w - 1, x))
         w = win->w - 1;
     else
         w = pd__window_of(plan, x);
-    pd_window_keys(g, plan, sc, w, &win->tau.keys);
-    sc->entered = 1;
+    pd_window_keys(g, plan, sc, sub, w, &win->tau.keys);
+    sub->entered = 1;
     win->w = w;
     win->slot0 = w * plan->window;
     win->slots = pd__window_end(plan, w) - win->slot0;
@@ -283,9 +298,12 @@ static void pd_run_ids(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch 
         const uint64_t n = len - j < PD_SHARD_PIECE ? len - j : PD_SHARD_PIECE;
         pd_slots_map(g, &sc->tab, u + j, n, sc->ids, r->width, 0);
         const uint64_t k = ru->kb + (uint64_t)((int64_t)j * ru->ks);
-        for (uint64_t i = 0; i < n; i++)
-            pd_store(r->out, r->width, k + (uint64_t)((int64_t)i * ru->ks),
-                     r->width == 4 ? ((const uint32_t *)sc->ids)[i] : sc->ids[i]);
+        if (r->width == 4)
+            for (uint64_t i = 0; i < n; i++)
+                ((uint32_t *)r->out)[k + (uint64_t)((int64_t)i * ru->ks)] = ((const uint32_t *)sc->ids)[i];
+        else
+            for (uint64_t i = 0; i < n; i++)
+                ((uint64_t *)r->out)[k + (uint64_t)((int64_t)i * ru->ks)] = sc->ids[i];
     }
 }
 
@@ -309,16 +327,16 @@ static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scra
     sc->items = 0;
 }
 
-/* Queue a run in the current window (2 ≤ n < 2^32), flushing the batch as it fills. */
-static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc, uint64_t v0, uint64_t d,
-                         uint64_t len, uint64_t kb, int64_t ks)
+/* Queue a run in window win (2 ≤ n < 2^32), flushing the batch as it fills. */
+static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc, const pd_window *win,
+                         uint64_t v0, uint64_t d, uint64_t len, uint64_t kb, int64_t ks)
 {
     while (len) {
         if (sc->nruns == sc->max_runs || sc->items == PD__BATCH_ITEMS)
             pd_batch_flush(g, r, sc);
         const uint32_t take = (uint32_t)(len < PD__BATCH_ITEMS - sc->items ? len : PD__BATCH_ITEMS - sc->items);
         pd_run *ru = &sc->runs[sc->nruns];
-        *ru = (pd_run){.win = sc->win, .v0 = v0, .d = d, .kb = kb, .ks = ks, .at = sc->items, .len = take};
+        *ru = (pd_run){.win = *win, .v0 = v0, .d = d, .kb = kb, .ks = ks, .at = sc->items, .len = take};
         uint32_t *v = sc->v + sc->items;
         uint32_t x = (uint32_t)v0; /* exact: positions are below n ≤ 2^32 */
         for (uint32_t j = 0; j < take; j++, x += (uint32_t)d)
@@ -332,14 +350,13 @@ static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratc
     }
 }
 
-/* A run of window-relative positions v0 + j·d, j < len, in the current window, whose ids go to
- * output indices kb + j·ks. */
-static void pd_shard_run(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc, uint64_t v0, uint64_t d,
-                         uint64_t len, uint64_t kb, int64_t ks)
+/* A run of window-relative positions v0 + j·d, j < len, in window win, whose ids go to output
+ * indices kb + j·ks. */
+static void pd_shard_run(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc, const pd_window *win,
+                         uint64_t v0, uint64_t d, uint64_t len, uint64_t kb, int64_t ks)
 {
-    const pd_window *win = &sc->win;
     if (win->tau.n >= 2 && win->tau.n <= UINT32_MAX) {
-        pd_batch_add(g, r, sc, v0, d, len, kb, ks);
+        pd_batch_add(g, r, sc, win, v0, d, len, kb, ks);
         return;
     }
     /* one sample (σ = 0), or samples that need 64 bits: σ here, ids from the plan's table */
@@ -354,36 +371,62 @@ static void pd_shard_run(const pd_gen *g, const pd_shard_req *r, pd_shard_scratc
     }
 }
 
+/* Subsequence c of the chunk whose first position is f (p = f + c·W < N, a body position). */
+static void pd_sub_init(const pd_shard_plan *plan, pd_sub *sub, uint64_t p, uint64_t n)
+{
+    const uint64_t lane = p % plan->lanes, step = p / plan->lanes, lb = pd__lane_begin(plan, lane);
+    sub->back = lane % 2;
+    sub->x0 = sub->back ? lb + pd__lane_length(plan, lane) - 1 - step : lb + step;
+    sub->n = n;
+    sub->entered = 0;
+}
+
+/* Indices [i, end) of subsequence c (output k = begin + c + i·m), run by run. */
+static void pd_sub_walk(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc, pd_sub *sub, uint64_t k0,
+                        uint64_t m, uint64_t d, uint64_t i, uint64_t end)
+{
+    while (i < end) {
+        const uint64_t x = sub->back ? sub->x0 - i * d : sub->x0 + i * d; /* n > 1 only when i·m·W < N */
+        pd_window_enter(g, r->plan, sc, sub, x);
+        const pd_window *win = &sub->win;
+        const uint64_t room = sub->back ? (x - win->lo) / d + 1 : (win->hi - 1 - x) / d + 1;
+        const uint64_t len = room < end - i ? room : end - i;
+        const uint64_t k = k0 + i * m;
+        if (sub->back)
+            pd_shard_run(g, r, sc, win, x - win->lo - (len - 1) * d, d, len, k + (len - 1) * m, -(int64_t)m);
+        else
+            pd_shard_run(g, r, sc, win, x - win->lo, d, len, k, (int64_t)m);
+        i += len;
+    }
+}
+
 /* Body ids [begin, begin + count) of a request (a pd__chunk_fn). */
 static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t count)
 {
     const pd_shard_req *r = ctx;
     const pd_shard_plan *plan = r->plan;
     pd_shard_scratch sc;
-    sc.entered = sc.tabled = 0;
+    sc.tabled = 0;
     sc.keys_n = 0;
     sc.nruns = sc.items = 0;
     sc.max_runs = g->isa == PD_ISA_AVX2 ? 8 : PD__BATCH_RUNS;
     const uint64_t G = plan->lanes, W = r->world, f = r->first + begin * W;
     const uint64_t gcd = pd_gcd(G, W), m = G / gcd, d = W / gcd;
     const uint64_t subs = m < count ? m : count;
-    for (uint64_t c = 0; c < subs; c++) {
-        const uint64_t p = f + c * W; /* < N: a body position */
-        const uint64_t lane = p % G, step = p / G, n = (count - c - 1) / m + 1;
-        const uint64_t lb = pd__lane_begin(plan, lane);
-        const int back = lane % 2;
-        const uint64_t x0 = back ? lb + pd__lane_length(plan, lane) - 1 - step : lb + step;
-        for (uint64_t i = 0; i < n;) {
-            const uint64_t x = back ? x0 - i * d : x0 + i * d; /* n > 1 only when i·m·W stays below N */
-            pd_window_enter(g, plan, &sc, x);
-            const uint64_t room = back ? (x - sc.win.lo) / d + 1 : (sc.win.hi - 1 - x) / d + 1;
-            const uint64_t len = room < n - i ? room : n - i;
-            const uint64_t k = begin + c + i * m;
-            if (back)
-                pd_shard_run(g, r, &sc, x - sc.win.lo - (len - 1) * d, d, len, k + (len - 1) * m, -(int64_t)m);
-            else
-                pd_shard_run(g, r, &sc, x - sc.win.lo, d, len, k, (int64_t)m);
-            i += len;
+    if (subs <= PD_SHARD_SUBS) { /* side by side */
+        for (uint64_t c = 0; c < subs; c++)
+            pd_sub_init(plan, &sc.subs[c], f + c * W, (count - c - 1) / m + 1);
+        const uint64_t longest = sc.subs[0].n, step = subs == 1 ? longest : PD_SHARD_STEP;
+        for (uint64_t i = 0; i < longest; i += step)
+            for (uint64_t c = 0; c < subs; c++) {
+                pd_sub *sub = &sc.subs[c];
+                if (i < sub->n) /* subsequences differ in length by one at most */
+                    pd_sub_walk(g, r, &sc, sub, begin + c, m, d, i, sub->n - i < step ? sub->n : i + step);
+            }
+    } else { /* one after the other (each has few positions per output line anyway) */
+        for (uint64_t c = 0; c < subs; c++) {
+            pd_sub_init(plan, &sc.subs[0], f + c * W, (count - c - 1) / m + 1);
+            pd_sub_walk(g, r, &sc, &sc.subs[0], begin + c, m, d, 0, sc.subs[0].n);
         }
     }
     pd_batch_flush(g, r, &sc);

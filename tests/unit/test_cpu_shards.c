@@ -286,6 +286,35 @@ static void uniform_layouts(void **state)
     }
 }
 
+/* A rank that reads several lanes (m = G / gcd(G, W) subsequences) walks them side by side, 1024
+ * indices at a time (up to 16 of them; more one after the other): counts that end on and just
+ * past those steps, where some subsequences are one shorter than the rest. */
+static void interleaved_lanes(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x1a7e;
+    layout l;
+    layout_random(&l, &rng, 3000, 0);
+    static const struct {
+        uint64_t lanes;
+        uint32_t world;
+    } shapes[] = {{2, 1}, {8, 1}, {8, 3}, {16, 1}, {17, 1}, {12, 8}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        pd_shard_plan plan;
+        plan_for(&plan, &l, 21, i, 4, shapes[i].lanes);
+        const uint64_t m = shapes[i].lanes / (shapes[i].lanes % 2 == 0 && shapes[i].world % 2 == 0 ? 4 : 1);
+        const uint64_t counts[] = {m * 1024, m * 1024 + 1, m * 1024 + m - 1, 2 * m * 1024 + 1, 3};
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            pd_slice s = {.world = shapes[i].world, .rank = 0, .mode = PD_MODE_EXACT};
+            check_slice(&plan, &s, counts[c], NULL);
+            s.offset = shapes[i].world * 5;
+            s.rank = shapes[i].world - 1;
+            check_slice(&plan, &s, counts[c], NULL);
+        }
+    }
+    layout_free(&l);
+}
+
 /* Windows of 2^32 samples or more (τ's values need 64 bits: the plan is searched directly), and
  * N near 2^63. */
 static void huge_layouts(void **state)
@@ -436,6 +465,7 @@ int main(void)
         cmocka_unit_test(comparison_can_fail),
         cmocka_unit_test(random_layouts),
         cmocka_unit_test(uniform_layouts),
+        cmocka_unit_test(interleaved_lanes),
         cmocka_unit_test(huge_layouts),
         cmocka_unit_test(pool_matches_core),
     };
