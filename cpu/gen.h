@@ -118,7 +118,7 @@ int pd_pool_slice_fill_u32(pd_pool *pool, const pd_perm *p, const pd_slice *s, u
  * The rank's positions are cut into runs that stay inside one window; batches of runs go through
  * g's σ kernels and their slot lookups through a vector search of the window's slot table, copied
  * (windows of at most PD_SHARD_TABLE_SLOTS slots, 12 bytes each) to the stack. No allocation:
- * each call (each pool chunk) uses ~80 KiB of stack. docs/shards.md#speed explains the kernels. */
+ * each call (each pool chunk) uses ~95 KiB of stack. docs/shards.md#speed explains the kernels. */
 #define PD_SHARD_TABLE_SLOTS 1024
 int pd_gen_shard_slice_fill_u64(const pd_gen *g, const pd_shard_plan *plan, const pd_slice *s, uint64_t count,
                                 uint64_t *out, uint64_t *written);

@@ -80,7 +80,7 @@ typedef struct pd_sub {
 #define PD_SHARD_SUBS 16
 #define PD_SHARD_STEP 1024
 
-/* Per chunk of a request, on the stack (~52 KiB; the σ kernels add ~30 KiB of their own). */
+/* Per chunk of a request, on the stack (~48 KiB; the σ kernels add up to ~44 KiB of their own). */
 typedef struct pd_shard_scratch {
     pd_sub subs[PD_SHARD_SUBS];
     unsigned max_runs; /* per batch: PD__BATCH_RUNS, or 8 for AVX2 */
