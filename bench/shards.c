@@ -1,5 +1,5 @@
-/* Sharded plans vs flat permutations on the CPU, in one run: ids/s of a rank's slice, and plan build time.
- * usage: shards [--quick]; prints a markdown table (bench/shards.sh writes bench/results/shards.md). */
+/* Sharded ids vs flat σ per backend, in one run: the core's scalar loop, the CPU kernels (scalar, AVX2, AVX-512) and the GPU; plan build and upload.
+ * usage: shards [--quick]; prints markdown tables (bench/shards.sh writes bench/results/shards.md). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,24 +13,46 @@
 #include "gpu/permd_gpu.h"
 #endif
 
+/* What each table row varies: the window, the lanes, and the world the reading rank is in. */
+typedef struct shape {
+    uint64_t window, lanes;
+    uint32_t world;
+} shape;
+
+static const shape shapes[] = {
+    {1, 1, 8}, {1, 8, 8}, {8, 1, 8}, {8, 8, 8}, {64, 1, 8}, {64, 8, 8},
+    {8, 8, 1}, /* one reader of every lane (a whole-epoch export): lanes interleave in the output */
+    {8, 3, 8}, /* lanes that do not divide the world */
+};
+#define NSHAPES (sizeof shapes / sizeof shapes[0])
+
+/* A layout: shard sizes, their natural offsets and the plan's memory. */
+typedef struct layout {
+    const char *name;
+    uint64_t shards, n;
+    uint64_t *start;
+    void *mem;
+} layout;
+
+/* ---- CPU: the core's loop and each kernel, flat and sharded, one thread */
+
+#define MAX_BACKENDS 4
 typedef struct job {
+    const pd_gen *gen; /* NULL: the core */
     const pd_shard_plan *plan;
     const pd_perm *perm;
-    const pd_gen *gen;
     pd_slice slice;
     uint64_t count;
     uint32_t *out;
-    /* plan build */
-    const uint64_t *start;
-    uint64_t shards, window, lanes;
-    void *mem;
 } job;
 
 static void run_sharded(void *p)
 {
     job *j = p;
     uint64_t got;
-    if (pd_shard_slice_fill_u32(j->plan, &j->slice, j->count, j->out, &got) || got != j->count)
+    int rc = j->gen ? pd_gen_shard_slice_fill_u32(j->gen, j->plan, &j->slice, j->count, j->out, &got)
+                    : pd_shard_slice_fill_u32(j->plan, &j->slice, j->count, j->out, &got);
+    if (rc || got != j->count)
         abort();
 }
 
@@ -44,8 +66,100 @@ static void run_flat(void *p)
         abort();
 }
 
+typedef struct plan_build {
+    const layout *l;
+    shape sh;
+} plan_build;
+
+static void run_build(void *p)
+{
+    plan_build *b = p;
+    pd_shard_plan plan;
+    if (pd_shard_plan_init(&plan, b->l->start, b->l->shards, 1, 2, b->sh.window, b->sh.lanes, b->l->mem,
+                           pd_shard_plan_bytes(b->l->shards)))
+        abort();
+}
+
+/* σ's cycle walk costs 2^b / n evaluations per id on average over [0, n) (Kac's lemma), b the
+ * domain's width: the work of a sharded epoch's windows against flat σ's over N, per id. */
+static double walk_ratio(const pd_shard_plan *plan)
+{
+    double sharded = 0;
+    for (uint64_t w = 0; w < plan->windows; w++) {
+        pd_perm tau;
+        pd__window_perm(plan, w, &tau);
+        sharded += tau.n >= 2 ? (double)(UINT64_C(1) << tau.bits) : 0; /* n = 1: σ = 0, no walk */
+    }
+    pd_perm flat;
+    pd_perm_init(&flat, 1, 2, PD_STREAM_SAMPLES, plan->n);
+    return sharded / (double)(UINT64_C(1) << flat.bits);
+}
+
+static void cpu_table(const layout *l, uint64_t count)
+{
+    static const pd_isa isas[] = {PD_ISA_SCALAR, PD_ISA_AVX2, PD_ISA_AVX512};
+    pd_gen gens[MAX_BACKENDS];
+    const pd_gen *backends[MAX_BACKENDS] = {NULL};
+    const char *names[MAX_BACKENDS] = {"core"};
+    size_t nb = 1;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
+        if (pd_gen_init(&gens[nb], isas[i]) == PD_OK) {
+            backends[nb] = &gens[nb];
+            names[nb++] = pd_isa_name(isas[i]);
+        }
+    job j = {.count = count, .out = malloc(count * sizeof *j.out)};
+    if (!j.out)
+        abort();
+    pd_perm perm;
+    pd_perm_init(&perm, 1, 2, PD_STREAM_SAMPLES, l->n);
+    j.perm = &perm;
+
+    printf("\n### %s: N = %llu in %llu shards; %llu ids (u32) of one rank, exact mode, one thread\n\n", l->name,
+           (unsigned long long)l->n, (unsigned long long)l->shards, (unsigned long long)count);
+    printf("| order | K | G | W | σ work ÷ flat |");
+    for (size_t b = 0; b < nb; b++)
+        printf(" %s M ids/s | ÷ flat |", names[b]);
+    printf(" plan build |\n|---|---|---|---|---|");
+    for (size_t b = 0; b < nb; b++)
+        printf("---|---|");
+    printf("---|\n");
+
+    double flat[MAX_BACKENDS];
+    j.slice = (pd_slice){.world = 8, .rank = 3, .mode = PD_MODE_EXACT};
+    printf("| flat σ | | | 8 | 1.00 |");
+    for (size_t b = 0; b < nb; b++) {
+        j.gen = backends[b];
+        flat[b] = count / median_seconds(run_flat, &j) / 1e6;
+        printf(" %.1f | 1.00 |", flat[b]);
+    }
+    printf(" |\n");
+    fflush(stdout);
+    for (size_t s = 0; s < NSHAPES; s++) {
+        pd_shard_plan plan;
+        plan_build pb = {.l = l, .sh = shapes[s]};
+        const double build = median_seconds(run_build, &pb);
+        if (pd_shard_plan_init(&plan, l->start, l->shards, 1, 2, shapes[s].window, shapes[s].lanes, l->mem,
+                               pd_shard_plan_bytes(l->shards)))
+            abort();
+        j.plan = &plan;
+        j.slice = (pd_slice){.world = shapes[s].world, .rank = 3 % shapes[s].world, .mode = PD_MODE_EXACT};
+        printf("| sharded | %llu | %llu | %u | %.2f |", (unsigned long long)shapes[s].window,
+               (unsigned long long)shapes[s].lanes, shapes[s].world, walk_ratio(&plan));
+        for (size_t b = 0; b < nb; b++) {
+            j.gen = backends[b];
+            const double ids = count / median_seconds(run_sharded, &j) / 1e6;
+            printf(" %.1f | %.2f |", ids, ids / flat[b]);
+            fflush(stdout);
+        }
+        printf(" %.1f ms |\n", build * 1e3);
+        fflush(stdout);
+    }
+    free(j.out);
+}
+
 #ifdef PERMD_BENCH_GPU
-/* The same slice on the GPU into device memory (the generation alone, as bench/gpu_gen measures it). */
+/* ---- GPU: the same slices into device memory (the generation alone, as bench/gpu_gen measures it) */
+
 typedef struct gpu_job {
     pd_gpu *gpu;
     const pd_gpu_plan *plan; /* NULL: flat σ */
@@ -65,115 +179,95 @@ static void run_gpu(void *p)
         abort();
 }
 
-static void gpu_table(const uint64_t *start, uint64_t shards, uint64_t n, const pd_slice *slice, uint64_t count,
-                      void *mem)
+static void gpu_table(pd_gpu *gpu, const layout *l, uint64_t count)
 {
+    gpu_job g = {.gpu = gpu, .count = count};
+    pd_perm perm;
+    pd_perm_init(&perm, 1, 2, PD_STREAM_SAMPLES, l->n);
+    g.perm = &perm;
+    if (pd_gpu_alloc(gpu, count * 4, &g.dev))
+        abort();
+    printf("\n### %s on the GPU: %llu ids (u32) of one rank into device memory\n\n", l->name,
+           (unsigned long long)count);
+    printf("| order | K | G | W | σ work ÷ flat | G ids/s | ÷ flat (GPU) | plan upload |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    g.slice = (pd_slice){.world = 8, .rank = 3, .mode = PD_MODE_EXACT};
+    const double flat = count / median_seconds(run_gpu, &g) / 1e9;
+    printf("| flat σ | | | 8 | 1.00 | %.2f | 1.00 | |\n", flat);
+    for (size_t s = 0; s < NSHAPES; s++) {
+        pd_shard_plan plan;
+        pd_gpu_plan *dp;
+        if (pd_shard_plan_init(&plan, l->start, l->shards, 1, 2, shapes[s].window, shapes[s].lanes, l->mem,
+                               pd_shard_plan_bytes(l->shards)))
+            abort();
+        const double t0 = bench_now();
+        if (pd_gpu_plan_upload(gpu, &plan, &dp))
+            abort();
+        const double upload = bench_now() - t0;
+        g.plan = dp;
+        g.slice = (pd_slice){.world = shapes[s].world, .rank = 3 % shapes[s].world, .mode = PD_MODE_EXACT};
+        const double ids = count / median_seconds(run_gpu, &g) / 1e9;
+        printf("| sharded | %llu | %llu | %u | %.2f | %.2f | %.2f | %.2f ms |\n", (unsigned long long)shapes[s].window,
+               (unsigned long long)shapes[s].lanes, shapes[s].world, walk_ratio(&plan), ids, ids / flat, upload * 1e3);
+        fflush(stdout);
+        pd_gpu_plan_free(gpu, dp);
+        g.plan = NULL;
+    }
+    pd_gpu_free(gpu, g.dev);
+}
+#endif
+
+/* Shards of `per` samples each (uniform), or of per/2 .. 3·per/2 - 1 at random (uneven: windows
+ * of any size, so τ_w cycle-walks as flat σ over N does). */
+static void layout_init(layout *l, const char *name, uint64_t shards, uint64_t per, int uneven)
+{
+    uint64_t *sizes = malloc(shards * sizeof *sizes), rng = 0x5eed;
+    l->name = name;
+    l->shards = shards;
+    l->start = malloc((shards + 1) * sizeof *l->start);
+    l->mem = malloc(pd_shard_plan_bytes(shards));
+    if (!sizes || !l->start || !l->mem)
+        abort();
+    for (uint64_t s = 0; s < shards; s++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        sizes[s] = uneven ? per / 2 + (rng >> 33) % per : per;
+    }
+    if (pd_shard_layout_build(sizes, shards, l->start))
+        abort();
+    l->n = l->start[shards];
+    free(sizes);
+}
+
+int main(int argc, char **argv)
+{
+    const int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    const uint64_t shards = quick ? 4096 : 65536;
+    layout layouts[2];
+    layout_init(&layouts[0], "Uniform shards of 1024", shards, 1024, 0);
+    layout_init(&layouts[1], "Uneven shards of 512-1535", shards, 1024, 1);
+    printf("Rank 3 of W reads N/8 ids from the start of its slice (rank 0 when W = 1). K: shards per window,\n"
+           "G: lanes. \"÷ flat\": sharded ids/s over flat σ's ids/s on the same backend (flat: rank 3 of 8, the\n"
+           "same count, σ over the same N). \"σ work ÷ flat\": the cycle walk's evaluations per id over the\n"
+           "windows (each τ_w walks 2^b/m_w times on average) over flat σ's on N: σ alone would make\n"
+           "\"÷ flat\" about 1 / that.\n");
+    for (int i = 0; i < 2; i++)
+        cpu_table(&layouts[i], layouts[i].n / 8);
+#ifdef PERMD_BENCH_GPU
     pd_gpu *gpu;
     int devices = 0;
     pd_gpu_device_count(&devices);
     if (devices == 0 || pd_gpu_open(0, &gpu)) {
         printf("\nGPU: none here (the GPU rows need a CUDA device)\n");
-        return;
+    } else {
+        printf("\nGPU: %s\n", pd_gpu_describe(gpu));
+        for (int i = 0; i < 2; i++)
+            gpu_table(gpu, &layouts[i], layouts[i].n / 8);
+        pd_gpu_close(gpu);
     }
-    gpu_job g = {.gpu = gpu, .slice = *slice, .count = count};
-    pd_perm perm;
-    pd_perm_init(&perm, 1, 2, 0, n);
-    g.perm = &perm;
-    if (pd_gpu_alloc(gpu, count * 4, &g.dev))
-        abort();
-    printf("\nGPU: %s; the same slice into device memory\n\n", pd_gpu_describe(gpu));
-    printf("| order | K | G | G ids/s | vs flat (GPU) | plan upload |\n|---|---|---|---|---|---|\n");
-    double flat = count / median_seconds(run_gpu, &g) / 1e9;
-    printf("| flat σ | | | %.2f | 1.00 | |\n", flat);
-    const uint64_t ks[] = {1, 8, 64};
-    const uint64_t gs[] = {1, 8};
-    for (size_t a = 0; a < 3; a++)
-        for (size_t b = 0; b < 2; b++) {
-            pd_shard_plan plan;
-            pd_gpu_plan *dp;
-            if (pd_shard_plan_init(&plan, start, shards, 1, 2, ks[a], gs[b], mem, pd_shard_plan_bytes(shards)))
-                abort();
-            double t0 = bench_now();
-            if (pd_gpu_plan_upload(gpu, &plan, &dp))
-                abort();
-            double upload = bench_now() - t0;
-            g.plan = dp;
-            double ids = count / median_seconds(run_gpu, &g) / 1e9;
-            printf("| sharded | %llu | %llu | %.2f | %.2f | %.2f ms |\n", (unsigned long long)ks[a],
-                   (unsigned long long)gs[b], ids, ids / flat, upload * 1e3);
-            fflush(stdout);
-            pd_gpu_plan_free(gpu, dp);
-        }
-    pd_gpu_free(gpu, g.dev);
-    pd_gpu_close(gpu);
-}
 #endif
-
-static void run_build(void *p)
-{
-    job *j = p;
-    pd_shard_plan plan;
-    if (pd_shard_plan_init(&plan, j->start, j->shards, 1, 2, j->window, j->lanes, j->mem,
-                           pd_shard_plan_bytes(j->shards)))
-        abort();
-}
-
-int main(int argc, char **argv)
-{
-    int quick = argc > 1 && !strcmp(argv[1], "--quick");
-    const uint64_t per_shard = 1024, shards = quick ? 4096 : 65536, n = shards * per_shard;
-    const uint32_t world = 8;
-    uint64_t *sizes = malloc(shards * sizeof *sizes), *start = malloc((shards + 1) * sizeof *start);
-    void *mem = malloc(pd_shard_plan_bytes(shards));
-    for (uint64_t s = 0; s < shards; s++)
-        sizes[s] = per_shard;
-    if (pd_shard_layout_build(sizes, shards, start))
-        return 1;
-    job j = {.slice = {.world = world, .rank = 3, .mode = PD_MODE_EXACT}, .count = n / world};
-    j.out = malloc(j.count * sizeof *j.out);
-    pd_perm perm;
-    pd_perm_init(&perm, 1, 2, 0, n);
-    pd_gen gen;
-    pd_gen_init(&gen, PD_ISA_AUTO);
-
-    printf("N = %llu samples in %llu shards of %llu; rank 3 of %u reads %llu ids (u32), exact mode; one thread\n\n",
-           (unsigned long long)n, (unsigned long long)shards, (unsigned long long)per_shard, world,
-           (unsigned long long)j.count);
-    printf("| order | K | G | M ids/s | vs flat (core scalar) | vs flat (%s) | plan build |\n", pd_isa_name(gen.isa));
-    printf("|---|---|---|---|---|---|---|\n");
-    j.perm = &perm;
-    double flat_scalar = j.count / median_seconds(run_flat, &j) / 1e6;
-    j.gen = &gen;
-    double flat_simd = j.count / median_seconds(run_flat, &j) / 1e6;
-    printf("| flat σ, core scalar | | | %.1f | 1.00 | %.2f | |\n", flat_scalar, flat_scalar / flat_simd);
-    printf("| flat σ, %s | | | %.1f | %.2f | 1.00 | |\n", pd_isa_name(gen.isa), flat_simd, flat_simd / flat_scalar);
-    const uint64_t ks[] = {1, 8, 64};
-    const uint64_t gs[] = {1, 8};
-    for (size_t a = 0; a < 3; a++) {
-        for (size_t b = 0; b < 2; b++) {
-            pd_shard_plan plan;
-            if (pd_shard_plan_init(&plan, start, shards, 1, 2, ks[a], gs[b], mem, pd_shard_plan_bytes(shards)))
-                return 1;
-            j.plan = &plan;
-            j.start = start;
-            j.shards = shards;
-            j.window = ks[a];
-            j.lanes = gs[b];
-            j.mem = malloc(pd_shard_plan_bytes(shards));
-            double ids = j.count / median_seconds(run_sharded, &j) / 1e6;
-            double build = median_seconds(run_build, &j);
-            free(j.mem);
-            printf("| sharded | %llu | %llu | %.1f | %.2f | %.2f | %.1f ms |\n", (unsigned long long)ks[a],
-                   (unsigned long long)gs[b], ids, ids / flat_scalar, ids / flat_simd, build * 1e3);
-            fflush(stdout);
-        }
+    for (int i = 0; i < 2; i++) {
+        free(layouts[i].start);
+        free(layouts[i].mem);
     }
-#ifdef PERMD_BENCH_GPU
-    gpu_table(start, shards, n, &j.slice, j.count, mem);
-#endif
-    free(sizes);
-    free(start);
-    free(mem);
-    free(j.out);
     return 0;
 }

@@ -1,29 +1,26 @@
 #!/usr/bin/env bash
-# Runs bench/shards (sharded plans vs flat σ on the CPU) and writes bench/results/shards.md.
+# Runs bench/shards (sharded ids vs flat σ per backend: the core, the CPU kernels, the GPU when built with CUDA)
+# and writes bench/results/shards.md (or $SHARDS_MD).
 # usage: bench/shards.sh [BUILD_DIR] [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
-out=bench/results/shards.md
+out=${SHARDS_MD:-bench/results/shards.md}
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 "$build/bench/shards" "$@" >"$tmp"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
 {
-  echo "# Sharded plans vs flat permutations (CPU)"
+  echo "# Sharded ids vs flat permutations"
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+  echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores${gpu:+; $gpu}"
   echo "- command: \`bash bench/shards.sh $build $*\` (Release build)"
-  echo "- timing: median of 5 runs after a warm-up, one thread"
+  echo "- timing: median of 5 runs after a warm-up, one thread (CPU); the generation alone into device memory (GPU)"
   echo
   cat "$tmp"
   echo
-  echo "A sharded id costs two binary searches over the per-epoch slot table plus σ of the window"
-  echo "(scalar); the flat rows are the same rank's slice from σ alone. The plan build is the O(S)"
-  echo "per-epoch table (shard order and prefix sums) that the daemon caches per (dataset, seed,"
-  echo "epoch, K, G). On the GPU (gpu/shards.cu) each thread runs the core's inline kernels for one"
-  echo "position on a device copy of the plan's tables; the upload is 24 bytes per shard, once per"
-  echo "plan (the daemon keeps its last few plans on the device)."
+  echo "How the kernels work and what the figures mean: [docs/shards.md](../../docs/shards.md#speed)."
 } >"$out"
 cat "$out"

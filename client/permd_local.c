@@ -199,10 +199,12 @@ int permd_plan_rank_fill(const permd_plan *p, uint32_t world, uint32_t rank, int
     pd_slice s = {.world = world, .rank = rank, .offset = offset};
     if (!p || pd_local_mode(mode, &s.mode))
         return PD_EINVAL;
+    pd_gen g;
+    pd_gen_init(&g, PD_ISA_AUTO);
     if (width == 4)
-        return pd_shard_slice_fill_u32(&p->plan, &s, count, out, written);
+        return pd_gen_shard_slice_fill_u32(&g, &p->plan, &s, count, out, written);
     if (width == 8)
-        return pd_shard_slice_fill_u64(&p->plan, &s, count, out, written);
+        return pd_gen_shard_slice_fill_u64(&g, &p->plan, &s, count, out, written);
     return PD_EINVAL;
 }
 

@@ -8,6 +8,7 @@
 #include <simde/x86/avx512.h>
 
 #include <stdint.h>
+#include <string.h>
 
 typedef simde__mmask16 __mmask16;
 #define _MM_PERM_DDBB 0xF5
@@ -44,9 +45,42 @@ static inline __m512i pd_emu_cvtepu32_epi64(__m256i a)
     return _mm512_loadu_si512(r);
 }
 
+static inline __m512i pd_emu_i32gather_epi32(__m512i idx, const void *base, int scale)
+{
+    int32_t x[16];
+    uint32_t r[16];
+    _mm512_storeu_si512(x, idx);
+    for (int j = 0; j < 16; j++)
+        memcpy(&r[j], (const char *)base + (int64_t)x[j] * scale, 4);
+    return _mm512_loadu_si512(r);
+}
+
+static inline __m512i pd_emu_i32gather_epi64(__m256i idx, const void *base, int scale)
+{
+    int32_t x[8];
+    uint64_t r[8];
+    _mm256_storeu_si256((__m256i *)x, idx);
+    for (int j = 0; j < 8; j++)
+        memcpy(&r[j], (const char *)base + (int64_t)x[j] * scale, 8);
+    return _mm512_loadu_si512(r);
+}
+
+static inline __m512i pd_emu_cvtepu8_epi32(__m128i a)
+{
+    uint8_t x[16];
+    uint32_t r[16];
+    _mm_storeu_si128((__m128i *)x, a);
+    for (int j = 0; j < 16; j++)
+        r[j] = x[j];
+    return _mm512_loadu_si512(r);
+}
+
 #define _mm512_mask_shuffle_epi32(src, k, a, imm) pd_emu_mask_shuffle_epi32(src, k, a, imm)
 #define _mm512_maskz_expand_epi32(k, a) pd_emu_maskz_expand_epi32(k, a)
 #define _mm512_cvtepu32_epi64(a) pd_emu_cvtepu32_epi64(a)
+#define _mm512_cvtepu8_epi32(a) pd_emu_cvtepu8_epi32(a)
+#define _mm512_i32gather_epi32(idx, base, scale) pd_emu_i32gather_epi32(idx, base, scale)
+#define _mm512_i32gather_epi64(idx, base, scale) pd_emu_i32gather_epi64(idx, base, scale)
 #define _mm512_cmplt_epu32_mask(a, b) ((__mmask16)~_mm512_cmpge_epu32_mask(a, b))
 #define _mm512_cmplt_epi32_mask(a, b) _mm512_cmpgt_epi32_mask(b, a)
 

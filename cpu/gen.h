@@ -1,4 +1,4 @@
-/* Bulk σ on the CPU: scalar, AVX2 and AVX-512 kernels chosen at run time, and a thread pool; bit-identical to core/. */
+/* Bulk σ and sharded ids on the CPU: scalar, AVX2 and AVX-512 kernels chosen at run time, and a thread pool; bit-identical to core/. */
 #ifndef PD_CPU_GEN_H
 #define PD_CPU_GEN_H
 
@@ -6,6 +6,7 @@
 
 #include "core/perm.h"
 #include "core/rank.h"
+#include "core/shards.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -109,6 +110,24 @@ int pd_pool_slice_fill_u64(pd_pool *pool, const pd_perm *p, const pd_slice *s, u
                            uint64_t *out, uint64_t *written);
 int pd_pool_slice_fill_u32(pd_pool *pool, const pd_perm *p, const pd_slice *s, uint64_t count,
                            uint32_t *out, uint64_t *written);
+
+/* ---- Sharded epochs (docs/spec/shards-v1.md) */
+
+/* A rank's next min(count, remaining) ids of a sharded epoch, as pd_shard_slice_fill_u64/u32 and
+ * with the same errors (PD_EOVERFLOW for u32 when N > 2^32), besides those of g or pool above.
+ * The rank's positions are cut into runs that stay inside one window; batches of runs go through
+ * g's σ kernels and their slot lookups through a vector search of the window's slot table, copied
+ * (windows of at most PD_SHARD_TABLE_SLOTS slots, 12 bytes each) to the stack. No allocation:
+ * each call (each pool chunk) uses ~95 KiB of stack. docs/shards.md#speed explains the kernels. */
+#define PD_SHARD_TABLE_SLOTS 1024
+int pd_gen_shard_slice_fill_u64(const pd_gen *g, const pd_shard_plan *plan, const pd_slice *s, uint64_t count,
+                                uint64_t *out, uint64_t *written);
+int pd_gen_shard_slice_fill_u32(const pd_gen *g, const pd_shard_plan *plan, const pd_slice *s, uint64_t count,
+                                uint32_t *out, uint64_t *written);
+int pd_pool_shard_slice_fill_u64(pd_pool *pool, const pd_shard_plan *plan, const pd_slice *s, uint64_t count,
+                                 uint64_t *out, uint64_t *written);
+int pd_pool_shard_slice_fill_u32(pd_pool *pool, const pd_shard_plan *plan, const pd_slice *s, uint64_t count,
+                                 uint32_t *out, uint64_t *written);
 
 #ifdef __cplusplus
 }

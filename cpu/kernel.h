@@ -19,6 +19,7 @@ typedef struct pd__run {
     void *out;
     unsigned width; /* bytes per id: 4 or 8 */
     pd_walk walk;   /* never PD_WALK_AUTO */
+    int unflipped;  /* 1: skip the parity correction; the caller applies it (pd__unflip) */
 } pd__run;
 
 #define PD__RUN_MAX (UINT64_C(1) << 30)
@@ -49,6 +50,19 @@ int pd__gen_check(const pd_gen *g);
 /* Run a validated run (any count; chunked to PD__RUN_MAX) on g's kernel. */
 void pd__gen_run(const pd_gen *g, const pd__run *run);
 
+/* PD_EINVAL for a g that pd_gen_init did not set up, PD_EUNSUPPORTED for an ISA this CPU lacks. */
+int pd__gen_check(const pd_gen *g);
+
+/* A part of a request the pool splits: ids [begin, begin + count) of it, computed with g. */
+typedef void pd__chunk_fn(const pd_gen *g, void *ctx, uint64_t begin, uint64_t count);
+
+/* Split ids [0, count) into chunks run by the pool's threads and the caller; returns when all are done.
+ * Small counts (or a one-thread pool) run on the caller alone. */
+void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx);
+
+/* The generator a pool's threads run. */
+const pd_gen *pd__pool_gen(const pd_pool *pool);
+
 /* Write a request's wrapped last id, if it has one. */
 void pd__req_tail(const pd__req *req);
 
@@ -58,6 +72,13 @@ void pd__req_tail(const pd__req *req);
  * therefore walk without it and call this at the end: it finds those two
  * positions with the core's inverse walk (no parity) and flips their ids. */
 void pd__run_fix_parity(const pd__run *run);
+
+/* The parity correction of a run with unflipped set, applied to one of its ids: the walk without it
+ * ends at 0 or 1 exactly where σ ends at the other one (n ≥ 2), so the fix needs no position. */
+static inline uint64_t pd__unflip(const pd_perm *p, uint64_t v)
+{
+    return v ^ (uint64_t)(p->n >= 2 && v < 2 ? p->keys.flip : 0);
+}
 
 /* Kernels. The SIMD ones exist only in x86-64 builds and may only be called
  * once pd_cpu_has_isa said yes: they are compiled for their ISA. */
@@ -77,15 +98,15 @@ void pd__run_avx512(const pd__run *run);
 /* Block slots: out[t] = π_β(g mod B) for run positions g = first + t·stride, t < count, β = g / B, with
  * block β's keys of a mixture of this seed and block (pd__mix_block_keys): every lane its own keys, so one
  * call covers any number of blocks. B is a power of two in [64, 2048], stride < 2^32, count ≤ PD__RUN_MAX. */
-typedef struct pd__slots {
+typedef struct pd__block_slots {
     uint64_t seed, block;
     uint64_t first, stride, count;
     uint32_t *out;
-} pd__slots;
+} pd__block_slots;
 
-void pd__slots_scalar(const pd__slots *s);
+void pd__block_slots_scalar(const pd__block_slots *s);
 #if defined(PD_CPU_HAVE_AVX512)
-void pd__slots_avx512(const pd__slots *s);
+void pd__block_slots_avx512(const pd__block_slots *s);
 #endif
 
 /* Gather: out[i] = σ(positions[i]) for i < run->count (run->first and stride are not used), every position
@@ -93,6 +114,83 @@ void pd__slots_avx512(const pd__slots *s);
 void pd__gather_scalar(const pd__run *run, const uint64_t *positions);
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__gather_avx512(const pd__run *run, const uint64_t *positions);
+#endif
+
+/* ---- Sharded ids (cpu/shards.c): σ of several windows' runs at once.
+ *
+ * Runs of a rank in consecutive windows are often short (a window's samples divided among the
+ * ranks that share its lane), and a SIMD walk's last evaluations of a short run leave most
+ * lanes idle. A batch gives every lane its own τ (keys and shape, looked up by the lane's run
+ * number), so the runs of up to PD__BATCH_RUNS windows fill the vectors together and share one
+ * drain. Item i is position v[i] under τ = perm[run[i]]; v[i] becomes τ(v[i]) without the
+ * parity correction (pd__unflip). Each τ has 2 ≤ n ≤ 2^32. */
+#define PD__BATCH_RUNS 16    /* AVX2 takes 8: one register of per-run values */
+#define PD__BATCH_ITEMS 4096 /* enough that the drain costs a few per cent */
+typedef struct pd__batch {
+    const pd_perm *perm[PD__BATCH_RUNS];
+    unsigned nruns;
+    uint32_t *v;
+    const uint8_t *run;
+    uint32_t count; /* ≤ PD__BATCH_ITEMS */
+} pd__batch;
+
+void pd__batch_scalar(const pd__batch *b);
+
+/* The keys of count ≤ PD__BATCH_RUNS consecutive streams first, first + 1, …, each as
+ * pd_keys_derive: the next windows' τ keys, derived side by side (AVX2: 8 at a time). */
+void pd__keys_many_scalar(uint64_t seed, uint64_t epoch, uint32_t first, unsigned count, pd_keys *out);
+#if defined(PD_CPU_HAVE_AVX2)
+void pd__keys_many_avx2(uint64_t seed, uint64_t epoch, uint32_t first, unsigned count, pd_keys *out);
+#endif
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__keys_many_avx512(uint64_t seed, uint64_t epoch, uint32_t first, unsigned count, pd_keys *out);
+#endif
+#if defined(PD_CPU_HAVE_AVX2)
+void pd__batch_avx2(const pd__batch *b);
+/* kernel_avx2.c's compress patterns: byte k = the lane of the mask's k-th set bit. */
+extern const uint64_t pd__avx2_compress_tab[256];
+#endif
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__batch_avx512(const pd__batch *b);
+#endif
+
+/* ---- Sharded ids (cpu/shards.c): the slot lookup after σ of a window run.
+ *
+ * A window's slots as the lookup kernels read them: its part of the plan's slot table copied
+ * relative to the window, so that the search runs on 32-bit lanes in L1. Only for windows of
+ * fewer than 2^32 samples (u < 2^32); the caller searches the plan itself otherwise. */
+typedef struct pd__slots {
+    const uint32_t *rel;    /* rel[i] = P[slot0 + i] - P[slot0] (rel[0] = 0), then UINT32_MAX up to size */
+    const uint32_t *add_lo; /* the id of window sample u in slot i is u + add[i] (mod 2^64), */
+    const uint32_t *add_hi; /*   add[i] split into its low and high 32 bits (add_hi: u64 output only) */
+    uint32_t size;          /* a power of 2, at least the window's slot count; the arrays hold at least
+                               max(size, 16) values */
+    uint32_t flip;          /* τ's parity correction, left to the lookup: u < 2 becomes u ^ 1 */
+} pd__slots;
+
+/* The id of window sample u (u from a run with unflipped set): the last slot whose rel ≤ u. */
+static inline uint64_t pd__slots_id(const pd__slots *t, uint32_t u, unsigned width)
+{
+    u ^= (uint32_t)(u < 2) & t->flip;
+    uint32_t i = 0;
+    for (uint32_t step = t->size / 2; step; step /= 2)
+        i = t->rel[i + step] <= u ? i + step : i;
+    if (width == 4)
+        return (uint32_t)(u + t->add_lo[i]);
+    return u + ((uint64_t)t->add_hi[i] << 32 | t->add_lo[i]);
+}
+
+/* ids of u[j], j < count, as width-byte integers: at out[j], or at out[-j] when reverse is set
+ * (out points at the element of j = 0 either way). */
+void pd__slots_map_scalar(const pd__slots *t, const uint32_t *u, uint64_t count, void *out, unsigned width,
+                          int reverse);
+#if defined(PD_CPU_HAVE_AVX2)
+void pd__slots_map_avx2(const pd__slots *t, const uint32_t *u, uint64_t count, void *out, unsigned width,
+                        int reverse);
+#endif
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__slots_map_avx512(const pd__slots *t, const uint32_t *u, uint64_t count, void *out, unsigned width,
+                          int reverse);
 #endif
 
 #endif

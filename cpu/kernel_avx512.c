@@ -512,7 +512,7 @@ PD_AI __m512i packed_key(const __m512i x[4], int i)
 }
 
 /* SG·16 slots from lane t on: positions, keys, f without walk (B = 2^b), the key's parity transposition. */
-PD_AI void slots_group(avx512_ctx c[SG], const pd__slots *s, uint64_t t, const int d)
+PD_AI void block_slots_group(avx512_ctx c[SG], const pd__block_slots *s, uint64_t t, const int d)
 {
     const __m512i first = _mm512_set1_epi64((long long)s->first), stride = _mm512_set1_epi64((long long)s->stride);
     const __m512i lanes8 = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
@@ -551,10 +551,10 @@ PD_AI void slots_group(avx512_ctx c[SG], const pd__slots *s, uint64_t t, const i
     }
 }
 
-static void slots_d0(avx512_ctx c[SG], const pd__slots *s, uint64_t t) { slots_group(c, s, t, 0); }
-static void slots_d1(avx512_ctx c[SG], const pd__slots *s, uint64_t t) { slots_group(c, s, t, 1); }
+static void block_slots_d0(avx512_ctx c[SG], const pd__block_slots *s, uint64_t t) { block_slots_group(c, s, t, 0); }
+static void block_slots_d1(avx512_ctx c[SG], const pd__block_slots *s, uint64_t t) { block_slots_group(c, s, t, 1); }
 
-void pd__slots_avx512(const pd__slots *s)
+void pd__block_slots_avx512(const pd__block_slots *s)
 {
     pd_perm shape;
     pd__perm_shape(&shape, s->block, PD_MIN_BITS);
@@ -565,12 +565,12 @@ void pd__slots_avx512(const pd__slots *s)
     const int d = (int)(shape.rbits - shape.lbits);
     uint64_t t = 0;
     for (; t + 16 * SG <= s->count; t += 16 * SG)
-        (d ? slots_d1 : slots_d0)(c, s, t);
-    pd__slots rest = *s;
+        (d ? block_slots_d1 : block_slots_d0)(c, s, t);
+    pd__block_slots rest = *s;
     rest.first += t * s->stride;
     rest.count -= t;
     rest.out += t;
-    pd__slots_scalar(&rest);
+    pd__block_slots_scalar(&rest);
 }
 
 /* Gather: compaction (walk_compact) whose first pass reads its positions from a list. */

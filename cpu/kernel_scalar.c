@@ -18,13 +18,13 @@ void pd__run_scalar_walk(const pd__run *run, int parity)
 
 void pd__run_scalar(const pd__run *run)
 {
-    pd__run_scalar_walk(run, 1);
+    pd__run_scalar_walk(run, !run->unflipped);
 }
 
 void pd__run_fix_parity(const pd__run *run)
 {
     const pd_perm *p = run->perm;
-    if (!p->keys.flip)
+    if (!p->keys.flip || run->unflipped)
         return;
     for (uint64_t id = 0; id < 2; id++) {
         const uint64_t q = pd__sigma_inv(p, id, PD_ROUNDS, 0); /* the position whose unflipped walk ends at id */
@@ -40,7 +40,7 @@ void pd__run_fix_parity(const pd__run *run)
     }
 }
 
-void pd__slots_scalar(const pd__slots *s)
+void pd__block_slots_scalar(const pd__block_slots *s)
 {
     pd_perm pi = {0}; /* keyed at the first position: no block is numbered UINT64_MAX */
     uint64_t beta = UINT64_MAX, g = s->first;

@@ -126,15 +126,15 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense, uint64_
 /* The slots of reads at run positions g0 + t·W, t < n: one call, on the AVX-512 kernel where there is one. */
 static void pd_mix_slots(const pd_gen *g, const pd_mix *m, uint64_t g0, uint64_t world, uint64_t n, uint32_t *slot)
 {
-    const pd__slots s = {.seed = m->seed, .block = m->block, .first = g0, .stride = world, .count = n, .out = slot};
+    const pd__block_slots s = {.seed = m->seed, .block = m->block, .first = g0, .stride = world, .count = n, .out = slot};
 #if defined(PD_CPU_HAVE_AVX512)
     if (g->isa == PD_ISA_AVX512 && n >= PD__SIMD_MIN) {
-        pd__slots_avx512(&s);
+        pd__block_slots_avx512(&s);
         return;
     }
 #endif
     (void)g;
-    pd__slots_scalar(&s);
+    pd__block_slots_scalar(&s);
 }
 
 /* ids[i] = σ(positions[i]) of a flat component's order, i < n (gathered). */

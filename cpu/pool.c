@@ -18,7 +18,9 @@
  * chunk and reporting it finished, both under the pool's mutex. */
 typedef struct pd_pool_job {
     struct pd_pool_job *next; /* in the queue while chunks are left to take */
-    pd__run run;
+    pd__chunk_fn *fn;  /* computes ids [begin, begin + count) of the request */
+    void *ctx;
+    uint64_t count;
     uint64_t chunk;    /* ids per chunk */
     uint64_t nchunks;
     uint64_t taken;    /* chunks handed out */
@@ -59,12 +61,8 @@ static int pd_pool_take(pd_pool *pool, pd_pool_job *job, uint64_t *chunk)
 /* Compute one chunk. Outside mu. */
 static void pd_pool_run_chunk(const pd_pool *pool, const pd_pool_job *job, uint64_t c)
 {
-    pd__run part = job->run;
     const uint64_t begin = c * job->chunk;
-    part.count = job->run.count - begin < job->chunk ? job->run.count - begin : job->chunk;
-    part.first += begin * job->run.stride;
-    part.out = (char *)job->run.out + begin * job->run.width;
-    pd__gen_run(&pool->gen, &part);
+    job->fn(&pool->gen, job->ctx, begin, job->count - begin < job->chunk ? job->count - begin : job->chunk);
 }
 
 /* Report a chunk finished. Under mu. */
@@ -175,21 +173,18 @@ unsigned pd_pool_threads(const pd_pool *pool)
     return pool ? pool->nthreads : 0;
 }
 
-/* Run a validated request: its body across the pool, its wrapped tail here. */
-static void pd_pool_run(pd_pool *pool, pd__req *req)
+void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx)
 {
-    pd__run *run = &req->body;
-    run->walk = pool->gen.walk;
     const uint64_t parts = (uint64_t)pool->nthreads * 4;
-    uint64_t chunk = run->count / parts;
+    uint64_t chunk = count / parts;
     chunk = chunk < PD_POOL_CHUNK_MIN ? PD_POOL_CHUNK_MIN : chunk > PD_POOL_CHUNK_MAX ? PD_POOL_CHUNK_MAX : chunk;
     chunk = (chunk + 63) & ~UINT64_C(63); /* whole vectors for every SIMD kernel */
-    if (pool->nthreads == 1 || run->count < 2 * chunk) {
-        pd__gen_run(&pool->gen, run);
-        pd__req_tail(req);
+    if (pool->nthreads == 1 || count < 2 * chunk) {
+        if (count)
+            fn(&pool->gen, ctx, 0, count);
         return;
     }
-    pd_pool_job job = {.run = *run, .chunk = chunk, .nchunks = (run->count + chunk - 1) / chunk};
+    pd_pool_job job = {.fn = fn, .ctx = ctx, .count = count, .chunk = chunk, .nchunks = (count + chunk - 1) / chunk};
     uint64_t c = 0;
     pthread_mutex_lock(&pool->mu);
     if (pool->tail)
@@ -207,6 +202,28 @@ static void pd_pool_run(pd_pool *pool, pd__req *req)
     while (job.finished < job.nchunks)
         pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
+}
+
+const pd_gen *pd__pool_gen(const pd_pool *pool)
+{
+    return &pool->gen;
+}
+
+/* ids [begin, begin + count) of a σ run. */
+static void pd_pool_sigma_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t count)
+{
+    pd__run part = *(const pd__run *)ctx;
+    part.count = count;
+    part.first += begin * part.stride;
+    part.out = (char *)part.out + begin * part.width;
+    pd__gen_run(g, &part);
+}
+
+/* Run a validated request: its body across the pool, its wrapped tail here. */
+static void pd_pool_run(pd_pool *pool, pd__req *req)
+{
+    req->body.walk = pool->gen.walk;
+    pd__pool_run(pool, req->body.count, pd_pool_sigma_chunk, &req->body);
     pd__req_tail(req);
 }
 

@@ -315,8 +315,8 @@ int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, uint64_t pl
         return rc;
     if (width == 16) /* already little-endian */
         rc = pd_cpu_shard_locs(plan, slice, count, out, written);
-    else if ((rc = width == 4 ? pd_shard_slice_fill_u32(plan, slice, count, out, written)
-                              : pd_shard_slice_fill_u64(plan, slice, count, out, written)) == 0)
+    else if ((rc = width == 4 ? pd_pool_shard_slice_fill_u32(b->pool, plan, slice, count, out, written)
+                              : pd_pool_shard_slice_fill_u64(b->pool, plan, slice, count, out, written)) == 0)
         pd_to_le(out, *written, width);
     if (rc == 0)
         atomic_fetch_add(&b->cpu_ids, *written);

@@ -2,8 +2,9 @@
 # The GPU session's script, run on a GPU machine through the device tool (see docs): builds with CUDA,
 # runs the GPU and unit tests, then the GPU benchmark, leaving logs and results in $OUT.
 # Prepare here first: scripts/device-sysroot.sh (then carry .carry).
-#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|nccl|nccl-python|python|all] [--quick]
+#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|shards|nccl|nccl-python|python|all] [--quick]
 # (python: the Python package's tests under this host's torch 2.x; CI runs them under Debian's torch 1.13)
+# (shards: the sharded-id tests (GPU and CPU kernels against the core) and bench/shards.sh's CPU and GPU rows)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
 #  sysroot: scripts/device-sysroot.sh redis-server redis-tools libjemalloc2 liblzf1)
 set -uo pipefail
@@ -67,8 +68,15 @@ fi
 if [ "$what" = hostbench ] || [ "$what" = serve ]; then # CPU-side benchmarks that want more cores than a CI machine has
   OUT="$OUT/serve.md" REPS=3 bash bench/serve.sh build-dev 2>&1 | tail -30 || rc=1
 fi
+if [ "$what" = shards ]; then
+  (cd build-dev && ctest --output-on-failure -R '^(test_gpu_shards|test_cpu_shards|test_shards|test_backend)$' 2>&1) \
+    | tee "$OUT/shards_tests.log" | tail -15
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if [ "$what" = hostbench ] || [ "$what" = shards ]; then
+  SHARDS_MD="$OUT/shards.md" bash bench/shards.sh build-dev "$@" >"$OUT/shards_bench.log" 2>&1 || { tail -20 "$OUT/shards_bench.log"; rc=1; }
+fi
 if [ "$what" = hostbench ]; then
   PYTHONPATH=python PERMD_LIB=build-dev/lib/libpermd.so python3 bench/python_sampler.py "$OUT/python.md" 2>&1 | tail -20 || rc=1
-  bash bench/shards.sh build-dev >/dev/null 2>&1 && cp bench/results/shards.md "$OUT/shards.md" || rc=1
 fi
 exit $rc

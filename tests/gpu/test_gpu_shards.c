@@ -1,4 +1,4 @@
-/* The GPU's sharded epochs against the core's, bit for bit: layouts with empty and huge shards, K, G, W, modes, widths.
+/* The GPU's sharded epochs against the core's, bit for bit: layouts with empty and huge shards, K, G, W, modes, widths, both kernels.
  * Exits 77 (ctest: skipped) with a message when the machine has no GPU. */
 #include "test_util.h"
 
@@ -116,6 +116,112 @@ static void shards_match_core(void **state)
     }
 }
 
+/* One slice, every width, GPU (device and host output) == core. */
+static void compare_slice(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_slice *s, uint64_t count)
+{
+    uint64_t *want = malloc(count * 16 + 16), *got = malloc(count * 16 + 16), w_core, w_gpu;
+    pd_shard_loc *locs = malloc(count * sizeof *locs + 1);
+    void *dev;
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_non_null(locs);
+    assert_int_equal(pd_gpu_alloc(gpu, count * 16 + 16, &dev), PD_OK);
+    assert_int_equal(pd_shard_slice_fill_u64(plan, s, count, want, &w_core), PD_OK);
+    assert_int_equal(pd_gpu_shard_slice_fill(gpu, dp, s, count, dev, 8, &w_gpu), PD_OK);
+    assert_int_equal(pd_gpu_sync(gpu), PD_OK);
+    assert_int_equal(w_gpu, w_core);
+    assert_int_equal(pd_gpu_copy_to_host(gpu, got, dev, w_gpu * 8), PD_OK);
+    for (uint64_t i = 0; i < w_core; i++)
+        if (got[i] != want[i])
+            fail_msg("u64: S=%llu K=%llu G=%llu W=%u rank=%u mode=%d offset=%llu count=%llu: [%llu] = %llu, want %llu",
+                     (unsigned long long)plan->shards, (unsigned long long)plan->window,
+                     (unsigned long long)plan->lanes, s->world, s->rank, (int)s->mode, (unsigned long long)s->offset,
+                     (unsigned long long)count, (unsigned long long)i, (unsigned long long)got[i],
+                     (unsigned long long)want[i]);
+    if (plan->n <= UINT64_C(1) << 32) {
+        assert_int_equal(pd_shard_slice_fill_u32(plan, s, count, (uint32_t *)want, &w_core), PD_OK);
+        assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, s, count, got, 4, &w_gpu), PD_OK);
+        assert_int_equal(w_gpu, w_core);
+        assert_memory_equal(got, want, w_core * 4);
+    }
+    assert_int_equal(pd_shard_slice_fill_locs(plan, s, count, locs, &w_core), PD_OK);
+    for (uint64_t i = 0; i < w_core; i++) {
+        want[2 * i] = locs[i].shard;
+        want[2 * i + 1] = locs[i].offset;
+    }
+    assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, s, count, got, 16, &w_gpu), PD_OK);
+    assert_int_equal(w_gpu, w_core);
+    assert_memory_equal(got, want, w_core * 16);
+    pd_gpu_free(gpu, dev);
+    free(want);
+    free(got);
+    free(locs);
+}
+
+/* The run kernel (a warp per tile of window runs) on the shapes that pick its paths: long runs and
+ * short ones, windows of one sample, windows with more slots than shared memory holds (the plan
+ * searched in global memory), windows of 2^32 samples and more, lanes that do not divide W
+ * (m > 1), odd lanes backward, pad's wrapped tail, requests of many tiles per warp. */
+static void runs_match_core(void **state)
+{
+    (void)state;
+    uint64_t rng = 1717;
+    static const struct {
+        uint64_t shards, size; /* size 0: random (empty and single-sample shards among them) */
+        uint64_t window, lanes;
+        uint32_t world;
+        uint64_t count;
+    } cases[] = {
+        {4096, 1024, 1, 1, 8, 1 << 19},  {4096, 1024, 8, 8, 8, 1 << 19}, {4096, 1000, 64, 1, 8, 1 << 19},
+        {2000, 0, 8, 3, 8, 100000},      {2000, 0, 8, 8, 1, 300000},     {2000, 0, 200, 2, 4, 100000},
+        {2000, 0, 1000, 1, 2, 200000},   {5000, 1, 1, 1, 3, 1600},       {3000, 1, 4, 2, 2, 1500},
+        {300, 0, 2000, 5, 7, 40000},     {64, 40000, 2, 4, 6, 400000},   {4096, 1024, 8, 8, 3, 1 << 20},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const uint64_t S = cases[c].shards;
+        uint64_t *sizes = malloc(S * 8), *start = malloc((S + 1) * 8);
+        assert_non_null(sizes);
+        assert_non_null(start);
+        for (uint64_t i = 0; i < S; i++)
+            sizes[i] = cases[c].size ? cases[c].size : test_below(&rng, 8) == 0 ? test_below(&rng, 2) : 1 + test_below(&rng, 700);
+        sizes[0] += 1;
+        assert_int_equal(pd_shard_layout_build(sizes, S, start), PD_OK);
+        size_t bytes = pd_shard_plan_bytes(S);
+        void *mem = malloc(bytes);
+        pd_shard_plan plan;
+        pd_gpu_plan *dp;
+        assert_int_equal(pd_shard_plan_init(&plan, start, S, 3, c, cases[c].window, cases[c].lanes, mem, bytes), PD_OK);
+        assert_int_equal(pd_gpu_plan_upload(gpu, &plan, &dp), PD_OK);
+        for (int mode = PD_MODE_PAD; mode <= PD_MODE_EXACT; mode++) {
+            pd_slice s = {cases[c].world, (uint32_t)test_below(&rng, cases[c].world), (pd_mode)mode, 0};
+            uint64_t len;
+            assert_int_equal(pd_epoch_length(plan.n, s.world, s.mode, &len), PD_OK);
+            compare_slice(&plan, dp, &s, cases[c].count); /* from the start */
+            s.offset = len > cases[c].count * s.world ? len - cases[c].count * s.world : 0; /* up to T */
+            s.rank = s.world - 1;
+            compare_slice(&plan, dp, &s, cases[c].count);
+        }
+        pd_gpu_plan_free(gpu, dp);
+        free(mem);
+        free(sizes);
+        free(start);
+    }
+    /* windows of 2^32 samples and more */
+    const uint64_t huge[5] = {(UINT64_C(1) << 33) + 7, 5, 0, 12, UINT64_C(1) << 32};
+    uint64_t start[6];
+    uint64_t mem[11];
+    assert_int_equal(pd_shard_layout_build(huge, 5, start), PD_OK);
+    for (uint64_t k = 1; k <= 5; k += 2) {
+        pd_shard_plan plan;
+        pd_gpu_plan *dp;
+        assert_int_equal(pd_shard_plan_init(&plan, start, 5, 9, k, k, 2, mem, sizeof mem), PD_OK);
+        assert_int_equal(pd_gpu_plan_upload(gpu, &plan, &dp), PD_OK);
+        pd_slice s = {4, 1, PD_MODE_PAD, UINT64_C(1) << 30};
+        compare_slice(&plan, dp, &s, 100000);
+        pd_gpu_plan_free(gpu, dp);
+    }
+}
+
 static void bad_arguments(void **state)
 {
     (void)state;
@@ -147,6 +253,7 @@ int main(void)
         return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shards_match_core),
+        cmocka_unit_test(runs_match_core),
         cmocka_unit_test(bad_arguments),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);

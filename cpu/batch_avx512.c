@@ -1,0 +1,344 @@
+/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction. */
+#include "cpu/kernel.h"
+
+#include <string.h>
+
+#ifdef PD_CPU_AVX512_EMULATED /* tests on CPUs without AVX-512: see avx512_emu.h */
+#include "cpu/avx512_emu.h"
+#define PD_UNROLL(n)
+#else
+#include <immintrin.h>
+#define PD_UNROLL(n) _Pragma(PD_STR(GCC unroll n))
+#endif
+#define PD_STR(x) #x
+
+/*
+ * The walk is kernel_avx512.c's compaction (read walk_compact there) over a batch (pd__batch,
+ * kernel.h) instead of one run. What differs is the round: each per-run value (the 24 round
+ * keys, M0's low word shifted by d, the half masks and widths, n − 1) is a 16-entry table, one
+ * entry per run, and a lane reads its entry with vpermd by its run number. The keys cost one
+ * vpermd per round; the rest once per evaluation. With d per lane, a round takes the d = 1
+ * form, which is exact for d = 0 too as long as s1 stays masked (then s1 >> lbits = 0); a
+ * batch whose runs all have d = 0 takes the lighter d = 0 round. A first evaluation of a group
+ * that lies inside one run (runs are contiguous in the batch, so most groups do) reads that
+ * run's keys and values broadcast from memory instead, as kernel_avx512.c does.
+ */
+
+#define PD_AI static inline __attribute__((always_inline))
+#define VW 16
+#define CNV 4
+#define CLANES (VW * CNV)
+#define BLOCK 1024
+#define QCAP (BLOCK / 2 + BLOCK + CLANES)
+#define OBUF 1024
+#define PD_TL_XOR3 0x96   /* a ^ b ^ c */
+#define PD_TL_OR_AND 0xA8 /* (a | b) & c */
+
+/* One vector's lanes' values of the per-run tables. */
+typedef struct lanes {
+    __m512i run, m_lo_d, lmask, rmask, lbits, rbits, n_m1;
+} lanes;
+
+typedef struct bctx {
+    __m512i key[PD_ROUNDS]; /* lane r: run r's round key */
+    __m512i m_lo_d, lmask, rmask, lbits, rbits, n_m1;
+    uint32_t kr[PD__BATCH_RUNS][PD_ROUNDS]; /* the same per run, for groups inside one run: */
+    lanes one[PD__BATCH_RUNS];              /*   broadcast keys and values, read from memory */
+    uint32_t *v;
+    const uint8_t *run;
+} bctx;
+
+PD_AI __m512i iota16(void)
+{
+    return _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+}
+
+PD_AI lanes lanes_of(const bctx *c, __m512i run)
+{
+    return (lanes){.run = run,
+                   .m_lo_d = _mm512_permutexvar_epi32(run, c->m_lo_d),
+                   .lmask = _mm512_permutexvar_epi32(run, c->lmask),
+                   .rmask = _mm512_permutexvar_epi32(run, c->rmask),
+                   .lbits = _mm512_permutexvar_epi32(run, c->lbits),
+                   .rbits = _mm512_permutexvar_epi32(run, c->rbits),
+                   .n_m1 = _mm512_permutexvar_epi32(run, c->n_m1)};
+}
+
+PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m512i *s0, __m512i *s1, const int d, const uint32_t *hk)
+{
+    const __m512i m_lo = _mm512_set1_epi32((int)(uint32_t)PD_VP_M0);
+    const __m512i m_hi = _mm512_set1_epi32((int)(uint32_t)(PD_VP_M0 >> 32));
+    /* hi32(M0·s0), as kernel_avx512.c computes it */
+    const __m512i e = _mm512_mul_epu32(*s0, m_lo);
+    const __m512i o = _mm512_mul_epu32(_mm512_srli_epi64(*s0, 32), m_lo);
+    __m512i hi = _mm512_mask_shuffle_epi32(o, 0x5555, e, _MM_PERM_DDBB);
+    hi = _mm512_add_epi32(hi, _mm512_mullo_epi32(*s0, m_hi));
+    const __m512i lo = _mm512_mullo_epi32(*s0, p->m_lo_d);
+    const __m512i k = hk ? _mm512_set1_epi32((int)hk[i]) : _mm512_permutexvar_epi32(p->run, c->key[i]);
+    *s0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, *s1, PD_TL_XOR3), p->lmask);
+    if (d)
+        *s1 = _mm512_ternarylogic_epi32(lo, _mm512_srlv_epi32(*s1, p->lbits), p->rmask, PD_TL_OR_AND);
+    else /* every lane has d = 0: s1 >> lbits is 0 and junk above rbits is masked at the end */
+        *s1 = lo;
+}
+
+/* hk: the keys of the one run all lanes belong to, or NULL (each lane looks its own up). */
+PD_AI void eval(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *s1, const int nv, const int d, const uint32_t *hk)
+{
+    PD_UNROLL(24)
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        PD_UNROLL(4)
+        for (int v = 0; v < nv; v++)
+            vp_round(c, i, p[v], &s0[v], &s1[v], d, hk);
+    }
+    if (!d)
+        for (int v = 0; v < nv; v++)
+            s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
+}
+
+PD_AI void split(const lanes *p, __m512i x, __m512i *s0, __m512i *s1)
+{
+    *s0 = _mm512_srlv_epi32(x, p->rbits);
+    *s1 = _mm512_and_si512(x, p->rmask);
+}
+
+/* The lanes inside their τ's [0, n), and every lane's joined value. */
+PD_AI __mmask16 inside(const lanes *p, __m512i s0, __m512i s1, __m512i *val)
+{
+    *val = _mm512_or_si512(_mm512_sllv_epi32(s0, p->rbits), s1);
+    return _mm512_cmple_epu32_mask(*val, p->n_m1);
+}
+
+/* ---- Finished values waiting to be written to v[idx] */
+
+typedef struct outbuf {
+    uint32_t val[OBUF + CLANES], idx[OBUF + CLANES];
+    uint32_t n;
+} outbuf;
+
+static void outbuf_flush(const bctx *c, outbuf *b)
+{
+    for (uint32_t j = 0; j < b->n; j++)
+        c->v[b->idx[j]] = b->val[j];
+    b->n = 0;
+}
+
+PD_AI void outbuf_push(outbuf *b, __mmask16 m, __m512i val, __m512i idx)
+{
+    _mm512_storeu_si512(b->val + b->n, _mm512_maskz_compress_epi32(m, val));
+    _mm512_storeu_si512(b->idx + b->n, _mm512_maskz_compress_epi32(m, idx));
+    b->n += (unsigned)__builtin_popcount(m);
+}
+
+/* ---- Values still walking, with their run and index */
+
+typedef struct queue {
+    uint32_t val[QCAP + CLANES], run[QCAP + CLANES], idx[QCAP + CLANES];
+    uint32_t n;
+} queue;
+
+PD_AI void queue_put(queue *q, uint32_t at, __mmask16 m, __m512i val, __m512i run, __m512i idx)
+{
+    _mm512_storeu_si512(q->val + at, _mm512_maskz_compress_epi32(m, val));
+    _mm512_storeu_si512(q->run + at, _mm512_maskz_compress_epi32(m, run));
+    _mm512_storeu_si512(q->idx + at, _mm512_maskz_compress_epi32(m, idx));
+}
+
+/* The first evaluation of CLANES consecutive items from i. */
+PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
+{
+    lanes own[CNV];
+    const lanes *p[CNV];
+    __m512i s0[CNV], s1[CNV];
+    const uint32_t r = c->run[i], one = c->run[i + CLANES - 1] == r; /* runs are contiguous */
+    for (int v = 0; v < CNV; v++) {
+        if (one) {
+            p[v] = &c->one[r];
+        } else {
+            own[v] = lanes_of(c, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c->run + i + VW * v))));
+            p[v] = &own[v];
+        }
+        split(p[v], _mm512_loadu_si512(c->v + i + VW * v), &s0[v], &s1[v]);
+    }
+    if (one)
+        eval(c, p, s0, s1, CNV, d, c->kr[r]);
+    else
+        eval(c, p, s0, s1, CNV, d, NULL);
+    for (int v = 0; v < CNV; v++) {
+        __m512i val;
+        const __mmask16 out = (__mmask16)~inside(p[v], s0[v], s1[v], &val);
+        _mm512_storeu_si512(c->v + i + VW * v, val); /* lanes still outside are overwritten later */
+        const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)(i + VW * v)), iota16());
+        if (out) { /* never for n = 2^b */
+            queue_put(q, q->n, out, val, p[v]->run, idx);
+            q->n += (unsigned)__builtin_popcount(out);
+        }
+    }
+}
+
+/* One pass over the queue's whole groups; a shorter rest stays queued. */
+PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d)
+{
+    uint32_t r = 0, w = 0;
+    for (; r + CLANES <= q->n; r += CLANES) {
+        lanes own[CNV];
+        const lanes *p[CNV];
+        __m512i s0[CNV], s1[CNV], idx[CNV];
+        for (int v = 0; v < CNV; v++) {
+            own[v] = lanes_of(c, _mm512_loadu_si512(q->run + r + VW * v));
+            p[v] = &own[v];
+            split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
+            idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
+        }
+        eval(c, p, s0, s1, CNV, d, NULL);
+        for (int v = 0; v < CNV; v++) {
+            __m512i val;
+            const __mmask16 in = inside(p[v], s0[v], s1[v], &val);
+            outbuf_push(buf, in, val, idx[v]);
+            queue_put(q, w, (__mmask16)~in, val, p[v]->run, idx[v]); /* w ≤ r + VW·v: only loaded entries */
+            w += (unsigned)__builtin_popcount((__mmask16)~in);
+        }
+        if (buf->n >= OBUF)
+            outbuf_flush(c, buf);
+    }
+    for (; r < q->n; r++, w++) {
+        q->val[w] = q->val[r];
+        q->run[w] = q->run[r];
+        q->idx[w] = q->idx[r];
+    }
+    q->n = w;
+}
+
+static void bctx_init(bctx *c, const pd__batch *b)
+{
+    uint32_t t[7][VW];
+    memset(t, 0, sizeof t);
+    for (unsigned r = 0; r < b->nruns; r++) {
+        const pd_perm *p = b->perm[r];
+        t[0][r] = (uint32_t)PD_VP_M0 << (p->rbits - p->lbits);
+        t[1][r] = p->lmask;
+        t[2][r] = p->rmask;
+        t[3][r] = p->lbits;
+        t[4][r] = p->rbits;
+        t[5][r] = (uint32_t)(p->n - 1);
+    }
+    c->m_lo_d = _mm512_loadu_si512(t[0]);
+    c->lmask = _mm512_loadu_si512(t[1]);
+    c->rmask = _mm512_loadu_si512(t[2]);
+    c->lbits = _mm512_loadu_si512(t[3]);
+    c->rbits = _mm512_loadu_si512(t[4]);
+    c->n_m1 = _mm512_loadu_si512(t[5]);
+    for (unsigned r = 0; r < b->nruns; r++) {
+        c->one[r] = (lanes){.run = _mm512_set1_epi32((int)r), .m_lo_d = _mm512_set1_epi32((int)t[0][r]),
+                            .lmask = _mm512_set1_epi32((int)t[1][r]), .rmask = _mm512_set1_epi32((int)t[2][r]),
+                            .lbits = _mm512_set1_epi32((int)t[3][r]), .rbits = _mm512_set1_epi32((int)t[4][r]),
+                            .n_m1 = _mm512_set1_epi32((int)t[5][r])};
+        memcpy(c->kr[r], b->perm[r]->keys.k, sizeof c->kr[r]);
+    }
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        for (unsigned r = 0; r < b->nruns; r++)
+            t[6][r] = b->perm[r]->keys.k[i];
+        c->key[i] = _mm512_loadu_si512(t[6]);
+    }
+    c->v = b->v;
+    c->run = b->run;
+}
+
+PD_AI void walk(const pd__batch *b, const int d)
+{
+    bctx c;
+    queue q;
+    outbuf buf;
+    bctx_init(&c, b);
+    q.n = buf.n = 0;
+    uint32_t i = 0;
+    while (i + CLANES <= b->count) {
+        const uint32_t end = b->count - i < BLOCK ? i + (b->count - i) / CLANES * CLANES : i + BLOCK;
+        for (; i < end; i += CLANES)
+            compact_first(&c, &q, i, d);
+        while (q.n > BLOCK / 2)
+            compact_pass(&c, &q, &buf, d);
+    }
+    for (; i < b->count; i++) { /* fewer than CLANES items left: queue them unevaluated */
+        q.val[q.n] = b->v[i];
+        q.run[q.n] = b->run[i];
+        q.idx[q.n++] = i;
+    }
+    while (q.n) {
+        for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) { /* pad with copies of the last entry */
+            q.val[q.n] = q.val[last];
+            q.run[q.n] = q.run[last];
+            q.idx[q.n] = q.idx[last];
+        }
+        compact_pass(&c, &q, &buf, d);
+    }
+    outbuf_flush(&c, &buf);
+}
+
+static void walk_d0(const pd__batch *b)
+{
+    walk(b, 0);
+}
+
+static void walk_d1(const pd__batch *b)
+{
+    walk(b, 1);
+}
+
+void pd__batch_avx512(const pd__batch *b)
+{
+    int any_d = 0; /* the lighter round when every run has d = 0 */
+    for (unsigned r = 0; r < b->nruns; r++)
+        any_d |= b->perm[r]->rbits != b->perm[r]->lbits;
+    if (any_d)
+        walk_d1(b);
+    else
+        walk_d0(b);
+}
+
+/* ---- Keys of 16 windows: Philox4x32-10 with one window per lane, block by block (core/keys.h) */
+
+/* hi32 and lo32 of m·c for every lane. */
+PD_AI void mulhilo(__m512i c, __m512i m, __m512i *hi, __m512i *lo)
+{
+    const __m512i e = _mm512_mul_epu32(c, m);
+    const __m512i o = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m);
+    *hi = _mm512_mask_shuffle_epi32(o, 0x5555, e, _MM_PERM_DDBB);
+    *lo = _mm512_mullo_epi32(c, m);
+}
+
+void pd__keys_many_avx512(uint64_t seed, uint64_t epoch, uint32_t first, unsigned count, pd_keys *out)
+{
+    uint32_t blk[4][VW];
+    const __m512i m0 = _mm512_set1_epi32((int)PD_PHILOX_M0), m1 = _mm512_set1_epi32((int)PD_PHILOX_M1);
+    const __m512i stream = _mm512_add_epi32(_mm512_set1_epi32((int)first), iota16());
+    for (uint32_t j = 0; j < 7; j++) {
+        __m512i c0 = _mm512_set1_epi32((int)j), c1 = stream;
+        __m512i c2 = _mm512_set1_epi32((int)(uint32_t)epoch), c3 = _mm512_set1_epi32((int)(uint32_t)(epoch >> 32));
+        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+        for (int r = 0; r < 10; r++) {
+            if (r > 0) {
+                k0 += PD_PHILOX_W0;
+                k1 += PD_PHILOX_W1;
+            }
+            __m512i hi0, lo0, hi1, lo1;
+            mulhilo(c0, m0, &hi0, &lo0);
+            mulhilo(c2, m1, &hi1, &lo1);
+            c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32((int)k0), PD_TL_XOR3);
+            c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32((int)k1), PD_TL_XOR3);
+            c1 = lo1;
+            c3 = lo0;
+        }
+        _mm512_storeu_si512(blk[0], c0);
+        _mm512_storeu_si512(blk[1], c1);
+        _mm512_storeu_si512(blk[2], c2);
+        _mm512_storeu_si512(blk[3], c3);
+        for (unsigned w = 0; w < count; w++) {
+            if (j < 6)
+                for (int i = 0; i < 4; i++)
+                    out[w].k[4 * j + i] = blk[i][w];
+            else
+                out[w].flip = blk[0][w] & 1u;
+        }
+    }
+}

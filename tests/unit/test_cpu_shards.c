@@ -1,0 +1,474 @@
+/* Tests for cpu/shards.c: sharded ids from every ISA, walk and the pool equal the core's pd_shard_slice_fill_* bit for bit, over many layouts; bad input gets the core's errors. */
+#include "test_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/shards.h"
+#include "cpu/gen.h"
+
+#define P2(k) (UINT64_C(1) << (k))
+#define GUARD 16
+#define SENTINEL UINT64_C(0xA5A5A5A5A5A5A5A5)
+
+/* ---- Generators under test: every ISA this CPU runs, with every walk its σ kernel has. */
+
+typedef struct gen_case {
+    pd_gen g;
+    char name[40];
+} gen_case;
+
+/* The SIMDe build (test_cpu_shards_avx512emu) checks only the emulated AVX-512 kernels: the native
+ * build checks the rest, ten times faster. */
+#ifdef PERMD_TEST_AVX512_ONLY
+#define FIRST_ISA PD_ISA_AVX512
+#else
+#define FIRST_ISA PD_ISA_SCALAR
+#endif
+
+/* Smaller sweeps under valgrind (PERMD_TEST_QUICK), in emulation and in the sanitizer build (-O0:
+ * the Release run covers the full sweep; this one is for memory errors). */
+static int quick(void)
+{
+#if defined(PERMD_TEST_AVX512_ONLY) || defined(__SANITIZE_ADDRESS__)
+    return 1;
+#else
+    return test_quick();
+#endif
+}
+
+static size_t all_gens(gen_case *out)
+{
+    size_t n = 0;
+    for (int isa = FIRST_ISA; isa <= PD_ISA_AVX512; isa++) {
+        if (!pd_cpu_has_isa((pd_isa)isa))
+            continue;
+        for (int w = PD_WALK_AUTO; w <= PD_WALK_COMPACT; w++) {
+            gen_case *c = &out[n];
+            assert_int_equal(pd_gen_init(&c->g, (pd_isa)isa), PD_OK);
+            if (pd_gen_set_walk(&c->g, (pd_walk)w) != PD_OK)
+                continue;
+            snprintf(c->name, sizeof c->name, "%s/%s", pd_isa_name((pd_isa)isa), pd_walk_name((pd_walk)w));
+            n++;
+        }
+    }
+    return n;
+}
+
+static gen_case gens[16];
+static size_t ngens;
+/* Walks differ only where a batch holds one run (the σ kernel's own walk): the random layouts,
+ * mostly short runs, check the default walk of each ISA; the others check every walk. */
+static int every_walk = 1;
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* ---- Layouts */
+
+typedef struct layout {
+    uint64_t shards;
+    uint64_t *start;
+    void *mem;
+} layout;
+
+static void layout_from(layout *l, const uint64_t *sizes, uint64_t shards)
+{
+    l->shards = shards;
+    l->start = xmalloc((shards + 1) * 8);
+    l->mem = xmalloc(pd_shard_plan_bytes(shards));
+    assert_int_equal(pd_shard_layout_build(sizes, shards, l->start), PD_OK);
+}
+
+/* S shards, mostly small and uneven, some empty, some of one sample; big > 0 makes every 16th
+ * or so that size (N > 2^32 when big is). */
+static void layout_random(layout *l, uint64_t *rng, uint64_t shards, uint64_t big)
+{
+    uint64_t *sizes = xmalloc(shards * 8);
+    for (uint64_t i = 0; i < shards; i++) {
+        const uint64_t r = test_below(rng, 16);
+        sizes[i] = r == 0 ? 0 : r == 1 ? 1 : r == 2 && big ? big : 2 + test_below(rng, 300);
+    }
+    sizes[test_below(rng, shards)] += 1; /* never all empty */
+    layout_from(l, sizes, shards);
+    free(sizes);
+}
+
+static void layout_uniform(layout *l, uint64_t shards, uint64_t size)
+{
+    uint64_t *sizes = xmalloc(shards * 8);
+    for (uint64_t i = 0; i < shards; i++)
+        sizes[i] = size;
+    layout_from(l, sizes, shards);
+    free(sizes);
+}
+
+static void layout_free(layout *l)
+{
+    free(l->start);
+    free(l->mem);
+}
+
+static void plan_for(pd_shard_plan *plan, const layout *l, uint64_t seed, uint64_t epoch, uint64_t window,
+                     uint64_t lanes)
+{
+    assert_int_equal(pd_shard_plan_init(plan, l->start, l->shards, seed, epoch, window, lanes, l->mem,
+                                        pd_shard_plan_bytes(l->shards)),
+                     PD_OK);
+}
+
+/* ---- Checks */
+
+static void expect_same(const char *who, const pd_shard_plan *plan, const pd_slice *s, uint64_t count,
+                        const uint64_t *want, const void *got, unsigned width)
+{
+    for (uint64_t i = 0; i < count + GUARD; i++) {
+        const uint64_t g = width == 4 ? ((const uint32_t *)got)[i] : ((const uint64_t *)got)[i];
+        const uint64_t w = i < count ? (width == 4 ? (uint32_t)want[i] : want[i])
+                                     : (width == 4 ? (uint32_t)SENTINEL : SENTINEL);
+        if (g != w)
+            fail_msg("%s u%u: S=%llu N=%llu K=%llu G=%llu W=%u rank=%u %s offset=%llu count=%llu: [%llu] = %llu, "
+                     "want %llu%s",
+                     who, width * 8, (unsigned long long)plan->shards, (unsigned long long)plan->n,
+                     (unsigned long long)plan->window, (unsigned long long)plan->lanes, s->world, s->rank,
+                     pd_mode_name(s->mode), (unsigned long long)s->offset, (unsigned long long)count,
+                     (unsigned long long)i, (unsigned long long)g, (unsigned long long)w,
+                     i >= count ? " (written past the end)" : "");
+    }
+}
+
+/* One slice by every generator (and pool, when given) against pd_shard_slice_fill_*: ids, counts
+ * and errors, u64 and u32. */
+static void check_slice(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, pd_pool *pool)
+{
+    uint64_t *want = xmalloc(count * 8), *got = xmalloc((count + GUARD) * 8);
+    uint32_t *got32 = xmalloc((count + GUARD) * 4);
+    uint64_t nwant = 0, ngot = 0;
+    const int rc = pd_shard_slice_fill_u64(plan, s, count, want, &nwant);
+    const int fits = plan->n <= P2(32);
+    for (size_t k = 0; k <= ngens; k++) {
+        if (k == ngens && !pool)
+            break;
+        if (k < ngens && !every_walk && gens[k].g.walk != PD_WALK_AUTO)
+            continue;
+        const char *who = k < ngens ? gens[k].name : "pool";
+        for (uint64_t i = 0; i < count + GUARD; i++)
+            got[i] = SENTINEL;
+        memset(got32, 0xA5, (count + GUARD) * 4);
+        int r64, r32;
+        if (k < ngens) {
+            r64 = pd_gen_shard_slice_fill_u64(&gens[k].g, plan, s, count, got, &ngot);
+        } else {
+            r64 = pd_pool_shard_slice_fill_u64(pool, plan, s, count, got, &ngot);
+        }
+        if (r64 != rc)
+            fail_msg("%s u64: rc %d, the core's %d", who, r64, rc);
+        if (rc == PD_OK) {
+            assert_int_equal(ngot, nwant);
+            expect_same(who, plan, s, nwant, want, got, 8);
+        }
+        ngot = 0;
+        if (k < ngens)
+            r32 = pd_gen_shard_slice_fill_u32(&gens[k].g, plan, s, count, got32, &ngot);
+        else
+            r32 = pd_pool_shard_slice_fill_u32(pool, plan, s, count, got32, &ngot);
+        if (!fits) {
+            assert_int_equal(r32, PD_EOVERFLOW);
+        } else {
+            assert_int_equal(r32, rc);
+            if (rc == PD_OK) {
+                assert_int_equal(ngot, nwant);
+                expect_same(who, plan, s, nwant, want, got32, 4);
+            }
+        }
+    }
+    free(want);
+    free(got);
+    free(got32);
+}
+
+/* Slices of one plan: each mode, from the start, from a random offset, up to T (pad's wrapped
+ * tail), and past T; rank and count random. */
+static void check_plan(const pd_shard_plan *plan, uint64_t *rng, const uint32_t *worlds, size_t nworlds,
+                       uint64_t max_count)
+{
+    for (size_t wi = 0; wi < nworlds; wi++) {
+        for (int mode = PD_MODE_PAD; mode <= PD_MODE_EXACT; mode++) {
+            pd_slice s = {.world = worlds[wi], .mode = (pd_mode)mode};
+            uint64_t len;
+            if (pd_epoch_length(plan->n, s.world, s.mode, &len) != PD_OK || len == 0)
+                continue;
+            const uint64_t per = len / s.world;
+            const uint64_t offsets[3] = {0, test_below(rng, len + 1),
+                                         per > max_count ? len - (max_count - 1) * s.world - s.world : 0};
+            for (int o = 0; o < 3; o++) {
+                s.offset = offsets[o];
+                s.rank = (uint32_t)test_below(rng, s.world);
+                check_slice(plan, &s, 1 + test_below(rng, max_count), NULL);
+            }
+            s.offset = len; /* past T: nothing, not an error */
+            s.rank = s.world - 1;
+            check_slice(plan, &s, 10, NULL);
+        }
+    }
+}
+
+/* ---- Tests */
+
+/* Random layouts × windows × lanes × worlds: empty and single-sample shards, K = 1, K ≥ S, tables
+ * in registers (≤ 8 / 16 slots) and in memory, windows with more slots than a table holds, lanes
+ * that do and do not divide W, odd lanes read backward, N > 2^32. */
+static void random_layouts(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x5a4d;
+    static const uint64_t shard_counts[] = {1, 2, 3, 7, 64, 1000, 4099};
+    /* The even ones alone (quick) still take every lookup path: 1 slot, 32 and 64 in registers,
+     * 1024 gathered, more than a table holds. */
+    static const uint64_t windows[] = {1, 2, 17, 8, 64, 16, 1000, 3, P2(40), 1025};
+    static const uint64_t lanes[] = {1, 2, 3, 8, 17};
+    const int fast = quick();
+    every_walk = 0;
+    for (size_t i = 0; i < sizeof shard_counts / sizeof shard_counts[0]; i++) {
+        const uint64_t S = shard_counts[i];
+        layout l;
+        layout_random(&l, &rng, S, i % 3 == 2 ? P2(33) : 0);
+        for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++) {
+            if (fast && k % 2)
+                continue;
+            for (size_t g = 0; g < sizeof lanes / sizeof lanes[0]; g++) {
+                if (lanes[g] > l.start[S])
+                    continue;
+                pd_shard_plan plan;
+                plan_for(&plan, &l, 7 + i, k * 5 + g, windows[k], lanes[g]);
+                const uint32_t G = (uint32_t)lanes[g];
+                const uint32_t worlds[] = {1, 2, 3, 8, G, 2 * G, 3 * G + 1};
+                check_plan(&plan, &rng, worlds, fast ? 3 : 7, fast ? 300 : 3000);
+            }
+        }
+        layout_free(&l);
+    }
+    every_walk = 1;
+}
+
+/* Shards of one sample (windows of K samples: τ over 1 or 2, where the parity correction must be
+ * skipped or applied), and long uniform shards whose runs span several σ pieces. */
+static void uniform_layouts(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x0f1;
+    static const struct {
+        uint64_t shards, size;
+    } shapes[] = {{1, 1}, {2, 1}, {9, 1}, {300, 1}, {4, 5000}, {64, 1024}, {3, 100000}};
+    static const uint64_t windows[] = {1, 2, 8, 64};
+    static const uint64_t lanes[] = {1, 2, 8};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        layout l;
+        layout_uniform(&l, shapes[i].shards, shapes[i].size);
+        for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++)
+            for (size_t g = 0; g < sizeof lanes / sizeof lanes[0]; g++) {
+                if (lanes[g] > l.start[l.shards])
+                    continue;
+                /* Epochs whose window keys flip and whose do not: several per plan. */
+                for (uint64_t epoch = 0; epoch < (quick() ? 1 : 3); epoch++) {
+                    pd_shard_plan plan;
+                    plan_for(&plan, &l, 100 + i, epoch, windows[k], lanes[g]);
+                    const uint32_t worlds[] = {1, (uint32_t)lanes[g], 8, 5};
+                    check_plan(&plan, &rng, worlds, 4, quick() ? 500 : 12000);
+                }
+            }
+        layout_free(&l);
+    }
+}
+
+/* A rank that reads several lanes (m = G / gcd(G, W) subsequences) walks them side by side, 1024
+ * indices at a time (up to 16 of them; more one after the other): counts that end on and just
+ * past those steps, where some subsequences are one shorter than the rest. */
+static void interleaved_lanes(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x1a7e;
+    layout l;
+    layout_random(&l, &rng, 3000, 0);
+    static const struct {
+        uint64_t lanes;
+        uint32_t world;
+    } shapes[] = {{2, 1}, {8, 1}, {8, 3}, {16, 1}, {17, 1}, {12, 8}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        pd_shard_plan plan;
+        plan_for(&plan, &l, 21, i, 4, shapes[i].lanes);
+        const uint64_t m = shapes[i].lanes / (shapes[i].lanes % 2 == 0 && shapes[i].world % 2 == 0 ? 4 : 1);
+        const uint64_t counts[] = {m * 1024, m * 1024 + 1, m * 1024 + m - 1, 2 * m * 1024 + 1, 3};
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            pd_slice s = {.world = shapes[i].world, .rank = 0, .mode = PD_MODE_EXACT};
+            check_slice(&plan, &s, counts[c], NULL);
+            s.offset = shapes[i].world * 5;
+            s.rank = shapes[i].world - 1;
+            check_slice(&plan, &s, counts[c], NULL);
+        }
+    }
+    layout_free(&l);
+}
+
+/* Windows of 2^32 samples or more (τ's values need 64 bits: the plan is searched directly), and
+ * N near 2^63. */
+static void huge_layouts(void **state)
+{
+    (void)state;
+    uint64_t rng = 0xb16;
+    const uint64_t a[] = {P2(33) + 7, 5, 0, 12, P2(32)};
+    const uint64_t b[] = {P2(62), P2(62) - 5, 3, 0, 1};
+    const uint64_t *layouts[] = {a, b};
+    static const uint64_t windows[] = {1, 2, 5};
+    static const uint64_t lanes[] = {1, 2, 3, 8};
+    for (size_t i = 0; i < 2; i++) {
+        layout l;
+        layout_from(&l, layouts[i], 5);
+        for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++)
+            for (size_t g = 0; g < sizeof lanes / sizeof lanes[0]; g++) {
+                pd_shard_plan plan;
+                plan_for(&plan, &l, 3, k + g, windows[k], lanes[g]);
+                const uint32_t worlds[] = {1, 3, (uint32_t)lanes[g], UINT32_MAX};
+                check_plan(&plan, &rng, worlds, quick() ? 2 : 4, quick() ? 500 : 2000);
+            }
+        layout_free(&l);
+    }
+}
+
+/* The pool splits large requests into chunks that each start mid-window (and mid-lane), against
+ * the core; u32 and u64, with pad's wrapped tail. */
+static void pool_matches_core(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x9001;
+    static const unsigned threads[] = {1, 3};
+    layout l;
+    layout_random(&l, &rng, 5000, 0);
+    const uint64_t count = quick() ? 70000 : 300007;
+    for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
+        pd_pool *pool;
+        assert_int_equal(pd_pool_create(threads[t], NULL, &pool), PD_OK);
+        static const struct {
+            uint64_t window, lanes;
+            uint32_t world;
+        } cases[] = {{1, 1, 1}, {8, 1, 2}, {8, 4, 4}, {64, 8, 3}, {2000, 3, 1}};
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            pd_shard_plan plan;
+            plan_for(&plan, &l, 11, t * 10 + c, cases[c].window, cases[c].lanes);
+            pd_slice s = {.world = cases[c].world, .rank = cases[c].world - 1, .mode = PD_MODE_PAD};
+            uint64_t len;
+            assert_int_equal(pd_epoch_length(plan.n, s.world, s.mode, &len), PD_OK);
+            s.offset = len / s.world > count ? len - count * s.world : 0; /* up to T */
+            check_slice(&plan, &s, count, pool);
+            s.offset = 0;
+            s.mode = PD_MODE_EXACT;
+            check_slice(&plan, &s, count, pool);
+        }
+        pd_pool_destroy(pool);
+    }
+    layout_free(&l);
+}
+
+/* Errors as the core's, in the same order, for the generator and the pool alike. */
+static void bad_arguments_match_core(void **state)
+{
+    (void)state;
+    const uint64_t sizes[3] = {3, 0, 4}, big_sizes[2] = {P2(32), 1};
+    layout l, big;
+    layout_from(&l, sizes, 3);
+    layout_from(&big, big_sizes, 2);
+    pd_shard_plan plan, bigplan;
+    plan_for(&plan, &l, 1, 2, 2, 1);
+    plan_for(&bigplan, &big, 1, 2, 1, 1);
+    pd_gen g;
+    pd_pool *pool;
+    assert_int_equal(pd_gen_init(&g, PD_ISA_AUTO), PD_OK);
+    assert_int_equal(pd_pool_create(2, &g, &pool), PD_OK);
+    uint64_t o64[16], w;
+    uint32_t o32[16];
+    const struct {
+        const pd_shard_plan *plan;
+        pd_slice s;
+        uint64_t count;
+        int null_out, null_written;
+    } cases[] = {
+        {NULL, {1, 0, PD_MODE_EXACT, 0}, 1, 0, 0},
+        {&plan, {1, 0, PD_MODE_EXACT, 0}, 1, 0, 1},
+        {&plan, {1, 0, PD_MODE_EXACT, 0}, 1, 1, 0},
+        {&plan, {1, 0, PD_MODE_EXACT, 0}, 0, 1, 0}, /* nothing asked: no buffer needed */
+        {&plan, {0, 0, PD_MODE_EXACT, 0}, 1, 0, 0},
+        {&plan, {2, 2, PD_MODE_EXACT, 0}, 1, 0, 0},
+        {&plan, {2, 0, (pd_mode)7, 0}, 1, 0, 0},
+        {&plan, {2, 1, PD_MODE_PAD, 9}, 1, 0, 0},   /* past T = 8 */
+        {&plan, {2, 1, PD_MODE_PAD, 8}, 5, 0, 0},   /* at T: nothing */
+        {&plan, {3, 2, PD_MODE_PAD, 3}, 16, 0, 0},  /* the wrapped tail */
+        {&bigplan, {1, 0, PD_MODE_EXACT, 0}, 4, 0, 0}, /* u32: EOVERFLOW */
+        {&bigplan, {1, 0, PD_MODE_EXACT, 0}, 4, 0, 1}, /* u32: EOVERFLOW before the NULL */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const pd_shard_plan *p = cases[i].plan;
+        const pd_slice *s = &cases[i].s;
+        const uint64_t ct = cases[i].count;
+        uint64_t *b64 = cases[i].null_out ? NULL : o64, *wr = cases[i].null_written ? NULL : &w;
+        uint32_t *b32 = cases[i].null_out ? NULL : o32;
+        const int want64 = pd_shard_slice_fill_u64(p, s, ct, b64, wr);
+        const int want32 = pd_shard_slice_fill_u32(p, s, ct, b32, wr);
+        assert_int_equal(pd_gen_shard_slice_fill_u64(&g, p, s, ct, b64, wr), want64);
+        assert_int_equal(pd_gen_shard_slice_fill_u32(&g, p, s, ct, b32, wr), want32);
+        assert_int_equal(pd_pool_shard_slice_fill_u64(pool, p, s, ct, b64, wr), want64);
+        assert_int_equal(pd_pool_shard_slice_fill_u32(pool, p, s, ct, b32, wr), want32);
+    }
+    const pd_slice sl = {.world = 1, .mode = PD_MODE_EXACT};
+    const pd_gen junk = {.isa = (pd_isa)99};
+    assert_int_equal(pd_gen_shard_slice_fill_u64(NULL, &plan, &sl, 1, o64, &w), PD_EINVAL);
+    assert_int_equal(pd_gen_shard_slice_fill_u32(&junk, &plan, &sl, 1, o32, &w), PD_EINVAL);
+    assert_int_equal(pd_pool_shard_slice_fill_u64(NULL, &plan, &sl, 1, o64, &w), PD_EINVAL);
+    pd_pool_destroy(pool);
+    layout_free(&l);
+    layout_free(&big);
+}
+
+/* A negative control for the comparison: ids of another epoch's plan differ from the core's. */
+static void comparison_can_fail(void **state)
+{
+    (void)state;
+    layout l;
+    layout_uniform(&l, 64, 100);
+    pd_shard_plan a, b;
+    void *mem2 = xmalloc(pd_shard_plan_bytes(64));
+    plan_for(&a, &l, 1, 1, 8, 2);
+    assert_int_equal(pd_shard_plan_init(&b, l.start, 64, 1, 2, 8, 2, mem2, pd_shard_plan_bytes(64)), PD_OK);
+    const pd_slice s = {.world = 2, .rank = 1, .mode = PD_MODE_EXACT};
+    uint64_t want[1000], got[1000], nw, ng;
+    pd_gen g;
+    assert_int_equal(pd_gen_init(&g, PD_ISA_AUTO), PD_OK);
+    assert_int_equal(pd_shard_slice_fill_u64(&a, &s, 1000, want, &nw), PD_OK);
+    assert_int_equal(pd_gen_shard_slice_fill_u64(&g, &b, &s, 1000, got, &ng), PD_OK);
+    assert_int_equal(nw, ng);
+    assert_true(memcmp(want, got, sizeof want) != 0);
+    free(mem2);
+    layout_free(&l);
+}
+
+int main(void)
+{
+    ngens = all_gens(gens);
+    for (size_t i = 0; i < ngens; i++)
+        printf("checking %s\n", gens[i].name);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bad_arguments_match_core),
+        cmocka_unit_test(comparison_can_fail),
+        cmocka_unit_test(random_layouts),
+        cmocka_unit_test(uniform_layouts),
+        cmocka_unit_test(interleaved_lanes),
+        cmocka_unit_test(huge_layouts),
+        cmocka_unit_test(pool_matches_core),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
