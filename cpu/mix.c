@@ -272,12 +272,10 @@ static void pd_mix_ranges(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w)
             const uint64_t e = d / comp->size, u = d % comp->size;
             const uint64_t n = comp->size - u < s->hi - d ? comp->size - u : s->hi - d;
             const pd_mix_order *o = pd_mix_order_get(c, j, e);
-            if (comp->shard_start) {
-                pd_shard_loc loc;
-                for (uint64_t i = 0; i < n; i++) {
-                    pd_shard_locate(&o->plan, u + i, &loc);
-                    ids[d - s->lo + i] = loc.sample;
-                }
+            if (comp->shard_start) { /* the draws u.. are positions u.. of one reader's sharded epoch */
+                const pd_slice one = {.world = 1, .mode = PD_MODE_EXACT, .offset = u};
+                uint64_t got;
+                pd_gen_shard_slice_fill_u64(g, &o->plan, &one, n, ids + (d - s->lo), &got); /* n ≤ size − u: no error */
             } else {
                 pd__run run = {.perm = &o->perm, .first = u, .stride = 1, .count = n, .out = ids + (d - s->lo),
                                .width = 8, .walk = g->walk};
