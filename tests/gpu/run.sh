@@ -2,7 +2,7 @@
 # The GPU session's script, run on a GPU machine through the device tool (see docs): builds with CUDA,
 # runs the GPU and unit tests, then the GPU benchmark, leaving logs and results in $OUT.
 # Prepare here first: scripts/device-sysroot.sh (then carry .carry).
-#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|shards|nccl|nccl-python|python|all] [--quick]
+#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|serve-compare|shards|nccl|nccl-python|python|all] [--quick]
 # (python: the Python package's tests under this host's torch 2.x; CI runs them under Debian's torch 1.13)
 # (shards: the sharded-id tests (GPU and CPU kernels against the core) and bench/shards.sh's CPU and GPU rows)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
@@ -75,6 +75,17 @@ if [ "$what" = shards ]; then
 fi
 if [ "$what" = hostbench ] || [ "$what" = shards ]; then
   SHARDS_MD="$OUT/shards.md" bash bench/shards.sh build-dev "$@" >"$OUT/shards_bench.log" 2>&1 || { tail -20 "$OUT/shards_bench.log"; rc=1; }
+fi
+if [ "$what" = serve-compare ]; then # bench/serve.sh of an earlier tree and of this one, alternating, same host
+  # .bench-before: `git archive <commit>` unpacked there and carried (e.g. the commit before a refactor)
+  [ -f .bench-before/bench/serve.sh ] || { echo "serve-compare: carry .bench-before (an earlier tree)" >&2; exit 2; }
+  (cd .bench-before && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=OFF \
+     -DCMAKE_PREFIX_PATH="$sys/usr" && cmake --build build -j"$(nproc)") >"$OUT/before_build.log" 2>&1 \
+    || { tail -20 "$OUT/before_build.log"; exit 1; }
+  for round in 1 2; do
+    OUT="$OUT/serve_before_$round.md" REPS=${REPS:-2} SECONDS_PER_RUN=${SECONDS_PER_RUN:-3} bash .bench-before/bench/serve.sh .bench-before/build 2>&1 | tail -3 || rc=1
+    OUT="$OUT/serve_after_$round.md" REPS=${REPS:-2} SECONDS_PER_RUN=${SECONDS_PER_RUN:-3} bash bench/serve.sh build-dev 2>&1 | tail -3 || rc=1
+  done
 fi
 if [ "$what" = hostbench ]; then
   PYTHONPATH=python PERMD_LIB=build-dev/lib/libpermd.so python3 bench/python_sampler.py "$OUT/python.md" 2>&1 | tail -20 || rc=1
