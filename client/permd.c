@@ -1212,8 +1212,9 @@ static int pd_cl_mixture_def(permd_client *c, const Permd__V1__Mixture *m, permd
         return pd_cl_fail(c, PD_ENOMEM, "out of memory");
     d->component_sizes = (uint64_t *)(d + 1);
     d->stage_starts = d->component_sizes + C;
-    d->components = (char(*)[PERMD_NAME_MAX + 1])(d->stage_starts + S);
-    d->weights = (uint32_t *)(d->components + C);
+    /* u64 arrays, then u32 weights, then the byte-aligned names: each array stays aligned */
+    d->weights = (uint32_t *)(d->stage_starts + S);
+    d->components = (char(*)[PERMD_NAME_MAX + 1])(d->weights + S * C);
     snprintf(d->name, sizeof d->name, "%s", m->name);
     d->ncomponents = (uint32_t)C;
     d->nstages = (uint32_t)S;

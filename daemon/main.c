@@ -91,10 +91,6 @@ int main(int argc, char **argv)
         pd_args args = {argc, argv};
         pd_server_on_reload(srv, pd_reload_from_args, &args);
         pd_server_run(srv);
-        /* Shut down already: a second SIGTERM (systemd, a supervisor's retry) must not turn the
-         * clean exit into death by signal while memory is released. */
-        signal(SIGTERM, SIG_IGN);
-        signal(SIGINT, SIG_IGN);
         pd_stats_view v;
         pd_server_totals(srv, &v);
         pd_server_free(srv);

@@ -485,6 +485,12 @@ static void pd_server_close_signals(pd_server *s)
     s->signals_on = 0;
     for (int i = 0; i < PD_NSIGNALS; i++)
         uv_close((uv_handle_t *)&s->signals[i], NULL);
+    /* Closing the last watcher of a signal gives it back its default action. permd is stopping
+     * already (jobs may still be finishing): a second SIGTERM or SIGINT (systemd, a supervisor's
+     * retry, Ctrl-C twice) must not turn the clean exit into death by signal. SIGHUP and SIGUSR*
+     * keep the default action of a process on its way out. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
 }
 
 void pd_server_stop(pd_server *s)

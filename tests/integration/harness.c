@@ -116,23 +116,39 @@ int harness_start(harness *h, int with_tcp, const char *const *extra, int *statu
     return -1;
 }
 
+/* An unexpected end of permd (not asked for with SIGKILL) leaves its log on stderr: CI keeps only
+ * the test's output, and harness_cleanup removes the directory the log lives in. */
+static void harness_show_log(const harness *h, int st)
+{
+    char line[2048];
+    FILE *f = fopen(h->log, "r");
+    fprintf(stderr, "harness: permd (pid %d) ended with status %#x; its log:\n", (int)h->pid, st);
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f))
+        fprintf(stderr, "  | %s", line);
+    fclose(f);
+}
+
 int harness_stop(harness *h, int sig)
 {
-    int st;
+    int st = -1;
     if (!h->pid)
         return -1;
     kill(h->pid, sig);
     for (int i = 0; i < 3000; i++) {
-        if (waitpid(h->pid, &st, WNOHANG) == h->pid) {
-            h->pid = 0;
-            return st;
-        }
+        if (waitpid(h->pid, &st, WNOHANG) == h->pid)
+            goto done;
         sleep_ms(10);
     }
     kill(h->pid, SIGKILL);
     waitpid(h->pid, &st, 0);
+    st = -1;
+done:
+    if (sig != SIGKILL && !harness_exited_with(st, 0))
+        harness_show_log(h, st);
     h->pid = 0;
-    return -1;
+    return st;
 }
 
 void harness_cleanup(harness *h)
