@@ -187,24 +187,40 @@ class Sampler(_Base):
 
     def set_epoch(self, epoch):
         """The epoch of the next pass. A loaded state of this epoch resumes at its offset (whichever
-        of set_epoch and load_state_dict came first); any other epoch starts at its beginning."""
-        self._next_epoch = self._epoch_checked(_args.wrapped("epoch", epoch))
-        self._requested = True
-        self._pass = None
+        of set_epoch and load_state_dict came first); any other epoch starts at its beginning.
+
+        A pass under way of this same epoch stays the one state_dict() describes: Lightning, and a
+        DataLoader whose workers prefetch at iter(), begin the pass before they call set_epoch()."""
+        epoch = self._epoch_checked(_args.wrapped("epoch", epoch))
+        p = self._pass
+        self._next_epoch, self._requested = epoch, True
+        if p is None or p.done or p.epoch != epoch:
+            self._pass = None
 
     def __len__(self):
-        """The ids of the current pass, or of the next one (after a resume: what is left of its epoch)."""
-        if self._pass is not None:
-            return self._pass.count
-        return self._remaining(self._next_start()[1])
+        """num_samples: this rank's ids in a whole epoch, as DistributedSampler's len(). A resumed pass
+        yields fewer (what is left of its epoch); frameworks that count an epoch's batches (Lightning)
+        count those trained before the checkpoint too, and stop at this length."""
+        return self.num_samples
 
     def __iter__(self):
         self._pass = None  # until it begins, state_dict() describes the pass about to begin
         return self._run()
 
-    def _next_start(self):
+    def _next_start(self, roll=True):
+        """(epoch, offset) where the next pass begins. roll=False: as a checkpoint says it, a state at
+        its epoch's end kept as it is (a later set_epoch of that same epoch must find it done)."""
         loaded = self._loaded
-        if loaded is not None and (not self._requested or loaded[0] == self._next_epoch):
+        if loaded is not None and loaded[0] == self._next_epoch and self._requested:
+            return loaded
+        if loaded is not None and not self._requested:
+            if roll and loaded[1] >= self._epoch_length() and self._length > 0:
+                # The state is at its epoch's end: what comes next is the next epoch's start. Lightning
+                # (and any loop whose DataLoader workers prefetch at iter()) begins the pass before it
+                # calls set_epoch(epoch + 1); an empty pass there would cost that whole epoch.
+                following = (loaded[0] + 1) % (1 << 64)
+                if self.mixture is None or (following + 1) * self._length <= _mixture.RUN_END:
+                    return following, 0
             return loaded
         return self._next_epoch, 0
 
@@ -311,7 +327,7 @@ class Sampler(_Base):
         has run out, the offset is the epoch's end."""
         p, t = self._pass, self._epoch_length()
         if p is None:
-            epoch, offset = self._next_start()
+            epoch, offset = self._next_start(roll=False)
             if consumed is not None:
                 _args.integer("consumed (no pass has begun)", consumed, 0, 0)
         else:
@@ -331,8 +347,9 @@ class Sampler(_Base):
 
     def load_state_dict(self, state):
         """Resume from state_dict() of any world size: the next pass of the state's epoch starts at
-        its offset. Without set_epoch() the next pass runs that epoch; set_epoch() of another epoch
-        (before or after this call) starts that epoch at its beginning instead."""
+        its offset. Without set_epoch() the next pass runs that epoch (or, from a state at its epoch's
+        end, the next epoch from its start); set_epoch() of another epoch (before or after this call)
+        starts that epoch at its beginning instead."""
         if not isinstance(state, dict):
             raise TypeError("state must be a dict from Sampler.state_dict()")
         missing = _STATE_KEYS - set(state)

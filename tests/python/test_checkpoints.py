@@ -121,8 +121,10 @@ class CheckpointPoints(unittest.TestCase):
             list(s)
         states = [s.state_dict() for s in ranks]
         self.assertEqual([(st["epoch"], st["offset"]) for st in states], [(3, N)] * 4)
-        self.assertEqual(resume(states[0], 3), [])  # epoch 3 is done: nothing repeats
+        # epoch 3 is done: nothing of it repeats. Named again, it is empty; not named, the next pass is
+        # epoch 4 whole (Lightning, and DataLoader workers, begin the pass before set_epoch(4))
         self.assertEqual(resume(states[0], 3, epoch=3), [])
+        self.assertEqual(resume(states[0], 3), resume(states[0], 3, epoch=4))
         self.assertEqual(sorted(resume(states[0], 3, epoch=4)), sorted(epoch_order(4)))
 
     def test_after_a_resume_and_more_steps(self):
@@ -162,7 +164,7 @@ class EpochAndLoadOrder(unittest.TestCase):
             s = sampler(1, 0)
             for c in calls:
                 s.load_state_dict(mid) if c == "load" else s.set_epoch(c)
-            self.assertEqual((len(s), s.epoch), (count, epoch), calls)
+            self.assertEqual((len(s), s.epoch), (s.num_samples, epoch), calls)  # len(): a whole epoch's
             self.assertEqual((len(list(s)), s.epoch), (count, epoch), calls)
         # torchdata's StatefulDataLoader restores its sampler inside iter(loader), after the loop's set_epoch: a
         # state saved after epoch 5 ended, restored in epoch 6, runs epoch 6 whole (not epoch 5 again)
@@ -181,6 +183,56 @@ class EpochAndLoadOrder(unittest.TestCase):
         self.assertEqual(list(s), [])
         s.set_epoch(6)
         self.assertEqual(len(list(s)), 26)
+
+
+class IterBeforeSetEpoch(unittest.TestCase):
+    """Lightning's order on a resume (fit_loop.setup_data): train_dataloader() (the recipe loads the state), then
+    iter(loader), whose workers begin the pass at once, then set_epoch(current_epoch). The pass begun must be
+    the one that set_epoch names, and state_dict() must keep describing it."""
+
+    def run_resumed(self, state, epoch, bs=4, crash_after=None):
+        """One rank resumed as Lightning does; returns (ids trained, state at crash_after batches or None)."""
+        s = sampler(1, 0)
+        s.load_state_dict(state)
+        loader = DataLoader(range(N), batch_size=bs, sampler=s, num_workers=2, prefetch_factor=2)
+        it = iter(loader)
+        s.set_epoch(epoch)
+        trained = []
+        for step, batch in enumerate(it):
+            trained += batch.tolist()
+            if crash_after is not None and step + 1 == crash_after:
+                return trained, s.state_dict(consumed=len(trained))
+        return trained, None
+
+    def test_mid_epoch(self):
+        first, st = self.run_resumed(self.state(2, 0), 2, crash_after=5)  # a fresh epoch 2, saved after 5 batches
+        self.assertEqual((st["epoch"], st["offset"]), (2, 20))
+        rest, _ = self.run_resumed(st, 2)
+        self.assertEqual(first + rest, self.order(2))
+
+    def test_at_the_epoch_end(self):
+        # a checkpoint at the epoch's end (on_train_epoch_end, or on_train_batch_end of its last batch):
+        # Lightning resumes in the next epoch, and its workers began the pass before set_epoch(3)
+        ids, _ = self.run_resumed(self.state(2, N), 3)
+        self.assertEqual(ids, self.order(3))
+
+    def test_set_epoch_of_another_epoch_mid_pass(self):
+        # negative control of the rule: a pass under way of another epoch is left behind by set_epoch
+        s = sampler(1, 0)
+        it = iter(s)
+        [next(it) for _ in range(7)]
+        s.set_epoch(0)
+        self.assertEqual(s.state_dict(consumed=3)["offset"], 3)
+        s.set_epoch(1)
+        self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (1, 0))
+
+    def state(self, epoch, offset):
+        return {"version": 1, "seed": SEED, "epoch": epoch, "offset": offset, "size": N, "mode": "exact"}
+
+    def order(self, epoch):
+        s = sampler(1, 0)
+        s.set_epoch(epoch)
+        return list(s)
 
 
 class Consumed(unittest.TestCase):
@@ -266,11 +318,13 @@ class Resume(unittest.TestCase):
     def test_len_after_resume(self):
         s = permd.Sampler(size=100, num_replicas=4, rank=0, mode="exact")
         s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 40, "size": 100, "mode": "exact"})
-        self.assertEqual(len(s), 15)
+        # len() is DistributedSampler's num_samples, a whole epoch's ids for this rank, whatever the
+        # offset: Lightning counts the batches trained before the checkpoint and stops at len(loader)
+        self.assertEqual((len(s), s.num_samples), (25, 25))
         self.assertEqual(len(list(s)), 15)
-        self.assertEqual(len(s), 15)  # the pass just read
-        s.set_epoch(1)
         self.assertEqual(len(s), 25)
+        s.set_epoch(1)
+        self.assertEqual(len(list(s)), 25)
 
 
 if __name__ == "__main__":

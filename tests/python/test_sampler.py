@@ -376,7 +376,7 @@ class DaemonBacked(unittest.TestCase):
             # a resumed state travels too, and the copy reconnects in another process
             s.load_state_dict(dict(s.state_dict(), offset=30))
             out = subprocess.run([sys.executable, "-c", "import pickle, sys; s = pickle.load(sys.stdin.buffer); "
-                                  "print(s.epoch, len(s), sum(s), s.client.server)"],
+                                  "ids = list(s); print(s.epoch, len(ids), sum(ids), s.client.server)"],
                                  input=pickle.dumps(s), capture_output=True, timeout=120, env=os.environ)
             self.assertEqual(out.stdout.decode().split()[:3], ["2", str(len(whole) - 10), str(sum(whole[10:]))],
                              out.stderr.decode())
