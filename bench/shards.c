@@ -1,5 +1,5 @@
 /* Sharded ids vs flat σ per backend, in one run: the core's scalar loop, the CPU kernels (scalar, AVX2, AVX-512) and the GPU; plan build and upload.
- * usage: shards [--quick]; prints markdown tables (bench/shards.sh writes bench/results/shards.md). */
+ * usage: shards [--quick] [--gpu-only]; prints markdown tables (bench/shards.sh writes bench/results/shards.md). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,7 +240,17 @@ static void layout_init(layout *l, const char *name, uint64_t shards, uint64_t p
 
 int main(int argc, char **argv)
 {
-    const int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    int quick = 0, cpu = 1; /* --gpu-only: the GPU tables alone (the CPU ones take minutes on a slow host) */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            quick = 1;
+        } else if (!strcmp(argv[i], "--gpu-only")) {
+            cpu = 0;
+        } else {
+            fprintf(stderr, "usage: shards [--quick] [--gpu-only]\n");
+            return 2;
+        }
+    }
     const uint64_t shards = quick ? 4096 : 65536;
     layout layouts[2];
     layout_init(&layouts[0], "Uniform shards of 1024", shards, 1024, 0);
@@ -250,7 +260,7 @@ int main(int argc, char **argv)
            "same count, σ over the same N). \"σ work ÷ flat\": the cycle walk's evaluations per id over the\n"
            "windows (each τ_w walks 2^b/m_w times on average) over flat σ's on N: σ alone would make\n"
            "\"÷ flat\" about 1 / that.\n");
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; cpu && i < 2; i++)
         cpu_table(&layouts[i], layouts[i].n / 8);
 #ifdef PERMD_BENCH_GPU
     pd_gpu *gpu;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs bench/shards (sharded ids vs flat σ per backend: the core, the CPU kernels, the GPU when built with CUDA)
 # and writes bench/results/shards.md (or $SHARDS_MD).
-# usage: bench/shards.sh [BUILD_DIR] [--quick]
+# usage: bench/shards.sh [BUILD_DIR] [--quick] [--gpu-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}

@@ -82,9 +82,13 @@ if [ "$what" = serve-compare ]; then # bench/serve.sh of an earlier tree and of 
   (cd .bench-before && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=OFF \
      -DCMAKE_PREFIX_PATH="$sys/usr" && cmake --build build -j"$(nproc)") >"$OUT/before_build.log" 2>&1 \
     || { tail -20 "$OUT/before_build.log"; exit 1; }
+  # permd of both trees built the same way (no CUDA: the serve rows are the CPU backend's)
+  cmake -S . -B build-cpu -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=OFF -DCMAKE_PREFIX_PATH="$sys/usr" \
+    >"$OUT/cpu_build.log" 2>&1 && cmake --build build-cpu -j"$(nproc)" >>"$OUT/cpu_build.log" 2>&1 \
+    || { tail -20 "$OUT/cpu_build.log"; exit 1; }
   for round in 1 2; do
     OUT="$OUT/serve_before_$round.md" REPS=${REPS:-2} SECONDS_PER_RUN=${SECONDS_PER_RUN:-3} bash .bench-before/bench/serve.sh .bench-before/build 2>&1 | tail -3 || rc=1
-    OUT="$OUT/serve_after_$round.md" REPS=${REPS:-2} SECONDS_PER_RUN=${SECONDS_PER_RUN:-3} bash bench/serve.sh build-dev 2>&1 | tail -3 || rc=1
+    OUT="$OUT/serve_after_$round.md" REPS=${REPS:-2} SECONDS_PER_RUN=${SECONDS_PER_RUN:-3} bash bench/serve.sh build-cpu 2>&1 | tail -3 || rc=1
   done
 fi
 if [ "$what" = hostbench ]; then
