@@ -65,7 +65,9 @@ class Sampler(_Base):
               be the components' total; an epoch has the mixture's length in positions.
 
     Each iter() is a pass: it runs the epoch of the last set_epoch() (or, with none since the last
-    pass, the same epoch again), from the offset of a loaded state of that epoch, else from its start.
+    pass, the same epoch again), from the offset of a loaded state of that epoch, else from its start
+    (a loaded state at its epoch's end, with no set_epoch() since: the next epoch). len() is
+    num_samples, a whole epoch's, as DistributedSampler's; a resumed pass yields what is left.
     state_dict() / load_state_dict() carry (seed, epoch, offset): save on any world size, resume on
     any other with no sample repeated or skipped (docs/python.md). A mixture's state also carries its
     definition: a resume under another mixture is refused, one that only adds stages after the state's
