@@ -1205,16 +1205,27 @@ static int pd_cl_mixture_def(permd_client *c, const Permd__V1__Mixture *m, permd
     if (!m || m->n_components == 0 || m->n_stages == 0 || m->n_component_sizes != m->n_components)
         return pd_cl_fail(c, PD_EPROTO, "permd sent an incomplete mixture");
     size_t C = m->n_components, S = m->n_stages;
-    size_t bytes = sizeof(permd_mixture_def) + C * sizeof(uint64_t) + S * sizeof(uint64_t) +
-                   C * (PERMD_NAME_MAX + 1) + S * C * sizeof(uint32_t);
+    const int layouts = m->n_component_shards == C && m->n_component_windows == C && m->n_component_lanes == C;
+    size_t bytes = sizeof(permd_mixture_def) + (C + S + 2 * C) * sizeof(uint64_t) + (S * C + C) * sizeof(uint32_t) +
+                   C * (PERMD_NAME_MAX + 1);
     permd_mixture_def *d = calloc(1, bytes);
     if (!d)
         return pd_cl_fail(c, PD_ENOMEM, "out of memory");
     d->component_sizes = (uint64_t *)(d + 1);
     d->stage_starts = d->component_sizes + C;
-    /* u64 arrays, then u32 weights, then the byte-aligned names: each array stays aligned */
-    d->weights = (uint32_t *)(d->stage_starts + S);
-    d->components = (char(*)[PERMD_NAME_MAX + 1])(d->weights + S * C);
+    /* u64 arrays, then u32 arrays, then the byte-aligned names: each array stays aligned */
+    uint64_t *shards = d->stage_starts + S, *windows = shards + C;
+    d->weights = (uint32_t *)(windows + C);
+    uint32_t *lanes = d->weights + S * C;
+    d->components = (char(*)[PERMD_NAME_MAX + 1])(lanes + C);
+    if (layouts) {
+        d->component_shards = shards;
+        d->component_windows = windows;
+        d->component_lanes = lanes;
+        memcpy(shards, m->component_shards, C * sizeof *shards);
+        memcpy(windows, m->component_windows, C * sizeof *windows);
+        memcpy(lanes, m->component_lanes, C * sizeof *lanes);
+    }
     snprintf(d->name, sizeof d->name, "%s", m->name);
     d->ncomponents = (uint32_t)C;
     d->nstages = (uint32_t)S;

@@ -337,6 +337,11 @@ typedef struct permd_mixture_def {
     uint64_t size;                          /* N = sum of component sizes (global ids are below it) */
     uint32_t id_width;                      /* 4 when N <= 2^32, else 8 */
     int64_t created_unix_ms;
+    /* Each component's layout when the mixture was put (server; NULL from a permd that does not
+     * send them): shard count (0: flat), and for a sharded one its K and G. */
+    uint64_t *component_shards;
+    uint64_t *component_windows;
+    uint32_t *component_lanes;
 } permd_mixture_def;
 
 /* Register (or confirm) mixture `name` over registered datasets. length 0:

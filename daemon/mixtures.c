@@ -26,13 +26,18 @@ static int pd_mixture_msg(pd_session *s, const pd_mixdef *d, Permd__V1__Mixture 
     m->created_unix_ms = d->created_ms;
     char **names = pd_arena_alloc(a, C * sizeof *names);
     uint64_t *sizes = pd_arena_alloc(a, C * sizeof *sizes);
+    uint64_t *shards = pd_arena_alloc(a, C * sizeof *shards), *windows = pd_arena_alloc(a, C * sizeof *windows);
+    uint32_t *lanes = pd_arena_alloc(a, C * sizeof *lanes);
     Permd__V1__MixtureStage *st = pd_arena_alloc(a, S * sizeof *st);
     Permd__V1__MixtureStage **stp = pd_arena_alloc(a, S * sizeof *stp);
-    if (!names || !sizes || !st || !stp)
+    if (!names || !sizes || !shards || !windows || !lanes || !st || !stp)
         return PD_ENOMEM;
     for (uint32_t j = 0; j < C; j++) {
         names[j] = (char *)d->comp[j].name;
         sizes[j] = d->comp[j].size;
+        shards[j] = d->comp[j].shards;
+        windows[j] = d->comp[j].shards ? d->comp[j].window : 0;
+        lanes[j] = d->comp[j].shards ? d->comp[j].lanes : 0;
     }
     for (uint32_t k = 0; k < S; k++) {
         permd__v1__mixture_stage__init(&st[k]);
@@ -45,6 +50,10 @@ static int pd_mixture_msg(pd_session *s, const pd_mixdef *d, Permd__V1__Mixture 
     m->components = names;
     m->n_component_sizes = C;
     m->component_sizes = sizes;
+    m->n_component_shards = m->n_component_windows = m->n_component_lanes = C;
+    m->component_shards = shards;
+    m->component_windows = windows;
+    m->component_lanes = lanes;
     m->n_stages = S;
     m->stages = stp;
     return 0;

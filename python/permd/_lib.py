@@ -25,7 +25,10 @@ class MixtureDef(ctypes.Structure):  # permd_mixture_def: a mixture registered o
                 ("components", ctypes.POINTER(ctypes.c_char * 129)), ("component_sizes", ctypes.POINTER(ctypes.c_uint64)),
                 ("nstages", ctypes.c_uint32), ("stage_starts", ctypes.POINTER(ctypes.c_uint64)),
                 ("weights", ctypes.POINTER(ctypes.c_uint32)), ("length", ctypes.c_uint64), ("block", ctypes.c_uint32),
-                ("size", ctypes.c_uint64), ("id_width", ctypes.c_uint32), ("created_unix_ms", ctypes.c_int64)]
+                ("size", ctypes.c_uint64), ("id_width", ctypes.c_uint32), ("created_unix_ms", ctypes.c_int64),
+                ("component_shards", ctypes.POINTER(ctypes.c_uint64)),
+                ("component_windows", ctypes.POINTER(ctypes.c_uint64)),
+                ("component_lanes", ctypes.POINTER(ctypes.c_uint32))]
 
 
 class Digest(ctypes.Structure):

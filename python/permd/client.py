@@ -24,7 +24,11 @@ def _mixture_dict(d):
             "component_sizes": d.component_sizes[:n],
             "stages": [(d.stage_starts[k], d.weights[k * n:(k + 1) * n]) for k in range(s)],
             "length": d.length, "block": d.block, "size": d.size, "id_width": d.id_width,
-            "created_unix_ms": d.created_unix_ms}
+            "created_unix_ms": d.created_unix_ms,
+            # each component's layout when the mixture was put (None from a permd that does not send it)
+            "component_layouts": None if not d.component_shards else
+            [{"shards": d.component_shards[j], "window": d.component_windows[j], "lanes": d.component_lanes[j]}
+             for j in range(n)]}
 
 
 def _name(name, what="name"):
@@ -195,8 +199,9 @@ class Client:
 
     def get_mixture(self, name):
         """Mixture `name`'s definition: {"name", "components" (dataset names), "component_sizes" (theirs
-        when it was put), "stages" [(start, weights)], "length", "block", "size" (N), "id_width",
-        "created_unix_ms"}. NotFound if there is none."""
+        when it was put), "component_layouts" ([{"shards", "window", "lanes"}], shards 0 for a flat one; as
+        put), "stages" [(start, weights)], "length", "block", "size" (N), "id_width", "created_unix_ms"}.
+        NotFound if there is none."""
         out = _lib.PMixtureDef()
         _lib.check(_lib.get_mixture(self._handle(), _name(name), ctypes.byref(out)), f"get_mixture {name!r}", self._c)
         return self._take_mixture(out)
@@ -232,9 +237,14 @@ class Client:
                                 length=d["length"], block=d["block"])
 
     def _mixture_identity(self, d):
-        """What a Sampler's state records of mixture definition `d` (permd.mixture.identity), its components'
-        layouts asked for (a sharded one is recorded by its size, shard count, K and G)."""
+        """What a Sampler's state records of mixture definition `d` (permd.mixture.identity): a sharded
+        component by its size, shard count, K and G, as the daemon recorded them when the mixture was put
+        (from an older permd that does not send them, each component is asked for)."""
         from .mixture import identity
+        if d.get("component_layouts") is not None:
+            return identity([{"size": size, **lay} if lay["shards"] else size
+                             for size, lay in zip(d["component_sizes"], d["component_layouts"])],
+                            d["length"], d["block"], d["stages"])
         comps = []
         for cname, size in zip(d["components"], d["component_sizes"]):
             info = self.get_dataset(cname)

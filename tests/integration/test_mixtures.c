@@ -72,6 +72,8 @@ static void test_serve_like_offline(void **state)
     assert_int_equal(d->size, 1250);
     assert_int_equal(d->component_sizes[1], 250);
     assert_string_equal(d->components[1], "b");
+    assert_non_null(d->component_shards); /* the layouts as put: both flat */
+    assert_true(d->component_shards[0] == 0 && d->component_shards[1] == 0 && d->component_lanes[1] == 0);
     permd_mixture_def_free(d);
     assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, weights1, 1, 0, 0, NULL, &created), 0);
     assert_int_equal(created, 0); /* the same definition: confirmed */

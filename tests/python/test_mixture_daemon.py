@@ -46,6 +46,11 @@ class OnTheDaemon(unittest.TestCase):
         self.assertEqual((d["size"], d["length"], d["block"], d["id_width"]), (1337, 500, 64, 4))
         self.assertEqual(d["stages"], [(0, [3, 1, 1]), (128, [1, 1, 0])])
         self.assertEqual((d["components"], d["component_sizes"]), (["web", "code", "books"], [900, 250, 187]))
+        self.assertEqual(d["component_layouts"], [{"shards": 0, "window": 0, "lanes": 0}] * 2 +
+                         [{"shards": len(SHARDS), "window": 2, "lanes": 1}])
+        # from a permd that does not send the layouts, the client asks for each component: the same identity
+        got = self.c.get_mixture("calls")
+        self.assertEqual(self.c._mixture_identity(dict(got, component_layouts=None)), self.c._mixture_identity(got))
         again = self.put("calls", [3, 1, 1], length=500, stages=[(128, [1, 1, 0])])
         self.assertEqual((again["created"], again["appended"]), (False, False))
         more = self.put("calls", [3, 1, 1], length=500, stages=[(128, [1, 1, 0]), (512, [0, 1, 1])])
@@ -205,12 +210,20 @@ class OnTheDaemon(unittest.TestCase):
         gets, mixes = requests(self.c, "get_dataset"), requests(self.c, "get_mixture")
         fetches = requests(self.c, "fetch")
         s = permd.Sampler(num_replicas=1, rank=0, seed=1, mode="exact", client=self.c, name="trips")
-        # built: the name looked up as a dataset (not found), then as a mixture, and its 3 components
-        self.assertEqual((requests(self.c, "get_dataset"), requests(self.c, "get_mixture")), (gets + 4, mixes + 1))
-        self.assertEqual(len(list(s)), 20_000)
+        # built: the name looked up as a dataset (not found), then as a mixture, whose definition carries
+        # its components' layouts (no GetDataset per component)
+        self.assertEqual((requests(self.c, "get_dataset"), requests(self.c, "get_mixture")), (gets + 1, mixes + 1))
+        ids = list(s)
+        self.assertEqual(len(ids), 20_000)
         # 256 ids, then 8192 at a time: 1 + ceil((20000 - 256) / 8192) = 4 fetches, no other request
         self.assertEqual((requests(self.c, "get_dataset"), requests(self.c, "get_mixture"), requests(self.c, "fetch")),
-                         (gets + 4, mixes + 1, fetches + 4))
+                         (gets + 1, mixes + 1, fetches + 4))
+        # what its checkpoints record of the mixture (a sharded component's shards, K, G included) is the
+        # offline mixture's, and so are its ids
+        off = permd.Sampler(num_replicas=1, rank=0, mode="exact",
+                            mixture=permd.Mixture(1, 0, self.sizes, [1, 1, 1], length=20_000))
+        self.assertEqual(s.mixture, off.mixture)
+        self.assertEqual(ids, list(off))
 
 
 if __name__ == "__main__":
