@@ -94,6 +94,11 @@ const char *permd_version(void)
     return PERMD_VERSION;
 }
 
+unsigned permd_abi_version(void)
+{
+    return PERMD_ABI_VERSION;
+}
+
 const char *permd_last_error(const permd_client *c)
 {
     return c ? c->err : pd_cl_tls_err;

@@ -159,6 +159,10 @@ typedef struct permd_stats {
 PERMD_API const char *permd_strerror(int err);
 /* "0.1.0" */
 PERMD_API const char *permd_version(void);
+/* The layout of this header's structs: raised whenever a struct gains, loses or moves a field.
+ * Bindings that mirror the structs (the Python package's ctypes) refuse a library of another one. */
+#define PERMD_ABI_VERSION 2
+PERMD_API unsigned permd_abi_version(void);
 
 /* Connect and say Hello (waiting at most 10 s for the answer). endpoint: NULL or "" for the default socket
  * ($PERMD_SOCKET, $XDG_RUNTIME_DIR/permd.sock, /tmp/permd-<uid>/permd.sock);

@@ -79,7 +79,7 @@ def _load():
     tried = []
     for path in _candidates():
         if os.path.isfile(path):
-            return ctypes.CDLL(os.path.realpath(path))
+            return ctypes.CDLL(os.path.realpath(path)), os.path.realpath(path)
         tried.append(path)
     raise ImportError(
         "permd: libpermd.so not found (looked at: " + ", ".join(tried) + "). Build permd with "
@@ -87,7 +87,27 @@ def _load():
         "from a tree where build/lib/libpermd.so exists.")
 
 
-lib = _load()
+ABI_VERSION = 2  # client/permd.h's PERMD_ABI_VERSION: the struct layouts mirrored in this file
+
+
+def _check_abi(library, path):
+    """ImportError unless `library` lays its structs out as this file mirrors them: a stale PERMD_LIB would
+    otherwise be read past its structs' ends, a crash or wrong numbers instead of an error."""
+    try:
+        fn = library.permd_abi_version
+    except AttributeError:
+        got = None
+    else:
+        fn.restype = ctypes.c_uint
+        got = fn()
+    if got != ABI_VERSION:
+        raise ImportError(f"permd: {path} is libpermd of ABI {got if got is not None else '1 or older'}, this "
+                          f"package needs ABI {ABI_VERSION}: point PERMD_LIB at the libpermd built from this "
+                          "package's tree (scripts/build.sh), or reinstall the package from it")
+    return library
+
+
+lib = _check_abi(*_load())
 
 u64, u32, i32, p = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int32, ctypes.c_void_p
 P64 = ctypes.POINTER(ctypes.c_uint64)

@@ -317,6 +317,7 @@ static void test_endpoints_and_arguments(void **state)
 
     assert_string_not_equal(permd_strerror(PERMD_ENOTFOUND), permd_strerror(PERMD_ECONFLICT));
     assert_string_equal(permd_version(), PERMD_VERSION_STRING);
+    assert_int_equal(permd_abi_version(), PERMD_ABI_VERSION);
     permd_close(NULL);
 
     fake f;

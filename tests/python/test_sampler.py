@@ -298,6 +298,32 @@ def requests(client, kind):
     return client.stats()["requests_by_type"][kind]["requests"]
 
 
+class Library(unittest.TestCase):
+    """The package mirrors libpermd's structs with ctypes: it must refuse a libpermd of another layout
+    (a stale PERMD_LIB) at import, with a clear error, rather than read past a struct."""
+
+    def test_abi_matches(self):
+        from permd import _lib
+        self.assertEqual(_lib.lib.permd_abi_version(), _lib.ABI_VERSION)
+
+    def test_another_abi_is_refused(self):
+        from permd import _lib
+
+        class Old:  # a libpermd from before permd_abi_version existed
+            pass
+
+        class Newer:
+            class permd_abi_version:  # noqa: N801 (a ctypes function's stand-in)
+                restype = None
+
+                def __new__(cls):
+                    return _lib.ABI_VERSION + 1
+        for fake, says in [(Old(), "ABI 1 or older"), (Newer(), f"ABI {_lib.ABI_VERSION + 1}")]:
+            with self.assertRaisesRegex(ImportError, f"/old/libpermd.so is libpermd of {says}, this package needs"):
+                _lib._check_abi(fake, "/old/libpermd.so")
+        self.assertIs(_lib._check_abi(_lib.lib, "ok"), _lib.lib)
+
+
 class DaemonBacked(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
