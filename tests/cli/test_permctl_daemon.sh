@@ -4,17 +4,8 @@ set -euo pipefail
 
 BIN=${1:?usage: test_permctl_daemon.sh BIN_DIR SOURCE_DIR}
 SRC=${2:?}
-PERMD="$BIN/permd"
-PERMCTL="$BIN/permctl"
-DIR=$(mktemp -d /tmp/permd-cli-XXXXXX)
-PID=
-cleanup() {
-  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/permd_fixture.sh"
+permd_fixture_start "$BIN" cli
 # expect CODE NEEDLE CMD...: run CMD, want exit CODE and NEEDLE in its stderr.
 expect() {
   local code=$1 needle=$2; shift 2
@@ -23,12 +14,6 @@ expect() {
   [ "$rc" = "$code" ] || fail "$* exited $rc, wanted $code: $(cat "$DIR/err")"
   grep -qF -- "$needle" "$DIR/err" || fail "$*: stderr lacks '$needle': $(cat "$DIR/err")"
 }
-
-export PERMD_SOCKET="$DIR/permd.sock"
-"$PERMD" --state-dir "$DIR/state" 2>"$DIR/permd.log" &
-PID=$!
-for _ in $(seq 200); do [ -S "$PERMD_SOCKET" ] && break; sleep 0.05; done
-[ -S "$PERMD_SOCKET" ] || fail "permd did not start: $(cat "$DIR/permd.log")"
 
 # The quickstart session (docs/quickstart-daemon.md) works as printed.
 "$PERMCTL" datasets put imagenet --size 1281167 | grep -qx "created imagenet (size 1281167)" || fail "put"

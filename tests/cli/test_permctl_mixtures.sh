@@ -4,21 +4,8 @@
 set -euo pipefail
 
 BIN=${1:?usage: test_permctl_mixtures.sh BIN_DIR}
-PERMCTL="$BIN/permctl"
-DIR=$(mktemp -d /tmp/permd-mix-cli-XXXXXX)
-PID=
-cleanup() {
-  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-export PERMD_SOCKET="$DIR/permd.sock"
-"$BIN/permd" --state-dir "$DIR/state" 2>"$DIR/permd.log" &
-PID=$!
-for _ in $(seq 200); do [ -S "$PERMD_SOCKET" ] && break; sleep 0.05; done
-[ -S "$PERMD_SOCKET" ] || fail "permd did not start: $(cat "$DIR/permd.log")"
+source "$(dirname "$0")/permd_fixture.sh"
+permd_fixture_start "$BIN" mix-cli
 
 "$PERMCTL" datasets put books --size 3000 >/dev/null
 "$PERMCTL" datasets put code --size 1000 >/dev/null
