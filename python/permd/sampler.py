@@ -221,7 +221,7 @@ class Sampler(_Base):
                 # (and any loop whose DataLoader workers prefetch at iter()) begins the pass before it
                 # calls set_epoch(epoch + 1); an empty pass there would cost that whole epoch.
                 following = (loaded[0] + 1) % (1 << 64)
-                if self.mixture is None or (following + 1) * self._length <= _mixture.RUN_END:
+                if self._epoch_exists(following):
                     return following, 0
             return loaded
         return self._next_epoch, 0
@@ -256,9 +256,12 @@ class Sampler(_Base):
             self._plan = ShardPlan(self.seed, epoch, self._shards, self.window or 8, self.lanes or 1)
         return self._plan
 
-    def _epoch_checked(self, epoch):
+    def _epoch_exists(self, epoch):
         """A mixture epoch exists only while its positions lie below run position 2**63 (spec §3)."""
-        if self.mixture is not None and (epoch + 1) * self._length > _mixture.RUN_END:
+        return self.mixture is None or (epoch + 1) * self._length <= _mixture.RUN_END
+
+    def _epoch_checked(self, epoch):
+        if not self._epoch_exists(epoch):
             raise ValueError(f"mixture epoch {epoch} lies past run position 2**63 (length {self._length})")
         return epoch
 

@@ -94,8 +94,11 @@ def order(epoch):
     return list(s)
 
 
-@unittest.skipIf(L is None, "skipped: Lightning (lightning or pytorch_lightning) is not installed here; "
-                            "tests/gpu/run.sh python runs this test on the GPU machines, which have it")
+SKIPPED = ("skipped: Lightning (lightning or pytorch_lightning) is not installed here; "
+           "tests/gpu/run.sh python runs this test on the GPU machines, which have it")
+
+
+@unittest.skipIf(L is None, SKIPPED)  # under a test runner; run as a script, __main__ exits 77 (ctest: skipped)
 class Recipe(unittest.TestCase):
     def trainer(self, root, checkpoint):
         return L.Trainer(accelerator="cpu", devices=1, max_epochs=EPOCHS, logger=False, enable_progress_bar=False,
@@ -148,7 +151,6 @@ class Recipe(unittest.TestCase):
 
 if __name__ == "__main__":
     if L is None:  # ctest reports it as skipped (SKIP_RETURN_CODE 77), not as passed
-        print("skipped: Lightning (lightning or pytorch_lightning) is not installed here; "
-              "tests/gpu/run.sh python runs this test on the GPU machines, which have it")
+        print(SKIPPED)
         sys.exit(77)
     unittest.main()
