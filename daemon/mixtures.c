@@ -36,8 +36,8 @@ static int pd_mixture_msg(pd_session *s, const pd_mixdef *d, Permd__V1__Mixture 
         names[j] = (char *)d->comp[j].name;
         sizes[j] = d->comp[j].size;
         shards[j] = d->comp[j].shards;
-        windows[j] = d->comp[j].shards ? d->comp[j].window : 0;
-        lanes[j] = d->comp[j].shards ? d->comp[j].lanes : 0;
+        windows[j] = d->comp[j].window; /* 0 for a flat one (pd_registry_component) */
+        lanes[j] = d->comp[j].lanes;
     }
     for (uint32_t k = 0; k < S; k++) {
         permd__v1__mixture_stage__init(&st[k]);
