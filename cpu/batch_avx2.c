@@ -1,5 +1,6 @@
 /* σ of several windows' short runs at once on AVX2: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction. */
 #include "cpu/kernel.h"
+#include "cpu/philox_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -276,40 +277,18 @@ void pd__batch_avx2(const pd__batch *b)
 
 /* ---- Keys of 8 windows: Philox4x32-10 with one window per lane, block by block (core/keys.h) */
 
-PD_AI void mulhilo(__m256i c, __m256i m, __m256i *hi, __m256i *lo)
-{
-    const __m256i e = _mm256_mul_epu32(c, m);
-    const __m256i o = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m);
-    *hi = _mm256_blend_epi32(_mm256_srli_epi64(e, 32), o, 0xAA);
-    *lo = _mm256_mullo_epi32(c, m);
-}
-
 void pd__keys_many_avx2(uint64_t seed, uint64_t epoch, uint32_t first, unsigned count, pd_keys *out)
 {
     uint32_t blk[4][VW];
-    const __m256i m0 = _mm256_set1_epi32((int)PD_PHILOX_M0), m1 = _mm256_set1_epi32((int)PD_PHILOX_M1);
     const __m256i stream = _mm256_add_epi32(_mm256_set1_epi32((int)first), iota8());
     for (uint32_t j = 0; j < 7; j++) {
-        __m256i c0 = _mm256_set1_epi32((int)j), c1 = stream;
-        __m256i c2 = _mm256_set1_epi32((int)(uint32_t)epoch), c3 = _mm256_set1_epi32((int)(uint32_t)(epoch >> 32));
-        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-        for (int r = 0; r < 10; r++) {
-            if (r > 0) {
-                k0 += PD_PHILOX_W0;
-                k1 += PD_PHILOX_W1;
-            }
-            __m256i hi0, lo0, hi1, lo1;
-            mulhilo(c0, m0, &hi0, &lo0);
-            mulhilo(c2, m1, &hi1, &lo1);
-            c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
-            c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
-            c1 = lo1;
-            c3 = lo0;
-        }
-        _mm256_storeu_si256((__m256i *)blk[0], c0);
-        _mm256_storeu_si256((__m256i *)blk[1], c1);
-        _mm256_storeu_si256((__m256i *)blk[2], c2);
-        _mm256_storeu_si256((__m256i *)blk[3], c3);
+        __m256i c[4] = {_mm256_set1_epi32((int)j), stream, _mm256_set1_epi32((int)(uint32_t)epoch),
+                        _mm256_set1_epi32((int)(uint32_t)(epoch >> 32))};
+        pd__philox8_avx2(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+        _mm256_storeu_si256((__m256i *)blk[0], c[0]);
+        _mm256_storeu_si256((__m256i *)blk[1], c[1]);
+        _mm256_storeu_si256((__m256i *)blk[2], c[2]);
+        _mm256_storeu_si256((__m256i *)blk[3], c[3]);
         for (unsigned w = 0; w < count; w++) {
             if (j < 6)
                 for (int i = 0; i < 4; i++)

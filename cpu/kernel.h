@@ -109,12 +109,42 @@ void pd__block_slots_scalar(const pd__block_slots *s);
 void pd__block_slots_avx512(const pd__block_slots *s);
 #endif
 
+/* Block groups: every slot of 8 consecutive blocks β = first, …, first + 7 (B a power of two in [64, 256]: a
+ * slot fits a byte), interleaved four slots at a time: π_{first+l}(r) is out[pd__block_group_at(l, r)], 8·B
+ * bytes. Where a rank reads many of a block's slots (small W), one pass over whole blocks costs less than
+ * keying every read; the layout lets a 32-byte register hold 4 slots of each of 8 blocks, so one vector of
+ * per-block keys serves every register. */
+#define PD__BLOCK_GROUP 8u
+#define PD__BLOCK_GROUP_MAX_B 256u
+
+static inline uint32_t pd__block_group_at(uint32_t l, uint32_t r)
+{
+    return (r >> 2) * 32 + l * 4 + (r & 3);
+}
+
+typedef struct pd__block_group {
+    uint64_t seed, block, first;
+    uint8_t *out;
+} pd__block_group;
+
+void pd__block_group_scalar(const pd__block_group *t);
+#if defined(PD_CPU_HAVE_AVX2)
+void pd__block_group_avx2(const pd__block_group *t);
+#endif
+/* The kernel for an ISA: AVX2's for AVX2 and AVX-512 (where built), else the scalar one. */
+void pd__block_group_run(pd_isa isa, const pd__block_group *t);
+
 /* Gather: out[i] = σ(positions[i]) for i < run->count (run->first and stride are not used), every position
  * below n, n ≥ 2, count ≤ PD__RUN_MAX. */
 void pd__gather_scalar(const pd__run *run, const uint64_t *positions);
+#if defined(PD_CPU_HAVE_AVX2)
+void pd__gather_avx2(const pd__run *run, const uint64_t *positions);
+#endif
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__gather_avx512(const pd__run *run, const uint64_t *positions);
 #endif
+/* The SIMD gathers walk without the parity transposition: this applies it to run->out afterwards. */
+void pd__gather_fix_parity(const pd__run *run);
 
 /* ---- Sharded ids (cpu/shards.c): σ of several windows' runs at once.
  *

@@ -45,6 +45,7 @@ typedef struct avx2_ctx {
     __m256i first64, stride64; /* wide: the same in 64-bit lanes */
     __m256i count;             /* lanes whose index is not below count are idle */
     const pd__run *run;
+    const uint64_t *list; /* a gather's positions (pd__gather_avx2), else NULL */
 } avx2_ctx;
 
 static const __m256i *pd_avx2_iota(void)
@@ -436,13 +437,21 @@ PD_AI void queue_get(const avx2_ctx *c, const queue *q, uint32_t at, __m256i *s0
     *idx = _mm256_loadu_si256((const __m256i *)(q->idx + at));
 }
 
-/* The first evaluation of CLANES consecutive output indices from i. */
-PD_AI void compact_first(const avx2_ctx *c, queue *q, uint32_t i, const int d, const int shape)
+/* The first evaluation of CLANES consecutive output indices from i: positions of the run, or read from
+ * c->list (list set: a gather). */
+PD_AI void compact_first(const avx2_ctx *c, queue *q, uint32_t i, const int d, const int shape, const int list)
 {
     __m256i s0[CNV], s1[CNV], idx[CNV];
     for (int v = 0; v < CNV; v++) {
         idx[v] = _mm256_add_epi32(_mm256_set1_epi32((int)(i + VW * v)), *pd_avx2_iota());
-        positions(c, idx[v], &s0[v], &s1[v], shape);
+        if (list) {
+            const __m256i p0 = _mm256_loadu_si256((const __m256i *)(c->list + i + VW * v));
+            const __m256i p1 = _mm256_loadu_si256((const __m256i *)(c->list + i + VW * v + 4));
+            s0[v] = pack_lo32(_mm256_srl_epi64(p0, c->rbits), _mm256_srl_epi64(p1, c->rbits));
+            s1[v] = _mm256_and_si256(pack_lo32(p0, p1), c->rmask);
+        } else {
+            positions(c, idx[v], &s0[v], &s1[v], shape);
+        }
     }
     vp_eval_n(c, s0, s1, CNV, d);
     for (int v = 0; v < CNV; v++) {
@@ -498,7 +507,7 @@ PD_AI void compact_pass(const avx2_ctx *c, queue *q, outbuf *buf, const int d, c
     q->n = w;
 }
 
-PD_AI void walk_compact(const avx2_ctx *c, const int d, const int shape)
+PD_AI void walk_compact_from(const avx2_ctx *c, const int d, const int shape, const int list)
 {
     const pd__run *r = c->run;
     const uint32_t count = (uint32_t)r->count;
@@ -509,12 +518,12 @@ PD_AI void walk_compact(const avx2_ctx *c, const int d, const int shape)
     while (i + CLANES <= count) {
         const uint32_t end = count - i < BLOCK ? i + (count - i) / CLANES * CLANES : i + BLOCK;
         for (; i < end; i += CLANES)
-            compact_first(c, &q, i, d, shape);
+            compact_first(c, &q, i, d, shape, list);
         while (q.n > BLOCK / 2)
             compact_pass(c, &q, &buf, d, shape);
     }
     for (; i < count; i++) { /* fewer than CLANES positions left: queue them unevaluated */
-        const uint64_t pos = r->first + i * r->stride;
+        const uint64_t pos = list ? c->list[i] : r->first + i * r->stride;
         q.v[q.n] = shape == WIDE ? (uint32_t)(pos >> r->perm->rbits) : (uint32_t)pos;
         q.v1[q.n] = (uint32_t)pos & r->perm->rmask;
         q.idx[q.n++] = i;
@@ -528,6 +537,16 @@ PD_AI void walk_compact(const avx2_ctx *c, const int d, const int shape)
         compact_pass(c, &q, &buf, d, shape);
     }
     outbuf_flush(c, &buf, shape);
+}
+
+PD_AI void walk_compact(const avx2_ctx *c, const int d, const int shape)
+{
+    walk_compact_from(c, d, shape, 0);
+}
+
+PD_AI void walk_gather(const avx2_ctx *c, const int d, const int shape)
+{
+    walk_compact_from(c, d, shape, 1);
 }
 
 /* ---- Refill lane by lane in scalar code: the lane state round-trips
@@ -612,6 +631,7 @@ PD_AVX2_INSTANCES(walk_lockstep)
 PD_AVX2_INSTANCES(walk_refill)
 PD_AVX2_INSTANCES(walk_refill_scalar)
 PD_AVX2_INSTANCES(walk_compact)
+PD_AVX2_INSTANCES(walk_gather)
 
 static void avx2_ctx_init(avx2_ctx *c, const pd__run *r)
 {
@@ -636,6 +656,7 @@ static void avx2_ctx_init(avx2_ctx *c, const pd__run *r)
     c->stride64 = _mm256_set1_epi64x((long long)r->stride);
     c->count = _mm256_set1_epi32((int)r->count);
     c->run = r;
+    c->list = NULL;
 }
 
 void pd__run_avx2(const pd__run *r)
@@ -657,4 +678,14 @@ void pd__run_avx2(const pd__run *r)
     else
         walk_refill_by_shape[d][shape](&c);
     pd__run_fix_parity(r);
+}
+
+void pd__gather_avx2(const pd__run *r, const uint64_t *positions)
+{
+    const pd_perm *p = r->perm;
+    avx2_ctx c;
+    avx2_ctx_init(&c, r);
+    c.list = positions;
+    walk_gather_by_shape[p->rbits - p->lbits][p->bits > 32 ? WIDE : p->bits == 32 ? NARROW32 : NARROW](&c);
+    pd__gather_fix_parity(r);
 }

@@ -637,15 +637,5 @@ void pd__gather_avx512(const pd__run *r, const uint64_t *positions)
     avx512_ctx c;
     avx512_ctx_init(&c, r);
     gather_by_shape[p->rbits - p->lbits][p->bits > 32](&c, positions);
-    if (!p->keys.flip) /* the parity transposition, left out of the walk: σ = walk ^ 1 where the walk ends below 2 */
-        return;
-    for (uint64_t i = 0; i < r->count; i++) {
-        if (r->width == 4) {
-            uint32_t *out = r->out;
-            out[i] ^= out[i] < 2;
-        } else {
-            uint64_t *out = r->out;
-            out[i] ^= out[i] < 2;
-        }
-    }
+    pd__gather_fix_parity(r);
 }

@@ -40,6 +40,21 @@ void pd__run_fix_parity(const pd__run *run)
     }
 }
 
+void pd__gather_fix_parity(const pd__run *run)
+{
+    if (!run->perm->keys.flip) /* σ = the unflipped walk ^ 1 where it ends below 2 */
+        return;
+    for (uint64_t i = 0; i < run->count; i++) {
+        if (run->width == 4) {
+            uint32_t *out = run->out;
+            out[i] ^= out[i] < 2;
+        } else {
+            uint64_t *out = run->out;
+            out[i] ^= out[i] < 2;
+        }
+    }
+}
+
 void pd__block_slots_scalar(const pd__block_slots *s)
 {
     pd_perm pi = {0}; /* keyed at the first position: no block is numbered UINT64_MAX */
@@ -51,6 +66,28 @@ void pd__block_slots_scalar(const pd__block_slots *s)
         }
         s->out[t] = (uint32_t)pd_perm_at(&pi, g & (s->block - 1));
     }
+}
+
+void pd__block_group_scalar(const pd__block_group *t)
+{
+    pd_perm pi;
+    for (uint32_t l = 0; l < PD__BLOCK_GROUP; l++) {
+        pd__mix_block_keys(t->seed, t->block, t->first + l, &pi);
+        for (uint32_t r = 0; r < t->block; r++)
+            t->out[pd__block_group_at(l, r)] = (uint8_t)pd_perm_at(&pi, r);
+    }
+}
+
+void pd__block_group_run(pd_isa isa, const pd__block_group *t)
+{
+#if defined(PD_CPU_HAVE_AVX2)
+    if (isa == PD_ISA_AVX2 || isa == PD_ISA_AVX512) {
+        pd__block_group_avx2(t);
+        return;
+    }
+#endif
+    (void)isa;
+    pd__block_group_scalar(t);
 }
 
 void pd__gather_scalar(const pd__run *run, const uint64_t *positions)

@@ -27,6 +27,9 @@
 
 #define PD_MIX_CHUNK 8192u      /* run positions (dense) or reads (sparse) per chunk; a multiple of every B */
 #define PD_MIX_DENSE_WORLD 2u   /* dense up to this W: measured faster than sparse at W ≤ 2, slower from 3 (AVX-512) */
+#ifndef PD_MIX_GROUPS_WORLD_AVX512
+#define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 (pd_mix_by_groups) */
+#endif
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
@@ -123,9 +126,49 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense, uint64_
     return PD_ENOMEM;
 }
 
-/* The slots of reads at run positions g0 + t·W, t < n: one call, on the AVX-512 kernel where there is one. */
+/* Whether the slots come from whole-block groups (pd__block_group_*): they compute every slot of the blocks
+ * the rank reads, so they pay while a block has many reads (W small) against the per-lane-keyed kernel;
+ * measured in bench/mixtures. */
+static int pd_mix_by_groups(const pd_gen *g, const pd_mix *m, uint64_t world)
+{
+    if (m->block > PD__BLOCK_GROUP_MAX_B)
+        return 0;
+#if defined(PD_CPU_HAVE_AVX512)
+    if (g->isa == PD_ISA_AVX512)
+        return world <= PD_MIX_GROUPS_WORLD_AVX512;
+#endif
+#if defined(PD_CPU_HAVE_AVX2)
+    if (g->isa == PD_ISA_AVX2)
+        return world <= m->block / 2;
+#endif
+    (void)g;
+    (void)world;
+    return 0;
+}
+
+/* The slots of reads at run positions g0 + t·W, t < n, from their blocks' groups. */
+static void pd_mix_slots_by_groups(const pd_gen *g, const pd_mix *m, uint64_t g0, uint64_t world, uint64_t n,
+                                   uint32_t *slot)
+{
+    uint8_t tab[PD__BLOCK_GROUP * PD__BLOCK_GROUP_MAX_B];
+    const uint64_t B = m->block;
+    for (uint64_t t = 0; t < n;) {
+        const pd__block_group grp = {.seed = m->seed, .block = B, .first = (g0 + t * world) >> m->block_bits, .out = tab};
+        pd__block_group_run(g->isa, &grp);
+        const uint64_t base = grp.first * B, span = PD__BLOCK_GROUP * B; /* the run positions it covers */
+        for (uint64_t at = g0 + t * world - base; t < n && at < span; t++, at += world)
+            slot[t] = tab[pd__block_group_at((uint32_t)(at >> m->block_bits), (uint32_t)at & (uint32_t)(B - 1))];
+    }
+}
+
+/* The slots of reads at run positions g0 + t·W, t < n: whole-block groups, the per-lane-keyed AVX-512
+ * kernel, or the scalar core. */
 static void pd_mix_slots(const pd_gen *g, const pd_mix *m, uint64_t g0, uint64_t world, uint64_t n, uint32_t *slot)
 {
+    if (n && pd_mix_by_groups(g, m, world)) {
+        pd_mix_slots_by_groups(g, m, g0, world, n, slot);
+        return;
+    }
     const pd__block_slots s = {.seed = m->seed, .block = m->block, .first = g0, .stride = world, .count = n, .out = slot};
 #if defined(PD_CPU_HAVE_AVX512)
     if (g->isa == PD_ISA_AVX512 && n >= PD__SIMD_MIN) {
@@ -133,7 +176,6 @@ static void pd_mix_slots(const pd_gen *g, const pd_mix *m, uint64_t g0, uint64_t
         return;
     }
 #endif
-    (void)g;
     pd__block_slots_scalar(&s);
 }
 
@@ -145,6 +187,12 @@ static void pd_mix_gather(const pd_gen *g, const pd_perm *order, const uint64_t 
 #if defined(PD_CPU_HAVE_AVX512)
     if (g->isa == PD_ISA_AVX512 && n >= PD__SIMD_MIN && order->n > 1) {
         pd__gather_avx512(&run, positions);
+        return;
+    }
+#endif
+#if defined(PD_CPU_HAVE_AVX2)
+    if (g->isa == PD_ISA_AVX2 && n >= PD__SIMD_MIN && order->n > 1) {
+        pd__gather_avx2(&run, positions);
         return;
     }
 #endif

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "cpu/divide.h"
+#include "cpu/kernel.h"
 #include "cpu/mix.h"
 #include "mix_util.h"
 
@@ -67,11 +68,11 @@ static void matches_core(void **state)
     const size_t cap = 40000;
     uint64_t *want = malloc((cap + GUARD) * sizeof *want), *got = malloc((cap + GUARD) * sizeof *got);
     uint32_t *got32 = malloc(cap * sizeof *got32);
-    static const uint64_t blocks[] = {64, 128, 512, 2048};
+    static const uint64_t blocks[] = {64, 128, 256, 512, 2048};
     static const uint32_t worlds[] = {1, 1, 2, 3, 8, 64, 1000};
     const int trials = test_quick() ? 3 : 40;
     for (int t = 0; t < trials; t++) {
-        uint64_t C = 1 + test_below(&rng, 12), S = 1 + test_below(&rng, 4), block = blocks[test_below(&rng, 4)];
+        uint64_t C = 1 + test_below(&rng, 12), S = 1 + test_below(&rng, 4), block = blocks[test_below(&rng, 5)];
         uint64_t sizes[12], nshards[12] = {0}, windows[12], lanes[12], starts[4], shard_sizes[12][20];
         const uint64_t *shards[12] = {NULL};
         uint32_t weights[48];
@@ -125,6 +126,39 @@ static void matches_core(void **state)
     free(want);
     free(got);
     free(got32);
+}
+
+/* The block-group kernel (every slot of 8 blocks, interleaved) equals the core's π_β, and the scalar
+ * reference the SIMD one, for each B it takes, blocks whose number carries into its high word included. */
+static void block_groups_match_core(void **state)
+{
+    (void)state;
+    uint8_t ref[PD__BLOCK_GROUP * PD__BLOCK_GROUP_MAX_B], simd[sizeof ref];
+    uint64_t rng = 5;
+    for (uint64_t block = 64; block <= PD__BLOCK_GROUP_MAX_B; block *= 2) {
+        for (int t = 0; t < 40; t++) {
+            const uint64_t first = t == 0   ? UINT64_C(0xFFFFFFFD)                    /* β lo wraps inside the group */
+                                 : t == 1 ? (UINT64_C(1) << 63) / block - PD__BLOCK_GROUP /* the last blocks */
+                                          : test_rand(&rng) >> (1 + test_below(&rng, 60));
+            const pd__block_group grp = {.seed = test_rand(&rng), .block = block, .first = first, .out = ref};
+            pd__block_group_scalar(&grp);
+            for (uint32_t l = 0; l < PD__BLOCK_GROUP; l++) {
+                pd_perm pi;
+                pd__mix_block_keys(grp.seed, block, first + l, &pi);
+                for (uint32_t r = 0; r < block; r++)
+                    assert_int_equal(ref[pd__block_group_at(l, r)], pd_perm_at(&pi, r));
+            }
+            for (int isa = PD_ISA_AVX2; isa <= PD_ISA_AVX512; isa++) {
+                if (!pd_cpu_has_isa((pd_isa)isa))
+                    continue;
+                pd__block_group g2 = grp;
+                g2.out = simd;
+                memset(simd, 0xFF, sizeof simd);
+                pd__block_group_run((pd_isa)isa, &g2);
+                assert_memory_equal(simd, ref, PD__BLOCK_GROUP * block);
+            }
+        }
+    }
 }
 
 /* The comparison can fail: another seed's ids differ from these somewhere. */
@@ -223,6 +257,7 @@ int main(void)
         cmocka_unit_test(comparison_can_fail),
         cmocka_unit_test(bad_arguments_match_core),
         cmocka_unit_test(matches_core),
+        cmocka_unit_test(block_groups_match_core),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
