@@ -60,6 +60,10 @@ typedef void pd__chunk_fn(const pd_gen *g, void *ctx, uint64_t begin, uint64_t c
  * Small counts (or a one-thread pool) run on the caller alone. */
 void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx);
 
+/* pd__pool_run for ids that each cost about `cost` flat σ evaluations: chunks are sized by work, so a
+ * request of costly ids is split from count·cost ≥ what a flat one is split from. */
+void pd__pool_run_cost(pd_pool *pool, uint64_t count, uint64_t cost, pd__chunk_fn *fn, void *ctx);
+
 /* The generator a pool's threads run. */
 const pd_gen *pd__pool_gen(const pd_pool *pool);
 

@@ -1,6 +1,7 @@
 /* Bulk mixture fills: blocks' slots and components' σ batched onto the SIMD kernels, then scattered to the rank's ids. */
 #include "cpu/mix.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -559,4 +560,76 @@ int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
                         uint32_t *out, uint64_t *written)
 {
     return pd_gen_mix_fill(g, c, epoch, s, count, out, 4, written);
+}
+
+/* ---- Split across the pool */
+
+typedef struct pd_mix_pool_ctx {
+    pd_mix_cursor *caller; /* the caller's: the part at begin 0 uses it (one part: never two threads at once) */
+    uint64_t epoch;
+    pd_slice slice;
+    void *out;
+    unsigned width;
+    _Atomic int rc; /* the first error of a part (PD_ENOMEM: a cursor) */
+} pd_mix_pool_ctx;
+
+/* Reads [begin, begin + count) of the request: the slice moved on by begin reads. */
+static void pd_mix_pool_chunk(const pd_gen *g, void *arg, uint64_t begin, uint64_t count)
+{
+    pd_mix_pool_ctx *x = arg;
+    pd_mix_cursor own, *c = x->caller;
+    void *mem = NULL;
+    if (begin) { /* another thread's part may run at the same time: a cursor of its own */
+        const size_t bytes = pd_mix_cursor_bytes(x->caller->mix);
+        if (!(mem = malloc(bytes)) || pd_mix_cursor_init(&own, x->caller->mix, mem, bytes)) {
+            int none = PD_OK;
+            atomic_compare_exchange_strong(&x->rc, &none, PD_ENOMEM);
+            free(mem);
+            return;
+        }
+        c = &own;
+    }
+    pd_slice part = x->slice;
+    part.offset += begin * part.world;
+    uint64_t got;
+    const int rc = pd_gen_mix_fill(g, c, x->epoch, &part, count, (char *)x->out + begin * x->width, x->width, &got);
+    if (rc) {
+        int none = PD_OK;
+        atomic_compare_exchange_strong(&x->rc, &none, rc);
+    }
+    free(mem);
+}
+
+static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
+                            void *out, unsigned width, uint64_t *written)
+{
+    uint64_t left;
+    if (!pool)
+        return PD_EINVAL;
+    if (!c || !s || !written || pd_mix_cursor_bytes(c->mix) > PD_MIX_POOL_CURSOR_MAX ||
+        pd_slice_remaining(c->mix->length, s, &left) || !pd_mix_epoch_ok(c->mix, epoch) || count < 2)
+        return pd_gen_mix_fill(pd__pool_gen(pool), c, epoch, s, count, out, width, written); /* its checks, its errors */
+    if (count > left)
+        count = left;
+    if (!out || (width == 4 && pd_id_width(c->mix->total) != 4))
+        return pd_gen_mix_fill(pd__pool_gen(pool), c, epoch, s, count, out, width, written);
+    pd_mix_pool_ctx x = {.caller = c, .epoch = epoch, .slice = *s, .out = out, .width = width};
+    atomic_init(&x.rc, PD_OK);
+    pd__pool_run_cost(pool, count, PD_MIX_COST, pd_mix_pool_chunk, &x);
+    const int rc = atomic_load(&x.rc);
+    if (rc == PD_OK)
+        *written = count;
+    return rc;
+}
+
+int pd_pool_mix_fill_u64(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
+                         uint64_t *out, uint64_t *written)
+{
+    return pd_pool_mix_fill(pool, c, epoch, s, count, out, 8, written);
+}
+
+int pd_pool_mix_fill_u32(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
+                         uint32_t *out, uint64_t *written)
+{
+    return pd_pool_mix_fill(pool, c, epoch, s, count, out, 4, written);
 }

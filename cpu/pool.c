@@ -175,9 +175,14 @@ unsigned pd_pool_threads(const pd_pool *pool)
 
 void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx)
 {
-    const uint64_t parts = (uint64_t)pool->nthreads * 4;
+    pd__pool_run_cost(pool, count, 1, fn, ctx);
+}
+
+void pd__pool_run_cost(pd_pool *pool, uint64_t count, uint64_t cost, pd__chunk_fn *fn, void *ctx)
+{
+    const uint64_t parts = (uint64_t)pool->nthreads * 4, min = PD_POOL_CHUNK_MIN / (cost ? cost : 1);
     uint64_t chunk = count / parts;
-    chunk = chunk < PD_POOL_CHUNK_MIN ? PD_POOL_CHUNK_MIN : chunk > PD_POOL_CHUNK_MAX ? PD_POOL_CHUNK_MAX : chunk;
+    chunk = chunk < min ? min : chunk > PD_POOL_CHUNK_MAX ? PD_POOL_CHUNK_MAX : chunk;
     chunk = (chunk + 63) & ~UINT64_C(63); /* whole vectors for every SIMD kernel */
     if (pool->nthreads == 1 || count < 2 * chunk) {
         if (count)

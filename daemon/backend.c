@@ -330,8 +330,8 @@ int pd_backend_mix_slice(pd_backend *b, pd_mix_cursor *cur, uint64_t epoch, cons
         return PD_EINVAL;
     int rc;
     if (width != 16) {
-        rc = width == 4 ? pd_gen_mix_fill_u32(&b->gen, cur, epoch, slice, count, out, written)
-                        : pd_gen_mix_fill_u64(&b->gen, cur, epoch, slice, count, out, written);
+        rc = width == 4 ? pd_pool_mix_fill_u32(b->pool, cur, epoch, slice, count, out, written)
+                        : pd_pool_mix_fill_u64(b->pool, cur, epoch, slice, count, out, written);
         if (rc == 0)
             pd_to_le(out, *written, width);
     } else { /* (component, local id), through a small buffer as for shards */

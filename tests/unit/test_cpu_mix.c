@@ -58,6 +58,24 @@ static void compare(const pd_gen *g, owned_mix *o, uint64_t epoch, const pd_slic
         assert_true(got32[i] == want[i]);
 }
 
+/* The pooled fill (parts on several threads, a cursor each) against the core's ids. */
+static void compare_pool(pd_pool *pool, owned_mix *o, uint64_t epoch, const pd_slice *s, uint64_t count,
+                         const uint64_t *want, uint64_t n_want, uint64_t *got)
+{
+    uint64_t n_got;
+    for (uint64_t i = 0; i < n_want + GUARD; i++)
+        got[i] = SENTINEL;
+    assert_int_equal(pd_pool_mix_fill_u64(pool, &o->cur, epoch, s, count, got, &n_got), PD_OK);
+    assert_int_equal(n_got, n_want);
+    for (uint64_t i = 0; i < n_want; i++)
+        if (got[i] != want[i])
+            fail_msg("pool W %u rank %u offset %llu: id %llu of %llu is %llu, want %llu", s->world, s->rank,
+                     (unsigned long long)s->offset, (unsigned long long)i, (unsigned long long)n_want,
+                     (unsigned long long)got[i], (unsigned long long)want[i]);
+    for (uint64_t i = n_want; i < n_want + GUARD; i++)
+        assert_true(got[i] == SENTINEL);
+}
+
 /* Random mixtures of flat and sharded components; random slices over random epochs. */
 static void matches_core(void **state)
 {
@@ -71,6 +89,8 @@ static void matches_core(void **state)
     static const uint64_t blocks[] = {64, 128, 256, 512, 2048};
     static const uint32_t worlds[] = {1, 1, 2, 3, 8, 64, 1000};
     const int trials = test_quick() ? 3 : 40;
+    pd_pool *pool; /* requests of up to 40000 reads split into parts of PD_POOL_CHUNK_MIN / PD_MIX_COST */
+    assert_int_equal(pd_pool_create(3, NULL, &pool), PD_OK);
     for (int t = 0; t < trials; t++) {
         uint64_t C = 1 + test_below(&rng, 12), S = 1 + test_below(&rng, 4), block = blocks[test_below(&rng, 5)];
         uint64_t sizes[12], nshards[12] = {0}, windows[12], lanes[12], starts[4], shard_sizes[12][20];
@@ -120,9 +140,11 @@ static void matches_core(void **state)
             assert_int_equal(pd_mix_slice_fill_u64(&o.cur, epoch, &s, count, want, &n_want), PD_OK);
             for (size_t i = 0; i < ngens; i++)
                 compare(&gens[i], &o, epoch, &s, count, want, n_want, got, got32);
+            compare_pool(pool, &o, epoch, &s, count, want, n_want, got);
         }
         mix_free(&o);
     }
+    pd_pool_destroy(pool);
     free(want);
     free(got);
     free(got32);
@@ -196,6 +218,8 @@ static void bad_arguments_match_core(void **state)
     assert_int_equal(pd_gen_init(&g, PD_ISA_AUTO), PD_OK);
     uint64_t out[64], got;
     uint32_t out32[64];
+    pd_pool *pool;
+    assert_int_equal(pd_pool_create(3, &g, &pool), PD_OK);
     const pd_slice ok = {.world = 2, .rank = 1, .mode = PD_MODE_PAD};
     const pd_slice bad_rank = {.world = 2, .rank = 2}, bad_offset = {.world = 2, .offset = 31},
                    bad_world = {.world = 0};
@@ -217,7 +241,14 @@ static void bad_arguments_match_core(void **state)
                          pd_mix_slice_fill_u64(c, cases[i].epoch, cases[i].s, 5, o64, wr));
         assert_int_equal(pd_gen_mix_fill_u32(&g, c, cases[i].epoch, cases[i].s, 5, o32, wr),
                          pd_mix_slice_fill_u32(c, cases[i].epoch, cases[i].s, 5, o32, wr));
+        assert_int_equal(pd_pool_mix_fill_u64(pool, c, cases[i].epoch, cases[i].s, 5, o64, wr),
+                         pd_mix_slice_fill_u64(c, cases[i].epoch, cases[i].s, 5, o64, wr));
+        assert_int_equal(pd_pool_mix_fill_u32(pool, c, cases[i].epoch, cases[i].s, 5, o32, wr),
+                         pd_mix_slice_fill_u32(c, cases[i].epoch, cases[i].s, 5, o32, wr));
     }
+    assert_int_equal(pd_pool_mix_fill_u64(NULL, &o.cur, 0, &ok, 5, out, &got), PD_EINVAL);
+    assert_int_equal(pd_pool_mix_fill_u64(pool, NULL, 0, &ok, 5, out, &got), PD_EINVAL);
+    pd_pool_destroy(pool);
     assert_int_equal(pd_gen_mix_fill_u64(&g, NULL, 0, &ok, 5, out, &got), PD_EINVAL);
     const pd_gen junk = {.isa = (pd_isa)99, .walk = PD_WALK_AUTO};
     assert_int_equal(pd_gen_mix_fill_u64(&junk, &o.cur, 0, &ok, 5, out, &got), PD_EINVAL);
