@@ -118,6 +118,20 @@ int main(int argc, char **argv)
             }
             fflush(stdout);
         }
+        if (gen.isa == PD_ISA_AVX512 && pd_cpu_has_isa(PD_ISA_AVX2)) { /* the AVX2 kernels on the same CPU */
+            pd_gen avx2;
+            pd_gen_init(&avx2, PD_ISA_AVX2);
+            j.gen = &avx2;
+            const double flat2 = j.count / median_seconds(run_flat, &j) / 1e6;
+            if (mix_setup(&j, 64))
+                return 1;
+            j.epoch = 0;
+            const double mix2 = j.count / median_seconds(run_mix, &j) / 1e6;
+            printf("| %u | flat σ, avx2 | | %.1f | %.2f |\n", worlds[w], flat2, flat2 / flat);
+            printf("| %u | mixture, avx2 | 64 | %.1f | %.2f (%.2f of flat avx2) |\n", worlds[w], mix2, mix2 / flat,
+                   mix2 / flat2);
+            fflush(stdout);
+        }
     }
 
     j.gen = &gen;
