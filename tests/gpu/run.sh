@@ -2,9 +2,11 @@
 # The GPU session's script, run on a GPU machine through the device tool (see docs): builds with CUDA,
 # runs the GPU and unit tests, then the GPU benchmark, leaving logs and results in $OUT.
 # Prepare here first: scripts/device-sysroot.sh (then carry .carry).
-#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|serve-compare|shards|nccl|nccl-python|python|all] [--quick]
+#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|serve-compare|shards|mixtures|nccl|nccl-python|python|all] [--quick]
 # (python: the Python package's tests under this host's torch 2.x; CI runs them under Debian's torch 1.13)
 # (shards: the sharded-id tests (GPU and CPU kernels against the core) and bench/shards.sh's CPU and GPU rows)
+# (mixtures: the mixture tests, bench/mixtures' CPU rows, and mixture vs flat Fetches on permd with its pool
+#  of one thread and of one per CPU: a large mixture request is split across the pool by work)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
 #  sysroot: scripts/device-sysroot.sh redis-server redis-tools libjemalloc2 liblzf1)
 set -uo pipefail
@@ -75,6 +77,32 @@ if [ "$what" = shards ]; then
 fi
 if [ "$what" = hostbench ] || [ "$what" = shards ]; then
   SHARDS_MD="$OUT/shards.md" bash bench/shards.sh build-dev "$@" >"$OUT/shards_bench.log" 2>&1 || { tail -20 "$OUT/shards_bench.log"; rc=1; }
+fi
+if [ "$what" = mixtures ]; then
+  (cd build-dev && ctest --output-on-failure -R 'mix' 2>&1) | tee "$OUT/mixtures_tests.log" | tail -12
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  build-dev/bench/mixtures >"$OUT/mixtures_cpu.md" || rc=1
+  for threads in 1 0; do
+    d=$(mktemp -d)
+    build-dev/bin/permd --socket "$d/s" --state-dir "$d/st" --metrics "" --log-level warn --cpu-threads "$threads" 2>"$d/log" &
+    p=$!
+    for _ in $(seq 100); do [ -S "$d/s" ] && break; sleep 0.1; done
+    for c in 0:20000000 1:17000000 2:3000000 3:10000000; do
+      build-dev/bin/permctl datasets put "part${c%%:*}" --size "${c##*:}" --socket "$d/s" >/dev/null
+    done
+    build-dev/bin/permctl datasets put flat --size 50000000 --socket "$d/s" >/dev/null
+    build-dev/bin/permctl mixtures put mix --components part0,part1,part2,part3 --weights 4,3,2,1 --socket "$d/s" >/dev/null
+    for count in 8192 65536; do
+      for world in 1 8; do
+        for name in flat mix; do
+          echo "cpu_threads=$threads dataset=$name $(build-dev/bench/serve fetch --socket "$d/s" --dataset $name \
+            --world $world --count $count --seconds 3)" >>"$OUT/mixtures_pool.txt"
+        done
+      done
+    done
+    kill $p; wait $p; rm -rf "$d"
+  done
+  cat "$OUT/mixtures_pool.txt"
 fi
 if [ "$what" = serve-compare ]; then # bench/serve.sh of an earlier tree and of this one, alternating, same host
   # .bench-before: `git archive <commit>` unpacked there and carried (e.g. the commit before a refactor)
