@@ -128,8 +128,9 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense, uint64_
 }
 
 /* Whether the slots come from whole-block groups (pd__block_group_*): they compute every slot of the blocks
- * the rank reads, so they pay while a block has many reads (W small) against the per-lane-keyed kernel;
- * measured in bench/mixtures. */
+ * the rank reads, so they pay while a block has many reads (W small). Measured (bench/mixtures): on AVX-512
+ * the per-lane-keyed kernel wins from W = 8; on AVX2, whose alternative is the core's loop (a Philox and 24
+ * rounds per read), groups win up to W = B, where a group of 8 blocks still holds 8 reads. */
 static int pd_mix_by_groups(const pd_gen *g, const pd_mix *m, uint64_t world)
 {
     if (m->block > PD__BLOCK_GROUP_MAX_B)
@@ -140,7 +141,7 @@ static int pd_mix_by_groups(const pd_gen *g, const pd_mix *m, uint64_t world)
 #endif
 #if defined(PD_CPU_HAVE_AVX2)
     if (g->isa == PD_ISA_AVX2)
-        return world <= m->block / 2;
+        return world <= m->block;
 #endif
     (void)g;
     (void)world;
