@@ -128,7 +128,7 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
     lanes own[CNV];
     const lanes *p[CNV];
     __m256i s0[CNV], s1[CNV];
-    const uint32_t r = c->run[i], one = c->run[i + CLANES - 1] == r; /* runs are contiguous */
+    const uint32_t r = c->run[i], one = pd__batch_one_run(c->run + i, CLANES);
     for (int v = 0; v < CNV; v++) {
         if (one) {
             p[v] = &c->one[r];

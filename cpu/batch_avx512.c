@@ -20,7 +20,7 @@
  * vpermd per round; the rest once per evaluation. With d per lane, a round takes the d = 1
  * form, which is exact for d = 0 too as long as s1 stays masked (then s1 >> lbits = 0); a
  * batch whose runs all have d = 0 takes the lighter d = 0 round. A first evaluation of a group
- * that lies inside one run (runs are contiguous in the batch, so most groups do) reads that
+ * that lies inside one run (a shard batch's runs are contiguous, so most of its groups do) reads that
  * run's keys and values broadcast from memory instead, as kernel_avx512.c does.
  */
 
@@ -150,7 +150,7 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
     lanes own[CNV];
     const lanes *p[CNV];
     __m512i s0[CNV], s1[CNV];
-    const uint32_t r = c->run[i], one = c->run[i + CLANES - 1] == r; /* runs are contiguous */
+    const uint32_t r = c->run[i], one = pd__batch_one_run(c->run + i, CLANES);
     for (int v = 0; v < CNV; v++) {
         if (one) {
             p[v] = &c->one[r];

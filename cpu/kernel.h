@@ -3,6 +3,7 @@
 #define PD_CPU_KERNEL_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "core/mixture.h"
 #include "cpu/gen.h"
@@ -157,7 +158,8 @@ void pd__gather_fix_parity(const pd__run *run);
  * lanes idle. A batch gives every lane its own τ (keys and shape, looked up by the lane's run
  * number), so the runs of up to PD__BATCH_RUNS windows fill the vectors together and share one
  * drain. Item i is position v[i] under τ = perm[run[i]]; v[i] becomes τ(v[i]) without the
- * parity correction (pd__unflip). Each τ has 2 ≤ n ≤ 2^32. */
+ * parity correction (pd__unflip). Each τ has 2 ≤ n ≤ 2^32. Items of a run need not be contiguous: mixtures
+ * (cpu/mix.c) batch their reads in read order, each read on its component's order. */
 #define PD__BATCH_RUNS 16    /* AVX2 takes 8: one register of per-run values */
 #define PD__BATCH_ITEMS 4096 /* enough that the drain costs a few per cent */
 typedef struct pd__batch {
@@ -169,6 +171,20 @@ typedef struct pd__batch {
 } pd__batch;
 
 void pd__batch_scalar(const pd__batch *b);
+
+/* Whether run[0, n) (n a multiple of 8) are all one run: the kernels then broadcast that run's keys. Runs may
+ * come in any order (a mixture's interleave), so every item is compared, 8 at a time. */
+static inline int pd__batch_one_run(const uint8_t *run, unsigned n)
+{
+    uint64_t first, w, diff = 0;
+    memcpy(&first, run, 8);
+    first = (first & 0xFF) * UINT64_C(0x0101010101010101);
+    for (unsigned i = 0; i < n; i += 8) {
+        memcpy(&w, run + i, 8);
+        diff |= w ^ first;
+    }
+    return diff == 0;
+}
 
 /* The keys of count ≤ PD__BATCH_RUNS consecutive streams first, first + 1, …, each as
  * pd_keys_derive: the next windows' τ keys, derived side by side (AVX2: 8 at a time). */
@@ -187,6 +203,9 @@ extern const uint64_t pd__avx2_compress_tab[256];
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__batch_avx512(const pd__batch *b);
 #endif
+/* The batch kernel of g's ISA (AVX2's takes at most PD__BATCH_RUNS_AVX2 runs). */
+#define PD__BATCH_RUNS_AVX2 8
+void pd__batch_run(const pd_gen *g, const pd__batch *b);
 
 /* ---- Sharded ids (cpu/shards.c): the slot lookup after σ of a window run.
  *

@@ -90,6 +90,24 @@ void pd__block_group_run(pd_isa isa, const pd__block_group *t)
     pd__block_group_scalar(t);
 }
 
+void pd__batch_run(const pd_gen *g, const pd__batch *b)
+{
+    switch (g->isa) {
+#ifdef PD_CPU_HAVE_AVX2
+    case PD_ISA_AVX2:
+        pd__batch_avx2(b);
+        return;
+#endif
+#ifdef PD_CPU_HAVE_AVX512
+    case PD_ISA_AVX512:
+        pd__batch_avx512(b);
+        return;
+#endif
+    default:
+        pd__batch_scalar(b);
+    }
+}
+
 void pd__gather_scalar(const pd__run *run, const uint64_t *positions)
 {
     for (uint64_t i = 0; i < run->count; i++) {

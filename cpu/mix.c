@@ -54,6 +54,12 @@ typedef struct pd_mix_seen {
     uint64_t scratch; /* dense: where the ids of [lo, hi) start in the scratch */
 } pd_mix_seen;
 
+typedef struct pd_mix_last {
+    uint64_t batch;  /* the batch it is valid in (+ 1; 0: none) */
+    uint64_t lo, hi; /* the draws of its component epoch, [lo, hi) */
+    uint32_t run;
+} pd_mix_last;
+
 typedef struct pd_mix_work {
     pd_mix_seen *seen;   /* C */
     uint32_t *present;   /* components touched in this chunk */
@@ -71,6 +77,10 @@ typedef struct pd_mix_work {
     pd_divisor *node;    /* the current stage's node weights as divisors (C − 1, at mid − 1) */
     uint64_t node_stage; /* the stage they are for (UINT64_MAX: none yet) */
     pd_divisor *size;    /* the components' sizes as divisors (sparse; set when first touched) */
+    int by_runs;         /* sparse: every component flat, of 2 to 2^32 samples: σ through batches of runs */
+    pd_mix_last *last;   /* by runs: each component's latest run (C) */
+    uint32_t *bv;        /* by runs: a batch's positions, then samples (PD__BATCH_ITEMS) */
+    uint8_t *brun;       /* by runs: each item's run */
 } pd_mix_work;
 
 static void pd_mix_work_free(pd_mix_work *w)
@@ -89,11 +99,14 @@ static void pd_mix_work_free(pd_mix_work *w)
     free(w->index);
     free(w->node);
     free(w->size);
+    free(w->last);
+    free(w->bv);
+    free(w->brun);
 }
 
 /* Dense: for chunks of PD_MIX_CHUNK positions; sparse: of `reads` ≤ PD_MIX_CHUNK reads (a small request
  * stays below malloc's mmap threshold: no page faults per request on the daemon). */
-static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense, uint64_t reads)
+static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, int dense, uint64_t reads)
 {
     const uint64_t C = m->components, B = m->block, blocks = PD_MIX_CHUNK / B + 1;
     memset(w, 0, sizeof *w);
@@ -120,6 +133,15 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_mix *m, int dense, uint64_
         w->size = calloc(C, sizeof *w->size);
         w->parts = malloc((C < B ? C : B) * sizeof *w->parts);
         ok = ok && w->comp && w->draw && w->order && w->at && w->index && w->size && w->parts;
+        w->by_runs = g->isa != PD_ISA_AVX2; /* AVX2's batch kernel (8 runs, vpermd per round) loses to its gather */
+        for (uint64_t j = 0; j < C; j++)
+            w->by_runs &= !m->comp[j].shard_start && m->comp[j].size >= 2 && m->comp[j].size <= UINT64_C(1) << 32;
+        if (w->by_runs) {
+            w->last = calloc(C, sizeof *w->last);
+            w->bv = malloc(PD__BATCH_ITEMS * sizeof *w->bv);
+            w->brun = malloc(PD__BATCH_ITEMS * sizeof *w->brun);
+            ok = ok && w->last && w->bv && w->brun;
+        }
     }
     if (ok)
         return PD_OK;
@@ -420,6 +442,12 @@ static int pd_mix_by_parts(const pd_mix *m, uint64_t world)
 /* The part of parts[0, n) (in slot order, covering the block) holding slot q: the last whose first slot ≤ q. */
 static inline const pd_mix_part *pd_mix_part_of(const pd_mix_part *parts, uint32_t n, uint32_t q)
 {
+    if (n <= 8) { /* a few parts: count the starts ≤ q, each compare independent of the others */
+        uint32_t i = 0;
+        for (uint32_t p = 1; p < n; p++)
+            i += parts[p].slot <= q;
+        return &parts[i];
+    }
     uint32_t lo = 0;
     while (n > 1) {
         const uint32_t half = n / 2;
@@ -429,11 +457,114 @@ static inline const pd_mix_part *pd_mix_part_of(const pd_mix_part *parts, uint32
     return &parts[lo];
 }
 
+/* A batch of runs: reads [start, start + count) of the chunk, item i = read start + i. */
+typedef struct pd_mix_runs {
+    pd__batch b;
+    uint64_t comp[PD__BATCH_RUNS], epoch[PD__BATCH_RUNS];
+    uint64_t start, count, id; /* id: this batch's number (+ 1), for pd_mix_last */
+} pd_mix_runs;
+
+/* σ of the batch's items in place (every lane its own component order), then each read's global id. */
+static void pd_mix_runs_flush(const pd_gen *g, const pd_mix *m, pd_mix_runs *r, void *out, unsigned width)
+{
+    uint64_t offset[PD__BATCH_RUNS];
+    uint32_t flip[PD__BATCH_RUNS];
+    r->b.count = (uint32_t)r->count;
+    if (r->count)
+        pd__batch_run(g, &r->b);
+    for (unsigned i = 0; i < r->b.nruns; i++) {
+        offset[i] = m->offset[r->comp[i]];
+        flip[i] = r->b.perm[i]->keys.flip;
+    }
+    for (uint64_t i = 0; i < r->count; i++) {
+        const uint32_t v = r->b.v[i], run = r->b.run[i];
+        pd_mix_store(out, width, r->start + i, offset[run] + (v ^ (flip[run] & (v < 2)))); /* pd__unflip */
+    }
+    r->start += r->count;
+    r->count = 0;
+    r->b.nruns = 0;
+    r->id++;
+}
+
+/* The run of component j's component epoch e in the batch: found, or added (after a flush when the batch
+ * has as many runs as the kernel takes, or holds j's epoch of the same parity, whose order the cursor would
+ * replace). */
+static uint32_t pd_mix_runs_get(const pd_gen *g, pd_mix_cursor *c, pd_mix_runs *r, uint64_t j, uint64_t e,
+                                void *out, unsigned width)
+{
+    const unsigned cap = g->isa == PD_ISA_AVX2 ? PD__BATCH_RUNS_AVX2 : PD__BATCH_RUNS;
+    for (unsigned i = 0; i < r->b.nruns; i++) {
+        if (r->comp[i] != j || (r->epoch[i] ^ e) & 1)
+            continue;
+        if (r->epoch[i] == e)
+            return i;
+        pd_mix_runs_flush(g, c->mix, r, out, width);
+        break;
+    }
+    if (r->b.nruns == cap)
+        pd_mix_runs_flush(g, c->mix, r, out, width);
+    const unsigned i = r->b.nruns++;
+    r->comp[i] = j;
+    r->epoch[i] = e;
+    r->b.perm[i] = &pd_mix_order_get(c, j, e)->perm;
+    return i;
+}
+
+/* A sparse chunk when every component is flat, of 2 to 2^32 samples: each read's component and draw (as
+ * pd_mix_sparse_chunk finds them), then its σ in read order through the batch kernel, whose lanes each carry
+ * their own component's keys: no grouping by component, no scatter. */
+static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t *k, uint64_t g_first,
+                               uint64_t world, uint64_t n, void *out, unsigned width)
+{
+    const pd_mix *m = c->mix;
+    const int by_parts = pd_mix_by_parts(m, world);
+    pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = 1};
+    uint64_t block = UINT64_MAX;
+    uint32_t nparts = 0;
+    pd_mix_slots(g, m, g_first, world, n, w->slot);
+    for (uint64_t t = 0; t < n; t++) {
+        if (r.count == PD__BATCH_ITEMS)
+            pd_mix_runs_flush(g, m, &r, out, width);
+        const uint64_t g0 = g_first + t * world;
+        uint64_t j, d;
+        if (by_parts) {
+            if ((g0 & ~(m->block - 1)) != block) {
+                block = g0 & ~(m->block - 1);
+                pd_mix_stage_at(m, w, k, g0);
+                nparts = pd_mix_block_parts(m, w, *k, block - m->start[*k], w->parts);
+            }
+            const pd_mix_part *part = pd_mix_part_of(w->parts, nparts, w->slot[t]);
+            j = part->component;
+            d = part->draw + (w->slot[t] - part->slot);
+        } else {
+            pd_mix_stage_at(m, w, k, g0);
+            pd_mix_descend(m, w->node, *k, (g0 & ~(m->block - 1)) - m->start[*k], w->slot[t], &j, &d);
+            d += m->drawn[*k * m->components + j];
+        }
+        pd_mix_last *last = &w->last[j];
+        if (last->batch != r.id || d < last->lo || d >= last->hi) { /* another component epoch, or batch */
+            pd_divisor *size = &w->size[j];
+            if (!size->d)
+                pd_divisor_init(size, m->comp[j].size);
+            const uint64_t e = pd_divide(size, d);
+            const uint32_t run = pd_mix_runs_get(g, c, &r, j, e, out, width);
+            *last = (pd_mix_last){.batch = r.id, .lo = e * size->d, .hi = (e + 1) * size->d, .run = run};
+        }
+        w->bv[r.count] = (uint32_t)(d - last->lo);
+        w->brun[r.count++] = (uint8_t)last->run;
+    }
+    pd_mix_runs_flush(g, m, &r, out, width);
+}
+
 /* One sparse chunk: n reads at run positions g_first + t·W. */
 static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t chunk, uint64_t *k,
                                 uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
+    if (w->by_runs) {
+        pd_mix_sparse_runs(g, c, w, k, g_first, world, n, out, width);
+        return;
+    }
     pd_mix_slots(g, m, g_first, world, n, w->slot);
     w->npresent = 0;
     if (pd_mix_by_parts(m, world)) {
@@ -533,7 +664,7 @@ static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, co
     pd_mix_work w;
     const int dense = W <= PD_MIX_DENSE_WORLD;
     const uint64_t cap = body < PD_MIX_CHUNK ? body : PD_MIX_CHUNK;
-    if ((rc = pd_mix_work_alloc(&w, m, dense, cap)))
+    if ((rc = pd_mix_work_alloc(&w, g, m, dense, cap)))
         return rc;
     uint64_t k = pd__mix_stage_of(m, base + first);
     for (uint64_t done = 0, chunk = 1; done < body; chunk++) {

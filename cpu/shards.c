@@ -139,23 +139,6 @@ static void pd_slots_map(const pd_gen *g, const pd__slots *t, const uint32_t *u,
     }
 }
 
-static void pd_batch_sigma(const pd_gen *g, const pd__batch *b)
-{
-    switch (g->isa) {
-#ifdef PD_CPU_HAVE_AVX2
-    case PD_ISA_AVX2:
-        pd__batch_avx2(b);
-        return;
-#endif
-#ifdef PD_CPU_HAVE_AVX512
-    case PD_ISA_AVX512:
-        pd__batch_avx512(b);
-        return;
-#endif
-    default:
-        pd__batch_scalar(b);
-    }
-}
 
 static uint64_t pd_gcd(uint64_t a, uint64_t b)
 {
@@ -319,7 +302,7 @@ static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scra
         pd__batch b = {.nruns = sc->nruns, .v = sc->v, .run = sc->run, .count = sc->items};
         for (unsigned i = 0; i < sc->nruns; i++)
             b.perm[i] = &sc->runs[i].win.tau;
-        pd_batch_sigma(g, &b);
+        pd__batch_run(g, &b);
     }
     for (unsigned i = 0; i < sc->nruns; i++)
         pd_run_ids(g, r, sc, &sc->runs[i], sc->v + sc->runs[i].at);
