@@ -9,8 +9,11 @@
 #include "cpu/kernel.h"
 
 /*
- * A request is cut into chunks. In a chunk, the slots of all the rank's reads come from one call of the
- * slot kernel (every lane its block's keys: pd__slots_*). Then, two ways:
+ * A request is cut into chunks. In a chunk, the slots of all the rank's reads come first, one of two ways:
+ *   - small W (pd_mix_by_groups): every slot of 8 blocks at once (pd__block_group_*: bytes, a pshufb per
+ *     round, one Philox per block), then each read picks its own: W·(slots per read) work, no multiply;
+ *   - larger W: a kernel whose every lane carries its own block's keys (pd__block_slots_*).
+ * Then, two ways:
  *
  * Dense (W ≤ PD_MIX_DENSE_WORLD; a chunk is PD_MIX_CHUNK run positions of whole blocks):
  *   1. per block: one walk of the tree lists its parts: each component's slot range and first draw;
@@ -18,12 +21,17 @@
  *      counters), so σ runs over the whole range on g's kernel (split at component epochs): W times more
  *      σ than the rank reads, each at the kernel's full speed;
  *   3. per block: its ids laid out in slot order (one copy per part); each read takes its slot's id.
- * Sparse (larger W; a chunk is PD_MIX_CHUNK reads): each read's component and draw, then the reads are
- * grouped by component and component epoch, and σ is gathered at their draws (pd__gather_*), so only the
- * ids read are computed. A read's component and draw come one of two ways, whichever walks fewer nodes:
+ * Sparse (larger W; a chunk is PD_MIX_CHUNK reads): each read's component and draw, then only the ids read
+ * are computed. A read's component and draw come one of two ways, whichever walks fewer nodes:
  *   - a block read several times (B/W reads) walks the tree once, as dense step 1, into its parts; each
- *     read then finds its slot's part by binary search (no division);
+ *     read then finds its slot's part (no division);
  *   - otherwise one descent of the tree per read (⌈log2 C⌉ levels, two divisions each).
+ * Their σ, two ways:
+ *   - by runs (pd_mix_sparse_runs; AVX-512 and scalar, every component flat of 2 to 2^32 samples): the
+ *     reads in read order through the batch kernel (pd__batch_*), each lane on its (component, component
+ *     epoch)'s keys: no grouping and no scatter;
+ *   - otherwise the reads are grouped by component and component epoch, and σ is gathered at their draws
+ *     (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd per round, loses to this).
  */
 
 #define PD_MIX_CHUNK 8192u      /* run positions (dense) or reads (sparse) per chunk; a multiple of every B */

@@ -12,14 +12,11 @@ extern "C" {
 /* A rank's next min(count, remaining) global ids of mixture epoch E, as pd_mix_slice_fill_u64/u32 and
  * with the same errors (in the same order); besides, those of pd_gen_fill_* for g, and PD_ENOMEM.
  *
- * Where the time goes, and how it is spent here: the slots of all the reads of a chunk come from whole
- * blocks' tables, 8 blocks at a time (small W: pshufb rounds, no multiply) or from a slot kernel whose lanes
- * each carry their block's keys (larger W, AVX-512); for W ≤ 2 each block's slots are split
- * among the components by one walk of the weight tree and each component's σ runs over its contiguous
- * draws in the chunk on g's kernel; for larger W σ is gathered at the reads' draws, and a read finds its
- * component and draw in its block's walk (binary search, when the block has several reads) or by its own
- * descent of the tree (exact multiply-shift divisions). AVX2 and AVX-512 have the block-table and gather
- * kernels, AVX-512 the per-lane slot kernel; the scalar ISA computes those steps with the core. Sharded components resolve
+ * How: cpu/mix.c's opening comment. In short, a read costs its block's slot (tables of whole blocks, 8 at
+ * a time, for small W; a kernel keying each read for larger W), its component and draw (a walk of the
+ * weight tree per block, or a descent per read) and its component's σ (over whole ranges for W ≤ 2;
+ * else gathered by component, or, on AVX-512 with flat components of ≤ 2^32 samples, in read order with
+ * every lane on its component's keys). Sharded components resolve
  * each draw through their cursor's plan. The cursor is the caller's (one per thread). */
 int pd_gen_mix_fill_u64(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
                         uint64_t *out, uint64_t *written);
