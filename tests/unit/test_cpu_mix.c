@@ -30,24 +30,31 @@ static size_t all_gens(pd_gen *out)
     return n;
 }
 
+/* got[0, n_want) equals want, and nothing was written past it (got was filled with SENTINEL). */
+static void check_ids(const char *who, const pd_slice *s, const uint64_t *got, const uint64_t *want, uint64_t n_want)
+{
+    for (uint64_t i = 0; i < n_want; i++)
+        if (got[i] != want[i])
+            fail_msg("%s W %u rank %u mode %d offset %llu: id %llu of %llu is %llu, want %llu", who, s->world, s->rank,
+                     (int)s->mode, (unsigned long long)s->offset, (unsigned long long)i, (unsigned long long)n_want,
+                     (unsigned long long)got[i], (unsigned long long)want[i]);
+    for (uint64_t i = n_want; i < n_want + GUARD; i++)
+        assert_true(got[i] == SENTINEL);
+}
+
 /* One request through g against the core's n_want ids: u64 and u32 (when ids fit) equal, nothing written
  * past them. */
 static void compare(const pd_gen *g, owned_mix *o, uint64_t epoch, const pd_slice *s, uint64_t count,
                     const uint64_t *want, uint64_t n_want, uint64_t *got, uint32_t *got32)
 {
     uint64_t n_got;
+    char who[64];
+    snprintf(who, sizeof who, "%s/%s", pd_isa_name(g->isa), pd_walk_name(g->walk));
     for (uint64_t i = 0; i < n_want + GUARD; i++)
         got[i] = SENTINEL;
     assert_int_equal(pd_gen_mix_fill_u64(g, &o->cur, epoch, s, count, got, &n_got), PD_OK);
     assert_int_equal(n_got, n_want);
-    for (uint64_t i = 0; i < n_want; i++)
-        if (got[i] != want[i])
-            fail_msg("%s/%s W %u rank %u mode %d offset %llu: id %llu of %llu is %llu, want %llu",
-                     pd_isa_name(g->isa), pd_walk_name(g->walk), s->world, s->rank, (int)s->mode,
-                     (unsigned long long)s->offset, (unsigned long long)i, (unsigned long long)n_want,
-                     (unsigned long long)got[i], (unsigned long long)want[i]);
-    for (uint64_t i = n_want; i < n_want + GUARD; i++)
-        assert_true(got[i] == SENTINEL);
+    check_ids(who, s, got, want, n_want);
     if (pd_id_width(o->mix.total) != 4) {
         assert_int_equal(pd_gen_mix_fill_u32(g, &o->cur, epoch, s, count, got32, &n_got), PD_EOVERFLOW);
         return;
@@ -67,13 +74,7 @@ static void compare_pool(pd_pool *pool, owned_mix *o, uint64_t epoch, const pd_s
         got[i] = SENTINEL;
     assert_int_equal(pd_pool_mix_fill_u64(pool, &o->cur, epoch, s, count, got, &n_got), PD_OK);
     assert_int_equal(n_got, n_want);
-    for (uint64_t i = 0; i < n_want; i++)
-        if (got[i] != want[i])
-            fail_msg("pool W %u rank %u offset %llu: id %llu of %llu is %llu, want %llu", s->world, s->rank,
-                     (unsigned long long)s->offset, (unsigned long long)i, (unsigned long long)n_want,
-                     (unsigned long long)got[i], (unsigned long long)want[i]);
-    for (uint64_t i = n_want; i < n_want + GUARD; i++)
-        assert_true(got[i] == SENTINEL);
+    check_ids("pool", s, got, want, n_want);
 }
 
 /* Random mixtures of flat and sharded components; random slices over random epochs. */
