@@ -285,13 +285,21 @@ class ConfigTest(unittest.TestCase):
         self.assertIn("metrics: 'example.com:80' is not HOST:PORT", r.stderr)
 
     def test_explicit_port_in_use_fails_default_warns(self):
+        # Hold the default port ourselves: another test's permd may hold it now and let it go before
+        # this permd starts (ctest runs tests side by side), so wait until the bind succeeds.
         busy = socket.socket()
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            busy.bind(("127.0.0.1", 9464))  # the default; if another process holds it, so much the better
-            busy.listen()
-        except OSError:
-            pass
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                busy.bind(("127.0.0.1", 9464))
+                busy.listen()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    busy.close()
+                    self.skipTest("127.0.0.1:9464 stayed taken by another process for 60 s")
+                time.sleep(0.1)
         try:
             d = Permd(metrics=None)  # starts all the same, with one warning
             self.assertIn("the default metrics port is taken", d.logtext())
