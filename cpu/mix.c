@@ -755,7 +755,8 @@ static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, con
         return pd_gen_mix_fill(pd__pool_gen(pool), c, epoch, s, count, out, width, written);
     pd_mix_pool_ctx x = {.caller = c, .epoch = epoch, .slice = *s, .out = out, .width = width};
     atomic_init(&x.rc, PD_OK);
-    pd__pool_run_cost(pool, count, PD_MIX_COST, pd_mix_pool_chunk, &x);
+    pd__pool_run_cost(pool, count, s->world <= PD_MIX_DENSE_WORLD ? PD_MIX_COST_DENSE : PD_MIX_COST_SPARSE,
+                      pd_mix_pool_chunk, &x);
     const int rc = atomic_load(&x.rc);
     if (rc == PD_OK)
         *written = count;

@@ -23,10 +23,13 @@ int pd_gen_mix_fill_u64(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
 int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
                         uint32_t *out, uint64_t *written);
 
-/* The same, split across the pool by work (a mixture id costs several flat ones: PD_MIX_COST): the caller's
- * cursor serves the part the caller runs, and each other part gets a cursor of its own (mixtures whose cursor
- * is over PD_MIX_POOL_CURSOR_MAX bytes run on the caller alone). Same results and errors. */
-#define PD_MIX_COST 4 /* flat σ evaluations per mixture id, at least (bench/mixtures: 3 at W ≤ 2, 6-10 above) */
+/* The same, split across the pool by work: a mixture id costs several flat ones, PD_MIX_COST_DENSE where
+ * W ≤ 2 (the dense fill) and PD_MIX_COST_SPARSE above (bench/mixtures: 2.7 and 4-10 on the CPUs measured),
+ * and the pool sizes its parts by that. The caller's cursor serves the part at the request's start, and
+ * each other part gets a cursor of its own (mixtures whose cursor is over PD_MIX_POOL_CURSOR_MAX bytes run
+ * on the caller alone). Same results and errors. */
+#define PD_MIX_COST_DENSE 3
+#define PD_MIX_COST_SPARSE 8
 #define PD_MIX_POOL_CURSOR_MAX ((size_t)1 << 20) /* bytes */
 int pd_pool_mix_fill_u64(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
                          uint64_t *out, uint64_t *written);

@@ -90,7 +90,7 @@ static void matches_core(void **state)
     static const uint64_t blocks[] = {64, 128, 256, 512, 2048};
     static const uint32_t worlds[] = {1, 1, 2, 3, 8, 64, 1000};
     const int trials = test_quick() ? 3 : 40;
-    pd_pool *pool; /* requests of up to 40000 reads split into parts of PD_POOL_CHUNK_MIN / PD_MIX_COST (8192) */
+    pd_pool *pool; /* requests of up to 40000 reads split into parts of PD_POOL_CHUNK_MIN / PD_MIX_COST_* */
     assert_int_equal(pd_pool_create(3, NULL, &pool), PD_OK);
     for (int t = 0; t < trials; t++) {
         uint64_t C = 1 + test_below(&rng, 12), S = 1 + test_below(&rng, 4), block = blocks[test_below(&rng, 5)];
