@@ -203,9 +203,12 @@ extern const uint64_t pd__avx2_compress_tab[256];
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__batch_avx512(const pd__batch *b);
 #endif
-/* The batch kernel of g's ISA (AVX2's takes at most PD__BATCH_RUNS_AVX2 runs). */
-#define PD__BATCH_RUNS_AVX2 8
+/* The batch kernel of g's ISA, and the most runs it takes (AVX2's: 8, one register of per-run values). */
 void pd__batch_run(const pd_gen *g, const pd__batch *b);
+static inline unsigned pd__batch_max_runs(const pd_gen *g)
+{
+    return g->isa == PD_ISA_AVX2 ? 8 : PD__BATCH_RUNS;
+}
 
 /* ---- Sharded ids (cpu/shards.c): the slot lookup after σ of a window run.
  *

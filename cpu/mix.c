@@ -36,9 +36,7 @@
 
 #define PD_MIX_CHUNK 8192u      /* run positions (dense) or reads (sparse) per chunk; a multiple of every B */
 #define PD_MIX_DENSE_WORLD 2u   /* dense up to this W: measured faster than sparse at W ≤ 2, slower from 3 (AVX-512) */
-#ifndef PD_MIX_GROUPS_WORLD_AVX512
 #define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 (pd_mix_by_groups) */
-#endif
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
@@ -465,6 +463,36 @@ static inline const pd_mix_part *pd_mix_part_of(const pd_mix_part *parts, uint32
     return &parts[lo];
 }
 
+/* How sparse reads find their component and draw: in their block's parts (pd_mix_by_parts), walked once per
+ * block, or by a descent of the tree per read. */
+typedef struct pd_mix_reader {
+    uint64_t block;  /* the block whose parts w->parts holds (UINT64_MAX: none yet) */
+    uint32_t nparts;
+} pd_mix_reader;
+
+/* The component *j and run draw *d of the read at run position g0 whose slot is q (positions only grow);
+ * by_parts as pd_mix_by_parts gave it. Inlined into each loop, which the compiler splits on by_parts. */
+static inline __attribute__((always_inline)) void pd_mix_read(const pd_mix *m, pd_mix_work *w, pd_mix_reader *rd,
+                                                              const int by_parts, uint64_t *k, uint64_t g0,
+                                                              uint32_t q, uint64_t *j, uint64_t *d)
+{
+    const uint64_t block = g0 & ~(m->block - 1);
+    if (by_parts) {
+        if (block != rd->block) {
+            rd->block = block;
+            pd_mix_stage_at(m, w, k, g0);
+            rd->nparts = pd_mix_block_parts(m, w, *k, block - m->start[*k], w->parts);
+        }
+        const pd_mix_part *part = pd_mix_part_of(w->parts, rd->nparts, q);
+        *j = part->component;
+        *d = part->draw + (q - part->slot);
+        return;
+    }
+    pd_mix_stage_at(m, w, k, g0);
+    pd_mix_descend(m, w->node, *k, block - m->start[*k], q, j, d);
+    *d += m->drawn[*k * m->components + *j];
+}
+
 /* A batch of runs: reads [start, start + count) of the chunk, item i = read start + i. */
 typedef struct pd_mix_runs {
     pd__batch b;
@@ -500,7 +528,7 @@ static void pd_mix_runs_flush(const pd_gen *g, const pd_mix *m, pd_mix_runs *r, 
 static uint32_t pd_mix_runs_get(const pd_gen *g, pd_mix_cursor *c, pd_mix_runs *r, uint64_t j, uint64_t e,
                                 void *out, unsigned width)
 {
-    const unsigned cap = g->isa == PD_ISA_AVX2 ? PD__BATCH_RUNS_AVX2 : PD__BATCH_RUNS;
+    const unsigned cap = pd__batch_max_runs(g);
     for (unsigned i = 0; i < r->b.nruns; i++) {
         if (r->comp[i] != j || (r->epoch[i] ^ e) & 1)
             continue;
@@ -518,37 +546,21 @@ static uint32_t pd_mix_runs_get(const pd_gen *g, pd_mix_cursor *c, pd_mix_runs *
     return i;
 }
 
-/* A sparse chunk when every component is flat, of 2 to 2^32 samples: each read's component and draw (as
- * pd_mix_sparse_chunk finds them), then its σ in read order through the batch kernel, whose lanes each carry
+/* The rest of a sparse chunk whose slots are in w->slot, when every component is flat, of 2 to 2^32 samples:
+ * each read's component and draw, then its σ in read order through the batch kernel, whose lanes each carry
  * their own component's keys: no grouping by component, no scatter. */
 static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t *k, uint64_t g_first,
                                uint64_t world, uint64_t n, void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
     const int by_parts = pd_mix_by_parts(m, world);
+    pd_mix_reader rd = {.block = UINT64_MAX};
     pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = 1};
-    uint64_t block = UINT64_MAX;
-    uint32_t nparts = 0;
-    pd_mix_slots(g, m, g_first, world, n, w->slot);
     for (uint64_t t = 0; t < n; t++) {
         if (r.count == PD__BATCH_ITEMS)
             pd_mix_runs_flush(g, m, &r, out, width);
-        const uint64_t g0 = g_first + t * world;
         uint64_t j, d;
-        if (by_parts) {
-            if ((g0 & ~(m->block - 1)) != block) {
-                block = g0 & ~(m->block - 1);
-                pd_mix_stage_at(m, w, k, g0);
-                nparts = pd_mix_block_parts(m, w, *k, block - m->start[*k], w->parts);
-            }
-            const pd_mix_part *part = pd_mix_part_of(w->parts, nparts, w->slot[t]);
-            j = part->component;
-            d = part->draw + (w->slot[t] - part->slot);
-        } else {
-            pd_mix_stage_at(m, w, k, g0);
-            pd_mix_descend(m, w->node, *k, (g0 & ~(m->block - 1)) - m->start[*k], w->slot[t], &j, &d);
-            d += m->drawn[*k * m->components + j];
-        }
+        pd_mix_read(m, w, &rd, by_parts, k, g_first + t * world, w->slot[t], &j, &d);
         pd_mix_last *last = &w->last[j];
         if (last->batch != r.id || d < last->lo || d >= last->hi) { /* another component epoch, or batch */
             pd_divisor *size = &w->size[j];
@@ -569,37 +581,20 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
                                 uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
+    pd_mix_slots(g, m, g_first, world, n, w->slot);
     if (w->by_runs) {
         pd_mix_sparse_runs(g, c, w, k, g_first, world, n, out, width);
         return;
     }
-    pd_mix_slots(g, m, g_first, world, n, w->slot);
+    const int by_parts = pd_mix_by_parts(m, world);
+    pd_mix_reader rd = {.block = UINT64_MAX};
     w->npresent = 0;
-    if (pd_mix_by_parts(m, world)) {
-        uint64_t block = UINT64_MAX;
-        uint32_t nparts = 0;
-        for (uint64_t t = 0; t < n; t++) { /* component and draw of each read; count the reads per component */
-            const uint64_t g0 = g_first + t * world;
-            if ((g0 & ~(m->block - 1)) != block) {
-                block = g0 & ~(m->block - 1);
-                pd_mix_stage_at(m, w, k, g0);
-                nparts = pd_mix_block_parts(m, w, *k, block - m->start[*k], w->parts);
-            }
-            const pd_mix_part *part = pd_mix_part_of(w->parts, nparts, w->slot[t]);
-            w->comp[t] = part->component;
-            w->draw[t] = part->draw + (w->slot[t] - part->slot);
-            pd_mix_seen_touch(w, chunk, part->component, 0)->hi++;
-        }
-    } else {
-        for (uint64_t t = 0; t < n; t++) {
-            const uint64_t g0 = g_first + t * world;
-            uint64_t j, d;
-            pd_mix_stage_at(m, w, k, g0);
-            pd_mix_descend(m, w->node, *k, (g0 & ~(m->block - 1)) - m->start[*k], w->slot[t], &j, &d);
-            w->comp[t] = (uint32_t)j;
-            w->draw[t] = m->drawn[*k * m->components + j] + d;
-            pd_mix_seen_touch(w, chunk, j, 0)->hi++;
-        }
+    for (uint64_t t = 0; t < n; t++) { /* component and draw of each read; count the reads per component */
+        uint64_t j, d;
+        pd_mix_read(m, w, &rd, by_parts, k, g_first + t * world, w->slot[t], &j, &d);
+        w->comp[t] = (uint32_t)j;
+        w->draw[t] = d;
+        pd_mix_seen_touch(w, chunk, j, 0)->hi++;
     }
     uint64_t at = 0;
     for (uint32_t p = 0; p < w->npresent; p++) { /* buckets: [lo, hi) of order; hi counts the bucket's fill */
@@ -713,6 +708,13 @@ typedef struct pd_mix_pool_ctx {
     _Atomic int rc; /* the first error of a part (PD_ENOMEM: a cursor) */
 } pd_mix_pool_ctx;
 
+/* Keep the first error of any part. */
+static void pd_mix_pool_fail(pd_mix_pool_ctx *x, int rc)
+{
+    int none = PD_OK;
+    atomic_compare_exchange_strong(&x->rc, &none, rc);
+}
+
 /* Reads [begin, begin + count) of the request: the slice moved on by begin reads. */
 static void pd_mix_pool_chunk(const pd_gen *g, void *arg, uint64_t begin, uint64_t count)
 {
@@ -722,8 +724,7 @@ static void pd_mix_pool_chunk(const pd_gen *g, void *arg, uint64_t begin, uint64
     if (begin) { /* another thread's part may run at the same time: a cursor of its own */
         const size_t bytes = pd_mix_cursor_bytes(x->caller->mix);
         if (!(mem = malloc(bytes)) || pd_mix_cursor_init(&own, x->caller->mix, mem, bytes)) {
-            int none = PD_OK;
-            atomic_compare_exchange_strong(&x->rc, &none, PD_ENOMEM);
+            pd_mix_pool_fail(x, PD_ENOMEM);
             free(mem);
             return;
         }
@@ -733,10 +734,8 @@ static void pd_mix_pool_chunk(const pd_gen *g, void *arg, uint64_t begin, uint64
     part.offset += begin * part.world;
     uint64_t got;
     const int rc = pd_gen_mix_fill(g, c, x->epoch, &part, count, (char *)x->out + begin * x->width, x->width, &got);
-    if (rc) {
-        int none = PD_OK;
-        atomic_compare_exchange_strong(&x->rc, &none, rc);
-    }
+    if (rc)
+        pd_mix_pool_fail(x, rc);
     free(mem);
 }
 
@@ -746,13 +745,12 @@ static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, con
     uint64_t left;
     if (!pool)
         return PD_EINVAL;
-    if (!c || !s || !written || pd_mix_cursor_bytes(c->mix) > PD_MIX_POOL_CURSOR_MAX ||
-        pd_slice_remaining(c->mix->length, s, &left) || !pd_mix_epoch_ok(c->mix, epoch) || count < 2)
+    if (!c || !s || !out || !written || count < 2 || pd_mix_cursor_bytes(c->mix) > PD_MIX_POOL_CURSOR_MAX ||
+        (width == 4 && pd_id_width(c->mix->total) != 4) || pd_slice_remaining(c->mix->length, s, &left) ||
+        !pd_mix_epoch_ok(c->mix, epoch))
         return pd_gen_mix_fill(pd__pool_gen(pool), c, epoch, s, count, out, width, written); /* its checks, its errors */
     if (count > left)
         count = left;
-    if (!out || (width == 4 && pd_id_width(c->mix->total) != 4))
-        return pd_gen_mix_fill(pd__pool_gen(pool), c, epoch, s, count, out, width, written);
     pd_mix_pool_ctx x = {.caller = c, .epoch = epoch, .slice = *s, .out = out, .width = width};
     atomic_init(&x.rc, PD_OK);
     pd__pool_run_cost(pool, count, s->world <= PD_MIX_DENSE_WORLD ? PD_MIX_COST_DENSE : PD_MIX_COST_SPARSE,

@@ -139,7 +139,6 @@ static void pd_slots_map(const pd_gen *g, const pd__slots *t, const uint32_t *u,
     }
 }
 
-
 static uint64_t pd_gcd(uint64_t a, uint64_t b)
 {
     while (b) {
@@ -392,7 +391,7 @@ static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t 
     sc.tabled = 0;
     sc.keys_n = 0;
     sc.nruns = sc.items = 0;
-    sc.max_runs = g->isa == PD_ISA_AVX2 ? 8 : PD__BATCH_RUNS;
+    sc.max_runs = pd__batch_max_runs(g);
     sc.subs[0].n = 0; /* count == 0 has no subsequence (and gcc -O2 cannot tell that G ≥ 1) */
     const uint64_t G = plan->lanes, W = r->world, f = r->first + begin * W;
     const uint64_t gcd = pd_gcd(G, W), m = G / gcd, d = W / gcd;
