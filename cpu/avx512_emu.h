@@ -11,6 +11,7 @@
 #include <string.h>
 
 typedef simde__mmask16 __mmask16;
+typedef simde__mmask64 __mmask64;
 #define _MM_PERM_DDBB 0xF5
 
 /* The rest follow the pseudocode of Intel's intrinsics guide, lane by lane. */

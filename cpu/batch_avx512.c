@@ -1,4 +1,4 @@
-/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction. */
+/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; with PD_BATCH_BYTES (batch_vbmi.c) τ of ≤ 16 bits on byte lanes. */
 #include "cpu/kernel.h"
 
 #include <string.h>
@@ -22,6 +22,16 @@
  * batch whose runs all have d = 0 takes the lighter d = 0 round. A first evaluation of a group
  * that lies inside one run (a shard batch's runs are contiguous, so most of its groups do) reads that
  * run's keys and values broadcast from memory instead, as kernel_avx512.c does.
+ *
+ * Byte lanes (compiled with PD_BATCH_BYTES, AVX-512 VBMI: batch_vbmi.c). Windows are mostly small
+ * (2^10 to 2^16 samples), and a τ on b ≤ 16 bits has halves of at most 8 bits. A round reads its
+ * left half only through M0·s0, so with s0 < 2^8 the round's products are two 256-entry byte tables
+ * (hi32(M0·s) and lo32(M0·s), low bytes: every mask and shift of the round keeps within them), and
+ * a vpermb looks 64 lanes up at once (vpermi2b: 128 entries; two and a blend: 256). The halves
+ * travel as bytes, 64 lanes per register; s1 >> lbits is s1's top bit when d = 1 and 0 when d = 0,
+ * a byte test. A round costs ~8 instructions per 64 lanes where the 32-bit one costs ~11 per 16.
+ * The walk (queue, compaction, output) is the same: a group's 64 values are packed to bytes for its
+ * 24 rounds and unpacked after.
  */
 
 #define PD_AI static inline __attribute__((always_inline))
@@ -46,6 +56,12 @@ typedef struct bctx {
     lanes one[PD__BATCH_RUNS];              /*   broadcast keys and values, read from memory */
     uint32_t *v;
     const uint8_t *run;
+#if PD_BATCH_BYTES
+    __m512i bkey[PD_ROUNDS];             /* byte r: run r's round key (low byte) */
+    __m512i blmask, btop;                /* byte r: run r's lmask; 2^lbits when d = 1, else 0 */
+    __m512i thi[4], tlo[4], tlo1[4];     /* low bytes of hi32(M0·s), lo32(M0·s), lo32(M0·s) << 1; s < 256 */
+    __m512i pack_idx, unpack_idx[CNV];   /* byte shuffles between 4 vectors of u32 and one of bytes */
+#endif
 } bctx;
 
 PD_AI __m512i iota16(void)
@@ -96,6 +112,63 @@ PD_AI void eval(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *s1, 
             s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
 }
 
+#if PD_BATCH_BYTES
+/* The low bytes of a[0..3]'s 64 u32 lanes, in order. */
+PD_AI __m512i pack4(const bctx *c, const __m512i *a)
+{
+    const __m512i lo = _mm512_permutex2var_epi8(a[0], c->pack_idx, a[1]);
+    const __m512i hi = _mm512_permutex2var_epi8(a[2], c->pack_idx, a[3]);
+    return _mm512_mask_blend_epi8(UINT64_C(0xFFFFFFFF00000000), lo, hi);
+}
+
+/* The inverse: 64 bytes to 4 vectors of u32. */
+PD_AI void unpack4(const bctx *c, __m512i b, __m512i *a)
+{
+    for (int v = 0; v < CNV; v++)
+        a[v] = _mm512_maskz_permutexvar_epi8(UINT64_C(0x1111111111111111), c->unpack_idx[v], b);
+}
+
+/* t[s] for every byte s below 2^L: L ≤ 6 one register, 7 two, 8 four. */
+PD_AI __m512i lookup(const __m512i *t, __m512i s, const int L)
+{
+    if (L <= 6)
+        return _mm512_permutexvar_epi8(s, t[0]);
+    const __m512i a = _mm512_permutex2var_epi8(t[0], s, t[1]);
+    if (L == 7)
+        return a;
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(s), a, _mm512_permutex2var_epi8(t[2], s, t[3]));
+}
+
+/* eval on byte lanes: L ≥ every lane's lbits (6, 7 or 8), D = 0 (every lane d = 0), 1 (every lane
+ * d = 1) or 2 (mixed). runb: the lanes' run numbers as bytes. Junk above rbits in s1 stays out of
+ * s0 (masked by lmask, lbits ≤ rbits) and of the d = 1 test (bit lbits < rbits), and is masked off
+ * at the end. */
+PD_AI void eval_bytes(const bctx *c, const lanes *const *p, __m512i runb, __m512i *s0, __m512i *s1, const int L,
+                      const int D)
+{
+    __m512i b0 = pack4(c, s0), b1 = pack4(c, s1);
+    const __m512i lmask = _mm512_permutexvar_epi8(runb, c->blmask);
+    const __m512i top = D ? _mm512_permutexvar_epi8(runb, c->btop) : _mm512_setzero_si512();
+    const __mmask64 dlanes = D == 2 ? _mm512_test_epi8_mask(top, top) : 0;
+    const __m512i one = _mm512_set1_epi8(1);
+    PD_UNROLL(24)
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        const __m512i hi = lookup(c->thi, b0, L);
+        __m512i lo = lookup(D == 1 ? c->tlo1 : c->tlo, b0, L);
+        if (D == 2)
+            lo = _mm512_mask_add_epi8(lo, dlanes, lo, lo); /* << 1 */
+        const __m512i k = _mm512_permutexvar_epi8(runb, c->bkey[i]);
+        const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, b1, PD_TL_XOR3), lmask);
+        b1 = D ? _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(b1, top), lo, one) : lo; /* lo's bit 0 is 0 */
+        b0 = n0;
+    }
+    unpack4(c, b0, s0);
+    unpack4(c, b1, s1);
+    for (int v = 0; v < CNV; v++)
+        s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
+}
+#endif
+
 PD_AI void split(const lanes *p, __m512i x, __m512i *s0, __m512i *s1)
 {
     *s0 = _mm512_srlv_epi32(x, p->rbits);
@@ -144,12 +217,13 @@ PD_AI void queue_put(queue *q, uint32_t at, __mmask16 m, __m512i val, __m512i ru
     _mm512_storeu_si512(q->idx + at, _mm512_maskz_compress_epi32(m, idx));
 }
 
-/* The first evaluation of CLANES consecutive items from i. */
-PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
+/* The first evaluation of CLANES consecutive items from i; L > 0: on byte lanes (eval_bytes). */
+PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const int L)
 {
     lanes own[CNV];
     const lanes *p[CNV];
     __m512i s0[CNV], s1[CNV];
+    (void)L; /* without PD_BATCH_BYTES always 0 */
     const uint32_t r = c->run[i], one = pd__batch_one_run(c->run + i, CLANES);
     for (int v = 0; v < CNV; v++) {
         if (one) {
@@ -160,6 +234,11 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
         }
         split(p[v], _mm512_loadu_si512(c->v + i + VW * v), &s0[v], &s1[v]);
     }
+#if PD_BATCH_BYTES
+    if (L)
+        eval_bytes(c, p, _mm512_loadu_si512(c->run + i), s0, s1, L, d);
+    else
+#endif
     if (one)
         eval(c, p, s0, s1, CNV, d, c->kr[r]);
     else
@@ -177,8 +256,9 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
 }
 
 /* One pass over the queue's whole groups; a shorter rest stays queued. */
-PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d)
+PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const int L)
 {
+    (void)L;
     uint32_t r = 0, w = 0;
     for (; r + CLANES <= q->n; r += CLANES) {
         lanes own[CNV];
@@ -190,7 +270,15 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d)
             split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
             idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
         }
-        eval(c, p, s0, s1, CNV, d, NULL);
+#if PD_BATCH_BYTES
+        if (L) {
+            __m512i run[CNV];
+            for (int v = 0; v < CNV; v++)
+                run[v] = own[v].run;
+            eval_bytes(c, p, pack4(c, run), s0, s1, L, d);
+        } else
+#endif
+            eval(c, p, s0, s1, CNV, d, NULL);
         for (int v = 0; v < CNV; v++) {
             __m512i val;
             const __mmask16 in = inside(p[v], s0[v], s1[v], &val);
@@ -242,9 +330,41 @@ static void bctx_init(bctx *c, const pd__batch *b)
     }
     c->v = b->v;
     c->run = b->run;
+#if PD_BATCH_BYTES
+    uint8_t bt[PD_ROUNDS + 2][64], tab[3][256], pk[64];
+    memset(bt, 0, sizeof bt);
+    for (unsigned r = 0; r < b->nruns; r++) {
+        const pd_perm *p = b->perm[r];
+        for (int i = 0; i < PD_ROUNDS; i++)
+            bt[i][r] = (uint8_t)p->keys.k[i];
+        bt[PD_ROUNDS][r] = (uint8_t)p->lmask;
+        bt[PD_ROUNDS + 1][r] = (uint8_t)(p->rbits != p->lbits ? 1u << p->lbits : 0);
+    }
+    for (int i = 0; i < PD_ROUNDS; i++)
+        c->bkey[i] = _mm512_loadu_si512(bt[i]);
+    c->blmask = _mm512_loadu_si512(bt[PD_ROUNDS]);
+    c->btop = _mm512_loadu_si512(bt[PD_ROUNDS + 1]);
+    for (uint32_t x = 0; x < 256; x++) {
+        const uint64_t m = PD_VP_M0 * x;
+        tab[0][x] = (uint8_t)(m >> 32);
+        tab[1][x] = (uint8_t)m;
+        tab[2][x] = (uint8_t)(m << 1);
+    }
+    for (int j = 0; j < 4; j++) {
+        c->thi[j] = _mm512_loadu_si512(tab[0] + 64 * j);
+        c->tlo[j] = _mm512_loadu_si512(tab[1] + 64 * j);
+        c->tlo1[j] = _mm512_loadu_si512(tab[2] + 64 * j);
+    }
+    for (int i = 0; i < 64; i++) /* vpermi2b: bytes 0-63 of a, 64-127 of b */
+        pk[i] = (uint8_t)(4 * (i % 32));
+    c->pack_idx = _mm512_loadu_si512(pk);
+    for (int v = 0; v < CNV; v++) /* dword j of vector v: byte 16v + j */
+        c->unpack_idx[v] = _mm512_add_epi32(iota16(), _mm512_set1_epi32(16 * v));
+#endif
 }
 
-PD_AI void walk(const pd__batch *b, const int d)
+/* d: 0 or 1 (every run's d = 0, or not); on byte lanes (L > 0, see eval_bytes) 0, 1 or 2. */
+PD_AI void walk(const pd__batch *b, const int d, const int L)
 {
     bctx c;
     queue q;
@@ -255,9 +375,9 @@ PD_AI void walk(const pd__batch *b, const int d)
     while (i + CLANES <= b->count) {
         const uint32_t end = b->count - i < BLOCK ? i + (b->count - i) / CLANES * CLANES : i + BLOCK;
         for (; i < end; i += CLANES)
-            compact_first(&c, &q, i, d);
+            compact_first(&c, &q, i, d, L);
         while (q.n > BLOCK / 2)
-            compact_pass(&c, &q, &buf, d);
+            compact_pass(&c, &q, &buf, d, L);
     }
     for (; i < b->count; i++) { /* fewer than CLANES items left: queue them unevaluated */
         q.val[q.n] = b->v[i];
@@ -270,19 +390,48 @@ PD_AI void walk(const pd__batch *b, const int d)
             q.run[q.n] = q.run[last];
             q.idx[q.n] = q.idx[last];
         }
-        compact_pass(&c, &q, &buf, d);
+        compact_pass(&c, &q, &buf, d, L);
     }
     outbuf_flush(&c, &buf);
 }
 
+#if PD_BATCH_BYTES
+#define PD_BYTES_WALK(L, D) \
+    static void walk_##L##_##D(const pd__batch *b) { walk(b, D, L); }
+PD_BYTES_WALK(6, 0)
+PD_BYTES_WALK(6, 1)
+PD_BYTES_WALK(6, 2)
+PD_BYTES_WALK(7, 0)
+PD_BYTES_WALK(7, 1)
+PD_BYTES_WALK(7, 2)
+PD_BYTES_WALK(8, 0)
+PD_BYTES_WALK(8, 1)
+PD_BYTES_WALK(8, 2)
+static void (*const walk_bytes[3][3])(const pd__batch *) = {
+    {walk_6_0, walk_6_1, walk_6_2}, {walk_7_0, walk_7_1, walk_7_2}, {walk_8_0, walk_8_1, walk_8_2}};
+
+void pd__batch_vbmi(const pd__batch *b)
+{
+    unsigned lbits = 0, d0 = 0, d1 = 0;
+    for (unsigned r = 0; r < b->nruns; r++) {
+        const pd_perm *p = b->perm[r];
+        lbits = p->lbits > lbits ? p->lbits : lbits;
+        if (p->rbits != p->lbits)
+            d1 = 1;
+        else
+            d0 = 1;
+    }
+    walk_bytes[lbits <= 6 ? 0 : lbits - 6][d0 && d1 ? 2 : d1](b);
+}
+#else
 static void walk_d0(const pd__batch *b)
 {
-    walk(b, 0);
+    walk(b, 0, 0);
 }
 
 static void walk_d1(const pd__batch *b)
 {
-    walk(b, 1);
+    walk(b, 1, 0);
 }
 
 void pd__batch_avx512(const pd__batch *b)
@@ -342,3 +491,4 @@ void pd__keys_many_avx512(uint64_t seed, uint64_t epoch, uint32_t first, unsigne
         }
     }
 }
+#endif

@@ -203,6 +203,16 @@ extern const uint64_t pd__avx2_compress_tab[256];
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__batch_avx512(const pd__batch *b);
 #endif
+#if defined(PD_CPU_HAVE_VBMI)
+/* The same on byte lanes (batch_vbmi.c): every τ of the batch has b ≤ 16 (rbits ≤ 8). */
+void pd__batch_vbmi(const pd__batch *b);
+#endif
+/* Whether g walks τ on byte lanes (AVX-512 VBMI and b ≤ 16): ~4× the 32-bit kernels' rate, so even
+ * a batch of one run takes the batch kernel then. */
+static inline int pd__batch_bytes(const pd_gen *g, const pd_perm *p)
+{
+    return g->vbmi && p->rbits <= 8;
+}
 /* The batch kernel of g's ISA, and the most runs it takes (AVX2's: 8, one register of per-run values). */
 void pd__batch_run(const pd_gen *g, const pd__batch *b);
 static inline unsigned pd__batch_max_runs(const pd_gen *g)

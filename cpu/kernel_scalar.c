@@ -100,6 +100,17 @@ void pd__batch_run(const pd_gen *g, const pd__batch *b)
 #endif
 #ifdef PD_CPU_HAVE_AVX512
     case PD_ISA_AVX512:
+#ifdef PD_CPU_HAVE_VBMI
+        if (g->vbmi) {
+            unsigned narrow = 1;
+            for (unsigned r = 0; r < b->nruns; r++)
+                narrow &= pd__batch_bytes(g, b->perm[r]);
+            if (narrow) {
+                pd__batch_vbmi(b);
+                return;
+            }
+        }
+#endif
         pd__batch_avx512(b);
         return;
 #endif

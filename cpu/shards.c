@@ -292,12 +292,12 @@ static void pd_run_ids(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch 
 /* σ of the batch's runs, then their ids; the batch is empty afterwards. */
 static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc)
 {
-    if (sc->nruns == 1) { /* one window: g's own kernel, specialised for its shape */
+    if (sc->nruns == 1 && !pd__batch_bytes(g, &sc->runs[0].win.tau)) { /* one window: g's own kernel */
         const pd_run *ru = &sc->runs[0];
         const pd__run run = {.perm = &ru->win.tau, .first = ru->v0, .stride = ru->d, .count = ru->len,
                              .out = sc->v, .width = 4, .walk = g->walk, .unflipped = 1};
         pd__gen_run(g, &run);
-    } else if (sc->nruns > 1) {
+    } else if (sc->nruns) {
         pd__batch b = {.nruns = sc->nruns, .v = sc->v, .run = sc->run, .count = sc->items};
         for (unsigned i = 0; i < sc->nruns; i++)
             b.perm[i] = &sc->runs[i].win.tau;

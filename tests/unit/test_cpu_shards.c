@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/shards.h"
 #include "cpu/gen.h"
+#include "cpu/kernel.h"
 
 #define P2(k) (UINT64_C(1) << (k))
 #define GUARD 16
@@ -434,6 +435,66 @@ static void bad_arguments_match_core(void **state)
     layout_free(&big);
 }
 
+/* The batch kernels (several τ side by side, cpu/kernel.h) equal the scalar one for every ISA, on
+ * byte lanes (VBMI) and off them: τ of every width the byte lanes take (b = 6 … 16: d = 0, 1 and
+ * mixed, lbits up to 8) and some beyond, runs interleaved or contiguous, counts not a multiple of the
+ * vector. */
+static void batch_kernels_match_scalar(void **state)
+{
+    (void)state;
+    enum { ITEMS = PD__BATCH_ITEMS };
+    static uint32_t v0[ITEMS], want[ITEMS], got[ITEMS];
+    static uint8_t run[ITEMS];
+    pd_perm perm[PD__BATCH_RUNS];
+    uint64_t rng = 11;
+    for (int t = 0; t < (quick() ? 60 : 400); t++) {
+        const unsigned nruns = 1 + (unsigned)test_below(&rng, PD__BATCH_RUNS);
+        const unsigned maxbits = t % 4 == 3 ? 24 : 6 + (unsigned)test_below(&rng, 11); /* mostly ≤ 16 */
+        for (unsigned r = 0; r < nruns; r++) {
+            const unsigned bits = 1 + (unsigned)test_below(&rng, maxbits);
+            const uint64_t n = 2 + test_below(&rng, (UINT64_C(1) << bits) - 1);
+            assert_int_equal(pd_perm_init(&perm[r], test_rand(&rng), t, 2 + r, n), PD_OK);
+        }
+        const uint32_t count = (uint32_t)test_below(&rng, ITEMS + 1);
+        const int interleaved = t % 2;
+        for (uint32_t i = 0; i < count; i++) {
+            run[i] = (uint8_t)(interleaved ? test_below(&rng, nruns) : (uint64_t)i * nruns / count);
+            v0[i] = (uint32_t)test_below(&rng, perm[run[i]].n);
+        }
+        pd__batch b = {.nruns = nruns, .v = want, .run = run, .count = count};
+        for (unsigned r = 0; r < nruns; r++)
+            b.perm[r] = &perm[r];
+        memcpy(want, v0, count * sizeof *v0);
+        pd__batch_scalar(&b);
+        for (uint32_t i = 0; i < count; i++) /* the scalar kernel is the core's σ, unflipped */
+            assert_int_equal(want[i], pd__sigma(&perm[run[i]], v0[i], PD_ROUNDS, 0));
+        for (int isa = PD_ISA_AVX2; isa <= PD_ISA_AVX512; isa++) {
+            pd_gen g;
+            if (pd_gen_init(&g, (pd_isa)isa) != PD_OK)
+                continue;
+            for (int vbmi = g.vbmi; vbmi >= 0; vbmi--) {
+                g.vbmi = vbmi;
+                if (b.nruns > pd__batch_max_runs(&g))
+                    continue;
+                memcpy(got, v0, count * sizeof *v0);
+                b.v = got;
+                pd__batch_run(&g, &b);
+                if (count && memcmp(got, want, count * sizeof *got) != 0) {
+                    for (uint32_t i = 0; i < count; i++)
+                        if (got[i] != want[i]) {
+                            const pd_perm *p = &perm[run[i]];
+                            print_error("%s%s: t=%d runs=%u item %u (run %u, n=%llu, b=%u): %u, want %u\n",
+                                        pd_isa_name(g.isa), vbmi ? "+vbmi" : "", t, nruns, i, run[i],
+                                        (unsigned long long)p->n, p->bits, got[i], want[i]);
+                            break;
+                        }
+                    fail();
+                }
+            }
+        }
+    }
+}
+
 /* A negative control for the comparison: ids of another epoch's plan differ from the core's. */
 static void comparison_can_fail(void **state)
 {
@@ -464,6 +525,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_arguments_match_core),
         cmocka_unit_test(comparison_can_fail),
+        cmocka_unit_test(batch_kernels_match_scalar),
         cmocka_unit_test(random_layouts),
         cmocka_unit_test(uniform_layouts),
         cmocka_unit_test(interleaved_lanes),
