@@ -24,7 +24,7 @@
  * run's keys and values broadcast from memory instead, as kernel_avx512.c does.
  *
  * Byte lanes (compiled with PD_BATCH_BYTES, AVX-512 VBMI: batch_vbmi.c). Windows are mostly small
- * (2^10 to 2^16 samples), and a τ on b ≤ 16 bits has halves of at most 8 bits. A round reads its
+ * (2^10 to 2^17 samples), and a τ on b ≤ 16 bits has halves of at most 8 bits. A round reads its
  * left half only through M0·s0, so with s0 < 2^8 the round's products are two 256-entry byte tables
  * (hi32(M0·s) and lo32(M0·s), low bytes: every mask and shift of the round keeps within them), and
  * a vpermb looks 64 lanes up at once (vpermi2b: 128 entries; two and a blend: 256). The halves
@@ -36,8 +36,10 @@
 
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 16
-#define CNV 4
-#define CLANES (VW * CNV)
+#define CNV 4            /* vectors evaluated side by side (32-bit lanes) */
+#define BNB 2            /* byte vectors side by side on byte lanes: */
+#define BNV (BNB * CNV)  /*   their lanes as vectors of u32 */
+#define CLANES (VW * BNV) /* lanes of a group, at most */
 #define BLOCK 1024
 #define QCAP (BLOCK / 2 + BLOCK + CLANES)
 #define OBUF 1024
@@ -52,13 +54,15 @@ typedef struct lanes {
 typedef struct bctx {
     __m512i key[PD_ROUNDS]; /* lane r: run r's round key */
     __m512i m_lo_d, lmask, rmask, lbits, rbits, n_m1;
+    __m512i rmask_hi, rbits_hi, n_m1_hi; /* runs 16-31 (byte lanes only) */
     uint32_t kr[PD__BATCH_RUNS][PD_ROUNDS]; /* the same per run, for groups inside one run: */
     lanes one[PD__BATCH_RUNS];              /*   broadcast keys and values, read from memory */
     uint32_t *v;
     const uint8_t *run;
 #if PD_BATCH_BYTES
     __m512i bkey[PD_ROUNDS];             /* byte r: run r's round key (low byte) */
-    __m512i blmask, btop;                /* byte r: run r's lmask; 2^lbits when d = 1, else 0 */
+    __m512i blmask, btop;                /* byte r: run r's lmask; 2^lbits when d = 1 and lbits < 8, else 0 */
+    __m512i bwide;                       /* byte r: 0xFF when run r has rbits = 9 (b = 17), else 0 */
     __m512i thi[4], tlo[4], tlo1[4];     /* low bytes of hi32(M0·s), lo32(M0·s), lo32(M0·s) << 1; s < 256 */
     __m512i pack_idx, unpack_idx[CNV];   /* byte shuffles between 4 vectors of u32 and one of bytes */
 #endif
@@ -78,6 +82,15 @@ PD_AI lanes lanes_of(const bctx *c, __m512i run)
                    .lbits = _mm512_permutexvar_epi32(run, c->lbits),
                    .rbits = _mm512_permutexvar_epi32(run, c->rbits),
                    .n_m1 = _mm512_permutexvar_epi32(run, c->n_m1)};
+}
+
+/* lanes_of for byte lanes: up to 32 runs, and only what split, inside and the queue read. */
+PD_AI lanes lanes_of_bytes(const bctx *c, __m512i run)
+{
+    return (lanes){.run = run,
+                   .rmask = _mm512_permutex2var_epi32(c->rmask, run, c->rmask_hi),
+                   .rbits = _mm512_permutex2var_epi32(c->rbits, run, c->rbits_hi),
+                   .n_m1 = _mm512_permutex2var_epi32(c->n_m1, run, c->n_m1_hi)};
 }
 
 PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m512i *s0, __m512i *s1, const int d, const uint32_t *hk)
@@ -140,31 +153,56 @@ PD_AI __m512i lookup(const __m512i *t, __m512i s, const int L)
 }
 
 /* eval on byte lanes: L ≥ every lane's lbits (6, 7 or 8), D = 0 (every lane d = 0), 1 (every lane
- * d = 1) or 2 (mixed). runb: the lanes' run numbers as bytes. Junk above rbits in s1 stays out of
- * s0 (masked by lmask, lbits ≤ rbits) and of the d = 1 test (bit lbits < rbits), and is masked off
- * at the end. */
-PD_AI void eval_bytes(const bctx *c, const lanes *const *p, __m512i runb, __m512i *s0, __m512i *s1, const int L,
-                      const int D)
+ * d = 1), 2 (mixed) or 3 (L = 8, some lanes b = 17: s1 has 9 bits, the 9th in a mask). runb: the
+ * lanes' run numbers as bytes. Junk above rbits in s1 stays out of s0 (masked by lmask, lbits ≤
+ * rbits) and of the d = 1 test (bit lbits < rbits), and is masked off at the end. */
+PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m512i *runb, __m512i *s0, __m512i *s1,
+                      const int L, const int D)
 {
-    __m512i b0 = pack4(c, s0), b1 = pack4(c, s1);
-    const __m512i lmask = _mm512_permutexvar_epi8(runb, c->blmask);
-    const __m512i top = D ? _mm512_permutexvar_epi8(runb, c->btop) : _mm512_setzero_si512();
-    const __mmask64 dlanes = D == 2 ? _mm512_test_epi8_mask(top, top) : 0;
+    __m512i b0[BNB], b1[BNB], lmask[BNB], top[BNB];
+    __mmask64 dlanes[BNB], wide[BNB], s1_8[BNB]; /* D = 3: lanes with rbits = 9, and s1's bit 8 there */
     const __m512i one = _mm512_set1_epi8(1);
+    for (int j = 0; j < BNB; j++) { /* two chains: a round's latency is ~2× its issue time */
+        b0[j] = pack4(c, s0 + CNV * j);
+        b1[j] = pack4(c, s1 + CNV * j);
+        lmask[j] = _mm512_permutexvar_epi8(runb[j], c->blmask);
+        top[j] = D ? _mm512_permutexvar_epi8(runb[j], c->btop) : _mm512_setzero_si512();
+        dlanes[j] = D >= 2 ? _mm512_test_epi8_mask(top[j], top[j]) : 0;
+        wide[j] = s1_8[j] = 0;
+        if (D == 3) {
+            const __m512i w = _mm512_permutexvar_epi8(runb[j], c->bwide);
+            wide[j] = _mm512_test_epi8_mask(w, w);
+            dlanes[j] |= wide[j];
+            for (int v = 0; v < CNV; v++)
+                s1_8[j] |= (uint64_t)_mm512_test_epi32_mask(s1[CNV * j + v], _mm512_set1_epi32(256)) << (VW * v);
+        }
+    }
     PD_UNROLL(24)
     for (int i = 0; i < PD_ROUNDS; i++) {
-        const __m512i hi = lookup(c->thi, b0, L);
-        __m512i lo = lookup(D == 1 ? c->tlo1 : c->tlo, b0, L);
-        if (D == 2)
-            lo = _mm512_mask_add_epi8(lo, dlanes, lo, lo); /* << 1 */
-        const __m512i k = _mm512_permutexvar_epi8(runb, c->bkey[i]);
-        const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, b1, PD_TL_XOR3), lmask);
-        b1 = D ? _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(b1, top), lo, one) : lo; /* lo's bit 0 is 0 */
-        b0 = n0;
+        for (int j = 0; j < BNB; j++) {
+            const __m512i hi = lookup(c->thi, b0[j], L);
+            __m512i lo = lookup(D == 1 ? c->tlo1 : c->tlo, b0[j], L);
+            __mmask64 shifted_in = D ? _mm512_test_epi8_mask(b1[j], top[j]) : 0; /* s1 >> lbits */
+            if (D == 3) { /* rbits = 9: s1 >> 8 is bit 8, and lo << 1 moves lo's bit 7 there */
+                shifted_in |= s1_8[j];
+                s1_8[j] = _mm512_movepi8_mask(lo) & wide[j];
+            }
+            if (D >= 2)
+                lo = _mm512_mask_add_epi8(lo, dlanes[j], lo, lo); /* << 1 */
+            const __m512i k = _mm512_permutexvar_epi8(runb[j], c->bkey[i]);
+            const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, b1[j], PD_TL_XOR3), lmask[j]);
+            b1[j] = D ? _mm512_mask_add_epi8(lo, shifted_in, lo, one) : lo; /* lo's bit 0 is 0 */
+            b0[j] = n0;
+        }
     }
-    unpack4(c, b0, s0);
-    unpack4(c, b1, s1);
-    for (int v = 0; v < CNV; v++)
+    for (int j = 0; j < BNB; j++) {
+        unpack4(c, b0[j], s0 + CNV * j);
+        unpack4(c, b1[j], s1 + CNV * j);
+        for (int v = 0; D == 3 && v < CNV; v++)
+            s1[CNV * j + v] = _mm512_mask_or_epi32(s1[CNV * j + v], (__mmask16)(s1_8[j] >> (VW * v)),
+                                                   s1[CNV * j + v], _mm512_set1_epi32(256));
+    }
+    for (int v = 0; v < BNV; v++)
         s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
 }
 #endif
@@ -217,33 +255,38 @@ PD_AI void queue_put(queue *q, uint32_t at, __mmask16 m, __m512i val, __m512i ru
     _mm512_storeu_si512(q->idx + at, _mm512_maskz_compress_epi32(m, idx));
 }
 
-/* The first evaluation of CLANES consecutive items from i; L > 0: on byte lanes (eval_bytes). */
+/* The first evaluation of a group of consecutive items from i (nv vectors: CNV, or BNV on byte
+ * lanes, L > 0: eval_bytes). */
 PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const int L)
 {
-    lanes own[CNV];
-    const lanes *p[CNV];
-    __m512i s0[CNV], s1[CNV];
-    (void)L; /* without PD_BATCH_BYTES always 0 */
-    const uint32_t r = c->run[i], one = pd__batch_one_run(c->run + i, CLANES);
-    for (int v = 0; v < CNV; v++) {
+    const int nv = L ? BNV : CNV;
+    lanes own[BNV];
+    const lanes *p[BNV];
+    __m512i s0[BNV], s1[BNV];
+    const uint32_t r = c->run[i], one = pd__batch_one_run(c->run + i, VW * nv);
+    for (int v = 0; v < nv; v++) {
         if (one) {
             p[v] = &c->one[r];
         } else {
-            own[v] = lanes_of(c, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c->run + i + VW * v))));
+            const __m512i run = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c->run + i + VW * v)));
+            own[v] = L ? lanes_of_bytes(c, run) : lanes_of(c, run);
             p[v] = &own[v];
         }
         split(p[v], _mm512_loadu_si512(c->v + i + VW * v), &s0[v], &s1[v]);
     }
 #if PD_BATCH_BYTES
-    if (L)
-        eval_bytes(c, p, _mm512_loadu_si512(c->run + i), s0, s1, L, d);
-    else
+    if (L) {
+        __m512i runb[BNB];
+        for (int j = 0; j < BNB; j++)
+            runb[j] = _mm512_loadu_si512(c->run + i + 64 * j);
+        eval_bytes(c, p, runb, s0, s1, L, d);
+    } else
 #endif
     if (one)
         eval(c, p, s0, s1, CNV, d, c->kr[r]);
     else
         eval(c, p, s0, s1, CNV, d, NULL);
-    for (int v = 0; v < CNV; v++) {
+    for (int v = 0; v < nv; v++) {
         __m512i val;
         const __mmask16 out = (__mmask16)~inside(p[v], s0[v], s1[v], &val);
         _mm512_storeu_si512(c->v + i + VW * v, val); /* lanes still outside are overwritten later */
@@ -258,28 +301,31 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
 /* One pass over the queue's whole groups; a shorter rest stays queued. */
 PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const int L)
 {
-    (void)L;
+    const int nv = L ? BNV : CNV;
     uint32_t r = 0, w = 0;
-    for (; r + CLANES <= q->n; r += CLANES) {
-        lanes own[CNV];
-        const lanes *p[CNV];
-        __m512i s0[CNV], s1[CNV], idx[CNV];
-        for (int v = 0; v < CNV; v++) {
-            own[v] = lanes_of(c, _mm512_loadu_si512(q->run + r + VW * v));
+    for (; r + VW * nv <= q->n; r += VW * nv) {
+        lanes own[BNV];
+        const lanes *p[BNV];
+        __m512i s0[BNV], s1[BNV], idx[BNV];
+        for (int v = 0; v < nv; v++) {
+            const __m512i run = _mm512_loadu_si512(q->run + r + VW * v);
+            own[v] = L ? lanes_of_bytes(c, run) : lanes_of(c, run);
             p[v] = &own[v];
             split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
             idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
         }
 #if PD_BATCH_BYTES
         if (L) {
-            __m512i run[CNV];
-            for (int v = 0; v < CNV; v++)
+            __m512i run[BNV], runb[BNB];
+            for (int v = 0; v < BNV; v++)
                 run[v] = own[v].run;
-            eval_bytes(c, p, pack4(c, run), s0, s1, L, d);
+            for (int j = 0; j < BNB; j++)
+                runb[j] = pack4(c, run + CNV * j);
+            eval_bytes(c, p, runb, s0, s1, L, d);
         } else
 #endif
             eval(c, p, s0, s1, CNV, d, NULL);
-        for (int v = 0; v < CNV; v++) {
+        for (int v = 0; v < nv; v++) {
             __m512i val;
             const __mmask16 in = inside(p[v], s0[v], s1[v], &val);
             outbuf_push(buf, in, val, idx[v]);
@@ -299,7 +345,7 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const
 
 static void bctx_init(bctx *c, const pd__batch *b)
 {
-    uint32_t t[7][VW];
+    uint32_t t[7][PD__BATCH_RUNS];
     memset(t, 0, sizeof t);
     for (unsigned r = 0; r < b->nruns; r++) {
         const pd_perm *p = b->perm[r];
@@ -316,36 +362,43 @@ static void bctx_init(bctx *c, const pd__batch *b)
     c->lbits = _mm512_loadu_si512(t[3]);
     c->rbits = _mm512_loadu_si512(t[4]);
     c->n_m1 = _mm512_loadu_si512(t[5]);
+    c->rmask_hi = _mm512_loadu_si512(t[2] + VW);
+    c->rbits_hi = _mm512_loadu_si512(t[4] + VW);
+    c->n_m1_hi = _mm512_loadu_si512(t[5] + VW);
     for (unsigned r = 0; r < b->nruns; r++) {
         c->one[r] = (lanes){.run = _mm512_set1_epi32((int)r), .m_lo_d = _mm512_set1_epi32((int)t[0][r]),
                             .lmask = _mm512_set1_epi32((int)t[1][r]), .rmask = _mm512_set1_epi32((int)t[2][r]),
                             .lbits = _mm512_set1_epi32((int)t[3][r]), .rbits = _mm512_set1_epi32((int)t[4][r]),
                             .n_m1 = _mm512_set1_epi32((int)t[5][r])};
-        memcpy(c->kr[r], b->perm[r]->keys.k, sizeof c->kr[r]);
     }
+    c->v = b->v;
+    c->run = b->run;
+#if !PD_BATCH_BYTES /* 32-bit rounds' keys */
+    for (unsigned r = 0; r < b->nruns; r++)
+        memcpy(c->kr[r], b->perm[r]->keys.k, sizeof c->kr[r]);
     for (int i = 0; i < PD_ROUNDS; i++) {
         for (unsigned r = 0; r < b->nruns; r++)
             t[6][r] = b->perm[r]->keys.k[i];
         c->key[i] = _mm512_loadu_si512(t[6]);
     }
-    c->v = b->v;
-    c->run = b->run;
-#if PD_BATCH_BYTES
-    uint8_t bt[PD_ROUNDS + 2][64], tab[3][256], pk[64];
+#else
+    uint8_t bt[PD_ROUNDS + 3][64], tab[3][256], pk[64];
     memset(bt, 0, sizeof bt);
     for (unsigned r = 0; r < b->nruns; r++) {
         const pd_perm *p = b->perm[r];
         for (int i = 0; i < PD_ROUNDS; i++)
             bt[i][r] = (uint8_t)p->keys.k[i];
         bt[PD_ROUNDS][r] = (uint8_t)p->lmask;
-        bt[PD_ROUNDS + 1][r] = (uint8_t)(p->rbits != p->lbits ? 1u << p->lbits : 0);
+        bt[PD_ROUNDS + 1][r] = (uint8_t)(p->rbits != p->lbits && p->lbits < 8 ? 1u << p->lbits : 0);
+        bt[PD_ROUNDS + 2][r] = p->rbits == 9 ? 0xFF : 0;
     }
     for (int i = 0; i < PD_ROUNDS; i++)
         c->bkey[i] = _mm512_loadu_si512(bt[i]);
     c->blmask = _mm512_loadu_si512(bt[PD_ROUNDS]);
     c->btop = _mm512_loadu_si512(bt[PD_ROUNDS + 1]);
-    for (uint32_t x = 0; x < 256; x++) {
-        const uint64_t m = PD_VP_M0 * x;
+    c->bwide = _mm512_loadu_si512(bt[PD_ROUNDS + 2]);
+    uint64_t m = 0; /* M0·x */
+    for (uint32_t x = 0; x < 256; x++, m += PD_VP_M0) {
         tab[0][x] = (uint8_t)(m >> 32);
         tab[1][x] = (uint8_t)m;
         tab[2][x] = (uint8_t)(m << 1);
@@ -369,23 +422,24 @@ PD_AI void walk(const pd__batch *b, const int d, const int L)
     bctx c;
     queue q;
     outbuf buf;
+    const uint32_t gl = VW * (L ? BNV : CNV); /* lanes per group */
     bctx_init(&c, b);
     q.n = buf.n = 0;
     uint32_t i = 0;
-    while (i + CLANES <= b->count) {
-        const uint32_t end = b->count - i < BLOCK ? i + (b->count - i) / CLANES * CLANES : i + BLOCK;
-        for (; i < end; i += CLANES)
+    while (i + gl <= b->count) {
+        const uint32_t end = b->count - i < BLOCK ? i + (b->count - i) / gl * gl : i + BLOCK;
+        for (; i < end; i += gl)
             compact_first(&c, &q, i, d, L);
         while (q.n > BLOCK / 2)
             compact_pass(&c, &q, &buf, d, L);
     }
-    for (; i < b->count; i++) { /* fewer than CLANES items left: queue them unevaluated */
+    for (; i < b->count; i++) { /* fewer than gl items left: queue them unevaluated */
         q.val[q.n] = b->v[i];
         q.run[q.n] = b->run[i];
         q.idx[q.n++] = i;
     }
     while (q.n) {
-        for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) { /* pad with copies of the last entry */
+        for (uint32_t last = q.n - 1; q.n % gl; q.n++) { /* pad with copies of the last entry */
             q.val[q.n] = q.val[last];
             q.run[q.n] = q.run[last];
             q.idx[q.n] = q.idx[last];
@@ -407,21 +461,26 @@ PD_BYTES_WALK(7, 2)
 PD_BYTES_WALK(8, 0)
 PD_BYTES_WALK(8, 1)
 PD_BYTES_WALK(8, 2)
+PD_BYTES_WALK(8, 3)
 static void (*const walk_bytes[3][3])(const pd__batch *) = {
     {walk_6_0, walk_6_1, walk_6_2}, {walk_7_0, walk_7_1, walk_7_2}, {walk_8_0, walk_8_1, walk_8_2}};
 
 void pd__batch_vbmi(const pd__batch *b)
 {
-    unsigned lbits = 0, d0 = 0, d1 = 0;
+    unsigned lbits = 0, d0 = 0, d1 = 0, wide = 0;
     for (unsigned r = 0; r < b->nruns; r++) {
         const pd_perm *p = b->perm[r];
         lbits = p->lbits > lbits ? p->lbits : lbits;
+        wide |= p->rbits == 9;
         if (p->rbits != p->lbits)
             d1 = 1;
         else
             d0 = 1;
     }
-    walk_bytes[lbits <= 6 ? 0 : lbits - 6][d0 && d1 ? 2 : d1](b);
+    if (wide)
+        walk_8_3(b);
+    else
+        walk_bytes[lbits <= 6 ? 0 : lbits - 6][d0 && d1 ? 2 : d1](b);
 }
 #else
 static void walk_d0(const pd__batch *b)

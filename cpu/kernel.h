@@ -160,7 +160,7 @@ void pd__gather_fix_parity(const pd__run *run);
  * drain. Item i is position v[i] under τ = perm[run[i]]; v[i] becomes τ(v[i]) without the
  * parity correction (pd__unflip). Each τ has 2 ≤ n ≤ 2^32. Items of a run need not be contiguous: mixtures
  * (cpu/mix.c) batch their reads in read order, each read on its component's order. */
-#define PD__BATCH_RUNS 16    /* AVX2 takes 8: one register of per-run values */
+#define PD__BATCH_RUNS 32    /* on byte lanes; AVX-512F takes 16, AVX2 8: pd__batch_max_runs */
 #define PD__BATCH_ITEMS 4096 /* enough that the drain costs a few per cent */
 typedef struct pd__batch {
     const pd_perm *perm[PD__BATCH_RUNS];
@@ -204,20 +204,21 @@ extern const uint64_t pd__avx2_compress_tab[256];
 void pd__batch_avx512(const pd__batch *b);
 #endif
 #if defined(PD_CPU_HAVE_VBMI)
-/* The same on byte lanes (batch_vbmi.c): every τ of the batch has b ≤ 16 (rbits ≤ 8). */
+/* The same on byte lanes (batch_vbmi.c): every τ of the batch has b ≤ 17. */
 void pd__batch_vbmi(const pd__batch *b);
 #endif
-/* Whether g walks τ on byte lanes (AVX-512 VBMI and b ≤ 16): ~4× the 32-bit kernels' rate, so even
+/* Whether g walks τ on byte lanes (AVX-512 VBMI and b ≤ 17): ~3× the 32-bit kernels' rate, so even
  * a batch of one run takes the batch kernel then. */
 static inline int pd__batch_bytes(const pd_gen *g, const pd_perm *p)
 {
-    return g->vbmi && p->rbits <= 8;
+    return g->vbmi && p->bits <= 17;
 }
-/* The batch kernel of g's ISA, and the most runs it takes (AVX2's: 8, one register of per-run values). */
+/* The batch kernel of g's ISA, and the most runs it takes: one register of per-run values (AVX2 8,
+ * AVX-512 16), two on byte lanes (32: narrow, every τ of the batch pd__batch_bytes). */
 void pd__batch_run(const pd_gen *g, const pd__batch *b);
-static inline unsigned pd__batch_max_runs(const pd_gen *g)
+static inline unsigned pd__batch_max_runs(const pd_gen *g, int narrow)
 {
-    return g->isa == PD_ISA_AVX2 ? 8 : PD__BATCH_RUNS;
+    return g->isa == PD_ISA_AVX2 ? 8 : g->vbmi && narrow ? PD__BATCH_RUNS : 16;
 }
 
 /* ---- Sharded ids (cpu/shards.c): the slot lookup after σ of a window run.

@@ -528,7 +528,7 @@ static void pd_mix_runs_flush(const pd_gen *g, const pd_mix *m, pd_mix_runs *r, 
 static uint32_t pd_mix_runs_get(const pd_gen *g, pd_mix_cursor *c, pd_mix_runs *r, uint64_t j, uint64_t e,
                                 void *out, unsigned width)
 {
-    const unsigned cap = pd__batch_max_runs(g);
+    const unsigned cap = pd__batch_max_runs(g, 0); /* components are wide */
     for (unsigned i = 0; i < r->b.nruns; i++) {
         if (r->comp[i] != j || (r->epoch[i] ^ e) & 1)
             continue;

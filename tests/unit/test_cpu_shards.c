@@ -436,9 +436,9 @@ static void bad_arguments_match_core(void **state)
 }
 
 /* The batch kernels (several τ side by side, cpu/kernel.h) equal the scalar one for every ISA, on
- * byte lanes (VBMI) and off them: τ of every width the byte lanes take (b = 6 … 16: d = 0, 1 and
- * mixed, lbits up to 8) and some beyond, runs interleaved or contiguous, counts not a multiple of the
- * vector. */
+ * byte lanes (VBMI) and off them: τ of every width the byte lanes take (b = 6 … 17: d = 0, 1 and
+ * mixed, lbits up to 8, a 9-bit right half) and some beyond, runs interleaved or contiguous, counts
+ * not a multiple of the vector. */
 static void batch_kernels_match_scalar(void **state)
 {
     (void)state;
@@ -448,8 +448,8 @@ static void batch_kernels_match_scalar(void **state)
     pd_perm perm[PD__BATCH_RUNS];
     uint64_t rng = 11;
     for (int t = 0; t < (quick() ? 60 : 400); t++) {
-        const unsigned nruns = 1 + (unsigned)test_below(&rng, PD__BATCH_RUNS);
-        const unsigned maxbits = t % 4 == 3 ? 24 : 6 + (unsigned)test_below(&rng, 11); /* mostly ≤ 16 */
+        const unsigned nruns = 1 + (unsigned)test_below(&rng, t % 3 ? 16 : PD__BATCH_RUNS); /* > 16: bytes only */
+        const unsigned maxbits = t % 4 == 3 ? 24 : 6 + (unsigned)test_below(&rng, 12); /* mostly b ≤ 17 */
         for (unsigned r = 0; r < nruns; r++) {
             const unsigned bits = 1 + (unsigned)test_below(&rng, maxbits);
             const uint64_t n = 2 + test_below(&rng, (UINT64_C(1) << bits) - 1);
@@ -474,7 +474,10 @@ static void batch_kernels_match_scalar(void **state)
                 continue;
             for (int vbmi = g.vbmi; vbmi >= 0; vbmi--) {
                 g.vbmi = vbmi;
-                if (b.nruns > pd__batch_max_runs(&g))
+                int narrow = 1;
+                for (unsigned r = 0; r < nruns; r++)
+                    narrow &= pd__batch_bytes(&g, &perm[r]);
+                if (b.nruns > pd__batch_max_runs(&g, narrow))
                     continue;
                 memcpy(got, v0, count * sizeof *v0);
                 b.v = got;
