@@ -8,12 +8,23 @@
 /* batch_avx512.c on 8 lanes (read it first): per-run values are 8-entry tables read with vpermd,
  * so a batch holds at most 8 runs; the round is kernel_avx2.c's; compress goes through
  * kernel_avx2.c's lookup table, and unsigned compares through min. With 16 registers, values
- * the round reads are kept in memory (bctx.one) wherever a group lies inside one run. */
+ * the round reads are kept in memory (bctx.one) wherever a group lies inside one run.
+ *
+ * Byte lanes, as batch_avx512.c's (read its comment): τ of b ≤ 13 (halves of ≤ 6 and ≤ 7 bits)
+ * walk 32 lanes per register, the round's products looked up with pshufb. pshufb reads 16 entries
+ * (4 index bits) and yields 0 where the index has bit 7 set, so a 64-entry table is four 16-entry
+ * pieces XORed: t(s) = A[s] ^ B[s + 0x70] ^ C[s + 0x60] ^ D[s + 0x50] with A = t[48..63],
+ * B = t[0..15] ^ t[16..31], C = t[16..31] ^ t[32..47], D = t[32..47] ^ t[48..63] (each shifted
+ * index reaches bit 7 past its piece); with lbits ≤ 5 two pieces do (A = t[16..31],
+ * B = t[0..15] ^ t[16..31]). A round costs ~16 instructions per 32 lanes (lbits ≤ 5) or ~26
+ * (6), where the 32-bit one costs ~14 per 8. */
 
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 8
-#define CNV 4
-#define CLANES (VW * CNV)
+#define CNV 4             /* vectors evaluated side by side (32-bit lanes) */
+#define BNB 2             /* byte vectors side by side on byte lanes: */
+#define BNV (BNB * CNV)   /*   their lanes as vectors of u32 */
+#define CLANES (VW * BNV) /* lanes of a group, at most */
 #define BLOCK 512
 #define QCAP (BLOCK / 2 + BLOCK + CLANES)
 #define OBUF 512
@@ -30,6 +41,11 @@ typedef struct bctx {
     lanes one[PD__BATCH_RUNS];              /*   broadcast keys and values, read from memory */
     uint32_t *v;
     const uint8_t *run;
+    /* byte lanes: 16-entry pieces, each in both 128-bit halves */
+    __m256i bkey[PD_ROUNDS];              /* byte r: run r's round key (low byte) */
+    __m256i blmask, btop, bdl;            /* byte r: lmask; 2^lbits when d = 1, else 0; 0xFF when d = 1 */
+    __m256i thi[4], tlo[4], tlo1[4];      /* hi32(M0·s), lo32(M0·s), lo32(M0·s) << 1, low bytes, s < 64 */
+    __m256i thi5[2], tlo5[2], tlo15[2];   /*   the same for s < 32 */
 } bctx;
 
 PD_AI __m256i iota8(void)
@@ -78,6 +94,76 @@ PD_AI void eval(const bctx *c, const lanes *const *p, __m256i *s0, __m256i *s1, 
             s1[v] = _mm256_and_si256(s1[v], p[v]->rmask);
 }
 
+/* ---- Byte lanes */
+
+/* The low bytes of a[0..3]'s 32 u32 lanes, in order (values below 2^15). */
+PD_AI __m256i pack4(const __m256i *a)
+{
+    const __m256i w = _mm256_packus_epi16(_mm256_packus_epi32(a[0], a[1]), _mm256_packus_epi32(a[2], a[3]));
+    return _mm256_permutevar8x32_epi32(w, _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0));
+}
+
+/* The inverse: 32 bytes to 4 vectors of u32. */
+PD_AI void unpack4(__m256i b, __m256i *a)
+{
+    const __m128i lo = _mm256_castsi256_si128(b), hi = _mm256_extracti128_si256(b, 1);
+    a[0] = _mm256_cvtepu8_epi32(lo);
+    a[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8));
+    a[2] = _mm256_cvtepu8_epi32(hi);
+    a[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
+}
+
+/* t(s) for every byte s below 2^L (L = 5 or 6) from its pieces; sh: s + 0x70, 0x60, 0x50. */
+PD_AI __m256i lookup(const __m256i *t, __m256i s, const __m256i *sh, const int L)
+{
+    __m256i r = _mm256_xor_si256(_mm256_shuffle_epi8(t[0], s), _mm256_shuffle_epi8(t[1], sh[0]));
+    if (L == 6)
+        r = _mm256_xor_si256(r, _mm256_xor_si256(_mm256_shuffle_epi8(t[2], sh[1]), _mm256_shuffle_epi8(t[3], sh[2])));
+    return r;
+}
+
+/* eval on byte lanes (batch_avx512.c's eval_bytes): L ≥ every lane's lbits (5 or 6), D = 0, 1 or 2
+ * (every lane d = 0, every lane d = 1, mixed). */
+PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m256i *runb, __m256i *s0, __m256i *s1,
+                      const int L, const int D)
+{
+    const __m256i *thi = L == 5 ? c->thi5 : c->thi;
+    const __m256i *tlo = D == 1 ? (L == 5 ? c->tlo15 : c->tlo1) : (L == 5 ? c->tlo5 : c->tlo);
+    __m256i b0[BNB], b1[BNB], lmask[BNB], top[BNB], dl[BNB];
+    const __m256i one = _mm256_set1_epi8(1);
+    for (int j = 0; j < BNB; j++) {
+        b0[j] = pack4(s0 + CNV * j);
+        b1[j] = pack4(s1 + CNV * j);
+        lmask[j] = _mm256_shuffle_epi8(c->blmask, runb[j]);
+        top[j] = _mm256_shuffle_epi8(c->btop, runb[j]);
+        dl[j] = _mm256_shuffle_epi8(c->bdl, runb[j]);
+    }
+#pragma GCC unroll 24
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        for (int j = 0; j < BNB; j++) {
+            const __m256i sh[3] = {_mm256_add_epi8(b0[j], _mm256_set1_epi8(0x70)),
+                                   _mm256_add_epi8(b0[j], _mm256_set1_epi8(0x60)),
+                                   _mm256_add_epi8(b0[j], _mm256_set1_epi8(0x50))};
+            const __m256i hi = lookup(thi, b0[j], sh, L);
+            __m256i lo = lookup(tlo, b0[j], sh, L);
+            if (D == 2)
+                lo = _mm256_add_epi8(lo, _mm256_and_si256(lo, dl[j])); /* << 1 where d = 1 */
+            const __m256i k = _mm256_shuffle_epi8(c->bkey[i], runb[j]);
+            const __m256i n0 = _mm256_and_si256(_mm256_xor_si256(_mm256_xor_si256(hi, k), b1[j]), lmask[j]);
+            if (D) /* s1 >> lbits: bit lbits, 0 or 1 (lo's bit 0 is 0 where d = 1) */
+                lo = _mm256_or_si256(lo, _mm256_min_epu8(_mm256_and_si256(b1[j], top[j]), one));
+            b1[j] = lo;
+            b0[j] = n0;
+        }
+    }
+    for (int j = 0; j < BNB; j++) {
+        unpack4(b0[j], s0 + CNV * j);
+        unpack4(b1[j], s1 + CNV * j);
+    }
+    for (int v = 0; v < BNV; v++)
+        s1[v] = _mm256_and_si256(s1[v], p[v]->rmask);
+}
+
 PD_AI void split(const lanes *p, __m256i x, __m256i *s0, __m256i *s1)
 {
     *s0 = _mm256_srlv_epi32(x, p->rbits);
@@ -123,13 +209,16 @@ PD_AI void queue_put(queue *q, uint32_t at, unsigned m, __m256i val, __m256i run
     put(q->idx + at, m, idx);
 }
 
-PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
+/* The first evaluation of a group of consecutive items from i (nv vectors: CNV, or BNV on byte
+ * lanes, L > 0: eval_bytes). */
+PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const int L)
 {
-    lanes own[CNV];
-    const lanes *p[CNV];
-    __m256i s0[CNV], s1[CNV];
-    const uint32_t r = c->run[i], one = pd__batch_one_run(c->run + i, CLANES);
-    for (int v = 0; v < CNV; v++) {
+    const int nv = L ? BNV : CNV;
+    lanes own[BNV];
+    const lanes *p[BNV];
+    __m256i s0[BNV], s1[BNV];
+    const uint32_t r = c->run[i], one = pd__batch_one_run(c->run + i, VW * nv);
+    for (int v = 0; v < nv; v++) {
         if (one) {
             p[v] = &c->one[r];
         } else {
@@ -138,11 +227,17 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
         }
         split(p[v], _mm256_loadu_si256((const __m256i *)(c->v + i + VW * v)), &s0[v], &s1[v]);
     }
-    if (one)
+    if (L) {
+        __m256i runb[BNB];
+        for (int j = 0; j < BNB; j++)
+            runb[j] = _mm256_loadu_si256((const __m256i *)(c->run + i + 32 * j));
+        eval_bytes(c, p, runb, s0, s1, L, d);
+    } else if (one) {
         eval(c, p, s0, s1, d, c->kr[r]);
-    else
+    } else {
         eval(c, p, s0, s1, d, NULL);
-    for (int v = 0; v < CNV; v++) {
+    }
+    for (int v = 0; v < nv; v++) {
         __m256i val;
         const unsigned out = ~inside(p[v], s0[v], s1[v], &val) & 0xFF;
         _mm256_storeu_si256((__m256i *)(c->v + i + VW * v), val); /* lanes still outside are overwritten later */
@@ -154,21 +249,31 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d)
     }
 }
 
-PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d)
+PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const int L)
 {
+    const int nv = L ? BNV : CNV;
     uint32_t r = 0, w = 0;
-    for (; r + CLANES <= q->n; r += CLANES) {
-        lanes own[CNV];
-        const lanes *p[CNV];
-        __m256i s0[CNV], s1[CNV], idx[CNV];
-        for (int v = 0; v < CNV; v++) {
+    for (; r + VW * nv <= q->n; r += VW * nv) {
+        lanes own[BNV];
+        const lanes *p[BNV];
+        __m256i s0[BNV], s1[BNV], idx[BNV];
+        for (int v = 0; v < nv; v++) {
             own[v] = lanes_of(c, _mm256_loadu_si256((const __m256i *)(q->run + r + VW * v)));
             p[v] = &own[v];
             split(p[v], _mm256_loadu_si256((const __m256i *)(q->val + r + VW * v)), &s0[v], &s1[v]);
             idx[v] = _mm256_loadu_si256((const __m256i *)(q->idx + r + VW * v));
         }
-        eval(c, p, s0, s1, d, NULL);
-        for (int v = 0; v < CNV; v++) {
+        if (L) {
+            __m256i run[BNV], runb[BNB];
+            for (int v = 0; v < BNV; v++)
+                run[v] = own[v].run;
+            for (int j = 0; j < BNB; j++)
+                runb[j] = pack4(run + CNV * j);
+            eval_bytes(c, p, runb, s0, s1, L, d);
+        } else {
+            eval(c, p, s0, s1, d, NULL);
+        }
+        for (int v = 0; v < nv; v++) {
             __m256i val;
             const unsigned in = inside(p[v], s0[v], s1[v], &val);
             put(buf->val + buf->n, in, val);
@@ -223,20 +328,67 @@ static void bctx_init(bctx *c, const pd__batch *b)
     c->run = b->run;
 }
 
-PD_AI void walk(const pd__batch *b, const int d)
+/* The byte-lane tables (batch_avx2's bctx_init does the rest). */
+static void bctx_init_bytes(bctx *c, const pd__batch *b)
+{
+    uint8_t bt[PD_ROUNDS + 3][16], tab[3][64], piece[16];
+    memset(bt, 0, sizeof bt);
+    for (unsigned r = 0; r < b->nruns; r++) {
+        const pd_perm *p = b->perm[r];
+        for (int i = 0; i < PD_ROUNDS; i++)
+            bt[i][r] = (uint8_t)p->keys.k[i];
+        bt[PD_ROUNDS][r] = (uint8_t)p->lmask;
+        bt[PD_ROUNDS + 1][r] = (uint8_t)(p->rbits != p->lbits ? 1u << p->lbits : 0);
+        bt[PD_ROUNDS + 2][r] = p->rbits != p->lbits ? 0xFF : 0;
+    }
+    for (int i = 0; i < PD_ROUNDS; i++)
+        c->bkey[i] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt[i]));
+    c->blmask = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt[PD_ROUNDS]));
+    c->btop = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt[PD_ROUNDS + 1]));
+    c->bdl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt[PD_ROUNDS + 2]));
+    uint64_t m = 0; /* M0·x */
+    for (uint32_t x = 0; x < 64; x++, m += PD_VP_M0) {
+        tab[0][x] = (uint8_t)(m >> 32);
+        tab[1][x] = (uint8_t)m;
+        tab[2][x] = (uint8_t)(m << 1);
+    }
+    __m256i *const out6[3] = {c->thi, c->tlo, c->tlo1}, *const out5[3] = {c->thi5, c->tlo5, c->tlo15};
+    static const int from6[4][2] = {{48, 48}, {0, 16}, {16, 32}, {32, 48}}; /* A, B, C, D: t[x] ^ t[y] */
+    static const int from5[2][2] = {{16, 16}, {0, 16}};
+    for (int t = 0; t < 3; t++) {
+        for (int k = 0; k < 4; k++) {
+            for (int j = 0; j < 16; j++)
+                piece[j] = (uint8_t)(from6[k][0] == from6[k][1] ? tab[t][from6[k][0] + j]
+                                                                : tab[t][from6[k][0] + j] ^ tab[t][from6[k][1] + j]);
+            out6[t][k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)piece));
+        }
+        for (int k = 0; k < 2; k++) {
+            for (int j = 0; j < 16; j++)
+                piece[j] = (uint8_t)(from5[k][0] == from5[k][1] ? tab[t][from5[k][0] + j]
+                                                                : tab[t][from5[k][0] + j] ^ tab[t][from5[k][1] + j]);
+            out5[t][k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)piece));
+        }
+    }
+}
+
+/* d: 0 or 1 (every run's d = 0, or not); on byte lanes (L = 5 or 6, see eval_bytes) 0, 1 or 2. */
+PD_AI void walk(const pd__batch *b, const int d, const int L)
 {
     bctx c;
     queue q;
     outbuf buf;
+    const uint32_t gl = VW * (L ? BNV : CNV); /* lanes per group */
     bctx_init(&c, b);
+    if (L)
+        bctx_init_bytes(&c, b);
     q.n = buf.n = 0;
     uint32_t i = 0;
-    while (i + CLANES <= b->count) {
-        const uint32_t end = b->count - i < BLOCK ? i + (b->count - i) / CLANES * CLANES : i + BLOCK;
-        for (; i < end; i += CLANES)
-            compact_first(&c, &q, i, d);
+    while (i + gl <= b->count) {
+        const uint32_t end = b->count - i < BLOCK ? i + (b->count - i) / gl * gl : i + BLOCK;
+        for (; i < end; i += gl)
+            compact_first(&c, &q, i, d, L);
         while (q.n > BLOCK / 2)
-            compact_pass(&c, &q, &buf, d);
+            compact_pass(&c, &q, &buf, d, L);
     }
     for (; i < b->count; i++) {
         q.val[q.n] = b->v[i];
@@ -244,35 +396,47 @@ PD_AI void walk(const pd__batch *b, const int d)
         q.idx[q.n++] = i;
     }
     while (q.n) {
-        for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) {
+        for (uint32_t last = q.n - 1; q.n % gl; q.n++) {
             q.val[q.n] = q.val[last];
             q.run[q.n] = q.run[last];
             q.idx[q.n] = q.idx[last];
         }
-        compact_pass(&c, &q, &buf, d);
+        compact_pass(&c, &q, &buf, d, L);
     }
     outbuf_flush(&c, &buf);
 }
 
-static void walk_d0(const pd__batch *b)
-{
-    walk(b, 0);
-}
-
-static void walk_d1(const pd__batch *b)
-{
-    walk(b, 1);
-}
+#define PD_WALK(L, D) \
+    static void walk_##L##_##D(const pd__batch *b) { walk(b, D, L); }
+PD_WALK(0, 0)
+PD_WALK(0, 1)
+PD_WALK(5, 0)
+PD_WALK(5, 1)
+PD_WALK(5, 2)
+PD_WALK(6, 0)
+PD_WALK(6, 1)
+PD_WALK(6, 2)
+static void (*const walk_bytes[2][3])(const pd__batch *) = {{walk_5_0, walk_5_1, walk_5_2},
+                                                              {walk_6_0, walk_6_1, walk_6_2}};
 
 void pd__batch_avx2(const pd__batch *b)
 {
-    int any_d = 0; /* the lighter round when every run has d = 0 */
-    for (unsigned r = 0; r < b->nruns; r++)
-        any_d |= b->perm[r]->rbits != b->perm[r]->lbits;
-    if (any_d)
-        walk_d1(b);
+    unsigned lbits = 0, bits = 0, d0 = 0, d1 = 0;
+    for (unsigned r = 0; r < b->nruns; r++) {
+        const pd_perm *p = b->perm[r];
+        lbits = p->lbits > lbits ? p->lbits : lbits;
+        bits = p->bits > bits ? p->bits : bits;
+        if (p->rbits != p->lbits)
+            d1 = 1;
+        else
+            d0 = 1;
+    }
+    if (bits <= PD__BATCH_BYTES_AVX2)
+        walk_bytes[lbits == 6][d0 && d1 ? 2 : d1](b);
+    else if (d1) /* the lighter round when every run has d = 0 */
+        walk_0_1(b);
     else
-        walk_d0(b);
+        walk_0_0(b);
 }
 
 /* ---- Keys of 8 windows: Philox4x32-10 with one window per lane, block by block (core/keys.h) */
