@@ -10,14 +10,20 @@
  * kernel_avx2.c's lookup table, and unsigned compares through min. With 16 registers, values
  * the round reads are kept in memory (bctx.one) wherever a group lies inside one run.
  *
- * Byte lanes, as batch_avx512.c's (read its comment): τ of b ≤ 13 (halves of ≤ 6 and ≤ 7 bits)
+ * Byte lanes, as batch_avx512.c's (read its comment): τ of b ≤ 11 (halves of ≤ 5 and ≤ 6 bits)
  * walk 32 lanes per register, the round's products looked up with pshufb. pshufb reads 16 entries
- * (4 index bits) and yields 0 where the index has bit 7 set, so a 64-entry table is four 16-entry
- * pieces XORed: t(s) = A[s] ^ B[s + 0x70] ^ C[s + 0x60] ^ D[s + 0x50] with A = t[48..63],
- * B = t[0..15] ^ t[16..31], C = t[16..31] ^ t[32..47], D = t[32..47] ^ t[48..63] (each shifted
- * index reaches bit 7 past its piece); with lbits ≤ 5 two pieces do (A = t[16..31],
- * B = t[0..15] ^ t[16..31]). A round costs ~16 instructions per 32 lanes (lbits ≤ 5) or ~26
- * (6), where the 32-bit one costs ~14 per 8. */
+ * (4 index bits) and yields 0 where the index has bit 7 set, so a 32-entry table is two 16-entry
+ * pieces XORed: t(s) = A[s] ^ B[s + 0x70] with A = t[16..31], B = t[0..15] ^ t[16..31] (s + 0x70
+ * reaches bit 7 from s = 16 on). A round costs ~16 instructions per 32 lanes where the 32-bit one
+ * costs ~15 per 8. (Four pieces would take b ≤ 13, at the word lanes' speed: measured, not kept.)
+ *
+ * Word lanes, for b ≤ 17 (halves of ≤ 8 and ≤ 9 bits): 16 lanes per register, the round's
+ * products from 16-bit multiplies. lo32(M0·s0) << d keeps its low 16 bits as (M0 mod 2^16 << d)·s0
+ * mod 2^16. hi32(M0·s0)'s low byte, with s0 < 2^8, is a·s0 + ⌊c·s0 / 2^32⌋ (a = M0's bits 32-39,
+ * c = its low word); writing c = ch·2^16 + cl, ⌊c·s0 / 2^32⌋ = mulhi(ch, s0) plus the carry of
+ * mullo(ch, s0) + mulhi(cl, s0) — which, for this M0, is 0 for every s0 < 512 (checked for all of
+ * them by test_cpu_shards' m0_words_carry_free). s1 >> lbits is mulhi(s1, 2^(16 − lbits)).
+ * ~11 instructions per 16 lanes where the 32-bit round costs ~15 per 8. */
 
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 8
@@ -44,8 +50,7 @@ typedef struct bctx {
     /* byte lanes: 16-entry pieces, each in both 128-bit halves */
     __m256i bkey[PD_ROUNDS];              /* byte r: run r's round key (low byte) */
     __m256i blmask, btop, bdl;            /* byte r: lmask; 2^lbits when d = 1, else 0; 0xFF when d = 1 */
-    __m256i thi[4], tlo[4], tlo1[4];      /* hi32(M0·s), lo32(M0·s), lo32(M0·s) << 1, low bytes, s < 64 */
-    __m256i thi5[2], tlo5[2], tlo15[2];   /*   the same for s < 32 */
+    __m256i thi[2], tlo[2], tlo1[2];      /* hi32(M0·s), lo32(M0·s), lo32(M0·s) << 1, low bytes, s < 32 */
 } bctx;
 
 PD_AI __m256i iota8(void)
@@ -113,22 +118,18 @@ PD_AI void unpack4(__m256i b, __m256i *a)
     a[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
 }
 
-/* t(s) for every byte s below 2^L (L = 5 or 6) from its pieces; sh: s + 0x70, 0x60, 0x50. */
-PD_AI __m256i lookup(const __m256i *t, __m256i s, const __m256i *sh, const int L)
+/* t(s) for every byte s below 32 from its two pieces; sh = s + 0x70. */
+PD_AI __m256i lookup(const __m256i *t, __m256i s, __m256i sh)
 {
-    __m256i r = _mm256_xor_si256(_mm256_shuffle_epi8(t[0], s), _mm256_shuffle_epi8(t[1], sh[0]));
-    if (L == 6)
-        r = _mm256_xor_si256(r, _mm256_xor_si256(_mm256_shuffle_epi8(t[2], sh[1]), _mm256_shuffle_epi8(t[3], sh[2])));
-    return r;
+    return _mm256_xor_si256(_mm256_shuffle_epi8(t[0], s), _mm256_shuffle_epi8(t[1], sh));
 }
 
-/* eval on byte lanes (batch_avx512.c's eval_bytes): L ≥ every lane's lbits (5 or 6), D = 0, 1 or 2
- * (every lane d = 0, every lane d = 1, mixed). */
+/* eval on byte lanes (batch_avx512.c's eval_bytes): every lane's lbits ≤ 5; D = 0, 1 or 2 (every
+ * lane d = 0, every lane d = 1, mixed). */
 PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m256i *runb, __m256i *s0, __m256i *s1,
-                      const int L, const int D)
+                      const int D)
 {
-    const __m256i *thi = L == 5 ? c->thi5 : c->thi;
-    const __m256i *tlo = D == 1 ? (L == 5 ? c->tlo15 : c->tlo1) : (L == 5 ? c->tlo5 : c->tlo);
+    const __m256i *tlo = D == 1 ? c->tlo1 : c->tlo;
     __m256i b0[BNB], b1[BNB], lmask[BNB], top[BNB], dl[BNB];
     const __m256i one = _mm256_set1_epi8(1);
     for (int j = 0; j < BNB; j++) {
@@ -141,11 +142,9 @@ PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m256i *runb,
 #pragma GCC unroll 24
     for (int i = 0; i < PD_ROUNDS; i++) {
         for (int j = 0; j < BNB; j++) {
-            const __m256i sh[3] = {_mm256_add_epi8(b0[j], _mm256_set1_epi8(0x70)),
-                                   _mm256_add_epi8(b0[j], _mm256_set1_epi8(0x60)),
-                                   _mm256_add_epi8(b0[j], _mm256_set1_epi8(0x50))};
-            const __m256i hi = lookup(thi, b0[j], sh, L);
-            __m256i lo = lookup(tlo, b0[j], sh, L);
+            const __m256i sh = _mm256_add_epi8(b0[j], _mm256_set1_epi8(0x70));
+            const __m256i hi = lookup(c->thi, b0[j], sh);
+            __m256i lo = lookup(tlo, b0[j], sh);
             if (D == 2)
                 lo = _mm256_add_epi8(lo, _mm256_and_si256(lo, dl[j])); /* << 1 where d = 1 */
             const __m256i k = _mm256_shuffle_epi8(c->bkey[i], runb[j]);
@@ -162,6 +161,57 @@ PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m256i *runb,
     }
     for (int v = 0; v < BNV; v++)
         s1[v] = _mm256_and_si256(s1[v], p[v]->rmask);
+}
+
+/* ---- Word lanes */
+
+/* a[0..1]'s 16 u32 lanes (below 2^16) as 16-bit lanes, in order, and back. */
+PD_AI __m256i pack2w(__m256i a0, __m256i a1)
+{
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(a0, a1), 0xD8);
+}
+
+PD_AI void unpack2w(__m256i w, __m256i *a)
+{
+    a[0] = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(w));
+    a[1] = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(w, 1));
+}
+
+/* eval on word lanes: every lane's b ≤ 17. */
+PD_AI void eval_words(const bctx *c, const lanes *const *p, __m256i *s0, __m256i *s1)
+{
+    enum { NW = BNV / 2 };
+    const __m256i ch = _mm256_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 16));
+    const __m256i a = _mm256_set1_epi16((short)((PD_VP_M0 >> 32) & 0xFF));
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF), one32 = _mm256_set1_epi32(1), sixteen = _mm256_set1_epi32(16);
+    __m256i w0[NW], w1[NW], lmask[NW], rmask[NW], cld[NW], shr[NW], runi[NW];
+    for (int j = 0; j < NW; j++) {
+        const lanes *x = p[2 * j], *y = p[2 * j + 1];
+        w0[j] = pack2w(s0[2 * j], s0[2 * j + 1]);
+        w1[j] = pack2w(s1[2 * j], s1[2 * j + 1]);
+        lmask[j] = pack2w(x->lmask, y->lmask);
+        rmask[j] = pack2w(x->rmask, y->rmask);
+        cld[j] = pack2w(_mm256_and_si256(x->m_lo_d, low16), _mm256_and_si256(y->m_lo_d, low16));
+        shr[j] = pack2w(_mm256_sllv_epi32(one32, _mm256_sub_epi32(sixteen, x->lbits)),
+                        _mm256_sllv_epi32(one32, _mm256_sub_epi32(sixteen, y->lbits)));
+        /* pshufb indices: the run in the low byte, 0x80 (a zero) in the high one */
+        runi[j] = _mm256_or_si256(pack2w(x->run, y->run), _mm256_set1_epi16((short)0x8000));
+    }
+#pragma GCC unroll 24
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        for (int j = 0; j < NW; j++) {
+            const __m256i hi = _mm256_add_epi16(_mm256_mulhi_epu16(w0[j], ch), _mm256_mullo_epi16(w0[j], a));
+            const __m256i lo = _mm256_mullo_epi16(w0[j], cld[j]);
+            const __m256i k = _mm256_shuffle_epi8(c->bkey[i], runi[j]);
+            const __m256i n0 = _mm256_and_si256(_mm256_xor_si256(_mm256_xor_si256(hi, k), w1[j]), lmask[j]);
+            w1[j] = _mm256_and_si256(_mm256_or_si256(lo, _mm256_mulhi_epu16(w1[j], shr[j])), rmask[j]);
+            w0[j] = n0;
+        }
+    }
+    for (int j = 0; j < NW; j++) {
+        unpack2w(w0[j], s0 + 2 * j);
+        unpack2w(w1[j], s1 + 2 * j);
+    }
 }
 
 PD_AI void split(const lanes *p, __m256i x, __m256i *s0, __m256i *s1)
@@ -227,11 +277,13 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
         }
         split(p[v], _mm256_loadu_si256((const __m256i *)(c->v + i + VW * v)), &s0[v], &s1[v]);
     }
-    if (L) {
+    if (L == 16) {
+        eval_words(c, p, s0, s1);
+    } else if (L) {
         __m256i runb[BNB];
         for (int j = 0; j < BNB; j++)
             runb[j] = _mm256_loadu_si256((const __m256i *)(c->run + i + 32 * j));
-        eval_bytes(c, p, runb, s0, s1, L, d);
+        eval_bytes(c, p, runb, s0, s1, d);
     } else if (one) {
         eval(c, p, s0, s1, d, c->kr[r]);
     } else {
@@ -263,13 +315,15 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const
             split(p[v], _mm256_loadu_si256((const __m256i *)(q->val + r + VW * v)), &s0[v], &s1[v]);
             idx[v] = _mm256_loadu_si256((const __m256i *)(q->idx + r + VW * v));
         }
-        if (L) {
+        if (L == 16) {
+            eval_words(c, p, s0, s1);
+        } else if (L) {
             __m256i run[BNV], runb[BNB];
             for (int v = 0; v < BNV; v++)
                 run[v] = own[v].run;
             for (int j = 0; j < BNB; j++)
                 runb[j] = pack4(run + CNV * j);
-            eval_bytes(c, p, runb, s0, s1, L, d);
+            eval_bytes(c, p, runb, s0, s1, d);
         } else {
             eval(c, p, s0, s1, d, NULL);
         }
@@ -331,7 +385,7 @@ static void bctx_init(bctx *c, const pd__batch *b)
 /* The byte-lane tables (batch_avx2's bctx_init does the rest). */
 static void bctx_init_bytes(bctx *c, const pd__batch *b)
 {
-    uint8_t bt[PD_ROUNDS + 3][16], tab[3][64], piece[16];
+    uint8_t bt[PD_ROUNDS + 3][16], tab[3][32], piece[16];
     memset(bt, 0, sizeof bt);
     for (unsigned r = 0; r < b->nruns; r++) {
         const pd_perm *p = b->perm[r];
@@ -347,31 +401,24 @@ static void bctx_init_bytes(bctx *c, const pd__batch *b)
     c->btop = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt[PD_ROUNDS + 1]));
     c->bdl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt[PD_ROUNDS + 2]));
     uint64_t m = 0; /* M0·x */
-    for (uint32_t x = 0; x < 64; x++, m += PD_VP_M0) {
+    for (uint32_t x = 0; x < 32; x++, m += PD_VP_M0) {
         tab[0][x] = (uint8_t)(m >> 32);
         tab[1][x] = (uint8_t)m;
         tab[2][x] = (uint8_t)(m << 1);
     }
-    __m256i *const out6[3] = {c->thi, c->tlo, c->tlo1}, *const out5[3] = {c->thi5, c->tlo5, c->tlo15};
-    static const int from6[4][2] = {{48, 48}, {0, 16}, {16, 32}, {32, 48}}; /* A, B, C, D: t[x] ^ t[y] */
-    static const int from5[2][2] = {{16, 16}, {0, 16}};
+    __m256i *const out[3] = {c->thi, c->tlo, c->tlo1};
     for (int t = 0; t < 3; t++) {
-        for (int k = 0; k < 4; k++) {
-            for (int j = 0; j < 16; j++)
-                piece[j] = (uint8_t)(from6[k][0] == from6[k][1] ? tab[t][from6[k][0] + j]
-                                                                : tab[t][from6[k][0] + j] ^ tab[t][from6[k][1] + j]);
-            out6[t][k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)piece));
-        }
-        for (int k = 0; k < 2; k++) {
-            for (int j = 0; j < 16; j++)
-                piece[j] = (uint8_t)(from5[k][0] == from5[k][1] ? tab[t][from5[k][0] + j]
-                                                                : tab[t][from5[k][0] + j] ^ tab[t][from5[k][1] + j]);
-            out5[t][k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)piece));
-        }
+        for (int j = 0; j < 16; j++) /* A = t[16..31], B = t[0..15] ^ t[16..31] */
+            piece[j] = tab[t][16 + j];
+        out[t][0] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)piece));
+        for (int j = 0; j < 16; j++)
+            piece[j] = tab[t][j] ^ tab[t][16 + j];
+        out[t][1] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)piece));
     }
 }
 
-/* d: 0 or 1 (every run's d = 0, or not); on byte lanes (L = 5 or 6, see eval_bytes) 0, 1 or 2. */
+/* d: 0 or 1 (every run's d = 0, or not); on byte lanes (L = 5, see eval_bytes) 0, 1 or 2;
+ * L = 16: word lanes (eval_words, d unused). */
 PD_AI void walk(const pd__batch *b, const int d, const int L)
 {
     bctx c;
@@ -413,18 +460,14 @@ PD_WALK(0, 1)
 PD_WALK(5, 0)
 PD_WALK(5, 1)
 PD_WALK(5, 2)
-PD_WALK(6, 0)
-PD_WALK(6, 1)
-PD_WALK(6, 2)
-static void (*const walk_bytes[2][3])(const pd__batch *) = {{walk_5_0, walk_5_1, walk_5_2},
-                                                              {walk_6_0, walk_6_1, walk_6_2}};
+PD_WALK(16, 0)
+static void (*const walk_bytes[3])(const pd__batch *) = {walk_5_0, walk_5_1, walk_5_2};
 
 void pd__batch_avx2(const pd__batch *b)
 {
-    unsigned lbits = 0, bits = 0, d0 = 0, d1 = 0;
+    unsigned bits = 0, d0 = 0, d1 = 0;
     for (unsigned r = 0; r < b->nruns; r++) {
         const pd_perm *p = b->perm[r];
-        lbits = p->lbits > lbits ? p->lbits : lbits;
         bits = p->bits > bits ? p->bits : bits;
         if (p->rbits != p->lbits)
             d1 = 1;
@@ -432,7 +475,9 @@ void pd__batch_avx2(const pd__batch *b)
             d0 = 1;
     }
     if (bits <= PD__BATCH_BYTES_AVX2)
-        walk_bytes[lbits == 6][d0 && d1 ? 2 : d1](b);
+        walk_bytes[d0 && d1 ? 2 : d1](b);
+    else if (bits <= PD__BATCH_WORDS_AVX2)
+        walk_16_0(b);
     else if (d1) /* the lighter round when every run has d = 0 */
         walk_0_1(b);
     else

@@ -435,6 +435,28 @@ static void bad_arguments_match_core(void **state)
     layout_free(&big);
 }
 
+/* cpu/batch_avx2.c's word lanes take hi32(M0·s0)'s low bits as mulhi16(M0's bits 16-31, s0) + M0's
+ * bits 32-39 · s0, which needs the carry out of the lower products to be 0: true of this M0 for
+ * every s0 < 512 (the word lanes' s0 < 2^8). Checked here for all of them, and the formula's
+ * negative control: with the carry dropped from a multiplier that has one, it fails. */
+static int words_hi_matches(uint64_t m0, uint32_t limit)
+{
+    for (uint64_t s = 0; s < limit; s++) {
+        const uint32_t ch = (uint32_t)(m0 >> 16) & 0xFFFF, a = (uint32_t)(m0 >> 32) & 0xFFFF;
+        const uint32_t words = (((ch * (uint32_t)s) >> 16) + a * (uint32_t)s) & 0xFFFF;
+        if (words != ((uint32_t)((m0 * s) >> 32) & 0xFFFF))
+            return 0;
+    }
+    return 1;
+}
+
+static void m0_words_carry_free(void **state)
+{
+    (void)state;
+    assert_true(words_hi_matches(PD_VP_M0, 512));
+    assert_false(words_hi_matches(UINT64_C(0xD2B74407B1CEFFFF), 512)); /* M0 with another low word */
+}
+
 /* The batch kernels (several τ side by side, cpu/kernel.h) equal the scalar one for every ISA, on
  * byte lanes (VBMI) and off them: τ of every width the byte lanes take (b = 6 … 17: d = 0, 1 and
  * mixed, lbits up to 8, a 9-bit right half) and some beyond, runs interleaved or contiguous, counts
@@ -528,6 +550,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_arguments_match_core),
         cmocka_unit_test(comparison_can_fail),
+        cmocka_unit_test(m0_words_carry_free),
         cmocka_unit_test(batch_kernels_match_scalar),
         cmocka_unit_test(random_layouts),
         cmocka_unit_test(uniform_layouts),
