@@ -259,8 +259,8 @@ PD_AI void queue_put(queue *q, uint32_t at, unsigned m, __m256i val, __m256i run
     put(q->idx + at, m, idx);
 }
 
-/* The first evaluation of a group of consecutive items from i (nv vectors: CNV, or BNV on byte
- * lanes, L > 0: eval_bytes). */
+/* The first evaluation of a group of consecutive items from i (nv vectors: CNV, or BNV on narrow
+ * lanes: L = 5 eval_bytes, L = 16 eval_words). */
 PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const int L)
 {
     const int nv = L ? BNV : CNV;
