@@ -319,7 +319,7 @@ static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratc
 {
     const int narrow = pd__batch_bytes(g, &win->tau);
     while (len) {
-        const int all_narrow = narrow && (sc->narrow || !sc->nruns); /* the batch's runs and this one */
+        const int all_narrow = narrow && (!sc->nruns || sc->narrow); /* the batch's runs and this one */
         if (sc->nruns >= pd__batch_max_runs(g, all_narrow) || sc->items == PD__BATCH_ITEMS) {
             pd_batch_flush(g, r, sc);
             continue;
@@ -400,6 +400,7 @@ static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t 
     sc.tabled = 0;
     sc.keys_n = 0;
     sc.nruns = sc.items = 0;
+    sc.narrow = 1;
     sc.subs[0].n = 0; /* count == 0 has no subsequence (and gcc -O2 cannot tell that G ≥ 1) */
     const uint64_t G = plan->lanes, W = r->world, f = r->first + begin * W;
     const uint64_t gcd = pd_gcd(G, W), m = G / gcd, d = W / gcd;
