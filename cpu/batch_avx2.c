@@ -382,8 +382,9 @@ static void bctx_init(bctx *c, const pd__batch *b)
     c->run = b->run;
 }
 
-/* The byte-lane tables (batch_avx2's bctx_init does the rest). */
-static void bctx_init_bytes(bctx *c, const pd__batch *b)
+/* The narrow lanes' per-run bytes, and for byte lanes (tables set) the products' tables
+ * (bctx_init does the rest). */
+static void bctx_init_bytes(bctx *c, const pd__batch *b, int tables)
 {
     uint8_t bt[PD_ROUNDS + 3][16], tab[3][32], piece[16];
     memset(bt, 0, sizeof bt);
@@ -400,6 +401,8 @@ static void bctx_init_bytes(bctx *c, const pd__batch *b)
     c->blmask = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt[PD_ROUNDS]));
     c->btop = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt[PD_ROUNDS + 1]));
     c->bdl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt[PD_ROUNDS + 2]));
+    if (!tables) /* word lanes multiply instead */
+        return;
     uint64_t m = 0; /* M0·x */
     for (uint32_t x = 0; x < 32; x++, m += PD_VP_M0) {
         tab[0][x] = (uint8_t)(m >> 32);
@@ -427,7 +430,7 @@ PD_AI void walk(const pd__batch *b, const int d, const int L)
     const uint32_t gl = VW * (L ? BNV : CNV); /* lanes per group */
     bctx_init(&c, b);
     if (L)
-        bctx_init_bytes(&c, b);
+        bctx_init_bytes(&c, b, L == 5);
     q.n = buf.n = 0;
     uint32_t i = 0;
     while (i + gl <= b->count) {

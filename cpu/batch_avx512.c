@@ -1,4 +1,4 @@
-/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; with PD_BATCH_BYTES (batch_vbmi.c) τ of ≤ 16 bits on byte lanes. */
+/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; with PD_BATCH_BYTES (batch_vbmi.c) τ of ≤ 17 bits on byte lanes. */
 #include "cpu/kernel.h"
 
 #include <string.h>

@@ -40,7 +40,7 @@ typedef struct pd_gen {
     pd_isa isa;   /* never PD_ISA_AUTO after pd_gen_init */
     pd_walk walk; /* PD_WALK_AUTO unless pd_gen_set_walk chose one */
     int vbmi;     /* AVX-512 only, set by pd_gen_init where the CPU has AVX-512 VBMI: small τ
-                     (sharded windows, b ≤ 16) walk on byte lanes. Clear it to run AVX-512F alone. */
+                     (sharded windows, b ≤ 17) walk on byte lanes. Clear it to run AVX-512F alone. */
 } pd_gen;
 
 /* ---- Instruction sets */

@@ -104,7 +104,7 @@ void pd__batch_run(const pd_gen *g, const pd__batch *b)
         if (g->vbmi) {
             unsigned narrow = 1;
             for (unsigned r = 0; r < b->nruns; r++)
-                narrow &= pd__batch_bytes(g, b->perm[r]);
+                narrow &= pd__batch_narrow(g, b->perm[r]);
             if (narrow) {
                 pd__batch_vbmi(b);
                 return;

@@ -80,11 +80,11 @@ typedef struct pd_sub {
 #define PD_SHARD_SUBS 16
 #define PD_SHARD_STEP 1024
 
-/* Per chunk of a request, on the stack (~48 KiB; the σ kernels add up to ~44 KiB of their own). */
+/* Per chunk of a request, on the stack (~60 KiB; the σ kernels add up to ~50 KiB of their own). */
 typedef struct pd_shard_scratch {
     pd_sub subs[PD_SHARD_SUBS];
     unsigned nruns;
-    int narrow;        /* every run's τ walks on byte lanes (pd__batch_bytes): the batch may hold more */
+    int narrow;        /* every run's τ walks on narrow lanes (pd__batch_narrow): the batch may hold more */
     uint32_t items;
     pd_run runs[PD__BATCH_RUNS];
     uint32_t v[PD__BATCH_ITEMS]; /* positions in, samples out */
@@ -296,7 +296,7 @@ static void pd_run_ids(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch 
 /* σ of the batch's runs, then their ids; the batch is empty afterwards. */
 static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc)
 {
-    if (sc->nruns == 1 && !pd__batch_bytes(g, &sc->runs[0].win.tau)) { /* one window: g's own kernel */
+    if (sc->nruns == 1 && !pd__batch_narrow(g, &sc->runs[0].win.tau)) { /* one window: g's own kernel */
         const pd_run *ru = &sc->runs[0];
         const pd__run run = {.perm = &ru->win.tau, .first = ru->v0, .stride = ru->d, .count = ru->len,
                              .out = sc->v, .width = 4, .walk = g->walk, .unflipped = 1};
@@ -317,7 +317,7 @@ static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scra
 static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc, const pd_window *win,
                          uint64_t v0, uint64_t d, uint64_t len, uint64_t kb, int64_t ks)
 {
-    const int narrow = pd__batch_bytes(g, &win->tau);
+    const int narrow = pd__batch_narrow(g, &win->tau);
     while (len) {
         const int all_narrow = narrow && (!sc->nruns || sc->narrow); /* the batch's runs and this one */
         if (sc->nruns >= pd__batch_max_runs(g, all_narrow) || sc->items == PD__BATCH_ITEMS) {

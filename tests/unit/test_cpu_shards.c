@@ -498,7 +498,7 @@ static void batch_kernels_match_scalar(void **state)
                 g.vbmi = vbmi;
                 int narrow = 1;
                 for (unsigned r = 0; r < nruns; r++)
-                    narrow &= pd__batch_bytes(&g, &perm[r]);
+                    narrow &= pd__batch_narrow(&g, &perm[r]);
                 if (b.nruns > pd__batch_max_runs(&g, narrow))
                     continue;
                 memcpy(got, v0, count * sizeof *v0);
