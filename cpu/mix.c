@@ -15,13 +15,13 @@
  *   - larger W: a kernel whose every lane carries its own block's keys (pd__block_slots_*).
  * Then, two ways:
  *
- * Dense (W ≤ PD_MIX_DENSE_WORLD; a chunk is PD_MIX_CHUNK run positions of whole blocks):
+ * Dense (W ≤ PD_MIX_DENSE_WORLD; a chunk is PD_MIX_DENSE_CHUNK run positions of whole blocks):
  *   1. per block: one walk of the tree lists its parts: each component's slot range and first draw;
  *   2. per component: its draws in the chunk are contiguous (blocks and stages continue each other's
  *      counters), so σ runs over the whole range on g's kernel (split at component epochs): W times more
  *      σ than the rank reads, each at the kernel's full speed;
  *   3. per block: its ids laid out in slot order (one copy per part); each read takes its slot's id.
- * Sparse (larger W; a chunk is PD_MIX_CHUNK reads): each read's component and draw, then only the ids read
+ * Sparse (larger W; a chunk is PD_MIX_SPARSE_CHUNK reads): each read's component and draw, then only the ids read
  * are computed. A read's component and draw come one of two ways, whichever walks fewer nodes:
  *   - a block read several times (B/W reads) walks the tree once, as dense step 1, into its parts; each
  *     read then finds its slot's part (no division);
@@ -34,7 +34,8 @@
  *     (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd per round, loses to this).
  */
 
-#define PD_MIX_CHUNK 8192u      /* run positions (dense) or reads (sparse) per chunk; a multiple of every B */
+#define PD_MIX_DENSE_CHUNK 32768u /* run positions per dense chunk; a multiple of every B */
+#define PD_MIX_SPARSE_CHUNK 4096u /* reads per sparse chunk: their arrays stay in L1 */
 #define PD_MIX_DENSE_WORLD 2u   /* dense up to this W: measured faster than sparse at W ≤ 2, slower from 3 (AVX-512) */
 #define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 (pd_mix_by_groups) */
 
@@ -71,6 +72,7 @@ typedef struct pd_mix_work {
     uint32_t *present;   /* components touched in this chunk */
     uint32_t npresent;
     uint32_t *slot;      /* the slot of each read of the chunk */
+    uint64_t span;       /* dense: run positions per chunk (whole blocks, at most PD_MIX_DENSE_CHUNK) */
     pd_mix_part *parts;  /* dense: the chunk's blocks' parts, block after block; sparse: one block's */
     uint32_t *first;     /* dense: block b's parts are [first[b], first[b + 1]) */
     uint64_t *scratch;   /* dense: the ids of each component's range */
@@ -85,6 +87,7 @@ typedef struct pd_mix_work {
     pd_divisor *size;    /* the components' sizes as divisors (sparse; set when first touched) */
     int by_runs;         /* sparse: every component flat, of 2 to 2^32 samples: σ through batches of runs */
     pd_mix_last *last;   /* by runs: each component's latest run (C) */
+    uint64_t batches;    /* by runs: batches flushed so far, in every chunk (pd_mix_last's ids stay unique) */
     uint32_t *bv;        /* by runs: a batch's positions, then samples (PD__BATCH_ITEMS) */
     uint8_t *brun;       /* by runs: each item's run */
 } pd_mix_work;
@@ -110,14 +113,22 @@ static void pd_mix_work_free(pd_mix_work *w)
     free(w->brun);
 }
 
-/* Dense: for chunks of PD_MIX_CHUNK positions; sparse: of `reads` ≤ PD_MIX_CHUNK reads (a small request
- * stays below malloc's mmap threshold: no page faults per request on the daemon). */
-static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, int dense, uint64_t reads)
+/* For `reads` reads at stride `world`: dense chunks span the blocks they touch, at most PD_MIX_DENSE_CHUNK
+ * positions; sparse ones take at most PD_MIX_SPARSE_CHUNK reads. Sized by the request, so that a small one
+ * stays below malloc's mmap threshold (no page faults per request on the daemon). */
+static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, int dense, uint64_t reads,
+                             uint64_t world)
 {
-    const uint64_t C = m->components, B = m->block, blocks = PD_MIX_CHUNK / B + 1;
+    const uint64_t C = m->components, B = m->block;
     memset(w, 0, sizeof *w);
-    if (dense)
-        reads = PD_MIX_CHUNK + B; /* a dense chunk ends with the block of its last read */
+    if (dense) { /* the reads' blocks span at most (reads − 1)·W + B positions from the first one's start */
+        const uint64_t need = ((reads - 1) * world + 2 * B - 1) & ~(B - 1);
+        w->span = need < PD_MIX_DENSE_CHUNK ? need : PD_MIX_DENSE_CHUNK;
+        reads = w->span + B; /* a dense chunk ends with the block of its last read */
+    } else if (reads > PD_MIX_SPARSE_CHUNK) {
+        reads = PD_MIX_SPARSE_CHUNK;
+    }
+    const uint64_t blocks = w->span / B + 1;
     w->seen = calloc(C, sizeof *w->seen);
     w->present = malloc(C * sizeof *w->present);
     w->slot = malloc(reads * sizeof *w->slot);
@@ -127,7 +138,7 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
     if (dense) {
         w->parts = malloc(blocks * (C < B ? C : B) * sizeof *w->parts);
         w->first = malloc((blocks + 1) * sizeof *w->first);
-        w->scratch = malloc((PD_MIX_CHUNK + B) * sizeof *w->scratch);
+        w->scratch = malloc((w->span + B) * sizeof *w->scratch);
         w->by_slot = malloc(B * sizeof *w->by_slot);
         ok = ok && w->parts && w->first && w->scratch && w->by_slot;
     } else {
@@ -379,7 +390,7 @@ static uint64_t pd_mix_dense_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_wor
                                    uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
-    const uint64_t end = (g_first & ~(m->block - 1)) + PD_MIX_CHUNK; /* whole blocks */
+    const uint64_t end = (g_first & ~(m->block - 1)) + w->span; /* whole blocks */
     if ((end - g_first - 1) / world + 1 < n)
         n = (end - g_first - 1) / world + 1;
     pd_mix_slots(g, m, g_first, world, n, w->slot);
@@ -555,7 +566,7 @@ static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w
     const pd_mix *m = c->mix;
     const int by_parts = pd_mix_by_parts(m, world);
     pd_mix_reader rd = {.block = UINT64_MAX};
-    pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = 1};
+    pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = w->batches + 1};
     for (uint64_t t = 0; t < n; t++) {
         if (r.count == PD__BATCH_ITEMS)
             pd_mix_runs_flush(g, m, &r, out, width);
@@ -574,6 +585,7 @@ static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w
         w->brun[r.count++] = (uint8_t)last->run;
     }
     pd_mix_runs_flush(g, m, &r, out, width);
+    w->batches = r.id - 1; /* the next chunk's first batch is new to every pd_mix_last */
 }
 
 /* One sparse chunk: n reads at run positions g_first + t·W. */
@@ -666,8 +678,8 @@ static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, co
         return PD_OK;
     pd_mix_work w;
     const int dense = W <= PD_MIX_DENSE_WORLD;
-    const uint64_t cap = body < PD_MIX_CHUNK ? body : PD_MIX_CHUNK;
-    if ((rc = pd_mix_work_alloc(&w, g, m, dense, cap)))
+    const uint64_t cap = body < PD_MIX_SPARSE_CHUNK ? body : PD_MIX_SPARSE_CHUNK;
+    if ((rc = pd_mix_work_alloc(&w, g, m, dense, body, W)))
         return rc;
     uint64_t k = pd__mix_stage_of(m, base + first);
     for (uint64_t done = 0, chunk = 1; done < body; chunk++) {

@@ -151,6 +151,35 @@ static void matches_core(void **state)
     free(got32);
 }
 
+/* Long sparse fills (many chunks, each of a batch or a few) where one component is rare: it misses whole
+ * chunks, and the run it was given in an earlier chunk's batch must never be taken for a run of the current
+ * one (a bug once: batch numbers restarted at each chunk, and a rare component's read took the run another
+ * component held at that index, or none). */
+static void long_sparse_fills_match_core(void **state)
+{
+    (void)state;
+    pd_gen gens[16];
+    const size_t ngens = all_gens(gens);
+    const uint64_t sizes[4] = {1000000, 3000000, 2000000, 500000}, starts[1] = {0}, count = 150000;
+    const uint32_t weights[4] = {300, 300, 1, 300};
+    static const uint32_t worlds[] = {3, 8, 64};
+    uint64_t *want = malloc((count + GUARD) * sizeof *want), *got = malloc((count + GUARD) * sizeof *got);
+    uint32_t *got32 = malloc(count * sizeof *got32);
+    owned_mix o;
+    assert_int_equal(mix_make(&o, 5, sizes, 4, 0, 64, starts, weights, 1), PD_OK);
+    for (size_t w = 0; w < 3; w++) {
+        const pd_slice s = {.world = worlds[w], .rank = 1, .mode = PD_MODE_EXACT, .offset = 7 * worlds[w]};
+        uint64_t n_want;
+        assert_int_equal(pd_mix_slice_fill_u64(&o.cur, 2, &s, count, want, &n_want), PD_OK);
+        for (size_t i = 0; i < ngens; i++)
+            compare(&gens[i], &o, 2, &s, count, want, n_want, got, got32);
+    }
+    mix_free(&o);
+    free(want);
+    free(got);
+    free(got32);
+}
+
 /* The block-group kernel (every slot of 8 blocks, interleaved) equals the core's π_β, and the scalar
  * reference the SIMD one, for each B it takes, blocks whose number carries into its high word included. */
 static void block_groups_match_core(void **state)
@@ -289,6 +318,7 @@ int main(void)
         cmocka_unit_test(comparison_can_fail),
         cmocka_unit_test(bad_arguments_match_core),
         cmocka_unit_test(matches_core),
+        cmocka_unit_test(long_sparse_fills_match_core),
         cmocka_unit_test(block_groups_match_core),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
