@@ -67,6 +67,21 @@ typedef struct pd_mix_last {
     uint32_t run;
 } pd_mix_last;
 
+/* A node's left(y) kept for the next block: its y0 is this block's y1 (consecutive blocks of one stage). */
+typedef struct pd_mix_memo {
+    uint64_t y, left;
+} pd_mix_memo;
+
+/* An internal node of the tree in preorder (pd_mix_stage_divisors): its left child's weight, its divisor at
+ * node[node], its own index and its right child's in the counts' array (its left child's is at + 1). */
+typedef struct pd_mix_flat {
+    uint64_t a;
+    uint32_t node, at, right;
+} pd_mix_flat;
+
+#define PD_MIX_FLAT_MAX 64u /* up to this C, a block's parts come from every component's count (pd_mix_counts) */
+#define PD_MIX_COUNTS 32u   /* blocks whose counts pd_mix_counts computes at once */
+
 typedef struct pd_mix_work {
     pd_mix_seen *seen;   /* C */
     uint32_t *present;   /* components touched in this chunk */
@@ -84,6 +99,11 @@ typedef struct pd_mix_work {
     uint32_t *index;     /* sparse: their reads */
     pd_divisor *node;    /* the current stage's node weights as divisors (C − 1, at mid − 1) */
     uint64_t node_stage; /* the stage they are for (UINT64_MAX: none yet) */
+    pd_mix_memo *memo;   /* per node (at mid − 1): its last left(y) for y = a block's end, in node_stage */
+    pd_mix_flat *flat;   /* C ≤ PD_MIX_FLAT_MAX (else NULL): the internal nodes in preorder (C − 1) */
+    uint32_t *leaf;      /* flat: leaf j's index in y (C) */
+    uint64_t *y;         /* flat: what each node receives at PD_MIX_COUNTS + 1 block starts (node-major) */
+    uint64_t cnt_x;      /* flat: the stage position of y's first block start (UINT64_MAX: none), in node_stage */
     pd_divisor *size;    /* the components' sizes as divisors (sparse; set when first touched) */
     int by_runs;         /* sparse: every component flat, of 2 to 2^32 samples: σ through batches of runs */
     pd_mix_last *last;   /* by runs: each component's latest run (C) */
@@ -107,6 +127,10 @@ static void pd_mix_work_free(pd_mix_work *w)
     free(w->at);
     free(w->index);
     free(w->node);
+    free(w->memo);
+    free(w->flat);
+    free(w->leaf);
+    free(w->y);
     free(w->size);
     free(w->last);
     free(w->bv);
@@ -133,8 +157,15 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
     w->present = malloc(C * sizeof *w->present);
     w->slot = malloc(reads * sizeof *w->slot);
     w->node = malloc(C * sizeof *w->node);
+    w->memo = malloc(C * sizeof *w->memo);
     w->node_stage = UINT64_MAX;
-    int ok = w->seen && w->present && w->slot && w->node;
+    int ok = w->seen && w->present && w->slot && w->node && w->memo;
+    if (C <= PD_MIX_FLAT_MAX) {
+        w->flat = malloc(C * sizeof *w->flat);
+        w->leaf = malloc(C * sizeof *w->leaf);
+        w->y = malloc(2 * C * (PD_MIX_COUNTS + 1) * sizeof *w->y);
+        ok = ok && w->flat && w->leaf && w->y;
+    }
     if (dense) {
         w->parts = malloc(blocks * (C < B ? C : B) * sizeof *w->parts);
         w->first = malloc((blocks + 1) * sizeof *w->first);
@@ -248,27 +279,74 @@ static void pd_mix_store(void *out, unsigned width, uint64_t i, uint64_t id)
         ((uint64_t *)out)[i] = id;
 }
 
-/* Stage k's internal nodes' weights as divisors, at node[mid − 1] (every internal node splits at its own mid). */
-static void pd_mix_stage_divisors(const pd_mix *m, uint64_t k, pd_divisor *node)
+/* Stage k's internal nodes' weights as divisors, at node[mid − 1] (every internal node splits at its own mid),
+ * and for small C (w->flat) the tree in preorder for pd_mix_counts: node [lo, hi) at index i has its left
+ * child at i + 1 and its right one at i + 2·(mid − lo); leaf j at leaf[j]. */
+static void pd_mix_stage_divisors(const pd_mix *m, uint64_t k, pd_mix_work *w)
 {
     const uint32_t *cw = m->cum + k * (m->components + 1);
     struct {
         uint64_t lo, hi;
+        uint32_t at;
     } stack[PD_MIX_DEPTH_MAX + 2];
     int top = 0;
+    uint32_t internal = 0;
     stack[0].lo = 0;
     stack[0].hi = m->components;
+    stack[0].at = 0;
     while (top >= 0) {
         const uint64_t lo = stack[top].lo, hi = stack[top].hi, mid = lo + (hi - lo) / 2;
+        const uint32_t at = stack[top].at;
         top--;
-        if (hi - lo < 2)
+        if (hi - lo < 2) {
+            if (w->flat)
+                w->leaf[lo] = at;
             continue;
-        pd_divisor_init(&node[mid - 1], cw[hi] - cw[lo] ? cw[hi] - cw[lo] : 1); /* weight 0: never divided by */
+        }
+        pd_divisor_init(&w->node[mid - 1], cw[hi] - cw[lo] ? cw[hi] - cw[lo] : 1); /* weight 0: never divided by */
+        if (w->flat)
+            w->flat[internal++] = (pd_mix_flat){.a = cw[mid] - cw[lo], .node = (uint32_t)(mid - 1), .at = at,
+                                                .right = at + 2 * (uint32_t)(mid - lo)};
+        stack[++top].lo = mid; /* right after left: preorder */
+        stack[top].hi = hi;
+        stack[top].at = at + 2 * (uint32_t)(mid - lo);
         stack[++top].lo = lo;
         stack[top].hi = mid;
-        stack[++top].lo = mid;
-        stack[top].hi = hi;
+        stack[top].at = at + 1;
     }
+}
+
+/* What every node receives at the PD_MIX_COUNTS + 1 stage positions x + i·B, into w->y (node-major, row i):
+ * leaf j's are count_j (spec §4). Node by node, the positions side by side, so the divisions of one node
+ * overlap. With a base y0 = q·S ≤ y, y − y0 < 2^32, left(y) = q·a + left(y − y0): one division a position,
+ * where pd_mix_left needs two from y = 2^32 on (and run positions pass 2^32 early). The base is taken at the
+ * first position and again only where y − y0 reaches 2^32 (positions differ by at most B·PD_MIX_COUNTS). */
+static void pd_mix_counts(const pd_mix *m, pd_mix_work *w, uint64_t x)
+{
+    const uint64_t B = m->block, R = PD_MIX_COUNTS + 1;
+    uint64_t *y = w->y;
+    for (uint64_t i = 0; i < R; i++)
+        y[i] = x + i * B;
+    for (uint64_t n = 0; n + 1 < m->components; n++) { /* parents before children */
+        const pd_mix_flat *f = &w->flat[n];
+        const pd_divisor S = w->node[f->node];
+        const uint64_t a = f->a, half = S.d / 2, *in = y + f->at * R;
+        uint64_t *restrict left = y + (f->at + 1) * R, *restrict right = y + f->right * R;
+        uint64_t y0 = 0, l0 = 0;
+        for (uint64_t i = 0; i < R; i++) {
+            uint64_t t = in[i] - y0;
+            if (i == 0 || t >> 32) {
+                const uint64_t q = pd_divide(&S, in[i]);
+                y0 = q * S.d;
+                l0 = q * a;
+                t = in[i] - y0;
+            }
+            const uint64_t l = a ? l0 + pd_divide(&S, t * a + half) : 0;
+            left[i] = l;
+            right[i] = in[i] - l;
+        }
+    }
+    w->cnt_x = x;
 }
 
 /* pd__mix_descend on the node divisors (the same walk; the core's is the reference, test_cpu_mix compares). */
@@ -309,17 +387,21 @@ static void pd_mix_stage_at(const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64
     while (*k + 1 < m->stages && m->start[*k + 1] <= g)
         (*k)++;
     if (w->node_stage != *k) {
-        pd_mix_stage_divisors(m, *k, w->node);
+        pd_mix_stage_divisors(m, *k, w);
+        for (uint64_t i = 0; i < m->components; i++)
+            w->memo[i].y = UINT64_MAX; /* no stage position is */
+        w->cnt_x = UINT64_MAX;
         w->node_stage = *k;
     }
 }
 
 /* ---- Dense chunks */
 
-/* Stage k's tree walked for the block at stage position x0 (spec §5): its components with slots, in slot
- * order, skipping empty subtrees. Depth first with an explicit stack; returns how many parts (≤ min(C, B)). */
-static uint32_t pd_mix_block_parts(const pd_mix *m, const pd_mix_work *w, uint64_t k, uint64_t x0,
-                                   pd_mix_part *parts)
+/* The parts of the block at stage position x0 of stage k (spec §5): its components with slots, in slot order,
+ * each with its slot range and first run draw; returns how many (≤ min(C, B)).
+ *
+ * Large C: the tree walked depth first (an explicit stack), skipping empty subtrees. */
+static uint32_t pd_mix_block_walk(const pd_mix *m, pd_mix_work *w, uint64_t k, uint64_t x0, pd_mix_part *parts)
 {
     struct frame {
         uint64_t lo, hi, y0, y1, slot;
@@ -339,11 +421,38 @@ static uint32_t pd_mix_block_parts(const pd_mix *m, const pd_mix_work *w, uint64
             continue;
         }
         const uint64_t mid = f.lo + (f.hi - f.lo) / 2, a = cw[mid] - cw[f.lo];
-        const uint64_t l0 = pd_mix_left(f.y0, a, &w->node[mid - 1]), l1 = pd_mix_left(f.y1, a, &w->node[mid - 1]);
+        pd_mix_memo *memo = &w->memo[mid - 1]; /* the block before ended where this one starts: one division */
+        const uint64_t l0 = memo->y == f.y0 ? memo->left : pd_mix_left(f.y0, a, &w->node[mid - 1]);
+        const uint64_t l1 = pd_mix_left(f.y1, a, &w->node[mid - 1]);
+        *memo = (pd_mix_memo){f.y1, l1};
         stack[++top] = (struct frame){mid, f.hi, f.y0 - l0, f.y1 - l1, f.slot + (l1 - l0)}; /* right after left */
         stack[++top] = (struct frame){f.lo, mid, l0, l1, f.slot};
     }
     return n;
+}
+
+/* Small C (w->flat): every component's count at the block's end less that at its start, from counts of
+ * PD_MIX_COUNTS consecutive blocks computed at once. */
+static uint32_t pd_mix_block_counts(const pd_mix *m, pd_mix_work *w, uint64_t k, uint64_t x0, pd_mix_part *parts)
+{
+    const uint64_t *P = m->drawn + k * m->components, R = PD_MIX_COUNTS + 1;
+    if (w->cnt_x > x0 || x0 - w->cnt_x >= PD_MIX_COUNTS * m->block) /* both block starts: a multiple of B apart */
+        pd_mix_counts(m, w, x0);
+    const uint64_t i = (x0 - w->cnt_x) >> m->block_bits;
+    uint32_t n = 0, slot = 0;
+    for (uint64_t j = 0; j < m->components; j++) {
+        const uint64_t *leaf = w->y + w->leaf[j] * R + i;
+        const uint32_t c = (uint32_t)(leaf[1] - leaf[0]);
+        if (c)
+            parts[n++] = (pd_mix_part){P[j] + leaf[0], (uint32_t)j, slot, c};
+        slot += c;
+    }
+    return n;
+}
+
+static uint32_t pd_mix_block_parts(const pd_mix *m, pd_mix_work *w, uint64_t k, uint64_t x0, pd_mix_part *parts)
+{
+    return w->flat ? pd_mix_block_counts(m, w, k, x0, parts) : pd_mix_block_walk(m, w, k, x0, parts);
 }
 
 /* Dense step 2: the global ids of every component's range, into the scratch. */
@@ -446,13 +555,16 @@ static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
         pd_mix_store(out, width, w->index[i], m->offset[j] + w->at[i]);
 }
 
-/* Whether a sparse fill walks each block's tree once (into parts) rather than descending once per read: the
- * walk visits at most C − 1 internal nodes, the descents B/W · ⌈log2 C⌉. */
+/* Whether a sparse fill takes each block's parts (pd_mix_block_parts) rather than descending once per read:
+ * a descent costs 2·⌈log2 C⌉ divisions, a block's parts C − 1 for small C (consecutive blocks, as when W ≤ B),
+ * else a walk of up to C − 1 nodes at 2 each. */
 static int pd_mix_by_parts(const pd_mix *m, uint64_t world)
 {
     uint64_t depth = 0;
     while ((UINT64_C(1) << depth) < m->components)
         depth++;
+    if (m->components <= PD_MIX_FLAT_MAX)
+        return world <= m->block && m->components - 1 <= 2 * depth * (m->block / world);
     return world < m->block && m->components - 1 <= m->block / world * depth;
 }
 

@@ -180,6 +180,40 @@ static void long_sparse_fills_match_core(void **state)
     free(got32);
 }
 
+/* Weights summing to 2^32 − 1 (node weights near 2^32, where y·a nears 2^64) at run positions from 2^32 to
+ * near 2^63, and from just below a multiple of the root's weight (y − q·S crosses 2^32 inside a batch of
+ * blocks): the fills' counts of whole blocks at once (one division a node, on a base) against the core. */
+static void heavy_weights_match_core(void **state)
+{
+    (void)state;
+    pd_gen gens[16];
+    const size_t ngens = all_gens(gens);
+    const uint64_t sizes[3] = {70000, 50000, 30000}, starts[1] = {0}, count = 20000;
+    const uint32_t weights[3] = {UINT32_C(0xFFFFFFFC), 2, 1}; /* the root: a = 2^32 − 4 of S = 2^32 − 1 */
+    static const uint32_t worlds[] = {1, 8, 64};
+    uint64_t *want = malloc((count + GUARD) * sizeof *want), *got = malloc((count + GUARD) * sizeof *got);
+    uint32_t *got32 = malloc(count * sizeof *got32);
+    owned_mix o;
+    assert_int_equal(mix_make(&o, 9, sizes, 3, 0, 64, starts, weights, 1), PD_OK);
+    const uint64_t last = PD_MIX_RUN_END / o.mix.length - 1;
+    const uint64_t L = o.mix.length, S = UINT32_MAX, edge = (6 * S - 1024) & ~UINT64_C(63);
+    const uint64_t epochs[] = {0, (UINT64_C(1) << 32) / L + 1, UINT64_C(1) << 40, last, edge / L};
+    for (size_t e = 0; e < 5; e++)
+        for (size_t w = 0; w < 3; w++) {
+            pd_slice s = {.world = worlds[w], .rank = worlds[w] - 1, .mode = PD_MODE_EXACT, .offset = 3 * worlds[w]};
+            if (e == 4) /* the first read at run position edge */
+                s.offset = edge % L - s.rank;
+            uint64_t n_want;
+            assert_int_equal(pd_mix_slice_fill_u64(&o.cur, epochs[e], &s, count, want, &n_want), PD_OK);
+            for (size_t i = 0; i < ngens; i++)
+                compare(&gens[i], &o, epochs[e], &s, count, want, n_want, got, got32);
+        }
+    mix_free(&o);
+    free(want);
+    free(got);
+    free(got32);
+}
+
 /* The block-group kernel (every slot of 8 blocks, interleaved) equals the core's π_β, and the scalar
  * reference the SIMD one, for each B it takes, blocks whose number carries into its high word included. */
 static void block_groups_match_core(void **state)
@@ -319,6 +353,7 @@ int main(void)
         cmocka_unit_test(bad_arguments_match_core),
         cmocka_unit_test(matches_core),
         cmocka_unit_test(long_sparse_fills_match_core),
+        cmocka_unit_test(heavy_weights_match_core),
         cmocka_unit_test(block_groups_match_core),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
