@@ -76,10 +76,42 @@ static inline __m512i pd_emu_cvtepu8_epi32(__m128i a)
     return _mm512_loadu_si512(r);
 }
 
+static inline __m512i pd_emu_cvtepu8_epi16(__m256i a)
+{
+    uint8_t x[32];
+    uint16_t r[32];
+    _mm256_storeu_si256((__m256i *)x, a);
+    for (int j = 0; j < 32; j++)
+        r[j] = x[j];
+    return _mm512_loadu_si512(r);
+}
+
+static inline __m512i pd_emu_cvtepu16_epi32(__m256i a)
+{
+    uint16_t x[16];
+    uint32_t r[16];
+    _mm256_storeu_si256((__m256i *)x, a);
+    for (int j = 0; j < 16; j++)
+        r[j] = x[j];
+    return _mm512_loadu_si512(r);
+}
+
+static inline void pd_emu_mask_storeu_epi32(void *p, __mmask16 k, __m512i a)
+{
+    uint32_t x[16];
+    _mm512_storeu_si512(x, a);
+    for (int j = 0; j < 16; j++) /* unselected lanes are not touched */
+        if ((k >> j) & 1)
+            memcpy((char *)p + 4 * j, &x[j], 4);
+}
+
 #define _mm512_mask_shuffle_epi32(src, k, a, imm) pd_emu_mask_shuffle_epi32(src, k, a, imm)
 #define _mm512_maskz_expand_epi32(k, a) pd_emu_maskz_expand_epi32(k, a)
 #define _mm512_cvtepu32_epi64(a) pd_emu_cvtepu32_epi64(a)
 #define _mm512_cvtepu8_epi32(a) pd_emu_cvtepu8_epi32(a)
+#define _mm512_cvtepu8_epi16(a) pd_emu_cvtepu8_epi16(a)
+#define _mm512_cvtepu16_epi32(a) pd_emu_cvtepu16_epi32(a)
+#define _mm512_mask_storeu_epi32(p, k, a) pd_emu_mask_storeu_epi32(p, k, a)
 #define _mm512_i32gather_epi32(idx, base, scale) pd_emu_i32gather_epi32(idx, base, scale)
 #define _mm512_i32gather_epi64(idx, base, scale) pd_emu_i32gather_epi64(idx, base, scale)
 #define _mm512_cmplt_epu32_mask(a, b) ((__mmask16)~_mm512_cmpge_epu32_mask(a, b))

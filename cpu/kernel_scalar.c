@@ -90,6 +90,24 @@ void pd__block_group_run(pd_isa isa, const pd__block_group *t)
     pd__block_group_scalar(t);
 }
 
+void pd__block_slots_run(const pd_gen *g, const pd__block_slots *s)
+{
+#if defined(PD_CPU_HAVE_VBMI)
+    if (g->isa == PD_ISA_AVX512 && g->vbmi && s->count >= PD__SIMD_MIN) {
+        pd__block_slots_vbmi(s);
+        return;
+    }
+#endif
+#if defined(PD_CPU_HAVE_AVX512)
+    if (g->isa == PD_ISA_AVX512 && s->count >= PD__SIMD_MIN) {
+        pd__block_slots_avx512(s);
+        return;
+    }
+#endif
+    (void)g;
+    pd__block_slots_scalar(s);
+}
+
 void pd__batch_run(const pd_gen *g, const pd__batch *b)
 {
     switch (g->isa) {

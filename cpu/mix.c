@@ -12,19 +12,22 @@
  * A request is cut into chunks. In a chunk, the slots of all the rank's reads come first, one of two ways:
  *   - small W (pd_mix_by_groups): every slot of 8 blocks at once (pd__block_group_*: bytes, a pshufb per
  *     round, one Philox per block), then each read picks its own: W·(slots per read) work, no multiply;
- *   - larger W: a kernel whose every lane carries its own block's keys (pd__block_slots_*).
+ *   - larger W: a kernel keying each read by its block (pd__block_slots_run: with VBMI, bytes, 64 reads a
+ *     register and one Philox per block; else 16 lanes each with its own Philox).
  * Then, two ways:
  *
  * Dense (W ≤ PD_MIX_DENSE_WORLD; a chunk is PD_MIX_DENSE_CHUNK run positions of whole blocks):
- *   1. per block: one walk of the tree lists its parts: each component's slot range and first draw;
+ *   1. per block: its parts, each component's slot range and first draw (pd_mix_block_parts: for small C
+ *      every component's count at the block's end less that at its start, for 32 blocks at once; else one
+ *      walk of the tree);
  *   2. per component: its draws in the chunk are contiguous (blocks and stages continue each other's
  *      counters), so σ runs over the whole range on g's kernel (split at component epochs): W times more
  *      σ than the rank reads, each at the kernel's full speed;
  *   3. per block: its ids laid out in slot order (one copy per part); each read takes its slot's id.
  * Sparse (larger W; a chunk is PD_MIX_SPARSE_CHUNK reads): each read's component and draw, then only the ids read
  * are computed. A read's component and draw come one of two ways, whichever walks fewer nodes:
- *   - a block read several times (B/W reads) walks the tree once, as dense step 1, into its parts; each
- *     read then finds its slot's part (no division);
+ *   - its block's parts, as dense step 1 (where blocks are read several times, or consecutively with small
+ *     C); each read then finds its slot's part (no division);
  *   - otherwise one descent of the tree per read (⌈log2 C⌉ levels, two divisions each).
  * Their σ, two ways:
  *   - by runs (pd_mix_sparse_runs; AVX-512 and scalar, every component flat of 2 to 2^32 samples): the
@@ -36,8 +39,9 @@
 
 #define PD_MIX_DENSE_CHUNK 32768u /* run positions per dense chunk; a multiple of every B */
 #define PD_MIX_SPARSE_CHUNK 4096u /* reads per sparse chunk: their arrays stay in L1 */
-#define PD_MIX_DENSE_WORLD 2u   /* dense up to this W: measured faster than sparse at W ≤ 2, slower from 3 (AVX-512) */
-#define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 (pd_mix_by_groups) */
+#define PD_MIX_DENSE_WORLD 1u   /* dense up to this W: W = 2 measured faster sparse (AVX-512 and AVX2, bench/mixtures) */
+#define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 without VBMI (pd_mix_by_groups) */
+#define PD_MIX_GROUPS_WORLD_VBMI 2u   /* with VBMI (its block-slot kernel wins from W = 4) */
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
@@ -207,7 +211,7 @@ static int pd_mix_by_groups(const pd_gen *g, const pd_mix *m, uint64_t world)
         return 0;
 #if defined(PD_CPU_HAVE_AVX512)
     if (g->isa == PD_ISA_AVX512)
-        return world <= PD_MIX_GROUPS_WORLD_AVX512;
+        return world <= (g->vbmi ? PD_MIX_GROUPS_WORLD_VBMI : PD_MIX_GROUPS_WORLD_AVX512);
 #endif
 #if defined(PD_CPU_HAVE_AVX2)
     if (g->isa == PD_ISA_AVX2)
@@ -233,8 +237,8 @@ static void pd_mix_slots_by_groups(const pd_gen *g, const pd_mix *m, uint64_t g0
     }
 }
 
-/* The slots of reads at run positions g0 + t·W, t < n: whole-block groups, the per-lane-keyed AVX-512
- * kernel, or the scalar core. */
+/* The slots of reads at run positions g0 + t·W, t < n: whole-block groups, or a kernel keying each read by
+ * its block (pd__block_slots_run). */
 static void pd_mix_slots(const pd_gen *g, const pd_mix *m, uint64_t g0, uint64_t world, uint64_t n, uint32_t *slot)
 {
     if (n && pd_mix_by_groups(g, m, world)) {
@@ -242,13 +246,7 @@ static void pd_mix_slots(const pd_gen *g, const pd_mix *m, uint64_t g0, uint64_t
         return;
     }
     const pd__block_slots s = {.seed = m->seed, .block = m->block, .first = g0, .stride = world, .count = n, .out = slot};
-#if defined(PD_CPU_HAVE_AVX512)
-    if (g->isa == PD_ISA_AVX512 && n >= PD__SIMD_MIN) {
-        pd__block_slots_avx512(&s);
-        return;
-    }
-#endif
-    pd__block_slots_scalar(&s);
+    pd__block_slots_run(g, &s);
 }
 
 /* ids[i] = σ(positions[i]) of a flat component's order, i < n (gathered). */

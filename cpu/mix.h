@@ -14,7 +14,7 @@ extern "C" {
  *
  * How: cpu/mix.c's opening comment. In short, a read costs its block's slot (tables of whole blocks, 8 at
  * a time, for small W; a kernel keying each read for larger W), its component and draw (a walk of the
- * weight tree per block, or a descent per read) and its component's σ (over whole ranges for W ≤ 2;
+ * weight tree per block, or a descent per read) and its component's σ (over whole ranges for W = 1;
  * else gathered by component, or, on AVX-512 with flat components of ≤ 2^32 samples, in read order with
  * every lane on its component's keys). Sharded components resolve
  * each draw through their cursor's plan. The cursor is the caller's (one per thread). */
@@ -24,7 +24,7 @@ int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
                         uint32_t *out, uint64_t *written);
 
 /* The same, split across the pool by work: a mixture id costs several flat ones, PD_MIX_COST_DENSE where
- * W ≤ 2 (the dense fill) and PD_MIX_COST_SPARSE above (bench/mixtures: 2.7 and 4-10 on the CPUs measured),
+ * W = 1 (the dense fill) and PD_MIX_COST_SPARSE above (bench/mixtures: 2.7 and 4-10 on the CPUs measured),
  * and the pool sizes its parts by that. The caller's cursor serves the part at the request's start, and
  * each other part gets a cursor of its own (mixtures whose cursor is over PD_MIX_POOL_CURSOR_MAX bytes run
  * on the caller alone). Same results and errors. */

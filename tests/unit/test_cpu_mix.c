@@ -214,6 +214,60 @@ static void heavy_weights_match_core(void **state)
     free(got32);
 }
 
+/* The block-slot kernels (every read keyed by its block: per lane on AVX-512, bytes on VBMI) against the core's
+ * π_β, for each B, strides below and above B (blocks shared by reads, or one each), counts with tails, and
+ * blocks whose number carries into its high word; the VBMI build also with vbmi off. */
+static void block_slots_match_core(void **state)
+{
+    (void)state;
+    enum { MAX = 700 };
+    uint32_t got[MAX + GUARD];
+    uint64_t rng = 11;
+    pd_gen gens[16];
+    size_t ngens = 0;
+    for (int isa = PD_ISA_SCALAR; isa <= PD_ISA_AVX512; isa++) {
+        if (!pd_cpu_has_isa((pd_isa)isa))
+            continue;
+        assert_int_equal(pd_gen_init(&gens[ngens], (pd_isa)isa), PD_OK);
+        if (gens[ngens].vbmi) { /* and the per-lane 32-bit kernel */
+            gens[ngens + 1] = gens[ngens];
+            gens[++ngens].vbmi = 0;
+        }
+        ngens++;
+    }
+    static const uint64_t strides[] = {1, 3, 8, 63, 64, 100, 1000, 4096, 99999, UINT64_C(0xFFFFFFFF)};
+    for (uint64_t block = 64; block <= 2048; block *= 2) {
+        for (int t = 0; t < 30; t++) {
+            const uint64_t stride = strides[test_below(&rng, 10)], count = test_below(&rng, MAX + 1);
+            uint64_t first = test_rand(&rng) >> (1 + test_below(&rng, 40));
+            if (t == 0)
+                first = (UINT64_C(0xFFFFFFFF) - 5) * block; /* β's low word wraps among the reads */
+            if (first + (count + 64) * stride >= UINT64_C(1) << 63)
+                first = 0;
+            const uint64_t seed = test_rand(&rng);
+            for (size_t i = 0; i < ngens; i++) {
+                const pd__block_slots s = {.seed = seed, .block = block, .first = first, .stride = stride,
+                                           .count = count, .out = got};
+                for (size_t k = 0; k < MAX + GUARD; k++)
+                    got[k] = 0xA5A5A5A5u;
+                pd__block_slots_run(&gens[i], &s);
+                for (uint64_t k = 0; k < count; k++) {
+                    const uint64_t g = first + k * stride;
+                    pd_perm pi;
+                    pd__mix_block_keys(seed, block, g / block, &pi);
+                    if (got[k] != pd_perm_at(&pi, g % block))
+                        fail_msg("%s%s B %llu stride %llu first %llu: read %llu is %u, want %llu",
+                                 pd_isa_name(gens[i].isa), gens[i].vbmi ? "+vbmi" : "", (unsigned long long)block,
+                                 (unsigned long long)stride, (unsigned long long)first, (unsigned long long)k, got[k],
+                                 (unsigned long long)pd_perm_at(&pi, g % block));
+                }
+                for (uint64_t k = count; k < count + GUARD; k++)
+                    assert_true(got[k] == 0xA5A5A5A5u);
+            }
+        }
+    }
+}
+
 /* The block-group kernel (every slot of 8 blocks, interleaved) equals the core's π_β, and the scalar
  * reference the SIMD one, for each B it takes, blocks whose number carries into its high word included. */
 static void block_groups_match_core(void **state)
@@ -354,6 +408,7 @@ int main(void)
         cmocka_unit_test(matches_core),
         cmocka_unit_test(long_sparse_fills_match_core),
         cmocka_unit_test(heavy_weights_match_core),
+        cmocka_unit_test(block_slots_match_core),
         cmocka_unit_test(block_groups_match_core),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
