@@ -23,7 +23,8 @@
  *   2. per component: its draws in the chunk are contiguous (blocks and stages continue each other's
  *      counters), so σ runs over the whole range on g's kernel (split at component epochs): W times more
  *      σ than the rank reads, each at the kernel's full speed;
- *   3. per block: its ids laid out in slot order (one copy per part); each read takes its slot's id.
+ *   3. per block: its global ids laid out in slot order (per part: its local ids plus the component's
+ *      offset); each read takes its slot's id.
  * Sparse (larger W; a chunk is PD_MIX_SPARSE_CHUNK reads): each read's component and draw, then only the ids read
  * are computed. A read's component and draw come one of two ways, whichever walks fewer nodes:
  *   - its block's parts, as dense step 1 (where blocks are read several times, or consecutively with small
@@ -453,7 +454,7 @@ static uint32_t pd_mix_block_parts(const pd_mix *m, pd_mix_work *w, uint64_t k, 
     return w->flat ? pd_mix_block_counts(m, w, k, x0, parts) : pd_mix_block_walk(m, w, k, x0, parts);
 }
 
-/* Dense step 2: the global ids of every component's range, into the scratch. */
+/* Dense step 2: the local ids of every component's range, into the scratch. */
 static void pd_mix_ranges(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w)
 {
     const pd_mix *m = c->mix;
@@ -479,8 +480,6 @@ static void pd_mix_ranges(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w)
             }
             d += n;
         }
-        for (uint64_t i = 0; i < s->hi - s->lo; i++)
-            ids[i] += m->offset[j];
         at += s->hi - s->lo;
     }
 }
@@ -521,9 +520,9 @@ static uint64_t pd_mix_dense_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_wor
         for (uint32_t p = w->first[i]; p < w->first[i + 1]; p++) {
             const pd_mix_part *part = &w->parts[p];
             const pd_mix_seen *s = &w->seen[part->component];
-            const uint64_t *ids = w->scratch + s->scratch + (part->draw - s->lo);
-            for (uint32_t q = 0; q < part->count; q++)
-                w->by_slot[part->slot + q] = ids[q];
+            const uint64_t *ids = w->scratch + s->scratch + (part->draw - s->lo), off = m->offset[part->component];
+            for (uint32_t q = 0; q < part->count; q++) /* local ids, made global */
+                w->by_slot[part->slot + q] = ids[q] + off;
         }
         for (uint64_t r = tb; r < tb + reads; r++)
             pd_mix_store(out, width, r, w->by_slot[w->slot[r]]);
