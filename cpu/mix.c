@@ -21,8 +21,7 @@
  *      every component's count at the block's end less that at its start, for 32 blocks at once; else one
  *      walk of the tree);
  *   2. per component: its draws in the chunk are contiguous (blocks and stages continue each other's
- *      counters), so σ runs over the whole range on g's kernel (split at component epochs): W times more
- *      σ than the rank reads, each at the kernel's full speed;
+ *      counters), so σ runs over the whole range on g's kernel (split at component epochs), at its full speed;
  *   3. per block: its global ids laid out in slot order (per part: its local ids plus the component's
  *      offset); each read takes its slot's id.
  * Sparse (larger W; a chunk is PD_MIX_SPARSE_CHUNK reads): each read's component and draw, then only the ids read
