@@ -819,6 +819,11 @@ int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
 
 /* ---- Split across the pool */
 
+uint64_t pd_mix_id_cost(uint64_t world)
+{
+    return world <= PD_MIX_DENSE_WORLD ? PD_MIX_COST_DENSE : PD_MIX_COST_SPARSE;
+}
+
 typedef struct pd_mix_pool_ctx {
     pd_mix_cursor *caller; /* the caller's: the part at begin 0 uses it (one part: never two threads at once) */
     uint64_t epoch;
@@ -873,7 +878,7 @@ static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, con
         count = left;
     pd_mix_pool_ctx x = {.caller = c, .epoch = epoch, .slice = *s, .out = out, .width = width};
     atomic_init(&x.rc, PD_OK);
-    pd__pool_run_cost(pool, count, s->world <= PD_MIX_DENSE_WORLD ? PD_MIX_COST_DENSE : PD_MIX_COST_SPARSE,
+    pd__pool_run_cost(pool, count, pd_mix_id_cost(s->world),
                       pd_mix_pool_chunk, &x);
     const int rc = atomic_load(&x.rc);
     if (rc == PD_OK)

@@ -31,6 +31,8 @@ int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
 #define PD_MIX_COST_DENSE 3
 #define PD_MIX_COST_SPARSE 8
 #define PD_MIX_POOL_CURSOR_MAX ((size_t)1 << 20) /* bytes */
+/* What a mixture id read by one of `world` ranks costs, in flat σ evaluations: PD_MIX_COST_DENSE or _SPARSE. */
+uint64_t pd_mix_id_cost(uint64_t world);
 int pd_pool_mix_fill_u64(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
                          uint64_t *out, uint64_t *written);
 int pd_pool_mix_fill_u32(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,

@@ -141,7 +141,8 @@ static const pd_opt pd_opts[] = {
            "the clients allowed on the socket are not trusted with memory."),
     PD_OPT(inline_ids, PD_OPT_U64, "65536", 0, UINT64_C(1) << 27,
            "Ids the event loop may generate itself per loop iteration (no thread hop,\n"
-           "which costs more than generating this many with SIMD); requests beyond the\n"
+           "which costs more than generating this many with SIMD; a mixture id counts\n"
+           "as 3 read by one rank, 8 by more); requests beyond the\n"
            "budget, and stream batches above 4096 ids, go to the worker pool. Lower it\n"
            "if loop latency matters more than throughput on a slow (scalar) CPU.\n"
            "0: always the pool."),

@@ -9,8 +9,9 @@
 /*
  * Why: a trainer reads its slice in order, one Fetch of a batch after another, and waits for each
  * reply before it asks again. Generating a batch on the loop is then on the request's critical path
- * (4 µs for 1,024 ids with AVX-512, a fifth of a round trip). When a Fetch continues the previous one
- * (same permutation, slice and count; its offset where the last ended), the one after it is
+ * (4 µs for 1,024 ids with AVX-512, a fifth of a round trip; several times that for a mixture's). When a
+ * Fetch continues the previous one (same permutation or plan, slice and count; its offset where the last
+ * ended), the one after it is
  * generated in the loop's idle phase, while the client is busy with its reply, and the next request
  * is answered with a copy. The work is moved, not added: nothing is predicted for a connection until
  * it has read sequentially, and a miss costs one batch. Every backend gives the same bytes, so a
@@ -20,7 +21,8 @@
 /* What one connection predicts: the Fetch that continues the last one it was served. */
 struct pd_readahead {
     pd_target t;        /* the continuing request: the last one's key and slice, t.slice.offset where it
-                           ended, t.remaining what the rank then has left */
+                           ended, t.remaining what the rank then has left; its plan (sharded datasets and
+                           mixtures) is a reference of its own */
     uint64_t count;     /* the last one's count, which the continuing one asks for again */
     uint64_t got;       /* ids it gets: min(count, t.remaining) */
     int known;          /* t and count are set (a Fetch was served) */
@@ -39,10 +41,18 @@ struct pd_ra_queue {
 
 static int pd_ra_same(const pd_target *a, const pd_target *b)
 {
-    /* The round keys and n fix σ; the slice fixes which positions; the width fixes the bytes. */
-    return !a->plan && !b->plan && a->perm.n == b->perm.n &&
-           memcmp(&a->perm.keys, &b->perm.keys, sizeof a->perm.keys) == 0 && a->slice.world == b->slice.world &&
-           a->slice.rank == b->slice.rank && a->slice.mode == b->slice.mode && a->width == b->width;
+    /* Flat: the round keys and n fix σ. A plan is immutable and alive while referenced, so the same plan
+     * object is the same layout, seed and epoch (sharded) or definition and seed (a mixture, whose epoch is
+     * the target's); a re-created dataset or re-weighted mixture gets another plan. The slice fixes which
+     * positions; the width fixes the bytes. */
+    if (a->plan || b->plan) {
+        if (a->plan != b->plan || a->mixture != b->mixture || a->epoch != b->epoch)
+            return 0;
+    } else if (a->perm.n != b->perm.n || memcmp(&a->perm.keys, &b->perm.keys, sizeof a->perm.keys) != 0) {
+        return 0;
+    }
+    return a->slice.world == b->slice.world && a->slice.rank == b->slice.rank && a->slice.mode == b->slice.mode &&
+           a->width == b->width;
 }
 
 /* Whether a Fetch of count ids for t is the one that continues the last served. */
@@ -72,7 +82,7 @@ static void pd_on_readahead(uv_idle_t *h)
     while (q->head) {
         pd_session *s = q->head;
         struct pd_readahead *ra = s->ra;
-        if (!pd_loop_take_inline(q->loop, ra->got))
+        if (!pd_loop_take_inline(q->loop, pd_target_cost(&ra->t, ra->got)))
             return; /* this iteration's budget is spent: the next one refills it */
         pd_ra_unqueue(q, s);
         uint64_t w = 0;
@@ -119,12 +129,15 @@ void pd_readahead_note(pd_session *s, const pd_target *t, uint64_t count, uint64
 {
     struct pd_ra_queue *q = s->loop->ra;
     struct pd_readahead *ra = s->ra;
-    if (t->plan || t->width > 8 || got == 0 || !q) /* flat ids only: sharded plans are shared and may be rebuilt */
+    if (t->width > 8 || got == 0 || !q) /* ids only (locations are served as they come) */
         return;
     if (!ra && !(ra = s->ra = calloc(1, sizeof *ra)))
         return;
     int sequential = pd_ra_continues(ra, t, count);
+    pd_target_release(&ra->t);
     ra->t = *t;
+    if (t->plan)
+        ra->t.plan = pd_plan_ref(t->plan);
     ra->t.slice.offset = pd_target_next_offset(t, t->slice.offset, got);
     ra->t.remaining = remaining;
     ra->count = count;
@@ -132,6 +145,7 @@ void pd_readahead_note(pd_session *s, const pd_target *t, uint64_t count, uint64
     ra->known = 1;
     ra->ready = 0;
     if (!sequential || ra->got == 0 || ra->got * t->width > PD_READAHEAD_MAX_BYTES || s->loop->stopping ||
+        pd_target_may_block(t) || /* the idle pass runs on the loop: only plans already built */
         (!ra->buf && !(ra->buf = malloc(PD_READAHEAD_MAX_BYTES)))) {
         pd_ra_unqueue(q, s);
         return;
@@ -153,6 +167,7 @@ void pd_readahead_drop(pd_session *s)
         return;
     if (s->loop->ra)
         pd_ra_unqueue(s->loop->ra, s);
+    pd_target_release(&s->ra->t);
     free(s->ra->buf);
     free(s->ra);
     s->ra = NULL;

@@ -310,7 +310,7 @@ static void pd_stream_produce(pd_stream *st)
         uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
         /* Inline only in order (nothing in flight) and within the loop's budget. */
         int inl = st->inflight == 0 && !st->ready && count <= PD_STREAM_INLINE_MAX && !pd_target_may_block(&st->t) &&
-                  pd_loop_take_inline(s->loop, count);
+                  pd_loop_take_inline(s->loop, pd_target_cost(&st->t, count));
         int rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
         if (rc) {
             pd_reply_error(s, st->id, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "cpu/mix.h"
 
 int pd_target_plan(pd_registry *reg, pd_plans *plans, const pd_dataset *d, uint64_t seed, uint64_t epoch,
                    uint64_t window, uint32_t lanes, pd_plan **out, char *msg, size_t len)
@@ -26,6 +27,14 @@ void pd_target_release(pd_target *t)
 {
     pd_plan_release(t->plan);
     t->plan = NULL;
+}
+
+uint64_t pd_target_cost(const pd_target *t, uint64_t count)
+{
+    if (!t->mixture)
+        return count;
+    const uint64_t each = pd_mix_id_cost(t->slice.world);
+    return count > UINT64_MAX / each ? UINT64_MAX : count * each;
 }
 
 int pd_target_may_block(const pd_target *t)

@@ -55,6 +55,10 @@ int pd_target_mix_plan(pd_registry *reg, pd_plans *plans, pd_mixdef *def, uint64
 /* Drop what resolve acquired (the plan reference). */
 void pd_target_release(pd_target *t);
 
+/* What count of t's ids costs to generate, in flat ids (the unit of the inline budget): a mixture's
+ * cost several each (cpu/mix.h's PD_MIX_COST_*), others one. */
+uint64_t pd_target_cost(const pd_target *t, uint64_t count);
+
 /* Whether generating for t may block on building its plan (then: the pool, not the loop). */
 int pd_target_may_block(const pd_target *t);
 

@@ -1,5 +1,6 @@
-/* Integration: Fetch readahead: a sequential reader is answered from predictions, and every request that
- * departs from the prediction (offset, count, seed, rank, a re-created dataset) still gets the core's ids. */
+/* Integration: Fetch readahead: a sequential reader (of a flat dataset, a sharded one or a mixture) is answered
+ * from predictions, and every request that departs from the prediction (offset, count, seed, rank, epoch, a
+ * re-created dataset, a re-weighted mixture) still gets the core's ids. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -12,17 +13,34 @@
 #include "client/permd.h"
 #include "core/error.h"
 #include "core/rank.h"
+#include "core/shards.h"
 #include "harness.h"
 
 #define N 10007
 
 static harness h;
 
+static const uint64_t shard_sizes[6] = {700, 0, 1500, 333, 2900, 1000}; /* "s": K = 2, G = 3 */
+static const uint64_t mix_sizes[2] = {N, 4000};                          /* "m": "ma" and "mb", 3:1 */
+static const uint32_t mix_weights[4] = {3, 1, 1, 5};                     /* re-weighted from run position 3200 */
+static const uint64_t mix_starts[2] = {0, 3200};
+
 static int setup(void **state)
 {
     (void)state;
     harness_init(&h);
-    return harness_start(&h, 0, NULL, NULL) || harness_put(&h, "d", N) ? -1 : 0;
+    if (harness_start(&h, 0, NULL, NULL) || harness_put(&h, "d", N) || harness_put(&h, "ma", N) ||
+        harness_put(&h, "mb", 4000))
+        return -1;
+    permd_client *c;
+    const char *comps[2] = {"ma", "mb"};
+    int32_t created;
+    int rc = permd_connect_unix(h.sock, &c);
+    if (rc == 0)
+        rc = permd_put_dataset_sharded(c, "s", shard_sizes, 6, 2, 3, NULL, &created) ||
+             permd_put_mixture(c, "m", comps, 2, mix_starts, mix_weights, 1, 0, 0, NULL, &created);
+    permd_close(c);
+    return rc ? -1 : 0;
 }
 
 static int teardown(void **state)
@@ -113,6 +131,100 @@ static void test_departures(void **state)
     permd_close(c);
 }
 
+/* Rank 2 of 3 of a sharded dataset's epoch 9 (seed 1) at offset, count ids against the core; returns the next offset. */
+static uint64_t fetch_sharded(permd_client *c, uint64_t offset, uint64_t count)
+{
+    uint64_t start[7], mem[64], got, wgot, next;
+    uint32_t got_ids[512], want[512];
+    pd_shard_plan plan;
+    assert_true(count <= 512 && pd_shard_plan_bytes(6) <= sizeof mem);
+    assert_int_equal(pd_shard_layout_build(shard_sizes, 6, start), 0);
+    assert_int_equal(pd_shard_plan_init(&plan, start, 6, 1, 9, 2, 3, mem, sizeof mem), 0);
+    const pd_slice sl = {3, 2, PD_MODE_PAD, offset};
+    assert_int_equal(pd_shard_slice_fill_u32(&plan, &sl, count, want, &wgot), 0);
+    permd_slice s = {.dataset = "s", .seed = 1, .epoch = 9, .world = 3, .rank = 2, .mode = PERMD_MODE_PAD,
+                     .offset = offset};
+    assert_int_equal(permd_fetch_u32(c, &s, count, got_ids, &got, &next), 0);
+    assert_int_equal(got, wgot);
+    if (got && memcmp(got_ids, want, got * sizeof want[0]))
+        fail_msg("sharded ids differ from the core at offset %llu", (unsigned long long)offset);
+    return next;
+}
+
+/* Rank 1 of 4 of the mixture's epoch `epoch` (seed 3; stages: nstages of mix_starts) at offset against the
+ * offline mixture; returns the next offset. */
+static uint64_t fetch_mixture(permd_client *c, uint64_t epoch, uint32_t nstages, uint64_t offset, uint64_t count)
+{
+    uint32_t got_ids[512], want[512];
+    uint64_t got, wgot, next;
+    permd_mixture *m;
+    assert_true(count <= 512);
+    assert_int_equal(permd_mixture_new(3, mix_sizes, 2, 0, 0, mix_starts, mix_weights, nstages, &m), 0);
+    assert_int_equal(permd_mixture_rank_fill(m, epoch, 4, 1, PERMD_MODE_PAD, offset, count, want, 4, &wgot), 0);
+    permd_mixture_free(m);
+    permd_slice s = {.dataset = "m", .seed = 3, .epoch = epoch, .world = 4, .rank = 1, .mode = PERMD_MODE_PAD,
+                     .offset = offset};
+    assert_int_equal(permd_fetch_u32(c, &s, count, got_ids, &got, &next), 0);
+    assert_int_equal(got, wgot);
+    if (got && memcmp(got_ids, want, got * sizeof want[0]))
+        fail_msg("mixture ids differ from the offline mixture at epoch %llu offset %llu (%u stages)",
+                 (unsigned long long)epoch, (unsigned long long)offset, nstages);
+    return next;
+}
+
+/* Sharded datasets and mixtures are predicted too (their plans held while predicted): a whole rank in
+ * order, all but the first three Fetches answered ahead (the first builds the plan off the loop, and only
+ * Fetches served on the loop teach the pattern), right ids; a new epoch departs from the prediction. */
+static void test_plans_sequential(void **state)
+{
+    (void)state;
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    uint64_t T, offset = 0, fetches = 0, before = hits(c);
+    assert_int_equal(pd_epoch_length(6433, 3, PD_MODE_PAD, &T), 0);
+    while (offset < T) {
+        offset = fetch_sharded(c, offset, 100);
+        fetches++;
+    }
+    assert_true(hits(c) - before >= fetches - 3);
+
+    assert_int_equal(pd_epoch_length(N + 4000, 4, PD_MODE_PAD, &T), 0);
+    offset = fetches = 0;
+    before = hits(c);
+    while (offset < T) {
+        offset = fetch_mixture(c, 0, 1, offset, 128);
+        fetches++;
+    }
+    assert_true(hits(c) - before >= fetches - 3);
+    before = hits(c);
+    offset = fetch_mixture(c, 1, 1, 0, 128); /* another mixture epoch: not the prediction */
+    assert_int_equal(hits(c) - before, 0);
+    permd_close(c);
+}
+
+/* A mixture re-weighted while a reader's next batch is predicted (a stage appended at run position 3200,
+ * past what it has read): the prediction was of the old definition; the next Fetch gets the new one's ids. */
+static void test_mixture_reweighted(void **state)
+{
+    (void)state;
+    permd_client *c;
+    const char *comps[2] = {"ma", "mb"};
+    int32_t created;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    uint64_t o = 0;
+    for (int i = 0; i < 6; i++) /* offsets 0 … 767 of rank 1 of 4: positions up to 3069; the prediction's cross 3200 */
+        o = fetch_mixture(c, 2, 1, o, 128);
+    assert_int_equal(permd_put_mixture(c, "m", comps, 2, mix_starts, mix_weights, 2, 0, 0, NULL, &created), 0);
+    assert_int_equal(created, 2); /* appended */
+    uint64_t before = hits(c);
+    for (int i = 0; i < 6; i++)
+        o = fetch_mixture(c, 2, 2, o, 128);
+    assert_true(hits(c) - before <= 5); /* the first after the change was not the stale prediction */
+    assert_int_equal(permd_delete_mixture(c, "m"), 0);
+    assert_int_equal(permd_put_mixture(c, "m", comps, 2, mix_starts, mix_weights, 1, 0, 0, NULL, &created), 0);
+    permd_close(c);
+}
+
 /* Random offsets never look sequential: nothing is generated ahead. */
 static void test_random_reader(void **state)
 {
@@ -132,6 +244,8 @@ int main(void)
         cmocka_unit_test(test_sequential_reader),
         cmocka_unit_test(test_departures),
         cmocka_unit_test(test_random_reader),
+        cmocka_unit_test(test_plans_sequential),
+        cmocka_unit_test(test_mixture_reweighted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
