@@ -80,7 +80,7 @@ if [ "$what" = hostbench ] || [ "$what" = shards ]; then
 fi
 if [ "$what" = mixtures ]; then
   # the Python ones need the python mode's interpreter (torch, numpy): CI runs them
-  (cd build-dev && ctest --output-on-failure -L 'unit|integration|cli|quality' -R 'mix' 2>&1) | tee "$OUT/mixtures_tests.log" | tail -12
+  (cd build-dev && ctest --output-on-failure -L 'unit|integration|cli|quality' -R 'mix|readahead' 2>&1) | tee "$OUT/mixtures_tests.log" | tail -12
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   build-dev/bench/mixtures >"$OUT/mixtures_cpu.md" || rc=1
   for threads in 1 0; do
