@@ -25,12 +25,16 @@ int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
 
 /* The same, split across the pool by work: a mixture id costs several flat ones, PD_MIX_COST_DENSE where
  * W = 1 (the dense fill) and PD_MIX_COST_SPARSE above (bench/mixtures: 2.7 and 4-10 on the CPUs measured),
- * and the pool sizes its parts by that. The caller's cursor serves the part at the request's start, and
+ * and the pool sizes its parts by that, PD_MIX_POOL_SPLIT times finer. The caller's cursor serves the part at the request's start, and
  * each other part gets a cursor of its own (mixtures whose cursor is over PD_MIX_POOL_CURSOR_MAX bytes run
  * on the caller alone). Same results and errors. */
 #define PD_MIX_COST_DENSE 3
 #define PD_MIX_COST_SPARSE 8
 #define PD_MIX_POOL_CURSOR_MAX ((size_t)1 << 20) /* bytes */
+/* Parts of a mixture request are PD_MIX_POOL_SPLIT times smaller in work than a flat request's (a few
+ * thousand ids, tens of µs): a mixture Fetch of a training batch is waited on, and a part's set-up (a
+ * cursor) is small. */
+#define PD_MIX_POOL_SPLIT 8
 /* What a mixture id read by one of `world` ranks costs, in flat σ evaluations: PD_MIX_COST_DENSE or _SPARSE. */
 uint64_t pd_mix_id_cost(uint64_t world);
 int pd_pool_mix_fill_u64(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
