@@ -36,16 +36,6 @@ static inline __m512i pd_emu_maskz_expand_epi32(__mmask16 k, __m512i a)
     return _mm512_loadu_si512(r);
 }
 
-static inline __m512i pd_emu_cvtepu32_epi64(__m256i a)
-{
-    uint32_t x[8];
-    uint64_t r[8];
-    _mm256_storeu_si256((__m256i *)x, a);
-    for (int j = 0; j < 8; j++)
-        r[j] = x[j];
-    return _mm512_loadu_si512(r);
-}
-
 static inline __m512i pd_emu_i32gather_epi32(__m512i idx, const void *base, int scale)
 {
     int32_t x[16];
@@ -66,35 +56,21 @@ static inline __m512i pd_emu_i32gather_epi64(__m256i idx, const void *base, int 
     return _mm512_loadu_si512(r);
 }
 
-static inline __m512i pd_emu_cvtepu8_epi32(__m128i a)
-{
-    uint8_t x[16];
-    uint32_t r[16];
-    _mm_storeu_si128((__m128i *)x, a);
-    for (int j = 0; j < 16; j++)
-        r[j] = x[j];
-    return _mm512_loadu_si512(r);
-}
-
-static inline __m512i pd_emu_cvtepu8_epi16(__m256i a)
-{
-    uint8_t x[32];
-    uint16_t r[32];
-    _mm256_storeu_si256((__m256i *)x, a);
-    for (int j = 0; j < 32; j++)
-        r[j] = x[j];
-    return _mm512_loadu_si512(r);
-}
-
-static inline __m512i pd_emu_cvtepu16_epi32(__m256i a)
-{
-    uint16_t x[16];
-    uint32_t r[16];
-    _mm256_storeu_si256((__m256i *)x, a);
-    for (int j = 0; j < 16; j++)
-        r[j] = x[j];
-    return _mm512_loadu_si512(r);
-}
+/* Zero-extending conversions: n lanes of in_t (a vector of vt) to n lanes of out_t. */
+#define PD_EMU_WIDEN(name, vt, store, in_t, out_t, n)                                                              \
+    static inline __m512i pd_emu_##name(vt a)                                                                     \
+    {                                                                                                              \
+        in_t x[n];                                                                                                 \
+        out_t r[n];                                                                                                \
+        store((vt *)x, a);                                                                                         \
+        for (int j = 0; j < n; j++)                                                                                \
+            r[j] = x[j];                                                                                           \
+        return _mm512_loadu_si512(r);                                                                              \
+    }
+PD_EMU_WIDEN(cvtepu32_epi64, __m256i, _mm256_storeu_si256, uint32_t, uint64_t, 8)
+PD_EMU_WIDEN(cvtepu8_epi32, __m128i, _mm_storeu_si128, uint8_t, uint32_t, 16)
+PD_EMU_WIDEN(cvtepu8_epi16, __m256i, _mm256_storeu_si256, uint8_t, uint16_t, 32)
+PD_EMU_WIDEN(cvtepu16_epi32, __m256i, _mm256_storeu_si256, uint16_t, uint32_t, 16)
 
 static inline void pd_emu_mask_storeu_epi32(void *p, __mmask16 k, __m512i a)
 {
