@@ -1,8 +1,9 @@
-/* Mixture block groups on AVX2: every slot of 8 blocks' π_β at once, a byte per slot, the round function a pshufb. */
+/* Mixture block slots on AVX2: every slot of 8 blocks' π_β at once, or every read on its own block's keys; a byte per slot, the round function a pshufb. */
 #include "cpu/kernel.h"
 #include "cpu/philox_avx2.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 /*
  * π_β is v1's f on b = log2 B ≤ 8 bits (mixtures-v1 §2, §5). A round of VariablePhilox reads its left
@@ -99,5 +100,163 @@ void pd__block_group_avx2(const pd__block_group *t)
         (shape.rbits != shape.lbits ? rounds_d1 : rounds_d0)(v, keys, flip, table, rb, lb, lmask);
         for (uint32_t j = 0; j < NV; j++)
             _mm256_storeu_si256((__m256i *)(t->out + 32 * (j0 + j)), v[j]);
+    }
+}
+
+/* ---- Per-read slots (pd__block_slots_avx2): every read keyed by its own block, 32 reads a register.
+ *
+ * Each read gets its block's Philox output (8 reads a call, one counter each: reads of one block repeat
+ * the call, which costs less than grouping them), its round keys as bytes, and its halves as bytes; a
+ * round is then the group kernel's, with the keys per read: s0' = HI[s0] ^ ((s1 ^ k) & lmask),
+ * s1' = LO[s0] ^ (d ? s1 >> lbits : 0) (blocks_vbmi.c's comment), HI and LO by pshufb (two for 32
+ * entries). Four registers of 8 dwords pack into one of 32 bytes in the order of two packs (register v's
+ * dword j at byte 16·(j / 4) + 4·v + j mod 4); every byte op is lane-wise, and unpacking walks the same
+ * order back. */
+
+#define RV 2 /* byte registers in flight */
+
+/* Four registers of dwords below 2^15 as bytes (the packs' order above). */
+PD_AI __m256i pack4(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    return _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
+}
+
+/* table[s] for bytes s < 2^lbits (lbits ≤ 5): tab holds entries 0-15 in both lanes, tab_hi 16-31. */
+PD_AI __m256i lookup(__m256i s, __m256i tab, __m256i tab_hi, const int wide)
+{
+    const __m256i lo = _mm256_shuffle_epi8(tab, s);
+    if (!wide)
+        return lo;
+    const __m256i hi = _mm256_shuffle_epi8(tab_hi, _mm256_and_si256(s, _mm256_set1_epi8(15)));
+    return _mm256_blendv_epi8(lo, hi, _mm256_slli_epi16(s, 3)); /* bit 4 of each byte to its top */
+}
+
+typedef struct read_ctx {
+    __m256i hi, hi2, lo, lo2; /* HI and LO: entries 0-15, 16-31 */
+    __m256i lmask, one;
+    unsigned lbits, rbits, b;
+} read_ctx;
+
+/* 32 reads from run position g0 on (stride apart): keys, flips and halves, as bytes. */
+static void read_prepare(const pd__block_slots *s, const read_ctx *c, uint64_t g0, __m256i keys[PD_ROUNDS],
+                         __m256i *flip, __m256i *s0, __m256i *s1)
+{
+    __m256i x[4][4], r[4];
+    const __m256i stride = _mm256_set1_epi64x((long long)s->stride), first = _mm256_set1_epi64x((long long)g0);
+    const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* even dwords low, odd high */
+    const __m128i b = _mm_cvtsi32_si128((int)c->b);
+    for (int v = 0; v < 4; v++) {
+        __m256i beta[2], g[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256i t = _mm256_add_epi64(_mm256_setr_epi64x(0, 1, 2, 3), _mm256_set1_epi64x(8 * v + 4 * h));
+            g[h] = _mm256_add_epi64(first, _mm256_mul_epu32(t, stride));
+            beta[h] = _mm256_permutevar8x32_epi32(_mm256_srl_epi64(g[h], b), pick); /* lo words, then hi */
+            g[h] = _mm256_permutevar8x32_epi32(g[h], pick);
+        }
+        x[v][0] = _mm256_set1_epi32((int)PD_MIX_CTR_BLOCK);
+        x[v][1] = _mm256_setzero_si256();
+        x[v][2] = _mm256_permute2x128_si256(beta[0], beta[1], 0x20);
+        x[v][3] = _mm256_permute2x128_si256(beta[0], beta[1], 0x31);
+        r[v] = _mm256_and_si256(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_set1_epi32((int)(s->block - 1)));
+        pd__philox8_avx2(x[v], (uint32_t)s->seed, (uint32_t)(s->seed >> 32));
+    }
+    const __m256i lmask32 = _mm256_set1_epi32((int)((1u << c->lbits) - 1));
+    for (unsigned i = 0; i < PD_ROUNDS; i++) {
+        const unsigned at = 5 * i, w = at / 32, off = at % 32;
+        __m256i k[4];
+        for (int v = 0; v < 4; v++) {
+            __m256i kv = _mm256_srli_epi32(x[v][w], (int)off);
+            if (off > 27)
+                kv = _mm256_or_si256(kv, _mm256_slli_epi32(x[v][w + 1], (int)(32 - off)));
+            k[v] = _mm256_and_si256(kv, lmask32);
+        }
+        keys[i] = pack4(k[0], k[1], k[2], k[3]);
+    }
+    __m256i f[4], h0[4], h1[4];
+    const __m256i one32 = _mm256_set1_epi32(1), rmask32 = _mm256_set1_epi32((int)((1u << c->rbits) - 1));
+    for (int v = 0; v < 4; v++) {
+        f[v] = _mm256_and_si256(_mm256_srli_epi32(x[v][3], 24), one32); /* bit 120 */
+        h0[v] = _mm256_srli_epi32(r[v], (int)c->rbits);
+        h1[v] = _mm256_and_si256(r[v], rmask32);
+    }
+    *flip = pack4(f[0], f[1], f[2], f[3]);
+    *s0 = pack4(h0[0], h0[1], h0[2], h0[3]);
+    *s1 = pack4(h1[0], h1[1], h1[2], h1[3]);
+}
+
+PD_AI void read_rounds(const read_ctx *c, const __m256i keys[RV][PD_ROUNDS], const __m256i flip[RV], __m256i s0[RV],
+                       __m256i s1[RV], const int d, const int wide)
+{
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        for (int v = 0; v < RV; v++) {
+            const __m256i hi = lookup(s0[v], c->hi, c->hi2, wide), lo = lookup(s0[v], c->lo, c->lo2, wide);
+            s0[v] = _mm256_xor_si256(hi, _mm256_and_si256(_mm256_xor_si256(s1[v], keys[v][i]), c->lmask));
+            s1[v] = d ? _mm256_xor_si256(lo, _mm256_and_si256(_mm256_srli_epi16(s1[v], (int)c->lbits), c->one)) : lo;
+        }
+    }
+    for (int v = 0; v < RV; v++) { /* the block's transposition of 0 and 1 */
+        const __m256i zero = _mm256_setzero_si256();
+        const __m256i low = _mm256_and_si256(_mm256_cmpeq_epi8(s0[v], zero),
+                                             _mm256_cmpeq_epi8(_mm256_andnot_si256(c->one, s1[v]), zero));
+        s1[v] = _mm256_xor_si256(s1[v], _mm256_and_si256(low, flip[v]));
+    }
+}
+
+#define READ_ROUNDS(D, WIDE)                                                                                       \
+    static void read_rounds_##D##WIDE(const read_ctx *c, const __m256i keys[RV][PD_ROUNDS], const __m256i flip[RV], \
+                                      __m256i s0[RV], __m256i s1[RV])                                              \
+    {                                                                                                              \
+        read_rounds(c, keys, flip, s0, s1, D, WIDE);                                                               \
+    }
+READ_ROUNDS(0, 0)
+READ_ROUNDS(0, 1)
+READ_ROUNDS(1, 0)
+READ_ROUNDS(1, 1)
+
+/* out[0, n) (n ≤ 32) = s0 << rbits | s1 of the register's reads, as u32, in read order. */
+static void read_store(uint32_t *out, uint64_t n, __m256i s0, __m256i s1, unsigned rbits)
+{
+    const __m256i zero = _mm256_setzero_si256(), low = _mm256_set1_epi16(255);
+    __m256i w[2] = {_mm256_unpacklo_epi8(s1, s0), _mm256_unpackhi_epi8(s1, s0)}; /* s0·256 + s1 */
+    uint32_t v32[32];
+    for (int h = 0; h < 2; h++) {
+        w[h] = _mm256_or_si256(_mm256_slli_epi16(_mm256_srli_epi16(w[h], 8), (int)rbits), _mm256_and_si256(w[h], low));
+        const __m256i a = _mm256_unpacklo_epi16(w[h], zero), b = _mm256_unpackhi_epi16(w[h], zero);
+        _mm256_storeu_si256((__m256i *)(v32 + 16 * h), a);     /* register 2h's reads */
+        _mm256_storeu_si256((__m256i *)(v32 + 16 * h + 8), b); /* register 2h + 1's */
+    }
+    memcpy(out, v32, n * sizeof *out);
+}
+
+void pd__block_slots_avx2(const pd__block_slots *s)
+{
+    pd_perm shape;
+    pd__perm_shape(&shape, s->block, PD_MIN_BITS);
+    read_ctx c = {.lbits = shape.lbits, .rbits = shape.rbits, .b = shape.lbits + shape.rbits};
+    uint8_t hi[32] = {0}, lo[32] = {0};
+    for (uint32_t s0 = 0; s0 <= shape.lmask; s0++) {
+        const uint64_t prod = PD_VP_M0 * s0;
+        hi[s0] = (uint8_t)((prod >> 32) & shape.lmask);
+        lo[s0] = (uint8_t)(((uint32_t)prod << (shape.rbits - shape.lbits)) & shape.rmask);
+    }
+    c.hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hi));
+    c.hi2 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(hi + 16)));
+    c.lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lo));
+    c.lo2 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(lo + 16)));
+    c.lmask = _mm256_set1_epi8((char)shape.lmask);
+    c.one = _mm256_set1_epi8(1);
+    const int d = shape.rbits != shape.lbits, wide = shape.lbits > 4;
+    void (*const run)(const read_ctx *, const __m256i(*)[PD_ROUNDS], const __m256i *, __m256i *, __m256i *) =
+        d ? (wide ? read_rounds_11 : read_rounds_10) : (wide ? read_rounds_01 : read_rounds_00);
+    __m256i keys[RV][PD_ROUNDS], flip[RV], s0[RV], s1[RV];
+    for (uint64_t t0 = 0; t0 < s->count; t0 += 32 * RV) {
+        for (int v = 0; v < RV; v++) /* registers past the count compute reads never stored */
+            read_prepare(s, &c, s->first + (t0 + 32 * (uint64_t)v) * s->stride, keys[v], &flip[v], &s0[v], &s1[v]);
+        run(&c, (const __m256i(*)[PD_ROUNDS])keys, flip, s0, s1);
+        for (int v = 0; v < RV; v++) {
+            const uint64_t at = t0 + 32 * (uint64_t)v;
+            if (at < s->count)
+                read_store(s->out + at, s->count - at < 32 ? s->count - at : 32, s0[v], s1[v], c.rbits);
+        }
     }
 }

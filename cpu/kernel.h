@@ -113,11 +113,15 @@ void pd__block_slots_scalar(const pd__block_slots *s);
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__block_slots_avx512(const pd__block_slots *s);
 #endif
+#if defined(PD_CPU_HAVE_AVX2)
+/* Bytes, 32 reads a register, a Philox per read (cpu/blocks_avx2.c); any count. */
+void pd__block_slots_avx2(const pd__block_slots *s);
+#endif
 #if defined(PD_CPU_HAVE_VBMI)
 /* Bytes, 64 reads a register, one Philox per block (cpu/blocks_vbmi.c); any count. */
 void pd__block_slots_vbmi(const pd__block_slots *s);
 #endif
-/* The kernel for g: VBMI's where g->vbmi, AVX-512's per-lane-keyed one, else the scalar one. */
+/* The kernel for g: VBMI's where g->vbmi, AVX-512's per-lane-keyed one, AVX2's, else the scalar one. */
 void pd__block_slots_run(const pd_gen *g, const pd__block_slots *s);
 
 /* Block groups: every slot of 8 consecutive blocks β = first, …, first + 7 (B a power of two in [64, 256]: a

@@ -104,6 +104,12 @@ void pd__block_slots_run(const pd_gen *g, const pd__block_slots *s)
         return;
     }
 #endif
+#if defined(PD_CPU_HAVE_AVX2)
+    if (g->isa == PD_ISA_AVX2 && s->count >= PD__SIMD_MIN) {
+        pd__block_slots_avx2(s);
+        return;
+    }
+#endif
     (void)g;
     pd__block_slots_scalar(s);
 }

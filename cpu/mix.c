@@ -13,7 +13,8 @@
  *   - small W (pd_mix_by_groups): every slot of 8 blocks at once (pd__block_group_*: bytes, a pshufb per
  *     round, one Philox per block), then each read picks its own: W·(slots per read) work, no multiply;
  *   - larger W: a kernel keying each read by its block (pd__block_slots_run: with VBMI, bytes, 64 reads a
- *     register and one Philox per block; else 16 lanes each with its own Philox).
+ *     register and one Philox per block; AVX2, bytes, 32 a register and a Philox per read; AVX-512 without
+ *     VBMI, 16 lanes each with its own Philox).
  * Then, two ways:
  *
  * Dense (W ≤ PD_MIX_DENSE_WORLD; a chunk is PD_MIX_DENSE_CHUNK run positions of whole blocks):
@@ -42,6 +43,7 @@
 #define PD_MIX_DENSE_WORLD 1u   /* dense up to this W: W = 2 measured faster sparse (AVX-512 and AVX2, bench/mixtures) */
 #define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 without VBMI (pd_mix_by_groups) */
 #define PD_MIX_GROUPS_WORLD_VBMI 2u   /* with VBMI (its block-slot kernel wins from W = 4) */
+#define PD_MIX_GROUPS_WORLD_AVX2 4u   /* on AVX2 (W = 64: its per-read kernel runs 2× the groups) */
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
@@ -202,9 +204,8 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
 }
 
 /* Whether the slots come from whole-block groups (pd__block_group_*): they compute every slot of the blocks
- * the rank reads, so they pay while a block has many reads (W small). Measured (bench/mixtures): on AVX-512
- * the per-lane-keyed kernel wins from W = 8; on AVX2, whose alternative is the core's loop (a Philox and 24
- * rounds per read), groups win up to W = B, where a group of 8 blocks still holds 8 reads. */
+ * the rank reads, so they pay while a block has many reads (W small). Measured (bench/mixtures): the kernels
+ * keying each read win from W = 4 with VBMI, from W = 8 on AVX-512 without it and on AVX2. */
 static int pd_mix_by_groups(const pd_gen *g, const pd_mix *m, uint64_t world)
 {
     if (m->block > PD__BLOCK_GROUP_MAX_B)
@@ -215,7 +216,7 @@ static int pd_mix_by_groups(const pd_gen *g, const pd_mix *m, uint64_t world)
 #endif
 #if defined(PD_CPU_HAVE_AVX2)
     if (g->isa == PD_ISA_AVX2)
-        return world <= m->block;
+        return world <= PD_MIX_GROUPS_WORLD_AVX2;
 #endif
     (void)g;
     (void)world;
