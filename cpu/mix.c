@@ -666,9 +666,78 @@ static uint32_t pd_mix_runs_get(const pd_gen *g, pd_mix_cursor *c, pd_mix_runs *
     return i;
 }
 
+/* The run of read draw d of component j in the batch (pd_mix_last caches it per component): found, or added
+ * (which may flush the batch). */
+static inline __attribute__((always_inline)) const pd_mix_last *
+pd_mix_runs_of(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, pd_mix_runs *r, uint64_t j, uint64_t d, void *out,
+               unsigned width)
+{
+    pd_mix_last *last = &w->last[j];
+    if (last->batch != r->id || d < last->lo || d >= last->hi) { /* another component epoch, or batch */
+        pd_divisor *size = &w->size[j];
+        if (!size->d)
+            pd_divisor_init(size, c->mix->comp[j].size);
+        const uint64_t e = pd_divide(size, d);
+        const uint32_t run = pd_mix_runs_get(g, c, r, j, e, out, width);
+        *last = (pd_mix_last){.batch = r->id, .lo = e * size->d, .hi = (e + 1) * size->d, .run = run};
+    }
+    return last;
+}
+
+/* The nb reads from t on, all in the block whose parts rd holds: each part's run resolved once (again if
+ * that flushed the batch, which then holds this block's runs only), then a lookup per read. 0, adding
+ * nothing, where a part's draws cross a component epoch or the block has more parts than a batch runs. */
+static int pd_mix_runs_block(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, pd_mix_runs *r,
+                             const pd_mix_reader *rd, uint64_t t, uint64_t nb, void *out, unsigned width)
+{
+    uint32_t base[PD__BATCH_RUNS];
+    uint8_t run[PD__BATCH_RUNS];
+    if (rd->nparts > pd__batch_max_runs(g, 0))
+        return 0;
+    if (r->count + nb > PD__BATCH_ITEMS)
+        pd_mix_runs_flush(g, c->mix, r, out, width);
+    for (int pass = 0;; pass++) {
+        const uint64_t id = r->id;
+        for (uint32_t p = 0; p < rd->nparts; p++) {
+            const pd_mix_part *part = &w->parts[p];
+            const pd_mix_last *last = pd_mix_runs_of(g, c, w, r, part->component, part->draw, out, width);
+            if (part->draw + part->count > last->hi)
+                return 0;
+            run[p] = (uint8_t)last->run;
+            base[p] = (uint32_t)(part->draw - last->lo) - part->slot; /* + the slot: the draw's position */
+        }
+        if (r->id == id)
+            break;
+        if (pass) /* cannot happen: a fresh batch takes every part */
+            return 0;
+    }
+    for (uint64_t i = t; i < t + nb; i++) {
+        const uint32_t q = w->slot[i], p = (uint32_t)(pd_mix_part_of(w->parts, rd->nparts, q) - w->parts);
+        w->bv[r->count] = base[p] + q;
+        w->brun[r->count++] = run[p];
+    }
+    return 1;
+}
+
+/* Read t (at run position g) into the batch: its component and draw, its run, its position. */
+static inline __attribute__((always_inline)) void pd_mix_runs_read(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w,
+                                                                   pd_mix_runs *r, pd_mix_reader *rd, int by_parts,
+                                                                   uint64_t *k, uint64_t gpos, uint64_t t, void *out,
+                                                                   unsigned width)
+{
+    uint64_t j, d;
+    if (r->count == PD__BATCH_ITEMS)
+        pd_mix_runs_flush(g, c->mix, r, out, width);
+    pd_mix_read(c->mix, w, rd, by_parts, k, gpos, w->slot[t], &j, &d);
+    const pd_mix_last *last = pd_mix_runs_of(g, c, w, r, j, d, out, width);
+    w->bv[r->count] = (uint32_t)(d - last->lo);
+    w->brun[r->count++] = (uint8_t)last->run;
+}
+
 /* The rest of a sparse chunk whose slots are in w->slot, when every component is flat, of 2 to 2^32 samples:
  * each read's component and draw, then its σ in read order through the batch kernel, whose lanes each carry
- * their own component's keys: no grouping by component, no scatter. */
+ * their own component's keys: no grouping by component, no scatter. Where blocks have more reads than C, a
+ * block at a time (its parts' runs resolved once). */
 static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t *k, uint64_t g_first,
                                uint64_t world, uint64_t n, void *out, unsigned width)
 {
@@ -676,22 +745,21 @@ static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w
     const int by_parts = pd_mix_by_parts(m, world);
     pd_mix_reader rd = {.block = UINT64_MAX};
     pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = w->batches + 1};
-    for (uint64_t t = 0; t < n; t++) {
-        if (r.count == PD__BATCH_ITEMS)
-            pd_mix_runs_flush(g, m, &r, out, width);
-        uint64_t j, d;
-        pd_mix_read(m, w, &rd, by_parts, k, g_first + t * world, w->slot[t], &j, &d);
-        pd_mix_last *last = &w->last[j];
-        if (last->batch != r.id || d < last->lo || d >= last->hi) { /* another component epoch, or batch */
-            pd_divisor *size = &w->size[j];
-            if (!size->d)
-                pd_divisor_init(size, m->comp[j].size);
-            const uint64_t e = pd_divide(size, d);
-            const uint32_t run = pd_mix_runs_get(g, c, &r, j, e, out, width);
-            *last = (pd_mix_last){.batch = r.id, .lo = e * size->d, .hi = (e + 1) * size->d, .run = run};
+    if (by_parts && m->block / world > m->components) {
+        for (uint64_t t = 0; t < n;) {
+            const uint64_t g0 = g_first + t * world, nb = pd_mix_block_count(m, g0, world, n - t);
+            uint64_t j, d; /* the block's parts into rd */
+            pd_mix_read(m, w, &rd, 1, k, g0, w->slot[t], &j, &d);
+            if (pd_mix_runs_block(g, c, w, &r, &rd, t, nb, out, width)) {
+                t += nb;
+                continue;
+            }
+            for (const uint64_t end = t + nb; t < end; t++) /* a part crosses a component epoch */
+                pd_mix_runs_read(g, c, w, &r, &rd, 1, k, g_first + t * world, t, out, width);
         }
-        w->bv[r.count] = (uint32_t)(d - last->lo);
-        w->brun[r.count++] = (uint8_t)last->run;
+    } else {
+        for (uint64_t t = 0; t < n; t++)
+            pd_mix_runs_read(g, c, w, &r, &rd, by_parts, k, g_first + t * world, t, out, width);
     }
     pd_mix_runs_flush(g, m, &r, out, width);
     w->batches = r.id - 1; /* the next chunk's first batch is new to every pd_mix_last */

@@ -180,6 +180,39 @@ static void long_sparse_fills_match_core(void **state)
     free(got32);
 }
 
+/* Sparse fills a block at a time (W small, blocks with more reads than components) over many small
+ * components: their component epochs turn every few blocks, so a block's parts often need more runs than
+ * the batch has left (a flush while they are resolved: resolved again) or cross a component epoch (the
+ * block then goes read by read). */
+static void block_runs_match_core(void **state)
+{
+    (void)state;
+    pd_gen gens[16];
+    const size_t ngens = all_gens(gens);
+    uint64_t sizes[12], starts[1] = {0}, rng = 21;
+    uint32_t weights[12];
+    const uint64_t count = 30000;
+    for (int j = 0; j < 12; j++) {
+        sizes[j] = 60 + test_below(&rng, 300);
+        weights[j] = 1 + (uint32_t)test_below(&rng, 9);
+    }
+    uint64_t *want = malloc((count + GUARD) * sizeof *want), *got = malloc((count + GUARD) * sizeof *got);
+    uint32_t *got32 = malloc(count * sizeof *got32);
+    owned_mix o;
+    assert_int_equal(mix_make(&o, 4, sizes, 12, 100000, 64, starts, weights, 1), PD_OK);
+    for (uint32_t world = 2; world <= 4; world++) {
+        const pd_slice s = {.world = world, .rank = 1, .mode = PD_MODE_EXACT, .offset = 5 * world};
+        uint64_t n_want;
+        assert_int_equal(pd_mix_slice_fill_u64(&o.cur, 3, &s, count, want, &n_want), PD_OK);
+        for (size_t i = 0; i < ngens; i++)
+            compare(&gens[i], &o, 3, &s, count, want, n_want, got, got32);
+    }
+    mix_free(&o);
+    free(want);
+    free(got);
+    free(got32);
+}
+
 /* Weights summing to 2^32 − 1 (node weights near 2^32, where y·a nears 2^64) at run positions from 2^32 to
  * near 2^63, and from just below a multiple of the root's weight (y − q·S crosses 2^32 inside a batch of
  * blocks): the fills' counts of whole blocks at once (one division a node, on a base) against the core. */
@@ -408,6 +441,7 @@ int main(void)
         cmocka_unit_test(matches_core),
         cmocka_unit_test(long_sparse_fills_match_core),
         cmocka_unit_test(heavy_weights_match_core),
+        cmocka_unit_test(block_runs_match_core),
         cmocka_unit_test(block_slots_match_core),
         cmocka_unit_test(block_groups_match_core),
     };
