@@ -77,6 +77,22 @@ static void compare_pool(pd_pool *pool, owned_mix *o, uint64_t epoch, const pd_s
     check_ids("pool", s, got, want, n_want);
 }
 
+/* One long request of slice s over epoch through every generator against the core. */
+static void compare_all(owned_mix *o, uint64_t epoch, const pd_slice *s, uint64_t count)
+{
+    pd_gen gens[16];
+    const size_t ngens = all_gens(gens);
+    uint64_t *want = malloc((count + GUARD) * sizeof *want), *got = malloc((count + GUARD) * sizeof *got), n_want;
+    uint32_t *got32 = malloc(count * sizeof *got32);
+    assert_true(want && got && got32);
+    assert_int_equal(pd_mix_slice_fill_u64(&o->cur, epoch, s, count, want, &n_want), PD_OK);
+    for (size_t i = 0; i < ngens; i++)
+        compare(&gens[i], o, epoch, s, count, want, n_want, got, got32);
+    free(want);
+    free(got);
+    free(got32);
+}
+
 /* Random mixtures of flat and sharded components; random slices over random epochs. */
 static void matches_core(void **state)
 {
@@ -158,26 +174,16 @@ static void matches_core(void **state)
 static void long_sparse_fills_match_core(void **state)
 {
     (void)state;
-    pd_gen gens[16];
-    const size_t ngens = all_gens(gens);
-    const uint64_t sizes[4] = {1000000, 3000000, 2000000, 500000}, starts[1] = {0}, count = 150000;
+    const uint64_t sizes[4] = {1000000, 3000000, 2000000, 500000}, starts[1] = {0};
     const uint32_t weights[4] = {300, 300, 1, 300};
     static const uint32_t worlds[] = {3, 8, 64};
-    uint64_t *want = malloc((count + GUARD) * sizeof *want), *got = malloc((count + GUARD) * sizeof *got);
-    uint32_t *got32 = malloc(count * sizeof *got32);
     owned_mix o;
     assert_int_equal(mix_make(&o, 5, sizes, 4, 0, 64, starts, weights, 1), PD_OK);
     for (size_t w = 0; w < 3; w++) {
         const pd_slice s = {.world = worlds[w], .rank = 1, .mode = PD_MODE_EXACT, .offset = 7 * worlds[w]};
-        uint64_t n_want;
-        assert_int_equal(pd_mix_slice_fill_u64(&o.cur, 2, &s, count, want, &n_want), PD_OK);
-        for (size_t i = 0; i < ngens; i++)
-            compare(&gens[i], &o, 2, &s, count, want, n_want, got, got32);
+        compare_all(&o, 2, &s, 150000);
     }
     mix_free(&o);
-    free(want);
-    free(got);
-    free(got32);
 }
 
 /* Sparse fills a block at a time (W small, blocks with more reads than components) over many small
@@ -187,30 +193,19 @@ static void long_sparse_fills_match_core(void **state)
 static void block_runs_match_core(void **state)
 {
     (void)state;
-    pd_gen gens[16];
-    const size_t ngens = all_gens(gens);
     uint64_t sizes[12], starts[1] = {0}, rng = 21;
     uint32_t weights[12];
-    const uint64_t count = 30000;
     for (int j = 0; j < 12; j++) {
         sizes[j] = 60 + test_below(&rng, 300);
         weights[j] = 1 + (uint32_t)test_below(&rng, 9);
     }
-    uint64_t *want = malloc((count + GUARD) * sizeof *want), *got = malloc((count + GUARD) * sizeof *got);
-    uint32_t *got32 = malloc(count * sizeof *got32);
     owned_mix o;
     assert_int_equal(mix_make(&o, 4, sizes, 12, 100000, 64, starts, weights, 1), PD_OK);
     for (uint32_t world = 2; world <= 4; world++) {
         const pd_slice s = {.world = world, .rank = 1, .mode = PD_MODE_EXACT, .offset = 5 * world};
-        uint64_t n_want;
-        assert_int_equal(pd_mix_slice_fill_u64(&o.cur, 3, &s, count, want, &n_want), PD_OK);
-        for (size_t i = 0; i < ngens; i++)
-            compare(&gens[i], &o, 3, &s, count, want, n_want, got, got32);
+        compare_all(&o, 3, &s, 30000);
     }
     mix_free(&o);
-    free(want);
-    free(got);
-    free(got32);
 }
 
 /* Weights summing to 2^32 − 1 (node weights near 2^32, where y·a nears 2^64) at run positions from 2^32 to
@@ -219,13 +214,9 @@ static void block_runs_match_core(void **state)
 static void heavy_weights_match_core(void **state)
 {
     (void)state;
-    pd_gen gens[16];
-    const size_t ngens = all_gens(gens);
-    const uint64_t sizes[3] = {70000, 50000, 30000}, starts[1] = {0}, count = 20000;
+    const uint64_t sizes[3] = {70000, 50000, 30000}, starts[1] = {0};
     const uint32_t weights[3] = {UINT32_C(0xFFFFFFFC), 2, 1}; /* the root: a = 2^32 − 4 of S = 2^32 − 1 */
     static const uint32_t worlds[] = {1, 8, 64};
-    uint64_t *want = malloc((count + GUARD) * sizeof *want), *got = malloc((count + GUARD) * sizeof *got);
-    uint32_t *got32 = malloc(count * sizeof *got32);
     owned_mix o;
     assert_int_equal(mix_make(&o, 9, sizes, 3, 0, 64, starts, weights, 1), PD_OK);
     const uint64_t last = PD_MIX_RUN_END / o.mix.length - 1;
@@ -236,15 +227,9 @@ static void heavy_weights_match_core(void **state)
             pd_slice s = {.world = worlds[w], .rank = worlds[w] - 1, .mode = PD_MODE_EXACT, .offset = 3 * worlds[w]};
             if (e == 4) /* the first read at run position edge */
                 s.offset = edge % L - s.rank;
-            uint64_t n_want;
-            assert_int_equal(pd_mix_slice_fill_u64(&o.cur, epochs[e], &s, count, want, &n_want), PD_OK);
-            for (size_t i = 0; i < ngens; i++)
-                compare(&gens[i], &o, epochs[e], &s, count, want, n_want, got, got32);
+            compare_all(&o, epochs[e], &s, 20000);
         }
     mix_free(&o);
-    free(want);
-    free(got);
-    free(got32);
 }
 
 /* The block-slot kernels (every read keyed by its block: per lane on AVX-512, bytes on VBMI) against the core's
