@@ -68,13 +68,10 @@ void pd__block_group_avx2(const pd__block_group *t)
 {
     pd_perm shape;
     pd__perm_shape(&shape, t->block, PD_MIN_BITS);
-    uint8_t tt[32];
-    for (uint32_t s0 = 0; s0 < 16; s0++) {
-        const uint64_t prod = PD_VP_M0 * (s0 & shape.lmask);
-        const uint32_t hi = (uint32_t)(prod >> 32), lo = (uint32_t)prod;
-        tt[s0] = tt[16 + s0] =
-            (uint8_t)(((hi & shape.lmask) << shape.rbits) | ((lo << (shape.rbits - shape.lbits)) & shape.rmask));
-    }
+    uint8_t tt[32], hi[16], lo[16];
+    pd__block_round_tables(&shape, hi, lo, 16);
+    for (uint32_t s0 = 0; s0 < 16; s0++)
+        tt[s0] = tt[16 + s0] = (uint8_t)(hi[s0 & shape.lmask] << shape.rbits | lo[s0 & shape.lmask]);
     /* the 8 blocks' keys: counter (8, 0, β lo, β hi) per lane */
     const __m256i beta_lo = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)t->first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_set1_epi32((int)(uint32_t)t->first), _mm256_set1_epi32(INT32_MIN)),
@@ -233,12 +230,8 @@ void pd__block_slots_avx2(const pd__block_slots *s)
     pd_perm shape;
     pd__perm_shape(&shape, s->block, PD_MIN_BITS);
     read_ctx c = {.lbits = shape.lbits, .rbits = shape.rbits, .b = shape.lbits + shape.rbits};
-    uint8_t hi[32] = {0}, lo[32] = {0};
-    for (uint32_t s0 = 0; s0 <= shape.lmask; s0++) {
-        const uint64_t prod = PD_VP_M0 * s0;
-        hi[s0] = (uint8_t)((prod >> 32) & shape.lmask);
-        lo[s0] = (uint8_t)(((uint32_t)prod << (shape.rbits - shape.lbits)) & shape.rmask);
-    }
+    uint8_t hi[32], lo[32];
+    pd__block_round_tables(&shape, hi, lo, 32);
     c.hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hi));
     c.hi2 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(hi + 16)));
     c.lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lo));

@@ -231,12 +231,8 @@ void pd__block_slots_vbmi(const pd__block_slots *s)
     pd_perm shape;
     pd__perm_shape(&shape, s->block, PD_MIN_BITS);
     const unsigned b = shape.lbits + shape.rbits, lbits = shape.lbits, rbits = shape.rbits;
-    uint8_t hi_tab[LANES] = {0}, lo_tab[LANES] = {0}, pos_tab[LANES];
-    for (uint32_t s0 = 0; s0 <= shape.lmask; s0++) {
-        const uint64_t prod = PD_VP_M0 * s0;
-        hi_tab[s0] = (uint8_t)((prod >> 32) & shape.lmask);
-        lo_tab[s0] = (uint8_t)(((uint32_t)prod << (rbits - lbits)) & shape.rmask);
-    }
+    uint8_t hi_tab[LANES], lo_tab[LANES], pos_tab[LANES];
+    pd__block_round_tables(&shape, hi_tab, lo_tab, LANES);
     for (unsigned e = 0; e < LANES; e++)
         pos_tab[e] = pos(e);
     consts cs = {

@@ -109,6 +109,19 @@ typedef struct pd__block_slots {
     uint32_t *out;
 } pd__block_slots;
 
+/* Block π_β's round as byte tables, for the byte kernels (B ≤ 2^11: a half fits a byte). A round reads its
+ * left half s0 only through M0·s0: hi[s0] = hi32(M0·s0) & lmask and lo[s0] = (lo32(M0·s0) << d) & rmask,
+ * d = rbits − lbits (blocks_vbmi.c's comment shows the round); entries past lmask are 0, n of each. */
+static inline void pd__block_round_tables(const pd_perm *shape, uint8_t *hi, uint8_t *lo, unsigned n)
+{
+    for (uint32_t s0 = 0; s0 < n; s0++) {
+        const uint64_t prod = PD_VP_M0 * s0;
+        const int in = s0 <= shape->lmask;
+        hi[s0] = in ? (uint8_t)((prod >> 32) & shape->lmask) : 0;
+        lo[s0] = in ? (uint8_t)(((uint32_t)prod << (shape->rbits - shape->lbits)) & shape->rmask) : 0;
+    }
+}
+
 void pd__block_slots_scalar(const pd__block_slots *s);
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__block_slots_avx512(const pd__block_slots *s);
