@@ -1,4 +1,4 @@
-/* Sharded epochs on the device: a warp per tile of window runs (the window's slot table in shared memory), or the core's per-position kernel, over a device copy of the plan. */
+/* Sharded epochs on the device: a warp per tile of a rank's positions (its windows' keys and slot tables in shared memory), or the core's per-position kernel, over a device copy of the plan. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -8,6 +8,7 @@ struct pd_gpu_plan {
     pd_shard_plan plan; /* the host plan's fields, its three tables pointing into mem */
     void *mem;          /* start[S+1], slot_shard[S], slot_start[S+1] */
     int device;
+    int narrow;         /* every window holds fewer than 2^32 samples: the tile kernel's 32-bit walk applies */
 };
 
 namespace {
@@ -78,192 +79,400 @@ __global__ void __launch_bounds__(kBlock) shard_fill(const __grid_constant__ pd_
     }
 }
 
-/* ---- Window runs: a warp per tile of a rank's positions, a window at a time.
+/* ---- Tiles: a warp per tile of a rank's positions, walking many windows' runs at once.
  *
  * The arithmetic is cpu/shards.c's (read its opening comment): a rank's positions f + kW fall
- * into m = G / gcd(G, W) subsequences k = c + i·m, each in one lane, whose window-stream index
+ * into m = G / gcd(G, W) subsequences k = c + i·m, each in one lane, whose window-stream index x
  * moves by d = W / gcd(G, W) per step of i (backward on odd lanes), so each crosses a window in
- * one run. A warp takes a tile of kTile consecutive i of one subsequence and walks it window by
- * window: it finds the window once (then its neighbour), derives τ_w once (lanes 0-6, shuffled),
- * copies the window's slots into its part of shared memory (up to kSlots), and runs the
- * refill walk of walk.cuh over the run, each finished lane looking its sample up in the shared
- * table. The core's per-thread kernel above stays for requests whose subsequences are too
- * short to fill a warp (count < 32·m). */
+ * one run. A warp takes a tile of consecutive i of one subsequence and works through it a segment
+ * at a time (at most kStage positions, kRuns runs and kSlots table slots):
+ *   1. plan (plan_segment): lane L takes the L-th window from the segment's first and finds the
+ *      segment's positions inside it, a run; the runs that fit go to the warp's shared memory with
+ *      τ_w's keys (7 Philox blocks a run, spread over the lanes) and the windows' slot tables;
+ *   2. walk (walk_segment): walk.cuh's refill walk over all the segment's positions, each lane
+ *      holding the keys of its current position's run. A lane done with one run's positions takes
+ *      the next run's, so no lane idles at the end of a run: runs are often a few hundred
+ *      positions, and draining the walk at each one cost as much as the walk itself. σ's results
+ *      are parked in shared memory by position;
+ *   3. store (store_segment): positions in order, each looked up in its window's slot table,
+ *      stores coalesced.
+ * The walk is 32-bit: plans with a window of 2^32 samples or more take the per-position kernel
+ * above. Windows of more than kSlots slots are searched in the plan's device tables in step 3. */
 
-constexpr uint64_t kTile = 32 * 32; /* positions per warp tile: enough warps to fill an H100 at 2^23 */
-/* Blocks per SM the run kernel is compiled for (its registers: 80 at 3); τ lives in registers. */
+constexpr unsigned kTileWarps = 4;
+constexpr unsigned kTileBlock = 32 * kTileWarps;
+/* Blocks per SM the tile kernel is compiled for: 8 blocks of 4 warps leave it 64 registers. */
 #ifndef PD_GPU_SHARD_MIN_BLOCKS
-#define PD_GPU_SHARD_MIN_BLOCKS 3
+#define PD_GPU_SHARD_MIN_BLOCKS 8
 #endif
-constexpr unsigned kSlots = 128;    /* slots of a window held in shared memory, per warp */
-constexpr unsigned kWarps = kBlock / 32;
+#ifndef PD_GPU_SHARD_TILES_PER_WARP
+#define PD_GPU_SHARD_TILES_PER_WARP 1
+#endif
+constexpr uint32_t kStage = 1024;  /* positions per segment */
+constexpr uint32_t kRuns = 16;     /* runs (windows) per segment */
+constexpr uint32_t kSlots = 128;   /* slots of a segment's windows held in shared memory */
+constexpr uint32_t kNoTable = ~0u; /* a run whose window has more slots: searched in the plan */
+constexpr uint64_t kMinTile = 256; /* positions per tile at least: each tile's first window is searched */
+
+/* One warp's shared memory: a segment's runs, their windows' slot tables, σ's results. Runs are
+ * numbered in position order; the walk takes them in walk order (even b first, then odd: see
+ * walk_segment), wrun[q] being the run walked q-th. */
+struct Segment {
+    uint4 keys[6][kRuns];        /* τ_w's 24 round keys, key-major: lanes of different runs hit different banks */
+    uint32_t n[kRuns];           /* m_w: the window's samples (< 2^32) */
+    uint32_t flip[kRuns];
+    uint32_t v0[kRuns];          /* window-relative x of the run's first position */
+    uint32_t tab[kRuns];         /* the run's first slot in the table, or kNoTable */
+    uint32_t slots[kRuns];
+    uint32_t first[kRuns + 1];   /* segment-relative index of each run's first position; first[runs] = length */
+    uint32_t wrun[kRuns];        /* walk order → run */
+    uint32_t wcum[kRuns + 1];    /* walk order: positions walked before the run; wcum[runs] = length */
+    uint64_t lo[kRuns];          /* the window's first x: P[w·K] */
+    uint64_t w[kRuns];
+    uint64_t shard[kSlots];
+    uint64_t base[kSlots];       /* start[shard] − rel: window-relative u is sample base + u */
+    uint32_t rel[kSlots];        /* the slot's first sample, window-relative */
+    uint32_t stage[kStage];      /* σ's results by position */
+};
 
 /* A request, validated and split on the host. */
-struct RunRequest {
+struct TileRequest {
     pd_shard_plan plan;
-    uint64_t first;   /* the rank's first position f */
-    uint64_t world;   /* W */
-    uint64_t count;   /* body ids (positions below N) */
-    uint64_t m, d;    /* subsequence period and index step */
-    uint64_t subs;    /* min(m, count) */
+    uint64_t first;  /* the rank's first position f */
+    uint64_t world;  /* W */
+    uint64_t count;  /* body ids (positions below N) */
+    uint64_t m, d;   /* subsequence period and index step */
+    uint64_t subs;   /* min(m, count) */
+    uint64_t tile;   /* positions per tile */
     uint64_t tiles_per_sub;
-    int has_tail;     /* pad: out[count] is the wrapped position tail */
+    int has_tail;    /* pad: out[count] is the wrapped position tail */
     uint64_t tail;
 };
 
-/* A window's slots in shared memory: rel[i] = P[slot0 + i] − P[slot0] (then ~0), its shard and
- * that shard's first id. */
-struct SlotTable {
-    uint64_t rel[kSlots];
-    uint64_t start[kSlots];
-    uint32_t shard[kSlots];
+/* A planned segment: its length, runs, and how many of them (walked first) have an even b. */
+struct Plan {
+    uint32_t len, runs, even_runs, even_len;
 };
 
-struct Window {
-    uint64_t w, lo, hi, slot0, slots;
-    uint32_t size; /* table size (a power of 2), 0: search the plan in global memory */
+/* τ_w of one lane's current run, 32-bit: window-relative values are below m_w < 2^32. Its keys stay
+ * in shared memory (a 16-byte load per four rounds): in registers they spilled, 24 of them per lane. */
+struct Tau32 {
+    const uint4 *keys; /* &s.keys[0][run]: keys[j·kRuns] holds round keys 4j..4j+3 */
+    uint32_t n, flip, lbits, rbits, lmask, rmask;
 };
+
+__device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b for n < 2^32 */
+{
+    const uint32_t b = n > 1 ? 32 - __clz(n - 1) : 0;
+    return b < PD_MIN_BITS ? PD_MIN_BITS : b;
+}
+
+__device__ __forceinline__ void tau_load(const Segment &s, uint32_t r, Tau32 *t)
+{
+    t->keys = &s.keys[0][r];
+    t->n = s.n[r];
+    t->flip = s.flip[r];
+    const uint32_t b = perm_bits(t->n);
+    t->lbits = b / 2;
+    t->rbits = b - b / 2;
+    t->lmask = (1u << t->lbits) - 1;
+    t->rmask = (1u << t->rbits) - 1; /* rbits ≤ 16 */
+}
+
+/* The core's pd__f_d (VariablePhilox, then the parity correction) on 32-bit values, D = rbits −
+ * lbits fixed for the warp. An odd b costs 7 instructions a round against 4 for an even one. */
+template <int D>
+__device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
+{
+    uint32_t s0 = v >> t.rbits, s1 = v & t.rmask;
+#pragma unroll
+    for (int j = 0; j < 6; j++) {
+        const uint4 q = t.keys[j * kRuns];
+        const uint32_t k[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint64_t prod = PD_VP_M0 * (uint64_t)s0;
+            const uint32_t hi = (uint32_t)(prod >> 32);
+            uint32_t lo = (uint32_t)prod;
+            if (D)
+                lo = (lo << 1) | (s1 >> t.lbits);
+            s0 = (hi ^ k[i] ^ s1) & t.lmask;
+            s1 = lo & t.rmask;
+        }
+    }
+    const uint32_t w = (s0 << t.rbits) | s1;
+    return w ^ (t.flip & (uint32_t)(w < 2));
+}
+
+/* a / d for d < 2^32, in 32 bits when a fits: a spans a few windows, and a 64-bit division is a call. */
+__device__ __forceinline__ uint64_t quot(uint64_t a, uint64_t d)
+{
+    return a >> 32 ? a / d : (uint32_t)a / (uint32_t)d;
+}
 
 __device__ __forceinline__ bool window_holds(const pd_shard_plan &plan, uint64_t w, uint64_t x)
 {
     return w < plan.windows && plan.slot_start[w * plan.window] <= x && x < plan.slot_start[pd__window_end(&plan, w)];
 }
 
-/* Where one sample of the window goes: shard and offset. */
-__device__ __forceinline__ void window_loc(const pd_shard_plan &plan, const Window &win, const SlotTable *tab,
-                                           uint64_t u, pd_shard_loc *loc)
-{
-    if (win.size) {
-        uint32_t i = 0;
-        for (uint32_t step = win.size / 2; step; step /= 2)
-            i = tab->rel[i + step] <= u ? i + step : i;
-        loc->shard = tab->shard[i];
-        loc->offset = u - tab->rel[i];
-        loc->sample = tab->start[i] + loc->offset;
-        return;
-    }
-    const uint64_t *P = plan.slot_start;
-    const uint64_t t = pd__last_at_most(P, 1, win.slot0, win.slot0 + win.slots, win.lo + u);
-    loc->shard = plan.slot_shard[t];
-    loc->offset = win.lo + u - P[t];
-    loc->sample = plan.start[loc->shard] + loc->offset;
-}
-
-/* The refill walk of walk.cuh over a run: window-relative positions v0 + j·d (j < len), ids to
- * output indices kb + j·ks. Every lane of the warp calls it with the same arguments. */
-template <unsigned W, uint32_t D>
-__device__ void walk_run(const pd_shard_plan &plan, const Window &win, const SlotTable *tab, const pd_perm &tau,
-                         uint64_t v0, uint64_t d, uint64_t len, uint64_t kb, int64_t ks, void *out)
+/* Plan the segment of positions i, i+1, ... (below end) of a subsequence starting at window-stream
+ * index x0: write its runs to s. *guess: a window to try first (the last segment's last). Every
+ * lane of the warp calls it alike. */
+__device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s, uint64_t x0, bool back, uint64_t d,
+                                          uint64_t i, uint64_t end, uint64_t *guess)
 {
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
-    uint64_t j = lane, next = 32;
-    bool busy = j < len;
-    uint64_t v = v0 + (busy ? j : 0) * d;
+    const uint64_t *P = plan.slot_start;
+    const uint64_t x = back ? x0 - i * d : x0 + i * d;
+    uint64_t w = *guess;
+    if (!window_holds(plan, w, x)) {
+        const uint64_t near = back ? w - 1 : w + 1; /* the window after the last, in walking order */
+        w = window_holds(plan, near, x) ? near : pd__window_of(&plan, x);
+    }
+    /* lane L: window w ± L and the positions of [i, end) inside it: [a, b) */
+    const bool valid = back ? w >= lane : w + lane < plan.windows;
+    const uint64_t wl = back ? w - lane : w + lane;
+    uint64_t a = 0, b = 0, lo = 0, hi = 0, slots = 0;
+    if (valid) {
+        const uint64_t first_slot = wl * plan.window, last_slot = pd__window_end(&plan, wl);
+        lo = P[first_slot];
+        hi = P[last_slot];
+        slots = last_slot - first_slot;
+        /* offsets from i: position i + o lies at x ± o·d */
+        if (back) {
+            a = x >= hi ? quot(x - hi, d) + 1 : 0;
+            b = x >= lo ? quot(x - lo, d) + 1 : 0;
+        } else {
+            a = lo > x ? quot(lo - x + d - 1, d) : 0;
+            b = hi > x ? quot(hi - x + d - 1, d) : 0;
+        }
+        const uint64_t stop = end - i < kStage ? end - i : kStage;
+        a += i;
+        b = i + (b < stop ? b : stop);
+    }
+    /* Runs in lane order while they fit: kRuns of them, kSlots table slots. */
+    const bool some = a < b;
+    const uint32_t need = some && slots <= kSlots ? (uint32_t)slots : 0;
+    uint32_t upto = need; /* inclusive prefix sums over the lanes */
+#pragma unroll
+    for (unsigned o = 1; o < 32; o *= 2) {
+        const uint32_t y = __shfl_up_sync(kFull, upto, o);
+        upto += lane >= o ? y : 0;
+    }
+    const uint32_t rank = __popc(__ballot_sync(kFull, some) & below);
+    const bool taken = some && rank < kRuns && upto <= kSlots;
+    const unsigned took = __ballot_sync(kFull, taken);
+    const unsigned last = 31 - __clz(took); /* lane 0 always takes its run: x lies in window w */
+    const uint32_t n = (uint32_t)(hi - lo), len = taken ? (uint32_t)(b - a) : 0;
+    const bool odd = perm_bits(n) % 2;
+    /* walk order: the even runs, then the odd ones; each's positions before it in that order */
+    const unsigned evens = __ballot_sync(kFull, taken && !odd), odds = took & ~evens;
+    uint64_t both = odd ? (uint64_t)len << 32 : len; /* even lengths low, odd high */
+#pragma unroll
+    for (unsigned o = 1; o < 32; o *= 2) {
+        const uint64_t y = __shfl_up_sync(kFull, both, o);
+        both += lane >= o ? y : 0;
+    }
+    const uint64_t all = __shfl_sync(kFull, both, 31);
+    Plan pl;
+    pl.runs = __popc(took);
+    pl.even_runs = __popc(evens);
+    pl.even_len = (uint32_t)all;
+    pl.len = (uint32_t)(__shfl_sync(kFull, b, last) - i);
+    *guess = __shfl_sync(kFull, wl, last);
+    if (taken) {
+        s.first[rank] = (uint32_t)(a - i);
+        s.n[rank] = n;
+        s.v0[rank] = (uint32_t)((back ? x - (a - i) * d : x + (a - i) * d) - lo);
+        s.tab[rank] = slots <= kSlots ? upto - need : kNoTable;
+        s.slots[rank] = (uint32_t)slots;
+        s.lo[rank] = lo;
+        s.w[rank] = wl;
+        const uint32_t q = odd ? pl.even_runs + __popc(odds & below) : __popc(evens & below);
+        s.wrun[q] = rank;
+        s.wcum[q] = odd ? pl.even_len + (uint32_t)(both >> 32) - len : (uint32_t)both - len;
+    }
+    if (lane == 0) {
+        s.first[pl.runs] = pl.len;
+        s.wcum[pl.runs] = pl.len;
+    }
+    __syncwarp();
+    /* τ_w's keys: pd_keys_derive's 7 Philox blocks of each run, one block per lane */
+    const uint32_t key[2] = {(uint32_t)plan.seed, (uint32_t)(plan.seed >> 32)};
+    for (uint32_t q = lane; q < 7 * pl.runs; q += 32) {
+        const uint32_t r = q / 7, blk = q % 7;
+        const uint32_t ctr[4] = {blk, PD_STREAM_WINDOW_BASE + (uint32_t)s.w[r], (uint32_t)plan.epoch,
+                                 (uint32_t)(plan.epoch >> 32)};
+        uint32_t o[4];
+        pd_philox4x32_10(ctr, key, o);
+        if (blk < 6)
+            s.keys[blk][r] = make_uint4(o[0], o[1], o[2], o[3]);
+        else
+            s.flip[r] = o[0] & 1u;
+    }
+    /* the windows' slot tables */
+    const uint32_t total = __shfl_sync(kFull, upto, last);
+    for (uint32_t e = lane; e < total; e += 32) {
+        uint32_t r = 0;
+        for (uint32_t q = 0; q < pl.runs; q++)
+            r = s.tab[q] != kNoTable && s.tab[q] <= e ? q : r;
+        const uint64_t t = s.w[r] * plan.window + (e - s.tab[r]);
+        const uint64_t sh = plan.slot_shard[t];
+        const uint32_t rel = (uint32_t)(P[t] - s.lo[r]);
+        s.rel[e] = rel;
+        s.shard[e] = sh;
+        s.base[e] = plan.start[sh] - rel;
+    }
+    __syncwarp();
+    return pl;
+}
+
+/* Step 2: σ of the positions walked q0-th to q1-th (walk order: walk positions wcum[q0] to wcum[q1])
+ * into s.stage, every run of them with rbits − lbits = D, lanes refilled across runs. Not inlined: it
+ * gets the registers of its own (the 24 keys), away from the tile loop's. */
+template <int D>
+__device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t q1, bool back, uint32_t d)
+{
+    const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
+    const uint32_t end = s.wcum[q1], step = back ? 0u - d : d;
+    uint32_t j = s.wcum[q0] + lane, next = s.wcum[q0] + 32, q = q0, v = 0;
+    /* the lane's run, as walk position j maps into it: position j + to, value vo + j·step, up to qend */
+    uint32_t qend = 0, to = 0, vo = 0;
+    Tau32 tau;
+    bool busy = j < end;
+    const auto enter = [&]() {
+        while (j >= s.wcum[q + 1])
+            q++;
+        const uint32_t r = s.wrun[q];
+        tau_load(s, r, &tau);
+        qend = s.wcum[q + 1];
+        to = s.first[r] - s.wcum[q];
+        vo = s.v0[r] - s.wcum[q] * step;
+    };
+    if (busy) {
+        enter();
+        v = vo + j * step;
+    }
     while (__any_sync(kFull, busy)) {
         if (busy)
-            v = tau.n == 1 ? 0 : pd__f_d(&tau, v, PD_ROUNDS, 1, D);
+            v = tau.n > 1 ? tau_f<D>(tau, v) : 0;
         const bool done = busy && v < tau.n;
-        if (done) {
-            pd_shard_loc loc;
-            window_loc(plan, win, tab, v, &loc);
-            store_loc<W>(out, kb + (uint64_t)((int64_t)j * ks), loc);
-        }
+        if (done)
+            s.stage[j + to] = v;
         const unsigned finished = __ballot_sync(kFull, done);
         if (done) {
             j = next + __popc(finished & below);
-            busy = j < len;
-            if (busy)
-                v = v0 + j * d;
+            busy = j < end;
+            if (busy) {
+                if (j >= qend)
+                    enter();
+                v = vo + j * step;
+            }
         }
         next += __popc(finished);
     }
-}
-
-/* Enter the window of x: the current one, a neighbour, or a search; fill the warp's slot table. */
-__device__ void enter_window(const pd_shard_plan &plan, Window *win, bool *entered, uint64_t x, SlotTable *tab,
-                             pd_perm *tau)
-{
-    if (*entered && x >= win->lo && x < win->hi)
-        return;
-    uint64_t w;
-    if (*entered && window_holds(plan, win->w + 1, x))
-        w = win->w + 1;
-    else if (*entered && win->w > 0 && window_holds(plan, win->w - 1, x))
-        w = win->w - 1;
-    else
-        w = pd__window_of(&plan, x);
-    *entered = true;
-    win->w = w;
-    win->slot0 = w * plan.window;
-    win->slots = pd__window_end(&plan, w) - win->slot0;
-    win->lo = plan.slot_start[win->slot0];
-    win->hi = plan.slot_start[win->slot0 + win->slots];
-    warp_window_perm(plan, w, tau);
-    uint32_t size = 1;
-    while (size < win->slots)
-        size *= 2;
-    win->size = win->slots <= kSlots ? size : 0;
-    __syncwarp(); /* the last run's lookups are done */
-    if (win->size)
-        for (uint32_t i = threadIdx.x & 31u; i < size; i += 32) {
-            const bool slot = i < win->slots;
-            const uint64_t t = win->slot0 + i;
-            const uint32_t s = slot ? (uint32_t)plan.slot_shard[t] : 0;
-            tab->rel[i] = slot ? plan.slot_start[t] - win->lo : ~UINT64_C(0);
-            tab->shard[i] = s;
-            tab->start[i] = slot ? plan.start[s] : 0;
-        }
     __syncwarp();
 }
 
+/* Step 3: each position's sample from its window's slots, run by run; out[k0 + t·m]. */
 template <unsigned W>
-__global__ void __launch_bounds__(kBlock, PD_GPU_SHARD_MIN_BLOCKS) shard_runs(const __grid_constant__ RunRequest r, void *out)
+__device__ __noinline__ void store_segment(const pd_shard_plan &plan, const Segment &s, uint32_t runs, uint64_t k0, uint64_t m,
+                              void *out)
 {
-    __shared__ SlotTable tables[kWarps];
-    SlotTable *tab = &tables[threadIdx.x >> 5];
+    const unsigned lane = threadIdx.x & 31u;
+    for (uint32_t r = 0; r < runs; r++) {
+        const uint32_t f0 = s.first[r], f1 = s.first[r + 1], tab = s.tab[r], slots = s.slots[r];
+        if (tab != kNoTable) {
+            for (uint32_t t = f0 + lane; t < f1; t += 32) {
+                const uint32_t u = s.stage[t];
+                uint32_t e = tab; /* the last slot starting at or before u */
+                for (uint32_t c = slots; c > 1;) {
+                    const uint32_t h = c / 2;
+                    e = s.rel[e + h] <= u ? e + h : e;
+                    c -= h;
+                }
+                pd_shard_loc loc;
+                loc.shard = s.shard[e];
+                loc.offset = u - s.rel[e];
+                loc.sample = s.base[e] + u;
+                store_loc<W>(out, k0 + (uint64_t)t * m, loc);
+            }
+        } else {
+            const uint64_t *P = plan.slot_start;
+            const uint64_t w = s.w[r], lo = s.lo[r];
+            for (uint32_t t = f0 + lane; t < f1; t += 32) {
+                const uint64_t x = lo + s.stage[t];
+                const uint64_t slot = pd__last_at_most(P, 1, w * plan.window, pd__window_end(&plan, w), x);
+                pd_shard_loc loc;
+                loc.shard = plan.slot_shard[slot];
+                loc.offset = x - P[slot];
+                loc.sample = plan.start[loc.shard] + loc.offset;
+                store_loc<W>(out, k0 + (uint64_t)t * m, loc);
+            }
+        }
+    }
+    __syncwarp();
+}
+
+/* Pad's wrapped last position (out of line: the core's 64-bit σ would crowd the tile loop's registers). */
+template <unsigned W>
+__device__ __noinline__ void store_tail(const TileRequest &r, void *out)
+{
+    pd_shard_loc loc;
+    pd__shard_at(&r.plan, r.tail % r.plan.n, &loc);
+    store_loc<W>(out, r.count, loc);
+}
+
+template <unsigned W>
+__global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
+    shard_tiles(const __grid_constant__ TileRequest r, void *out)
+{
+    __shared__ Segment segments[kTileWarps];
+    Segment &s = segments[threadIdx.x >> 5];
     const pd_shard_plan &plan = r.plan;
     const uint64_t warp = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) >> 5;
     const uint64_t warps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
-    if (r.has_tail && blockIdx.x == 0 && threadIdx.x == 0) { /* pad's wrapped last position */
-        pd_shard_loc loc;
-        pd__shard_at(&plan, r.tail % plan.n, &loc);
-        store_loc<W>(out, r.count, loc);
-    }
-    Window win;
-    bool entered = false;
-    pd_perm tau;
+    if (r.has_tail && blockIdx.x == 0 && threadIdx.x == 0)
+        store_tail<W>(r, out);
+    uint64_t guess = plan.windows; /* none yet */
     for (uint64_t tile = warp; tile < r.subs * r.tiles_per_sub; tile += warps) {
-        const uint64_t c = tile / r.tiles_per_sub, i0 = tile % r.tiles_per_sub * kTile;
+        const uint64_t c = tile / r.tiles_per_sub, i0 = tile % r.tiles_per_sub * r.tile;
         const uint64_t n = (r.count - c - 1) / r.m + 1; /* this subsequence's positions */
         if (i0 >= n)
             continue;
-        const uint64_t i1 = n - i0 < kTile ? n : i0 + kTile;
+        const uint64_t i1 = n - i0 < r.tile ? n : i0 + r.tile;
         const uint64_t p = r.first + c * r.world, G = plan.lanes;
         const uint64_t lane = p % G, step = p / G, lb = pd__lane_begin(&plan, lane);
         const bool back = lane % 2;
         const uint64_t x0 = back ? lb + pd__lane_length(&plan, lane) - 1 - step : lb + step;
         for (uint64_t i = i0; i < i1;) {
-            const uint64_t x = back ? x0 - i * r.d : x0 + i * r.d;
-            enter_window(plan, &win, &entered, x, tab, &tau);
-            const uint64_t room = back ? (x - win.lo) / r.d + 1 : (win.hi - 1 - x) / r.d + 1;
-            const uint64_t len = room < i1 - i ? room : i1 - i;
-            const uint64_t k = c + i * r.m;
-            const uint64_t v0 = back ? x - win.lo - (len - 1) * r.d : x - win.lo;
-            const uint64_t kb = back ? k + (len - 1) * r.m : k;
-            const int64_t ks = back ? -(int64_t)r.m : (int64_t)r.m;
-            if (tau.rbits != tau.lbits)
-                walk_run<W, 1>(plan, win, tab, tau, v0, r.d, len, kb, ks, out);
-            else
-                walk_run<W, 0>(plan, win, tab, tau, v0, r.d, len, kb, ks, out);
-            i += len;
+            const Plan pl = plan_segment(plan, s, x0, back, r.d, i, i1, &guess);
+            if (pl.even_runs)
+                walk_segment<0>(s, 0, pl.even_runs, back, (uint32_t)r.d);
+            if (pl.even_runs < pl.runs)
+                walk_segment<1>(s, pl.even_runs, pl.runs, back, (uint32_t)r.d);
+            store_segment<W>(plan, s, pl.runs, c + i * r.m, r.m, out);
+            i += pl.len;
         }
     }
 }
 
+/* Resident blocks of the tile kernel per SM (asked once per width). */
 template <unsigned W>
-cudaError_t launch_fill(pd_gpu *g, const pd_shard_plan &plan, uint64_t first, uint64_t world, uint64_t count,
+int tile_blocks_per_sm()
+{
+    static int blocks = 0;
+    if (!blocks && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, shard_tiles<W>, kTileBlock, 0) != cudaSuccess ||
+                    blocks < 1))
+        blocks = 1;
+    return blocks;
+}
+
+template <unsigned W>
+cudaError_t launch_fill(pd_gpu *g, const pd_gpu_plan *dp, uint64_t first, uint64_t world, uint64_t count,
                         void *dev_out)
 {
+    const pd_shard_plan &plan = dp->plan;
     const uint64_t G = plan.lanes;
     uint64_t a = G, b = world;
     while (b) {
@@ -272,13 +481,12 @@ cudaError_t launch_fill(pd_gpu *g, const pd_shard_plan &plan, uint64_t first, ui
         b = t;
     }
     const uint64_t m = G / a;
-    const uint64_t cap = (uint64_t)g->sms * 32;
-    if (count < 32 * m) { /* subsequences too short for a warp each: a thread per position */
-        const uint64_t want = (count + kBlock - 1) / kBlock;
+    if (count < 32 * m || !dp->narrow) { /* subsequences too short for a warp each, or wide windows */
+        const uint64_t want = (count + kBlock - 1) / kBlock, cap = (uint64_t)g->sms * 32;
         shard_fill<W><<<(unsigned)(want < cap ? want : cap), kBlock, 0, g->stream>>>(plan, first, world, count, dev_out);
         return cudaGetLastError();
     }
-    RunRequest r = {};
+    TileRequest r = {};
     r.plan = plan;
     r.first = first;
     r.world = world;
@@ -291,11 +499,15 @@ cudaError_t launch_fill(pd_gpu *g, const pd_shard_plan &plan, uint64_t first, ui
     r.m = m;
     r.d = world / a;
     r.subs = m < r.count ? m : r.count;
+    /* A few tiles per resident warp, so that warps finish together. */
+    const uint64_t resident = (uint64_t)g->sms * tile_blocks_per_sm<W>(), warps = resident * kTileWarps;
+    const uint64_t tile = (r.count / (PD_GPU_SHARD_TILES_PER_WARP * warps) + 31) / 32 * 32;
+    r.tile = tile < kMinTile ? kMinTile : tile;
     const uint64_t longest = r.subs ? (r.count - 1) / m + 1 : 0;
-    r.tiles_per_sub = (longest + kTile - 1) / kTile;
+    r.tiles_per_sub = (longest + r.tile - 1) / r.tile;
     const uint64_t tiles = r.subs * r.tiles_per_sub;
-    const uint64_t want = tiles ? (tiles + kWarps - 1) / kWarps : 1;
-    shard_runs<W><<<(unsigned)(want < cap ? want : cap), kBlock, 0, g->stream>>>(r, dev_out);
+    const uint64_t want = tiles ? (tiles + kTileWarps - 1) / kTileWarps : 1;
+    shard_tiles<W><<<(unsigned)(want < resident ? want : resident), kTileBlock, 0, g->stream>>>(r, dev_out);
     return cudaGetLastError();
 }
 
@@ -305,10 +517,10 @@ int queue_fill(pd_gpu *g, const pd_gpu_plan *dp, uint64_t first, uint64_t stride
     if (count == 0)
         return PD_OK;
     if (width == 4)
-        return pd_gpu_err(launch_fill<4>(g, dp->plan, first, stride, count, dev_out));
+        return pd_gpu_err(launch_fill<4>(g, dp, first, stride, count, dev_out));
     if (width == 8)
-        return pd_gpu_err(launch_fill<8>(g, dp->plan, first, stride, count, dev_out));
-    return pd_gpu_err(launch_fill<16>(g, dp->plan, first, stride, count, dev_out));
+        return pd_gpu_err(launch_fill<8>(g, dp, first, stride, count, dev_out));
+    return pd_gpu_err(launch_fill<16>(g, dp, first, stride, count, dev_out));
 }
 
 /* Validate as the core does, then clamp count to what the rank has left. */
@@ -345,6 +557,10 @@ extern "C" int pd_gpu_plan_upload(pd_gpu *g, const pd_shard_plan *plan, pd_gpu_p
     uint64_t *mem = NULL;
     dp->device = g->device;
     dp->plan = *plan;
+    dp->narrow = 1;
+    for (uint64_t w = 0; w < plan->windows; w++)
+        if (plan->slot_start[pd__window_end(plan, w)] - plan->slot_start[w * plan->window] > UINT32_MAX)
+            dp->narrow = 0;
     CUDACHECKGOTO(cudaSetDevice(g->device), rc, fail);
     CUDACHECKGOTO(cudaMalloc(&dp->mem, (size_t)(3 * S + 2) * sizeof(uint64_t)), rc, fail);
     mem = (uint64_t *)dp->mem;

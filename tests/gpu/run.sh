@@ -78,26 +78,27 @@ fi
 if [ "$what" = hostbench ] || [ "$what" = shards ]; then
   SHARDS_MD="$OUT/shards.md" bash bench/shards.sh build-dev "$@" >"$OUT/shards_bench.log" 2>&1 || { tail -20 "$OUT/shards_bench.log"; rc=1; }
 fi
-if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: ncu counters, SASS, occupancy variants
+if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: tests, ncu counters, SASS, build variants
+  (cd build-dev && ctest --output-on-failure -R '^test_gpu_shards$' 2>&1) >"$OUT/shards_tests.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  tail -5 "$OUT/shards_tests.log"
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   cuobjdump --dump-sass build-dev/lib/libpermd_gpu.so 2>/dev/null \
-    | awk '/Function :/{keep = /shard_runs|walk_refill|walk_naive/} keep' | gzip >"$OUT/shards_sass.txt.gz"
+    | awk '/Function :/{keep = /shard_tiles|walk_refill|walk_naive/} keep' | gzip >"$OUT/shards_sass.txt.gz"
   metrics=gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
   metrics=$metrics,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__cycles_active.avg.pct_of_peak_sustained_elapsed
   metrics=$metrics,smsp__thread_inst_executed_per_inst_executed.ratio,launch__registers_per_thread,launch__grid_size
-  metrics=$metrics,launch__occupancy_limit_registers,smsp__warps_issue_stalled_short_scoreboard_per_warp_active.pct
-  metrics=$metrics,smsp__warps_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warps_issue_stalled_wait_per_warp_active.pct
-  metrics=$metrics,smsp__warps_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warps_issue_stalled_not_selected_per_warp_active.pct
-  metrics=$metrics,smsp__warps_issue_stalled_selected_per_warp_active.pct,smsp__warps_issue_stalled_barrier_per_warp_active.pct
-  metrics=$metrics,smsp__warps_issue_stalled_membar_per_warp_active.pct,smsp__warps_issue_stalled_no_instruction_per_warp_active.pct
-  [ -n "$ncu_bin" ] && "$ncu_bin" --clock-control none -k 'regex:shard_runs|walk_' --metrics "$metrics" --csv \
-    build-dev/bench/shards --gpu-only >"$OUT/shards_ncu.csv" 2>"$OUT/shards_ncu.log"
+  metrics=$metrics,smsp__inst_executed_op_local_ld.sum,smsp__inst_executed_op_local_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+  [ -n "$ncu_bin" ] && "$ncu_bin" --clock-control none -k 'regex:shard_|walk_' --metrics "$metrics" --csv \
+    build-dev/bench/shards --gpu-only >"$OUT/shards_ncu.csv" 2>&1
   build-dev/bench/shards --gpu-only >"$OUT/shards_gpu_base.md" 2>&1 || rc=1
   for v in ${PD_SHARD_VARIANTS:-}; do # NAME=CUDA_FLAGS, e.g. mb4=-DPD_GPU_SHARD_MIN_BLOCKS=4
-    cmake -S . -B "build-${v%%=*}" -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" \
-      "-DCMAKE_CUDA_FLAGS=${v#*=}" >"$OUT/variant_${v%%=*}.log" 2>&1 \
-      && cmake --build "build-${v%%=*}" -j"$(nproc)" --target bench_shards >>"$OUT/variant_${v%%=*}.log" 2>&1 \
-      && "build-${v%%=*}/bench/shards" --gpu-only >"$OUT/shards_gpu_${v%%=*}.md" 2>&1 || rc=1
+    echo "## variant ${v%%=*}: ${v#*=}" >>"$OUT/shards_gpu_variants.md"
+    mkdir -p "build-${v%%=*}"
+    { cmake -S . -B "build-${v%%=*}" -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" \
+        "-DCMAKE_CUDA_FLAGS=${v#*=}" && cmake --build "build-${v%%=*}" -j"$(nproc)" --target bench_shards; } \
+      >"build-${v%%=*}/variant.log" 2>&1 || { tail -20 "build-${v%%=*}/variant.log" >>"$OUT/shards_gpu_variants.md"; rc=1; continue; }
+    "build-${v%%=*}/bench/shards" --gpu-only >>"$OUT/shards_gpu_variants.md" 2>&1 || rc=1
   done
 fi
 if [ "$what" = mixtures ]; then

@@ -158,7 +158,7 @@ static void compare_slice(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_s
     free(locs);
 }
 
-/* The run kernel (a warp per tile of window runs) on the shapes that pick its paths: long runs and
+/* The tile kernel (a warp per tile of a rank's positions) on the shapes that pick its paths: long runs and
  * short ones, windows of one sample, windows with more slots than shared memory holds (the plan
  * searched in global memory), windows of 2^32 samples and more, lanes that do not divide W
  * (m > 1), odd lanes backward, pad's wrapped tail, requests of many tiles per warp. */
@@ -176,6 +176,7 @@ static void runs_match_core(void **state)
         {2000, 0, 8, 3, 8, 100000},      {2000, 0, 8, 8, 1, 300000},     {2000, 0, 200, 2, 4, 100000},
         {2000, 0, 1000, 1, 2, 200000},   {5000, 1, 1, 1, 3, 1600},       {3000, 1, 4, 2, 2, 1500},
         {300, 0, 2000, 5, 7, 40000},     {64, 40000, 2, 4, 6, 400000},   {4096, 1024, 8, 8, 3, 1 << 20},
+        {5000, 1, 1, 1, 40, 2000}, /* one-sample windows 40 apart: each segment searches its first window */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const uint64_t S = cases[c].shards;
