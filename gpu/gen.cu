@@ -88,6 +88,7 @@ extern "C" void pd_gpu_close(pd_gpu *g)
         cudaStreamSynchronize(g->own);
     cudaFree(g->staging);
     cudaFree(g->scratch);
+    cudaFree(g->tiles);
     if (g->own)
         cudaStreamDestroy(g->own);
     free(g);

@@ -16,6 +16,7 @@ struct pd_gpu {
     void *staging;       /* device buffer behind pd_gpu_slice_fill_host */
     size_t staging_bytes;
     void *scratch;       /* the fused shuffle's scan state */
+    void *tiles;         /* shards.cu's tile counter (8 bytes), allocated on first use */
     size_t scratch_bytes;
     char desc[320];
 };

@@ -106,7 +106,7 @@ constexpr unsigned kTileBlock = 32 * kTileWarps;
 #define PD_GPU_SHARD_MIN_BLOCKS 8
 #endif
 #ifndef PD_GPU_SHARD_TILES_PER_WARP
-#define PD_GPU_SHARD_TILES_PER_WARP 1
+#define PD_GPU_SHARD_TILES_PER_WARP 2
 #endif
 constexpr uint32_t kStage = 1024;  /* positions per segment */
 constexpr uint32_t kRuns = 16;     /* runs (windows) per segment */
@@ -132,6 +132,8 @@ struct Segment {
     uint64_t shard[kSlots];
     uint64_t base[kSlots];       /* start[shard] − rel: window-relative u is sample base + u */
     uint32_t rel[kSlots];        /* the slot's first sample, window-relative */
+    uint32_t bshift[kRuns];      /* the run's buckets: samples [j·2^bshift, (j+1)·2^bshift) */
+    uint8_t bucket[2 * kSlots];  /* per table run, from 2·tab: the slot (from tab) holding each bucket's first sample */
     uint32_t stage[kStage];      /* σ's results by position */
 };
 
@@ -147,6 +149,7 @@ struct TileRequest {
     uint64_t tiles_per_sub;
     int has_tail;    /* pad: out[count] is the wrapped position tail */
     uint64_t tail;
+    unsigned long long *next_tile; /* zeroed before the launch; warps take tiles from it */
 };
 
 /* A planned segment: its length, runs, and how many of them (walked first) have an even b. */
@@ -210,6 +213,21 @@ __device__ __forceinline__ uint64_t quot(uint64_t a, uint64_t d)
     return a >> 32 ? a / d : (uint32_t)a / (uint32_t)d;
 }
 
+/* The window of x (pd__window_of's answer), the warp's lanes probing 32 windows a round: a few
+ * rounds of loads instead of a dozen one after another. Every lane of the warp calls it alike. */
+__device__ uint64_t warp_window_of(const pd_shard_plan &plan, uint64_t x)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    uint64_t lo = 0, hi = plan.windows; /* P[lo·K] ≤ x, and x < P[hi·K] where hi < windows */
+    while (hi - lo > 1) {
+        const uint64_t step = (hi - lo + 31) / 32, w = lo + lane * step;
+        const bool ok = w < hi && plan.slot_start[w * plan.window] <= x;
+        lo += (31 - __clz(__ballot_sync(kFull, ok))) * step; /* lane 0 (w = lo) always holds */
+        hi = hi - lo < step ? hi : lo + step;
+    }
+    return lo;
+}
+
 __device__ __forceinline__ bool window_holds(const pd_shard_plan &plan, uint64_t w, uint64_t x)
 {
     return w < plan.windows && plan.slot_start[w * plan.window] <= x && x < plan.slot_start[pd__window_end(&plan, w)];
@@ -227,7 +245,7 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
     uint64_t w = *guess;
     if (!window_holds(plan, w, x)) {
         const uint64_t near = back ? w - 1 : w + 1; /* the window after the last, in walking order */
-        w = window_holds(plan, near, x) ? near : pd__window_of(&plan, x);
+        w = window_holds(plan, near, x) ? near : warp_window_of(plan, x);
     }
     /* lane L: window w ± L and the positions of [i, end) inside it: [a, b) */
     const bool valid = back ? w >= lane : w + lane < plan.windows;
@@ -324,6 +342,28 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
         s.base[e] = plan.start[sh] - rel;
     }
     __syncwarp();
+    /* buckets: nb = 2^lg ≥ slots of them (nb + 1 ≤ 2·slots entries from 2·tab) cover [0, 2^b) ⊇ [0, m_w),
+     * so a lookup searches only the slots between its bucket's and the next one's */
+    for (uint32_t r = 0; r < pl.runs; r++) {
+        const uint32_t tab = s.tab[r], slots = s.slots[r], m = s.n[r];
+        if (tab == kNoTable)
+            continue;
+        const uint32_t lg = slots > 1 ? 32 - __clz(slots - 1) : 0, b = m > 1 ? 32 - __clz(m - 1) : 0;
+        const uint32_t shift = b > lg ? b - lg : 0;
+        for (uint32_t j = lane; j <= (1u << lg); j += 32) {
+            const uint32_t u = (j << shift) < m ? j << shift : m - 1;
+            uint32_t e = tab;
+            for (uint32_t c = slots; c > 1;) {
+                const uint32_t h = c / 2;
+                e = s.rel[e + h] <= u ? e + h : e;
+                c -= h;
+            }
+            s.bucket[2 * tab + j] = (uint8_t)(e - tab);
+        }
+        if (lane == 0)
+            s.bshift[r] = shift;
+    }
+    __syncwarp();
     return pl;
 }
 
@@ -383,13 +423,19 @@ __device__ __noinline__ void store_segment(const pd_shard_plan &plan, const Segm
     for (uint32_t r = 0; r < runs; r++) {
         const uint32_t f0 = s.first[r], f1 = s.first[r + 1], tab = s.tab[r], slots = s.slots[r];
         if (tab != kNoTable) {
+            const uint8_t *bucket = &s.bucket[2 * tab];
+            const uint32_t shift = s.bshift[r];
             for (uint32_t t = f0 + lane; t < f1; t += 32) {
                 const uint32_t u = s.stage[t];
-                uint32_t e = tab; /* the last slot starting at or before u */
-                for (uint32_t c = slots; c > 1;) {
-                    const uint32_t h = c / 2;
-                    e = s.rel[e + h] <= u ? e + h : e;
-                    c -= h;
+                uint32_t e = tab; /* the last slot starting at or before u: between u's bucket's and the next's */
+                if (slots > 1) {
+                    const uint32_t j = u >> shift, first = bucket[j];
+                    e += first;
+                    for (uint32_t c = bucket[j + 1] - first + 1; c > 1;) {
+                        const uint32_t h = c / 2;
+                        e = s.rel[e + h] <= u ? e + h : e;
+                        c -= h;
+                    }
                 }
                 pd_shard_loc loc;
                 loc.shard = s.shard[e];
@@ -430,12 +476,16 @@ __global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
     __shared__ Segment segments[kTileWarps];
     Segment &s = segments[threadIdx.x >> 5];
     const pd_shard_plan &plan = r.plan;
-    const uint64_t warp = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) >> 5;
-    const uint64_t warps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
     if (r.has_tail && blockIdx.x == 0 && threadIdx.x == 0)
         store_tail<W>(r, out);
     uint64_t guess = plan.windows; /* none yet */
-    for (uint64_t tile = warp; tile < r.subs * r.tiles_per_sub; tile += warps) {
+    for (;;) { /* tiles taken as warps come free: windows differ in cost (b's parity, σ's walk) */
+        uint64_t tile = 0;
+        if ((threadIdx.x & 31u) == 0)
+            tile = atomicAdd(r.next_tile, 1ull);
+        tile = __shfl_sync(kFull, tile, 0);
+        if (tile >= r.subs * r.tiles_per_sub)
+            break;
         const uint64_t c = tile / r.tiles_per_sub, i0 = tile % r.tiles_per_sub * r.tile;
         const uint64_t n = (r.count - c - 1) / r.m + 1; /* this subsequence's positions */
         if (i0 >= n)
@@ -499,10 +549,19 @@ cudaError_t launch_fill(pd_gpu *g, const pd_gpu_plan *dp, uint64_t first, uint64
     r.m = m;
     r.d = world / a;
     r.subs = m < r.count ? m : r.count;
-    /* A few tiles per resident warp, so that warps finish together. */
+    /* A few tiles per resident warp, so that warps finish together, up to a segment each. */
     const uint64_t resident = (uint64_t)g->sms * tile_blocks_per_sm<W>(), warps = resident * kTileWarps;
     const uint64_t tile = (r.count / (PD_GPU_SHARD_TILES_PER_WARP * warps) + 31) / 32 * 32;
-    r.tile = tile < kMinTile ? kMinTile : tile;
+    r.tile = tile < kMinTile ? kMinTile : tile > kStage ? kStage : tile;
+    if (!g->tiles) {
+        const cudaError_t e = cudaMalloc(&g->tiles, sizeof(unsigned long long));
+        if (e != cudaSuccess)
+            return e;
+    }
+    r.next_tile = (unsigned long long *)g->tiles;
+    const cudaError_t e = cudaMemsetAsync(g->tiles, 0, sizeof(unsigned long long), g->stream);
+    if (e != cudaSuccess)
+        return e;
     const uint64_t longest = r.subs ? (r.count - 1) / m + 1 : 0;
     r.tiles_per_sub = (longest + r.tile - 1) / r.tile;
     const uint64_t tiles = r.subs * r.tiles_per_sub;
