@@ -109,14 +109,21 @@ constexpr unsigned kTileBlock = 32 * kTileWarps;
 #define PD_GPU_SHARD_TILES_PER_WARP 2
 #endif
 constexpr uint32_t kStage = 1024;  /* positions per segment */
-constexpr uint32_t kRuns = 16;     /* runs (windows) per segment */
+constexpr uint32_t kRuns = 12;     /* runs (windows) per segment: 12 leave room for 6 blocks of 4 warps per SM */
 constexpr uint32_t kSlots = 128;   /* slots of a segment's windows held in shared memory */
 constexpr uint32_t kNoTable = ~0u; /* a run whose window has more slots: searched in the plan */
 constexpr uint64_t kMinTile = 256; /* positions per tile at least: each tile's first window is searched */
 
+/* A run as the walk enters it: walk positions j < end are its positions j + to, with σ's argument
+ * vo + j·step (step = ±d); its τ_w's shape. Two 16-byte loads. */
+struct alignas(16) WalkEntry {
+    uint32_t end, to, vo, run;
+    uint32_t n, lbits, rbits, unused;
+};
+
 /* One warp's shared memory: a segment's runs, their windows' slot tables, σ's results. Runs are
  * numbered in position order; the walk takes them in walk order (even b first, then odd: see
- * walk_segment), wrun[q] being the run walked q-th. */
+ * walk_segment), walks[q] describing the run walked q-th. */
 struct Segment {
     uint4 keys[6][kRuns];        /* τ_w's 24 round keys, key-major: lanes of different runs hit different banks */
     uint32_t n[kRuns];           /* m_w: the window's samples (< 2^32) */
@@ -125,8 +132,7 @@ struct Segment {
     uint32_t tab[kRuns];         /* the run's first slot in the table, or kNoTable */
     uint32_t slots[kRuns];
     uint32_t first[kRuns + 1];   /* segment-relative index of each run's first position; first[runs] = length */
-    uint32_t wrun[kRuns];        /* walk order → run */
-    uint32_t wcum[kRuns + 1];    /* walk order: positions walked before the run; wcum[runs] = length */
+    WalkEntry walks[kRuns];      /* walk order → run, as a lane entering it needs it */
     uint64_t lo[kRuns];          /* the window's first x: P[w·K] */
     uint64_t w[kRuns];
     uint64_t shard[kSlots];
@@ -161,7 +167,7 @@ struct Plan {
  * in shared memory (a 16-byte load per four rounds): in registers they spilled, 24 of them per lane. */
 struct Tau32 {
     const uint4 *keys; /* &s.keys[0][run]: keys[j·kRuns] holds round keys 4j..4j+3 */
-    uint32_t n, flip, lbits, rbits, lmask, rmask;
+    uint32_t n, flip, lbits, rbits;
 };
 
 __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b for n < 2^32 */
@@ -170,24 +176,14 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
     return b < PD_MIN_BITS ? PD_MIN_BITS : b;
 }
 
-__device__ __forceinline__ void tau_load(const Segment &s, uint32_t r, Tau32 *t)
-{
-    t->keys = &s.keys[0][r];
-    t->n = s.n[r];
-    t->flip = s.flip[r];
-    const uint32_t b = perm_bits(t->n);
-    t->lbits = b / 2;
-    t->rbits = b - b / 2;
-    t->lmask = (1u << t->lbits) - 1;
-    t->rmask = (1u << t->rbits) - 1; /* rbits ≤ 16 */
-}
 
 /* The core's pd__f_d (VariablePhilox, then the parity correction) on 32-bit values, D = rbits −
  * lbits fixed for the warp. An odd b costs 7 instructions a round against 4 for an even one. */
 template <int D>
 __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 {
-    uint32_t s0 = v >> t.rbits, s1 = v & t.rmask;
+    const uint32_t lmask = (1u << t.lbits) - 1, rmask = (1u << t.rbits) - 1; /* rbits ≤ 16 */
+    uint32_t s0 = v >> t.rbits, s1 = v & rmask;
 #pragma unroll
     for (int j = 0; j < 6; j++) {
         const uint4 q = t.keys[j * kRuns];
@@ -199,8 +195,8 @@ __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
             uint32_t lo = (uint32_t)prod;
             if (D)
                 lo = (lo << 1) | (s1 >> t.lbits);
-            s0 = (hi ^ k[i] ^ s1) & t.lmask;
-            s1 = lo & t.rmask;
+            s0 = (hi ^ k[i] ^ s1) & lmask;
+            s1 = lo & rmask;
         }
     }
     const uint32_t w = (s0 << t.rbits) | s1;
@@ -307,13 +303,21 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
         s.lo[rank] = lo;
         s.w[rank] = wl;
         const uint32_t q = odd ? pl.even_runs + __popc(odds & below) : __popc(evens & below);
-        s.wrun[q] = rank;
-        s.wcum[q] = odd ? pl.even_len + (uint32_t)(both >> 32) - len : (uint32_t)both - len;
+        const uint32_t cum = odd ? pl.even_len + (uint32_t)(both >> 32) - len : (uint32_t)both - len;
+        const uint32_t step = back ? 0u - (uint32_t)d : (uint32_t)d, bits = perm_bits(n);
+        WalkEntry e;
+        e.end = cum + len;
+        e.to = s.first[rank] - cum;
+        e.vo = s.v0[rank] - cum * step;
+        e.run = rank;
+        e.n = n;
+        e.lbits = bits / 2;
+        e.rbits = bits - bits / 2;
+        e.unused = 0;
+        s.walks[q] = e;
     }
-    if (lane == 0) {
+    if (lane == 0)
         s.first[pl.runs] = pl.len;
-        s.wcum[pl.runs] = pl.len;
-    }
     __syncwarp();
     /* τ_w's keys: pd_keys_derive's 7 Philox blocks of each run, one block per lane */
     const uint32_t key[2] = {(uint32_t)plan.seed, (uint32_t)(plan.seed >> 32)};
@@ -367,27 +371,30 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
     return pl;
 }
 
-/* Step 2: σ of the positions walked q0-th to q1-th (walk order: walk positions wcum[q0] to wcum[q1])
- * into s.stage, every run of them with rbits − lbits = D, lanes refilled across runs. Not inlined: it
- * gets the registers of its own (the 24 keys), away from the tile loop's. */
+/* Step 2: σ of walk positions begin to end (the runs walked q-th from q0 on) into s.stage, every run
+ * of them with rbits − lbits = D, lanes refilled across runs. Not inlined: it gets registers of its
+ * own, away from the tile loop's. */
 template <int D>
-__device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t q1, bool back, uint32_t d)
+__device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begin, uint32_t end, uint32_t step)
 {
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
-    const uint32_t end = s.wcum[q1], step = back ? 0u - d : d;
-    uint32_t j = s.wcum[q0] + lane, next = s.wcum[q0] + 32, q = q0, v = 0;
-    /* the lane's run, as walk position j maps into it: position j + to, value vo + j·step, up to qend */
+    uint32_t j = begin + lane, next = begin + 32, q = q0, v = 0;
+    /* the lane's run (walks[q]), as walk position j maps into it */
     uint32_t qend = 0, to = 0, vo = 0;
     Tau32 tau;
     bool busy = j < end;
     const auto enter = [&]() {
-        while (j >= s.wcum[q + 1])
+        while (j >= s.walks[q].end)
             q++;
-        const uint32_t r = s.wrun[q];
-        tau_load(s, r, &tau);
-        qend = s.wcum[q + 1];
-        to = s.first[r] - s.wcum[q];
-        vo = s.v0[r] - s.wcum[q] * step;
+        const WalkEntry e = s.walks[q];
+        qend = e.end;
+        to = e.to;
+        vo = e.vo;
+        tau.keys = &s.keys[0][e.run];
+        tau.flip = s.flip[e.run];
+        tau.n = e.n;
+        tau.lbits = e.lbits;
+        tau.rbits = e.rbits;
     };
     if (busy) {
         enter();
@@ -497,10 +504,11 @@ __global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
         const uint64_t x0 = back ? lb + pd__lane_length(&plan, lane) - 1 - step : lb + step;
         for (uint64_t i = i0; i < i1;) {
             const Plan pl = plan_segment(plan, s, x0, back, r.d, i, i1, &guess);
+            const uint32_t step = back ? 0u - (uint32_t)r.d : (uint32_t)r.d;
             if (pl.even_runs)
-                walk_segment<0>(s, 0, pl.even_runs, back, (uint32_t)r.d);
+                walk_segment<0>(s, 0, 0, pl.even_len, step);
             if (pl.even_runs < pl.runs)
-                walk_segment<1>(s, pl.even_runs, pl.runs, back, (uint32_t)r.d);
+                walk_segment<1>(s, pl.even_runs, pl.even_len, pl.len, step);
             store_segment<W>(plan, s, pl.runs, c + i * r.m, r.m, out);
             i += pl.len;
         }
