@@ -84,31 +84,41 @@ __global__ void __launch_bounds__(kBlock) shard_fill(const __grid_constant__ pd_
  * The arithmetic is cpu/shards.c's (read its opening comment): a rank's positions f + kW fall
  * into m = G / gcd(G, W) subsequences k = c + i·m, each in one lane, whose window-stream index x
  * moves by d = W / gcd(G, W) per step of i (backward on odd lanes), so each crosses a window in
- * one run. A warp takes a tile of consecutive i of one subsequence and works through it a segment
- * at a time (at most kStage positions, kRuns runs and kSlots table slots):
+ * one run. Warps take tiles (consecutive i of one subsequence) from a counter as they come free,
+ * and work through each a segment at a time (at most kStage positions, kRuns runs, kSlots slots):
  *   1. plan (plan_segment): lane L takes the L-th window from the segment's first and finds the
  *      segment's positions inside it, a run; the runs that fit go to the warp's shared memory with
- *      τ_w's keys (7 Philox blocks a run, spread over the lanes) and the windows' slot tables;
- *   2. walk (walk_segment): walk.cuh's refill walk over all the segment's positions, each lane
- *      holding the keys of its current position's run. A lane done with one run's positions takes
- *      the next run's, so no lane idles at the end of a run: runs are often a few hundred
- *      positions, and draining the walk at each one cost as much as the walk itself. σ's results
- *      are parked in shared memory by position;
- *   3. store (store_segment): positions in order, each looked up in its window's slot table,
- *      stores coalesced.
+ *      τ_w's keys (7 Philox blocks a run, spread over the lanes), the windows' slot tables and
+ *      their buckets. A tile's first window is found by 32 lanes probing at once.
+ *   2. walk (walk_segment): walk.cuh's refill walk over the segment's positions, a lane done with
+ *      one run's positions taking the next run's, so no lane idles at the end of a run (runs are
+ *      often a few hundred positions, and draining the walk at each cost as much as the walk).
+ *      Runs whose b is even are walked first, then the odd ones: the shift of rbits − lbits is
+ *      then fixed at compile time (an odd b costs 7 instructions a round, an even one 4, a shift
+ *      chosen per lane 7 for both). σ's results are parked in shared memory by position.
+ *   3. store (store_segment): run by run, each position's slot found between its bucket's and the
+ *      next bucket's, stores coalesced.
  * The walk is 32-bit: plans with a window of 2^32 samples or more take the per-position kernel
- * above. Windows of more than kSlots slots are searched in the plan's device tables in step 3. */
+ * above. Windows of more than kSlots slots are searched in the plan's device tables in step 3.
+ * Where the time goes (ncu, uneven shards of 512-1535, K = 1): the odd-b walk 59% of the
+ * instructions, the even-b walk 22%, planning 10%, stores 8%. */
 
-constexpr unsigned kTileWarps = 4;
+#ifndef PD_GPU_SHARD_WARPS
+#define PD_GPU_SHARD_WARPS 4
+#endif
+constexpr unsigned kTileWarps = PD_GPU_SHARD_WARPS;
 constexpr unsigned kTileBlock = 32 * kTileWarps;
 /* Blocks per SM the tile kernel is compiled for: 8 blocks of 4 warps leave it 64 registers. */
 #ifndef PD_GPU_SHARD_MIN_BLOCKS
 #define PD_GPU_SHARD_MIN_BLOCKS 8
 #endif
-#ifndef PD_GPU_SHARD_TILES_PER_WARP
+#ifndef PD_GPU_SHARD_TILES_PER_WARP /* tiles per resident warp: 2 measured best among 1, 2, 4, 8 */
 #define PD_GPU_SHARD_TILES_PER_WARP 2
 #endif
-constexpr uint32_t kStage = 1024;  /* positions per segment */
+#ifndef PD_GPU_SHARD_STAGE
+#define PD_GPU_SHARD_STAGE 1024
+#endif
+constexpr uint32_t kStage = PD_GPU_SHARD_STAGE; /* positions per segment */
 constexpr uint32_t kRuns = 12;     /* runs (windows) per segment: 12 leave room for 6 blocks of 4 warps per SM */
 constexpr uint32_t kSlots = 128;   /* slots of a segment's windows held in shared memory */
 constexpr uint32_t kNoTable = ~0u; /* a run whose window has more slots: searched in the plan */

@@ -91,12 +91,16 @@ if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: te
   metrics=$metrics,smsp__inst_executed_op_local_ld.sum,smsp__inst_executed_op_local_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
   [ -n "$ncu_bin" ] && "$ncu_bin" --clock-control none -k 'regex:shard_|walk_' --metrics "$metrics" --csv \
     build-dev/bench/shards --gpu-only >"$OUT/shards_ncu.csv" 2>&1
+  if [ -n "$ncu_bin" ] && [ -n "${PD_SHARD_SOURCE:-}" ]; then # per-instruction counts of one launch (-s: its index)
+    "$ncu_bin" --clock-control none -k regex:shard_tiles -s "$PD_SHARD_SOURCE" -c 1 --section SourceCounters \
+      --page source --print-source sass --csv build-dev/bench/shards --gpu-only 2>&1 | gzip >"$OUT/shards_source.csv.gz"
+  fi
   build-dev/bench/shards --gpu-only >"$OUT/shards_gpu_base.md" 2>&1 || rc=1
-  for v in ${PD_SHARD_VARIANTS:-}; do # NAME=CUDA_FLAGS, e.g. mb4=-DPD_GPU_SHARD_MIN_BLOCKS=4
+  for v in ${PD_SHARD_VARIANTS:-}; do # NAME=CUDA_FLAGS, commas for spaces, e.g. mb4=-DPD_GPU_SHARD_MIN_BLOCKS=4
     echo "## variant ${v%%=*}: ${v#*=}" >>"$OUT/shards_gpu_variants.md"
     mkdir -p "build-${v%%=*}"
     { cmake -S . -B "build-${v%%=*}" -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" \
-        "-DCMAKE_CUDA_FLAGS=${v#*=}" && cmake --build "build-${v%%=*}" -j"$(nproc)" --target bench_shards; } \
+        "-DCMAKE_CUDA_FLAGS=$(echo "${v#*=}" | tr , ' ')" && cmake --build "build-${v%%=*}" -j"$(nproc)" --target bench_shards; } \
       >"build-${v%%=*}/variant.log" 2>&1 || { tail -20 "build-${v%%=*}/variant.log" >>"$OUT/shards_gpu_variants.md"; rc=1; continue; }
     "build-${v%%=*}/bench/shards" --gpu-only >>"$OUT/shards_gpu_variants.md" 2>&1 || rc=1
   done
