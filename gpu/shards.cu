@@ -90,12 +90,13 @@ __global__ void __launch_bounds__(kBlock) shard_fill(const __grid_constant__ pd_
  *      segment's positions inside it, a run; the runs that fit go to the warp's shared memory with
  *      τ_w's keys (7 Philox blocks a run, spread over the lanes), the windows' slot tables and
  *      their buckets. A tile's first window is found by 32 lanes probing at once.
- *   2. walk (walk_segment): walk.cuh's refill walk over the segment's positions, a lane done with
- *      one run's positions taking the next run's, so no lane idles at the end of a run (runs are
- *      often a few hundred positions, and draining the walk at each cost as much as the walk).
- *      Runs whose b is even are walked first, then the odd ones: the shift of rbits − lbits is
- *      then fixed at compile time (an odd b costs 7 instructions a round, an even one 4, a shift
- *      chosen per lane 7 for both). σ's results are parked in shared memory by position.
+ *   2. walk (walk_segment): walk.cuh's refill walk over the segment's positions, two per lane at
+ *      a time (σ is a chain of dependent multiplies: one chain per lane left the warps waiting on
+ *      it), a lane done with one run's positions taking the next run's, so no lane idles at the
+ *      end of a run (runs are often a few hundred positions, and draining the walk at each cost as
+ *      much as the walk). Runs whose b is even are walked first, then the odd ones: the shift of
+ *      rbits − lbits is then fixed at compile time (an odd b costs 6 instructions a round, an even
+ *      one 4, a shift chosen per lane 7 for both). σ's results wait in shared memory by position.
  *   3. store (store_segment): run by run, each position's slot found between its bucket's and the
  *      next bucket's, stores coalesced.
  * The walk is 32-bit: plans with a window of 2^32 samples or more take the per-position kernel
@@ -108,9 +109,10 @@ __global__ void __launch_bounds__(kBlock) shard_fill(const __grid_constant__ pd_
 #endif
 constexpr unsigned kTileWarps = PD_GPU_SHARD_WARPS;
 constexpr unsigned kTileBlock = 32 * kTileWarps;
-/* Blocks per SM the tile kernel is compiled for: 8 blocks of 4 warps leave it 64 registers. */
+/* Blocks per SM the tile kernel is compiled for: 6 blocks of 4 warps (what shared memory allows)
+ * leave it 80 registers, which the walk's two positions per lane use (64 measured slower). */
 #ifndef PD_GPU_SHARD_MIN_BLOCKS
-#define PD_GPU_SHARD_MIN_BLOCKS 8
+#define PD_GPU_SHARD_MIN_BLOCKS 6
 #endif
 #ifndef PD_GPU_SHARD_TILES_PER_WARP /* tiles per resident warp: 2 measured best among 1, 2, 4, 8 */
 #define PD_GPU_SHARD_TILES_PER_WARP 2
@@ -188,12 +190,15 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
 
 
 /* The core's pd__f_d (VariablePhilox, then the parity correction) on 32-bit values, D = rbits −
- * lbits fixed for the warp. An odd b costs 7 instructions a round against 4 for an even one. */
+ * lbits fixed for the warp. Rounds cost 4 instructions for an even b. For an odd b the core's
+ * lo = (lo << 1) | (s1 >> lbits) takes s1's top bit; here s1 is also kept top-aligned (S1), so a
+ * funnel shift does it in one, and s1 stays unmasked (the xor's & lmask drops what rmask would):
+ * 6 instructions a round instead of 7. */
 template <int D>
 __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 {
     const uint32_t lmask = (1u << t.lbits) - 1, rmask = (1u << t.rbits) - 1; /* rbits ≤ 16 */
-    uint32_t s0 = v >> t.rbits, s1 = v & rmask;
+    uint32_t s0 = v >> t.rbits, s1 = D ? v : v & rmask, S1 = v << (32 - t.rbits);
 #pragma unroll
     for (int j = 0; j < 6; j++) {
         const uint4 q = t.keys[j * kRuns];
@@ -201,15 +206,17 @@ __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint64_t prod = PD_VP_M0 * (uint64_t)s0;
-            const uint32_t hi = (uint32_t)(prod >> 32);
-            uint32_t lo = (uint32_t)prod;
-            if (D)
-                lo = (lo << 1) | (s1 >> t.lbits);
+            const uint32_t hi = (uint32_t)(prod >> 32), lo = (uint32_t)prod;
             s0 = (hi ^ k[i] ^ s1) & lmask;
-            s1 = lo & rmask;
+            if (D) {
+                s1 = __funnelshift_l(S1, lo, 1); /* (lo << 1) | the old s1's bit lbits */
+                S1 = s1 << (32 - t.rbits);
+            } else {
+                s1 = lo & rmask;
+            }
         }
     }
-    const uint32_t w = (s0 << t.rbits) | s1;
+    const uint32_t w = (s0 << t.rbits) | (s1 & rmask);
     return w ^ (t.flip & (uint32_t)(w < 2));
 }
 
@@ -388,45 +395,68 @@ template <int D>
 __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begin, uint32_t end, uint32_t step)
 {
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
-    uint32_t j = begin + lane, next = begin + 32, q = q0, v = 0;
-    /* the lane's run (walks[q]), as walk position j maps into it */
-    uint32_t qend = 0, to = 0, vo = 0;
-    Tau32 tau;
-    bool busy = j < end;
-    const auto enter = [&]() {
-        while (j >= s.walks[q].end)
-            q++;
-        const WalkEntry e = s.walks[q];
-        qend = e.end;
-        to = e.to;
-        vo = e.vo;
-        tau.keys = &s.keys[0][e.run];
-        tau.flip = s.flip[e.run];
-        tau.n = e.n;
-        tau.lbits = e.lbits;
-        tau.rbits = e.rbits;
+    /* Two walk positions per lane, computed side by side: one σ is a chain of dependent multiplies,
+     * and a lane with two in flight keeps the multiply pipe fed where one chain left it waiting. */
+    struct Item {
+        uint32_t j, v, q, qend, to, vo;
+        Tau32 tau;
+        bool busy;
+    } it[2];
+    const auto enter = [&](Item &x) { /* the run of walk position x.j, from x.q on */
+        while (x.j >= s.walks[x.q].end)
+            x.q++;
+        const WalkEntry e = s.walks[x.q];
+        x.qend = e.end;
+        x.to = e.to;
+        x.vo = e.vo;
+        x.tau.keys = &s.keys[0][e.run];
+        x.tau.flip = s.flip[e.run];
+        x.tau.n = e.n;
+        x.tau.lbits = e.lbits;
+        x.tau.rbits = e.rbits;
     };
-    if (busy) {
-        enter();
-        v = vo + j * step;
+    uint32_t next = begin + 64;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        Item &x = it[k];
+        x.j = begin + 32 * k + lane;
+        x.q = q0;
+        x.busy = x.j < end;
+        x.tau = Tau32{&s.keys[0][0], 2, 0, 3, 3}; /* an idle item computes on something harmless */
+        x.v = x.qend = x.to = x.vo = 0;
+        if (x.busy) {
+            enter(x);
+            x.v = x.vo + x.j * step;
+        }
     }
-    while (__any_sync(kFull, busy)) {
-        if (busy)
-            v = tau.n > 1 ? tau_f<D>(tau, v) : 0;
-        const bool done = busy && v < tau.n;
-        if (done)
-            s.stage[j + to] = v;
-        const unsigned finished = __ballot_sync(kFull, done);
-        if (done) {
-            j = next + __popc(finished & below);
-            busy = j < end;
-            if (busy) {
-                if (j >= qend)
-                    enter();
-                v = vo + j * step;
+    while (__any_sync(kFull, it[0].busy || it[1].busy)) {
+        const uint32_t f0 = tau_f<D>(it[0].tau, it[0].v), f1 = tau_f<D>(it[1].tau, it[1].v);
+        it[0].v = it[0].busy ? (it[0].tau.n > 1 ? f0 : 0) : it[0].v;
+        it[1].v = it[1].busy ? (it[1].tau.n > 1 ? f1 : 0) : it[1].v;
+        bool done[2];
+        unsigned fin[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            done[k] = it[k].busy && it[k].v < it[k].tau.n;
+            if (done[k])
+                s.stage[it[k].j + it[k].to] = it[k].v;
+            fin[k] = __ballot_sync(kFull, done[k]);
+        }
+        const uint32_t rank[2] = {(uint32_t)__popc(fin[0] & below), (uint32_t)(__popc(fin[0]) + __popc(fin[1] & below))};
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            Item &x = it[k];
+            if (done[k]) {
+                x.j = next + rank[k];
+                x.busy = x.j < end;
+                if (x.busy) {
+                    if (x.j >= x.qend)
+                        enter(x);
+                    x.v = x.vo + x.j * step;
+                }
             }
         }
-        next += __popc(finished);
+        next += __popc(fin[0]) + __popc(fin[1]);
     }
     __syncwarp();
 }

@@ -167,7 +167,8 @@ static void runs_match_core(void **state)
     (void)state;
     uint64_t rng = 1717;
     static const struct {
-        uint64_t shards, size; /* size 0: random (empty and single-sample shards among them) */
+        uint64_t shards, size; /* size 0: random (empty and single-sample shards among them); 1000003:
+                                  skewed (one shard of 10^6 every 37, the rest of one sample) */
         uint64_t window, lanes;
         uint32_t world;
         uint64_t count;
@@ -177,6 +178,7 @@ static void runs_match_core(void **state)
         {2000, 0, 1000, 1, 2, 200000},   {5000, 1, 1, 1, 3, 1600},       {3000, 1, 4, 2, 2, 1500},
         {300, 0, 2000, 5, 7, 40000},     {64, 40000, 2, 4, 6, 400000},   {4096, 1024, 8, 8, 3, 1 << 20},
         {5000, 1, 1, 1, 40, 2000}, /* one-sample windows 40 apart: each segment searches its first window */
+        {2000, 1000003, 64, 1, 8, 300000}, /* a bucket's slots: many tiny shards beside a huge one */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const uint64_t S = cases[c].shards;
@@ -184,7 +186,10 @@ static void runs_match_core(void **state)
         assert_non_null(sizes);
         assert_non_null(start);
         for (uint64_t i = 0; i < S; i++)
-            sizes[i] = cases[c].size ? cases[c].size : test_below(&rng, 8) == 0 ? test_below(&rng, 2) : 1 + test_below(&rng, 700);
+            sizes[i] = cases[c].size == 1000003 ? (i % 37 == 0 ? 1000000 : 1)
+                       : cases[c].size         ? cases[c].size
+                       : test_below(&rng, 8) == 0 ? test_below(&rng, 2)
+                                                  : 1 + test_below(&rng, 700);
         sizes[0] += 1;
         assert_int_equal(pd_shard_layout_build(sizes, S, start), PD_OK);
         size_t bytes = pd_shard_plan_bytes(S);
