@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(kBlock) shard_fill(const __grid_constant__ pd_
  *      next bucket's, stores coalesced.
  * The walk is 32-bit: plans with a window of 2^32 samples or more take the per-position kernel
  * above. Windows of more than kSlots slots are searched in the plan's device tables in step 3.
- * Where the time goes (ncu, uneven shards of 512-1535, K = 1): the odd-b walk 59% of the
- * instructions, the even-b walk 22%, planning 10%, stores 8%. */
+ * Where the time went (ncu, uneven shards of 512-1535, K = 1, one position per lane): the odd-b
+ * walk 59% of the instructions, the even-b walk 22%, planning 10%, stores 8%. */
 
 #ifndef PD_GPU_SHARD_WARPS
 #define PD_GPU_SHARD_WARPS 4
@@ -130,7 +130,7 @@ constexpr uint64_t kMinTile = 256; /* positions per tile at least: each tile's f
  * vo + j·step (step = ±d); its τ_w's shape. Two 16-byte loads. */
 struct alignas(16) WalkEntry {
     uint32_t end, to, vo, run;
-    uint32_t n, lbits, rbits, unused;
+    uint32_t n, lbits, rbits, pad;
 };
 
 /* One warp's shared memory: a segment's runs, their windows' slot tables, σ's results. Runs are
@@ -187,7 +187,6 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
     const uint32_t b = n > 1 ? 32 - __clz(n - 1) : 0;
     return b < PD_MIN_BITS ? PD_MIN_BITS : b;
 }
-
 
 /* The core's pd__f_d (VariablePhilox, then the parity correction) on 32-bit values, D = rbits −
  * lbits fixed for the warp. Rounds cost 4 instructions for an even b. For an odd b the core's
@@ -330,7 +329,7 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
         e.n = n;
         e.lbits = bits / 2;
         e.rbits = bits - bits / 2;
-        e.unused = 0;
+        e.pad = 0;
         s.walks[q] = e;
     }
     if (lane == 0)

@@ -158,10 +158,12 @@ static void compare_slice(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_s
     free(locs);
 }
 
-/* The tile kernel (a warp per tile of a rank's positions) on the shapes that pick its paths: long runs and
- * short ones, windows of one sample, windows with more slots than shared memory holds (the plan
- * searched in global memory), windows of 2^32 samples and more, lanes that do not divide W
- * (m > 1), odd lanes backward, pad's wrapped tail, requests of many tiles per warp. */
+/* The tile kernel (warps taking tiles of a rank's positions) on the shapes that pick its paths: long
+ * runs and short ones, segments of many runs and of both parities of b, windows of one sample,
+ * windows with more slots than shared memory holds (the plan searched in global memory), bucket
+ * searches among many tiny shards, windows of 2^32 samples and more (the per-position kernel),
+ * lanes that do not divide W (m > 1), odd lanes backward, pad's wrapped tail, requests of many
+ * tiles per warp. */
 static void runs_match_core(void **state)
 {
     (void)state;
