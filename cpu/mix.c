@@ -233,8 +233,18 @@ static void pd_mix_slots_by_groups(const pd_gen *g, const pd_mix *m, uint64_t g0
         const pd__block_group grp = {.seed = m->seed, .block = B, .first = (g0 + t * world) >> m->block_bits, .out = tab};
         pd__block_group_run(g->isa, &grp);
         const uint64_t base = grp.first * B, span = PD__BLOCK_GROUP * B; /* the run positions it covers */
-        for (uint64_t at = g0 + t * world - base; t < n && at < span; t++, at += world)
-            slot[t] = tab[pd__block_group_at((uint32_t)(at >> m->block_bits), (uint32_t)at & (uint32_t)(B - 1))];
+        for (uint64_t at = g0 + t * world - base; t < n && at < span;) {
+            const uint32_t i = pd__block_group_at((uint32_t)(at >> m->block_bits), (uint32_t)at & (uint32_t)(B - 1));
+            if (world == 1 && (at & 3) == 0 && n - t >= 4) { /* four consecutive slots of a block sit together */
+                for (int k = 0; k < 4; k++)
+                    slot[t + k] = tab[i + k];
+                t += 4;
+                at += 4;
+            } else {
+                slot[t++] = tab[i];
+                at += world;
+            }
+        }
     }
 }
 
