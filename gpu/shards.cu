@@ -130,7 +130,7 @@ constexpr uint64_t kMinTile = 256; /* positions per tile at least: each tile's f
  * vo + j·step (step = ±d); its τ_w's shape. Two 16-byte loads. */
 struct alignas(16) WalkEntry {
     uint32_t end, to, vo, run;
-    uint32_t n, lbits, rbits, pad;
+    uint32_t n, rbits, lmask, rmask;
 };
 
 /* One warp's shared memory: a segment's runs, their windows' slot tables, σ's results. Runs are
@@ -179,7 +179,7 @@ struct Plan {
  * in shared memory (a 16-byte load per four rounds): in registers they spilled, 24 of them per lane. */
 struct Tau32 {
     const uint4 *keys; /* &s.keys[0][run]: keys[j·kRuns] holds round keys 4j..4j+3 */
-    uint32_t n, flip, lbits, rbits;
+    uint32_t n, flip, rbits, lmask, rmask;
 };
 
 __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b for n < 2^32 */
@@ -196,7 +196,7 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
 template <int D>
 __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 {
-    const uint32_t lmask = (1u << t.lbits) - 1, rmask = (1u << t.rbits) - 1; /* rbits ≤ 16 */
+    const uint32_t lmask = t.lmask, rmask = t.rmask;
     uint32_t s0 = v >> t.rbits, s1 = D ? v : v & rmask, S1 = v << (32 - t.rbits);
 #pragma unroll
     for (int j = 0; j < 6; j++) {
@@ -326,10 +326,10 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
         e.to = s.first[rank] - cum;
         e.vo = s.v0[rank] - cum * step;
         e.run = rank;
-        e.n = n;
-        e.lbits = bits / 2;
+        e.n = n > 1 ? n : UINT32_MAX; /* one sample: any value is taken, and the store reads 0 */
         e.rbits = bits - bits / 2;
-        e.pad = 0;
+        e.lmask = (1u << (bits / 2)) - 1;
+        e.rmask = (1u << e.rbits) - 1; /* rbits ≤ 16 */
         s.walks[q] = e;
     }
     if (lane == 0)
@@ -411,8 +411,9 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
         x.tau.keys = &s.keys[0][e.run];
         x.tau.flip = s.flip[e.run];
         x.tau.n = e.n;
-        x.tau.lbits = e.lbits;
         x.tau.rbits = e.rbits;
+        x.tau.lmask = e.lmask;
+        x.tau.rmask = e.rmask;
     };
     uint32_t next = begin + 64;
 #pragma unroll
@@ -421,7 +422,7 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
         x.j = begin + 32 * k + lane;
         x.q = q0;
         x.busy = x.j < end;
-        x.tau = Tau32{&s.keys[0][0], 2, 0, 3, 3}; /* an idle item computes on something harmless */
+        x.tau = Tau32{&s.keys[0][0], 2, 0, 3, 7, 7}; /* an idle item computes on something harmless */
         x.v = x.qend = x.to = x.vo = 0;
         if (x.busy) {
             enter(x);
@@ -430,8 +431,8 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
     }
     while (__any_sync(kFull, it[0].busy || it[1].busy)) {
         const uint32_t f0 = tau_f<D>(it[0].tau, it[0].v), f1 = tau_f<D>(it[1].tau, it[1].v);
-        it[0].v = it[0].busy ? (it[0].tau.n > 1 ? f0 : 0) : it[0].v;
-        it[1].v = it[1].busy ? (it[1].tau.n > 1 ? f1 : 0) : it[1].v;
+        it[0].v = it[0].busy ? f0 : it[0].v;
+        it[1].v = it[1].busy ? f1 : it[1].v;
         bool done[2];
         unsigned fin[2];
 #pragma unroll
@@ -468,11 +469,12 @@ __device__ __noinline__ void store_segment(const pd_shard_plan &plan, const Segm
     const unsigned lane = threadIdx.x & 31u;
     for (uint32_t r = 0; r < runs; r++) {
         const uint32_t f0 = s.first[r], f1 = s.first[r + 1], tab = s.tab[r], slots = s.slots[r];
+        const uint32_t keep = s.n[r] > 1 ? ~0u : 0; /* a window of one sample: its walk took any value */
         if (tab != kNoTable) {
             const uint8_t *bucket = &s.bucket[2 * tab];
             const uint32_t shift = s.bshift[r];
             for (uint32_t t = f0 + lane; t < f1; t += 32) {
-                const uint32_t u = s.stage[t];
+                const uint32_t u = s.stage[t] & keep;
                 uint32_t e = tab; /* the last slot starting at or before u: between u's bucket's and the next's */
                 if (slots > 1) {
                     const uint32_t j = u >> shift, first = bucket[j];
@@ -493,7 +495,7 @@ __device__ __noinline__ void store_segment(const pd_shard_plan &plan, const Segm
             const uint64_t *P = plan.slot_start;
             const uint64_t w = s.w[r], lo = s.lo[r];
             for (uint32_t t = f0 + lane; t < f1; t += 32) {
-                const uint64_t x = lo + s.stage[t];
+                const uint64_t x = lo + (s.stage[t] & keep);
                 const uint64_t slot = pd__last_at_most(P, 1, w * plan.window, pd__window_end(&plan, w), x);
                 pd_shard_loc loc;
                 loc.shard = plan.slot_shard[slot];
