@@ -17,18 +17,25 @@ constexpr int kBlock = 256;
 
 constexpr unsigned kFull = 0xffffffffu;
 
+/* Philox block blk (0 to 6) of window w's keys: the block pd_keys_derive computes for stream 2 + w
+ * (blocks 0-5: round keys 4·blk to 4·blk + 3; block 6: the flip, its first word's low bit). */
+__device__ __forceinline__ void window_key_block(const pd_shard_plan &plan, uint64_t w, uint32_t blk, uint32_t out[4])
+{
+    const uint32_t key[2] = {(uint32_t)plan.seed, (uint32_t)(plan.seed >> 32)};
+    const uint32_t ctr[4] = {blk, PD_STREAM_WINDOW_BASE + (uint32_t)w, (uint32_t)plan.epoch,
+                             (uint32_t)(plan.epoch >> 32)};
+    pd_philox4x32_10(ctr, key, out);
+}
+
 /* τ_w for window w, its 24 keys and flip (7 Philox blocks) computed by lanes 0-6 of the warp and
  * shuffled to every lane: deriving them costs more than σ itself, and a warp's positions mostly
  * share one window. Every lane of the warp must call this with the same w. */
 __device__ __forceinline__ void warp_window_perm(const pd_shard_plan &plan, uint64_t w, pd_perm *tau)
 {
     const unsigned lane = threadIdx.x & 31;
-    const uint32_t key[2] = {(uint32_t)plan.seed, (uint32_t)(plan.seed >> 32)};
-    const uint32_t ctr[4] = {lane, PD_STREAM_WINDOW_BASE + (uint32_t)w, (uint32_t)plan.epoch,
-                             (uint32_t)(plan.epoch >> 32)};
     uint32_t r[4] = {0, 0, 0, 0};
     if (lane < 7)
-        pd_philox4x32_10(ctr, key, r); /* the same blocks pd_keys_derive computes, one per lane */
+        window_key_block(plan, w, lane, r); /* one block per lane */
 #pragma unroll
     for (int j = 0; j < 6; j++)
 #pragma unroll
@@ -336,13 +343,10 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
         s.first[pl.runs] = pl.len;
     __syncwarp();
     /* τ_w's keys: pd_keys_derive's 7 Philox blocks of each run, one block per lane */
-    const uint32_t key[2] = {(uint32_t)plan.seed, (uint32_t)(plan.seed >> 32)};
     for (uint32_t q = lane; q < 7 * pl.runs; q += 32) {
         const uint32_t r = q / 7, blk = q % 7;
-        const uint32_t ctr[4] = {blk, PD_STREAM_WINDOW_BASE + (uint32_t)s.w[r], (uint32_t)plan.epoch,
-                                 (uint32_t)(plan.epoch >> 32)};
         uint32_t o[4];
-        pd_philox4x32_10(ctr, key, o);
+        window_key_block(plan, s.w[r], blk, o);
         if (blk < 6)
             s.keys[blk][r] = make_uint4(o[0], o[1], o[2], o[3]);
         else
