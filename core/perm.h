@@ -100,6 +100,20 @@ PD_STATIC_INLINE uint64_t pd__vphilox(const pd_perm *p, uint64_t v, int rounds)
     return pd__vphilox_d(p, v, rounds, p->rbits - p->lbits);
 }
 
+/* Narrow halves (lbits ≤ PD_VP_SMALL_LBITS): one 32-bit multiplier Y stands in for M0. For every
+ * s0 < 2^lbits, t = Y·s0 mod 2^32 holds both parts of M0·s0 a round reads: its low lbits bits are
+ * M0·s0's (Y ≡ M0 mod 2^lbits), and its top lbits bits are M0·s0's bits 32 to 32 + lbits (Y's other
+ * bits are M0's bits lbits to 32, so Y·s0 is M0·s0 / 2^lbits mod 2^32 but for what the low bits add,
+ * which for this M0 never carries into the top lbits: checked for every s0 and lbits 3 to 8 by
+ * tests/unit/test_perm.c; at 9 some s0 carries). So a round on windows of b ≤ 17 bits costs one
+ * 32x32-bit multiply instead of a 32x32→64 one and a multiply-add (the GPU's sharded walk). */
+#define PD_VP_SMALL_LBITS 8
+PD_STATIC_INLINE uint32_t pd__vp_small_mult(uint32_t lbits)
+{
+    const uint32_t lmask = (UINT32_C(1) << lbits) - 1;
+    return ((uint32_t)(PD_VP_M0 >> lbits) & ~lmask) | ((uint32_t)PD_VP_M0 & lmask);
+}
+
 /* Inverse of pd__vphilox. A round keeps the low lbits of M0·s0 in s1, and
  * M0 is odd, so s0 comes back by multiplying with M0⁻¹ mod 2^lbits. */
 PD_STATIC_INLINE uint64_t pd__vphilox_inv(const pd_perm *p, uint64_t v, int rounds)

@@ -9,6 +9,7 @@ struct pd_gpu_plan {
     void *mem;          /* start[S+1], slot_shard[S], slot_start[S+1] */
     int device;
     int narrow;         /* every window holds fewer than 2^32 samples: the tile kernel's 32-bit walk applies */
+    int small;          /* and at most 2^(2·PD_VP_SMALL_LBITS + 1): its rounds take one 32-bit multiply */
 };
 
 namespace {
@@ -187,6 +188,7 @@ struct Plan {
 struct Tau32 {
     const uint4 *keys; /* &s.keys[0][run]: keys[j·kRuns] holds round keys 4j..4j+3 */
     uint32_t n, flip, rbits, lmask, rmask;
+    uint32_t y;        /* small windows: pd__vp_small_mult(lbits) */
 };
 
 __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b for n < 2^32 */
@@ -195,15 +197,27 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
     return b < PD_MIN_BITS ? PD_MIN_BITS : b;
 }
 
+/* Windows of b ≤ 2·PD_VP_SMALL_LBITS + 1 bits (every plan whose windows hold at most 2^17 samples) take
+ * rounds of one 32-bit multiply (core/perm.h's pd__vp_small_mult): M0·s0's two parts come from Y·s0, the
+ * high one by a shift. The 32x32→64 multiply and the multiply-add it replaces were the walk's costliest
+ * instructions: uneven shards went 0.39-0.48 → 0.43-0.53 of flat σ on an H200 (same run, both builds).
+ * Tried there too, slower or no better: the high part by __umulhi(lo, 2^lbits) (IMAD.HI is dearer than
+ * the shift), and S1 from lo (lo << (32 − lbits)) by a shift or a multiply. PD_GPU_SHARD_SMALL=0 builds
+ * the 64-bit rounds alone (for comparison: tests/gpu/run.sh shards-profile with PD_SHARD_VARIANTS). */
+#ifndef PD_GPU_SHARD_SMALL
+#define PD_GPU_SHARD_SMALL 1
+#endif
+
 /* The core's pd__f_d (VariablePhilox, then the parity correction) on 32-bit values, D = rbits −
  * lbits fixed for the warp. Rounds cost 4 instructions for an even b. For an odd b the core's
  * lo = (lo << 1) | (s1 >> lbits) takes s1's top bit; here s1 is also kept top-aligned (S1), so a
  * funnel shift does it in one, and s1 stays unmasked (the xor's & lmask drops what rmask would):
- * 6 instructions a round instead of 7. */
-template <int D>
+ * 6 instructions a round instead of 7. SMALL: lbits ≤ PD_VP_SMALL_LBITS, and the product is Y·s0's
+ * 32 bits, its high part their top lbits (instead of a 32x32→64 multiply and a multiply-add). */
+template <int D, bool SMALL>
 __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 {
-    const uint32_t lmask = t.lmask, rmask = t.rmask;
+    const uint32_t lmask = t.lmask, rmask = t.rmask, hshift = 32 - (t.rbits - D);
     uint32_t s0 = v >> t.rbits, s1 = D ? v : v & rmask, S1 = v << (32 - t.rbits);
 #pragma unroll
     for (int j = 0; j < 6; j++) {
@@ -211,8 +225,15 @@ __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
         const uint32_t k[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint64_t prod = PD_VP_M0 * (uint64_t)s0;
-            const uint32_t hi = (uint32_t)(prod >> 32), lo = (uint32_t)prod;
+            uint32_t hi, lo;
+            if (SMALL) {
+                lo = t.y * s0;
+                hi = lo >> hshift;
+            } else {
+                const uint64_t prod = PD_VP_M0 * (uint64_t)s0;
+                hi = (uint32_t)(prod >> 32);
+                lo = (uint32_t)prod;
+            }
             s0 = (hi ^ k[i] ^ s1) & lmask;
             if (D) {
                 s1 = __funnelshift_l(S1, lo, 1); /* (lo << 1) | the old s1's bit lbits */
@@ -394,7 +415,7 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
 /* Step 2: σ of walk positions begin to end (the runs walked q-th from q0 on) into s.stage, every run
  * of them with rbits − lbits = D, lanes refilled across runs. Not inlined: it gets registers of its
  * own, away from the tile loop's. */
-template <int D>
+template <int D, bool SMALL>
 __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begin, uint32_t end, uint32_t step)
 {
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
@@ -418,6 +439,7 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
         x.tau.rbits = e.rbits;
         x.tau.lmask = e.lmask;
         x.tau.rmask = e.rmask;
+        x.tau.y = SMALL ? pd__vp_small_mult(e.rbits - D) : 0;
     };
     uint32_t next = begin + 64;
 #pragma unroll
@@ -426,7 +448,7 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
         x.j = begin + 32 * k + lane;
         x.q = q0;
         x.busy = x.j < end;
-        x.tau = Tau32{&s.keys[0][0], 2, 0, 3, 7, 7}; /* an idle item computes on something harmless */
+        x.tau = Tau32{&s.keys[0][0], 2, 0, 3, 7, 7, 0}; /* an idle item computes on something harmless */
         x.v = x.qend = x.to = x.vo = 0;
         if (x.busy) {
             enter(x);
@@ -434,7 +456,7 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
         }
     }
     while (__any_sync(kFull, it[0].busy || it[1].busy)) {
-        const uint32_t f0 = tau_f<D>(it[0].tau, it[0].v), f1 = tau_f<D>(it[1].tau, it[1].v);
+        const uint32_t f0 = tau_f<D, SMALL>(it[0].tau, it[0].v), f1 = tau_f<D, SMALL>(it[1].tau, it[1].v);
         it[0].v = it[0].busy ? f0 : it[0].v;
         it[1].v = it[1].busy ? f1 : it[1].v;
         bool done[2];
@@ -521,7 +543,7 @@ __device__ __noinline__ void store_tail(const TileRequest &r, void *out)
     store_loc<W>(out, r.count, loc);
 }
 
-template <unsigned W>
+template <unsigned W, bool SMALL>
 __global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
     shard_tiles(const __grid_constant__ TileRequest r, void *out)
 {
@@ -551,22 +573,23 @@ __global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
             const Plan pl = plan_segment(plan, s, x0, back, r.d, i, i1, &guess);
             const uint32_t step = back ? 0u - (uint32_t)r.d : (uint32_t)r.d;
             if (pl.even_runs)
-                walk_segment<0>(s, 0, 0, pl.even_len, step);
+                walk_segment<0, SMALL>(s, 0, 0, pl.even_len, step);
             if (pl.even_runs < pl.runs)
-                walk_segment<1>(s, pl.even_runs, pl.even_len, pl.len, step);
+                walk_segment<1, SMALL>(s, pl.even_runs, pl.even_len, pl.len, step);
             store_segment<W>(plan, s, pl.runs, c + i * r.m, r.m, out);
             i += pl.len;
         }
     }
 }
 
-/* Resident blocks of the tile kernel per SM (asked once per width). */
-template <unsigned W>
+/* Resident blocks of the tile kernel per SM (asked once per width and kind of round). */
+template <unsigned W, bool SMALL>
 int tile_blocks_per_sm()
 {
     static int blocks = 0;
-    if (!blocks && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, shard_tiles<W>, kTileBlock, 0) != cudaSuccess ||
-                    blocks < 1))
+    if (!blocks &&
+        (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, shard_tiles<W, SMALL>, kTileBlock, 0) != cudaSuccess ||
+         blocks < 1))
         blocks = 1;
     return blocks;
 }
@@ -603,7 +626,9 @@ cudaError_t launch_fill(pd_gpu *g, const pd_gpu_plan *dp, uint64_t first, uint64
     r.d = world / a;
     r.subs = m < r.count ? m : r.count;
     /* A few tiles per resident warp, so that warps finish together, up to a segment each. */
-    const uint64_t resident = (uint64_t)g->sms * tile_blocks_per_sm<W>(), warps = resident * kTileWarps;
+    const bool small = PD_GPU_SHARD_SMALL && dp->small;
+    const uint64_t resident = (uint64_t)g->sms * (small ? tile_blocks_per_sm<W, true>() : tile_blocks_per_sm<W, false>());
+    const uint64_t warps = resident * kTileWarps;
     const uint64_t tile = (r.count / (PD_GPU_SHARD_TILES_PER_WARP * warps) + 31) / 32 * 32;
     r.tile = tile < kMinTile ? kMinTile : tile > kStage ? kStage : tile;
     if (!g->tiles) {
@@ -619,7 +644,11 @@ cudaError_t launch_fill(pd_gpu *g, const pd_gpu_plan *dp, uint64_t first, uint64
     r.tiles_per_sub = (longest + r.tile - 1) / r.tile;
     const uint64_t tiles = r.subs * r.tiles_per_sub;
     const uint64_t want = tiles ? (tiles + kTileWarps - 1) / kTileWarps : 1;
-    shard_tiles<W><<<(unsigned)(want < resident ? want : resident), kTileBlock, 0, g->stream>>>(r, dev_out);
+    const unsigned blocks = (unsigned)(want < resident ? want : resident);
+    if (small)
+        shard_tiles<W, true><<<blocks, kTileBlock, 0, g->stream>>>(r, dev_out);
+    else
+        shard_tiles<W, false><<<blocks, kTileBlock, 0, g->stream>>>(r, dev_out);
     return cudaGetLastError();
 }
 
@@ -669,10 +698,14 @@ extern "C" int pd_gpu_plan_upload(pd_gpu *g, const pd_shard_plan *plan, pd_gpu_p
     uint64_t *mem = NULL;
     dp->device = g->device;
     dp->plan = *plan;
-    dp->narrow = 1;
-    for (uint64_t w = 0; w < plan->windows; w++)
-        if (plan->slot_start[pd__window_end(plan, w)] - plan->slot_start[w * plan->window] > UINT32_MAX)
+    dp->narrow = dp->small = 1;
+    for (uint64_t w = 0; w < plan->windows; w++) {
+        const uint64_t m = plan->slot_start[pd__window_end(plan, w)] - plan->slot_start[w * plan->window];
+        if (m > UINT32_MAX)
             dp->narrow = 0;
+        if (m > UINT64_C(1) << (2 * PD_VP_SMALL_LBITS + 1)) /* b > 17: lbits > 8 */
+            dp->small = 0;
+    }
     CUDACHECKGOTO(cudaSetDevice(g->device), rc, fail);
     CUDACHECKGOTO(cudaMalloc(&dp->mem, (size_t)(3 * S + 2) * sizeof(uint64_t)), rc, fail);
     mem = (uint64_t *)dp->mem;

@@ -84,11 +84,12 @@ if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: te
   tail -5 "$OUT/shards_tests.log"
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   cuobjdump --dump-sass build-dev/lib/libpermd_gpu.so 2>/dev/null \
-    | awk '/Function :/{keep = /shard_tiles|walk_refill|walk_naive/} keep' | gzip >"$OUT/shards_sass.txt.gz"
+    | awk '/Function :/{keep = /shard_tiles|walk_segment|walk_refill|walk_naive/} keep' | gzip >"$OUT/shards_sass.txt.gz"
   metrics=gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
   metrics=$metrics,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__cycles_active.avg.pct_of_peak_sustained_elapsed
   metrics=$metrics,smsp__thread_inst_executed_per_inst_executed.ratio,launch__registers_per_thread,launch__grid_size
   metrics=$metrics,smsp__inst_executed_op_local_ld.sum,smsp__inst_executed_op_local_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+  [ "${PD_SHARD_NCU:-1}" = 0 ] && ncu_bin= # PD_SHARD_NCU=0: no ncu (the variants' bench rows alone)
   [ -n "$ncu_bin" ] && "$ncu_bin" --clock-control none -k 'regex:shard_|walk_' --metrics "$metrics" --csv \
     build-dev/bench/shards --gpu-only >"$OUT/shards_ncu.csv" 2>&1
   if [ -n "$ncu_bin" ] && [ -n "${PD_SHARD_SOURCE:-}" ]; then # per-instruction counts of one launch (-s: its index)
@@ -99,7 +100,7 @@ if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: te
   for v in ${PD_SHARD_VARIANTS:-}; do # NAME=CUDA_FLAGS, commas for spaces, e.g. mb4=-DPD_GPU_SHARD_MIN_BLOCKS=4
     echo "## variant ${v%%=*}: ${v#*=}" >>"$OUT/shards_gpu_variants.md"
     mkdir -p "build-${v%%=*}"
-    { cmake -S . -B "build-${v%%=*}" -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" \
+    { cmake -S . -B "build-${v%%=*}" -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" ${PERMD_DEVICE_CMAKE_ARGS:-} \
         "-DCMAKE_CUDA_FLAGS=$(echo "${v#*=}" | tr , ' ')" && cmake --build "build-${v%%=*}" -j"$(nproc)" --target bench_shards; } \
       >"build-${v%%=*}/variant.log" 2>&1 || { tail -20 "build-${v%%=*}/variant.log" >>"$OUT/shards_gpu_variants.md"; rc=1; continue; }
     "build-${v%%=*}/bench/shards" --gpu-only >>"$OUT/shards_gpu_variants.md" 2>&1 || rc=1

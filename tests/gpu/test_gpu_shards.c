@@ -1,4 +1,4 @@
-/* The GPU's sharded epochs against the core's, bit for bit: layouts with empty and huge shards, K, G, W, modes, widths, both kernels.
+/* The GPU's sharded epochs against the core's, bit for bit: layouts with empty and huge shards, K, G, W, modes, widths, both kernels, small windows' rounds and wide ones.
  * Exits 77 (ctest: skipped) with a message when the machine has no GPU. */
 #include "test_util.h"
 
@@ -163,7 +163,7 @@ static void compare_slice(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_s
  * windows with more slots than shared memory holds (the plan searched in global memory), bucket
  * searches among many tiny shards, windows of 2^32 samples and more (the per-position kernel),
  * lanes that do not divide W (m > 1), odd lanes backward, pad's wrapped tail, requests of many
- * tiles per warp. */
+ * tiles per warp; windows of at most 2^17 samples (rounds of one 32-bit multiply) and larger ones. */
 static void runs_match_core(void **state)
 {
     (void)state;

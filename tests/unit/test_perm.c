@@ -72,6 +72,50 @@ static void multiplier_inverse(void **state)
     assert_true(PD_VP_M0 * PD_VP_M0_INV == 1);
 }
 
+/* Whether one 32-bit multiplier y gives, for every s0 < 2^lbits, M0·s0's low lbits bits and its bits 32 to
+ * 32 + lbits as pd__vp_small_mult promises. */
+static int small_mult_exact(uint32_t y, uint32_t lbits)
+{
+    const uint32_t lmask = (UINT32_C(1) << lbits) - 1;
+    for (uint32_t s0 = 0; s0 <= lmask; s0++) {
+        const uint64_t prod = PD_VP_M0 * s0;
+        const uint32_t t = y * s0;
+        if ((t >> (32 - lbits)) != ((uint32_t)(prod >> 32) & lmask) || (t & lmask) != ((uint32_t)prod & lmask))
+            return 0;
+    }
+    return 1;
+}
+
+/* The narrow-halves multiplier holds for every s0 at every lbits up to PD_VP_SMALL_LBITS, and a round
+ * built on it gives v1's f; it is no identity in general: at lbits 9, and with M0's low bits altered, it
+ * fails. */
+static void small_multiplier_exact(void **state)
+{
+    (void)state;
+    for (uint32_t lbits = PD_MIN_BITS / 2; lbits <= PD_VP_SMALL_LBITS; lbits++)
+        assert_true(small_mult_exact(pd__vp_small_mult(lbits), lbits));
+    assert_false(small_mult_exact(pd__vp_small_mult(PD_VP_SMALL_LBITS + 1), PD_VP_SMALL_LBITS + 1));
+    assert_false(small_mult_exact(pd__vp_small_mult(PD_VP_SMALL_LBITS) ^ 1u, PD_VP_SMALL_LBITS));
+    /* f on b = 6 … 17 through rounds of one 32-bit multiply, as gpu/shards.cu's walk computes it */
+    uint64_t rng = 5;
+    for (uint32_t b = PD_MIN_BITS; b <= 2 * PD_VP_SMALL_LBITS + 1; b++) {
+        pd_perm p;
+        assert_int_equal(pd_perm_init(&p, b, 3, 2 + b, UINT64_C(1) << b), PD_OK);
+        const uint32_t y = pd__vp_small_mult(p.lbits), d = p.rbits - p.lbits;
+        for (int i = 0; i < 2000; i++) {
+            const uint32_t v = (uint32_t)(test_rand(&rng) & ((UINT64_C(1) << b) - 1));
+            uint32_t s0 = v >> p.rbits, s1 = v & p.rmask;
+            for (int r = 0; r < PD_ROUNDS; r++) {
+                const uint32_t t = y * s0, hi = t >> (32 - p.lbits);
+                const uint32_t lo = d ? (t << 1) | (s1 >> p.lbits) : t;
+                s0 = (hi ^ p.keys.k[r] ^ s1) & p.lmask;
+                s1 = lo & p.rmask;
+            }
+            assert_int_equal(((uint64_t)s0 << p.rbits) | s1, pd__vphilox(&p, v, PD_ROUNDS));
+        }
+    }
+}
+
 /* The Feistel network itself must invert at every width, b = 63 included. */
 static void vphilox_inverts_at_every_width(void **state)
 {
@@ -225,6 +269,7 @@ int main(void)
         cmocka_unit_test(known_inverses),
         cmocka_unit_test(shape_follows_spec),
         cmocka_unit_test(multiplier_inverse),
+        cmocka_unit_test(small_multiplier_exact),
         cmocka_unit_test(vphilox_inverts_at_every_width),
         cmocka_unit_test(bijection_all_small_n),
         cmocka_unit_test(bijection_near_powers),
