@@ -36,7 +36,7 @@ typedef struct layout {
 
 /* ---- CPU: the core's loop and each kernel, flat and sharded, one thread */
 
-#define MAX_BACKENDS 4
+#define MAX_BACKENDS 5
 typedef struct job {
     const pd_gen *gen; /* NULL: the core */
     const pd_shard_plan *plan;
@@ -107,6 +107,12 @@ static void cpu_table(const layout *l, uint64_t count)
             backends[nb] = &gens[nb];
             names[nb++] = pd_isa_name(isas[i]);
         }
+    if (nb > 1 && gens[nb - 1].vbmi) { /* what AVX-512 CPUs without VBMI (Skylake-X, Cascade Lake) run */
+        gens[nb] = gens[nb - 1];
+        gens[nb].vbmi = 0;
+        backends[nb] = &gens[nb];
+        names[nb++] = "avx512 no-VBMI";
+    }
     job j = {.count = count, .out = malloc(count * sizeof *j.out)};
     if (!j.out)
         abort();

@@ -114,6 +114,20 @@ PD_STATIC_INLINE uint32_t pd__vp_small_mult(uint32_t lbits)
     return ((uint32_t)(PD_VP_M0 >> lbits) & ~lmask) | ((uint32_t)PD_VP_M0 & lmask);
 }
 
+/* The same with the round's lo shifted left by d = rbits − lbits (0 or 1), as an odd b's round uses
+ * it: Y_d·s0 mod 2^32 holds lo·2^d in its low lbits + d bits (bit 0 is 0 when d = 1) and M0·s0's bits
+ * 32 to 32 + lbits still at its top. For d = 1, Y_1 is twice a multiplier whose product holds the high
+ * part one bit lower (M0's bits lbits + 1 upward, less 2^lbits: at lbits = 8 the plain choice lets
+ * the low product carry in, checked like pd__vp_small_mult's). */
+PD_STATIC_INLINE uint32_t pd__vp_small_mult_d(uint32_t lbits, uint32_t d)
+{
+    const uint32_t lmask = (UINT32_C(1) << lbits) - 1;
+    if (!d)
+        return pd__vp_small_mult(lbits);
+    const uint32_t z = (uint32_t)(PD_VP_M0 >> (lbits + 1)) - (UINT32_C(1) << lbits);
+    return ((z & ~lmask) | ((uint32_t)PD_VP_M0 & lmask)) << 1;
+}
+
 /* Inverse of pd__vphilox. A round keeps the low lbits of M0·s0 in s1, and
  * M0 is odd, so s0 comes back by multiplying with M0⁻¹ mod 2^lbits. */
 PD_STATIC_INLINE uint64_t pd__vphilox_inv(const pd_perm *p, uint64_t v, int rounds)

@@ -1,4 +1,4 @@
-/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; with PD_BATCH_BYTES (batch_vbmi.c) τ of ≤ 17 bits on byte lanes. */
+/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; τ of ≤ 17 bits with one multiply a round, or with PD_BATCH_BYTES (batch_vbmi.c) on byte lanes. */
 #include "cpu/kernel.h"
 
 #include <string.h>
@@ -23,6 +23,14 @@
  * that lies inside one run (a shard batch's runs are contiguous, so most of its groups do) reads that
  * run's keys and values broadcast from memory instead, as kernel_avx512.c does.
  *
+ * Small windows on 32-bit lanes (PD_SMALL: every run of the batch has b ≤ 17, on AVX-512 CPUs without
+ * VBMI, or where the byte lanes do not apply): a round's product is one vpmulld by a per-run
+ * multiplier (core/perm.h's pd__vp_small_mult_d: lo << d in the low bits, the high part in the top
+ * lbits, taken by a vpsrlvd) instead of two vpmuludq, a shuffle, two vpmulld and an add: ~7
+ * instructions per 16 lanes where the general round costs ~11-12. Without VBMI it took uneven shards
+ * from 0.33-0.46 to 0.34-0.54 of flat σ and uniform ones from 0.56-0.75 to 0.68-1.01 (Zen 5, VBMI
+ * turned off: bench/shards' "avx512 no-VBMI" column).
+ *
  * Byte lanes (compiled with PD_BATCH_BYTES, AVX-512 VBMI: batch_vbmi.c). Windows are mostly small
  * (2^10 to 2^17 samples), and a τ on b ≤ 16 bits has halves of at most 8 bits. A round reads its
  * left half only through M0·s0, so with s0 < 2^8 the round's products are two 256-entry byte tables
@@ -46,14 +54,19 @@
 #define PD_TL_XOR3 0x96   /* a ^ b ^ c */
 #define PD_TL_OR_AND 0xA8 /* (a | b) & c */
 
-/* One vector's lanes' values of the per-run tables. */
+/* The walk's d argument: bit 0, some run has d = 1; bit 1 (PD_SMALL, 32-bit lanes), every run has b ≤ 17:
+ * a round's product is one 32-bit multiply (core/perm.h's pd__vp_small_mult_d) instead of three. */
+#define PD_SMALL 2
+
+/* One vector's lanes' values of the per-run tables (m_lo_d: with PD_SMALL, pd__vp_small_mult_d's
+ * multiplier; hsh: 32 − lbits, where that product's top holds the round's high part). */
 typedef struct lanes {
-    __m512i run, m_lo_d, lmask, rmask, lbits, rbits, n_m1;
+    __m512i run, m_lo_d, lmask, rmask, lbits, rbits, n_m1, hsh;
 } lanes;
 
 typedef struct bctx {
     __m512i key[PD_ROUNDS]; /* lane r: run r's round key */
-    __m512i m_lo_d, lmask, rmask, lbits, rbits, n_m1;
+    __m512i m_lo_d, lmask, rmask, lbits, rbits, n_m1, hsh;
     __m512i rmask_hi, rbits_hi, n_m1_hi; /* runs 16-31 (byte lanes only) */
     uint32_t kr[PD__BATCH_RUNS][PD_ROUNDS]; /* the same per run, for groups inside one run: */
     lanes one[PD__BATCH_RUNS];              /*   broadcast keys and values, read from memory */
@@ -81,7 +94,8 @@ PD_AI lanes lanes_of(const bctx *c, __m512i run)
                    .rmask = _mm512_permutexvar_epi32(run, c->rmask),
                    .lbits = _mm512_permutexvar_epi32(run, c->lbits),
                    .rbits = _mm512_permutexvar_epi32(run, c->rbits),
-                   .n_m1 = _mm512_permutexvar_epi32(run, c->n_m1)};
+                   .n_m1 = _mm512_permutexvar_epi32(run, c->n_m1),
+                   .hsh = _mm512_permutexvar_epi32(run, c->hsh)};
 }
 
 /* lanes_of for byte lanes: up to 32 runs, and only what split, inside and the queue read. */
@@ -95,17 +109,22 @@ PD_AI lanes lanes_of_bytes(const bctx *c, __m512i run)
 
 PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m512i *s0, __m512i *s1, const int d, const uint32_t *hk)
 {
-    const __m512i m_lo = _mm512_set1_epi32((int)(uint32_t)PD_VP_M0);
-    const __m512i m_hi = _mm512_set1_epi32((int)(uint32_t)(PD_VP_M0 >> 32));
-    /* hi32(M0·s0), as kernel_avx512.c computes it */
-    const __m512i e = _mm512_mul_epu32(*s0, m_lo);
-    const __m512i o = _mm512_mul_epu32(_mm512_srli_epi64(*s0, 32), m_lo);
-    __m512i hi = _mm512_mask_shuffle_epi32(o, 0x5555, e, _MM_PERM_DDBB);
-    hi = _mm512_add_epi32(hi, _mm512_mullo_epi32(*s0, m_hi));
-    const __m512i lo = _mm512_mullo_epi32(*s0, p->m_lo_d);
+    __m512i hi, lo;
+    if (d & PD_SMALL) { /* lo << d in the product's low bits, the high part in its top lbits */
+        lo = _mm512_mullo_epi32(*s0, p->m_lo_d);
+        hi = _mm512_srlv_epi32(lo, p->hsh);
+    } else { /* hi32(M0·s0), as kernel_avx512.c computes it */
+        const __m512i m_lo = _mm512_set1_epi32((int)(uint32_t)PD_VP_M0);
+        const __m512i m_hi = _mm512_set1_epi32((int)(uint32_t)(PD_VP_M0 >> 32));
+        const __m512i e = _mm512_mul_epu32(*s0, m_lo);
+        const __m512i o = _mm512_mul_epu32(_mm512_srli_epi64(*s0, 32), m_lo);
+        hi = _mm512_mask_shuffle_epi32(o, 0x5555, e, _MM_PERM_DDBB);
+        hi = _mm512_add_epi32(hi, _mm512_mullo_epi32(*s0, m_hi));
+        lo = _mm512_mullo_epi32(*s0, p->m_lo_d);
+    }
     const __m512i k = hk ? _mm512_set1_epi32((int)hk[i]) : _mm512_permutexvar_epi32(p->run, c->key[i]);
     *s0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, *s1, PD_TL_XOR3), p->lmask);
-    if (d)
+    if (d & 1)
         *s1 = _mm512_ternarylogic_epi32(lo, _mm512_srlv_epi32(*s1, p->lbits), p->rmask, PD_TL_OR_AND);
     else /* every lane has d = 0: s1 >> lbits is 0 and junk above rbits is masked at the end */
         *s1 = lo;
@@ -120,7 +139,7 @@ PD_AI void eval(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *s1, 
         for (int v = 0; v < nv; v++)
             vp_round(c, i, p[v], &s0[v], &s1[v], d, hk);
     }
-    if (!d)
+    if (!(d & 1))
         for (int v = 0; v < nv; v++)
             s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
 }
@@ -343,18 +362,21 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const
     q->n = w;
 }
 
-static void bctx_init(bctx *c, const pd__batch *b)
+/* small: every run has b ≤ 17 and the walk takes PD_SMALL rounds. */
+static void bctx_init(bctx *c, const pd__batch *b, int small)
 {
-    uint32_t t[7][PD__BATCH_RUNS];
+    uint32_t t[8][PD__BATCH_RUNS];
     memset(t, 0, sizeof t);
     for (unsigned r = 0; r < b->nruns; r++) {
         const pd_perm *p = b->perm[r];
-        t[0][r] = (uint32_t)PD_VP_M0 << (p->rbits - p->lbits);
+        const uint32_t d = p->rbits - p->lbits;
+        t[0][r] = small ? pd__vp_small_mult_d(p->lbits, d) : (uint32_t)PD_VP_M0 << d;
         t[1][r] = p->lmask;
         t[2][r] = p->rmask;
         t[3][r] = p->lbits;
         t[4][r] = p->rbits;
         t[5][r] = (uint32_t)(p->n - 1);
+        t[7][r] = 32 - p->lbits;
     }
     c->m_lo_d = _mm512_loadu_si512(t[0]);
     c->lmask = _mm512_loadu_si512(t[1]);
@@ -362,6 +384,7 @@ static void bctx_init(bctx *c, const pd__batch *b)
     c->lbits = _mm512_loadu_si512(t[3]);
     c->rbits = _mm512_loadu_si512(t[4]);
     c->n_m1 = _mm512_loadu_si512(t[5]);
+    c->hsh = _mm512_loadu_si512(t[7]);
     c->rmask_hi = _mm512_loadu_si512(t[2] + VW);
     c->rbits_hi = _mm512_loadu_si512(t[4] + VW);
     c->n_m1_hi = _mm512_loadu_si512(t[5] + VW);
@@ -369,7 +392,7 @@ static void bctx_init(bctx *c, const pd__batch *b)
         c->one[r] = (lanes){.run = _mm512_set1_epi32((int)r), .m_lo_d = _mm512_set1_epi32((int)t[0][r]),
                             .lmask = _mm512_set1_epi32((int)t[1][r]), .rmask = _mm512_set1_epi32((int)t[2][r]),
                             .lbits = _mm512_set1_epi32((int)t[3][r]), .rbits = _mm512_set1_epi32((int)t[4][r]),
-                            .n_m1 = _mm512_set1_epi32((int)t[5][r])};
+                            .n_m1 = _mm512_set1_epi32((int)t[5][r]), .hsh = _mm512_set1_epi32((int)t[7][r])};
     }
     c->v = b->v;
     c->run = b->run;
@@ -416,14 +439,15 @@ static void bctx_init(bctx *c, const pd__batch *b)
 #endif
 }
 
-/* d: 0 or 1 (every run's d = 0, or not); on byte lanes (L > 0, see eval_bytes) 0, 1 or 2. */
+/* d: 0 or 1 (every run's d = 0, or not), | PD_SMALL on 32-bit lanes when every run has b ≤ 17; on byte
+ * lanes (L > 0, see eval_bytes) 0, 1 or 2. */
 PD_AI void walk(const pd__batch *b, const int d, const int L)
 {
     bctx c;
     queue q;
     outbuf buf;
     const uint32_t gl = VW * (L ? BNV : CNV); /* lanes per group */
-    bctx_init(&c, b);
+    bctx_init(&c, b, !L && (d & PD_SMALL));
     q.n = buf.n = 0;
     uint32_t i = 0;
     while (i + gl <= b->count) {
@@ -493,15 +517,27 @@ static void walk_d1(const pd__batch *b)
     walk(b, 1, 0);
 }
 
+static void walk_small_d0(const pd__batch *b)
+{
+    walk(b, PD_SMALL, 0);
+}
+
+static void walk_small_d1(const pd__batch *b)
+{
+    walk(b, PD_SMALL | 1, 0);
+}
+
 void pd__batch_avx512(const pd__batch *b)
 {
-    int any_d = 0; /* the lighter round when every run has d = 0 */
-    for (unsigned r = 0; r < b->nruns; r++)
+    int any_d = 0, small = 1; /* the lighter round when every run has d = 0; one multiply when b ≤ 17 */
+    for (unsigned r = 0; r < b->nruns; r++) {
         any_d |= b->perm[r]->rbits != b->perm[r]->lbits;
-    if (any_d)
-        walk_d1(b);
+        small &= b->perm[r]->lbits <= PD_VP_SMALL_LBITS;
+    }
+    if (small)
+        (any_d ? walk_small_d1 : walk_small_d0)(b);
     else
-        walk_d0(b);
+        (any_d ? walk_d1 : walk_d0)(b);
 }
 
 /* ---- Keys of 16 windows: Philox4x32-10 with one window per lane, block by block (core/keys.h) */

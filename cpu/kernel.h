@@ -231,13 +231,14 @@ void pd__batch_avx512(const pd__batch *b);
 void pd__batch_vbmi(const pd__batch *b);
 #endif
 /* Whether g walks τ on narrow lanes (AVX-512 VBMI and b ≤ 17: bytes; AVX2: bytes for b ≤ 11, 16-bit
- * words for b ≤ 17): 1.5-4× the 32-bit kernels' rate, so even a batch of one run takes the batch
- * kernel then. */
+ * words for b ≤ 17) or, on AVX-512 without VBMI, b ≤ 17 on 32-bit lanes with one multiply a round
+ * (batch_avx512.c's PD_SMALL): faster than the σ kernels' general rounds, so even a batch of one run
+ * takes the batch kernel then. */
 #define PD__BATCH_BYTES_AVX2 11
 #define PD__BATCH_WORDS_AVX2 17
 static inline int pd__batch_narrow(const pd_gen *g, const pd_perm *p)
 {
-    return g->isa == PD_ISA_AVX2 ? p->bits <= PD__BATCH_WORDS_AVX2 : g->vbmi && p->bits <= 17;
+    return g->isa == PD_ISA_AVX2 ? p->bits <= PD__BATCH_WORDS_AVX2 : g->isa == PD_ISA_AVX512 && p->bits <= 17;
 }
 /* The batch kernel of g's ISA, and the most runs it takes: one register of per-run values (AVX2 8,
  * AVX-512 16), two on narrow AVX-512 lanes (32: every τ of the batch pd__batch_narrow). */

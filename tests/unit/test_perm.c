@@ -72,15 +72,16 @@ static void multiplier_inverse(void **state)
     assert_true(PD_VP_M0 * PD_VP_M0_INV == 1);
 }
 
-/* Whether one 32-bit multiplier y gives, for every s0 < 2^lbits, M0·s0's low lbits bits and its bits 32 to
- * 32 + lbits as pd__vp_small_mult promises. */
-static int small_mult_exact(uint32_t y, uint32_t lbits)
+/* Whether one 32-bit multiplier y gives, for every s0 < 2^lbits, M0·s0's low lbits bits shifted left by d
+ * and its bits 32 to 32 + lbits, as pd__vp_small_mult_d promises. */
+static int small_mult_exact(uint32_t y, uint32_t lbits, uint32_t d)
 {
-    const uint32_t lmask = (UINT32_C(1) << lbits) - 1;
+    const uint32_t lmask = (UINT32_C(1) << lbits) - 1, low = (lmask << d) | ((UINT32_C(1) << d) - 1);
     for (uint32_t s0 = 0; s0 <= lmask; s0++) {
         const uint64_t prod = PD_VP_M0 * s0;
         const uint32_t t = y * s0;
-        if ((t >> (32 - lbits)) != ((uint32_t)(prod >> 32) & lmask) || (t & lmask) != ((uint32_t)prod & lmask))
+        if ((t >> (32 - lbits)) != ((uint32_t)(prod >> 32) & lmask) ||
+            (t & low) != (((uint32_t)prod & lmask) << d))
             return 0;
     }
     return 1;
@@ -93,25 +94,36 @@ static void small_multiplier_exact(void **state)
 {
     (void)state;
     for (uint32_t lbits = PD_MIN_BITS / 2; lbits <= PD_VP_SMALL_LBITS; lbits++)
-        assert_true(small_mult_exact(pd__vp_small_mult(lbits), lbits));
-    assert_false(small_mult_exact(pd__vp_small_mult(PD_VP_SMALL_LBITS + 1), PD_VP_SMALL_LBITS + 1));
-    assert_false(small_mult_exact(pd__vp_small_mult(PD_VP_SMALL_LBITS) ^ 1u, PD_VP_SMALL_LBITS));
+        for (uint32_t d = 0; d <= 1; d++)
+            assert_true(small_mult_exact(pd__vp_small_mult_d(lbits, d), lbits, d));
+    for (uint32_t d = 0; d <= 1; d++) {
+        assert_false(small_mult_exact(pd__vp_small_mult_d(PD_VP_SMALL_LBITS + 1, d), PD_VP_SMALL_LBITS + 1, d));
+        assert_false(small_mult_exact(pd__vp_small_mult_d(PD_VP_SMALL_LBITS, d) ^ (2u << d), PD_VP_SMALL_LBITS, d));
+    }
+    /* d = 1 without its unit: the plain multiplier one bit lower lets lbits = 8's low product carry in */
+    const uint32_t z8 = ((uint32_t)(PD_VP_M0 >> 9) & ~UINT32_C(0xFF)) | ((uint32_t)PD_VP_M0 & 0xFF);
+    assert_false(small_mult_exact(z8 << 1, 8, 1));
     /* f on b = 6 … 17 through rounds of one 32-bit multiply, as gpu/shards.cu's walk computes it */
     uint64_t rng = 5;
     for (uint32_t b = PD_MIN_BITS; b <= 2 * PD_VP_SMALL_LBITS + 1; b++) {
         pd_perm p;
         assert_int_equal(pd_perm_init(&p, b, 3, 2 + b, UINT64_C(1) << b), PD_OK);
-        const uint32_t y = pd__vp_small_mult(p.lbits), d = p.rbits - p.lbits;
+        const uint32_t d = p.rbits - p.lbits, y = pd__vp_small_mult(p.lbits), yd = pd__vp_small_mult_d(p.lbits, d);
         for (int i = 0; i < 2000; i++) {
             const uint32_t v = (uint32_t)(test_rand(&rng) & ((UINT64_C(1) << b) - 1));
-            uint32_t s0 = v >> p.rbits, s1 = v & p.rmask;
+            uint32_t s0 = v >> p.rbits, s1 = v & p.rmask, s0d = s0, s1d = s1;
             for (int r = 0; r < PD_ROUNDS; r++) {
-                const uint32_t t = y * s0, hi = t >> (32 - p.lbits);
+                const uint32_t t = y * s0, hi = t >> (32 - p.lbits); /* the GPU's: lo shifted after */
                 const uint32_t lo = d ? (t << 1) | (s1 >> p.lbits) : t;
                 s0 = (hi ^ p.keys.k[r] ^ s1) & p.lmask;
                 s1 = lo & p.rmask;
+                const uint32_t td = yd * s0d; /* the CPU's: lo shifted by the multiplier */
+                const uint32_t s1n = (td | (s1d >> p.lbits)) & p.rmask;
+                s0d = ((td >> (32 - p.lbits)) ^ p.keys.k[r] ^ s1d) & p.lmask;
+                s1d = s1n;
             }
             assert_int_equal(((uint64_t)s0 << p.rbits) | s1, pd__vphilox(&p, v, PD_ROUNDS));
+            assert_int_equal(((uint64_t)s0d << p.rbits) | s1d, pd__vphilox(&p, v, PD_ROUNDS));
         }
     }
 }
