@@ -241,7 +241,7 @@ static inline int pd__batch_narrow(const pd_gen *g, const pd_perm *p)
     return g->isa == PD_ISA_AVX2 ? p->bits <= PD__BATCH_WORDS_AVX2 : g->isa == PD_ISA_AVX512 && p->bits <= 17;
 }
 /* The batch kernel of g's ISA, and the most runs it takes: one register of per-run values (AVX2 8,
- * AVX-512 16), two on narrow AVX-512 lanes (32: every τ of the batch pd__batch_narrow). */
+ * AVX-512 16), two on VBMI's byte lanes (32: every τ of the batch pd__batch_narrow). */
 void pd__batch_run(const pd_gen *g, const pd__batch *b);
 static inline unsigned pd__batch_max_runs(const pd_gen *g, int narrow)
 {
