@@ -53,6 +53,13 @@ static size_t all_gens(gen_case *out)
                 continue;
             snprintf(c->name, sizeof c->name, "%s/%s", pd_isa_name((pd_isa)isa), pd_walk_name((pd_walk)w));
             n++;
+            if (c->g.vbmi && w == PD_WALK_AUTO) { /* and what AVX-512 CPUs without VBMI run */
+                out[n] = *c;
+                out[n].g.vbmi = 0;
+                snprintf(out[n].name, sizeof out[n].name, "%s-novbmi/%s", pd_isa_name((pd_isa)isa),
+                         pd_walk_name((pd_walk)w));
+                n++;
+            }
         }
     }
     return n;
