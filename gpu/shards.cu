@@ -207,17 +207,55 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
 #ifndef PD_GPU_SHARD_SMALL
 #define PD_GPU_SHARD_SMALL 1
 #endif
+/* Even b's small rounds at the register's top (tau_f): uniform shards 0.65 → 0.75-0.77 of flat σ on the
+ * rows with even windows (H100, alternating builds); uneven ones within noise of the bottom form, but for
+ * K = 1, G = 1 (0.44-0.45 against 0.46-0.49). */
+#ifndef PD_GPU_SHARD_TOP /* 0: even b's small rounds at the register's bottom (for comparison) */
+#define PD_GPU_SHARD_TOP 1
+#endif
+
+/* x·y as an IMAD: a multiply the compiler cannot see is by a power of two, so it stays on the FMA pipe
+ * instead of becoming a shift on the ALU pipe, which the walk keeps busiest (ncu: 73-78% against
+ * 13-17%). For S1 in odd rounds it lifted uneven shards by ~0.03 of flat on the H100 (0.45-0.54
+ * against 0.43-0.54, both builds alternating twice). */
+__device__ __forceinline__ uint32_t fma_mul(uint32_t x, uint32_t y)
+{
+    uint32_t r;
+    asm("mul.lo.u32 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    return r;
+}
 
 /* The core's pd__f_d (VariablePhilox, then the parity correction) on 32-bit values, D = rbits −
- * lbits fixed for the warp. Rounds cost 4 instructions for an even b. For an odd b the core's
+ * lbits fixed for the warp. General rounds cost 4 instructions for an even b. For an odd b the core's
  * lo = (lo << 1) | (s1 >> lbits) takes s1's top bit; here s1 is also kept top-aligned (S1), so a
  * funnel shift does it in one, and s1 stays unmasked (the xor's & lmask drops what rmask would):
- * 6 instructions a round instead of 7. SMALL: lbits ≤ PD_VP_SMALL_LBITS, and the product is Y·s0's
- * 32 bits, its high part their top lbits (instead of a 32x32→64 multiply and a multiply-add). */
+ * 6 instructions a round instead of 7, S1's shift done as a multiply (fma_mul).
+ * SMALL: lbits ≤ PD_VP_SMALL_LBITS, and the product is Y·s0's 32 bits, its high part their top
+ * lbits (instead of a 32x32→64 multiply and a multiply-add). An even b's SMALL round works at the
+ * top of the register: its keys come shifted there (plan_segment), s1 lives there (S1 = lo moved up
+ * by a multiply), so X = t ^ k ^ S1 holds the new s0 in its top lbits and one shift brings it down:
+ * 4 instructions, 2 of them on the FMA pipe (IMAD, LOP3, SHF, IMAD). */
 template <int D, bool SMALL>
 __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 {
     const uint32_t lmask = t.lmask, rmask = t.rmask, hshift = 32 - (t.rbits - D);
+    const uint32_t smul = 1u << (32 - t.rbits); /* S1 = s1 << (32 − rbits) as a multiply */
+    if (SMALL && !D && PD_GPU_SHARD_TOP) {
+        uint32_t s0 = v >> t.rbits, S1 = v << hshift;
+#pragma unroll
+        for (int j = 0; j < 6; j++) {
+            const uint4 q = t.keys[j * kRuns]; /* shifted to the top */
+            const uint32_t k[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t p = t.y * s0;
+                s0 = (p ^ k[i] ^ S1) >> hshift;
+                S1 = fma_mul(p, smul);
+            }
+        }
+        const uint32_t w = (s0 << t.rbits) | (S1 >> hshift);
+        return w ^ (t.flip & (uint32_t)(w < 2));
+    }
     uint32_t s0 = v >> t.rbits, s1 = D ? v : v & rmask, S1 = v << (32 - t.rbits);
 #pragma unroll
     for (int j = 0; j < 6; j++) {
@@ -237,7 +275,7 @@ __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
             s0 = (hi ^ k[i] ^ s1) & lmask;
             if (D) {
                 s1 = __funnelshift_l(S1, lo, 1); /* (lo << 1) | the old s1's bit lbits */
-                S1 = s1 << (32 - t.rbits);
+                S1 = fma_mul(s1, smul);
             } else {
                 s1 = lo & rmask;
             }
@@ -277,7 +315,7 @@ __device__ __forceinline__ bool window_holds(const pd_shard_plan &plan, uint64_t
  * index x0: write its runs to s. *guess: a window to try first (the last segment's last). Every
  * lane of the warp calls it alike. */
 __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s, uint64_t x0, bool back, uint64_t d,
-                                          uint64_t i, uint64_t end, uint64_t *guess)
+                                          uint64_t i, uint64_t end, uint64_t *guess, bool small)
 {
     const unsigned lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
     const uint64_t *P = plan.slot_start;
@@ -368,8 +406,9 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
         const uint32_t r = q / 7, blk = q % 7;
         uint32_t o[4];
         window_key_block(plan, s.w[r], blk, o);
-        if (blk < 6)
-            s.keys[blk][r] = make_uint4(o[0], o[1], o[2], o[3]);
+        const uint32_t bits = perm_bits(s.n[r]), up = small && PD_GPU_SHARD_TOP && bits % 2 == 0 ? 32 - bits / 2 : 0;
+        if (blk < 6) /* an even b's small rounds take their keys at the top (tau_f) */
+            s.keys[blk][r] = make_uint4(o[0] << up, o[1] << up, o[2] << up, o[3] << up);
         else
             s.flip[r] = o[0] & 1u;
     }
@@ -570,7 +609,7 @@ __global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
         const bool back = lane % 2;
         const uint64_t x0 = back ? lb + pd__lane_length(&plan, lane) - 1 - step : lb + step;
         for (uint64_t i = i0; i < i1;) {
-            const Plan pl = plan_segment(plan, s, x0, back, r.d, i, i1, &guess);
+            const Plan pl = plan_segment(plan, s, x0, back, r.d, i, i1, &guess, SMALL);
             const uint32_t step = back ? 0u - (uint32_t)r.d : (uint32_t)r.d;
             if (pl.even_runs)
                 walk_segment<0, SMALL>(s, 0, 0, pl.even_len, step);
