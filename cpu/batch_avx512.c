@@ -86,7 +86,8 @@ PD_AI __m512i iota16(void)
     return _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
 }
 
-PD_AI lanes lanes_of(const bctx *c, __m512i run)
+/* small: the walk takes PD_SMALL rounds, which alone read hsh (the general walk skips its permute). */
+PD_AI lanes lanes_of(const bctx *c, __m512i run, const int small)
 {
     return (lanes){.run = run,
                    .m_lo_d = _mm512_permutexvar_epi32(run, c->m_lo_d),
@@ -95,7 +96,7 @@ PD_AI lanes lanes_of(const bctx *c, __m512i run)
                    .lbits = _mm512_permutexvar_epi32(run, c->lbits),
                    .rbits = _mm512_permutexvar_epi32(run, c->rbits),
                    .n_m1 = _mm512_permutexvar_epi32(run, c->n_m1),
-                   .hsh = _mm512_permutexvar_epi32(run, c->hsh)};
+                   .hsh = small ? _mm512_permutexvar_epi32(run, c->hsh) : _mm512_setzero_si512()};
 }
 
 /* lanes_of for byte lanes: up to 32 runs, and only what split, inside and the queue read. */
@@ -288,7 +289,7 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
             p[v] = &c->one[r];
         } else {
             const __m512i run = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c->run + i + VW * v)));
-            own[v] = L ? lanes_of_bytes(c, run) : lanes_of(c, run);
+            own[v] = L ? lanes_of_bytes(c, run) : lanes_of(c, run, d & PD_SMALL);
             p[v] = &own[v];
         }
         split(p[v], _mm512_loadu_si512(c->v + i + VW * v), &s0[v], &s1[v]);
@@ -328,7 +329,7 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const
         __m512i s0[BNV], s1[BNV], idx[BNV];
         for (int v = 0; v < nv; v++) {
             const __m512i run = _mm512_loadu_si512(q->run + r + VW * v);
-            own[v] = L ? lanes_of_bytes(c, run) : lanes_of(c, run);
+            own[v] = L ? lanes_of_bytes(c, run) : lanes_of(c, run, d & PD_SMALL);
             p[v] = &own[v];
             split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
             idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);

@@ -201,8 +201,9 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
  * rounds of one 32-bit multiply (core/perm.h's pd__vp_small_mult): M0·s0's two parts come from Y·s0, the
  * high one by a shift. The 32x32→64 multiply and the multiply-add it replaces were the walk's costliest
  * instructions: uneven shards went 0.39-0.48 → 0.43-0.53 of flat σ on an H200 (same run, both builds).
- * Tried there too, slower or no better: the high part by __umulhi(lo, 2^lbits) (IMAD.HI is dearer than
- * the shift), and S1 from lo (lo << (32 − lbits)) by a shift or a multiply. PD_GPU_SHARD_SMALL=0 builds
+ * Tried there too, slower: the high part by __umulhi(lo, 2^lbits) (IMAD.HI is dearer than the shift).
+ * (S1 by a multiply written in C measured no better: the compiler made it a shift again; fma_mul below
+ * keeps it an IMAD, which helped.) PD_GPU_SHARD_SMALL=0 builds
  * the 64-bit rounds alone (for comparison: tests/gpu/run.sh shards-profile with PD_SHARD_VARIANTS). */
 #ifndef PD_GPU_SHARD_SMALL
 #define PD_GPU_SHARD_SMALL 1
