@@ -1,4 +1,4 @@
-/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; τ of ≤ 17 bits with one multiply a round, or with PD_BATCH_BYTES (batch_vbmi.c) on byte lanes. */
+/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; τ of ≤ 17 bits with one multiply a round, with PD_BATCH_WORDS (batch_bw.c) on 16-bit lanes, or with PD_BATCH_BYTES (batch_vbmi.c) on byte lanes. */
 #include "cpu/kernel.h"
 
 #include <string.h>
@@ -31,6 +31,13 @@
  * flat σ and uniform ones from 0.56-0.75 to 0.71-1.06 (Zen 5 with VBMI turned off: bench/shards'
  * "avx512 no-VBMI" column; the H100 host's Xeon, whose vpmulld costs more: 0.40-0.62, 0.81-1.09).
  *
+ * Word lanes (compiled with PD_BATCH_WORDS, AVX-512BW without VBMI: batch_bw.c), for batches whose
+ * every τ has b ≤ 17: batch_avx2.c's word round (read its comment) on 32 lanes a register: two
+ * vpmulhuw, two vpmullw, a vpshufb for the keys and four logic ops per 32 lanes, where PD_SMALL's
+ * round costs a vpmulld (two uops on Intel) and ~6 more per 16. A group's 128 values are packed to
+ * words for its 24 rounds (vpackusdw: lanes pair up within each 128-bit lane; the per-lane values
+ * are packed alike, so they still match) and unpacked after (vpunpck{l,h}wd).
+ *
  * Byte lanes (compiled with PD_BATCH_BYTES, AVX-512 VBMI: batch_vbmi.c). Windows are mostly small
  * (2^10 to 2^17 samples), and a τ on b ≤ 16 bits has halves of at most 8 bits. A round reads its
  * left half only through M0·s0, so with s0 < 2^8 the round's products are two 256-entry byte tables
@@ -41,6 +48,13 @@
  * The walk (queue, compaction, output) is the same: a group's 64 values are packed to bytes for its
  * 24 rounds and unpacked after.
  */
+
+#ifndef PD_BATCH_BYTES
+#define PD_BATCH_BYTES 0
+#endif
+#ifndef PD_BATCH_WORDS
+#define PD_BATCH_WORDS 0
+#endif
 
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 16
@@ -72,6 +86,9 @@ typedef struct bctx {
     lanes one[PD__BATCH_RUNS];              /*   broadcast keys and values, read from memory */
     uint32_t *v;
     const uint8_t *run;
+#if PD_BATCH_WORDS
+    __m512i wkey[PD_ROUNDS];             /* byte r of each 128-bit lane: run r's round key (low byte), for vpshufb */
+#endif
 #if PD_BATCH_BYTES
     __m512i bkey[PD_ROUNDS];             /* byte r: run r's round key (low byte) */
     __m512i blmask, btop;                /* byte r: run r's lmask; 2^lbits when d = 1 and lbits < 8, else 0 */
@@ -227,6 +244,65 @@ PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m512i *runb,
 }
 #endif
 
+#if PD_BATCH_WORDS
+/* Two vectors of u32 lanes below 2^16 as one of 16-bit lanes (per 128-bit lane: a0's four, then
+ * a1's), and back. */
+PD_AI __m512i pack2w(__m512i a0, __m512i a1)
+{
+    return _mm512_packus_epi32(a0, a1);
+}
+
+PD_AI void unpack2w(__m512i w, __m512i *a)
+{
+    a[0] = _mm512_unpacklo_epi16(w, _mm512_setzero_si512());
+    a[1] = _mm512_unpackhi_epi16(w, _mm512_setzero_si512());
+}
+
+/* eval on word lanes (batch_avx2.c's eval_words): every lane's b ≤ 17, so s0 < 2^8 and s1 < 2^9; D = 0
+ * (every lane d = 0: s1 unmasked until the end) or 1 (some lane d = 1: s1 masked each round, so
+ * s1 >> lbits is 0 where d = 0). hk: the keys of the one run all lanes belong to, or NULL. */
+PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *s1, const int D,
+                      const uint32_t *hk)
+{
+    enum { NW = BNV / 2 };
+    const __m512i ch = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 16));
+    const __m512i a = _mm512_set1_epi16((short)((PD_VP_M0 >> 32) & 0xFF));
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF), one32 = _mm512_set1_epi32(1), sixteen = _mm512_set1_epi32(16);
+    const __m512i zero_hi = _mm512_set1_epi32(0x8000); /* vpshufb: a zero in each word's high byte */
+    __m512i w0[NW], w1[NW], lmask[NW], rmask[NW], cld[NW], shr[NW], runi[NW];
+    for (int j = 0; j < NW; j++) {
+        const lanes *x = p[2 * j], *y = p[2 * j + 1];
+        w0[j] = pack2w(s0[2 * j], s0[2 * j + 1]);
+        w1[j] = pack2w(s1[2 * j], s1[2 * j + 1]);
+        lmask[j] = pack2w(x->lmask, y->lmask);
+        rmask[j] = pack2w(x->rmask, y->rmask);
+        cld[j] = pack2w(_mm512_and_si512(x->m_lo_d, low16), _mm512_and_si512(y->m_lo_d, low16));
+        shr[j] = pack2w(_mm512_sllv_epi32(one32, _mm512_sub_epi32(sixteen, x->lbits)),
+                        _mm512_sllv_epi32(one32, _mm512_sub_epi32(sixteen, y->lbits)));
+        runi[j] = pack2w(_mm512_or_si512(x->run, zero_hi), _mm512_or_si512(y->run, zero_hi));
+    }
+    PD_UNROLL(24)
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        const __m512i hkey = hk ? _mm512_set1_epi16((short)(hk[i] & 0xFF)) : _mm512_setzero_si512();
+        for (int j = 0; j < NW; j++) {
+            const __m512i hi = _mm512_add_epi16(_mm512_mulhi_epu16(w0[j], ch), _mm512_mullo_epi16(w0[j], a));
+            const __m512i lo = _mm512_mullo_epi16(w0[j], cld[j]);
+            const __m512i k = hk ? hkey : _mm512_shuffle_epi8(c->wkey[i], runi[j]);
+            const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, w1[j], PD_TL_XOR3), lmask[j]);
+            w1[j] = D ? _mm512_ternarylogic_epi32(lo, _mm512_mulhi_epu16(w1[j], shr[j]), rmask[j], PD_TL_OR_AND) : lo;
+            w0[j] = n0;
+        }
+    }
+    for (int j = 0; j < NW; j++) {
+        unpack2w(w0[j], s0 + 2 * j);
+        unpack2w(w1[j], s1 + 2 * j);
+    }
+    if (!D)
+        for (int v = 0; v < BNV; v++)
+            s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
+}
+#endif
+
 PD_AI void split(const lanes *p, __m512i x, __m512i *s0, __m512i *s1)
 {
     *s0 = _mm512_srlv_epi32(x, p->rbits);
@@ -289,11 +365,16 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
             p[v] = &c->one[r];
         } else {
             const __m512i run = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c->run + i + VW * v)));
-            own[v] = L ? lanes_of_bytes(c, run) : lanes_of(c, run, d & PD_SMALL);
+            own[v] = L && PD_BATCH_BYTES ? lanes_of_bytes(c, run) : lanes_of(c, run, d & PD_SMALL);
             p[v] = &own[v];
         }
         split(p[v], _mm512_loadu_si512(c->v + i + VW * v), &s0[v], &s1[v]);
     }
+#if PD_BATCH_WORDS
+    if (L)
+        eval_words(c, p, s0, s1, d, one ? c->kr[r] : NULL);
+    else
+#endif
 #if PD_BATCH_BYTES
     if (L) {
         __m512i runb[BNB];
@@ -329,11 +410,16 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const
         __m512i s0[BNV], s1[BNV], idx[BNV];
         for (int v = 0; v < nv; v++) {
             const __m512i run = _mm512_loadu_si512(q->run + r + VW * v);
-            own[v] = L ? lanes_of_bytes(c, run) : lanes_of(c, run, d & PD_SMALL);
+            own[v] = L && PD_BATCH_BYTES ? lanes_of_bytes(c, run) : lanes_of(c, run, d & PD_SMALL);
             p[v] = &own[v];
             split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
             idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
         }
+#if PD_BATCH_WORDS
+        if (L)
+            eval_words(c, p, s0, s1, d, NULL);
+        else
+#endif
 #if PD_BATCH_BYTES
         if (L) {
             __m512i run[BNV], runb[BNB];
@@ -405,6 +491,16 @@ static void bctx_init(bctx *c, const pd__batch *b, int small)
             t[6][r] = b->perm[r]->keys.k[i];
         c->key[i] = _mm512_loadu_si512(t[6]);
     }
+#if PD_BATCH_WORDS
+    uint8_t wk[64];
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        memset(wk, 0, sizeof wk);
+        for (unsigned r = 0; r < b->nruns; r++) /* nruns ≤ 16: pd__batch_max_runs without VBMI */
+            for (int l = 0; l < 4; l++)
+                wk[16 * l + r] = (uint8_t)b->perm[r]->keys.k[i];
+        c->wkey[i] = _mm512_loadu_si512(wk);
+    }
+#endif
 #else
     uint8_t bt[PD_ROUNDS + 3][64], tab[3][256], pk[64];
     memset(bt, 0, sizeof bt);
@@ -441,7 +537,7 @@ static void bctx_init(bctx *c, const pd__batch *b, int small)
 }
 
 /* d: 0 or 1 (every run's d = 0, or not), | PD_SMALL on 32-bit lanes when every run has b ≤ 17; on byte
- * lanes (L > 0, see eval_bytes) 0, 1 or 2. */
+ * lanes (L > 0, see eval_bytes) 0, 1 or 2; on word lanes (L = 16) 0 or 1. */
 PD_AI void walk(const pd__batch *b, const int d, const int L)
 {
     bctx c;
@@ -506,6 +602,24 @@ void pd__batch_vbmi(const pd__batch *b)
         walk_8_3(b);
     else
         walk_bytes[lbits <= 6 ? 0 : lbits - 6][d0 && d1 ? 2 : d1](b);
+}
+#elif PD_BATCH_WORDS
+static void walk_words_d0(const pd__batch *b)
+{
+    walk(b, 0, 16);
+}
+
+static void walk_words_d1(const pd__batch *b)
+{
+    walk(b, 1, 16);
+}
+
+void pd__batch_bw(const pd__batch *b)
+{
+    int any_d = 0;
+    for (unsigned r = 0; r < b->nruns; r++)
+        any_d |= b->perm[r]->rbits != b->perm[r]->lbits;
+    (any_d ? walk_words_d1 : walk_words_d0)(b);
 }
 #else
 static void walk_d0(const pd__batch *b)

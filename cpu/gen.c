@@ -16,6 +16,7 @@ static const char *const pd_walk_names[] = {"auto", "lockstep", "refill", "refil
 
 #define PD_ISA_BIT(isa) (1u << (isa))
 #define PD_CPU_VBMI (1u << 8) /* in the same set: AVX-512 VBMI (and BW) too, for the byte-lane kernels */
+#define PD_CPU_BW (1u << 9)   /* AVX-512BW, for the word-lane batch kernel */
 
 #ifdef PD_CPU_PROBE_X86
 /* XCR0 says which register files the OS saves on a context switch; a CPU
@@ -32,7 +33,7 @@ static unsigned pd_cpu_probe(void)
 {
     unsigned a, b, c, d, set = PD_ISA_BIT(PD_ISA_SCALAR);
 #ifdef PD_CPU_AVX512_EMULATED /* a test build: the AVX-512 kernel runs on SIMDe's portable intrinsics */
-    set |= PD_ISA_BIT(PD_ISA_AVX512) | PD_CPU_VBMI;
+    set |= PD_ISA_BIT(PD_ISA_AVX512) | PD_CPU_VBMI | PD_CPU_BW;
 #endif
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return set;
@@ -51,6 +52,10 @@ static unsigned pd_cpu_probe(void)
 #ifdef PD_CPU_HAVE_AVX512
     if (((b >> 16) & 1) && (xcr0 & 0xE6) == 0xE6) { /* AVX-512F; opmask, ZMM upper halves, ZMM16-31 */
         set |= PD_ISA_BIT(PD_ISA_AVX512);
+#ifdef PD_CPU_HAVE_BW
+        if ((b >> 30) & 1) /* AVX-512BW */
+            set |= PD_CPU_BW;
+#endif
 #ifdef PD_CPU_HAVE_VBMI
         if (((b >> 30) & 1) && ((c >> 1) & 1)) /* AVX-512BW, AVX-512 VBMI */
             set |= PD_CPU_VBMI;
@@ -129,6 +134,7 @@ int pd_gen_init(pd_gen *g, pd_isa isa)
     g->isa = isa == PD_ISA_AUTO ? pd_cpu_best_isa() : isa;
     g->walk = PD_WALK_AUTO;
     g->vbmi = g->isa == PD_ISA_AVX512 && (pd_cpu_isas() & PD_CPU_VBMI);
+    g->bw = g->isa == PD_ISA_AVX512 && (pd_cpu_isas() & PD_CPU_BW);
     return PD_OK;
 }
 
@@ -151,6 +157,8 @@ int pd__gen_check(const pd_gen *g)
     if (!g || g->isa < PD_ISA_SCALAR || g->isa > PD_ISA_AVX512 || (unsigned)g->walk > PD_WALK_COMPACT)
         return PD_EINVAL;
     if (g->vbmi && (g->isa != PD_ISA_AVX512 || !(pd_cpu_isas() & PD_CPU_VBMI)))
+        return PD_EUNSUPPORTED;
+    if (g->bw && (g->isa != PD_ISA_AVX512 || !(pd_cpu_isas() & PD_CPU_BW)))
         return PD_EUNSUPPORTED;
     return pd_cpu_has_isa(g->isa) ? PD_OK : PD_EUNSUPPORTED;
 }

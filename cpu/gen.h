@@ -41,6 +41,8 @@ typedef struct pd_gen {
     pd_walk walk; /* PD_WALK_AUTO unless pd_gen_set_walk chose one */
     int vbmi;     /* AVX-512 only, set by pd_gen_init where the CPU has AVX-512 VBMI: small τ
                      (sharded windows, b ≤ 17) walk on byte lanes. Clear it to run AVX-512F alone. */
+    int bw;       /* AVX-512 only, set where the CPU has AVX-512BW: without vbmi, small τ walk on 16-bit
+                     lanes. Clear both to run AVX-512F alone (PD_SMALL's 32-bit lanes). */
 } pd_gen;
 
 /* ---- Instruction sets */

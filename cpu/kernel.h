@@ -226,14 +226,18 @@ extern const uint64_t pd__avx2_compress_tab[256];
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__batch_avx512(const pd__batch *b);
 #endif
+#if defined(PD_CPU_HAVE_BW)
+/* The same on 16-bit lanes (batch_bw.c), for AVX-512 without VBMI: every τ of the batch has b ≤ 17. */
+void pd__batch_bw(const pd__batch *b);
+#endif
 #if defined(PD_CPU_HAVE_VBMI)
 /* The same on byte lanes (batch_vbmi.c): every τ of the batch has b ≤ 17. */
 void pd__batch_vbmi(const pd__batch *b);
 #endif
-/* Whether g walks τ on narrow lanes (AVX-512 VBMI and b ≤ 17: bytes; AVX2: bytes for b ≤ 11, 16-bit
- * words for b ≤ 17) or, on AVX-512 without VBMI, b ≤ 17 on 32-bit lanes with one multiply a round
- * (batch_avx512.c's PD_SMALL): faster than the σ kernels' general rounds, so even a batch of one run
- * takes the batch kernel then. */
+/* Whether g walks τ on narrow lanes (AVX-512 VBMI and b ≤ 17: bytes; AVX-512BW without VBMI, b ≤ 17:
+ * 16-bit words; AVX2: bytes for b ≤ 11, words for b ≤ 17) or, on AVX-512F alone, b ≤ 17 on 32-bit
+ * lanes with one multiply a round (batch_avx512.c's PD_SMALL): faster than the σ kernels' general
+ * rounds, so even a batch of one run takes the batch kernel then. */
 #define PD__BATCH_BYTES_AVX2 11
 #define PD__BATCH_WORDS_AVX2 17
 static inline int pd__batch_narrow(const pd_gen *g, const pd_perm *p)

@@ -135,6 +135,17 @@ void pd__batch_run(const pd_gen *g, const pd__batch *b)
             }
         }
 #endif
+#ifdef PD_CPU_HAVE_BW
+        if (g->bw && !g->vbmi) {
+            unsigned narrow = 1;
+            for (unsigned r = 0; r < b->nruns; r++)
+                narrow &= pd__batch_narrow(g, b->perm[r]);
+            if (narrow) {
+                pd__batch_bw(b);
+                return;
+            }
+        }
+#endif
         pd__batch_avx512(b);
         return;
 #endif

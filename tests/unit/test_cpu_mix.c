@@ -247,9 +247,11 @@ static void block_slots_match_core(void **state)
         if (!pd_cpu_has_isa((pd_isa)isa))
             continue;
         assert_int_equal(pd_gen_init(&gens[ngens], (pd_isa)isa), PD_OK);
-        if (gens[ngens].vbmi) { /* and the per-lane 32-bit kernel */
+        if (gens[ngens].vbmi) { /* and the per-lane 32-bit kernel, with BW's word lanes and without */
             gens[ngens + 1] = gens[ngens];
             gens[++ngens].vbmi = 0;
+            gens[ngens + 1] = gens[ngens];
+            gens[++ngens].bw = 0;
         }
         ngens++;
     }
@@ -275,7 +277,7 @@ static void block_slots_match_core(void **state)
                     pd__mix_block_keys(seed, block, g / block, &pi);
                     if (got[k] != pd_perm_at(&pi, g % block))
                         fail_msg("%s%s B %llu stride %llu first %llu: read %llu is %u, want %llu",
-                                 pd_isa_name(gens[i].isa), gens[i].vbmi ? "+vbmi" : "", (unsigned long long)block,
+                                 pd_isa_name(gens[i].isa), gens[i].vbmi ? "+vbmi" : gens[i].bw ? "+bw" : "", (unsigned long long)block,
                                  (unsigned long long)stride, (unsigned long long)first, (unsigned long long)k, got[k],
                                  (unsigned long long)pd_perm_at(&pi, g % block));
                 }

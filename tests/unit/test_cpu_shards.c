@@ -53,10 +53,15 @@ static size_t all_gens(gen_case *out)
                 continue;
             snprintf(c->name, sizeof c->name, "%s/%s", pd_isa_name((pd_isa)isa), pd_walk_name((pd_walk)w));
             n++;
-            if (c->g.vbmi && w == PD_WALK_AUTO) { /* and what AVX-512 CPUs without VBMI run */
-                out[n] = *c;
+            if (c->g.vbmi && w == PD_WALK_AUTO) { /* and what AVX-512 CPUs without VBMI run: */
+                out[n] = *c;                       /* 16-bit lanes with BW (Skylake-X, Cascade Lake), */
                 out[n].g.vbmi = 0;
                 snprintf(out[n].name, sizeof out[n].name, "%s-novbmi/%s", pd_isa_name((pd_isa)isa),
+                         pd_walk_name((pd_walk)w));
+                n++;
+                out[n] = out[n - 1]; /* 32-bit lanes without it (PD_SMALL) */
+                out[n].g.bw = 0;
+                snprintf(out[n].name, sizeof out[n].name, "%s-f/%s", pd_isa_name((pd_isa)isa),
                          pd_walk_name((pd_walk)w));
                 n++;
             }
@@ -501,8 +506,12 @@ static void batch_kernels_match_scalar(void **state)
             pd_gen g;
             if (pd_gen_init(&g, (pd_isa)isa) != PD_OK)
                 continue;
-            for (int vbmi = g.vbmi; vbmi >= 0; vbmi--) {
-                g.vbmi = vbmi;
+            const int has_vbmi = g.vbmi, has_bw = g.bw;
+            for (int k = 0; k < 3; k++) { /* VBMI's bytes, BW's words, AVX-512F's 32-bit lanes */
+                g.vbmi = k == 0 && has_vbmi;
+                g.bw = k <= 1 && has_bw;
+                if ((k == 0 && !has_vbmi) || (k == 1 && !has_bw))
+                    continue;
                 int narrow = 1;
                 for (unsigned r = 0; r < nruns; r++)
                     narrow &= pd__batch_narrow(&g, &perm[r]);
@@ -516,7 +525,7 @@ static void batch_kernels_match_scalar(void **state)
                         if (got[i] != want[i]) {
                             const pd_perm *p = &perm[run[i]];
                             print_error("%s%s: t=%d runs=%u item %u (run %u, n=%llu, b=%u): %u, want %u\n",
-                                        pd_isa_name(g.isa), vbmi ? "+vbmi" : "", t, nruns, i, run[i],
+                                        pd_isa_name(g.isa), g.vbmi ? "+vbmi" : g.bw ? "+bw" : "", t, nruns, i, run[i],
                                         (unsigned long long)p->n, p->bits, got[i], want[i]);
                             break;
                         }
