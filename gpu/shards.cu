@@ -129,7 +129,10 @@ constexpr unsigned kTileBlock = 32 * kTileWarps;
 #define PD_GPU_SHARD_STAGE 1024
 #endif
 constexpr uint32_t kStage = PD_GPU_SHARD_STAGE; /* positions per segment */
-constexpr uint32_t kRuns = 12;     /* runs (windows) per segment: 12 leave room for 6 blocks of 4 warps per SM */
+#ifndef PD_GPU_SHARD_RUNS
+#define PD_GPU_SHARD_RUNS 12
+#endif
+constexpr uint32_t kRuns = PD_GPU_SHARD_RUNS; /* runs (windows) per segment: 12 leave room for 6 blocks of 4 warps per SM */
 constexpr uint32_t kSlots = 128;   /* slots of a segment's windows held in shared memory */
 constexpr uint32_t kNoTable = ~0u; /* a run whose window has more slots: searched in the plan */
 constexpr uint64_t kMinTile = 256; /* positions per tile at least: each tile's first window is searched */
@@ -187,8 +190,9 @@ struct Plan {
  * in shared memory (a 16-byte load per four rounds): in registers they spilled, 24 of them per lane. */
 struct Tau32 {
     const uint4 *keys; /* &s.keys[0][run]: keys[j·kRuns] holds round keys 4j..4j+3 */
-    uint32_t n, flip, rbits, lmask, rmask;
-    uint32_t y;        /* small windows: pd__vp_small_mult(lbits) */
+    uint32_t n, rbits, lmask, rmask;
+    uint32_t hsh, smul, m32, csh; /* tau_shape's shifts and multipliers */
+    uint32_t y;        /* small windows: pd__vp_small_mult_d(lbits, d) */
 };
 
 __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b for n < 2^32 */
@@ -214,6 +218,21 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
 #ifndef PD_GPU_SHARD_TOP /* 0: even b's small rounds at the register's bottom (for comparison) */
 #define PD_GPU_SHARD_TOP 1
 #endif
+/* Odd b's small rounds at the register's top too (tau_f): 3 ALU and 3 FMA-pipe instructions a round
+ * instead of 4 and 2, for the walk is ALU-pipe bound. H100, both builds in one run (twice): uneven
+ * K = 1, G = 1 0.46-0.48 of flat σ against 0.45-0.46, other rows within noise. Taking C's shift down
+ * by IMAD.HI instead was slower (K = 1: 0.41). */
+#ifndef PD_GPU_SHARD_ODD_TOP /* 0: odd b's small rounds at the bottom, s1's top bit by a funnel shift */
+#define PD_GPU_SHARD_ODD_TOP 1
+#endif
+
+/* x·y + z as an IMAD (fma_mul's reasons). */
+__device__ __forceinline__ uint32_t fma_mad(uint32_t x, uint32_t y, uint32_t z)
+{
+    uint32_t r;
+    asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(z));
+    return r;
+}
 
 /* x·y as an IMAD: a multiply the compiler cannot see is by a power of two, so it stays on the FMA pipe
  * instead of becoming a shift on the ALU pipe, which the walk keeps busiest (ncu: 73-78% against
@@ -226,21 +245,22 @@ __device__ __forceinline__ uint32_t fma_mul(uint32_t x, uint32_t y)
     return r;
 }
 
-/* The core's pd__f_d (VariablePhilox, then the parity correction) on 32-bit values, D = rbits −
- * lbits fixed for the warp. General rounds cost 4 instructions for an even b. For an odd b the core's
- * lo = (lo << 1) | (s1 >> lbits) takes s1's top bit; here s1 is also kept top-aligned (S1), so a
- * funnel shift does it in one, and s1 stays unmasked (the xor's & lmask drops what rmask would):
- * 6 instructions a round instead of 7, S1's shift done as a multiply (fma_mul).
- * SMALL: lbits ≤ PD_VP_SMALL_LBITS, and the product is Y·s0's 32 bits, its high part their top
- * lbits (instead of a 32x32→64 multiply and a multiply-add). An even b's SMALL round works at the
- * top of the register: its keys come shifted there (plan_segment), s1 lives there (S1 = lo moved up
- * by a multiply), so X = t ^ k ^ S1 holds the new s0 in its top lbits and one shift brings it down:
- * 4 instructions, 2 of them on the FMA pipe (IMAD, LOP3, SHF, IMAD). */
+/* The core's pd__vphilox_d on 32-bit values (the parity correction waits for the store: it only swaps
+ * 0 and 1, which end the walk alike), D = rbits − lbits fixed for the warp. General rounds cost 4
+ * instructions for an even b. For an odd b the core's lo = (lo << 1) | (s1 >> lbits) takes s1's top
+ * bit; here s1 is also kept top-aligned (S1), so a funnel shift does it in one, and s1 stays unmasked
+ * (the xor's & lmask drops what rmask would): 6 instructions a round instead of 7, S1's shift done as
+ * a multiply (fma_mul).
+ * SMALL: lbits ≤ PD_VP_SMALL_LBITS, and the product is Y·s0's 32 bits (core/perm.h), its high part
+ * their top lbits (instead of a 32x32→64 multiply and a multiply-add). SMALL rounds work at the top of
+ * the register: their keys come shifted there (plan_segment), s1's low lbits bits live there (S1), so
+ * X = p ^ k ^ S1 holds the new s0 in its top lbits and one shift brings it down. Even b: S1 = p moved
+ * up by a multiply; 4 instructions, 2 on the FMA pipe (IMAD, LOP3, SHF, IMAD). Odd b: see below; 6
+ * instructions, 3 on the FMA pipe, where the bottom-aligned round had 4 on the ALU pipe and 2. */
 template <int D, bool SMALL>
 __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 {
-    const uint32_t lmask = t.lmask, rmask = t.rmask, hshift = 32 - (t.rbits - D);
-    const uint32_t smul = 1u << (32 - t.rbits); /* S1 = s1 << (32 − rbits) as a multiply */
+    const uint32_t lmask = t.lmask, rmask = t.rmask, hshift = t.hsh, smul = t.smul;
     if (SMALL && !D && PD_GPU_SHARD_TOP) {
         uint32_t s0 = v >> t.rbits, S1 = v << hshift;
 #pragma unroll
@@ -254,8 +274,30 @@ __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
                 S1 = fma_mul(p, smul);
             }
         }
-        const uint32_t w = (s0 << t.rbits) | (S1 >> hshift);
-        return w ^ (t.flip & (uint32_t)(w < 2));
+        return (s0 << t.rbits) | (S1 >> hshift);
+    }
+    if (SMALL && D && PD_GPU_SHARD_ODD_TOP) {
+        /* t.y = Y_1 (pd__vp_small_mult_d(lbits, 1)): p = Y_1·s0 holds hi in its top lbits and lo·2 in
+         * bits 1 to lbits (bit 0 clear). s1's low lbits bits wait at the top (S1), its top bit b at
+         * bit 32 − lbits of C with nothing above (what lies below either only reaches X's low bits,
+         * which the shift drops, and never carries into their top). The new s1 = lo·2 | b:
+         * S1 = p·2^(32−lbits) + C; its top bit, lo's bit lbits − 1 (p's bit lbits), goes to the
+         * next C by a multiply up to bit 31 and a shift down (IMAD.HI in its place: slower). */
+        const uint32_t csh = t.csh, m32 = t.m32; /* lbits − 1, 2^(32 − lbits); smul = 2^(31 − lbits) */
+        uint32_t s0 = v >> t.rbits, S1 = v << hshift, C = (v << (31 - (csh + 1))) >> csh;
+#pragma unroll
+        for (int j = 0; j < 6; j++) {
+            const uint4 q = t.keys[j * kRuns]; /* shifted to the top */
+            const uint32_t k[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t p = t.y * s0;
+                s0 = (p ^ k[i] ^ S1) >> hshift;
+                S1 = fma_mad(p, m32, C);
+                C = fma_mul(p, smul) >> csh;
+            }
+        }
+        return (s0 << t.rbits) | (S1 >> hshift) | (C >> hshift << (csh + 1));
     }
     uint32_t s0 = v >> t.rbits, s1 = D ? v : v & rmask, S1 = v << (32 - t.rbits);
 #pragma unroll
@@ -282,8 +324,27 @@ __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
             }
         }
     }
-    const uint32_t w = (s0 << t.rbits) | (s1 & rmask);
-    return w ^ (t.flip & (uint32_t)(w < 2));
+    return (s0 << t.rbits) | (s1 & rmask);
+}
+
+/* τ_w's shape as a lane entering a run of the walk needs it (enter in walk_segment): the per-run
+ * shifts and multipliers are set once per run, not once per evaluation. With the parity correction
+ * moved to the store, that took uneven shards from 0.45-0.56 to 0.49-0.61 of flat σ (H100, against
+ * the tree before the odd top-aligned round, alternating: ODD_TOP's part is above). */
+template <int D, bool SMALL>
+__device__ __forceinline__ void tau_shape(Tau32 &t, const uint4 *keys, uint32_t n, uint32_t rbits, uint32_t lmask,
+                                          uint32_t rmask)
+{
+    t.keys = keys;
+    t.n = n;
+    t.rbits = rbits;
+    t.lmask = lmask;
+    t.rmask = rmask;
+    t.hsh = 32 - (rbits - D);      /* 32 − lbits: a SMALL product's high part sits above it */
+    t.smul = 1u << (32 - rbits);   /* S1 = s1 << (32 − rbits) as a multiply */
+    t.m32 = 2 * t.smul;            /* odd b: 2^(32 − lbits) */
+    t.csh = rbits - D - 1;         /* odd b: lbits − 1 */
+    t.y = SMALL ? pd__vp_small_mult_d(rbits - D, D && PD_GPU_SHARD_ODD_TOP) : 0;
 }
 
 /* a / d for d < 2^32, in 32 bits when a fits: a spans a few windows, and a 64-bit division is a call. */
@@ -407,8 +468,10 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
         const uint32_t r = q / 7, blk = q % 7;
         uint32_t o[4];
         window_key_block(plan, s.w[r], blk, o);
-        const uint32_t bits = perm_bits(s.n[r]), up = small && PD_GPU_SHARD_TOP && bits % 2 == 0 ? 32 - bits / 2 : 0;
-        if (blk < 6) /* an even b's small rounds take their keys at the top (tau_f) */
+        const uint32_t bits = perm_bits(s.n[r]);
+        const bool top = small && (bits % 2 ? PD_GPU_SHARD_ODD_TOP : PD_GPU_SHARD_TOP);
+        const uint32_t up = top ? 32 - bits / 2 : 0;
+        if (blk < 6) /* small rounds at the register's top take their keys there (tau_f) */
             s.keys[blk][r] = make_uint4(o[0] << up, o[1] << up, o[2] << up, o[3] << up);
         else
             s.flip[r] = o[0] & 1u;
@@ -473,13 +536,7 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
         x.qend = e.end;
         x.to = e.to;
         x.vo = e.vo;
-        x.tau.keys = &s.keys[0][e.run];
-        x.tau.flip = s.flip[e.run];
-        x.tau.n = e.n;
-        x.tau.rbits = e.rbits;
-        x.tau.lmask = e.lmask;
-        x.tau.rmask = e.rmask;
-        x.tau.y = SMALL ? pd__vp_small_mult(e.rbits - D) : 0;
+        tau_shape<D, SMALL>(x.tau, &s.keys[0][e.run], e.n, e.rbits, e.lmask, e.rmask);
     };
     uint32_t next = begin + 64;
 #pragma unroll
@@ -488,7 +545,7 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
         x.j = begin + 32 * k + lane;
         x.q = q0;
         x.busy = x.j < end;
-        x.tau = Tau32{&s.keys[0][0], 2, 0, 3, 7, 7, 0}; /* an idle item computes on something harmless */
+        tau_shape<D, SMALL>(x.tau, &s.keys[0][0], 2, 3 + D, 7, 7 + 8 * D); /* an idle item computes on something harmless */
         x.v = x.qend = x.to = x.vo = 0;
         if (x.busy) {
             enter(x);
@@ -527,7 +584,8 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
     __syncwarp();
 }
 
-/* Step 3: each position's sample from its window's slots, run by run; out[k0 + t·m]. */
+/* Step 3: each position's sample from its window's slots, run by run; out[k0 + t·m]. σ's parity
+ * correction (u < 2: u ^ flip) is applied here, the walk having left it out. */
 template <unsigned W>
 __device__ __noinline__ void store_segment(const pd_shard_plan &plan, const Segment &s, uint32_t runs, uint64_t k0, uint64_t m,
                               void *out)
@@ -536,11 +594,13 @@ __device__ __noinline__ void store_segment(const pd_shard_plan &plan, const Segm
     for (uint32_t r = 0; r < runs; r++) {
         const uint32_t f0 = s.first[r], f1 = s.first[r + 1], tab = s.tab[r], slots = s.slots[r];
         const uint32_t keep = s.n[r] > 1 ? ~0u : 0; /* a window of one sample: its walk took any value */
+        const uint32_t flip = s.flip[r] & keep;     /* σ's parity correction, left out of the walk */
         if (tab != kNoTable) {
             const uint8_t *bucket = &s.bucket[2 * tab];
             const uint32_t shift = s.bshift[r];
             for (uint32_t t = f0 + lane; t < f1; t += 32) {
-                const uint32_t u = s.stage[t] & keep;
+                uint32_t u = s.stage[t] & keep;
+                u ^= flip & (uint32_t)(u < 2);
                 uint32_t e = tab; /* the last slot starting at or before u: between u's bucket's and the next's */
                 if (slots > 1) {
                     const uint32_t j = u >> shift, first = bucket[j];
@@ -561,7 +621,8 @@ __device__ __noinline__ void store_segment(const pd_shard_plan &plan, const Segm
             const uint64_t *P = plan.slot_start;
             const uint64_t w = s.w[r], lo = s.lo[r];
             for (uint32_t t = f0 + lane; t < f1; t += 32) {
-                const uint64_t x = lo + (s.stage[t] & keep);
+                const uint32_t u = s.stage[t] & keep;
+                const uint64_t x = lo + (u ^ (flip & (uint32_t)(u < 2)));
                 const uint64_t slot = pd__last_at_most(P, 1, w * plan.window, pd__window_end(&plan, w), x);
                 pd_shard_loc loc;
                 loc.shard = plan.slot_shard[slot];

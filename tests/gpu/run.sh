@@ -5,6 +5,8 @@
 #   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|serve-compare|shards|shards-profile|mixtures|nccl|nccl-python|python|all] [--quick]
 # (python: the Python package's tests under this host's torch 2.x; CI runs them under Debian's torch 1.13)
 # (shards: the sharded-id tests (GPU and CPU kernels against the core) and bench/shards.sh's CPU and GPU rows)
+# (shards-profile: test_gpu_shards, ncu counters, SASS, the GPU rows, and those of build variants
+#  (PD_SHARD_VARIANTS) or of an earlier tree carried in .bench-before, alternating with this one)
 # (mixtures: the mixture tests, bench/mixtures' CPU rows, and mixture vs flat Fetches on permd with its pool
 #  of one thread and of one per CPU: a large mixture request is split across the pool by work)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
@@ -97,6 +99,15 @@ if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: te
       --page source --print-source sass --csv build-dev/bench/shards --gpu-only 2>&1 | gzip >"$OUT/shards_source.csv.gz"
   fi
   build-dev/bench/shards --gpu-only >"$OUT/shards_gpu_base.md" 2>&1 || rc=1
+  if [ -f .bench-before/bench/shards.c ]; then # an earlier tree (git archive, carried): its GPU rows, then this tree's again
+    { cmake -S .bench-before -B build-before -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" \
+        ${PERMD_DEVICE_CMAKE_ARGS:-} && cmake --build build-before -j"$(nproc)" --target bench_shards; } \
+      >"$OUT/before_build.log" 2>&1 || { tail -20 "$OUT/before_build.log"; rc=1; }
+    for round in 1 2; do
+      build-before/bench/shards --gpu-only >"$OUT/shards_gpu_before_$round.md" 2>&1 || rc=1
+      build-dev/bench/shards --gpu-only >"$OUT/shards_gpu_after_$round.md" 2>&1 || rc=1
+    done
+  fi
   for v in ${PD_SHARD_VARIANTS:-}; do # NAME=CUDA_FLAGS, commas for spaces, e.g. mb4=-DPD_GPU_SHARD_MIN_BLOCKS=4
     echo "## variant ${v%%=*}: ${v#*=}" >>"$OUT/shards_gpu_variants.md"
     mkdir -p "build-${v%%=*}"
