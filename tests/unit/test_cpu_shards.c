@@ -507,10 +507,10 @@ static void batch_kernels_match_scalar(void **state)
             if (pd_gen_init(&g, (pd_isa)isa) != PD_OK)
                 continue;
             const int has_vbmi = g.vbmi, has_bw = g.bw;
-            for (int k = 0; k < 3; k++) { /* VBMI's bytes, BW's words, AVX-512F's 32-bit lanes */
-                g.vbmi = k == 0 && has_vbmi;
-                g.bw = k <= 1 && has_bw;
-                if ((k == 0 && !has_vbmi) || (k == 1 && !has_bw))
+            for (int k = 0; k < 4; k++) { /* VBMI with words for b ≥ 16; VBMI's bytes alone; BW's words; 32-bit lanes */
+                g.vbmi = k <= 1 && has_vbmi;
+                g.bw = (k == 0 || k == 2) && has_bw;
+                if ((k <= 1 && !has_vbmi) || (k == 2 && !has_bw))
                     continue;
                 int narrow = 1;
                 for (unsigned r = 0; r < nruns; r++)
@@ -525,7 +525,8 @@ static void batch_kernels_match_scalar(void **state)
                         if (got[i] != want[i]) {
                             const pd_perm *p = &perm[run[i]];
                             print_error("%s%s: t=%d runs=%u item %u (run %u, n=%llu, b=%u): %u, want %u\n",
-                                        pd_isa_name(g.isa), g.vbmi ? "+vbmi" : g.bw ? "+bw" : "", t, nruns, i, run[i],
+                                        pd_isa_name(g.isa), g.vbmi ? (g.bw ? "+vbmi+bw" : "+vbmi") : g.bw ? "+bw" : "",
+                                        t, nruns, i, run[i],
                                         (unsigned long long)p->n, p->bits, got[i], want[i]);
                             break;
                         }
