@@ -28,8 +28,10 @@
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 8
 #define CNV 4             /* vectors evaluated side by side (32-bit lanes) */
-#define BNB 2             /* byte vectors side by side on byte lanes: */
-#define BNV (BNB * CNV)   /*   their lanes as vectors of u32 */
+#define BNB 1             /* byte vectors a group on byte lanes (32 lanes: with two, batches of short */
+                          /*   runs drained 64-lane groups, 11% slower on Zen 5 for K = 1, G = 1) */
+#define BNV 8             /* vectors of u32 a group on word lanes (four of 16-bit lanes), at most */
+#define NVB (BNB * CNV)   /* a byte group's lanes as vectors of u32 */
 #define CLANES (VW * BNV) /* lanes of a group, at most */
 #define BLOCK 512
 #define QCAP (BLOCK / 2 + BLOCK + CLANES)
@@ -159,7 +161,7 @@ PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m256i *runb,
         unpack4(b0[j], s0 + CNV * j);
         unpack4(b1[j], s1 + CNV * j);
     }
-    for (int v = 0; v < BNV; v++)
+    for (int v = 0; v < NVB; v++)
         s1[v] = _mm256_and_si256(s1[v], p[v]->rmask);
 }
 
@@ -259,11 +261,11 @@ PD_AI void queue_put(queue *q, uint32_t at, unsigned m, __m256i val, __m256i run
     put(q->idx + at, m, idx);
 }
 
-/* The first evaluation of a group of consecutive items from i (nv vectors: CNV, or BNV on narrow
+/* The first evaluation of a group of consecutive items from i (nv vectors: CNV, NVB on byte or BNV on word
  * lanes: L = 5 eval_bytes, L = 16 eval_words). */
 PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const int L)
 {
-    const int nv = L ? BNV : CNV;
+    const int nv = L == 16 ? BNV : L ? NVB : CNV;
     lanes own[BNV];
     const lanes *p[BNV];
     __m256i s0[BNV], s1[BNV];
@@ -303,7 +305,7 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
 
 PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const int L)
 {
-    const int nv = L ? BNV : CNV;
+    const int nv = L == 16 ? BNV : L ? NVB : CNV;
     uint32_t r = 0, w = 0;
     for (; r + VW * nv <= q->n; r += VW * nv) {
         lanes own[BNV];
@@ -319,7 +321,7 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const
             eval_words(c, p, s0, s1);
         } else if (L) {
             __m256i run[BNV], runb[BNB];
-            for (int v = 0; v < BNV; v++)
+            for (int v = 0; v < NVB; v++)
                 run[v] = own[v].run;
             for (int j = 0; j < BNB; j++)
                 runb[j] = pack4(run + CNV * j);
@@ -427,7 +429,7 @@ PD_AI void walk(const pd__batch *b, const int d, const int L)
     bctx c;
     queue q;
     outbuf buf;
-    const uint32_t gl = VW * (L ? BNV : CNV); /* lanes per group */
+    const uint32_t gl = VW * (L == 16 ? BNV : L ? NVB : CNV); /* lanes per group */
     bctx_init(&c, b);
     if (L)
         bctx_init_bytes(&c, b, L == 5);
