@@ -28,10 +28,8 @@
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 8
 #define CNV 4             /* vectors evaluated side by side (32-bit lanes) */
-#define BNB 1             /* byte vectors a group on byte lanes (32 lanes: with two, batches of short */
-                          /*   runs drained 64-lane groups, 11% slower on Zen 5 for K = 1, G = 1) */
-#define BNV 8             /* vectors of u32 a group on word lanes (four of 16-bit lanes), at most */
-#define NVB (BNB * CNV)   /* a byte group's lanes as vectors of u32 */
+#define BNB 2             /* byte vectors side by side on byte lanes, at most (walk's nb): */
+#define BNV (BNB * CNV)   /*   their lanes as vectors of u32 */
 #define CLANES (VW * BNV) /* lanes of a group, at most */
 #define BLOCK 512
 #define QCAP (BLOCK / 2 + BLOCK + CLANES)
@@ -129,12 +127,12 @@ PD_AI __m256i lookup(const __m256i *t, __m256i s, __m256i sh)
 /* eval on byte lanes (batch_avx512.c's eval_bytes): every lane's lbits ≤ 5; D = 0, 1 or 2 (every
  * lane d = 0, every lane d = 1, mixed). */
 PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m256i *runb, __m256i *s0, __m256i *s1,
-                      const int D)
+                      const int D, const int nb)
 {
     const __m256i *tlo = D == 1 ? c->tlo1 : c->tlo;
     __m256i b0[BNB], b1[BNB], lmask[BNB], top[BNB], dl[BNB];
     const __m256i one = _mm256_set1_epi8(1);
-    for (int j = 0; j < BNB; j++) {
+    for (int j = 0; j < nb; j++) {
         b0[j] = pack4(s0 + CNV * j);
         b1[j] = pack4(s1 + CNV * j);
         lmask[j] = _mm256_shuffle_epi8(c->blmask, runb[j]);
@@ -143,7 +141,7 @@ PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m256i *runb,
     }
 #pragma GCC unroll 24
     for (int i = 0; i < PD_ROUNDS; i++) {
-        for (int j = 0; j < BNB; j++) {
+        for (int j = 0; j < nb; j++) {
             const __m256i sh = _mm256_add_epi8(b0[j], _mm256_set1_epi8(0x70));
             const __m256i hi = lookup(c->thi, b0[j], sh);
             __m256i lo = lookup(tlo, b0[j], sh);
@@ -157,11 +155,11 @@ PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m256i *runb,
             b0[j] = n0;
         }
     }
-    for (int j = 0; j < BNB; j++) {
+    for (int j = 0; j < nb; j++) {
         unpack4(b0[j], s0 + CNV * j);
         unpack4(b1[j], s1 + CNV * j);
     }
-    for (int v = 0; v < NVB; v++)
+    for (int v = 0; v < nb * CNV; v++)
         s1[v] = _mm256_and_si256(s1[v], p[v]->rmask);
 }
 
@@ -261,11 +259,11 @@ PD_AI void queue_put(queue *q, uint32_t at, unsigned m, __m256i val, __m256i run
     put(q->idx + at, m, idx);
 }
 
-/* The first evaluation of a group of consecutive items from i (nv vectors: CNV, NVB on byte or BNV on word
+/* The first evaluation of a group of consecutive items from i (nv vectors: CNV, or BNV on narrow
  * lanes: L = 5 eval_bytes, L = 16 eval_words). */
-PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const int L)
+PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const int L, const int nb)
 {
-    const int nv = L == 16 ? BNV : L ? NVB : CNV;
+    const int nv = L == 16 ? BNV : L ? nb * CNV : CNV;
     lanes own[BNV];
     const lanes *p[BNV];
     __m256i s0[BNV], s1[BNV];
@@ -283,9 +281,9 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
         eval_words(c, p, s0, s1);
     } else if (L) {
         __m256i runb[BNB];
-        for (int j = 0; j < BNB; j++)
+        for (int j = 0; j < nb; j++)
             runb[j] = _mm256_loadu_si256((const __m256i *)(c->run + i + 32 * j));
-        eval_bytes(c, p, runb, s0, s1, d);
+        eval_bytes(c, p, runb, s0, s1, d, nb);
     } else if (one) {
         eval(c, p, s0, s1, d, c->kr[r]);
     } else {
@@ -303,9 +301,9 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
     }
 }
 
-PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const int L)
+PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const int L, const int nb)
 {
-    const int nv = L == 16 ? BNV : L ? NVB : CNV;
+    const int nv = L == 16 ? BNV : L ? nb * CNV : CNV;
     uint32_t r = 0, w = 0;
     for (; r + VW * nv <= q->n; r += VW * nv) {
         lanes own[BNV];
@@ -321,11 +319,11 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const
             eval_words(c, p, s0, s1);
         } else if (L) {
             __m256i run[BNV], runb[BNB];
-            for (int v = 0; v < NVB; v++)
+            for (int v = 0; v < nb * CNV; v++)
                 run[v] = own[v].run;
-            for (int j = 0; j < BNB; j++)
+            for (int j = 0; j < nb; j++)
                 runb[j] = pack4(run + CNV * j);
-            eval_bytes(c, p, runb, s0, s1, d);
+            eval_bytes(c, p, runb, s0, s1, d, nb);
         } else {
             eval(c, p, s0, s1, d, NULL);
         }
@@ -423,13 +421,13 @@ static void bctx_init_bytes(bctx *c, const pd__batch *b, int tables)
 }
 
 /* d: 0 or 1 (every run's d = 0, or not); on byte lanes (L = 5, see eval_bytes) 0, 1 or 2;
- * L = 16: word lanes (eval_words, d unused). */
-PD_AI void walk(const pd__batch *b, const int d, const int L)
+ * L = 16: word lanes (eval_words, d unused). nb: byte vectors a group on byte lanes (1 or 2). */
+PD_AI void walk(const pd__batch *b, const int d, const int L, const int nb)
 {
     bctx c;
     queue q;
     outbuf buf;
-    const uint32_t gl = VW * (L == 16 ? BNV : L ? NVB : CNV); /* lanes per group */
+    const uint32_t gl = VW * (L == 16 ? BNV : L ? nb * CNV : CNV); /* lanes per group */
     bctx_init(&c, b);
     if (L)
         bctx_init_bytes(&c, b, L == 5);
@@ -438,9 +436,9 @@ PD_AI void walk(const pd__batch *b, const int d, const int L)
     while (i + gl <= b->count) {
         const uint32_t end = b->count - i < BLOCK ? i + (b->count - i) / gl * gl : i + BLOCK;
         for (; i < end; i += gl)
-            compact_first(&c, &q, i, d, L);
+            compact_first(&c, &q, i, d, L, nb);
         while (q.n > BLOCK / 2)
-            compact_pass(&c, &q, &buf, d, L);
+            compact_pass(&c, &q, &buf, d, L, nb);
     }
     for (; i < b->count; i++) {
         q.val[q.n] = b->v[i];
@@ -448,45 +446,61 @@ PD_AI void walk(const pd__batch *b, const int d, const int L)
         q.idx[q.n++] = i;
     }
     while (q.n) {
-        for (uint32_t last = q.n - 1; q.n % gl; q.n++) {
+        /* the drain: on byte lanes, a rest of up to 32 walks takes one byte vector, not two of
+         * mostly padding */
+        const int one = L == 5 && q.n <= VW * CNV;
+        const uint32_t g = one ? VW * CNV : gl;
+        for (uint32_t last = q.n - 1; q.n % g; q.n++) {
             q.val[q.n] = q.val[last];
             q.run[q.n] = q.run[last];
             q.idx[q.n] = q.idx[last];
         }
-        compact_pass(&c, &q, &buf, d, L);
+        if (one)
+            compact_pass(&c, &q, &buf, d, L, 1);
+        else
+            compact_pass(&c, &q, &buf, d, L, nb);
     }
     outbuf_flush(&c, &buf);
 }
 
-#define PD_WALK(L, D) \
-    static void walk_##L##_##D(const pd__batch *b) { walk(b, D, L); }
-PD_WALK(0, 0)
-PD_WALK(0, 1)
-PD_WALK(5, 0)
-PD_WALK(5, 1)
-PD_WALK(5, 2)
-PD_WALK(16, 0)
-static void (*const walk_bytes[3])(const pd__batch *) = {walk_5_0, walk_5_1, walk_5_2};
+#define PD_WALK(L, D, NB) \
+    static void walk_##L##_##D##_##NB(const pd__batch *b) { walk(b, D, L, NB); }
+PD_WALK(0, 0, 2)
+PD_WALK(0, 1, 2)
+PD_WALK(5, 0, 2)
+PD_WALK(5, 1, 2)
+PD_WALK(5, 2, 2)
+PD_WALK(5, 0, 1)
+PD_WALK(5, 1, 1)
+PD_WALK(5, 2, 1)
+PD_WALK(16, 0, 2)
+/* Byte lanes with groups of one byte vector (32 lanes) for small batches that walk (a batch of
+ * short runs: K = 1, G = 1 takes ~1000 ids of 8 windows), whose last, partly empty groups cost less
+ * so; two (64 lanes, two chains in flight) otherwise: a batch that does not walk (n = 2^b) ran 28%
+ * slower on one. Zen 5, uneven shards of K = 1, G = 1: ~9% faster. */
+static void (*const walk_bytes[2][3])(const pd__batch *) = {{walk_5_0_2, walk_5_1_2, walk_5_2_2},
+                                                            {walk_5_0_1, walk_5_1_1, walk_5_2_1}};
 
 void pd__batch_avx2(const pd__batch *b)
 {
-    unsigned bits = 0, d0 = 0, d1 = 0;
+    unsigned bits = 0, d0 = 0, d1 = 0, walks = 0;
     for (unsigned r = 0; r < b->nruns; r++) {
         const pd_perm *p = b->perm[r];
         bits = p->bits > bits ? p->bits : bits;
+        walks |= p->n != UINT64_C(1) << p->bits;
         if (p->rbits != p->lbits)
             d1 = 1;
         else
             d0 = 1;
     }
     if (bits <= PD__BATCH_BYTES_AVX2)
-        walk_bytes[d0 && d1 ? 2 : d1](b);
+        walk_bytes[walks && b->count <= 2048][d0 && d1 ? 2 : d1](b);
     else if (bits <= PD__BATCH_WORDS_AVX2)
-        walk_16_0(b);
+        walk_16_0_2(b);
     else if (d1) /* the lighter round when every run has d = 0 */
-        walk_0_1(b);
+        walk_0_1_2(b);
     else
-        walk_0_0(b);
+        walk_0_0_2(b);
 }
 
 /* ---- Keys of 8 windows: Philox4x32-10 with one window per lane, block by block (core/keys.h) */
