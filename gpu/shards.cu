@@ -261,30 +261,16 @@ template <int D, bool SMALL>
 __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 {
     const uint32_t lmask = t.lmask, rmask = t.rmask, hshift = t.hsh, smul = t.smul;
-    if (SMALL && !D && PD_GPU_SHARD_TOP) {
-        uint32_t s0 = v >> t.rbits, S1 = v << hshift;
-#pragma unroll
-        for (int j = 0; j < 6; j++) {
-            const uint4 q = t.keys[j * kRuns]; /* shifted to the top */
-            const uint32_t k[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint32_t p = t.y * s0;
-                s0 = (p ^ k[i] ^ S1) >> hshift;
-                S1 = fma_mul(p, smul);
-            }
-        }
-        return (s0 << t.rbits) | (S1 >> hshift);
-    }
-    if (SMALL && D && PD_GPU_SHARD_ODD_TOP) {
-        /* t.y = Y_1 (pd__vp_small_mult_d(lbits, 1)): p = Y_1·s0 holds hi in its top lbits and lo·2 in
-         * bits 1 to lbits (bit 0 clear). s1's low lbits bits wait at the top (S1), its top bit b at
-         * bit 32 − lbits of C with nothing above (what lies below either only reaches X's low bits,
-         * which the shift drops, and never carries into their top). The new s1 = lo·2 | b:
-         * S1 = p·2^(32−lbits) + C; its top bit, lo's bit lbits − 1 (p's bit lbits), goes to the
-         * next C by a multiply up to bit 31 and a shift down (IMAD.HI in its place: slower). */
+    if (SMALL && (D ? PD_GPU_SHARD_ODD_TOP : PD_GPU_SHARD_TOP)) {
+        /* Odd b: t.y = Y_1 (pd__vp_small_mult_d(lbits, 1)): p = Y_1·s0 holds hi in its top lbits and
+         * lo·2 in bits 1 to lbits (bit 0 clear). s1's low lbits bits wait at the top (S1), its top bit
+         * b at bit 32 − lbits of C with nothing above (what lies below either only reaches X's low
+         * bits, which the shift drops, and never carries into their top). The new s1 = lo·2 | b:
+         * S1 = p·2^(32−lbits) + C; its top bit, lo's bit lbits − 1 (p's bit lbits), goes to the next
+         * C by a multiply up to bit 31 and a shift down (IMAD.HI in its place: slower). Even b: S1 is
+         * p moved up, and C stays unused. */
         const uint32_t csh = t.csh, m32 = t.m32; /* lbits − 1, 2^(32 − lbits); smul = 2^(31 − lbits) */
-        uint32_t s0 = v >> t.rbits, S1 = v << hshift, C = (v << (31 - (csh + 1))) >> csh;
+        uint32_t s0 = v >> t.rbits, S1 = v << hshift, C = D ? (v << (31 - (csh + 1))) >> csh : 0;
 #pragma unroll
         for (int j = 0; j < 6; j++) {
             const uint4 q = t.keys[j * kRuns]; /* shifted to the top */
@@ -293,11 +279,16 @@ __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
             for (int i = 0; i < 4; i++) {
                 const uint32_t p = t.y * s0;
                 s0 = (p ^ k[i] ^ S1) >> hshift;
-                S1 = fma_mad(p, m32, C);
-                C = fma_mul(p, smul) >> csh;
+                if (D) {
+                    S1 = fma_mad(p, m32, C);
+                    C = fma_mul(p, smul) >> csh;
+                } else {
+                    S1 = fma_mul(p, smul);
+                }
             }
         }
-        return (s0 << t.rbits) | (S1 >> hshift) | (C >> hshift << (csh + 1));
+        const uint32_t w = (s0 << t.rbits) | (S1 >> hshift);
+        return D ? w | (C >> hshift << (csh + 1)) : w;
     }
     uint32_t s0 = v >> t.rbits, s1 = D ? v : v & rmask, S1 = v << (32 - t.rbits);
 #pragma unroll
