@@ -32,6 +32,7 @@
 #define BNV (BNB * CNV)   /*   their lanes as vectors of u32 */
 #define CLANES (VW * BNV) /* lanes of a group, at most */
 #define BLOCK 512
+#define SMALL_BATCH 2048 /* items: a batch this small that walks takes byte groups of 32 lanes (walk_bytes) */
 #define QCAP (BLOCK / 2 + BLOCK + CLANES)
 #define OBUF 512
 
@@ -494,7 +495,7 @@ void pd__batch_avx2(const pd__batch *b)
             d0 = 1;
     }
     if (bits <= PD__BATCH_BYTES_AVX2)
-        walk_bytes[walks && b->count <= 2048][d0 && d1 ? 2 : d1](b);
+        walk_bytes[walks && b->count <= SMALL_BATCH][d0 && d1 ? 2 : d1](b);
     else if (bits <= PD__BATCH_WORDS_AVX2)
         walk_16_0_2(b);
     else if (d1) /* the lighter round when every run has d = 0 */
