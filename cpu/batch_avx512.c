@@ -495,7 +495,7 @@ static void bctx_init(bctx *c, const pd__batch *b, int small)
     uint8_t wk[64];
     for (int i = 0; i < PD_ROUNDS; i++) {
         memset(wk, 0, sizeof wk);
-        for (unsigned r = 0; r < b->nruns; r++) /* nruns ≤ 16: pd__batch_max_runs without VBMI */
+        for (unsigned r = 0; r < b->nruns; r++) /* nruns ≤ 16: pd__batch_run sends words no more */
             for (int l = 0; l < 4; l++)
                 wk[16 * l + r] = (uint8_t)b->perm[r]->keys.k[i];
         c->wkey[i] = _mm512_loadu_si512(wk);
