@@ -106,6 +106,18 @@ void pd_pool_destroy(pd_pool *pool);
 /* Threads that work on one request, the caller included. */
 unsigned pd_pool_threads(const pd_pool *pool);
 
+/* How long a pool thread polls before it sleeps: a helper after its last chunk (for the next request),
+ * and a caller whose chunks are done (for the helpers'). Sleeping costs a wake-up through the kernel,
+ * several µs and on VMs tens (cpu/pool.c), which split requests of tens of µs cannot afford; polling
+ * costs that thread's CPU for at most ns after each request. 0 (the default): sleep at once.
+ * PD_EINVAL for a NULL pool or ns > PD_POOL_SPIN_MAX_NS. Any thread, any time. */
+#define PD_POOL_SPIN_MAX_NS UINT64_C(100000000) /* 100 ms */
+int pd_pool_set_spin(pd_pool *pool, uint64_t ns);
+
+/* Requests a helper found while polling (*caught), and times a helper went to sleep (*slept): how often
+ * polling saved a wake-up. Zeros for NULL. */
+void pd_pool_counts(const pd_pool *pool, uint64_t *caught, uint64_t *slept);
+
 /* The pd_gen_* fills, split across the pool; same results and errors
  * (PD_EINVAL for a NULL pool too). Small requests run on the caller alone. */
 int pd_pool_fill_u64(pd_pool *pool, const pd_perm *p, uint64_t start, uint64_t count, uint64_t *out);

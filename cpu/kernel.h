@@ -65,6 +65,12 @@ void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx);
  * request of costly ids is split from count·cost ≥ what a flat one is split from. */
 void pd__pool_run_cost(pd_pool *pool, uint64_t count, uint64_t cost, pd__chunk_fn *fn, void *ctx);
 
+/* pd__pool_run in one part per thread, each of min_part to max_part ids (fewer parts if count is short,
+ * more if long): for ids whose part has a fixed cost that finer chunks would pay again, and a working set
+ * that coarser ones would take out of the cache (a mixture's: cpu/mix.h). */
+void pd__pool_run_parts(pd_pool *pool, uint64_t count, uint64_t min_part, uint64_t max_part, pd__chunk_fn *fn,
+                        void *ctx);
+
 /* The generator a pool's threads run. */
 const pd_gen *pd__pool_gen(const pd_pool *pool);
 

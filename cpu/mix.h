@@ -23,18 +23,21 @@ int pd_gen_mix_fill_u64(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
 int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
                         uint32_t *out, uint64_t *written);
 
-/* The same, split across the pool by work: a mixture id costs several flat ones, PD_MIX_COST_DENSE where
- * W = 1 (the dense fill) and PD_MIX_COST_SPARSE above (bench/mixtures: 2.7 and 4-10 on the CPUs measured),
- * and the pool sizes its parts by that, PD_MIX_POOL_SPLIT times finer. The caller's cursor serves the part at the request's start, and
- * each other part gets a cursor of its own (mixtures whose cursor is over PD_MIX_POOL_CURSOR_MAX bytes run
- * on the caller alone). Same results and errors. */
+/* The same, split across the pool: one part per thread, each of PD_MIX_POOL_PART_MIN to _MAX reads. A
+ * part has a fixed cost (each component's σ run ends in a latency-bound drain of its walks, and parts
+ * past the first set up a cursor): ~5 µs at W = 1 on Zen 5, a thousand ids' work, so finer parts lose
+ * (one thread, 8192 ids at W = 1 on an EPYC: 40 µs in one part, 45 in 2, 72 in 8). Longer parts would
+ * not gain, and their scratch (8 bytes a position) would leave the L2 cache. The caller's cursor serves the
+ * part at the request's start, and each other part gets a cursor of its own (mixtures whose cursor is over
+ * PD_MIX_POOL_CURSOR_MAX bytes run on the caller alone). Same results and errors. */
+#define PD_MIX_POOL_PART_MIN 2048
+#define PD_MIX_POOL_PART_MAX 8192
+#define PD_MIX_POOL_CURSOR_MAX ((size_t)1 << 20) /* bytes */
+/* What a mixture id costs in flat σ evaluations, PD_MIX_COST_DENSE read by one rank (the dense fill) and
+ * PD_MIX_COST_SPARSE by more (bench/mixtures: 2.7 and 4-10 on the CPUs measured): the daemon's inline
+ * budget counts mixture ids by it. */
 #define PD_MIX_COST_DENSE 3
 #define PD_MIX_COST_SPARSE 8
-#define PD_MIX_POOL_CURSOR_MAX ((size_t)1 << 20) /* bytes */
-/* Parts of a mixture request are PD_MIX_POOL_SPLIT times smaller in work than a flat request's (a few
- * thousand ids, tens of µs): a mixture Fetch of a training batch is waited on, and a part's set-up (a
- * cursor) is small. */
-#define PD_MIX_POOL_SPLIT 8
 /* What a mixture id read by one of `world` ranks costs, in flat σ evaluations: PD_MIX_COST_DENSE or _SPARSE. */
 uint64_t pd_mix_id_cost(uint64_t world);
 int pd_pool_mix_fill_u64(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,

@@ -131,7 +131,8 @@ int pd_backend_open(const pd_backend_opts *o, pd_backend **out)
         return PD_ENOMEM;
     pthread_mutex_init(&b->gpu_lock, NULL);
     b->gpu_min_ids = o->gpu_min_ids;
-    if ((rc = pd_gen_init(&b->gen, isa)) || (rc = pd_pool_create(o->cpu_threads, &b->gen, &b->pool)))
+    if ((rc = pd_gen_init(&b->gen, isa)) || (rc = pd_pool_create(o->cpu_threads, &b->gen, &b->pool)) ||
+        (rc = pd_pool_set_spin(b->pool, o->cpu_spin_ns)))
         goto fail;
     if (!strcmp(gpu, "auto")) {
         char why[256] = "";
@@ -181,6 +182,11 @@ void pd_backend_counts(const pd_backend *b, uint64_t *cpu_ids, uint64_t *gpu_ids
 {
     *cpu_ids = atomic_load(&b->cpu_ids);
     *gpu_ids = atomic_load(&b->gpu_ids);
+}
+
+void pd_backend_pool_counts(const pd_backend *b, uint64_t *caught, uint64_t *slept)
+{
+    pd_pool_counts(b->pool, caught, slept);
 }
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__

@@ -13,6 +13,7 @@ typedef struct pd_backend pd_backend;
 typedef struct pd_backend_opts {
     const char *cpu_isa;     /* "auto", "scalar", "avx2", "avx512" */
     unsigned cpu_threads;    /* threads one large request is split over; 0: one per CPU */
+    uint64_t cpu_spin_ns;    /* how long the split's threads poll before sleeping (pd_pool_set_spin) */
     const char *gpu;         /* "auto": use a GPU when one can be opened; "off" */
     unsigned gpu_device;     /* CUDA device index */
     uint64_t gpu_min_ids;    /* requests below this stay on the CPU */
@@ -53,5 +54,8 @@ const char *pd_backend_describe(const pd_backend *b);
 
 /* Ids served by each side so far (for Stats and metrics). */
 void pd_backend_counts(const pd_backend *b, uint64_t *cpu_ids, uint64_t *gpu_ids);
+
+/* The CPU pool's helpers: requests caught while polling, and sleeps (pd_pool_counts). */
+void pd_backend_pool_counts(const pd_backend *b, uint64_t *caught, uint64_t *slept);
 
 #endif

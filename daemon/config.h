@@ -54,6 +54,7 @@ typedef struct pd_config {
     uint64_t stream_ring_max; /* bytes; 0 = no shared-memory rings */
     uint64_t stream_ring_total; /* bytes of rings alive at once, all connections */
     uint64_t inline_ids;
+    uint64_t cpu_spin_us;
     uint64_t job_slice_ids;
     uint64_t shutdown_timeout_ms;
     char *cpu_isa;       /* auto | scalar | avx2 | avx512 */

@@ -105,8 +105,10 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     }
     v->workers = s->svc.workers;
     v->uptime_ms = pd_clock_ms() - s->svc.started_ms;
-    if (s->backend)
+    if (s->backend) {
         pd_backend_counts(s->backend, &v->cpu_ids, &v->gpu_ids);
+        pd_backend_pool_counts(s->backend, &v->pool_caught, &v->pool_slept);
+    }
     v->ring_bytes = atomic_load(&s->svc.ring_bytes);
     v->upload_bytes = atomic_load(&s->svc.upload_bytes);
     v->datasets = s->reg ? pd_registry_count(s->reg) : 0;
@@ -580,7 +582,8 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
     int rc;
     pd_service *svc = &s->svc;
 
-    pd_backend_opts bo = {.cpu_isa = cfg->cpu_isa, .cpu_threads = (unsigned)cfg->cpu_threads, .gpu = cfg->gpu,
+    pd_backend_opts bo = {.cpu_isa = cfg->cpu_isa, .cpu_threads = (unsigned)cfg->cpu_threads,
+                          .cpu_spin_ns = cfg->cpu_spin_us * 1000, .gpu = cfg->gpu,
                           .gpu_device = (unsigned)cfg->gpu_device, .gpu_min_ids = cfg->gpu_min_ids,
                           .gpu_library = cfg->gpu_library};
     if ((rc = pd_backend_open(&bo, &s->backend))) {

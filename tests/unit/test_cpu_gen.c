@@ -555,6 +555,7 @@ static void pool_shared_by_threads(void **state)
     pthread_t tid[CLIENTS];
     pool_client clients[CLIENTS];
     assert_int_equal(pd_pool_create(3, NULL, &pool), PD_OK);
+    assert_int_equal(pd_pool_set_spin(pool, 200000), PD_OK); /* helpers poll between the clients' requests */
     for (int i = 0; i < CLIENTS; i++) {
         clients[i] = (pool_client){.pool = pool, .seed = (uint64_t)i + 1};
         assert_int_equal(pthread_create(&tid[i], NULL, pool_client_main, &clients[i]), 0);
@@ -564,6 +565,40 @@ static void pool_shared_by_threads(void **state)
         assert_int_equal(clients[i].bad, 0);
     }
     pd_pool_destroy(pool);
+}
+
+/* Polling (pd_pool_set_spin): a helper that polls finds the next request without being woken, and one that
+ * does not poll never does; the results are the same either way, and destroy stops a polling helper. */
+static void pool_spin(void **state)
+{
+    (void)state;
+    pd_pool *pool;
+    pd_perm p;
+    uint64_t caught, slept;
+    const uint64_t count = UINT64_C(1) << 21; /* 64 chunks: the helper takes some of each request */
+    uint32_t *want = xmalloc(count * 4), *got = xmalloc(count * 4);
+    assert_int_equal(pd_perm_init(&p, 5, 6, 0, P2(30) + 7), PD_OK);
+    assert_int_equal(pd_perm_fill_u32(&p, 0, count, want), PD_OK);
+    assert_int_equal(pd_pool_set_spin(NULL, 0), PD_EINVAL);
+    pd_pool_counts(NULL, &caught, &slept);
+    assert_true(caught == 0 && slept == 0);
+    for (int spin = 0; spin < 2; spin++) {
+        assert_int_equal(pd_pool_create(2, NULL, &pool), PD_OK);
+        assert_int_equal(pd_pool_set_spin(pool, PD_POOL_SPIN_MAX_NS + 1), PD_EINVAL);
+        assert_int_equal(pd_pool_set_spin(pool, spin ? PD_POOL_SPIN_MAX_NS : 0), PD_OK);
+        memset(got, 0xA5, count * 4);
+        for (int r = 0; r < 4; r++) /* back to back (slow checks come after): the helper ends a request, polls */
+            assert_int_equal(pd_pool_fill_u32(pool, &p, r * 4096, count - r * 4096, got + r * 4096), PD_OK);
+        assert_memory_equal(got, want, count * 4);
+        pd_pool_counts(pool, &caught, &slept);
+        if (spin && !test_quick()) /* valgrind runs threads one at a time: no telling who takes what */
+            assert_true(caught >= 1); /* 100 ms of polling spans the gap between two requests */
+        else
+            assert_int_equal(caught, 0); /* (whether it has slept yet depends on the scheduler) */
+        pd_pool_destroy(pool); /* returns at once, though the helper may be polling for 100 ms */
+    }
+    free(want);
+    free(got);
 }
 
 /* A negative control for the comparison itself: a generator run on other
@@ -594,6 +629,7 @@ int main(void)
         cmocka_unit_test(avx512_matches_core),
         cmocka_unit_test(pool_matches_core),
         cmocka_unit_test(pool_shared_by_threads),
+        cmocka_unit_test(pool_spin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

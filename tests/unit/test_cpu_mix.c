@@ -106,8 +106,9 @@ static void matches_core(void **state)
     static const uint64_t blocks[] = {64, 128, 256, 512, 2048};
     static const uint32_t worlds[] = {1, 1, 2, 3, 8, 64, 1000};
     const int trials = test_quick() ? 3 : 40;
-    pd_pool *pool; /* requests of up to 40000 reads split into parts of PD_POOL_CHUNK_MIN / PD_MIX_COST_* */
+    pd_pool *pool; /* requests of up to 40000 reads split into parts of PD_MIX_POOL_PART_MIN to _MAX reads */
     assert_int_equal(pd_pool_create(3, NULL, &pool), PD_OK);
+    assert_int_equal(pd_pool_set_spin(pool, 100000), PD_OK); /* as permd runs it */
     for (int t = 0; t < trials; t++) {
         uint64_t C = 1 + test_below(&rng, 12), S = 1 + test_below(&rng, 4), block = blocks[test_below(&rng, 5)];
         uint64_t sizes[12], nshards[12] = {0}, windows[12], lanes[12], starts[4], shard_sizes[12][20];
