@@ -8,7 +8,7 @@
 # (shards-profile: test_gpu_shards, ncu counters, SASS, the GPU rows, and those of build variants
 #  (PD_SHARD_VARIANTS) or of an earlier tree carried in .bench-before, alternating with this one)
 # (mixtures: the mixture tests, bench/mixtures' CPU rows, and mixture vs flat Fetches on permd with its pool
-#  of one thread and of one per CPU: a large mixture request is split across the pool by work)
+#  of one thread and of one per CPU, and of an earlier tree's permd carried in .bench-before, alternating)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
 #  sysroot: scripts/device-sysroot.sh redis-server redis-tools libjemalloc2 liblzf1)
 set -uo pipefail
@@ -122,9 +122,15 @@ if [ "$what" = mixtures ]; then
   (cd build-dev && ctest --output-on-failure -L 'unit|integration|cli|quality' -R 'mix|readahead' 2>&1) | tee "$OUT/mixtures_tests.log" | tail -12
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   build-dev/bench/mixtures >"$OUT/mixtures_cpu.md" || rc=1
-  for threads in 1 0; do
+  trees="this=build-dev/bin/permd"
+  if [ -f .bench-before/bench/mixtures.sh ]; then # an earlier tree, carried: its permd (CPU only) alternates with this one
+    (cd .bench-before && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=OFF \
+       -DCMAKE_PREFIX_PATH="$sys/usr" && cmake --build build -j"$(nproc)" --target permd) >"$OUT/before_build.log" 2>&1 \
+      && trees="before=.bench-before/build/bin/permd $trees $trees before=.bench-before/build/bin/permd"
+  fi
+  for tree in $trees; do for threads in 1 0; do
     d=$(mktemp -d)
-    build-dev/bin/permd --socket "$d/s" --state-dir "$d/st" --metrics "" --log-level warn --cpu-threads "$threads" 2>"$d/log" &
+    "${tree#*=}" --socket "$d/s" --state-dir "$d/st" --metrics "" --log-level warn --cpu-threads "$threads" 2>"$d/log" &
     p=$!
     for _ in $(seq 100); do [ -S "$d/s" ] && break; sleep 0.1; done
     for c in 0:20000000 1:17000000 2:3000000 3:10000000; do
@@ -135,13 +141,13 @@ if [ "$what" = mixtures ]; then
     for count in 8192 65536; do
       for world in 1 8; do
         for name in flat mix; do
-          echo "cpu_threads=$threads dataset=$name $(build-dev/bench/serve fetch --socket "$d/s" --dataset $name \
-            --world $world --count $count --seconds 3)" >>"$OUT/mixtures_pool.txt"
+          echo "tree=${tree%%=*} cpu_threads=$threads dataset=$name $(build-dev/bench/serve fetch --socket "$d/s" \
+            --dataset $name --world $world --count $count --seconds 3)" >>"$OUT/mixtures_pool.txt"
         done
       done
     done
     kill $p; wait $p; rm -rf "$d"
-  done
+  done; done
   cat "$OUT/mixtures_pool.txt"
 fi
 if [ "$what" = serve-compare ]; then # bench/serve.sh of an earlier tree and of this one, alternating, same host
