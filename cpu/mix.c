@@ -957,7 +957,8 @@ static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, con
         count = left;
     pd_mix_pool_ctx x = {.caller = c, .epoch = epoch, .slice = *s, .out = out, .width = width};
     atomic_init(&x.rc, PD_OK);
-    pd__pool_run_parts(pool, count, PD_MIX_POOL_PART_MIN, PD_MIX_POOL_PART_MAX, pd_mix_pool_chunk, &x);
+    const uint64_t min_part = s->world <= PD_MIX_DENSE_WORLD ? PD_MIX_POOL_PART_MIN_DENSE : PD_MIX_POOL_PART_MIN_SPARSE;
+    pd__pool_run_parts(pool, count, min_part, PD_MIX_POOL_PART_MAX, pd_mix_pool_chunk, &x);
     const int rc = atomic_load(&x.rc);
     if (rc == PD_OK)
         *written = count;

@@ -23,14 +23,16 @@ int pd_gen_mix_fill_u64(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
 int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
                         uint32_t *out, uint64_t *written);
 
-/* The same, split across the pool: one part per thread, each of PD_MIX_POOL_PART_MIN to _MAX reads. A
+/* The same, split across the pool: one part per thread, each of PD_MIX_POOL_PART_MIN_* to _MAX reads. A
  * part has a fixed cost (each component's σ run ends in a latency-bound drain of its walks, and parts
  * past the first set up a cursor): ~5 µs at W = 1 on Zen 5, a thousand ids' work, so finer parts lose
  * (one thread, 8192 ids at W = 1 on an EPYC: 40 µs in one part, 45 in 2, 72 in 8). Longer parts would
  * not gain, and their scratch (8 bytes a position) would leave the L2 cache. The caller's cursor serves the
  * part at the request's start, and each other part gets a cursor of its own (mixtures whose cursor is over
  * PD_MIX_POOL_CURSOR_MAX bytes run on the caller alone). Same results and errors. */
-#define PD_MIX_POOL_PART_MIN 2048
+#define PD_MIX_POOL_PART_MIN_DENSE 2048 /* W = 1 */
+#define PD_MIX_POOL_PART_MIN_SPARSE 512 /* W > 1: a part's fixed cost is lower (8192 reads at W = 8 on one
+                                           thread: 69 µs in 1 part, 80 in 8); 16 threads share 8192 reads */
 #define PD_MIX_POOL_PART_MAX 8192
 #define PD_MIX_POOL_CURSOR_MAX ((size_t)1 << 20) /* bytes */
 /* What a mixture id costs in flat σ evaluations, PD_MIX_COST_DENSE read by one rank (the dense fill) and

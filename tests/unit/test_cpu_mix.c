@@ -106,7 +106,7 @@ static void matches_core(void **state)
     static const uint64_t blocks[] = {64, 128, 256, 512, 2048};
     static const uint32_t worlds[] = {1, 1, 2, 3, 8, 64, 1000};
     const int trials = test_quick() ? 3 : 40;
-    pd_pool *pool; /* requests of up to 40000 reads split into parts of PD_MIX_POOL_PART_MIN to _MAX reads */
+    pd_pool *pool; /* requests of up to 40000 reads split into parts of PD_MIX_POOL_PART_MIN_* to _MAX reads */
     assert_int_equal(pd_pool_create(3, NULL, &pool), PD_OK);
     assert_int_equal(pd_pool_set_spin(pool, 100000), PD_OK); /* as permd runs it */
     for (int t = 0; t < trials; t++) {
