@@ -41,7 +41,7 @@ ctl mixtures put mix --components "$(IFS=,; echo "${names[*]}")" --weights 4,3,2
 kv() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 declare -A V
 for rep in $(seq "$reps"); do # rounds interleave the two names, so other load hits both alike
-  for count in 1024 8192; do
+  for count in 1024 8192 65536; do
     for world in 1 8; do
       for name in flat mix; do
         line=$("$build/bench/serve" fetch --socket "$tmp/permd.sock" --dataset "$name" --world "$world" \
@@ -91,7 +91,7 @@ best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
   echo
   echo "| W | ids per Fetch | flat: Fetch/s | flat p50 µs | mixture: Fetch/s | mixture p50 µs | mixture p99 µs | mixture / flat (rate) | mixture / flat (p50) |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-  for count in 1024 8192; do
+  for count in 1024 8192 65536; do
     for world in 1 8; do
       read -r fr fp50 _ <<<"$(best "${V[flat.$count.$world]}")"
       read -r mr mp50 mp99 <<<"$(best "${V[mix.$count.$world]}")"
