@@ -96,8 +96,9 @@ typedef struct pd_mix_work {
     uint64_t span;       /* dense: run positions per chunk (whole blocks, at most PD_MIX_DENSE_CHUNK) */
     pd_mix_part *parts;  /* dense: the chunk's blocks' parts, block after block; sparse: one block's */
     uint32_t *first;     /* dense: block b's parts are [first[b], first[b + 1]) */
-    uint64_t *scratch;   /* dense: the ids of each component's range */
-    uint64_t *by_slot;   /* dense: one block's ids in slot order */
+    void *scratch;       /* dense: the ids of each component's range, `sw` bytes each */
+    void *by_slot;       /* dense: one block's global ids in slot order, `sw` bytes each */
+    unsigned sw;         /* dense: 4 where the output is u32 (every id fits), else 8: σ writes half the bytes */
     uint32_t *comp;      /* sparse: each read's component */
     uint64_t *draw;      /* sparse: its run draw */
     uint32_t *order;     /* sparse: the reads grouped by component */
@@ -147,7 +148,7 @@ static void pd_mix_work_free(pd_mix_work *w)
  * positions; sparse ones take at most PD_MIX_SPARSE_CHUNK reads. Sized by the request, so that a small one
  * stays below malloc's mmap threshold (no page faults per request on the daemon). */
 static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, int dense, uint64_t reads,
-                             uint64_t world)
+                             uint64_t world, unsigned width)
 {
     const uint64_t C = m->components, B = m->block;
     memset(w, 0, sizeof *w);
@@ -175,8 +176,9 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
     if (dense) {
         w->parts = malloc(blocks * (C < B ? C : B) * sizeof *w->parts);
         w->first = malloc((blocks + 1) * sizeof *w->first);
-        w->scratch = malloc((w->span + B) * sizeof *w->scratch);
-        w->by_slot = malloc(B * sizeof *w->by_slot);
+        w->sw = width;
+        w->scratch = malloc((w->span + B) * width);
+        w->by_slot = malloc(B * width);
         ok = ok && w->parts && w->first && w->scratch && w->by_slot;
     } else {
         w->comp = malloc(reads * sizeof *w->comp);
@@ -234,6 +236,16 @@ static void pd_mix_slots_by_groups(const pd_gen *g, const pd_mix *m, uint64_t g0
         pd__block_group_run(g->isa, &grp);
         const uint64_t base = grp.first * B, span = PD__BLOCK_GROUP * B; /* the run positions it covers */
         for (uint64_t at = g0 + t * world - base; t < n && at < span;) {
+            if (world == 1 && (at & (B - 1)) == 0 && n - t >= B) { /* a whole block: its slots four by four */
+                const uint8_t *from = tab + pd__block_group_at((uint32_t)(at >> m->block_bits), 0);
+                uint32_t *to = slot + t;
+                for (uint64_t r = 0; r < B; r += 4, from += 4 * PD__BLOCK_GROUP)
+                    for (int k = 0; k < 4; k++)
+                        to[r + k] = from[k];
+                t += B;
+                at += B;
+                continue;
+            }
             const uint32_t i = pd__block_group_at((uint32_t)(at >> m->block_bits), (uint32_t)at & (uint32_t)(B - 1));
             if (world == 1 && (at & 3) == 0 && n - t >= 4) { /* four consecutive slots of a block sit together */
                 for (int k = 0; k < 4; k++)
@@ -473,7 +485,7 @@ static void pd_mix_ranges(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w)
         const uint32_t j = w->present[p];
         pd_mix_seen *s = &w->seen[j];
         const pd_mix_component *comp = &m->comp[j];
-        uint64_t *ids = w->scratch + at;
+        char *ids = (char *)w->scratch + at * w->sw;
         s->scratch = at;
         for (uint64_t d = s->lo; d < s->hi;) { /* one run per component epoch */
             const uint64_t e = d / comp->size, u = d % comp->size;
@@ -482,10 +494,14 @@ static void pd_mix_ranges(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w)
             if (comp->shard_start) { /* the draws u.. are positions u.. of one reader's sharded epoch */
                 const pd_slice one = {.world = 1, .mode = PD_MODE_EXACT, .offset = u};
                 uint64_t got;
-                pd_gen_shard_slice_fill_u64(g, &o->plan, &one, n, ids + (d - s->lo), &got); /* n ≤ size − u: no error */
+                void *to = ids + (d - s->lo) * w->sw; /* n ≤ size − u, and u32 only if every id fits: no error */
+                if (w->sw == 4)
+                    pd_gen_shard_slice_fill_u32(g, &o->plan, &one, n, to, &got);
+                else
+                    pd_gen_shard_slice_fill_u64(g, &o->plan, &one, n, to, &got);
             } else {
-                pd__run run = {.perm = &o->perm, .first = u, .stride = 1, .count = n, .out = ids + (d - s->lo),
-                               .width = 8, .walk = g->walk};
+                pd__run run = {.perm = &o->perm, .first = u, .stride = 1, .count = n, .out = ids + (d - s->lo) * w->sw,
+                               .width = w->sw, .walk = g->walk};
                 pd__gen_run(g, &run);
             }
             d += n;
@@ -499,6 +515,42 @@ static uint64_t pd_mix_block_count(const pd_mix *m, uint64_t g0, uint64_t world,
 {
     const uint64_t in_block = ((g0 | (m->block - 1)) - g0) / world + 1;
     return in_block < left ? in_block : left;
+}
+
+/* Dense step 3 for block i of the chunk: its global ids laid out in slot order (per part: its local ids plus
+ * the component's offset), then each of its reads, out[0, reads), takes its slot's. */
+static void pd_mix_layout_u32(const pd_mix *m, pd_mix_work *w, uint64_t i, uint32_t *restrict out, uint64_t reads,
+                              const uint32_t *restrict slot)
+{
+    uint32_t *restrict by_slot = w->by_slot;
+    for (uint32_t p = w->first[i]; p < w->first[i + 1]; p++) {
+        const pd_mix_part *part = &w->parts[p];
+        const pd_mix_seen *s = &w->seen[part->component];
+        const uint32_t *restrict ids = (const uint32_t *)w->scratch + s->scratch + (part->draw - s->lo);
+        const uint32_t off = (uint32_t)m->offset[part->component], n = part->count;
+        uint32_t *restrict to = by_slot + part->slot;
+        for (uint32_t q = 0; q < n; q++)
+            to[q] = ids[q] + off;
+    }
+    for (uint64_t r = 0; r < reads; r++)
+        out[r] = by_slot[slot[r]];
+}
+
+/* The same for any width: u64 ids, stored as `width` bytes at out[tb, tb + reads). */
+static void pd_mix_layout_u64(const pd_mix *m, pd_mix_work *w, uint64_t i, void *out, unsigned width, uint64_t tb,
+                              uint64_t reads)
+{
+    uint64_t *by_slot = w->by_slot;
+    for (uint32_t p = w->first[i]; p < w->first[i + 1]; p++) {
+        const pd_mix_part *part = &w->parts[p];
+        const pd_mix_seen *s = &w->seen[part->component];
+        const uint64_t *ids = (const uint64_t *)w->scratch + s->scratch + (part->draw - s->lo);
+        const uint64_t off = m->offset[part->component];
+        for (uint32_t q = 0; q < part->count; q++)
+            by_slot[part->slot + q] = ids[q] + off;
+    }
+    for (uint64_t r = tb; r < tb + reads; r++)
+        pd_mix_store(out, width, r, by_slot[w->slot[r]]);
 }
 
 /* One dense chunk: reads from run position g_first on, at most n; returns how many it wrote. */
@@ -527,15 +579,10 @@ static uint64_t pd_mix_dense_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_wor
     pd_mix_ranges(g, c, w); /* step 2 */
     for (uint64_t i = 0, tb = 0; i < b; i++) { /* step 3 */
         const uint64_t reads = pd_mix_block_count(m, g_first + tb * world, world, n - tb);
-        for (uint32_t p = w->first[i]; p < w->first[i + 1]; p++) {
-            const pd_mix_part *part = &w->parts[p];
-            const pd_mix_seen *s = &w->seen[part->component];
-            const uint64_t *ids = w->scratch + s->scratch + (part->draw - s->lo), off = m->offset[part->component];
-            for (uint32_t q = 0; q < part->count; q++) /* local ids, made global */
-                w->by_slot[part->slot + q] = ids[q] + off;
-        }
-        for (uint64_t r = tb; r < tb + reads; r++)
-            pd_mix_store(out, width, r, w->by_slot[w->slot[r]]);
+        if (w->sw == 4) /* u32 throughout (the output's width: every global id fits) */
+            pd_mix_layout_u32(m, w, i, (uint32_t *)out + tb, reads, w->slot + tb);
+        else
+            pd_mix_layout_u64(m, w, i, out, width, tb, reads);
         tb += reads;
     }
     return n;
@@ -866,7 +913,7 @@ static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, co
     pd_mix_work w;
     const int dense = W <= PD_MIX_DENSE_WORLD;
     const uint64_t cap = body < PD_MIX_SPARSE_CHUNK ? body : PD_MIX_SPARSE_CHUNK;
-    if ((rc = pd_mix_work_alloc(&w, g, m, dense, body, W)))
+    if ((rc = pd_mix_work_alloc(&w, g, m, dense, body, W, width)))
         return rc;
     uint64_t k = pd__mix_stage_of(m, base + first);
     for (uint64_t done = 0, chunk = 1; done < body; chunk++) {
