@@ -61,10 +61,6 @@ typedef void pd__chunk_fn(const pd_gen *g, void *ctx, uint64_t begin, uint64_t c
  * Small counts (or a one-thread pool) run on the caller alone. */
 void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx);
 
-/* pd__pool_run for ids that each cost about `cost` flat σ evaluations: chunks are sized by work, so a
- * request of costly ids is split from count·cost ≥ what a flat one is split from. */
-void pd__pool_run_cost(pd_pool *pool, uint64_t count, uint64_t cost, pd__chunk_fn *fn, void *ctx);
-
 /* pd__pool_run in one part per thread, each of min_part to max_part ids (fewer parts if count is short,
  * more if long): for ids whose part has a fixed cost that finer chunks would pay again, and a working set
  * that coarser ones would take out of the cache (a mixture's: cpu/mix.h). */

@@ -240,10 +240,6 @@ void pd_pool_counts(const pd_pool *pool, uint64_t *caught, uint64_t *slept)
     *slept = pool ? atomic_load(&pool->slept) : 0;
 }
 
-void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx)
-{
-    pd__pool_run_cost(pool, count, 1, fn, ctx);
-}
 
 /* ids [0, count) in chunks of `chunk` (a multiple of 64: whole vectors for every SIMD kernel). */
 static void pd_pool_run_chunks(pd_pool *pool, uint64_t count, uint64_t chunk, pd__chunk_fn *fn, void *ctx)
@@ -280,11 +276,10 @@ static void pd_pool_run_chunks(pd_pool *pool, uint64_t count, uint64_t chunk, pd
     pthread_mutex_unlock(&pool->mu);
 }
 
-void pd__pool_run_cost(pd_pool *pool, uint64_t count, uint64_t cost, pd__chunk_fn *fn, void *ctx)
+void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx)
 {
-    const uint64_t parts = (uint64_t)pool->nthreads * 4, min = PD_POOL_CHUNK_MIN / (cost ? cost : 1);
-    uint64_t chunk = count / parts;
-    chunk = chunk < min ? min : chunk > PD_POOL_CHUNK_MAX ? PD_POOL_CHUNK_MAX : chunk;
+    uint64_t chunk = count / ((uint64_t)pool->nthreads * 4);
+    chunk = chunk < PD_POOL_CHUNK_MIN ? PD_POOL_CHUNK_MIN : chunk > PD_POOL_CHUNK_MAX ? PD_POOL_CHUNK_MAX : chunk;
     pd_pool_run_chunks(pool, count, (chunk + 63) & ~UINT64_C(63), fn, ctx);
 }
 

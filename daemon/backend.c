@@ -144,12 +144,14 @@ int pd_backend_open(const pd_backend_opts *o, pd_backend **out)
             b->gpu = NULL;
         }
     }
+    const unsigned long long spin_us = (unsigned long long)(o->cpu_spin_ns / 1000);
     if (b->gpu)
-        snprintf(b->desc, sizeof b->desc, "cpu=%s threads=%u gpu=\"%s\" gpu_min_ids=%llu", pd_isa_name(b->gen.isa),
-                 pd_pool_threads(b->pool), b->api.describe(b->gpu), (unsigned long long)b->gpu_min_ids);
+        snprintf(b->desc, sizeof b->desc, "cpu=%s threads=%u spin_us=%llu gpu=\"%s\" gpu_min_ids=%llu",
+                 pd_isa_name(b->gen.isa), pd_pool_threads(b->pool), spin_us, b->api.describe(b->gpu),
+                 (unsigned long long)b->gpu_min_ids);
     else
-        snprintf(b->desc, sizeof b->desc, "cpu=%s threads=%u gpu=none", pd_isa_name(b->gen.isa),
-                 pd_pool_threads(b->pool));
+        snprintf(b->desc, sizeof b->desc, "cpu=%s threads=%u spin_us=%llu gpu=none", pd_isa_name(b->gen.isa),
+                 pd_pool_threads(b->pool), spin_us);
     *out = b;
     return PD_OK;
 fail:

@@ -132,10 +132,13 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_add(&t, "permd_ids_generated_total{backend=\"cpu\"} %llu\n", (unsigned long long)v->cpu_ids);
     pd_text_add(&t, "permd_ids_generated_total{backend=\"gpu\"} %llu\n", (unsigned long long)v->gpu_ids);
     pd_text_u64(&t, "permd_cpu_pool_spin_catches_total", "counter",
-                "Split requests a CPU pool helper found while polling (cpu_spin_us), without a wake-up.",
+                "Times a CPU pool helper found a split request's work while polling (cpu_spin_us), "
+                "without a wake-up (one request can count once per helper).",
                 v->pool_caught);
     pd_text_u64(&t, "permd_cpu_pool_sleeps_total", "counter",
-                "Times a CPU pool helper went to sleep, to be woken by the next split request.", v->pool_slept);
+                "Times a CPU pool helper went to sleep (to be woken by a split request, which may find "
+                "its work already taken).",
+                v->pool_slept);
     pd_text_u64(&t, "permd_bytes_sent_total", "counter", "Bytes of replies handed to the sockets.",
                 st->bytes_out_total);
     pd_text_u64(&t, "permd_bytes_received_total", "counter", "Bytes of requests read from the sockets.",
