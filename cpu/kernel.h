@@ -58,7 +58,10 @@ int pd__gen_check(const pd_gen *g);
 typedef void pd__chunk_fn(const pd_gen *g, void *ctx, uint64_t begin, uint64_t count);
 
 /* Split ids [0, count) into chunks run by the pool's threads and the caller; returns when all are done.
- * Small counts (or a one-thread pool) run on the caller alone. */
+ * Small counts (or a one-thread pool) run on the caller alone. Chunks are big enough that taking one (a
+ * mutex round trip) is noise next to computing it, and small enough that 4 per thread balance the load. */
+#define PD_POOL_CHUNK_MIN (UINT64_C(1) << 15)
+#define PD_POOL_CHUNK_MAX (UINT64_C(1) << 20)
 void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx);
 
 /* pd__pool_run in one part per thread, each of min_part to max_part ids (fewer parts if count is short,

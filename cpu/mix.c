@@ -99,6 +99,7 @@ typedef struct pd_mix_work {
     void *scratch;       /* dense: the ids of each component's range, `sw` bytes each */
     void *by_slot;       /* dense: one block's global ids in slot order, `sw` bytes each */
     unsigned sw;         /* dense: 4 where the output is u32 (every id fits), else 8: σ writes half the bytes */
+    uint64_t align;      /* dense: each component's range in the scratch starts at a multiple of this many ids */
     uint32_t *comp;      /* sparse: each read's component */
     uint64_t *draw;      /* sparse: its run draw */
     uint32_t *order;     /* sparse: the reads grouped by component */
@@ -177,7 +178,11 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
         w->parts = malloc(blocks * (C < B ? C : B) * sizeof *w->parts);
         w->first = malloc((blocks + 1) * sizeof *w->first);
         w->sw = width;
-        w->scratch = malloc((w->span + B) * width);
+        /* Few components (most mixtures): each range starts on a 64-byte line, so that σ's vector stores do
+         * not straddle two; the padding is at most 15 ids a component. */
+        w->align = C <= PD_MIX_FLAT_MAX ? 64 / width : 1;
+        const uint64_t ids = w->span + B + (w->align > 1 ? C * w->align : 0);
+        w->scratch = aligned_alloc(64, (ids * width + 63) & ~(uint64_t)63);
         w->by_slot = malloc(B * width);
         ok = ok && w->parts && w->first && w->scratch && w->by_slot;
     } else {
@@ -506,7 +511,7 @@ static void pd_mix_ranges(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w)
             }
             d += n;
         }
-        at += s->hi - s->lo;
+        at = (at + (s->hi - s->lo) + w->align - 1) & ~(uint64_t)(w->align - 1);
     }
 }
 

@@ -15,10 +15,6 @@
 #define PD_POOL_PAUSE() ((void)0)
 #endif
 
-/* Chunks are big enough that taking one (a mutex round trip) is noise next
- * to computing it, and small enough that 4 per thread balance the load. */
-#define PD_POOL_CHUNK_MIN (UINT64_C(1) << 15)
-#define PD_POOL_CHUNK_MAX (UINT64_C(1) << 20)
 #define PD_POOL_MAX_THREADS 4096u
 
 /* One request. It lives on its caller's stack: the caller returns only once

@@ -3,14 +3,18 @@
 #include "test_util.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "core/perm.h"
 #include "core/rank.h"
 #include "cpu/gen.h"
+#include "cpu/kernel.h"
 #include "vectors_v1.h"
 
 #define P2(k) (UINT64_C(1) << (k))
@@ -567,15 +571,47 @@ static void pool_shared_by_threads(void **state)
     pd_pool_destroy(pool);
 }
 
-/* Polling (pd_pool_set_spin): a helper that polls finds the next request without being woken, and one that
- * does not poll never does; the results are the same either way, and destroy stops a polling helper. */
+/* Polling (pd_pool_set_spin). Requests of two trivial chunks, the first of which waits (up to 10 s) until
+ * the other has started: so a helper takes part in each request, and each request ends right after the
+ * helper's chunk, while it polls. The next request, sent at once, is then caught by a polling helper, and
+ * never by one that does not poll. Timing-free: the chunks' work is nothing, whatever the build. */
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+typedef struct spin_probe {
+    _Atomic int started;
+    _Atomic int stuck; /* chunk 0 gave up waiting for the other */
+} spin_probe;
+
+static void spin_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t count)
+{
+    (void)g;
+    (void)count;
+    spin_probe *p = ctx;
+    atomic_fetch_add(&p->started, 1);
+    if (begin)
+        return;
+    const double end = now_s() + 10;
+    while (atomic_load(&p->started) < 2) {
+        if (now_s() > end) {
+            atomic_store(&p->stuck, 1);
+            return;
+        }
+        sched_yield(); /* valgrind runs the other thread only at a system call */
+    }
+}
+
 static void pool_spin(void **state)
 {
     (void)state;
     pd_pool *pool;
     pd_perm p;
     uint64_t caught, slept;
-    const uint64_t count = UINT64_C(1) << 21; /* 8 chunks: the helper takes some of each request */
+    const uint64_t count = 300007;
     uint32_t *want = xmalloc(count * 4), *got = xmalloc(count * 4);
     assert_int_equal(pd_perm_init(&p, 5, 6, 0, P2(30) + 7), PD_OK);
     assert_int_equal(pd_perm_fill_u32(&p, 0, count, want), PD_OK);
@@ -586,15 +622,22 @@ static void pool_spin(void **state)
         assert_int_equal(pd_pool_create(2, NULL, &pool), PD_OK);
         assert_int_equal(pd_pool_set_spin(pool, PD_POOL_SPIN_MAX_NS + 1), PD_EINVAL);
         assert_int_equal(pd_pool_set_spin(pool, spin ? PD_POOL_SPIN_MAX_NS : 0), PD_OK);
-        memset(got, 0xA5, count * 4);
-        for (int r = 0; r < 4; r++) /* back to back (slow checks come after): the helper ends a request, polls */
-            assert_int_equal(pd_pool_fill_u32(pool, &p, r * 4096, count - r * 4096, got + r * 4096), PD_OK);
-        assert_memory_equal(got, want, count * 4);
+        spin_probe probe[4];
+        for (int r = 0; r < 4; r++) { /* back to back */
+            atomic_init(&probe[r].started, 0);
+            atomic_init(&probe[r].stuck, 0);
+            pd__pool_run(pool, 2 * PD_POOL_CHUNK_MIN, spin_chunk, &probe[r]); /* two chunks */
+        }
+        for (int r = 0; r < 4; r++)
+            assert_true(atomic_load(&probe[r].started) == 2 && !atomic_load(&probe[r].stuck));
         pd_pool_counts(pool, &caught, &slept);
         if (!spin)
-            assert_int_equal(caught, 0); /* (whether it has slept yet depends on the scheduler) */
-        else if (!test_quick()) /* valgrind runs threads one at a time: no telling who takes what */
-            assert_true(caught >= 1); /* 100 ms of polling spans the gap between two requests */
+            assert_int_equal(caught, 0);
+        else if (!test_quick()) /* (valgrind runs one thread at a time: its 100 ms may pass unpolled) */
+            assert_true(caught >= 3); /* requests 2-4 found the helper polling */
+        memset(got, 0xA5, count * 4); /* and the same ids either way */
+        assert_int_equal(pd_pool_fill_u32(pool, &p, 0, count, got), PD_OK);
+        assert_memory_equal(got, want, count * 4);
         pd_pool_destroy(pool); /* a polling helper sees the stop (pending) and exits: no waiting out its 100 ms */
     }
     free(want);
