@@ -106,11 +106,12 @@ void pd_pool_destroy(pd_pool *pool);
 /* Threads that work on one request, the caller included. */
 unsigned pd_pool_threads(const pd_pool *pool);
 
-/* How long a pool thread polls before it sleeps: a helper after its last chunk (for the next request),
- * and a caller whose chunks are done (for the helpers'). Sleeping costs a wake-up through the kernel,
- * several µs and on VMs tens (cpu/pool.c), which split requests of tens of µs cannot afford; polling
- * costs that thread's CPU for at most ns after each request. 0 (the default): sleep at once.
- * PD_EINVAL for a NULL pool or ns > PD_POOL_SPIN_MAX_NS. Any thread, any time. */
+/* How long a pool thread polls before it sleeps: a helper after its last chunk, for the next request, while
+ * split requests have been arriving at most ns apart (else it sleeps at once: a client asking every few ms
+ * costs no polling); and a caller whose chunks are done, for its helpers', at most min(ns, 50 µs).
+ * Sleeping costs a wake-up through the kernel, several µs and on VMs tens (cpu/pool.c), which split
+ * requests of tens of µs cannot afford. 0 (the default): sleep at once. PD_EINVAL for a NULL pool or
+ * ns > PD_POOL_SPIN_MAX_NS. Any thread, any time. */
 #define PD_POOL_SPIN_MAX_NS UINT64_C(100000000) /* 100 ms */
 int pd_pool_set_spin(pd_pool *pool, uint64_t ns);
 

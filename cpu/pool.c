@@ -37,8 +37,11 @@ struct pd_pool {
     pthread_cond_t done; /* some job finished its last chunk */
     pd_pool_job *head, *tail;
     int stop;
-    /* Spinning (pd_pool_set_spin): readable without mu. pending is 1 while head is set or the pool stops. */
-    _Atomic uint64_t pending, spin_ns;
+    /* Spinning (pd_pool_set_spin): readable without mu. pending is 1 while head is set or the pool stops.
+     * interval: how far apart split requests have been arriving (an average, ns; 0: unknown), which
+     * decides whether an idle helper polls at all. */
+    _Atomic uint64_t pending, spin_ns, interval;
+    uint64_t last_queued; /* when the last split request was queued (ns), under mu */
     unsigned sleepers;                /* helpers in cond_wait(work), under mu: only then is a wake-up sent */
     _Atomic uint64_t caught, slept;   /* pd_pool_counts */
     unsigned nthreads; /* per request, the caller included */
@@ -89,6 +92,20 @@ static uint64_t pd_pool_now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* How long the thread that split a request polls for its helpers' last chunks before it sleeps (at most
+ * spin_ns): they are usually about to end; a long chunk is not worth polling through. */
+#define PD_POOL_WAIT_SPIN_NS UINT64_C(50000)
+
+/* How long an idle helper polls for the next request: spin_ns while split requests have been arriving at
+ * most that far apart (a client reading back to back), else 0. A trainer asking every few ms or seconds
+ * costs no polling at all. */
+static uint64_t pd_pool_idle_spin(const pd_pool *pool)
+{
+    const uint64_t cap = atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
+    const uint64_t iv = atomic_load_explicit(&pool->interval, memory_order_relaxed);
+    return iv && iv <= cap ? cap : 0;
+}
+
 /* Poll *flag until it reaches want, for at most ns; whether it did. Outside mu. A thread that sleeps on
  * a condition variable costs the one that wakes it a system call, and itself the scheduler's wake-up
  * latency (5-80 µs measured on a 2-vCPU VM, often on the waker's own CPU): more than a mixture Fetch's
@@ -116,7 +133,7 @@ static void *pd_pool_helper(void *arg)
     for (;;) {
         if (!pool->head && !pool->stop) { /* stay awake a moment: a client's next request often follows */
             pthread_mutex_unlock(&pool->mu);
-            const int work = pd_pool_spin(&pool->pending, 1, atomic_load_explicit(&pool->spin_ns, memory_order_relaxed));
+            const int work = pd_pool_spin(&pool->pending, 1, pd_pool_idle_spin(pool));
             pthread_mutex_lock(&pool->mu);
             if (work && pool->head)
                 atomic_fetch_add_explicit(&pool->caught, 1, memory_order_relaxed);
@@ -254,8 +271,13 @@ static void pd_pool_run_chunks(pd_pool *pool, uint64_t count, uint64_t chunk, pd
         pool->head = &job;
     pool->tail = &job;
     atomic_store_explicit(&pool->pending, 1, memory_order_relaxed);
-    if (pool->sleepers) /* spinning helpers see pending without one */
-        pthread_cond_broadcast(&pool->work);
+    const uint64_t now = pd_pool_now_ns(), iv = pool->last_queued ? now - pool->last_queued : 0,
+                   avg = atomic_load_explicit(&pool->interval, memory_order_relaxed);
+    atomic_store_explicit(&pool->interval, avg ? (avg + iv) / 2 : iv, memory_order_relaxed);
+    pool->last_queued = now;
+    /* Wake only the sleepers this request has chunks for (polling helpers see pending without a wake-up). */
+    for (uint64_t n = 0; n < pool->sleepers && n + 1 < job.nchunks; n++)
+        pthread_cond_signal(&pool->work);
     while (pd_pool_take(pool, &job, &c)) { /* the caller works on its own request too */
         pthread_mutex_unlock(&pool->mu);
         pd_pool_run_chunk(pool, &job, c);
@@ -264,7 +286,8 @@ static void pd_pool_run_chunks(pd_pool *pool, uint64_t count, uint64_t chunk, pd
     }
     if (atomic_load(&job.finished) < job.nchunks) { /* a helper's last chunk is often about to end */
         pthread_mutex_unlock(&pool->mu);
-        pd_pool_spin(&job.finished, job.nchunks, atomic_load_explicit(&pool->spin_ns, memory_order_relaxed));
+        const uint64_t cap = atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
+        pd_pool_spin(&job.finished, job.nchunks, cap < PD_POOL_WAIT_SPIN_NS ? cap : PD_POOL_WAIT_SPIN_NS);
         pthread_mutex_lock(&pool->mu);
     }
     while (atomic_load(&job.finished) < job.nchunks)

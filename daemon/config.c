@@ -159,12 +159,13 @@ static const pd_opt pd_opts[] = {
     PD_OPT(cpu_threads, PD_OPT_U64, "0", 0, 1024,
            "Threads one large request is split over (the worker that took it\n"
            "included); 0: one per CPU."),
-    PD_OPT(cpu_spin_us, PD_OPT_U64, "50", 0, 100000,
-           "Microseconds a thread of the split polls for work before it sleeps (a\n"
-           "helper after its part, for the next request; the splitting thread, for the\n"
-           "helpers' parts). Waking a sleeper costs tens of microseconds on some VMs,\n"
-           "as much as a mixture Fetch's part; polling costs at most this much CPU per\n"
-           "thread after each split request. 0: sleep at once."),
+    PD_OPT(cpu_spin_us, PD_OPT_U64, "500", 0, 100000,
+           "Microseconds a helper of the split polls for the next request before it\n"
+           "sleeps, while split requests have been arriving at most this far apart (a\n"
+           "client reading back to back; one asking every few ms costs no polling). The\n"
+           "splitting thread polls at most 50 of them for its helpers' parts. Waking a\n"
+           "sleeper costs tens of microseconds on some VMs, as much as a mixture Fetch's\n"
+           "part. 0: sleep at once."),
     PD_OPT(gpu, PD_OPT_STR, "auto", 0, 0,
            "auto: serve large requests from a GPU when libpermd_gpu.so loads and a\n"
            "device opens (otherwise one log line, and the CPU serves everything);\n"
