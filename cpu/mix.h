@@ -27,9 +27,9 @@ int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
  * part has a fixed cost (each component's σ run ends in a latency-bound drain of its walks, and parts
  * past the first set up a cursor): ~5 µs at W = 1 on Zen 5, a thousand ids' work, so finer parts lose
  * (one thread, 8192 ids at W = 1 on an EPYC: 40 µs in one part, 45 in 2, 72 in 8). Longer parts would
- * not gain, and their scratch (4 or 8 bytes a position) would leave the L2 cache. The caller's cursor serves the
- * part at the request's start, and each other part gets a cursor of its own (mixtures whose cursor is over
- * PD_MIX_POOL_CURSOR_MAX bytes run on the caller alone). Same results and errors. */
+ * not gain, and their scratch (4 or 8 bytes a position) would leave the L2 cache. The caller's cursor
+ * serves the part at the request's start, and each other part gets a cursor of its own (mixtures whose
+ * cursor is over PD_MIX_POOL_CURSOR_MAX bytes run on the caller alone). Same results and errors. */
 #define PD_MIX_POOL_PART_MIN_DENSE 2048 /* W = 1 */
 #define PD_MIX_POOL_PART_MIN_SPARSE 512 /* W > 1: a part's fixed cost is lower (8192 reads at W = 8 on one
                                            thread: 69 µs in 1 part, 80 in 8); 16 threads share 8192 reads */

@@ -253,7 +253,6 @@ void pd_pool_counts(const pd_pool *pool, uint64_t *caught, uint64_t *slept)
     *slept = pool ? atomic_load(&pool->slept) : 0;
 }
 
-
 /* ids [0, count) in chunks of `chunk` (a multiple of 64: whole vectors for every SIMD kernel). */
 static void pd_pool_run_chunks(pd_pool *pool, uint64_t count, uint64_t chunk, pd__chunk_fn *fn, void *ctx)
 {

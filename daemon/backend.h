@@ -49,7 +49,7 @@ int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, uint64_t pl
 int pd_backend_mix_slice(pd_backend *b, pd_mix_cursor *cur, uint64_t epoch, const pd_slice *slice, uint64_t count,
                          unsigned width, void *out, uint64_t *written);
 
-/* "cpu=avx2 threads=16 spin_us=50 gpu=NVIDIA H100 80GB HBM3 (sm_90, 132 SMs) gpu_min_ids=1048576", for logs. */
+/* "cpu=avx2 threads=16 spin_us=500 gpu=NVIDIA H100 80GB HBM3 (sm_90, 132 SMs) gpu_min_ids=1048576", for logs. */
 const char *pd_backend_describe(const pd_backend *b);
 
 /* Ids served by each side so far (for Stats and metrics). */

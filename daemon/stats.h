@@ -17,7 +17,7 @@ typedef struct pd_stats_view {
     unsigned workers;
     uint64_t uptime_ms;
     uint64_t cpu_ids, gpu_ids; /* ids each backend generated */
-    uint64_t pool_caught, pool_slept; /* CPU pool helpers: requests found polling, sleeps (cpu_spin_us) */
+    uint64_t pool_caught, pool_slept; /* CPU pool helpers: work found polling, sleeps (cpu_spin_us) */
     uint64_t ring_bytes;       /* shared-memory stream rings alive */
     uint64_t upload_bytes;     /* shard sizes held by unfinished uploads */
     uint64_t layout_bytes;     /* shard layouts the registry holds */
