@@ -14,6 +14,7 @@
 #include "daemon/backend.h"
 #include "daemon/log.h"
 #include "daemon/reply.h"
+#include "daemon/sigmask.h"
 #include "daemon/target.h"
 #include "gpu/permd_delivery.h"
 
@@ -336,7 +337,7 @@ static pd_group *pd_group_create(pd_groups *t, uv_loop_t *loop, const char *name
     pthread_cond_init(&g->wake, NULL);
     uv_async_init(loop, &g->async, pd_group_on_async); /* the creating connection's loop ends it */
     g->async.data = g;
-    if (pthread_create(&g->thread, NULL, pd_group_main, g)) {
+    if (pd_sigmask_thread(&g->thread, pd_group_main, g)) { /* signals stay on loop 0 */
         *rc = PD_EINTERNAL;
         uv_close((uv_handle_t *)&g->async, pd_group_free);
         return NULL;

@@ -25,6 +25,7 @@
 #include "daemon/registry.h"
 #include "daemon/service.h"
 #include "daemon/session.h"
+#include "daemon/sigmask.h"
 
 #define PD_SWEEP_MS 500
 #define PD_AUTO_LOOPS_MAX 4 /* loops: 0 picks min(CPUs, this): the worker pool wants the other cores */
@@ -67,6 +68,7 @@ typedef struct pd_access_node {
 } pd_access_node;
 
 enum { PD_SIGTERM, PD_SIGINT, PD_SIGHUP, PD_SIGUSR1, PD_SIGUSR2, PD_NSIGNALS };
+static const int pd_signal_nums[PD_NSIGNALS] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 
 struct pd_server {
     const pd_config *cfg;
@@ -83,6 +85,8 @@ struct pd_server {
     pd_http *http;
     uv_signal_t signals[PD_NSIGNALS];
     int signals_on;
+    sigset_t caller_mask;  /* pd_server_create's caller's, given back by pd_server_free */
+    uv_work_t warm;        /* starts libuv's worker threads while the handled signals are blocked */
     int stopping;
     pd_server_loop **loops; /* loops[0] is the primary */
     unsigned nloops, next_loop;
@@ -358,7 +362,7 @@ static int pd_loop_spawn(pd_server *s, pd_server_loop *l)
     uv_async_init(l->uv, &l->inbox_async, pd_on_inbox);
     l->inbox_async.data = l;
     int rc = pd_loop_start(s, l);
-    if (rc == 0 && pthread_create(&l->thread, NULL, pd_loop_main, l) == 0) {
+    if (rc == 0 && pd_sigmask_thread(&l->thread, pd_loop_main, l) == 0) {
         l->thread_on = 1;
         return 0;
     }
@@ -471,11 +475,10 @@ static void pd_on_signal(uv_signal_t *h, int signum)
 
 static void pd_server_open_signals(pd_server *s, uv_loop_t *loop)
 {
-    static const int nums[PD_NSIGNALS] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
     for (int i = 0; i < PD_NSIGNALS; i++) {
         uv_signal_init(loop, &s->signals[i]);
         s->signals[i].data = s;
-        uv_signal_start(&s->signals[i], pd_on_signal, nums[i]);
+        uv_signal_start(&s->signals[i], pd_on_signal, pd_signal_nums[i]);
     }
     s->signals_on = 1;
 }
@@ -485,14 +488,16 @@ static void pd_server_close_signals(pd_server *s)
     if (!s->signals_on)
         return;
     s->signals_on = 0;
-    for (int i = 0; i < PD_NSIGNALS; i++)
-        uv_close((uv_handle_t *)&s->signals[i], NULL);
     /* Closing the last watcher of a signal gives it back its default action. permd is stopping
      * already (jobs may still be finishing): a second SIGTERM or SIGINT (systemd, a supervisor's
-     * retry, Ctrl-C twice) must not turn the clean exit into death by signal. SIGHUP and SIGUSR*
-     * keep the default action of a process on its way out. */
-    signal(SIGTERM, SIG_IGN);
-    signal(SIGINT, SIG_IGN);
+     * retry, Ctrl-C twice) must not turn the clean exit into death by signal. Every other thread
+     * blocks these signals (sigmask.h); this one blocks them before the close, and ignoring them
+     * then discards any that arrived in between. */
+    pd_sigmask_block(NULL);
+    for (int i = 0; i < PD_NSIGNALS; i++) {
+        uv_close((uv_handle_t *)&s->signals[i], NULL);
+        signal(pd_signal_nums[i], SIG_IGN);
+    }
 }
 
 void pd_server_stop(pd_server *s)
@@ -514,6 +519,8 @@ void pd_server_stop(pd_server *s)
 
 int pd_server_run(pd_server *s)
 {
+    if (s->signals_on)
+        pd_sigmask_unblock(); /* this thread alone takes them, until pd_server_close_signals */
     return uv_run(s->loops[0]->uv, UV_RUN_DEFAULT);
 }
 
@@ -570,10 +577,23 @@ void pd_server_free(pd_server *s)
         free(n->access.token);
         free(n);
     }
+    sigset_t mask = s->caller_mask;
     free(s);
+    pd_sigmask_restore(&mask);
 }
 
 /* ---- Startup -------------------------------------------------------------------------------- */
+
+static void pd_warm_work(uv_work_t *w)
+{
+    (void)w;
+}
+
+static void pd_warm_after(uv_work_t *w, int status)
+{
+    (void)w;
+    (void)status;
+}
 
 static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
 {
@@ -695,6 +715,10 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
         }
         s->loops[s->nloops++] = l;
     }
+    /* libuv starts its worker threads at the first job. Start them now, while this thread blocks the
+     * handled signals (pd_server_create), so they inherit the block; a request's job would start
+     * them from loop 0 while it takes signals. */
+    uv_queue_work(loop, &s->warm, pd_warm_work, pd_warm_after);
     pd_log_info("ready", "version=%s loops=%u workers=%u %s max_connections=%llu output_cap=%llu", PERMD_VERSION,
                 s->nloops, workers, pd_backend_describe(s->backend), (unsigned long long)cfg->max_connections,
                 (unsigned long long)cfg->output_cap);
@@ -711,6 +735,9 @@ int pd_server_create(uv_loop_t *loop, const pd_config *cfg, unsigned workers, pd
     if (!s)
         return PD_ENOMEM;
     s->cfg = cfg;
+    /* Every thread started from here on (loops, the CPU pool, libuv's workers, the GPU library's)
+     * inherits the block; pd_server_run lifts it on this thread alone. */
+    pd_sigmask_block(&s->caller_mask);
     int rc = pd_server_start(s, loop, workers);
     if (rc) {
         pd_server_free(s);

@@ -175,6 +175,37 @@ static void test_sigterm_with_active_stream(void **state)
     harness_cleanup(&h);
 }
 
+/* SIGTERM or SIGINT sent again and again while permd stops (a supervisor retrying, Ctrl-C held down)
+ * must not turn the clean exit into death by signal: whichever thread a signal lands on, at whatever
+ * moment of the shutdown, permd exits 0. Each round sends signals every ~20 us from before the first
+ * until the process is gone, so they land during the handlers' close as well. */
+static void test_repeated_stop_signals(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 20; round++) {
+        harness h;
+        harness_init(&h);
+        assert_int_equal(harness_start(&h, 0, NULL, NULL), 0);
+        permd_client *c;
+        assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+        assert_int_equal(permd_put_dataset(c, "d", 1000, NULL, NULL), 0);
+        int sig = round % 2 ? SIGINT : SIGTERM, st = -1;
+        pid_t pid = h.pid;
+        for (int i = 0; i < 500000; i++) { /* ~10 s at most */
+            kill(pid, sig);
+            if (waitpid(pid, &st, WNOHANG) == pid)
+                break;
+            usleep(20);
+        }
+        h.pid = 0;
+        if (!harness_exited_with(st, 0))
+            fprintf(stderr, "round %d: permd ended with status %#x\n", round, st);
+        assert_true(harness_exited_with(st, 0));
+        permd_close(c);
+        harness_cleanup(&h);
+    }
+}
+
 static void test_check_config(void **state)
 {
     (void)state;
@@ -198,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_config_datasets),
         cmocka_unit_test(test_startup_refusals),
         cmocka_unit_test(test_sigterm_with_active_stream),
+        cmocka_unit_test(test_repeated_stop_signals),
         cmocka_unit_test(test_check_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
