@@ -260,7 +260,9 @@ PD_AI void unpack2w(__m512i w, __m512i *a)
 
 /* eval on word lanes (batch_avx2.c's eval_words): every lane's b ≤ 17, so s0 < 2^8 and s1 < 2^9; D = 0
  * (every lane d = 0: s1 unmasked until the end) or 1 (some lane d = 1: s1 masked each round, so
- * s1 >> lbits is 0 where d = 0). hk: the keys of the one run all lanes belong to, or NULL. */
+ * s1 >> lbits is 0 where d = 0). hk: the keys of the one run all lanes belong to, or NULL. With one run
+ * (K = 64's batches of one long run), the per-run values are one register each instead of one per word
+ * vector: 28 live registers became 12, and the rounds stopped reading spilled values from the stack. */
 PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *s1, const int D,
                       const uint32_t *hk)
 {
@@ -269,11 +271,14 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
     const __m512i a = _mm512_set1_epi16((short)((PD_VP_M0 >> 32) & 0xFF));
     const __m512i low16 = _mm512_set1_epi32(0xFFFF), one32 = _mm512_set1_epi32(1), sixteen = _mm512_set1_epi32(16);
     const __m512i zero_hi = _mm512_set1_epi32(0x8000); /* vpshufb: a zero in each word's high byte */
+    const int nt = hk ? 1 : NW; /* per-run values: one set (one run), or one per word vector */
     __m512i w0[NW], w1[NW], lmask[NW], rmask[NW], cld[NW], shr[NW], runi[NW];
     for (int j = 0; j < NW; j++) {
-        const lanes *x = p[2 * j], *y = p[2 * j + 1];
         w0[j] = pack2w(s0[2 * j], s0[2 * j + 1]);
         w1[j] = pack2w(s1[2 * j], s1[2 * j + 1]);
+    }
+    for (int j = 0; j < nt; j++) {
+        const lanes *x = p[2 * j], *y = p[2 * j + 1];
         lmask[j] = pack2w(x->lmask, y->lmask);
         rmask[j] = pack2w(x->rmask, y->rmask);
         cld[j] = pack2w(_mm512_and_si512(x->m_lo_d, low16), _mm512_and_si512(y->m_lo_d, low16));
@@ -285,11 +290,12 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
     for (int i = 0; i < PD_ROUNDS; i++) {
         const __m512i hkey = hk ? _mm512_set1_epi16((short)(hk[i] & 0xFF)) : _mm512_setzero_si512();
         for (int j = 0; j < NW; j++) {
+            const int t = hk ? 0 : j;
             const __m512i hi = _mm512_add_epi16(_mm512_mulhi_epu16(w0[j], ch), _mm512_mullo_epi16(w0[j], a));
-            const __m512i lo = _mm512_mullo_epi16(w0[j], cld[j]);
-            const __m512i k = hk ? hkey : _mm512_shuffle_epi8(c->wkey[i], runi[j]);
-            const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, w1[j], PD_TL_XOR3), lmask[j]);
-            w1[j] = D ? _mm512_ternarylogic_epi32(lo, _mm512_mulhi_epu16(w1[j], shr[j]), rmask[j], PD_TL_OR_AND) : lo;
+            const __m512i lo = _mm512_mullo_epi16(w0[j], cld[t]);
+            const __m512i k = hk ? hkey : _mm512_shuffle_epi8(c->wkey[i], runi[t]);
+            const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, w1[j], PD_TL_XOR3), lmask[t]);
+            w1[j] = D ? _mm512_ternarylogic_epi32(lo, _mm512_mulhi_epu16(w1[j], shr[t]), rmask[t], PD_TL_OR_AND) : lo;
             w0[j] = n0;
         }
     }
@@ -371,8 +377,10 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
         split(p[v], _mm512_loadu_si512(c->v + i + VW * v), &s0[v], &s1[v]);
     }
 #if PD_BATCH_WORDS
-    if (L)
-        eval_words(c, p, s0, s1, d, one ? c->kr[r] : NULL);
+    if (L && one) /* two calls: each inlined with hk known NULL or not */
+        eval_words(c, p, s0, s1, d, c->kr[r]);
+    else if (L)
+        eval_words(c, p, s0, s1, d, NULL);
     else
 #endif
 #if PD_BATCH_BYTES
@@ -408,6 +416,11 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const
         lanes own[BNV];
         const lanes *p[BNV];
         __m512i s0[BNV], s1[BNV], idx[BNV];
+        /* A group whose lanes all walk one run (a batch of one long run: every group) reads that run's
+         * values and keys broadcast, as compact_first does, instead of 7 permutes a vector and a key
+         * shuffle a round (uneven K = 64 on words: +6%, and +14% with eval_words' one set of values). */
+#if !PD_BATCH_WORDS /* bytes and 32-bit lanes as they were: on byte lanes the check alone made the walk 5-15%
+                      * slower (gcc laid it out anew) */
         for (int v = 0; v < nv; v++) {
             const __m512i run = _mm512_loadu_si512(q->run + r + VW * v);
             own[v] = L && PD_BATCH_BYTES ? lanes_of_bytes(c, run) : lanes_of(c, run, d & PD_SMALL);
@@ -415,8 +428,27 @@ PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const
             split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
             idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
         }
+#else
+        const uint32_t r0 = q->run[r];
+        __mmask16 same = 0xFFFF;
+        for (int v = 0; v < nv; v++)
+            same &= _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(q->run + r + VW * v), _mm512_set1_epi32((int)r0));
+        const int one = same == 0xFFFF;
+        for (int v = 0; v < nv; v++) {
+            if (one) {
+                p[v] = &c->one[r0];
+            } else {
+                own[v] = lanes_of(c, _mm512_loadu_si512(q->run + r + VW * v), d & PD_SMALL);
+                p[v] = &own[v];
+            }
+            split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
+            idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
+        }
+#endif
 #if PD_BATCH_WORDS
-        if (L)
+        if (L && one)
+            eval_words(c, p, s0, s1, d, c->kr[r0]);
+        else if (L)
             eval_words(c, p, s0, s1, d, NULL);
         else
 #endif

@@ -91,13 +91,19 @@ if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: te
   metrics=$metrics,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__cycles_active.avg.pct_of_peak_sustained_elapsed
   metrics=$metrics,smsp__thread_inst_executed_per_inst_executed.ratio,launch__registers_per_thread,launch__grid_size
   metrics=$metrics,smsp__inst_executed_op_local_ld.sum,smsp__inst_executed_op_local_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
-  [ "${PD_SHARD_NCU:-1}" = 0 ] && ncu_bin= # PD_SHARD_NCU=0: no ncu (the variants' bench rows alone)
-  [ -n "$ncu_bin" ] && "$ncu_bin" --clock-control none -k 'regex:shard_|walk_' --metrics "$metrics" --csv \
+  # PD_SHARD_NCU=0: not these counters over every launch (PD_SHARD_SOURCE's still run)
+  [ -n "$ncu_bin" ] && [ "${PD_SHARD_NCU:-1}" != 0 ] && "$ncu_bin" --clock-control none -k 'regex:shard_|walk_' --metrics "$metrics" --csv \
     build-dev/bench/shards --gpu-only >"$OUT/shards_ncu.csv" 2>&1
-  if [ -n "$ncu_bin" ] && [ -n "${PD_SHARD_SOURCE:-}" ]; then # per-instruction counts of one launch (-s: its index)
-    "$ncu_bin" --clock-control none -k regex:shard_tiles -s "$PD_SHARD_SOURCE" -c 1 --section SourceCounters \
-      --page source --print-source sass --csv build-dev/bench/shards --gpu-only 2>&1 | gzip >"$OUT/shards_source.csv.gz"
-  fi
+  # PD_SHARD_SOURCE: per-instruction counts of shard_tiles launches, by index (-s), one file each; with
+  # bench/shards --gpu-only's 6 launches a row (a warm-up, then 5), 8 rows a table: uneven K = 1, G = 1 is 49
+  for s in ${PD_SHARD_SOURCE:-}; do
+    [ -n "$ncu_bin" ] || break
+    "$ncu_bin" --clock-control none -k regex:shard_tiles -s "$s" -c 1 --section SourceCounters \
+      --page source --print-source sass --csv build-dev/bench/shards --gpu-only 2>&1 | gzip >"$OUT/shards_source_$s.csv.gz"
+    "$ncu_bin" --clock-control none -k regex:shard_tiles -s "$s" -c 1 --section WarpStateStats --section SchedulerStats \
+      --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats build-dev/bench/shards --gpu-only \
+      >"$OUT/shards_sections_$s.txt" 2>&1
+  done
   build-dev/bench/shards --gpu-only >"$OUT/shards_gpu_base.md" 2>&1 || rc=1
   if [ -f .bench-before/bench/shards.c ]; then # an earlier tree (git archive, carried): its GPU rows, then this tree's again
     { cmake -S .bench-before -B build-before -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" \

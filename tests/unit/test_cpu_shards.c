@@ -482,14 +482,18 @@ static void batch_kernels_match_scalar(void **state)
     pd_perm perm[PD__BATCH_RUNS];
     uint64_t rng = 11;
     for (int t = 0; t < (quick() ? 60 : 400); t++) {
-        const unsigned nruns = 1 + (unsigned)test_below(&rng, t % 3 ? 16 : PD__BATCH_RUNS); /* > 16: bytes only */
+        /* Every 8th batch: one long run of b = 16 or 17 that walks (a window of K = 64 shards), whose queued
+         * groups all belong to it (the word lanes' broadcast path). */
+        const int one_long = t % 8 == 0;
+        const unsigned nruns = one_long ? 1 : 1 + (unsigned)test_below(&rng, t % 3 ? 16 : PD__BATCH_RUNS); /* > 16: bytes only */
         const unsigned maxbits = t % 4 == 3 ? 24 : 6 + (unsigned)test_below(&rng, 12); /* mostly b ≤ 17 */
         for (unsigned r = 0; r < nruns; r++) {
-            const unsigned bits = 1 + (unsigned)test_below(&rng, maxbits);
-            const uint64_t n = 2 + test_below(&rng, (UINT64_C(1) << bits) - 1);
+            const unsigned bits = one_long ? 16 + (unsigned)(t / 8 % 2) : 1 + (unsigned)test_below(&rng, maxbits);
+            const uint64_t n = one_long ? (UINT64_C(1) << (bits - 1)) + 1 + test_below(&rng, (UINT64_C(1) << (bits - 1)) - 1)
+                                        : 2 + test_below(&rng, (UINT64_C(1) << bits) - 1);
             assert_int_equal(pd_perm_init(&perm[r], test_rand(&rng), t, 2 + r, n), PD_OK);
         }
-        const uint32_t count = (uint32_t)test_below(&rng, ITEMS + 1);
+        const uint32_t count = one_long ? ITEMS - (uint32_t)test_below(&rng, 100) : (uint32_t)test_below(&rng, ITEMS + 1);
         const int interleaved = t % 2;
         for (uint32_t i = 0; i < count; i++) {
             run[i] = (uint8_t)(interleaved ? test_below(&rng, nruns) : (uint64_t)i * nruns / count);
