@@ -71,6 +71,7 @@ typedef struct pd_sub {
     uint64_t x0, n;
     int back;
     int entered;
+    unsigned kc; /* its key cache (pd_shard_scratch.kc) */
     pd_window win;
 } pd_sub;
 
@@ -79,6 +80,16 @@ typedef struct pd_sub {
  * would otherwise write every output line once per lane). */
 #define PD_SHARD_SUBS 16
 #define PD_SHARD_STEP 1024
+/* Key caches: subsequences side by side are in different lanes, far apart in windows, so one cache
+ * shared by all was refilled (16 windows' keys, one used) at every window a subsequence entered: 5% of
+ * a G = 3, W = 8 read. Subsequence c uses cache c mod 4. */
+#define PD_SHARD_KEYSETS 4
+
+typedef struct pd_keycache {
+    pd_keys keys[16]; /* τ keys of windows [w, w + n) (16: what one vectorized derivation makes) */
+    uint64_t w;
+    unsigned n;
+} pd_keycache;
 
 /* Per chunk of a request, on the stack (~60 KiB; the σ kernels add up to ~50 KiB of their own). */
 typedef struct pd_shard_scratch {
@@ -90,9 +101,7 @@ typedef struct pd_shard_scratch {
     uint32_t v[PD__BATCH_ITEMS]; /* positions in, samples out */
     uint8_t run[PD__BATCH_ITEMS];
     uint64_t ids[PD_SHARD_PIECE]; /* ids of a strided run, or a wide window's samples */
-    pd_keys keys[PD__BATCH_RUNS]; /* τ keys of windows [keys_w, keys_w + keys_n) */
-    uint64_t keys_w;
-    unsigned keys_n;
+    pd_keycache kc[PD_SHARD_KEYSETS];
     int tabled;                   /* 1: tab holds window tab_w's slots for this request's width */
     uint64_t tab_w;
     pd__slots tab;
@@ -167,7 +176,8 @@ void pd__keys_many_scalar(uint64_t seed, uint64_t epoch, uint32_t first, unsigne
 static void pd_window_keys(const pd_gen *g, const pd_shard_plan *plan, pd_shard_scratch *sc, const pd_sub *sub,
                            uint64_t w, pd_keys *out)
 {
-    if (!sc->keys_n || w < sc->keys_w || w - sc->keys_w >= sc->keys_n) {
+    pd_keycache *kc = &sc->kc[sub->kc];
+    if (!kc->n || w < kc->w || w - kc->w >= kc->n) {
         const unsigned many = g->isa == PD_ISA_AVX512 ? 16 : g->isa == PD_ISA_AVX2 ? 8 : 1;
         const int down = sub->entered && w + 1 == sub->win.w; /* an odd lane, backward */
         const uint64_t first = !down ? w : w + 1 >= many ? w + 1 - many : 0;
@@ -176,21 +186,21 @@ static void pd_window_keys(const pd_gen *g, const pd_shard_plan *plan, pd_shard_
         switch (g->isa) {
 #ifdef PD_CPU_HAVE_AVX2
         case PD_ISA_AVX2:
-            pd__keys_many_avx2(plan->seed, plan->epoch, stream, n, sc->keys);
+            pd__keys_many_avx2(plan->seed, plan->epoch, stream, n, kc->keys);
             break;
 #endif
 #ifdef PD_CPU_HAVE_AVX512
         case PD_ISA_AVX512:
-            pd__keys_many_avx512(plan->seed, plan->epoch, stream, n, sc->keys);
+            pd__keys_many_avx512(plan->seed, plan->epoch, stream, n, kc->keys);
             break;
 #endif
         default:
-            pd__keys_many_scalar(plan->seed, plan->epoch, stream, n, sc->keys);
+            pd__keys_many_scalar(plan->seed, plan->epoch, stream, n, kc->keys);
         }
-        sc->keys_w = first;
-        sc->keys_n = n;
+        kc->w = first;
+        kc->n = n;
     }
-    *out = sc->keys[w - sc->keys_w];
+    *out = kc->keys[w - kc->w];
 }
 
 /* Make sub->win the window of x: the current one, a neighbour (a lane's next run), or a search. */
@@ -313,6 +323,18 @@ static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scra
     sc->items = 0;
 }
 
+/* A strided run's ids are stored one by one, ks apart (its lane's subsequence among m), after the batch's
+ * σ: each store of a line not in cache waited for it (a 8-lane G = 3 read spent 16% of its time on
+ * those stores). Asking for the lines when the run is queued brings them in while σ runs. */
+static void pd_prefetch_out(const pd_shard_req *r, uint64_t kb, uint64_t len, int64_t ks)
+{
+    const char *out = r->out;
+    const int64_t first = (int64_t)kb, last = (int64_t)kb + ((int64_t)len - 1) * ks;
+    const int64_t lo = (first < last ? first : last) * (int64_t)r->width, hi = (first < last ? last : first) * (int64_t)r->width;
+    for (int64_t b = lo & ~(int64_t)63; b <= hi; b += 64)
+        __builtin_prefetch(out + b, 1);
+}
+
 /* Queue a run in window win (2 ≤ n < 2^32), flushing the batch as it fills. */
 static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc, const pd_window *win,
                          uint64_t v0, uint64_t d, uint64_t len, uint64_t kb, int64_t ks)
@@ -333,6 +355,8 @@ static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratc
         for (uint32_t j = 0; j < take; j++, x += (uint32_t)d)
             v[j] = x;
         memset(sc->run + sc->items, (int)sc->nruns, take);
+        if (ks != 1 && ks != -1) /* strided ids: their output lines, wanted for writing at the flush */
+            pd_prefetch_out(r, kb, take, ks);
         sc->items += take;
         sc->nruns++;
         v0 += take * d;
@@ -362,9 +386,10 @@ static void pd_shard_run(const pd_gen *g, const pd_shard_req *r, pd_shard_scratc
     }
 }
 
-/* Subsequence c of the chunk whose first position is f (p = f + c·W < N, a body position). */
-static void pd_sub_init(const pd_shard_plan *plan, pd_sub *sub, uint64_t p, uint64_t n)
+/* Subsequence c of the chunk whose first position is f (p = f + c·W < N, a body position), with key cache kc. */
+static void pd_sub_init(const pd_shard_plan *plan, pd_sub *sub, uint64_t p, uint64_t n, unsigned kc)
 {
+    sub->kc = kc;
     const uint64_t lane = p % plan->lanes, step = p / plan->lanes, lb = pd__lane_begin(plan, lane);
     sub->back = lane % 2;
     sub->x0 = sub->back ? lb + pd__lane_length(plan, lane) - 1 - step : lb + step;
@@ -398,7 +423,8 @@ static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t 
     const pd_shard_plan *plan = r->plan;
     pd_shard_scratch sc;
     sc.tabled = 0;
-    sc.keys_n = 0;
+    for (unsigned k = 0; k < PD_SHARD_KEYSETS; k++)
+        sc.kc[k].n = 0;
     sc.nruns = sc.items = 0;
     sc.narrow = 1;
     sc.subs[0].n = 0; /* count == 0 has no subsequence (and gcc -O2 cannot tell that G ≥ 1) */
@@ -407,7 +433,7 @@ static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t 
     const uint64_t subs = m < count ? m : count;
     if (subs <= PD_SHARD_SUBS) { /* side by side */
         for (uint64_t c = 0; c < subs; c++)
-            pd_sub_init(plan, &sc.subs[c], f + c * W, (count - c - 1) / m + 1);
+            pd_sub_init(plan, &sc.subs[c], f + c * W, (count - c - 1) / m + 1, (unsigned)(c % PD_SHARD_KEYSETS));
         const uint64_t longest = sc.subs[0].n, step = subs == 1 ? longest : PD_SHARD_STEP;
         for (uint64_t i = 0; i < longest; i += step)
             for (uint64_t c = 0; c < subs; c++) {
@@ -417,7 +443,7 @@ static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t 
             }
     } else { /* one after the other (each has few positions per output line anyway) */
         for (uint64_t c = 0; c < subs; c++) {
-            pd_sub_init(plan, &sc.subs[0], f + c * W, (count - c - 1) / m + 1);
+            pd_sub_init(plan, &sc.subs[0], f + c * W, (count - c - 1) / m + 1, 0);
             pd_sub_walk(g, r, &sc, &sc.subs[0], begin + c, m, d, 0, sc.subs[0].n);
         }
     }
