@@ -627,14 +627,15 @@ static int pd_mix_by_parts(const pd_mix *m, uint64_t world)
     return world < m->block && m->components - 1 <= m->block / world * depth;
 }
 
-/* The part of parts[0, n) (in slot order, covering the block) holding slot q: the last whose first slot ≤ q. */
-static inline const pd_mix_part *pd_mix_part_of(const pd_mix_part *parts, uint32_t n, uint32_t q)
+/* The index in parts[0, n) (in slot order, covering the block) of the part holding slot q: the last whose
+ * first slot ≤ q. */
+static inline uint32_t pd_mix_part_index(const pd_mix_part *parts, uint32_t n, uint32_t q)
 {
     if (n <= 8) { /* a few parts: count the starts ≤ q, each compare independent of the others */
         uint32_t i = 0;
         for (uint32_t p = 1; p < n; p++)
             i += parts[p].slot <= q;
-        return &parts[i];
+        return i;
     }
     uint32_t lo = 0;
     while (n > 1) {
@@ -642,7 +643,12 @@ static inline const pd_mix_part *pd_mix_part_of(const pd_mix_part *parts, uint32
         lo = parts[lo + half].slot <= q ? lo + half : lo;
         n -= half;
     }
-    return &parts[lo];
+    return lo;
+}
+
+static inline const pd_mix_part *pd_mix_part_of(const pd_mix_part *parts, uint32_t n, uint32_t q)
+{
+    return &parts[pd_mix_part_index(parts, n, q)];
 }
 
 /* How sparse reads find their component and draw: in their block's parts (pd_mix_by_parts), walked once per
@@ -773,11 +779,17 @@ static int pd_mix_runs_block(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, 
         if (pass) /* cannot happen: a fresh batch takes every part */
             return 0;
     }
-    for (uint64_t i = t; i < t + nb; i++) {
-        const uint32_t q = w->slot[i], p = (uint32_t)(pd_mix_part_of(w->parts, rd->nparts, q) - w->parts);
-        w->bv[r->count] = base[p] + q;
-        w->brun[r->count++] = run[p];
+    /* Locals: a store through brun (bytes) may alias anything, so the fields would be reloaded per read. */
+    const pd_mix_part *parts = w->parts;
+    const uint32_t *slot = w->slot + t, nparts = rd->nparts;
+    uint32_t *bv = w->bv + r->count;
+    uint8_t *brun = w->brun + r->count;
+    for (uint64_t i = 0; i < nb; i++) {
+        const uint32_t q = slot[i], p = pd_mix_part_index(parts, nparts, q);
+        bv[i] = base[p] + q;
+        brun[i] = run[p];
     }
+    r->count += nb;
     return 1;
 }
 
