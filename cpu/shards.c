@@ -325,14 +325,18 @@ static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scra
 
 /* A strided run's ids are stored one by one, ks apart (its lane's subsequence among m), after the batch's
  * σ: each store of a line not in cache waited for it (a 8-lane G = 3 read spent 16% of its time on
- * those stores). Asking for the lines when the run is queued brings them in while σ runs. */
+ * those stores). Asking for the lines when the run is queued brings them in while σ runs. Only where
+ * ids share lines (|ks|·width ≤ 64): with farther ids the range's lines are mostly not the run's. */
 static void pd_prefetch_out(const pd_shard_req *r, uint64_t kb, uint64_t len, int64_t ks)
 {
-    const char *out = r->out;
-    const int64_t first = (int64_t)kb, last = (int64_t)kb + ((int64_t)len - 1) * ks;
-    const int64_t lo = (first < last ? first : last) * (int64_t)r->width, hi = (first < last ? last : first) * (int64_t)r->width;
-    for (int64_t b = lo & ~(int64_t)63; b <= hi; b += 64)
-        __builtin_prefetch(out + b, 1);
+    const uint64_t step = (uint64_t)(ks < 0 ? -ks : ks) * r->width;
+    if (step > 64 || !len)
+        return;
+    const uint64_t first = kb, last = ks < 0 ? kb - (len - 1) * (uint64_t)-ks : kb + (len - 1) * (uint64_t)ks;
+    const uintptr_t lo = (uintptr_t)r->out + (first < last ? first : last) * r->width;
+    const uintptr_t hi = (uintptr_t)r->out + (first < last ? last : first) * r->width;
+    for (uintptr_t b = lo & ~(uintptr_t)63; b <= hi; b += 64)
+        __builtin_prefetch((const void *)b, 1);
 }
 
 /* Queue a run in window win (2 ≤ n < 2^32), flushing the batch as it fills. */

@@ -337,7 +337,7 @@ static pd_group *pd_group_create(pd_groups *t, uv_loop_t *loop, const char *name
     pthread_cond_init(&g->wake, NULL);
     uv_async_init(loop, &g->async, pd_group_on_async); /* the creating connection's loop ends it */
     g->async.data = g;
-    if (pd_sigmask_thread(&g->thread, pd_group_main, g)) { /* signals stay on loop 0 */
+    if (pd_sigmask_thread(&g->thread, pd_group_main, g)) {
         *rc = PD_EINTERNAL;
         uv_close((uv_handle_t *)&g->async, pd_group_free);
         return NULL;
@@ -501,9 +501,16 @@ void pd_groups_conn_gone(pd_groups *t, pd_session *c)
 
 void pd_on_join_group(pd_session *s, uint64_t id, const Permd__V1__JoinGroup *m)
 {
+    /* Joining may start threads on this loop's thread, which on loop 0 takes signals: loading the
+     * delivery library (cudaGetDeviceCount starts the CUDA driver's) and ncclGetUniqueId (NCCL's
+     * bootstrap thread). They inherit the caller's mask, so block the handled signals meanwhile
+     * (sigmask.h: only loop 0 may take them). */
+    sigset_t old;
+    pd_sigmask_block(&old);
     pthread_mutex_lock(&s->svc->groups->lock);
     pd_on_join_group_locked(s, id, m);
     pthread_mutex_unlock(&s->svc->groups->lock);
+    pd_sigmask_restore(&old);
 }
 
 void pd_on_deliver(pd_session *s, uint64_t id, const Permd__V1__Deliver *m)

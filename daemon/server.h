@@ -18,7 +18,11 @@
 typedef struct pd_server pd_server;
 
 /* Open the registry, declare config datasets, start the loops, bind the listeners. Logs and returns
- * a PD_E* on failure (the caller exits non-zero; *out is then NULL). */
+ * a PD_E* on failure (the caller exits non-zero; *out is then NULL).
+ * Signals: it blocks SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 on the calling thread, so every
+ * thread it starts inherits the block (daemon/sigmask.h); pd_server_run lifts it on that thread while
+ * the loop runs, and pd_server_free, called on the same thread, restores the caller's mask. After a
+ * stop, those five signals stay ignored (SIG_IGN) for the rest of the process. */
 int pd_server_create(uv_loop_t *loop, const pd_config *cfg, unsigned workers, pd_server **out);
 
 /* Where SIGHUP reads the configuration again: fill fresh (initialized with defaults) as at

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -190,14 +191,19 @@ static void test_repeated_stop_signals(void **state)
         assert_int_equal(permd_connect_unix(h.sock, &c), 0);
         assert_int_equal(permd_put_dataset(c, "d", 1000, NULL, NULL), 0);
         int sig = round % 2 ? SIGINT : SIGTERM, st = -1;
-        pid_t pid = h.pid;
-        for (int i = 0; i < 500000; i++) { /* ~10 s at most */
-            kill(pid, sig);
-            if (waitpid(pid, &st, WNOHANG) == pid)
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) { /* until reaped, 10 s at most (then harness_cleanup kills it) */
+            kill(h.pid, sig);
+            if (waitpid(h.pid, &st, WNOHANG) == h.pid) {
+                h.pid = 0;
+                break;
+            }
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (now.tv_sec - t0.tv_sec >= 10)
                 break;
             usleep(20);
         }
-        h.pid = 0;
         if (!harness_exited_with(st, 0))
             fprintf(stderr, "round %d: permd ended with status %#x\n", round, st);
         assert_true(harness_exited_with(st, 0));
