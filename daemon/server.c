@@ -589,12 +589,6 @@ static void pd_warm_work(uv_work_t *w)
     (void)w;
 }
 
-static void pd_warm_after(uv_work_t *w, int status)
-{
-    (void)w;
-    (void)status;
-}
-
 static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
 {
     const pd_config *cfg = s->cfg;
@@ -718,7 +712,7 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
     /* libuv starts its worker threads at the first job. Start them now, while this thread blocks the
      * handled signals (pd_server_create), so they inherit the block; a request's job would start
      * them from loop 0 while it takes signals. */
-    uv_queue_work(loop, &s->warm, pd_warm_work, pd_warm_after);
+    uv_queue_work(loop, &s->warm, pd_warm_work, NULL); /* libuv takes no after-callback */
     pd_log_info("ready", "version=%s loops=%u workers=%u %s max_connections=%llu output_cap=%llu", PERMD_VERSION,
                 s->nloops, workers, pd_backend_describe(s->backend), (unsigned long long)cfg->max_connections,
                 (unsigned long long)cfg->output_cap);
