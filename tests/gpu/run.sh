@@ -85,8 +85,9 @@ if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: te
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   tail -5 "$OUT/shards_tests.log"
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  prof=$(mktemp -d) # SASS, source counters and sections: one archive (the device tool returns few files)
   cuobjdump --dump-sass build-dev/lib/libpermd_gpu.so 2>/dev/null \
-    | awk '/Function :/{keep = /shard_tiles|walk_segment|walk_refill|walk_naive/} keep' | gzip >"$OUT/shards_sass.txt.gz"
+    | awk '/Function :/{keep = /shard_tiles|walk_segment|walk_refill|walk_naive/} keep' | gzip >"$prof/shards_sass.txt.gz"
   metrics=gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
   metrics=$metrics,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__cycles_active.avg.pct_of_peak_sustained_elapsed
   metrics=$metrics,smsp__thread_inst_executed_per_inst_executed.ratio,launch__registers_per_thread,launch__grid_size
@@ -96,14 +97,17 @@ if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: te
     build-dev/bench/shards --gpu-only >"$OUT/shards_ncu.csv" 2>&1
   # PD_SHARD_SOURCE: per-instruction counts of shard_tiles launches, by index (-s), one file each; with
   # bench/shards --gpu-only's 6 launches a row (a warm-up, then 5), 8 rows a table: uneven K = 1, G = 1 is 49
+  # (-s counts shard_tiles launches alone)
   for s in ${PD_SHARD_SOURCE:-}; do
     [ -n "$ncu_bin" ] || break
     "$ncu_bin" --clock-control none -k regex:shard_tiles -s "$s" -c 1 --section SourceCounters \
-      --page source --print-source sass --csv build-dev/bench/shards --gpu-only 2>&1 | gzip >"$OUT/shards_source_$s.csv.gz"
+      --page source --print-source sass --csv build-dev/bench/shards --gpu-only 2>&1 | gzip >"$prof/shards_source_$s.csv.gz"
     "$ncu_bin" --clock-control none -k regex:shard_tiles -s "$s" -c 1 --section WarpStateStats --section SchedulerStats \
-      --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats build-dev/bench/shards --gpu-only \
-      >"$OUT/shards_sections_$s.txt" 2>&1
+      --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy --section LaunchStats \
+      --print-details all build-dev/bench/shards --gpu-only >"$prof/shards_sections_$s.txt" 2>&1
   done
+  tar -C "$prof" -czf "$OUT/shards_profile.tar.gz" .
+  rm -rf "$prof"
   build-dev/bench/shards --gpu-only >"$OUT/shards_gpu_base.md" 2>&1 || rc=1
   if [ -f .bench-before/bench/shards.c ]; then # an earlier tree (git archive, carried): its GPU rows, then this tree's again
     { cmake -S .bench-before -B build-before -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" \
@@ -114,13 +118,21 @@ if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: te
       build-dev/bench/shards --gpu-only >"$OUT/shards_gpu_after_$round.md" 2>&1 || rc=1
     done
   fi
+  built=""
   for v in ${PD_SHARD_VARIANTS:-}; do # NAME=CUDA_FLAGS, commas for spaces, e.g. mb4=-DPD_GPU_SHARD_MIN_BLOCKS=4
-    echo "## variant ${v%%=*}: ${v#*=}" >>"$OUT/shards_gpu_variants.md"
     mkdir -p "build-${v%%=*}"
     { cmake -S . -B "build-${v%%=*}" -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" ${PERMD_DEVICE_CMAKE_ARGS:-} \
         "-DCMAKE_CUDA_FLAGS=$(echo "${v#*=}" | tr , ' ')" && cmake --build "build-${v%%=*}" -j"$(nproc)" --target bench_shards; } \
       >"build-${v%%=*}/variant.log" 2>&1 || { tail -20 "build-${v%%=*}/variant.log" >>"$OUT/shards_gpu_variants.md"; rc=1; continue; }
-    "build-${v%%=*}/bench/shards" --gpu-only >>"$OUT/shards_gpu_variants.md" 2>&1 || rc=1
+    built="$built $v"
+  done
+  for round in 1 2; do # this tree and each variant, alternating, twice
+    [ -n "$built" ] || break
+    { echo "## round $round: this tree"; build-dev/bench/shards --gpu-only; } >>"$OUT/shards_gpu_variants.md" 2>&1 || rc=1
+    for v in $built; do
+      { echo "## round $round: variant ${v%%=*}: ${v#*=}"; "build-${v%%=*}/bench/shards" --gpu-only; } \
+        >>"$OUT/shards_gpu_variants.md" 2>&1 || rc=1
+    done
   done
 fi
 if [ "$what" = mixtures ]; then

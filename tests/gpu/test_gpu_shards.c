@@ -126,6 +126,8 @@ static void compare_slice(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_s
     assert_non_null(got);
     assert_non_null(locs);
     assert_int_equal(pd_gpu_alloc(gpu, count * 16 + 16, &dev), PD_OK);
+    memset(got, 0xa5, count * 8); /* a position the kernel never wrote cannot pass on what an earlier call left */
+    assert_int_equal(pd_gpu_copy_to_device(gpu, dev, got, count * 8), PD_OK);
     assert_int_equal(pd_shard_slice_fill_u64(plan, s, count, want, &w_core), PD_OK);
     assert_int_equal(pd_gpu_shard_slice_fill(gpu, dp, s, count, dev, 8, &w_gpu), PD_OK);
     assert_int_equal(pd_gpu_sync(gpu), PD_OK);
@@ -181,6 +183,7 @@ static void runs_match_core(void **state)
         {300, 0, 2000, 5, 7, 40000},     {64, 40000, 2, 4, 6, 400000},   {4096, 1024, 8, 8, 3, 1 << 20},
         {5000, 1, 1, 1, 40, 2000}, /* one-sample windows 40 apart: each segment searches its first window */
         {2000, 1000003, 64, 1, 8, 300000}, /* a bucket's slots: many tiny shards beside a huge one */
+        {65536, 0, 64, 1, 8, 1 << 21},     /* a rank's slice of ~2.5 M ids: tiles of no power-of-two size */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const uint64_t S = cases[c].shards;
