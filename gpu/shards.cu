@@ -125,6 +125,9 @@ constexpr unsigned kTileBlock = 32 * kTileWarps;
 #ifndef PD_GPU_SHARD_TILES_PER_WARP /* tiles per resident warp: 2 measured best among 1, 2, 4, 8 */
 #define PD_GPU_SHARD_TILES_PER_WARP 2
 #endif
+#ifndef PD_GPU_SHARD_BY_SUB
+#define PD_GPU_SHARD_BY_SUB 0
+#endif
 #ifndef PD_GPU_SHARD_STAGE
 #define PD_GPU_SHARD_STAGE 1024
 #endif
@@ -652,7 +655,16 @@ __global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
         tile = __shfl_sync(kFull, tile, 0);
         if (tile >= r.subs * r.tiles_per_sub)
             break;
+        /* tile t: subsequence t mod subs, its positions from t / subs tiles on, so that running warps write
+         * near one another: with m > 1 subsequences interleave in the output, and taken subsequence by
+         * subsequence (PD_GPU_SHARD_BY_SUB=1) each line of an output larger than L2 went to memory m
+         * times, a part at a time. H100, N = 2^30, K = 8: G = 8, W = 1 0.32-0.34 → 0.54-0.56 of flat σ,
+         * G = 3, W = 8 0.52-0.54 → 0.55-0.66 (alternating builds; N = 2^26, whose output fits in L2: the same). */
+#if PD_GPU_SHARD_BY_SUB
         const uint64_t c = tile / r.tiles_per_sub, i0 = tile % r.tiles_per_sub * r.tile;
+#else
+        const uint64_t c = tile % r.subs, i0 = tile / r.subs * r.tile;
+#endif
         const uint64_t n = (r.count - c - 1) / r.m + 1; /* this subsequence's positions */
         if (i0 >= n)
             continue;
