@@ -125,6 +125,16 @@ constexpr unsigned kTileBlock = 32 * kTileWarps;
 #ifndef PD_GPU_SHARD_TILES_PER_WARP /* tiles per resident warp: 2 measured best among 1, 2, 4, 8 */
 #define PD_GPU_SHARD_TILES_PER_WARP 2
 #endif
+/* Large requests take tiles of several segments (up to PD_GPU_SHARD_BIG_TILE positions): a tile's
+ * first segment searches for its window and takes a tile from the counter, the others follow on from
+ * the last window. Their last positions go in tiers of half the size each, down to one segment (a
+ * tier holding one of the tier before's tiles per resident warp), so that warps still finish
+ * together. Segments never get shorter: tiers of 512-128 positions at N = 2^26 cost 22% (each
+ * walk's drain, its last, mostly idle iterations, is paid per segment). */
+#ifndef PD_GPU_SHARD_BIG_TILE
+#define PD_GPU_SHARD_BIG_TILE 8192
+#endif
+constexpr unsigned kTiers = 4;
 #ifndef PD_GPU_SHARD_BY_SUB
 #define PD_GPU_SHARD_BY_SUB 0
 #endif
@@ -177,8 +187,12 @@ struct TileRequest {
     uint64_t count;  /* body ids (positions below N) */
     uint64_t m, d;   /* subsequence period and index step */
     uint64_t subs;   /* min(m, count) */
-    uint64_t tile;   /* positions per tile */
-    uint64_t tiles_per_sub;
+    /* tier k: each subsequence's positions [tier_i[k], tier_i[k + 1]) in tiles of tier_size[k], tiles
+     * tier_tile[k] to tier_tile[k + 1] − 1 (tile t: subsequence (t − tier_tile[k]) mod subs);
+     * tier_i[kTiers] is the longest subsequence's length */
+    uint64_t tier_i[kTiers + 1];
+    uint64_t tier_tile[kTiers + 1];
+    uint64_t tier_size[kTiers];
     int has_tail;    /* pad: out[count] is the wrapped position tail */
     uint64_t tail;
     unsigned long long *next_tile; /* zeroed before the launch; warps take tiles from it */
@@ -653,22 +667,28 @@ __global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
         if ((threadIdx.x & 31u) == 0)
             tile = atomicAdd(r.next_tile, 1ull);
         tile = __shfl_sync(kFull, tile, 0);
-        if (tile >= r.subs * r.tiles_per_sub)
+        if (tile >= r.tier_tile[kTiers])
             break;
+        unsigned k = 0;
+        while (tile >= r.tier_tile[k + 1])
+            k++;
+        const uint64_t t = tile - r.tier_tile[k], size = r.tier_size[k];
         /* tile t: subsequence t mod subs, its positions from t / subs tiles on, so that running warps write
          * near one another: with m > 1 subsequences interleave in the output, and taken subsequence by
          * subsequence (PD_GPU_SHARD_BY_SUB=1) each line of an output larger than L2 went to memory m
          * times, a part at a time. H100, N = 2^30, K = 8: G = 8, W = 1 0.32-0.34 → 0.54-0.56 of flat σ,
          * G = 3, W = 8 0.52-0.54 → 0.55-0.66 (alternating builds; N = 2^26, whose output fits in L2: the same). */
 #if PD_GPU_SHARD_BY_SUB
-        const uint64_t c = tile / r.tiles_per_sub, i0 = tile % r.tiles_per_sub * r.tile;
+        const uint64_t per = (r.tier_i[k + 1] - r.tier_i[k] + size - 1) / size; /* tiles per subsequence */
+        const uint64_t c = t / per, i0 = r.tier_i[k] + t % per * size;
 #else
-        const uint64_t c = tile % r.subs, i0 = tile / r.subs * r.tile;
+        const uint64_t c = t % r.subs, i0 = r.tier_i[k] + t / r.subs * size;
 #endif
         const uint64_t n = (r.count - c - 1) / r.m + 1; /* this subsequence's positions */
         if (i0 >= n)
             continue;
-        const uint64_t i1 = n - i0 < r.tile ? n : i0 + r.tile;
+        const uint64_t e = r.tier_i[k + 1] - i0 < size ? r.tier_i[k + 1] : i0 + size;
+        const uint64_t i1 = e < n ? e : n;
         const uint64_t p = r.first + c * r.world, G = plan.lanes;
         const uint64_t lane = p % G, step = p / G, lb = pd__lane_begin(&plan, lane);
         const bool back = lane % 2;
@@ -684,6 +704,37 @@ __global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
             i += pl.len;
         }
     }
+}
+
+/* r's tiers for subsequences of at most longest positions: tiles of size tile, then tiers of half the
+ * size each down to one segment (kStage), tier k > 0 holding one tile of tier k − 1 per resident warp,
+ * taken from the end. Boundaries fall on multiples of 32 positions (coalesced stores). */
+void plan_tiers(TileRequest &r, uint64_t tile, uint64_t warps, uint64_t longest)
+{
+    uint64_t size[kTiers], len[kTiers] = {0};
+    for (unsigned k = 0; k < kTiers; k++) {
+        const uint64_t half = k ? size[k - 1] / 2 : tile, least = tile < kStage ? tile : kStage;
+        size[k] = half > least ? half : least;
+    }
+    uint64_t left = longest;
+    for (unsigned k = kTiers - 1; k > 0; k--) { /* the small tiers, from the end */
+        const uint64_t want = size[k] < size[k - 1] ? (warps * size[k - 1] + r.subs - 1) / r.subs : 0;
+        len[k] = want < left ? want : left;
+        left -= len[k];
+    }
+    len[0] = left;
+    uint64_t at = 0, tiles = 0;
+    for (unsigned k = 0; k < kTiers; k++) {
+        uint64_t end = k + 1 < kTiers ? (at + len[k]) / 32 * 32 : longest;
+        end = end < at ? at : end;
+        r.tier_i[k] = at;
+        r.tier_tile[k] = tiles;
+        r.tier_size[k] = size[k];
+        tiles += r.subs * ((end - at + size[k] - 1) / size[k]);
+        at = end;
+    }
+    r.tier_i[kTiers] = longest;
+    r.tier_tile[kTiers] = tiles;
 }
 
 /* Resident blocks of the tile kernel per SM (asked once per width and kind of round). */
@@ -733,8 +784,10 @@ cudaError_t launch_fill(pd_gpu *g, const pd_gpu_plan *dp, uint64_t first, uint64
     const bool small = PD_GPU_SHARD_SMALL && dp->small;
     const uint64_t resident = (uint64_t)g->sms * (small ? tile_blocks_per_sm<W, true>() : tile_blocks_per_sm<W, false>());
     const uint64_t warps = resident * kTileWarps;
-    const uint64_t tile = (r.count / (PD_GPU_SHARD_TILES_PER_WARP * warps) + 31) / 32 * 32;
-    r.tile = tile < kMinTile ? kMinTile : tile > kStage ? kStage : tile;
+    uint64_t tile = (r.count / (PD_GPU_SHARD_TILES_PER_WARP * warps) + 31) / 32 * 32;
+    tile = tile < kMinTile ? kMinTile : tile > PD_GPU_SHARD_BIG_TILE ? PD_GPU_SHARD_BIG_TILE : tile;
+    if (tile > kStage) /* whole segments: a tile's last one would be a short walk */
+        tile = tile / kStage * kStage;
     if (!g->tiles) {
         const cudaError_t e = cudaMalloc(&g->tiles, sizeof(unsigned long long));
         if (e != cudaSuccess)
@@ -745,8 +798,8 @@ cudaError_t launch_fill(pd_gpu *g, const pd_gpu_plan *dp, uint64_t first, uint64
     if (e != cudaSuccess)
         return e;
     const uint64_t longest = r.subs ? (r.count - 1) / m + 1 : 0;
-    r.tiles_per_sub = (longest + r.tile - 1) / r.tile;
-    const uint64_t tiles = r.subs * r.tiles_per_sub;
+    plan_tiers(r, tile, warps, longest);
+    const uint64_t tiles = r.tier_tile[kTiers];
     const uint64_t want = tiles ? (tiles + kTileWarps - 1) / kTileWarps : 1;
     const unsigned blocks = (unsigned)(want < resident ? want : resident);
     if (small)

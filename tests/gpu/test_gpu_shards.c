@@ -233,6 +233,48 @@ static void runs_match_core(void **state)
     }
 }
 
+/* A rank's slice large enough for tiles of several segments and their smaller tiers at the end
+ * (over 2 · resident warps · 2048 ids): 16.7 M ids (u64) of 67 M, three subsequences (G = 3, W = 4),
+ * against the core. */
+static void large_request_matches_core(void **state)
+{
+    (void)state;
+    const uint64_t S = 65536;
+    uint64_t *sizes = malloc(S * 8), *start = malloc((S + 1) * 8), rng = 99;
+    assert_non_null(sizes);
+    assert_non_null(start);
+    for (uint64_t i = 0; i < S; i++)
+        sizes[i] = 512 + test_below(&rng, 1024);
+    assert_int_equal(pd_shard_layout_build(sizes, S, start), PD_OK);
+    const size_t bytes = pd_shard_plan_bytes(S);
+    void *mem = malloc(bytes), *dev;
+    pd_shard_plan plan;
+    pd_gpu_plan *dp;
+    assert_int_equal(pd_shard_plan_init(&plan, start, S, 5, 6, 64, 3, mem, bytes), PD_OK);
+    assert_int_equal(pd_gpu_plan_upload(gpu, &plan, &dp), PD_OK);
+    const pd_slice s = {4, 1, PD_MODE_EXACT, 0};
+    const uint64_t count = plan.n / 4;
+    uint64_t *want = malloc(count * 8), *got = malloc(count * 8), w_core, w_gpu;
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_int_equal(pd_gpu_alloc(gpu, count * 8, &dev), PD_OK);
+    memset(got, 0xa5, count * 8);
+    assert_int_equal(pd_gpu_copy_to_device(gpu, dev, got, count * 8), PD_OK);
+    assert_int_equal(pd_shard_slice_fill_u64(&plan, &s, count, want, &w_core), PD_OK);
+    assert_int_equal(pd_gpu_shard_slice_fill(gpu, dp, &s, count, dev, 8, &w_gpu), PD_OK);
+    assert_int_equal(pd_gpu_sync(gpu), PD_OK);
+    assert_int_equal(w_gpu, w_core);
+    assert_int_equal(pd_gpu_copy_to_host(gpu, got, dev, w_gpu * 8), PD_OK);
+    assert_memory_equal(got, want, w_core * 8);
+    pd_gpu_free(gpu, dev);
+    pd_gpu_plan_free(gpu, dp);
+    free(want);
+    free(got);
+    free(mem);
+    free(sizes);
+    free(start);
+}
+
 static void bad_arguments(void **state)
 {
     (void)state;
@@ -265,6 +307,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shards_match_core),
         cmocka_unit_test(runs_match_core),
+        cmocka_unit_test(large_request_matches_core),
         cmocka_unit_test(bad_arguments),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);
