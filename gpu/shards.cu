@@ -92,8 +92,10 @@ __global__ void __launch_bounds__(kBlock) shard_fill(const __grid_constant__ pd_
  * The arithmetic is cpu/shards.c's (read its opening comment): a rank's positions f + kW fall
  * into m = G / gcd(G, W) subsequences k = c + i·m, each in one lane, whose window-stream index x
  * moves by d = W / gcd(G, W) per step of i (backward on odd lanes), so each crosses a window in
- * one run. Warps take tiles (consecutive i of one subsequence) from a counter as they come free,
- * and work through each a segment at a time (at most kStage positions, kRuns runs, kSlots slots):
+ * one run. Warps take tiles (consecutive i of one subsequence; the subsequences' tiles of one range
+ * of i, then the next range's; large requests' tiles span several segments, plan_tiers) from a counter
+ * as they come free, and work through each a segment at a time (at most kStage positions, kRuns runs,
+ * kSlots slots):
  *   1. plan (plan_segment): lane L takes the L-th window from the segment's first and finds the
  *      segment's positions inside it, a run; the runs that fit go to the warp's shared memory with
  *      τ_w's keys (7 Philox blocks a run, spread over the lanes), the windows' slot tables and
