@@ -246,6 +246,12 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
 #ifndef PD_GPU_SHARD_ODD_TOP /* 0: odd b's small rounds at the bottom, s1's top bit by a funnel shift */
 #define PD_GPU_SHARD_ODD_TOP 1
 #endif
+/* Odd b's small rounds in 5 instructions (2 IMAD, LOP3, 2 SHF: tau_f) instead of ODD_TOP's 6. H100,
+ * against ODD_TOP alone, alternating twice: uneven shards at N ≈ 2^30 +2-5% on every row (K = 1, G = 1
+ * 0.47 → 0.49 of flat σ), at N ≈ 2^26 K = 64 +2-6%, K = 1, G = 1 +1-2%, uniform K = 8 (b = 13) up to +10%. */
+#ifndef PD_GPU_SHARD_ODD_FUNNEL
+#define PD_GPU_SHARD_ODD_FUNNEL 1
+#endif
 
 /* x·y + z as an IMAD (fma_mul's reasons). */
 __device__ __forceinline__ uint32_t fma_mad(uint32_t x, uint32_t y, uint32_t z)
@@ -282,6 +288,32 @@ template <int D, bool SMALL>
 __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 {
     const uint32_t lmask = t.lmask, rmask = t.rmask, hshift = t.hsh, smul = t.smul;
+    if (SMALL && D && PD_GPU_SHARD_ODD_FUNNEL) {
+        /* Odd b, 5 instructions a round (2 on the FMA pipe): t.y = Y_0 (pd__vp_small_mult(lbits)), so
+         * p = Y_0·s0 holds hi in its top lbits and lo in its low lbits. The next S1 (s1's low lbits bits
+         * at the top) is lo's bits 0 to lbits − 2 above s1's top bit, the last round's lo's bit lbits − 1;
+         * R = p·2^(32−lbits) holds lo at the top, so one funnel shift of the last round's R below this
+         * round's p joins them: S1 = (p:R_last) << (33 − lbits), its high word. What lands below bit
+         * 32 − lbits only reaches X's low bits, which the shift drops. At the end, s1 = lo·2 | that
+         * top bit, from R and S1. (The round was checked against the core for every value of b = 7 to
+         * 17 with random keys, then by test_gpu_shards.) */
+        const uint32_t fsh = t.csh, m32 = t.m32; /* 33 − lbits, 2^(32 − lbits) */
+        const uint32_t s1 = v & rmask;
+        uint32_t s0 = v >> t.rbits, S1 = s1 << hshift, R = s1 << (hshift - 1);
+#pragma unroll
+        for (int j = 0; j < 6; j++) {
+            const uint4 q = t.keys[j * kRuns]; /* shifted to the top */
+            const uint32_t k[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t p = t.y * s0;
+                s0 = (p ^ k[i] ^ S1) >> hshift;
+                S1 = __funnelshift_l(R, p, fsh);
+                R = fma_mul(p, m32);
+            }
+        }
+        return (s0 << t.rbits) | (R >> (hshift - 1)) | ((S1 >> hshift) & 1u);
+    }
     if (SMALL && (D ? PD_GPU_SHARD_ODD_TOP : PD_GPU_SHARD_TOP)) {
         /* Odd b: t.y = Y_1 (pd__vp_small_mult_d(lbits, 1)): p = Y_1·s0 holds hi in its top lbits and
          * lo·2 in bits 1 to lbits (bit 0 clear). s1's low lbits bits wait at the top (S1), its top bit
@@ -355,8 +387,9 @@ __device__ __forceinline__ void tau_shape(Tau32 &t, const uint4 *keys, uint32_t 
     t.hsh = 32 - (rbits - D);      /* 32 − lbits: a SMALL product's high part sits above it */
     t.smul = 1u << (32 - rbits);   /* S1 = s1 << (32 − rbits) as a multiply */
     t.m32 = 2 * t.smul;            /* odd b: 2^(32 − lbits) */
-    t.csh = rbits - D - 1;         /* odd b: lbits − 1 */
-    t.y = SMALL ? pd__vp_small_mult_d(rbits - D, D && PD_GPU_SHARD_ODD_TOP) : 0;
+    t.csh = SMALL && D && PD_GPU_SHARD_ODD_FUNNEL ? 33 - (rbits - D) /* the funnel's shift */
+                                                  : rbits - D - 1;    /* odd b: lbits − 1 */
+    t.y = SMALL ? pd__vp_small_mult_d(rbits - D, D && PD_GPU_SHARD_ODD_TOP && !PD_GPU_SHARD_ODD_FUNNEL) : 0;
 }
 
 /* a / d for d < 2^32, in 32 bits when a fits: a spans a few windows, and a 64-bit division is a call. */
