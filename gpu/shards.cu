@@ -155,10 +155,13 @@ constexpr uint32_t kNoTable = ~0u; /* a run whose window has more slots: searche
 constexpr uint64_t kMinTile = 256; /* positions per tile at least: each tile's first window is searched */
 
 /* A run as the walk enters it: walk positions j < end are its positions j + to, with σ's argument
- * vo + j·step (step = ±d); its τ_w's shape. Two 16-byte loads. */
+ * vo + j·step (step = ±d); its τ_w's shape, and the shifts and multipliers its rounds take (Tau32's,
+ * set in planning: a lane enters a run every ~2 refills at K = 1, and the warp executes an entry
+ * whenever one lane makes it). Three 16-byte loads. */
 struct alignas(16) WalkEntry {
     uint32_t end, to, vo, run;
     uint32_t n, rbits, lmask, rmask;
+    uint32_t y, hsh, smul, csh;
 };
 
 /* One warp's shared memory: a segment's runs, their windows' slot tables, σ's results. Runs are
@@ -371,25 +374,35 @@ __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
     return (s0 << t.rbits) | (s1 & rmask);
 }
 
-/* τ_w's shape as a lane entering a run of the walk needs it (enter in walk_segment): the per-run
- * shifts and multipliers are set once per run, not once per evaluation. With the parity correction
+/* e's shifts and multipliers for its rounds, lbits = ⌊b/2⌋ and d = b mod 2 (small: rounds of one
+ * 32-bit multiply, tau_f). */
+__device__ __forceinline__ void tau_rounds(WalkEntry &e, bool small, uint32_t lbits, uint32_t d)
+{
+    e.hsh = 32 - lbits;               /* a SMALL product's high part sits above it */
+    e.smul = 1u << (32 - e.rbits);    /* S1 = s1 << (32 − rbits) as a multiply */
+    e.csh = small && d && PD_GPU_SHARD_ODD_FUNNEL ? 33 - lbits /* the funnel's shift */
+                                                  : lbits - 1; /* odd b: C's */
+    e.y = small ? pd__vp_small_mult_d(lbits, d && PD_GPU_SHARD_ODD_TOP && !PD_GPU_SHARD_ODD_FUNNEL) : 0;
+}
+
+/* τ_w's shape as a lane entering a run of the walk needs it (enter in walk_segment), from the run's
+ * entry: the per-run shifts and multipliers are set once per run in planning (tau_rounds), not once
+ * per evaluation, nor at each entry. With the parity correction
  * moved to the store, that took uneven shards from 0.45-0.56 to 0.49-0.61 of flat σ (H100, against
  * the tree before the odd top-aligned round, alternating: ODD_TOP's part is above). */
 template <int D, bool SMALL>
-__device__ __forceinline__ void tau_shape(Tau32 &t, const uint4 *keys, uint32_t n, uint32_t rbits, uint32_t lmask,
-                                          uint32_t rmask)
+__device__ __forceinline__ void tau_shape(Tau32 &t, const uint4 *keys, const WalkEntry &e)
 {
     t.keys = keys;
-    t.n = n;
-    t.rbits = rbits;
-    t.lmask = lmask;
-    t.rmask = rmask;
-    t.hsh = 32 - (rbits - D);      /* 32 − lbits: a SMALL product's high part sits above it */
-    t.smul = 1u << (32 - rbits);   /* S1 = s1 << (32 − rbits) as a multiply */
-    t.m32 = 2 * t.smul;            /* odd b: 2^(32 − lbits) */
-    t.csh = SMALL && D && PD_GPU_SHARD_ODD_FUNNEL ? 33 - (rbits - D) /* the funnel's shift */
-                                                  : rbits - D - 1;    /* odd b: lbits − 1 */
-    t.y = SMALL ? pd__vp_small_mult_d(rbits - D, D && PD_GPU_SHARD_ODD_TOP && !PD_GPU_SHARD_ODD_FUNNEL) : 0;
+    t.n = e.n;
+    t.rbits = e.rbits;
+    t.lmask = e.lmask;
+    t.rmask = e.rmask;
+    t.hsh = e.hsh;
+    t.smul = e.smul;
+    t.m32 = 2 * e.smul; /* odd b: 2^(32 − lbits) */
+    t.csh = e.csh;
+    t.y = e.y;
 }
 
 /* a / d for d < 2^32, in 32 bits when a fits: a spans a few windows, and a 64-bit division is a call. */
@@ -503,6 +516,7 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
         e.rbits = bits - bits / 2;
         e.lmask = (1u << (bits / 2)) - 1;
         e.rmask = (1u << e.rbits) - 1; /* rbits ≤ 16 */
+        tau_rounds(e, small, bits / 2, bits % 2);
         s.walks[q] = e;
     }
     if (lane == 0)
@@ -539,7 +553,7 @@ __device__ __noinline__ Plan plan_segment(const pd_shard_plan &plan, Segment &s,
      * so a lookup searches only the slots between its bucket's and the next one's */
     for (uint32_t r = 0; r < pl.runs; r++) {
         const uint32_t tab = s.tab[r], slots = s.slots[r], m = s.n[r];
-        if (tab == kNoTable)
+        if (tab == kNoTable || slots < 2) /* a window of one shard: the store needs no search */
             continue;
         const uint32_t lg = slots > 1 ? 32 - __clz(slots - 1) : 0, b = m > 1 ? 32 - __clz(m - 1) : 0;
         const uint32_t shift = b > lg ? b - lg : 0;
@@ -581,8 +595,14 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
         x.qend = e.end;
         x.to = e.to;
         x.vo = e.vo;
-        tau_shape<D, SMALL>(x.tau, &s.keys[0][e.run], e.n, e.rbits, e.lmask, e.rmask);
+        tau_shape<D, SMALL>(x.tau, &s.keys[0][e.run], e);
     };
+    WalkEntry idle = {}; /* b = 6 + D */
+    idle.n = 2;
+    idle.rbits = 3 + D;
+    idle.lmask = 7;
+    idle.rmask = 7 + 8 * D;
+    tau_rounds(idle, SMALL, 3, D);
     uint32_t next = begin + 64;
 #pragma unroll
     for (int k = 0; k < 2; k++) {
@@ -590,7 +610,7 @@ __device__ __noinline__ void walk_segment(Segment &s, uint32_t q0, uint32_t begi
         x.j = begin + 32 * k + lane;
         x.q = q0;
         x.busy = x.j < end;
-        tau_shape<D, SMALL>(x.tau, &s.keys[0][0], 2, 3 + D, 7, 7 + 8 * D); /* an idle item computes on something harmless */
+        tau_shape<D, SMALL>(x.tau, &s.keys[0][0], idle); /* an idle item computes on something harmless */
         x.v = x.qend = x.to = x.vo = 0;
         if (x.busy) {
             enter(x);
