@@ -162,7 +162,7 @@ constexpr uint64_t kMinTile = 256; /* positions per tile at least: each tile's f
 struct alignas(16) WalkEntry {
     uint32_t end, to, vo, run;
     uint32_t n, rbits, lmask, rmask;
-    uint32_t y, hsh, smul, csh;
+    uint32_t y, hsh, smul, fsh;
 };
 
 /* One warp's shared memory: a segment's runs, their windows' slot tables, σ's results. Runs are
@@ -216,8 +216,8 @@ struct Plan {
 struct Tau32 {
     const uint4 *keys; /* &s.keys[0][run]: keys[j·kRuns] holds round keys 4j..4j+3 */
     uint32_t n, rbits, lmask, rmask;
-    uint32_t hsh, smul, m32, csh; /* tau_shape's shifts and multipliers */
-    uint32_t y;        /* small windows: pd__vp_small_mult_d(lbits, d) */
+    uint32_t hsh, smul, m32, fsh; /* tau_rounds' shifts and multipliers */
+    uint32_t y;        /* small windows: pd__vp_small_mult(lbits) */
 };
 
 __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b for n < 2^32 */
@@ -250,20 +250,10 @@ __device__ __forceinline__ uint32_t perm_bits(uint32_t n) /* pd__perm_shape's b 
 #ifndef PD_GPU_SHARD_ODD_TOP /* 0: odd b's small rounds at the bottom, s1's top bit by a funnel shift */
 #define PD_GPU_SHARD_ODD_TOP 1
 #endif
-/* Odd b's small rounds in 5 instructions (2 IMAD, LOP3, 2 SHF: tau_f) instead of ODD_TOP's 6. H100,
- * against ODD_TOP alone, alternating twice: uneven shards at N ≈ 2^30 +2-5% on every row (K = 1, G = 1
- * 0.47 → 0.49 of flat σ), at N ≈ 2^26 K = 64 +2-6%, K = 1, G = 1 +1-2%, uniform K = 8 (b = 13) up to +10%. */
-#ifndef PD_GPU_SHARD_ODD_FUNNEL
-#define PD_GPU_SHARD_ODD_FUNNEL 1
-#endif
-
-/* x·y + z as an IMAD (fma_mul's reasons). */
-__device__ __forceinline__ uint32_t fma_mad(uint32_t x, uint32_t y, uint32_t z)
-{
-    uint32_t r;
-    asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(z));
-    return r;
-}
+/* The odd top round now takes 5 instructions (2 IMAD, LOP3, 2 SHF: tau_f), where carrying s1's top bit
+ * in a register of its own took 6 (3 IMAD, LOP3, 2 SHF). H100, against the 6-instruction round,
+ * alternating twice: uneven shards at N ≈ 2^30 +2-5% on every row (K = 1, G = 1 0.47 → 0.49 of flat σ),
+ * at N ≈ 2^26 K = 64 +2-6%, K = 1, G = 1 +1-2%, uniform K = 8 (b = 13) up to +10%. */
 
 /* x·y as an IMAD: a multiply the compiler cannot see is by a power of two, so it stays on the FMA pipe
  * instead of becoming a shift on the ALU pipe, which the walk keeps busiest (ncu: 73-78% against
@@ -286,48 +276,24 @@ __device__ __forceinline__ uint32_t fma_mul(uint32_t x, uint32_t y)
  * their top lbits (instead of a 32x32→64 multiply and a multiply-add). SMALL rounds work at the top of
  * the register: their keys come shifted there (plan_segment), s1's low lbits bits live there (S1), so
  * X = p ^ k ^ S1 holds the new s0 in its top lbits and one shift brings it down. Even b: S1 = p moved
- * up by a multiply; 4 instructions, 2 on the FMA pipe (IMAD, LOP3, SHF, IMAD). Odd b: see below; 6
- * instructions, 3 on the FMA pipe, where the bottom-aligned round had 4 on the ALU pipe and 2. */
+ * up by a multiply; 4 instructions, 2 on the FMA pipe (IMAD, LOP3, SHF, IMAD). Odd b: see below; 5
+ * instructions, 2 on the FMA pipe, where the bottom-aligned round had 6, 4 of them on the ALU pipe. */
 template <int D, bool SMALL>
 __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
 {
     const uint32_t lmask = t.lmask, rmask = t.rmask, hshift = t.hsh, smul = t.smul;
-    if (SMALL && D && PD_GPU_SHARD_ODD_FUNNEL) {
-        /* Odd b, 5 instructions a round (2 on the FMA pipe): t.y = Y_0 (pd__vp_small_mult(lbits)), so
-         * p = Y_0·s0 holds hi in its top lbits and lo in its low lbits. The next S1 (s1's low lbits bits
-         * at the top) is lo's bits 0 to lbits − 2 above s1's top bit, the last round's lo's bit lbits − 1;
-         * R = p·2^(32−lbits) holds lo at the top, so one funnel shift of the last round's R below this
+    if (SMALL && (D ? PD_GPU_SHARD_ODD_TOP : PD_GPU_SHARD_TOP)) {
+        /* t.y = Y (pd__vp_small_mult(lbits)): p = Y·s0 holds hi in its top lbits and lo in its low
+         * lbits. Even b: the next S1 is lo moved to the top by a multiply. Odd b: the next S1 is lo's
+         * bits 0 to lbits − 2 above s1's top bit, which is the last round's lo's bit lbits − 1; R =
+         * p·2^(32−lbits) holds lo at the top, so one funnel shift of the last round's R below this
          * round's p joins them: S1 = (p:R_last) << (33 − lbits), its high word. What lands below bit
          * 32 − lbits only reaches X's low bits, which the shift drops. At the end, s1 = lo·2 | that
-         * top bit, from R and S1. (The round was checked against the core for every value of b = 7 to
-         * 17 with random keys, then by test_gpu_shards.) */
-        const uint32_t fsh = t.csh, m32 = t.m32; /* 33 − lbits, 2^(32 − lbits) */
+         * top bit, from R and S1. (The odd round was checked against the core for every value of
+         * b = 7 to 17 with random keys, then by test_gpu_shards.) */
+        const uint32_t fsh = t.fsh, m32 = t.m32; /* odd b: 33 − lbits, 2^(32 − lbits) */
         const uint32_t s1 = v & rmask;
-        uint32_t s0 = v >> t.rbits, S1 = s1 << hshift, R = s1 << (hshift - 1);
-#pragma unroll
-        for (int j = 0; j < 6; j++) {
-            const uint4 q = t.keys[j * kRuns]; /* shifted to the top */
-            const uint32_t k[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint32_t p = t.y * s0;
-                s0 = (p ^ k[i] ^ S1) >> hshift;
-                S1 = __funnelshift_l(R, p, fsh);
-                R = fma_mul(p, m32);
-            }
-        }
-        return (s0 << t.rbits) | (R >> (hshift - 1)) | ((S1 >> hshift) & 1u);
-    }
-    if (SMALL && (D ? PD_GPU_SHARD_ODD_TOP : PD_GPU_SHARD_TOP)) {
-        /* Odd b: t.y = Y_1 (pd__vp_small_mult_d(lbits, 1)): p = Y_1·s0 holds hi in its top lbits and
-         * lo·2 in bits 1 to lbits (bit 0 clear). s1's low lbits bits wait at the top (S1), its top bit
-         * b at bit 32 − lbits of C with nothing above (what lies below either only reaches X's low
-         * bits, which the shift drops, and never carries into their top). The new s1 = lo·2 | b:
-         * S1 = p·2^(32−lbits) + C; its top bit, lo's bit lbits − 1 (p's bit lbits), goes to the next
-         * C by a multiply up to bit 31 and a shift down (IMAD.HI in its place: slower). Even b: S1 is
-         * p moved up, and C stays unused. */
-        const uint32_t csh = t.csh, m32 = t.m32; /* lbits − 1, 2^(32 − lbits); smul = 2^(31 − lbits) */
-        uint32_t s0 = v >> t.rbits, S1 = v << hshift, C = D ? (v << (31 - (csh + 1))) >> csh : 0;
+        uint32_t s0 = v >> t.rbits, S1 = (D ? s1 : v) << hshift, R = D ? s1 << (hshift - 1) : 0;
 #pragma unroll
         for (int j = 0; j < 6; j++) {
             const uint4 q = t.keys[j * kRuns]; /* shifted to the top */
@@ -337,15 +303,14 @@ __device__ __forceinline__ uint32_t tau_f(const Tau32 &t, uint32_t v)
                 const uint32_t p = t.y * s0;
                 s0 = (p ^ k[i] ^ S1) >> hshift;
                 if (D) {
-                    S1 = fma_mad(p, m32, C);
-                    C = fma_mul(p, smul) >> csh;
+                    S1 = __funnelshift_l(R, p, fsh);
+                    R = fma_mul(p, m32);
                 } else {
                     S1 = fma_mul(p, smul);
                 }
             }
         }
-        const uint32_t w = (s0 << t.rbits) | (S1 >> hshift);
-        return D ? w | (C >> hshift << (csh + 1)) : w;
+        return D ? (s0 << t.rbits) | (R >> (hshift - 1)) | ((S1 >> hshift) & 1u) : (s0 << t.rbits) | (S1 >> hshift);
     }
     uint32_t s0 = v >> t.rbits, s1 = D ? v : v & rmask, S1 = v << (32 - t.rbits);
 #pragma unroll
@@ -381,9 +346,8 @@ __device__ __forceinline__ void tau_rounds(WalkEntry &e, bool small, uint32_t lb
 {
     e.hsh = 32 - lbits;               /* a SMALL product's high part sits above it */
     e.smul = 1u << (32 - e.rbits);    /* S1 = s1 << (32 − rbits) as a multiply */
-    e.csh = small && d && PD_GPU_SHARD_ODD_FUNNEL ? 33 - lbits /* the funnel's shift */
-                                                  : lbits - 1; /* odd b: C's */
-    e.y = small ? pd__vp_small_mult_d(lbits, d && PD_GPU_SHARD_ODD_TOP && !PD_GPU_SHARD_ODD_FUNNEL) : 0;
+    e.fsh = 33 - lbits;               /* odd b's funnel shift (top rounds) */
+    e.y = small ? pd__vp_small_mult(lbits) : 0;
 }
 
 /* τ_w's shape as a lane entering a run of the walk needs it (enter in walk_segment), from the run's
@@ -402,7 +366,7 @@ __device__ __forceinline__ void tau_shape(Tau32 &t, const uint4 *keys, const Wal
     t.hsh = e.hsh;
     t.smul = e.smul;
     t.m32 = 2 * e.smul; /* odd b: 2^(32 − lbits) */
-    t.csh = e.csh;
+    t.fsh = e.fsh;
     t.y = e.y;
 }
 
