@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(kBlock) shard_fill(const __grid_constant__ pd_
  *      it), a lane done with one run's positions taking the next run's, so no lane idles at the
  *      end of a run (runs are often a few hundred positions, and draining the walk at each cost as
  *      much as the walk). Runs whose b is even are walked first, then the odd ones: the shift of
- *      rbits − lbits is then fixed at compile time (an odd b costs 6 instructions a round, an even
- *      one 4, a shift chosen per lane 7 for both). σ's results wait in shared memory by position.
+ *      rbits − lbits is then fixed at compile time (small windows: an odd b costs 5 instructions a
+ *      round, an even one 4; a shift chosen per lane cost 7 for both). σ's results wait in shared memory by position.
  *   3. store (store_segment): run by run, each position's slot found between its bucket's and the
  *      next bucket's, stores coalesced.
  * The walk is 32-bit: plans with a window of 2^32 samples or more take the per-position kernel
