@@ -72,6 +72,16 @@ PD_EMU_WIDEN(cvtepu8_epi32, __m128i, _mm_storeu_si128, uint8_t, uint32_t, 16)
 PD_EMU_WIDEN(cvtepu8_epi16, __m256i, _mm256_storeu_si256, uint8_t, uint16_t, 32)
 PD_EMU_WIDEN(cvtepu16_epi32, __m256i, _mm256_storeu_si256, uint16_t, uint32_t, 16)
 
+static inline __m128i pd_emu_cvtepi32_epi8(__m512i a)
+{
+    uint32_t x[16];
+    uint8_t r[16];
+    _mm512_storeu_si512(x, a);
+    for (int j = 0; j < 16; j++) /* each dword's low byte (truncation) */
+        r[j] = (uint8_t)x[j];
+    return _mm_loadu_si128((const __m128i *)r);
+}
+
 static inline __m512i pd_emu_mulhi_epu16(__m512i a, __m512i b)
 {
     uint16_t x[32], y[32], r[32];
@@ -97,6 +107,7 @@ static inline void pd_emu_mask_storeu_epi32(void *p, __mmask16 k, __m512i a)
 #define _mm512_cvtepu8_epi32(a) pd_emu_cvtepu8_epi32(a)
 #define _mm512_cvtepu8_epi16(a) pd_emu_cvtepu8_epi16(a)
 #define _mm512_cvtepu16_epi32(a) pd_emu_cvtepu16_epi32(a)
+#define _mm512_cvtepi32_epi8(a) pd_emu_cvtepi32_epi8(a)
 #define _mm512_mask_storeu_epi32(p, k, a) pd_emu_mask_storeu_epi32(p, k, a)
 #define _mm512_mulhi_epu16(a, b) pd_emu_mulhi_epu16(a, b)
 #define _mm512_i32gather_epi32(idx, base, scale) pd_emu_i32gather_epi32(idx, base, scale)

@@ -523,15 +523,9 @@ static void bctx_init(bctx *c, const pd__batch *b, int small)
             t[6][r] = b->perm[r]->keys.k[i];
         c->key[i] = _mm512_loadu_si512(t[6]);
     }
-#if PD_BATCH_WORDS
-    uint8_t wk[64];
-    for (int i = 0; i < PD_ROUNDS; i++) {
-        memset(wk, 0, sizeof wk);
-        for (unsigned r = 0; r < b->nruns; r++) /* nruns ≤ 16: pd__batch_run sends words no more */
-            for (int l = 0; l < 4; l++)
-                wk[16 * l + r] = (uint8_t)b->perm[r]->keys.k[i];
-        c->wkey[i] = _mm512_loadu_si512(wk);
-    }
+#if PD_BATCH_WORDS /* each run's key byte r in every 128-bit lane (nruns ≤ 16: pd__batch_run sends words no more) */
+    for (int i = 0; i < PD_ROUNDS; i++)
+        c->wkey[i] = _mm512_broadcast_i32x4(_mm512_cvtepi32_epi8(c->key[i]));
 #endif
 #else
     uint8_t bt[PD_ROUNDS + 3][64], tab[3][256], pk[64];
