@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(kBlock) shard_fill(const __grid_constant__ pd_
  *      end of a run (runs are often a few hundred positions, and draining the walk at each cost as
  *      much as the walk). Runs whose b is even are walked first, then the odd ones: the shift of
  *      rbits − lbits is then fixed at compile time (small windows: an odd b costs 5 instructions a
- *      round, an even one 4; a shift chosen per lane cost 7 for both). σ's results wait in shared memory by position.
+ *      round, an even one 4; a shift chosen per lane cost 7 for both). σ's results wait in shared
+ *      memory by position.
  *   3. store (store_segment): run by run, each position's slot found between its bucket's and the
  *      next bucket's, stores coalesced.
  * The walk is 32-bit: plans with a window of 2^32 samples or more take the per-position kernel
@@ -733,9 +734,10 @@ __global__ void __launch_bounds__(kTileBlock, PD_GPU_SHARD_MIN_BLOCKS)
  * taken from the end. Boundaries fall on multiples of 32 positions (coalesced stores). */
 void plan_tiers(TileRequest &r, uint64_t tile, uint64_t warps, uint64_t longest)
 {
+    const uint64_t least = tile < kStage ? tile : kStage;
     uint64_t size[kTiers], len[kTiers] = {0};
     for (unsigned k = 0; k < kTiers; k++) {
-        const uint64_t half = k ? size[k - 1] / 2 : tile, least = tile < kStage ? tile : kStage;
+        const uint64_t half = k ? size[k - 1] / 2 : tile;
         size[k] = half > least ? half : least;
     }
     uint64_t left = longest;
@@ -746,9 +748,8 @@ void plan_tiers(TileRequest &r, uint64_t tile, uint64_t warps, uint64_t longest)
     }
     len[0] = left;
     uint64_t at = 0, tiles = 0;
-    for (unsigned k = 0; k < kTiers; k++) {
-        uint64_t end = k + 1 < kTiers ? (at + len[k]) / 32 * 32 : longest;
-        end = end < at ? at : end;
+    for (unsigned k = 0; k < kTiers; k++) { /* at stays a multiple of 32, so end ≥ at */
+        const uint64_t end = k + 1 < kTiers ? (at + len[k]) / 32 * 32 : longest;
         r.tier_i[k] = at;
         r.tier_tile[k] = tiles;
         r.tier_size[k] = size[k];

@@ -116,16 +116,13 @@ static void shards_match_core(void **state)
     }
 }
 
-/* One slice, every width, GPU (device and host output) == core. */
-static void compare_slice(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_slice *s, uint64_t count)
+/* One slice into device memory (u64), GPU == core, in want and got (count u64 each). */
+static void compare_device_u64(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_slice *s, uint64_t count,
+                               uint64_t *want, uint64_t *got)
 {
-    uint64_t *want = malloc(count * 16 + 16), *got = malloc(count * 16 + 16), w_core, w_gpu;
-    pd_shard_loc *locs = malloc(count * sizeof *locs + 1);
+    uint64_t w_core, w_gpu;
     void *dev;
-    assert_non_null(want);
-    assert_non_null(got);
-    assert_non_null(locs);
-    assert_int_equal(pd_gpu_alloc(gpu, count * 16 + 16, &dev), PD_OK);
+    assert_int_equal(pd_gpu_alloc(gpu, count * 8 + 8, &dev), PD_OK);
     memset(got, 0xa5, count * 8); /* a position the kernel never wrote cannot pass on what an earlier call left */
     assert_int_equal(pd_gpu_copy_to_device(gpu, dev, got, count * 8), PD_OK);
     assert_int_equal(pd_shard_slice_fill_u64(plan, s, count, want, &w_core), PD_OK);
@@ -140,6 +137,18 @@ static void compare_slice(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_s
                      (unsigned long long)plan->lanes, s->world, s->rank, (int)s->mode, (unsigned long long)s->offset,
                      (unsigned long long)count, (unsigned long long)i, (unsigned long long)got[i],
                      (unsigned long long)want[i]);
+    pd_gpu_free(gpu, dev);
+}
+
+/* One slice, every width, GPU (device and host output) == core. */
+static void compare_slice(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_slice *s, uint64_t count)
+{
+    uint64_t *want = malloc(count * 16 + 16), *got = malloc(count * 16 + 16), w_core, w_gpu;
+    pd_shard_loc *locs = malloc(count * sizeof *locs + 1);
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_non_null(locs);
+    compare_device_u64(plan, dp, s, count, want, got);
     if (plan->n <= UINT64_C(1) << 32) {
         assert_int_equal(pd_shard_slice_fill_u32(plan, s, count, (uint32_t *)want, &w_core), PD_OK);
         assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, s, count, got, 4, &w_gpu), PD_OK);
@@ -154,7 +163,6 @@ static void compare_slice(const pd_shard_plan *plan, pd_gpu_plan *dp, const pd_s
     assert_int_equal(pd_gpu_shard_slice_fill_host(gpu, dp, s, count, got, 16, &w_gpu), PD_OK);
     assert_int_equal(w_gpu, w_core);
     assert_memory_equal(got, want, w_core * 16);
-    pd_gpu_free(gpu, dev);
     free(want);
     free(got);
     free(locs);
@@ -247,26 +255,17 @@ static void large_request_matches_core(void **state)
         sizes[i] = 512 + test_below(&rng, 1024);
     assert_int_equal(pd_shard_layout_build(sizes, S, start), PD_OK);
     const size_t bytes = pd_shard_plan_bytes(S);
-    void *mem = malloc(bytes), *dev;
+    void *mem = malloc(bytes);
     pd_shard_plan plan;
     pd_gpu_plan *dp;
     assert_int_equal(pd_shard_plan_init(&plan, start, S, 5, 6, 64, 3, mem, bytes), PD_OK);
     assert_int_equal(pd_gpu_plan_upload(gpu, &plan, &dp), PD_OK);
     const pd_slice s = {4, 1, PD_MODE_EXACT, 0};
     const uint64_t count = plan.n / 4;
-    uint64_t *want = malloc(count * 8), *got = malloc(count * 8), w_core, w_gpu;
+    uint64_t *want = malloc(count * 8), *got = malloc(count * 8);
     assert_non_null(want);
     assert_non_null(got);
-    assert_int_equal(pd_gpu_alloc(gpu, count * 8, &dev), PD_OK);
-    memset(got, 0xa5, count * 8);
-    assert_int_equal(pd_gpu_copy_to_device(gpu, dev, got, count * 8), PD_OK);
-    assert_int_equal(pd_shard_slice_fill_u64(&plan, &s, count, want, &w_core), PD_OK);
-    assert_int_equal(pd_gpu_shard_slice_fill(gpu, dp, &s, count, dev, 8, &w_gpu), PD_OK);
-    assert_int_equal(pd_gpu_sync(gpu), PD_OK);
-    assert_int_equal(w_gpu, w_core);
-    assert_int_equal(pd_gpu_copy_to_host(gpu, got, dev, w_gpu * 8), PD_OK);
-    assert_memory_equal(got, want, w_core * 8);
-    pd_gpu_free(gpu, dev);
+    compare_device_u64(&plan, dp, &s, count, want, got);
     pd_gpu_plan_free(gpu, dp);
     free(want);
     free(got);
