@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# NCCL delivery benchmark on a 2+ GPU machine: starts permd on GPU 0, runs bench/nccl as a trainer on GPU 1,
-# writes OUTPUT.md. usage: bench/nccl.sh BUILD_DIR OUTPUT.md [--quick]
+# NCCL delivery benchmark on a 2+ GPU machine: starts permd on GPU 0, runs bench/nccl as a trainer on GPU 1
+# (and, with 3+ GPUs, a trainer on every other GPU at once), writes OUTPUT.md. usage: bench/nccl.sh BUILD_DIR OUTPUT.md [--quick]
 set -euo pipefail
 build=${1:?usage: bench/nccl.sh BUILD_DIR OUTPUT.md [--quick]}
 out=${2:?}
@@ -14,6 +14,13 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 200); do [ -S "$dir/permd.sock" ] && break; sleep 0.05; done
 tmp=$(mktemp)
 "$build/bench/nccl" "$dir/permd.sock" "$@" >"$tmp" || { cat "$dir/permd.log" >&2; exit 1; }
+# with 3+ GPUs, also every other GPU a trainer at once (7 at most)
+gpus=$(nvidia-smi -L | wc -l)
+if [ "$gpus" -ge 3 ]; then
+  trainers=$((gpus - 1 < 7 ? gpus - 1 : 7))
+  echo >>"$tmp"
+  "$build/bench/nccl" "$dir/permd.sock" "$@" --trainers "$trainers" >>"$tmp" || { cat "$dir/permd.log" >&2; exit 1; }
+fi
 {
   echo "# NCCL delivery vs the socket path"
   echo

@@ -48,7 +48,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
 fi
 if [ "$what" = nccl ] || [ "$what" = nccl-python ]; then # on 2+ GPUs: NCCL delivery tests and benchmark
   if [ "$what" = nccl ]; then
-    (cd build-dev && ctest --output-on-failure -R 'test_nccl|test_gpu_gen|test_backend' 2>&1) | tee "$OUT/nccl_tests.log" | tail -30
+    (cd build-dev && ctest -V -R 'test_nccl|test_gpu_gen|test_backend' 2>&1) | tee "$OUT/nccl_tests.log" | tail -30
     [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   fi
   # A torch process carries its own NCCL, and every rank of a communicator must run the same NCCL:

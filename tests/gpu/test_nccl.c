@@ -100,6 +100,42 @@ static void trainer(uint32_t members, int device, const char *group, uint64_t pi
     _exit(0);
 }
 
+/* A member of a group whose other member is killed: it receives epoch after epoch until permd's abort reaches
+ * it, as a typed error (the abort itself, or its in-flight receive failing or timing out), never a hang. */
+static void survivor(uint32_t members, int device, const char *group)
+{
+    permd_client *c;
+    permd_nccl *g;
+    pd_gpu *gpu;
+    void *dev;
+    const uint64_t piece = 1 << 18;
+    CHECK(permd_connect_unix(h.sock, &c) == 0, "connect: %s", permd_last_error(NULL));
+    CHECK(permd_nccl_join(c, group, members, device, 20000, &g) == 0, "join: %s", permd_last_error(c));
+    CHECK(pd_gpu_open(device, &gpu) == 0 && pd_gpu_alloc(gpu, piece * 4, &dev) == 0, "gpu %d", device);
+    uint32_t rank, nranks;
+    permd_nccl_rank(g, &rank, &nranks);
+    permd_slice s = {.dataset = "big", .seed = 9, .world = members, .rank = rank - 1, .mode = PERMD_MODE_EXACT};
+    uint64_t got, next, pieces = 0;
+    uint32_t width;
+    int rc;
+    while ((rc = permd_nccl_recv(g, &s, piece, dev, NULL, &got, &width, &next)) == 0) {
+        pieces++;
+        CHECK(pieces < 200000, "still receiving after %llu pieces: the group was never aborted",
+              (unsigned long long)pieces);
+        s.offset = got ? next : 0;
+        s.epoch += got ? 0 : 1;
+    }
+    CHECK(rc == PERMD_EUNAVAILABLE || rc == PERMD_EIO || rc == PERMD_ETIMEDOUT, "rank %u: error %d (%s)", rank, rc,
+          permd_last_error(c));
+    permd_nccl_leave(g);
+    pd_gpu_free(gpu, dev);
+    pd_gpu_close(gpu);
+    permd_close(c);
+    printf("trainer rank %u on GPU %d: %llu pieces, then error %d after its peer died\n", rank, device,
+           (unsigned long long)pieces, rc);
+    _exit(0);
+}
+
 static pid_t spawn(uint32_t members, int device, const char *group, uint64_t piece, int stall)
 {
     pid_t pid = fork();
@@ -166,7 +202,7 @@ int main(void)
         fprintf(stderr, "FAIL: stalled member\n");
         fails++;
     }
-    /* 3. a member killed mid-group: permd survives and forms the next group */
+    /* 3. the only member killed: permd survives and forms the next group */
     pid_t victim = fork();
     if (victim == 0) {
         permd_client *vc;
@@ -183,6 +219,47 @@ int main(void)
     if (!harness_log_contains(&h, "group_abort group=g3")) {
         fprintf(stderr, "FAIL: permd did not abort group g3 after its member died\n");
         fails++;
+    }
+    /* 4. with 2+ members, one killed while the others receive: they get typed errors, permd serves on */
+    if (members >= 2) {
+        int ready[2];
+        if (pipe(ready))
+            return 1;
+        pid_t killed = fork();
+        if (killed == 0) {
+            permd_client *kc;
+            permd_nccl *g;
+            close(ready[0]);
+            if (permd_connect_unix(h.sock, &kc) || permd_nccl_join(kc, "g5", members, 1, 20000, &g))
+                _exit(1);
+            if (write(ready[1], "j", 1) != 1)
+                _exit(1);
+            pause(); /* killed here, a member that never leaves */
+            _exit(0);
+        }
+        close(ready[1]);
+        pid_t others[3];
+        for (uint32_t i = 1; i < members; i++) {
+            others[i] = fork();
+            if (others[i] == 0)
+                survivor(members, 1 + (int)i, "g5");
+        }
+        char byte;
+        if (read(ready[0], &byte, 1) != 1)
+            fprintf(stderr, "the member to be killed did not join\n");
+        close(ready[0]);
+        sleep(2); /* the others are receiving */
+        kill(killed, SIGKILL);
+        waitpid(killed, NULL, 0);
+        for (uint32_t i = 1; i < members; i++)
+            if (!wait_ok(others[i])) {
+                fprintf(stderr, "FAIL: member %u of group g5 after its peer was killed\n", i);
+                fails++;
+            }
+        if (!harness_log_contains(&h, "group_abort group=g5")) {
+            fprintf(stderr, "FAIL: permd did not abort group g5 after a member died\n");
+            fails++;
+        }
     }
     if (!socket_serves()) {
         fprintf(stderr, "FAIL: socket clients not served after the faults\n");
