@@ -24,18 +24,14 @@ typedef struct pd_delivery_api {
     int (*probe)(int, char *, size_t);
     int (*unique_id)(uint8_t *);
     int (*open)(int, const uint8_t *, int, uint32_t, const int *, pd_delivery **);
-    int (*send)(pd_delivery *, const pd_perm *, const pd_slice *, uint64_t, unsigned, int, uint32_t, const int *);
+    int (*send_jobs)(pd_delivery *, const pd_delivery_job *, unsigned, uint32_t, const int *);
     void (*close)(pd_delivery *, uint32_t, const int *);
 } pd_delivery_api;
 
 /* One send, queued for the group's thread. */
 typedef struct pd_send {
     struct pd_send *next;
-    pd_perm perm;
-    pd_slice slice;
-    uint64_t count;
-    unsigned width;
-    int peer;
+    pd_delivery_job job;
 } pd_send;
 
 typedef struct pd_group {
@@ -138,9 +134,9 @@ static int pd_groups_load(pd_groups *t)
     *(void **)&t->api.probe = dlsym(t->dl, "pd_delivery_probe");
     *(void **)&t->api.unique_id = dlsym(t->dl, "pd_delivery_unique_id");
     *(void **)&t->api.open = dlsym(t->dl, "pd_delivery_open");
-    *(void **)&t->api.send = dlsym(t->dl, "pd_delivery_send");
+    *(void **)&t->api.send_jobs = dlsym(t->dl, "pd_delivery_send_jobs");
     *(void **)&t->api.close = dlsym(t->dl, "pd_delivery_close");
-    if (!t->api.probe || !t->api.unique_id || !t->api.open || !t->api.send || !t->api.close) {
+    if (!t->api.probe || !t->api.unique_id || !t->api.open || !t->api.send_jobs || !t->api.close) {
         snprintf(t->why, sizeof t->why, "libpermd_delivery.so lacks the expected symbols");
         goto fail;
     }
@@ -173,6 +169,7 @@ static void *pd_group_main(void *arg)
     const pd_config *cfg = g->table->cfg;
     uint32_t timeout = (uint32_t)cfg->delivery_timeout_ms;
     pd_delivery *d = NULL;
+    pd_delivery_job batch[PD_DELIVERY_JOBS];
     int rc = api->open((int)cfg->gpu_device, g->id, (int)g->members + 1, timeout, &g->cancel, &d);
     if (rc)
         pd_group_fail(g, "forming the NCCL communicator failed: %s", pd_strerror(rc));
@@ -181,18 +178,23 @@ static void *pd_group_main(void *arg)
     for (;;) {
         while (!g->head && !g->closing)
             pthread_cond_wait(&g->wake, &g->lock);
-        pd_send *job = g->head;
-        if (!job)
+        if (!g->head)
             break; /* closing, and nothing left to send */
-        g->head = job->next;
+        /* Every send queued by now goes in one NCCL group: transfers to different members overlap, and
+         * members asking together are not served one after another. */
+        unsigned n = 0;
+        while (g->head && n < PD_DELIVERY_JOBS) {
+            pd_send *job = g->head;
+            g->head = job->next;
+            batch[n++] = job->job;
+            free(job);
+        }
         if (!g->head)
             g->tail = NULL;
         int failed = g->failed;
         pthread_mutex_unlock(&g->lock);
-        if (!failed && (rc = api->send(d, &job->perm, &job->slice, job->count, job->width, job->peer, timeout,
-                                       &g->cancel)))
+        if (!failed && (rc = api->send_jobs(d, batch, n, timeout, &g->cancel)))
             pd_group_fail(g, "an NCCL send failed: %s", pd_strerror(rc));
-        free(job);
         pthread_mutex_lock(&g->lock);
     }
     pthread_mutex_unlock(&g->lock);
@@ -451,11 +453,7 @@ static void pd_on_deliver_locked(pd_session *c, uint64_t id, const Permd__V1__De
     pd_reply(c, id, PERMD__V1__ENVELOPE__BODY_DELIVER_REPLY, &r);
     if (!job)
         return;
-    job->perm = t.perm;
-    job->slice = t.slice;
-    job->count = got;
-    job->width = t.width;
-    job->peer = (int)rank;
+    job->job = (pd_delivery_job){.perm = t.perm, .slice = t.slice, .count = got, .width = t.width, .peer = (int)rank};
     pthread_mutex_lock(&g->lock);
     if (g->tail)
         g->tail->next = job;

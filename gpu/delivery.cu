@@ -93,13 +93,19 @@ fail:
     return rc;
 }
 
-extern "C" int pd_delivery_send(pd_delivery *d, const pd_perm *p, const pd_slice *s, uint64_t count, unsigned width,
-                                int peer, uint32_t timeout_ms, const int *cancel)
+extern "C" int pd_delivery_send_jobs(pd_delivery *d, const pd_delivery_job *jobs, unsigned n, uint32_t timeout_ms,
+                                     const int *cancel)
 {
-    uint64_t written = 0;
+    size_t at[PD_DELIVERY_JOBS], total = 0;
     int rc;
-    if (!d || !p || !s || (width != 4 && width != 8))
+    if (!d || !jobs || n == 0 || n > PD_DELIVERY_JOBS)
         return PD_EINVAL;
+    for (unsigned i = 0; i < n; i++) {
+        if (jobs[i].width != 4 && jobs[i].width != 8)
+            return PD_EINVAL;
+        at[i] = total;
+        total += ((size_t)jobs[i].count * jobs[i].width + 255) & ~(size_t)255; /* each job on its own lines */
+    }
     if (d->broken || !d->comm)
         return PD_ECLOSED;
     if (pd_cancelled(cancel)) {
@@ -107,20 +113,27 @@ extern "C" int pd_delivery_send(pd_delivery *d, const pd_perm *p, const pd_slice
         return PD_ECLOSED;
     }
     CUDACHECK(cudaSetDevice(d->device));
-    size_t bytes = (size_t)count * width;
-    if (bytes > d->cap) {
+    if (total > d->cap) {
         cudaFree(d->buf);
         d->buf = NULL;
         d->cap = 0;
-        CUDACHECK(cudaMalloc(&d->buf, bytes));
-        d->cap = bytes;
+        CUDACHECK(cudaMalloc(&d->buf, total));
+        d->cap = total;
     }
-    if ((rc = pd_gpu_slice_fill(d->gpu, p, s, count, d->buf, width, &written)))
-        return rc;
-    if (written != count)
-        return PD_EINTERNAL; /* the daemon told the trainer `count`: it must be exact */
-    ncclResult_t r = ncclSend(d->buf, bytes, ncclUint8, peer, d->comm, d->stream);
-    if (r != ncclSuccess && r != ncclInProgress) {
+    for (unsigned i = 0; i < n; i++) { /* queued on d->stream, ahead of the sends */
+        uint64_t written = 0;
+        if ((rc = pd_gpu_slice_fill(d->gpu, &jobs[i].perm, &jobs[i].slice, jobs[i].count, (char *)d->buf + at[i],
+                                    jobs[i].width, &written)))
+            return rc;
+        if (written != jobs[i].count)
+            return PD_EINTERNAL; /* the daemon told the trainer `count`: it must be exact */
+    }
+    ncclResult_t r = ncclGroupStart();
+    for (unsigned i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++)
+        r = ncclSend((char *)d->buf + at[i], (size_t)jobs[i].count * jobs[i].width, ncclUint8, jobs[i].peer, d->comm,
+                     d->stream);
+    ncclResult_t end = ncclGroupEnd();
+    if ((r != ncclSuccess && r != ncclInProgress) || (end != ncclSuccess && end != ncclInProgress)) {
         pd_delivery_abort(d);
         return PD_EIO;
     }

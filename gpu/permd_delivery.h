@@ -30,12 +30,23 @@ int pd_delivery_unique_id(uint8_t id[PD_NCCL_ID_BYTES]);
 int pd_delivery_open(int device, const uint8_t id[PD_NCCL_ID_BYTES], int nranks, uint32_t timeout_ms,
                      const int *cancel, pd_delivery **out);
 
-/* Generate the rank's next `count` ids (width 4 or 8) on the GPU and send them
- * to `peer`, waiting until they are delivered. On a timeout or cancel the
- * communicator is aborted (PD_ETIMEDOUT / PD_ECLOSED) and every later call
- * fails; an NCCL error gives PD_EIO. */
-int pd_delivery_send(pd_delivery *d, const pd_perm *p, const pd_slice *s, uint64_t count, unsigned width, int peer,
-                     uint32_t timeout_ms, const int *cancel);
+/* One send: the next `count` ids (width 4 or 8) of `slice` under `perm`, for NCCL rank `peer`. */
+typedef struct pd_delivery_job {
+    pd_perm perm;
+    pd_slice slice;
+    uint64_t count;
+    unsigned width;
+    int peer;
+} pd_delivery_job;
+
+#define PD_DELIVERY_JOBS 16 /* the most jobs one pd_delivery_send_jobs takes */
+
+/* Generate the n ≤ PD_DELIVERY_JOBS jobs' ids on the GPU, then send them in one NCCL group, so that
+ * transfers to different trainers overlap, waiting until every one is delivered. On a timeout or
+ * cancel the communicator is aborted (PD_ETIMEDOUT / PD_ECLOSED) and every later call fails; an
+ * NCCL error gives PD_EIO. */
+int pd_delivery_send_jobs(pd_delivery *d, const pd_delivery_job *jobs, unsigned n, uint32_t timeout_ms,
+                          const int *cancel);
 
 /* Finalize (or abort, when broken or cancelled) and free. NULL is fine. */
 void pd_delivery_close(pd_delivery *d, uint32_t timeout_ms, const int *cancel);

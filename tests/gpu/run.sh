@@ -7,6 +7,8 @@
 # (shards: the sharded-id tests (GPU and CPU kernels against the core) and bench/shards.sh's CPU and GPU rows)
 # (shards-profile: test_gpu_shards, ncu counters, SASS, the GPU rows, and those of build variants
 #  (PD_SHARD_VARIANTS) or of an earlier tree carried in .bench-before, alternating with this one)
+# (nccl: on 2+ GPUs, the delivery tests and bench/nccl.sh, and an earlier tree's bench carried in .bench-before,
+#  alternating with this one)
 # (mixtures: the mixture tests, bench/mixtures' CPU rows, and mixture vs flat Fetches on permd with its pool
 #  of one thread and of one per CPU, and of an earlier tree's permd carried in .bench-before, alternating)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
@@ -65,6 +67,18 @@ if [ "$what" = nccl ] || [ "$what" = nccl-python ]; then # on 2+ GPUs: NCCL deli
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   kill $p; wait $p
   [ "$what" = nccl-python ] || bench/nccl.sh build-dev "$OUT/nccl.md" "$@" || rc=1
+  if [ "$what" = nccl ] && [ -f .bench-before/bench/nccl.sh ]; then # an earlier tree (carried): alternating with this one
+    log=$(mktemp) # one file: the device tool returns at most 8
+    { cmake -S .bench-before -B build-before -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DCMAKE_PREFIX_PATH="$sys/usr" \
+        ${PERMD_DEVICE_CMAKE_ARGS:-} && cmake --build build-before -j"$(nproc)"; } >"$log" 2>&1 || { tail -20 "$log"; rc=1; }
+    for round in 1 2; do for tree in before dev; do
+      t=$(mktemp)
+      if [ "$tree" = before ]; then .bench-before/bench/nccl.sh build-before "$t" "$@" >/dev/null || rc=1
+      else bench/nccl.sh build-dev "$t" "$@" >/dev/null || rc=1; fi
+      { echo "## round $round: $([ "$tree" = before ] && echo 'the earlier tree' || echo 'this tree')"; cat "$t"; echo; } \
+        >>"$OUT/nccl_compare.md"
+    done; done
+  fi
 fi
 if [ "$what" = cpubench ]; then # the CPU benchmark on this host's CPUs (AVX-512, many cores)
   BUILD_DIR=build-dev PYTHON=python3 RESULTS_DIR="$OUT" bash bench/cpu_gen.sh || rc=1

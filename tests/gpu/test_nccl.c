@@ -97,6 +97,7 @@ static void trainer(uint32_t members, int device, const char *group, uint64_t pi
     pd_gpu_close(gpu);
     permd_close(c);
     printf("trainer rank %u on GPU %d: %llu ids, all equal to the core\n", rank, device, (unsigned long long)total);
+    fflush(stdout); /* _exit does not flush, and stdout is a pipe under ctest */
     _exit(0);
 }
 
@@ -133,6 +134,7 @@ static void survivor(uint32_t members, int device, const char *group)
     permd_close(c);
     printf("trainer rank %u on GPU %d: %llu pieces, then error %d after its peer died\n", rank, device,
            (unsigned long long)pieces, rc);
+    fflush(stdout);
     _exit(0);
 }
 
