@@ -244,7 +244,13 @@ static int pd_specs_dir(pd_specs *s, const char *dir)
             break;
         }
         sprintf(p, "%s%s%s", dir, dlen && dir[dlen - 1] == '/' ? "" : "/", e->d_name);
-        if (stat(p, &st) || !S_ISREG(st.st_mode)) {
+        if (stat(p, &st)) { /* a shard behind a broken link (or a link loop) must not go missing quietly */
+            rc = pd_layout_fail(errno == ENOENT ? PD_ENOTFOUND : PD_EIO, s->err, s->errlen, "%s: %s", p,
+                                errno == ENOENT ? "a broken link" : strerror(errno));
+            free(p);
+            break;
+        }
+        if (!S_ISREG(st.st_mode)) { /* subdirectories and other non-files: not shards */
             free(p);
             continue;
         }
@@ -264,7 +270,7 @@ static int pd_specs_dir(pd_specs *s, const char *dir)
     closedir(d);
     if (rc == PD_ENOMEM)
         pd_layout_fail(rc, s->err, s->errlen, "%s: out of memory listing it", dir);
-    else if (n == 0)
+    else if (!rc && n == 0)
         rc = pd_layout_fail(PD_ENOTFOUND, s->err, s->errlen,
                             "%s: no tar shards in it (*.tar, *.tar.gz, *.tgz, *.tar.bz2, *.tar.xz)", dir);
     if (!rc)

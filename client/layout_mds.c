@@ -45,17 +45,21 @@ static int mds_uint(mds_ctx *c, size_t i, const json_t *obj, const char *key, ui
     return 0;
 }
 
-/* A basename must stay inside the dataset's directory, as Streaming joins it to it. */
+/* A basename must stay inside the dataset's directory, as Streaming joins it to it, and name its file one
+ * way only: every part a name, none empty, "." or "..", so that a.mds and ./a.mds cannot both be listed. */
 static int mds_name_ok(const char *s)
 {
-    if (!*s || s[0] == '/')
+    if (!*s)
         return 0;
-    for (const char *p = s; p; p = strchr(p, '/')) {
-        p += *p == '/';
-        if (p[0] == '.' && p[1] == '.' && (p[2] == '/' || p[2] == '\0'))
+    for (const char *p = s;;) {
+        const char *end = strchr(p, '/');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0 || (len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
             return 0;
+        if (!end)
+            return 1;
+        p = end + 1;
     }
-    return 1;
 }
 
 /* raw_data / zip_data: {"basename": non-empty string inside the directory, "bytes": integer}. */
@@ -73,7 +77,8 @@ static int mds_file(mds_ctx *c, size_t i, const json_t *shard, const char *key, 
     if (!(s = json_string_value(json_object_get(f, "basename"))))
         return MDS_FAIL(c, PD_EINVAL, i, "\"%s\" has no \"basename\" string", key);
     if (!mds_name_ok(s))
-        return MDS_FAIL(c, PD_EINVAL, i, "\"%s\".basename '%s' is empty or leaves the dataset's directory", key, s);
+        return MDS_FAIL(c, PD_EINVAL, i, "\"%s\".basename '%s' is not a plain relative path inside the dataset's directory",
+                        key, s);
     int rc = mds_uint(c, i, f, "bytes", UINT64_MAX, bytes);
     if (rc)
         return rc;
@@ -91,8 +96,12 @@ static int mds_check_file(mds_ctx *c, size_t i, const char *name, uint64_t bytes
     if (!path)
         return MDS_FAIL(c, PD_ENOMEM, i, "%s", "out of memory");
     sprintf(path, "%s/%s", c->dir, name);
-    if (stat(path, &st) || !S_ISREG(st.st_mode))
+    if (lstat(path, &st)) /* not there: an index may be registered away from its shards */
         goto done;
+    if (stat(path, &st) || !S_ISREG(st.st_mode)) {
+        rc = MDS_FAIL(c, PD_EINVAL, i, "%s is not a regular file", path);
+        goto done;
+    }
     rc = 1;
     if ((uint64_t)st.st_size != bytes) {
         rc = MDS_FAIL(c, PD_EINVAL, i, "%s is %lld bytes but the index lists %" PRIu64 " (a partial or stale file?)",
@@ -204,6 +213,10 @@ static int mds_unique(mds_ctx *c, const pd_layout *l)
 static int mds_load(mds_ctx *c, json_t **root)
 {
     json_error_t je;
+    struct stat st;
+    *root = NULL;
+    if (!stat(c->index, &st) && !S_ISREG(st.st_mode)) /* a FIFO or device would block or never end */
+        return pd_layout_fail(PD_EINVAL, c->err, c->errlen, "%s: not a regular file", c->index);
     *root = json_load_file(c->index, JSON_REJECT_DUPLICATES, &je);
     if (*root)
         return 0;

@@ -209,6 +209,28 @@ static int tar_member(tar_count *t, const char *name)
     return rc;
 }
 
+/* An uncompressed tar ends with a zero block where its last member ends. libarchive also ends quietly at
+ * the end of the file, so without this a tar cut exactly after a member's data would pass as a shorter
+ * shard. (A compressed stream cut anywhere fails its own checks.) */
+static int tar_check_end(struct archive *a, tar_src *src, const char *path, uint64_t members, char *err,
+                         size_t errlen)
+{
+    unsigned char block[512];
+    const la_int64_t end = archive_read_header_position(a); /* after ARCHIVE_EOF: where the next header was */
+    if (archive_filter_code(a, 0) != ARCHIVE_FILTER_NONE)
+        return 0;
+    ssize_t n = end >= 0 ? pread(src->fd, block, sizeof block, (off_t)end) : -1;
+    if (n > 0 && (uint64_t)end + (uint64_t)n > src->pos) /* libarchive read up to pos already (as a header) */
+        src->bytes_read += (uint64_t)end + (uint64_t)n - (src->pos > (uint64_t)end ? src->pos : (uint64_t)end);
+    int zero = n == (ssize_t)sizeof block;
+    for (size_t i = 0; zero && i < sizeof block; i++)
+        zero = block[i] == 0;
+    if (!zero)
+        return pd_layout_fail(PD_EIO, err, errlen, "%s: truncated after member %llu (no end-of-archive block)", path,
+                              (unsigned long long)members);
+    return 0;
+}
+
 int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_read, char *err, size_t errlen)
 {
     tar_src *src = malloc(sizeof *src);
@@ -220,7 +242,8 @@ int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_rea
     if (!src)
         return pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
     src->bytes_read = src->pos = 0;
-    if ((src->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below); no effect on a file */
+    if ((src->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) {
         rc = pd_layout_fail(errno == ENOENT ? PD_ENOTFOUND : PD_EIO, err, errlen, "%s: %s", path, strerror(errno));
         goto done;
     }
@@ -270,6 +293,8 @@ int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_rea
         if (name && (rc = tar_member(&t, name)))
             goto done;
     }
+    if ((rc = tar_check_end(a, src, path, members, err, errlen)))
+        goto done;
     if (t.samples == 0) {
         rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s: an empty shard: no samples in its %llu members", path,
                             (unsigned long long)members);

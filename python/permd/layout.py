@@ -34,6 +34,15 @@ class LayoutError(PermdError, ValueError):
         self.path = path
 
 
+def _id_array(what, a):
+    """A numpy array of ids as uint64: integers only (a cast would truncate 1.9 to 1), none negative."""
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{what} ids must be integers, not an array of {a.dtype}")
+    if a.dtype.kind == "i" and a.size and a.min() < 0:
+        raise ValueError(f"{what} ids must not be negative (found {a.min()})")
+    return a.astype(np.uint64)
+
+
 class ShardLayout:
     """Shards in the order their sample ids follow: shard i holds sizes[i] samples and is read from paths[i]
     (None where the source names no file). Sample ids count the samples shard after shard: the layout's
@@ -100,7 +109,7 @@ class ShardLayout:
     def locate(self, sample):
         """(shard, offset in the shard) of a sample id; numpy arrays of ids give two arrays."""
         if np is not None and isinstance(sample, np.ndarray):
-            ids = sample.astype(np.uint64)
+            ids = _id_array("sample", sample)
             if ids.size and ids.max() >= self.samples:
                 raise IndexError(f"sample ids must be below {self.samples}")
             starts = np.asarray(self.starts, dtype=np.uint64)
@@ -115,8 +124,8 @@ class ShardLayout:
     def sample_id(self, shard, offset):
         """The sample id of the offset-th sample of a shard (numpy arrays: elementwise)."""
         if np is not None and isinstance(shard, np.ndarray):
-            shard = shard.astype(np.int64)
-            offset = np.asarray(offset, dtype=np.uint64)
+            shard = _id_array("shard", shard).astype(np.int64)
+            offset = _id_array("offset", np.asarray(offset))
             sizes = np.asarray(self.sizes, dtype=np.uint64)
             if shard.size and (shard.min() < 0 or shard.max() >= len(self.sizes) or (offset >= sizes[shard]).any()):
                 raise IndexError("a (shard, offset) pair lies outside the layout")
@@ -217,18 +226,18 @@ class _Range:
     def __init__(self, a, b, step, fmt):
         self.a, self.b, self.step, self.fmt = a, b, step, fmt
 
-    def __len__(self):
+    def count(self):  # not __len__: len() must fit an index-sized integer, and {1..10^20} does not
         return abs(self.b - self.a) // self.step + 1
 
     def __iter__(self):
         d = self.step if self.a <= self.b else -self.step
-        return (self.fmt(self.a + i * d) for i in range(len(self)))
+        return (self.fmt(self.a + i * d) for i in range(self.count()))
 
 
 def _count(items):
     n = 1
     for item in items:
-        n *= len(item) if isinstance(item, _Range) else sum(1 if isinstance(a, str) else _count(a) for a in item)
+        n *= item.count() if isinstance(item, _Range) else sum(1 if isinstance(a, str) else _count(a) for a in item)
     return n
 
 
@@ -258,6 +267,17 @@ def expand_braces(pattern, max_names=MAX_SHARDS):
 
 # ---- Tar specs -----------------------------------------------------------------------------------------------------
 
+def _is_file_in_dir(path):
+    """Whether a directory's entry is a file to count: subdirectories and other non-files are skipped, as in C,
+    but a shard behind a broken link (or a link loop) must not go missing quietly."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        raise LayoutError(ENOTFOUND, path, "a broken link") from None
+    except OSError as e:
+        raise LayoutError(EIO, path, e.strerror) from None
+
+
 def _resolve_specs(specs, max_shards):
     paths = []
 
@@ -278,9 +298,8 @@ def _resolve_specs(specs, max_shards):
                 raise LayoutError(EINVAL, part, str(e)) from None
             for name in names:
                 if os.path.isdir(name):
-                    found = sorted(n for n in os.listdir(name)
-                                   if not n.startswith(".") and n.endswith(TAR_SUFFIXES)
-                                   and os.path.isfile(os.path.join(name, n)))
+                    found = sorted(n for n in os.listdir(name) if not n.startswith(".") and n.endswith(TAR_SUFFIXES)
+                                   and _is_file_in_dir(os.path.join(name, n)))
                     if not found:
                         raise LayoutError(ENOTFOUND, name, "no tar shards in it (" + ", ".join(
                             "*" + x for x in TAR_SUFFIXES) + ")")
@@ -349,7 +368,8 @@ def _tar_keys(path):
             # tarfile ends quietly at a cut or damaged header: look at where it stopped
             tf.fileobj.seek(tf.offset)
             block = tf.fileobj.read(tarfile.BLOCKSIZE)
-            if not isinstance(tf.fileobj, io.BufferedReader):  # compressed: its stream must end whole, as in C
+            compressed = not isinstance(tf.fileobj, io.BufferedReader)
+            if compressed:  # its stream must end whole, as in C
                 while tf.fileobj.read(1 << 16):
                     pass
         except LayoutError:
@@ -358,6 +378,9 @@ def _tar_keys(path):
             raise LayoutError(EIO, path, f"truncated or damaged after member {members} ({e})") from None
         except Exception as e:  # zlib.error, lzma.LZMAError: broken compressed data
             raise LayoutError(EIO, path, f"truncated or damaged after member {members} ({e})") from None
+    # uncompressed, a zero block must follow the last member: a tar cut just after one would pass as shorter
+    if not compressed and not block:
+        raise LayoutError(EIO, path, f"truncated after member {members} (no end-of-archive block)")
     if block and (len(block) < tarfile.BLOCKSIZE or block.count(0) != tarfile.BLOCKSIZE):
         raise LayoutError(EIO, path, f"truncated or damaged after member {members}")
     if samples == 0:
@@ -441,6 +464,8 @@ def _read_mds(index, max_shards):
     file = os.path.join(index, "index.json") if os.path.isdir(index) else index
     folder = os.path.dirname(file) or "."
     try:
+        if not stat.S_ISREG(os.stat(file).st_mode):  # a FIFO or device would block or never end
+            raise LayoutError(EINVAL, file, "not a regular file")
         with open(file, "rb") as f:
             data = f.read()
     except FileNotFoundError:
@@ -456,6 +481,8 @@ def _read_mds(index, max_shards):
         raise LayoutError(EINVAL, f"{file}:{e.lineno}:{e.colno}", f"malformed JSON: {e.msg}") from None
     except ValueError as e:  # duplicate keys, NaN, bad UTF-8
         raise LayoutError(EINVAL, file, f"malformed JSON: {e}") from None
+    except RecursionError:  # C's reader stops at a depth of 2048 the same way
+        raise LayoutError(EINVAL, file, "malformed JSON: nested too deeply") from None
     if not isinstance(root, dict):
         raise LayoutError(EINVAL, file, "not a JSON object")
     _mds_version(file, root, "")
@@ -527,7 +554,13 @@ def _mds_uint(fail, obj, key, hi):
 
 
 def _mds_name_ok(name):
-    return bool(name) and not name.startswith("/") and ".." not in name.split("/")
+    """A relative path inside the dataset's directory, each part a name (so that two spellings of one file,
+    a.mds and ./a.mds, cannot both be listed), in UTF-8 without NUL (C's JSON reader refuses the rest)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return bool(name) and "\0" not in name and all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 def _mds_file(fail, shard, key):
@@ -542,15 +575,17 @@ def _mds_file(fail, shard, key):
     if not isinstance(name, str):
         fail(EINVAL, f'"{key}" has no "basename" string')
     if not _mds_name_ok(name):
-        fail(EINVAL, f'"{key}".basename \'{name}\' is empty or leaves the dataset\'s directory')
+        fail(EINVAL, f'"{key}".basename {name!r} is not a plain relative path inside the dataset\'s directory')
     return name, _mds_uint(fail, f, "bytes", (1 << 64) - 1)
 
 
 def _mds_check_file(fail, folder, name, size, samples):
     """A shard file next to the index must have the listed size, and an MDS one its samples in its first 4 bytes."""
     path = os.path.join(folder, name)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):  # an index may be registered away from its shards
         return
+    if not os.path.isfile(path):
+        fail(EINVAL, f"{path} is not a regular file")
     actual = os.path.getsize(path)
     if actual != size:
         fail(EINVAL, f"{path} is {actual} bytes but the index lists {size} (a partial or stale file?)")

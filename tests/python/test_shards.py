@@ -258,6 +258,10 @@ class Braces(unittest.TestCase):
                 layout.expand_braces(pattern, 10)
             e = cm.exception
         self.assertEqual(e.code, layout.ETOOBIG)
+        for pattern in ["x{1..99999999999999999999}.tar", "x{-9223372036854775807..9223372036854775807}.tar"]:
+            with self.assertRaises(permd.LayoutError) as cm:  # counted without len(): no OverflowError
+                layout.expand_braces(pattern)
+            self.assertEqual(cm.exception.code, layout.ETOOBIG)
         with self.assertRaises(ValueError):
             layout.expand_braces("{" * 65 + "a,b" + "}" * 65)
         # braces around a single item stay literal: only the innermost {a,b} expands
@@ -317,6 +321,17 @@ class Tars(LayoutCase):
                          ["a.tar.gz", "b.tar", "c.tar.gz", "shard-000001.tar", "shard-000003.tar"])
         self.assertEqual(got.sizes, [1, 2, 2, 2, 4])
 
+    def test_not_files(self):
+        os.mkfifo(self.path("fifo.tar"))  # refused at once, never opened to wait for a writer
+        self.assert_same_as_permctl("--tars", self.path("fifo.tar"), code=layout.EINVAL)
+        self.assert_layout_error(layout.EINVAL, "fifo.tar: not a regular file", layout.count_tar, self.path("fifo.tar"))
+        os.mkdir(self.path("links"))
+        samples_tar(self.path("links", "a.tar"), 1)
+        os.symlink(self.path("nowhere.tar"), self.path("links", "b.tar"))
+        self.assert_same_as_permctl("--tars", self.path("links"), code=layout.ENOTFOUND)
+        self.assert_layout_error(layout.ENOTFOUND, "b.tar: a broken link", permd.ShardLayout.from_tars,
+                                 self.path("links"))
+
     def test_bad_tars(self):
         samples_tar(self.path("t.tar"), 3, size=1000)
         with open(self.path("t.tar"), "rb") as f:
@@ -326,8 +341,13 @@ class Tars(LayoutCase):
             self.put("cut.tar", data[:cut])
             self.assert_same_as_permctl("--tars", self.path("cut.tar"), code=layout.EIO)
             self.assert_layout_error(layout.EIO, "cut.tar: truncated", layout.count_tar, self.path("cut.tar"))
-        self.put("cut.tar", data[:4 * (512 + 1024)])  # cut right after a member: accepted
-        self.assertEqual(layout.count_tar(self.path("cut.tar")), 2)
+        self.put("cut.tar", data[:4 * (512 + 1024)])  # cut right after a member: no end-of-archive block
+        self.assert_same_as_permctl("--tars", self.path("cut.tar"), code=layout.EIO)
+        self.assert_layout_error(layout.EIO, "cut.tar: truncated after member 4 (no end-of-archive block)",
+                                 layout.count_tar, self.path("cut.tar"))
+        self.put("cut.tar", data[:body + 512])  # one zero block is enough
+        self.assertEqual(layout.count_tar(self.path("cut.tar")), 3)
+        self.assert_same_as_permctl("--tars", self.path("cut.tar"))
         damaged = bytearray(data)
         damaged[2 * 1536 + 100:2 * 1536 + 102] = b"ZZ"
         self.put("damaged.tar", damaged)
@@ -422,7 +442,11 @@ class Mds(LayoutCase):
             ([ok, mds_entry("a.mds", 5.0)], {}, layout.EINVAL, "not an integer"),
             ([ok, mds_entry("a.mds", True)], {}, layout.EINVAL, "not an integer"),
             ([ok, mds_entry("ok.mds", 5)], {}, layout.EINVAL, "two shards name the file ok.mds"),
-            ([ok, mds_entry("../up.mds", 5)], {}, layout.EINVAL, "leaves the dataset"),
+            ([ok, mds_entry("../up.mds", 5)], {}, layout.EINVAL, "not a plain relative path"),
+            ([ok, mds_entry("./ok.mds", 5)], {}, layout.EINVAL, "not a plain relative path"),  # ok.mds again
+            ([ok, mds_entry("sub//a.mds", 5)], {}, layout.EINVAL, "not a plain relative path"),
+            ([ok, mds_entry(".", 5)], {}, layout.EINVAL, "not a plain relative path"),
+            ([ok, mds_entry("adir", 5)], {}, layout.EINVAL, "adir is not a regular file"),
             ([ok, mds_entry("a.mds", 5, fmt="parquet")], {}, layout.EUNSUPPORTED, "parquet"),
             ([ok, mds_entry("a.mds", 5, version=1)], {}, layout.EUNSUPPORTED, "shard 1: \"version\" is 1"),
             ([ok, mds_entry("a.mds", 5, compression="zstd")], {}, layout.EINVAL, "\"compression\" is set"),
@@ -430,6 +454,7 @@ class Mds(LayoutCase):
             ([ok], {"version": 1}, layout.EUNSUPPORTED, "\"version\" is 1"),
             ([], {}, layout.EINVAL, "\"shards\" is empty"),
         ]
+        os.mkdir(self.path("adir"))
         for i, (shards, top, code, mention) in enumerate(cases):
             index = self.write_index(shards, name=f"i{i}.json", **top)
             self.assert_layout_error(code, mention, permd.ShardLayout.from_mds, index)
@@ -438,6 +463,10 @@ class Mds(LayoutCase):
                                  ("dup.json", '{"version": 2, "version": 2, "shards": []}', layout.EINVAL),
                                  ("nan.json", '{"version": 2, "shards": [NaN]}', layout.EINVAL),
                                  ("array.json", "[1]", layout.EINVAL),
+                                 ("deep.json", "[" * 100000, layout.EINVAL),  # C stops at depth 2048
+                                 ("nul.json", '{"version": 2, "shards": [{"version": 2, "format": "mds", '
+                                  '"samples": 1, "raw_data": {"basename": "a\\u0000b", "bytes": 1}, '
+                                  '"zip_data": null}]}', layout.EINVAL),
                                  ("huge.json", '{"version": 2, "shards": [{"samples": 99999999999999999999}]}',
                                   layout.EOVERFLOW)]:
             with open(self.path(name), "w") as f:
@@ -446,6 +475,9 @@ class Mds(LayoutCase):
             self.assertIn(self.path(name), e.path)
             self.assert_same_as_permctl("--mds", self.path(name), code=code)
         self.assert_same_as_permctl("--mds", self.path("absent", "index.json"), code=layout.ENOTFOUND)
+        os.mkfifo(self.path("fifo.json"))  # refused at once, not read until a writer comes
+        self.assert_layout_error(layout.EINVAL, "not a regular file", permd.ShardLayout.from_mds, self.path("fifo.json"))
+        self.assert_same_as_permctl("--mds", self.path("fifo.json"), code=layout.EINVAL)
 
 
 class Mapping(LayoutCase):
@@ -467,6 +499,14 @@ class Mapping(LayoutCase):
             lay.sample_id(1, 0)  # an empty shard has no offset 0
         with self.assertRaises(IndexError):
             lay.sample_id(np.array([0, 3]), np.array([0, 5]))
+        with self.assertRaises(TypeError):  # a cast would truncate 1.9 to sample 1
+            lay.locate(np.array([1.9]))
+        with self.assertRaises(TypeError):
+            lay.sample_id(np.array([2.9]), np.array([0]))
+        with self.assertRaises(ValueError):
+            lay.locate(np.array([-1]))
+        with self.assertRaises(ValueError):
+            lay.sample_id(np.array([3]), np.array([-1]))
         with self.assertRaises(ValueError):
             permd.ShardLayout([])
         with self.assertRaises(ValueError):
