@@ -329,6 +329,8 @@ int pd_mix_position(pd_mix_cursor *c, uint64_t component, uint64_t local, uint64
     int rc = pd_mix_draw_position(m, component, comp_epoch * n + u, &g);
     if (rc)
         return rc;
+    if (!pd_mix_epoch_ok(m, g / m->length)) /* a run position past the last whole mixture epoch: never read */
+        return PD_ENOTFOUND;
     *epoch = g / m->length;
     *position = g % m->length;
     return PD_OK;

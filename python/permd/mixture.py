@@ -83,7 +83,7 @@ def integer_weights(weights):
     if all(isinstance(w, numbers.Integral) for w in values):
         ints = [int(w) for w in values]
     else:
-        exact = [Fraction(w) for w in values]
+        exact = [Fraction(w) if isinstance(w, numbers.Rational) else Fraction(float(w)) for w in values]  # np.float32
         total = sum(exact)
         if total == 0:
             raise ValueError("at least one weight must be positive")

@@ -70,6 +70,13 @@ class MatchesReference(unittest.TestCase):
         g = ref.inverse(2, 99, 1)
         self.assertEqual(m.find(2, 99, 1), (g // ref.L, g % ref.L))
         self.assertIsNone(m.position(2, 99, 1))  # drawn, but in mixture epoch 5
+        # L = 3·2^61: epoch 0 ends at 3·2^61 and epoch 1 would end past 2^63, so run positions from 3·2^61 on
+        # are never read; component 0 (weight 1 in 10^9) reaches them at about its 91-millionth epoch
+        m = permd.Mixture(9, 0, [100, 100], [1, 10**9 - 1], length=3 << 61)
+        self.assertEqual(m.find(0, 0, 1)[0], 0)
+        self.assertIsNone(m.find(0, 0, 91_000_000))
+        with self.assertRaises(ValueError):
+            m.with_epoch(1)
 
 
 def permd_T(n, world, mode):
@@ -155,6 +162,8 @@ class Weights(unittest.TestCase):
         b = permd.Mixture(1, 0, [10, 10], [1 << 22, 3 << 22])
         self.assertEqual(a[:].tolist(), b[:].tolist())
         self.assertEqual(a.definition()["stages"], [[0, [1 << 22, 3 << 22]]])
+        # numpy floats that are not Python floats (float32) take the same path
+        self.assertEqual(integer_weights(np.array([0.25, 0.75], dtype=np.float32)), [1 << 22, 3 << 22])
 
     def test_bad_arguments(self):
         for args, kwargs, exc in [
