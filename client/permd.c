@@ -491,6 +491,7 @@ static void pd_cl_dataset(const Permd__V1__Dataset *m, permd_dataset *out)
     out->shards = m->shards;
     out->window = m->window;
     out->lanes = m->lanes;
+    out->layout_hash = m->layout_hash;
 }
 
 static int pd_cl_check_name(permd_client *c, const char *name)
@@ -1211,7 +1212,8 @@ static int pd_cl_mixture_def(permd_client *c, const Permd__V1__Mixture *m, permd
         return pd_cl_fail(c, PD_EPROTO, "permd sent an incomplete mixture");
     size_t C = m->n_components, S = m->n_stages;
     const int layouts = m->n_component_shards == C && m->n_component_windows == C && m->n_component_lanes == C;
-    size_t bytes = sizeof(permd_mixture_def) + (C + S + 2 * C) * sizeof(uint64_t) + (S * C + C) * sizeof(uint32_t) +
+    const int hashes = layouts && m->n_component_layout_hashes == C; /* from a permd of 2026-11-26 on */
+    size_t bytes = sizeof(permd_mixture_def) + (C + S + 3 * C) * sizeof(uint64_t) + (S * C + C) * sizeof(uint32_t) +
                    C * (PERMD_NAME_MAX + 1);
     permd_mixture_def *d = calloc(1, bytes);
     if (!d)
@@ -1219,8 +1221,8 @@ static int pd_cl_mixture_def(permd_client *c, const Permd__V1__Mixture *m, permd
     d->component_sizes = (uint64_t *)(d + 1);
     d->stage_starts = d->component_sizes + C;
     /* u64 arrays, then u32 arrays, then the byte-aligned names: each array stays aligned */
-    uint64_t *shards = d->stage_starts + S, *windows = shards + C;
-    d->weights = (uint32_t *)(windows + C);
+    uint64_t *shards = d->stage_starts + S, *windows = shards + C, *layout_hashes = windows + C;
+    d->weights = (uint32_t *)(layout_hashes + C);
     uint32_t *lanes = d->weights + S * C;
     d->components = (char(*)[PERMD_NAME_MAX + 1])(lanes + C);
     if (layouts) {
@@ -1230,6 +1232,10 @@ static int pd_cl_mixture_def(permd_client *c, const Permd__V1__Mixture *m, permd
         memcpy(shards, m->component_shards, C * sizeof *shards);
         memcpy(windows, m->component_windows, C * sizeof *windows);
         memcpy(lanes, m->component_lanes, C * sizeof *lanes);
+    }
+    if (hashes) {
+        d->component_layout_hashes = layout_hashes;
+        memcpy(layout_hashes, m->component_layout_hashes, C * sizeof *layout_hashes);
     }
     snprintf(d->name, sizeof d->name, "%s", m->name);
     d->ncomponents = (uint32_t)C;

@@ -69,6 +69,7 @@ typedef struct permd_dataset {
     uint64_t shards;          /* 0: flat; else a sharded dataset's shard count */
     uint64_t window;          /* sharded: its default K (shards per window) */
     uint32_t lanes;           /* sharded: its default G (lanes) */
+    uint64_t layout_hash;     /* sharded: a hash of its shard sizes in order (permd_shard_layout_hash) */
 } permd_dataset;
 
 /* One rank's view of one epoch. */
@@ -296,6 +297,10 @@ PERMD_API int permd_rank_digest(uint64_t seed, uint64_t epoch, uint64_t n, uint3
 /* Add ids (width 4 or 8, host order) to a digest; start from a zeroed one. */
 PERMD_API int permd_digest_add(permd_digest *d, const void *ids, uint64_t count, unsigned width);
 
+/* A hash of shard sizes in their order, as permd reports a sharded dataset's layout_hash: a checkpoint
+ * records it, so that a resume over other shard sizes with the same total and count is refused. */
+PERMD_API uint64_t permd_shard_layout_hash(const uint64_t *sizes, uint64_t nshards);
+
 /* One epoch of a sharded dataset, offline: the O(S) table is built once in
  * permd_plan_new (16 bytes a shard), then lookups are O(log S). */
 typedef struct permd_plan permd_plan;
@@ -346,6 +351,7 @@ typedef struct permd_mixture_def {
     uint64_t *component_shards;
     uint64_t *component_windows;
     uint32_t *component_lanes;
+    uint64_t *component_layout_hashes; /* a sharded one's layout_hash (0: flat); NULL as the three above */
 } permd_mixture_def;
 
 /* Register (or confirm) mixture `name` over registered datasets. length 0:

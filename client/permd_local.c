@@ -134,6 +134,11 @@ struct permd_plan {
     void *mem;
 };
 
+uint64_t permd_shard_layout_hash(const uint64_t *sizes, uint64_t nshards)
+{
+    return sizes || !nshards ? pd_shard_layout_hash(sizes, nshards) : 0;
+}
+
 int permd_plan_new(uint64_t seed, uint64_t epoch, const uint64_t *sizes, uint64_t nshards, uint64_t window,
                    uint32_t lanes, permd_plan **out)
 {

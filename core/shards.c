@@ -18,6 +18,18 @@ int pd_shard_layout_build(const uint64_t *sizes, uint64_t shards, uint64_t *star
     return sum == 0 ? PD_EINVAL : PD_OK;
 }
 
+uint64_t pd_shard_layout_hash(const uint64_t *sizes, uint64_t shards)
+{
+    uint64_t h = shards;
+    for (uint64_t i = 0; i < shards; i++) {
+        uint64_t z = (h ^ sizes[i]) + UINT64_C(0x9E3779B97F4A7C15);
+        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+        h = z ^ (z >> 31);
+    }
+    return h;
+}
+
 size_t pd_shard_plan_bytes(uint64_t shards)
 {
     return (size_t)(2 * shards + 1) * sizeof(uint64_t);

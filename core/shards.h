@@ -19,6 +19,11 @@ extern "C" {
  * [1, 2^63] (the sum is checked for overflow). */
 int pd_shard_layout_build(const uint64_t *sizes, uint64_t shards, uint64_t *start);
 
+/* A 64-bit hash of shard sizes in their order (splitmix64 folded over them, from the count): equal
+ * layouts hash equal, others differ but by accident. Not part of the contract: it tells a checkpoint's
+ * or a mixture's layout from another with the same total and shard count (whose order differs). */
+uint64_t pd_shard_layout_hash(const uint64_t *sizes, uint64_t shards);
+
 /* One epoch's plan. Holds pointers to the caller's layout and memory; no
  * allocation happens inside the core. Treat as read-only. */
 typedef struct pd_shard_plan {

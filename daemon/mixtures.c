@@ -28,9 +28,10 @@ static int pd_mixture_msg(pd_session *s, const pd_mixdef *d, Permd__V1__Mixture 
     uint64_t *sizes = pd_arena_alloc(a, C * sizeof *sizes);
     uint64_t *shards = pd_arena_alloc(a, C * sizeof *shards), *windows = pd_arena_alloc(a, C * sizeof *windows);
     uint32_t *lanes = pd_arena_alloc(a, C * sizeof *lanes);
+    uint64_t *hashes = pd_arena_alloc(a, C * sizeof *hashes);
     Permd__V1__MixtureStage *st = pd_arena_alloc(a, S * sizeof *st);
     Permd__V1__MixtureStage **stp = pd_arena_alloc(a, S * sizeof *stp);
-    if (!names || !sizes || !shards || !windows || !lanes || !st || !stp)
+    if (!names || !sizes || !shards || !windows || !lanes || !hashes || !st || !stp)
         return PD_ENOMEM;
     for (uint32_t j = 0; j < C; j++) {
         names[j] = (char *)d->comp[j].name;
@@ -38,6 +39,7 @@ static int pd_mixture_msg(pd_session *s, const pd_mixdef *d, Permd__V1__Mixture 
         shards[j] = d->comp[j].shards;
         windows[j] = d->comp[j].window; /* 0 for a flat one (pd_registry_component) */
         lanes[j] = d->comp[j].lanes;
+        hashes[j] = d->comp[j].layout_hash;
     }
     for (uint32_t k = 0; k < S; k++) {
         permd__v1__mixture_stage__init(&st[k]);
@@ -54,6 +56,8 @@ static int pd_mixture_msg(pd_session *s, const pd_mixdef *d, Permd__V1__Mixture 
     m->component_shards = shards;
     m->component_windows = windows;
     m->component_lanes = lanes;
+    m->n_component_layout_hashes = C;
+    m->component_layout_hashes = hashes;
     m->n_stages = S;
     m->stages = stp;
     return 0;

@@ -89,15 +89,7 @@ int pd_layout_create(const uint64_t *sizes, uint64_t shards, pd_layout **out)
     }
     atomic_init(&l->refs, 1);
     l->shards = shards;
-    /* splitmix64 folded over the sizes: equal layouts hash equal; others differ but by accident. */
-    uint64_t h = shards;
-    for (uint64_t i = 0; i < shards; i++) {
-        uint64_t z = (h ^ sizes[i]) + UINT64_C(0x9E3779B97F4A7C15);
-        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-        h = z ^ (z >> 31);
-    }
-    l->hash = h;
+    l->hash = pd_shard_layout_hash(sizes, shards);
     *out = l;
     return 0;
 }
@@ -268,6 +260,7 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
                 continue;
             }
             d.shards = layout->shards;
+            d.layout_hash = layout->hash;
             d.window = (uint64_t)sqlite3_column_int64(st, 4);
             d.lanes = (uint32_t)sqlite3_column_int64(st, 5);
         }
@@ -727,6 +720,7 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
     strcpy(d.name, name);
     if (layout) {
         d.shards = layout->shards;
+        d.layout_hash = layout->hash;
         d.window = window;
         d.lanes = lanes;
         if (!(blob = pd_layout_to_blob(layout, &blob_len))) {

@@ -18,6 +18,7 @@ typedef struct pd_dataset {
     uint64_t shards;    /* 0: flat; else the shard count (its layout: pd_registry_layout) */
     uint64_t window;    /* sharded: default K */
     uint32_t lanes;     /* sharded: default G */
+    uint64_t layout_hash; /* sharded: its layout's hash (pd_shard_layout_hash) */
 } pd_dataset;
 
 /* A sharded dataset's natural offsets (docs/spec/shards-v1.md §1): start[s],

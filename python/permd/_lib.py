@@ -11,7 +11,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 class Dataset(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 129), ("size", ctypes.c_uint64), ("id_width", ctypes.c_uint32),
                 ("from_config", ctypes.c_uint32), ("created_unix_ms", ctypes.c_int64), ("shards", ctypes.c_uint64),
-                ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32)]
+                ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32), ("layout_hash", ctypes.c_uint64)]
 
 
 class Slice(ctypes.Structure):
@@ -28,7 +28,8 @@ class MixtureDef(ctypes.Structure):  # permd_mixture_def: a mixture registered o
                 ("size", ctypes.c_uint64), ("id_width", ctypes.c_uint32), ("created_unix_ms", ctypes.c_int64),
                 ("component_shards", ctypes.POINTER(ctypes.c_uint64)),
                 ("component_windows", ctypes.POINTER(ctypes.c_uint64)),
-                ("component_lanes", ctypes.POINTER(ctypes.c_uint32))]
+                ("component_lanes", ctypes.POINTER(ctypes.c_uint32)),
+                ("component_layout_hashes", ctypes.POINTER(ctypes.c_uint64))]
 
 
 class Digest(ctypes.Structure):
@@ -132,6 +133,7 @@ rank_remaining = _sig("permd_rank_remaining", [u64, u32, u32, ctypes.c_int, u64,
 rank_fill = _sig("permd_rank_fill", [u64, u64, u64, u32, u32, ctypes.c_int, u64, u64, p, ctypes.c_uint, P64])
 rank_digest = _sig("permd_rank_digest", [u64, u64, u64, u32, u32, ctypes.c_int, u64, ctypes.POINTER(Digest)])
 digest_add = _sig("permd_digest_add", [ctypes.POINTER(Digest), p, u64, ctypes.c_uint])
+shard_layout_hash = _sig("permd_shard_layout_hash", [P64, u64], u64)
 plan_new = _sig("permd_plan_new", [u64, u64, P64, u64, u64, u32, ctypes.POINTER(p)])
 plan_free = _sig("permd_plan_free", [p], None)
 plan_size = _sig("permd_plan_size", [p], u64)

@@ -14,7 +14,7 @@ def _dataset_dict(d):
     out = {"name": d.name.decode(), "size": d.size, "id_width": d.id_width, "from_config": bool(d.from_config),
            "created_unix_ms": d.created_unix_ms, "shards": d.shards}
     if d.shards:
-        out.update(window=d.window, lanes=d.lanes)
+        out.update(window=d.window, lanes=d.lanes, layout=f"{d.layout_hash:016x}")
     return out
 
 
@@ -27,7 +27,9 @@ def _mixture_dict(d):
             "created_unix_ms": d.created_unix_ms,
             # each component's layout when the mixture was put (None from a permd that does not send it)
             "component_layouts": None if not d.component_shards else
-            [{"shards": d.component_shards[j], "window": d.component_windows[j], "lanes": d.component_lanes[j]}
+            [dict({"shards": d.component_shards[j], "window": d.component_windows[j], "lanes": d.component_lanes[j]},
+                  **({"layout": f"{d.component_layout_hashes[j]:016x}"}
+                     if d.component_layout_hashes and d.component_shards[j] else {}))
              for j in range(n)]}
 
 
@@ -238,7 +240,7 @@ class Client:
 
     def _mixture_identity(self, d):
         """What a Sampler's state records of mixture definition `d` (permd.mixture.identity): a sharded
-        component by its size, shard count, K and G, as the daemon recorded them when the mixture was put
+        component by its size, shard count, K, G and layout hash, as the daemon recorded them when the mixture was put
         (from an older permd that does not send them, each component is asked for)."""
         from .mixture import identity
         if d.get("component_layouts") is not None:
@@ -251,8 +253,8 @@ class Client:
             if info["size"] != size:  # re-created since the mixture was put: the daemon refuses it too
                 raise ValueError(f"component {cname!r} of mixture {d['name']!r} has {info['size']} samples, not the "
                                  f"{size} it had when the mixture was put")
-            comps.append({"size": size, "shards": info["shards"], "window": info["window"], "lanes": info["lanes"]}
-                         if info["shards"] else size)
+            comps.append({"size": size, "shards": info["shards"], "window": info["window"], "lanes": info["lanes"],
+                          "layout": info.get("layout")} if info["shards"] else size)
         return identity(comps, d["length"], d["block"], d["stages"])
 
     # ---- ids

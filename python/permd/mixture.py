@@ -63,6 +63,13 @@ class Sharded:
     def __repr__(self):
         return f"Sharded({len(self.shards)} shards, size={self.size}, window={self.window}, lanes={self.lanes})"
 
+    def layout(self):
+        """The fingerprint of its shard sizes (permd.shards.layout_fingerprint), computed once."""
+        if getattr(self, "_layout", None) is None:
+            from .shards import layout_fingerprint
+            self._layout = layout_fingerprint(self.shards)
+        return self._layout
+
     def __eq__(self, other):
         return isinstance(other, Sharded) and (self.shards, self.window, self.lanes) == (
             other.shards, other.window, other.lanes)
@@ -201,7 +208,7 @@ class Mixture:
         """What a Sampler's state records of this mixture (see identity() below): all that defines its order
         but the seed, which the state holds beside it."""
         return identity([c if isinstance(c, int) else {"size": c.size, "shards": len(c.shards), "window": c.window,
-                                                       "lanes": c.lanes} for c in self.components],
+                                                       "lanes": c.lanes, "layout": c.layout()} for c in self.components],
                         self.length, self.block, self.stages)
 
     def reweighted(self, state, weights):
@@ -344,12 +351,32 @@ def _rebuild(seed, epoch, components, stages, length, block):
 
 def identity(components, length, block, stages):
     """The mixture part of a permd.Sampler state, as plain ints, lists and dicts (JSON as is):
-    {"components": [n_j for a flat component, or {"size", "shards", "window", "lanes"} for a sharded one],
-     "length": L, "block": B, "stages": [[start, [integer weights]], ...]}. With the state's seed, it is
-    everything that defines the order (a sharded component by its size, shard count, K and G)."""
-    return {"components": [c if isinstance(c, int) else {k: int(c[k]) for k in ("size", "shards", "window", "lanes")}
-                           for c in components],
+    {"components": [n_j for a flat component, or {"size", "shards", "window", "lanes"[, "layout"]} for a sharded
+     one], "length": L, "block": B, "stages": [[start, [integer weights]], ...]}. With the state's seed, it is
+    everything that defines the order: a sharded component by its size, shard count, K and G, and offline by the
+    fingerprint of its shard sizes too ("layout"; the daemon refuses to change a component's shards instead)."""
+    return {"components": [c if isinstance(c, int) else _sharded_identity(c) for c in components],
             "length": int(length), "block": int(block), "stages": [[int(s), [int(x) for x in w]] for s, w in stages]}
+
+
+def _sharded_identity(c):
+    out = {k: int(c[k]) for k in ("size", "shards", "window", "lanes")}
+    if c.get("layout") is not None:
+        out["layout"] = str(c["layout"])
+    return out
+
+
+def _same_components(saved, current):
+    """Components compared as identity() records them; a shard layout's fingerprint only where both sides have
+    one (a daemon's mixture, or a state saved by an older permd, has none)."""
+    if len(saved) != len(current):
+        return False
+    for a, b in zip(saved, current):
+        if isinstance(a, dict) and isinstance(b, dict) and ("layout" in a) != ("layout" in b):
+            a, b = {k: v for k, v in a.items() if k != "layout"}, {k: v for k, v in b.items() if k != "layout"}
+        if a != b:
+            return False
+    return True
 
 
 def _canonical(mix):
@@ -357,7 +384,8 @@ def _canonical(mix):
     try:
         comps = [c if isinstance(c, int) and not isinstance(c, bool) else dict(c) for c in mix["components"]]
         for c in comps:
-            if isinstance(c, dict) and sorted(c) != ["lanes", "shards", "size", "window"]:
+            if isinstance(c, dict) and sorted(c) not in (["lanes", "shards", "size", "window"],
+                                                         ["lanes", "layout", "shards", "size", "window"]):
                 raise ValueError
         out = identity(comps, mix["length"], mix["block"], [(s, w) for s, w in mix["stages"]])
     except (KeyError, TypeError, ValueError):
@@ -393,7 +421,7 @@ def check_resume(saved, current, position):
     for key in ("length", "block"):
         if saved[key] != current[key]:
             raise ValueError(f"the state was saved on a mixture of {key} {saved[key]}, this one has {current[key]}")
-    if saved["components"] != current["components"]:
+    if not _same_components(saved["components"], current["components"]):
         raise ValueError("the state was saved on a mixture of other components: "
                          + _difference("component", saved["components"], current["components"]))
     before = [[s, w] for s, w in saved["stages"] if s < position]

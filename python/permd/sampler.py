@@ -167,6 +167,7 @@ class Sampler(_Base):
         self.window = _args.integer("window", window, 1) if window is not None else None
         self.lanes = _args.integer("lanes", lanes, 1, _args.U32_MAX) if lanes is not None else None
         self.sharded = sharded
+        self._layout_fp = info.get("layout") if info is not None and sharded else None  # the daemon's layout hash
         self.client, self.name = client, name
         # DistributedSampler's per-epoch figures: this rank's ids and the positions of an epoch
         self.num_samples = self._remaining(0)
@@ -346,6 +347,8 @@ class Sampler(_Base):
                  "size": self.size, "mode": self.mode, "shuffle": self.shuffle, "num_replicas": self.num_replicas}
         if self.sharded:  # K and G define the order as much as the seed does
             state.update(window=self.window, lanes=self.lanes)
+            if self._layout() is not None:  # and so do the shard sizes, beside their total and count
+                state["layout"] = self._layout()
         if self.mixture is not None:  # so does a mixture's definition
             state["mixture"] = copy.deepcopy(self.mixture)
         return state
@@ -377,12 +380,26 @@ class Sampler(_Base):
             self._check_mixture_state(state, seed, epoch)
         if offset > self._epoch_length():
             raise ValueError(f"offset {offset} is past the end of the epoch ({self._epoch_length()} positions)")
+        if self.sharded and state.get("layout") is not None and self._layout() is not None \
+                and state["layout"] != self._layout():
+            raise ValueError(f"the state was saved on other shard sizes (layout {state['layout']}, this sampler's "
+                             f"{self._layout()}): the same total and shard count, but another order")
         if self.sharded:
             for key in ("window", "lanes"):
                 if state.get(key) is not None:
                     setattr(self, key, _args.integer(key, state[key], 1))
         self.seed = seed
         self._loaded, self._pass, self._plan = (epoch, offset), None, None
+
+    def _layout(self):
+        """The hash of a sharded dataset's shard sizes (the daemon's, or computed once offline), else None (a
+        permd that does not send it)."""
+        if self.client is not None or self._shards is None:
+            return getattr(self, "_layout_fp", None)
+        if getattr(self, "_layout_fp", None) is None:
+            from .shards import layout_fingerprint
+            self._layout_fp = layout_fingerprint(self._shards)
+        return self._layout_fp
 
     def _check_mixture_state(self, state, seed, epoch):
         """A mixture's state resumes only the mixture it was saved on (its seed the same: it is part of what

@@ -27,6 +27,14 @@ def _sizes_array(sizes):
     return arr, ctypes.cast(arr, _lib.P64), len(values)
 
 
+def layout_fingerprint(sizes):
+    """The hash of shard sizes in their order, as 16 hex digits: what permd reports as a sharded dataset's
+    layout and a Sampler's state records beside its total, shard count, K and G, so that a resume over other
+    shard sizes with the same totals (another order) is refused (permd_shard_layout_hash)."""
+    _, ptr, n = _sizes_array(sizes)
+    return f"{_lib.shard_layout_hash(ptr, n):016x}"
+
+
 class ShardPlan:
     """The order of one epoch of a sharded dataset: shards shuffled, samples shuffled within
     windows of `window` shards, read through `lanes` lanes. Building costs O(shards) once

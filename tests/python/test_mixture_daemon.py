@@ -46,8 +46,12 @@ class OnTheDaemon(unittest.TestCase):
         self.assertEqual((d["size"], d["length"], d["block"], d["id_width"]), (1337, 500, 64, 4))
         self.assertEqual(d["stages"], [(0, [3, 1, 1]), (128, [1, 1, 0])])
         self.assertEqual((d["components"], d["component_sizes"]), (["web", "code", "books"], [900, 250, 187]))
+        # the sharded one's layout hash: permd's, equal to the one computed offline from the same sizes
         self.assertEqual(d["component_layouts"], [{"shards": 0, "window": 0, "lanes": 0}] * 2 +
-                         [{"shards": len(SHARDS), "window": 2, "lanes": 1}])
+                         [{"shards": len(SHARDS), "window": 2, "lanes": 1,
+                           "layout": permd.shards.layout_fingerprint(SHARDS)}])
+        self.assertEqual(self.c.get_dataset("books")["layout"], permd.shards.layout_fingerprint(SHARDS))
+        self.assertNotEqual(permd.shards.layout_fingerprint(SHARDS), permd.shards.layout_fingerprint(SHARDS[::-1]))
         # from a permd that does not send the layouts, the client asks for each component: the same identity
         got = self.c.get_mixture("calls")
         self.assertEqual(self.c._mixture_identity(dict(got, component_layouts=None)), self.c._mixture_identity(got))

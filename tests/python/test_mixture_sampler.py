@@ -176,6 +176,19 @@ class Resumes(unittest.TestCase):
             "sharded": permd.Mixture(SEED, 0, [37, Sharded([250, 250]), 91], WEIGHTS, length=LENGTH,
                                      stages=[(128, [1, 1, 1])]),
         }
+        # a sharded component with the same total, shard count, K and G, but other shard sizes
+        smix = permd.Mixture(SEED, 0, [37, Sharded([100, 400]), 91], WEIGHTS, length=LENGTH, stages=[(128, [1, 1, 1])])
+        sst = self.state_at(smix, 40)
+        flipped = permd.Mixture(SEED, 0, [37, Sharded([400, 100]), 91], WEIGHTS, length=LENGTH,
+                                stages=[(128, [1, 1, 1])])
+        with self.assertRaisesRegex(ValueError, "components"):
+            permd.Sampler(mixture=flipped, num_replicas=3, rank=0, mode="exact").load_state_dict(sst)
+        again = permd.Sampler(mixture=smix, num_replicas=3, rank=0, mode="exact")
+        again.load_state_dict(sst)  # negative control: the same layout resumes
+        old = dict(sst, mixture=dict(sst["mixture"], components=[
+            {k: v for k, v in c.items() if k != "layout"} if isinstance(c, dict) else c
+            for c in sst["mixture"]["components"]]))
+        permd.Sampler(mixture=flipped, num_replicas=3, rank=0, mode="exact").load_state_dict(old)  # no layout: as before
         words = {"components": "components", "order": "components", "length": "length", "block": "block",
                  "stages before": "stages before", "stage moved": "stages before", "stage removed": "stages before",
                  "stage added before": "stages before", "first weights": "stages before", "seed": "seed",

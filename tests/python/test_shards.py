@@ -74,6 +74,25 @@ class ShardedSampler(unittest.TestCase):
                 again += list(s)
             self.assertEqual(sorted(again), list(range(N)), w2)
 
+    def test_resume_refused_over_other_shard_sizes(self):
+        # the same total, shard count, K and G, but the shards in another order: another order of samples
+        s = permd.Sampler(size=N, num_replicas=2, rank=0, seed=9, mode="exact", shards=SIZES, window=4)
+        it = iter(s)
+        [next(it) for _ in range(7)]
+        state = s.state_dict()
+        self.assertEqual(state["layout"], permd.shards.layout_fingerprint(SIZES))
+        other = permd.Sampler(size=N, num_replicas=3, rank=0, mode="exact", shards=SIZES[::-1], window=4)
+        with self.assertRaisesRegex(ValueError, "other shard sizes"):
+            other.load_state_dict(state)
+        self.assertEqual(other.state_dict()["offset"], 0)  # nothing loaded
+        same = permd.Sampler(size=N, num_replicas=3, rank=0, mode="exact", shards=list(SIZES), window=4)
+        same.load_state_dict(state)  # negative control: the same sizes resume
+        self.assertEqual(same.state_dict()["offset"], state["offset"])
+        # a state from before permd recorded layouts (no "layout") still resumes
+        old = {k: v for k, v in state.items() if k != "layout"}
+        other.load_state_dict(old)
+        self.assertEqual(other.state_dict()["offset"], state["offset"])
+
     def test_dataloader_and_locality(self):
         s = permd.Sampler(range(N), num_replicas=4, rank=2, seed=1, mode="exact", shards=SIZES, window=2, lanes=4)
         ids = [i for b in DataLoader(range(N), batch_size=16, sampler=s) for i in b.tolist()]

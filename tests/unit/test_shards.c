@@ -320,6 +320,42 @@ static void large_layouts(void **state)
     free(sizes);
 }
 
+/* The layout hash a checkpoint records: the same for the same sizes, another for the same total and count
+ * in another order, for a size moved between shards, or for a zero-size shard added. */
+static void layout_hash(void **state)
+{
+    (void)state;
+    const uint64_t a[4] = {10, 20, 30, 0}, same[4] = {10, 20, 30, 0}, reordered[4] = {30, 20, 10, 0},
+                   moved[4] = {11, 19, 30, 0};
+    const uint64_t h = pd_shard_layout_hash(a, 4);
+    assert_true(h == pd_shard_layout_hash(same, 4));
+    assert_true(h != pd_shard_layout_hash(reordered, 4));
+    assert_true(h != pd_shard_layout_hash(moved, 4));
+    assert_true(h != pd_shard_layout_hash(a, 3)); /* the trailing empty shard counts */
+    /* every permutation of 6 distinct sizes hashes apart (720 layouts) */
+    uint64_t s[6] = {1, 2, 3, 4, 5, 6}, seen[720];
+    size_t n = 0;
+    for (int i = 0; i < 720; i++) { /* the i-th permutation by Lehmer code */
+        uint64_t pool[6] = {1, 2, 3, 4, 5, 6};
+        int left = 6, code = i;
+        for (int k = 0; k < 6; k++) {
+            int f = 1;
+            for (int j = 2; j < left; j++)
+                f *= j;
+            const int pick = code / f;
+            code %= f;
+            s[k] = pool[pick];
+            for (int j = pick; j < left - 1; j++)
+                pool[j] = pool[j + 1];
+            left--;
+        }
+        seen[n++] = pd_shard_layout_hash(s, 6);
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            assert_true(seen[i] != seen[j]);
+}
+
 static void bad_arguments(void **state)
 {
     (void)state;
@@ -369,6 +405,7 @@ int main(void)
         cmocka_unit_test(locality_check_can_fail),
         cmocka_unit_test(resume_under_another_world),
         cmocka_unit_test(large_layouts),
+        cmocka_unit_test(layout_hash),
         cmocka_unit_test(bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
