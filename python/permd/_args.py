@@ -7,6 +7,13 @@ U32_MAX = (1 << 32) - 1
 MODES = {"pad": 0, "drop": 1, "exact": 2}
 
 
+def length(n, what, attr):
+    """n for len(): Python's len() stops at 2**63 - 1, one short of the largest size (2**63)."""
+    if n >= N_MAX:
+        raise OverflowError(f"this {what} has 2**63 positions, one more than len() can return: use .{attr}")
+    return n
+
+
 def integer(name, value, lo=0, hi=U64_MAX):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}")

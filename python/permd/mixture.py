@@ -186,7 +186,7 @@ class Mixture:
                 f"length={self.length}, stages={len(self.stages)}, block={self.block})")
 
     def __len__(self):
-        return self.length
+        return _args.length(self.length, "mixture", "length")
 
     def definition(self):
         """What identifies the mixture (all but the epoch): a checkpoint may resume it only with these, except

@@ -27,7 +27,7 @@ class Permutation:
         return f"Permutation(seed={self.seed}, epoch={self.epoch}, size={self.size})"
 
     def __len__(self):
-        return self.size
+        return _args.length(self.size, "permutation", "size")
 
     def _fill(self, start, count, out_ptr, width):
         rc = _lib.perm_fill(self.seed, self.epoch, self.size, start, count, out_ptr, width)

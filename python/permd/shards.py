@@ -66,7 +66,7 @@ class ShardPlan:
             self._p = None
 
     def __len__(self):
-        return self.size
+        return _args.length(self.size, "plan", "size")
 
     def __repr__(self):
         return (f"ShardPlan(seed={self.seed}, epoch={self.epoch}, shards={self.shards}, size={self.size}, "

@@ -78,6 +78,16 @@ class MatchesReference(unittest.TestCase):
         with self.assertRaises(ValueError):
             m.with_epoch(1)
 
+    def test_len_at_2_63(self):
+        # 2^63 positions: valid, one more than len() can return; the error says what to use instead
+        m = permd.Mixture(1, 0, [1 << 62, 1 << 62], [1, 1])
+        self.assertEqual(m.length, 1 << 63)
+        with self.assertRaisesRegex(OverflowError, r"use \.length"):
+            len(m)
+        with self.assertRaisesRegex(OverflowError, r"use \.size"):
+            len(permd.Permutation(1, 0, 1 << 63))
+        self.assertEqual(len(permd.Permutation(1, 0, (1 << 63) - 1)), (1 << 63) - 1)
+
 
 def permd_T(n, world, mode):
     return {"pad": -(-n // world) * world, "drop": n // world * world, "exact": n}[mode]
