@@ -69,7 +69,8 @@ typedef struct permd_dataset {
     uint64_t shards;          /* 0: flat; else a sharded dataset's shard count */
     uint64_t window;          /* sharded: its default K (shards per window) */
     uint32_t lanes;           /* sharded: its default G (lanes) */
-    uint64_t layout_hash;     /* sharded: a hash of its shard sizes in order (permd_shard_layout_hash) */
+    uint64_t layout_hash;     /* sharded: a hash of its shard sizes in order (permd_shard_layout_hash);
+                               * 0: unknown (a permd that does not send it) */
 } permd_dataset;
 
 /* One rank's view of one epoch. */
@@ -162,7 +163,7 @@ PERMD_API const char *permd_strerror(int err);
 PERMD_API const char *permd_version(void);
 /* The layout of this header's structs: raised whenever a struct gains, loses or moves a field.
  * Bindings that mirror the structs (the Python package's ctypes) refuse a library of another one. */
-#define PERMD_ABI_VERSION 2
+#define PERMD_ABI_VERSION 3 /* 3: permd_dataset.layout_hash, permd_mixture_def.component_layout_hashes */
 PERMD_API unsigned permd_abi_version(void);
 
 /* Connect and say Hello (waiting at most 10 s for the answer). endpoint: NULL or "" for the default socket
@@ -351,7 +352,8 @@ typedef struct permd_mixture_def {
     uint64_t *component_shards;
     uint64_t *component_windows;
     uint32_t *component_lanes;
-    uint64_t *component_layout_hashes; /* a sharded one's layout_hash (0: flat); NULL as the three above */
+    uint64_t *component_layout_hashes; /* a sharded one's layout_hash (0: flat); NULL from a permd that does
+                                        * not send them */
 } permd_mixture_def;
 
 /* Register (or confirm) mixture `name` over registered datasets. length 0:

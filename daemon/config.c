@@ -182,8 +182,9 @@ static const pd_opt pd_opts[] = {
            "loaded on the first JoinGroup. Empty: as gpu_library. Without it, or without\n"
            "a GPU or NCCL, delivery requests get UNAVAILABLE and nothing else changes."),
     PD_OPT(delivery_timeout_ms, PD_OPT_U64, "60000", 100, 86400000,
-           "How long forming a delivery group, or one NCCL send, may take before permd\n"
-           "aborts the group's communicator (a trainer that died or hung)."),
+           "How long forming a delivery group, or one NCCL send (the sends queued together,\n"
+           "which go out in one NCCL group), may take before permd aborts the group's\n"
+           "communicator (a trainer that died or hung)."),
     PD_OPT(max_group_members, PD_OPT_U64, "256", 1, 65535, "Most trainers in one delivery group."),
 };
 #define PD_NOPTS (sizeof pd_opts / sizeof pd_opts[0])

@@ -88,7 +88,7 @@ def _load():
         "from a tree where build/lib/libpermd.so exists.")
 
 
-ABI_VERSION = 2  # client/permd.h's PERMD_ABI_VERSION: the struct layouts mirrored in this file
+ABI_VERSION = 3  # client/permd.h's PERMD_ABI_VERSION: the struct layouts mirrored in this file
 
 
 def _check_abi(library, path):

@@ -14,7 +14,9 @@ def _dataset_dict(d):
     out = {"name": d.name.decode(), "size": d.size, "id_width": d.id_width, "from_config": bool(d.from_config),
            "created_unix_ms": d.created_unix_ms, "shards": d.shards}
     if d.shards:
-        out.update(window=d.window, lanes=d.lanes, layout=f"{d.layout_hash:016x}")
+        out.update(window=d.window, lanes=d.lanes)
+        if d.layout_hash:  # 0: a permd that does not send it (a real hash of 0 has odds of 2^-64)
+            out["layout"] = f"{d.layout_hash:016x}"
     return out
 
 
@@ -29,7 +31,7 @@ def _mixture_dict(d):
             "component_layouts": None if not d.component_shards else
             [dict({"shards": d.component_shards[j], "window": d.component_windows[j], "lanes": d.component_lanes[j]},
                   **({"layout": f"{d.component_layout_hashes[j]:016x}"}
-                     if d.component_layout_hashes and d.component_shards[j] else {}))
+                     if d.component_layout_hashes and d.component_shards[j] and d.component_layout_hashes[j] else {}))
              for j in range(n)]}
 
 

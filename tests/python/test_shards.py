@@ -137,6 +137,15 @@ class DaemonSharded(unittest.TestCase):
             with self.assertRaises(TypeError):
                 c.fetch("tars", 8, 1, 3, 1, "pad", 0, 5, window=0.5)
 
+    def test_layout_from_an_older_permd(self):
+        # an older permd sends no layout_hash: it reads 0, which means unknown, never a layout to compare
+        from permd import _lib
+        from permd.client import _dataset_dict
+        d = _lib.Dataset(name=b"old", size=10, shards=2, window=1, lanes=1, layout_hash=0)
+        self.assertNotIn("layout", _dataset_dict(d))
+        d.layout_hash = 5
+        self.assertEqual(_dataset_dict(d)["layout"], "0000000000000005")
+
     def test_bad_arguments(self):
         with self.assertRaises(ValueError):
             permd.ShardPlan(1, 1, [0, 0])
