@@ -19,11 +19,18 @@ static inline uint64_t pd_nccl_now_ms(void)
 
 /* Poll until the communicator is idle and (if stream) the stream has drained.
  * Blocking NCCL calls cannot be interrupted; polling lets a dead peer, a
- * deadline or a cancel flag end the wait, after which the caller aborts. */
+ * deadline or a cancel flag end the wait, after which the caller aborts.
+ * The first PD_NCCL_SPIN_US poll back to back: a delivery of 65536 ids is done
+ * in tens of µs, and a nap costs ~50 µs more than asked (Linux's default
+ * timer slack), which was most of such a request's time. Longer waits (a
+ * large transfer, a peer that is late) nap 50 µs between polls. */
+#define PD_NCCL_SPIN_US 200
 static inline int pd_nccl_wait(ncclComm_t comm, cudaStream_t stream, uint32_t timeout_ms, const int *cancel)
 {
-    const uint64_t deadline = pd_nccl_now_ms() + timeout_ms;
-    const struct timespec nap = {0, 50000}; /* 50 µs: small beside any transfer worth NCCL */
+    const uint64_t start = pd_nccl_now_ms(), deadline = start + timeout_ms;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const struct timespec nap = {0, 50000};
     for (;;) {
         ncclResult_t st = ncclSuccess;
         if (ncclCommGetAsyncError(comm, &st) != ncclSuccess)
@@ -43,7 +50,11 @@ static inline int pd_nccl_wait(ncclComm_t comm, cudaStream_t stream, uint32_t ti
             return PD_ECLOSED;
         if (pd_nccl_now_ms() >= deadline)
             return PD_ETIMEDOUT;
-        nanosleep(&nap, NULL);
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        const int64_t waited_us = (int64_t)(t.tv_sec - t0.tv_sec) * 1000000 + (t.tv_nsec - t0.tv_nsec) / 1000;
+        if (waited_us >= PD_NCCL_SPIN_US)
+            nanosleep(&nap, NULL);
     }
 }
 
