@@ -3,6 +3,7 @@
 #define PD_NCCL_WAIT_H
 
 #include <stdint.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <cuda_runtime.h>
@@ -17,45 +18,55 @@ static inline uint64_t pd_nccl_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* One poll: PD_OK when the communicator is idle and (if stream) the stream has drained, 1 when not yet,
+ * else the error. */
+static inline int pd_nccl_poll(ncclComm_t comm, cudaStream_t stream)
+{
+    ncclResult_t st = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &st) != ncclSuccess)
+        return PD_EIO;
+    if (st != ncclSuccess && st != ncclInProgress)
+        return PD_EIO;
+    if (st == ncclInProgress)
+        return 1;
+    if (!stream)
+        return PD_OK;
+    cudaError_t q = cudaStreamQuery(stream);
+    return q == cudaSuccess ? PD_OK : q == cudaErrorNotReady ? 1 : PD_EIO;
+}
+
 /* Poll until the communicator is idle and (if stream) the stream has drained.
  * Blocking NCCL calls cannot be interrupted; polling lets a dead peer, a
  * deadline or a cancel flag end the wait, after which the caller aborts.
- * The first PD_NCCL_SPIN_US poll back to back: a delivery of 65536 ids is done
- * in tens of µs, and a nap costs ~50 µs more than asked (Linux's default
- * timer slack), which was most of such a request's time. Longer waits (a
- * large transfer, a peer that is late) nap 50 µs between polls. */
-#define PD_NCCL_SPIN_US 200
+ * Polls are 10 µs apart for the first 2 ms, then 50 µs: a delivery of a few
+ * million ids is done in tens of µs. The thread's timer slack (Linux's
+ * default adds ~50 µs to every sleep, which was most of such a request's
+ * time) is 1 µs while it waits, then restored. Polling back to back instead
+ * (measured on 4 H200s) made 16 M-id deliveries 17% slower. */
 static inline int pd_nccl_wait(ncclComm_t comm, cudaStream_t stream, uint32_t timeout_ms, const int *cancel)
 {
     const uint64_t start = pd_nccl_now_ms(), deadline = start + timeout_ms;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    const struct timespec nap = {0, 50000};
+    const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    const struct timespec fine = {0, 10000}, coarse = {0, 50000};
+    int rc;
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     for (;;) {
-        ncclResult_t st = ncclSuccess;
-        if (ncclCommGetAsyncError(comm, &st) != ncclSuccess)
-            return PD_EIO;
-        if (st != ncclSuccess && st != ncclInProgress)
-            return PD_EIO;
-        if (st == ncclSuccess) {
-            if (!stream)
-                return PD_OK;
-            cudaError_t q = cudaStreamQuery(stream);
-            if (q == cudaSuccess)
-                return PD_OK;
-            if (q != cudaErrorNotReady)
-                return PD_EIO;
+        if ((rc = pd_nccl_poll(comm, stream)) <= 0)
+            break;
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) { /* C and C++ alike */
+            rc = PD_ECLOSED;
+            break;
         }
-        if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) /* C and C++ alike */
-            return PD_ECLOSED;
-        if (pd_nccl_now_ms() >= deadline)
-            return PD_ETIMEDOUT;
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        const int64_t waited_us = (int64_t)(t.tv_sec - t0.tv_sec) * 1000000 + (t.tv_nsec - t0.tv_nsec) / 1000;
-        if (waited_us >= PD_NCCL_SPIN_US)
-            nanosleep(&nap, NULL);
+        const uint64_t now = pd_nccl_now_ms();
+        if (now >= deadline) {
+            rc = PD_ETIMEDOUT;
+            break;
+        }
+        nanosleep(now - start < 2 ? &fine : &coarse, NULL);
     }
+    if (slack > 0)
+        prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+    return rc;
 }
 
 #endif
