@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "internal.h"
 #include "nccl_wait.h"
 #include "permd_delivery.h"
 #include "permd_gpu.h"
@@ -113,13 +114,8 @@ extern "C" int pd_delivery_send_jobs(pd_delivery *d, const pd_delivery_job *jobs
         return PD_ECLOSED;
     }
     CUDACHECK(cudaSetDevice(d->device));
-    if (total > d->cap) {
-        cudaFree(d->buf);
-        d->buf = NULL;
-        d->cap = 0;
-        CUDACHECK(cudaMalloc(&d->buf, total));
-        d->cap = total;
-    }
+    if ((rc = pd_gpu__reserve(&d->buf, &d->cap, total)))
+        return rc;
     for (unsigned i = 0; i < n; i++) { /* queued on d->stream, ahead of the sends */
         uint64_t written = 0;
         if ((rc = pd_gpu_slice_fill(d->gpu, &jobs[i].perm, &jobs[i].slice, jobs[i].count, (char *)d->buf + at[i],

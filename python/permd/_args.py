@@ -14,6 +14,16 @@ def length(n, what, attr):
     return n
 
 
+def uint_array(name, a):
+    """A numpy array of non-negative integers, unchanged: TypeError for another dtype (a cast would truncate 1.9
+    to 1), ValueError for a negative value."""
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, not an array of {a.dtype}")
+    if a.dtype.kind == "i" and a.size and a.min() < 0:
+        raise ValueError(f"{name} must not be negative (found {a.min()})")
+    return a
+
+
 def integer(name, value, lo=0, hi=U64_MAX):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}")

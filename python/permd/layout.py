@@ -34,15 +34,6 @@ class LayoutError(PermdError, ValueError):
         self.path = path
 
 
-def _id_array(what, a):
-    """A numpy array of ids as uint64: integers only (a cast would truncate 1.9 to 1), none negative."""
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{what} ids must be integers, not an array of {a.dtype}")
-    if a.dtype.kind == "i" and a.size and a.min() < 0:
-        raise ValueError(f"{what} ids must not be negative (found {a.min()})")
-    return a.astype(np.uint64)
-
-
 class ShardLayout:
     """Shards in the order their sample ids follow: shard i holds sizes[i] samples and is read from paths[i]
     (None where the source names no file). Sample ids count the samples shard after shard: the layout's
@@ -109,7 +100,7 @@ class ShardLayout:
     def locate(self, sample):
         """(shard, offset in the shard) of a sample id; numpy arrays of ids give two arrays."""
         if np is not None and isinstance(sample, np.ndarray):
-            ids = _id_array("sample", sample)
+            ids = _args.uint_array("sample ids", sample).astype(np.uint64)
             if ids.size and ids.max() >= self.samples:
                 raise IndexError(f"sample ids must be below {self.samples}")
             starts = np.asarray(self.starts, dtype=np.uint64)
@@ -124,8 +115,8 @@ class ShardLayout:
     def sample_id(self, shard, offset):
         """The sample id of the offset-th sample of a shard (numpy arrays: elementwise)."""
         if np is not None and isinstance(shard, np.ndarray):
-            shard = _id_array("shard", shard).astype(np.int64)
-            offset = _id_array("offset", np.asarray(offset))
+            shard = _args.uint_array("shard ids", shard).astype(np.int64)
+            offset = _args.uint_array("offsets", np.asarray(offset)).astype(np.uint64)
             sizes = np.asarray(self.sizes, dtype=np.uint64)
             if shard.size and (shard.min() < 0 or shard.max() >= len(self.sizes) or (offset >= sizes[shard]).any()):
                 raise IndexError("a (shard, offset) pair lies outside the layout")

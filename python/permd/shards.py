@@ -11,11 +11,7 @@ except ImportError:
 
 def _sizes_array(sizes):
     if np is not None and isinstance(sizes, np.ndarray):
-        if sizes.dtype.kind not in "ui":
-            raise TypeError(f"shard sizes must be integers, not {sizes.dtype}")
-        if sizes.size and sizes.min() < 0:
-            raise ValueError("shard sizes must be non-negative")
-        arr = np.ascontiguousarray(sizes, dtype=np.uint64)
+        arr = np.ascontiguousarray(_args.uint_array("shard sizes", sizes), dtype=np.uint64)
         return arr, arr.ctypes.data_as(_lib.P64), len(arr)
     try:
         values = [_args.integer("shard size", s) for s in sizes]
