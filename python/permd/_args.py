@@ -1,6 +1,8 @@
 """Argument checks shared by the package's classes: clear TypeError/ValueError before any C call."""
 import numbers
 
+from .errors import OutOfRange
+
 U64_MAX = (1 << 64) - 1
 N_MAX = 1 << 63
 U32_MAX = (1 << 32) - 1
@@ -31,6 +33,33 @@ def integer(name, value, lo=0, hi=U64_MAX):
     if not lo <= value <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
     return value
+
+
+def index(key, size):
+    """A sequence index as Python takes one: an integer in [-size, size), negative counting from the end; the
+    package's OutOfRange (an IndexError, so that iteration and `in` by indexing stop) outside it."""
+    if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+        raise TypeError(f"indices must be integers or slices, not {type(key).__name__}")
+    p = int(key)
+    if not -size <= p < size:
+        raise OutOfRange(-2, f"index {p} is out of range for {size} positions")
+    return p + size if p < 0 else p
+
+
+def positions(key, size, fill, empty):
+    """seq[key] for a slice over `size` positions, read as one rank's: positions start, start + step, … are
+    rank (start mod step) of world `step` from offset start − start mod step, so fill(world, rank, offset,
+    count) (exact mode) reads them in one call; a negative step reads the same positions forward, reversed.
+    empty(): what an empty slice gives."""
+    start, stop, step = key.indices(size)
+    picked = range(start, stop, step)
+    if not picked:
+        return empty()
+    if step < 0:
+        return positions(slice(picked[-1], picked[0] + 1, -step), size, fill, empty)[::-1]
+    if step > U32_MAX:  # wider than a world: at most a few positions, one call each
+        return sum((list(fill(1, 0, p, 1)) for p in picked), [])
+    return fill(step, start % step, start - start % step, len(picked))
 
 
 def wrapped(name, value):

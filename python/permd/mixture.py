@@ -1,6 +1,7 @@
 """permd.Mixture: weighted, staged draws over several datasets (docs/spec/mixtures-v1.md), computed in-process."""
 import ctypes
 import numbers
+from collections.abc import Mapping
 from fractions import Fraction
 
 from . import _args, _lib
@@ -79,6 +80,8 @@ def integer_weights(weights):
     """One stage's weights as the integers the contract uses (spec §1). Integers are kept as they are; if any
     weight is not an integer, w_j = max(1, ⌊f_j/Σf · 2^24 + 1/2⌋) for f_j > 0 and 0 for f_j = 0, computed
     exactly (the float's own value, no rounding on the way)."""
+    if isinstance(weights, Mapping):  # list() would keep its keys
+        raise TypeError("weights must be a sequence, one per component in order, not a mapping")
     values = list(weights)
     if not values:
         raise ValueError("weights must not be empty")
@@ -105,7 +108,7 @@ def stage_table(weights, stages, components):
     definition's stages as permd.Mixture and Client.put_mixture take them (checked: pairs, starts in
     [1, 2**63), as many weights as components)."""
     table = [(0, integer_weights(weights))]
-    for stage in stages or ():
+    for stage in () if stages is None else stages:  # `stages or ()` would ask a numpy array for its truth
         try:
             start, w = stage
         except (TypeError, ValueError):
@@ -130,7 +133,7 @@ class Mixture:
     epoch); m.position(j, local, component_epoch) -> p, or None when this epoch does not draw it."""
 
     def __init__(self, seed, epoch, sizes, weights, *, length=None, stages=None, block=BLOCK_DEFAULT):
-        self.seed = _args.integer("seed", seed)
+        self.seed = _args.wrapped("seed", seed)
         self.epoch = _args.integer("epoch", epoch)
         comps = [c if isinstance(c, Sharded) else _args.integer("component size", c, 1, _args.N_MAX) for c in sizes]
         if not 1 <= len(comps) <= COMPONENTS_MAX:
@@ -244,8 +247,7 @@ class Mixture:
         return out.value
 
     def _index(self, key):
-        p = _args.integer("index", key, -self.length, self.length - 1)
-        return p + self.length if p < 0 else p
+        return _args.index(key, self.length)
 
     def locate(self, position):
         """(component j, local id, component epoch) of the sample at `position`."""
@@ -291,15 +293,10 @@ class Mixture:
 
     def __getitem__(self, key):
         if isinstance(key, slice):
-            start, stop, step = key.indices(self.length)
-            positions = range(start, stop, step)
-            if step < 0 and positions:  # the same positions read forward, then reversed
-                return self[positions[-1]:positions[0] + 1:-step][::-1]
-            n = len(positions)
-            if n == 0:
-                return np.empty(0, dtype=np.uint32 if self._width == 4 else np.uint64) if np is not None else []
-            # positions start, start + step, …: rank (start mod step) of world `step` in exact mode
-            return self._fill(step, start % step, _lib.MODES["exact"], start - start % step, n, self._width)
+            return _args.positions(key, self.length,
+                                   lambda w, r, o, n: self._fill(w, r, _lib.MODES["exact"], o, n, self._width),
+                                   lambda: np.empty(0, dtype=np.uint32 if self._width == 4 else np.uint64)
+                                   if np is not None else [])
         return int(self._fill(1, 0, _lib.MODES["exact"], self._index(key), 1, 8)[0])
 
     def __iter__(self):
@@ -381,13 +378,26 @@ def _same_components(saved, current):
 
 def _canonical(mix):
     """A state's mixture entry, checked and normalized (tuples from pickles to lists), or ValueError."""
+    def exact(v):  # an integer as it was written: int() would take 1.7 as 1 and "10" as 10
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError
+        return int(v)
+
     try:
-        comps = [c if isinstance(c, int) and not isinstance(c, bool) else dict(c) for c in mix["components"]]
-        for c in comps:
-            if isinstance(c, dict) and sorted(c) not in (["lanes", "shards", "size", "window"],
-                                                         ["lanes", "layout", "shards", "size", "window"]):
+        comps = []
+        for c in mix["components"]:
+            if isinstance(c, numbers.Integral) and not isinstance(c, bool):
+                comps.append(int(c))
+                continue
+            c = dict(c)
+            if sorted(c) not in (["lanes", "shards", "size", "window"],
+                                 ["lanes", "layout", "shards", "size", "window"]):
                 raise ValueError
-        out = identity(comps, mix["length"], mix["block"], [(s, w) for s, w in mix["stages"]])
+            if not isinstance(c.get("layout", ""), str):
+                raise ValueError
+            comps.append({k: v if k == "layout" else exact(v) for k, v in c.items()})
+        stages = [(exact(s), [exact(x) for x in w]) for s, w in mix["stages"]]
+        out = identity(comps, exact(mix["length"]), exact(mix["block"]), stages)
     except (KeyError, TypeError, ValueError):
         raise ValueError("the state's mixture entry is malformed (expected what Sampler.state_dict() writes: "
                          "components, length, block, stages)") from None

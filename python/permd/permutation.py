@@ -18,7 +18,7 @@ class Permutation:
     perm.inverse(s) the position of sample s. len() works up to 2**63 - 1; .size always."""
 
     def __init__(self, seed, epoch, size):
-        self.seed = _args.integer("seed", seed)
+        self.seed = _args.wrapped("seed", seed)
         self.epoch = _args.integer("epoch", epoch)
         self.size = _args.integer("size", size, 1, _args.N_MAX)
         self._width = 4 if self.size <= 1 << 32 else 8
@@ -59,10 +59,7 @@ class Permutation:
             if np is not None:
                 return np.array([self[p] for p in positions], dtype=np.uint32 if self._width == 4 else np.uint64)
             return [self[p] for p in positions]
-        p = _args.integer("index", key, -self.size, self.size - 1)
-        if p < 0:
-            p += self.size
-        return self._list(p, 1)[0]
+        return self._list(_args.index(key, self.size), 1)[0]
 
     def __iter__(self):
         for start in range(0, self.size, _CHUNK):

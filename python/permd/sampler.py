@@ -108,6 +108,8 @@ class Sampler(_Base):
                                  "(its global ids index them concatenated in order, as a ConcatDataset does)")
             size = mix_size
         seed = 0 if seed is None else seed
+        if shards is not None and hasattr(shards, "__iter__") and not hasattr(shards, "__len__"):
+            shards = list(shards)  # a generator: read once, here
         if shards is not None and client is None:
             from .shards import _sizes_array
             _sizes_array(shards)  # type and sign checks, with clear errors
@@ -167,6 +169,8 @@ class Sampler(_Base):
         self.window = _args.integer("window", window, 1) if window is not None else None
         self.lanes = _args.integer("lanes", lanes, 1, _args.U32_MAX) if lanes is not None else None
         self.sharded = sharded
+        # K and G when window/lanes are not given: the daemon's dataset's, else the spec's defaults
+        self._kg_default = (info["window"], info["lanes"]) if info is not None and sharded else (8, 1)
         self._layout_fp = info.get("layout") if info is not None and sharded else None  # the daemon's layout hash
         self.client, self.name = client, name
         # DistributedSampler's per-epoch figures: this rank's ids and the positions of an epoch
@@ -345,8 +349,9 @@ class Sampler(_Base):
                 offset = min(p.start + k * self.num_replicas, t)
         state = {"version": STATE_VERSION, "seed": self.seed, "epoch": epoch, "offset": offset,
                  "size": self.size, "mode": self.mode, "shuffle": self.shuffle, "num_replicas": self.num_replicas}
-        if self.sharded:  # K and G define the order as much as the seed does
-            state.update(window=self.window, lanes=self.lanes)
+        if self.sharded:  # K and G define the order as much as the seed does: the ones in use, defaults too
+            state.update(window=self.window if self.window is not None else self._kg_default[0],
+                         lanes=self.lanes if self.lanes is not None else self._kg_default[1])
             if self._layout() is not None:  # and so do the shard sizes, beside their total and count
                 state["layout"] = self._layout()
         if self.mixture is not None:  # so does a mixture's definition
@@ -370,6 +375,10 @@ class Sampler(_Base):
                              "the state is of a dataset, this sampler reads a mixture")
         if self.mixture is None and _args.integer("size", state["size"], 0, _args.N_MAX) != self.size:
             raise ValueError(f"state is for {state['size']} samples, this sampler has {self.size}")
+        state_sharded = any(key in state for key in ("window", "lanes", "layout"))
+        if self.mixture is None and state_sharded != self.sharded:  # the same N, another order
+            raise ValueError("the state is of a sharded dataset, this sampler reads a flat one" if state_sharded else
+                             "the state is of a flat dataset, this sampler reads a sharded one")
         if state.get("mode", self.mode) != self.mode:
             raise ValueError(f"state was saved in mode {state['mode']!r}, this sampler runs {self.mode!r}")
         if _args.flag("shuffle", state.get("shuffle", self.shuffle)) != self.shuffle:
@@ -378,18 +387,35 @@ class Sampler(_Base):
         offset = _args.integer("offset", state["offset"])
         if self.mixture is not None:
             self._check_mixture_state(state, seed, epoch)
-        if offset > self._epoch_length():
-            raise ValueError(f"offset {offset} is past the end of the epoch ({self._epoch_length()} positions)")
+        offset = self._resume_offset(offset, state)
         if self.sharded and state.get("layout") is not None and self._layout() is not None \
                 and state["layout"] != self._layout():
             raise ValueError(f"the state was saved on other shard sizes (layout {state['layout']}, this sampler's "
-                             f"{self._layout()}): the same total and shard count, but another order")
-        if self.sharded:
-            for key in ("window", "lanes"):
-                if state.get(key) is not None:
-                    setattr(self, key, _args.integer(key, state[key], 1))
+                             f"{self._layout()}): the same total, split or ordered otherwise")
+        if self.sharded:  # the state's K and G, which its order used (None: a state of an older permd, the defaults)
+            self.window = None if state.get("window") is None else _args.integer("window", state["window"], 1)
+            self.lanes = None if state.get("lanes") is None else _args.integer("lanes", state["lanes"], 1,
+                                                                                 _args.U32_MAX)
         self.seed = seed
         self._loaded, self._pass, self._plan = (epoch, offset), None, None
+
+    def _resume_offset(self, offset, state):
+        """Where a state's offset resumes on this sampler's W ranks. Exact mode: as it is. Pad and drop mode keep
+        their promise of one count for every rank: the offset is rounded to a multiple of W (from a state of
+        another W it may not be one), pad down (up to W - 1 positions read again: repeats, as padding has) and
+        drop up (up to W - 1 skipped: dropped, as the tail is), and in pad mode an offset past the last sample
+        (n) is the epoch's end, T. At the same W nothing changes: lockstep offsets are multiples of W."""
+        n, w, t = self._length, self.num_replicas, self._epoch_length()
+        saved_w = _args.integer("num_replicas", state.get("num_replicas", w), 1, _args.U32_MAX)
+        saved_t = _epoch_length(n, saved_w, self.mode)
+        if offset > saved_t:
+            raise ValueError(f"offset {offset} is past the end of the epoch ({saved_t} positions on the state's "
+                             f"{saved_w} ranks)")
+        if self.mode == "pad":
+            return t if offset >= n else offset - offset % w
+        if self.mode == "drop":
+            return min(t, -(-offset // w) * w)
+        return offset
 
     def _layout(self):
         """The hash of a sharded dataset's shard sizes (the daemon's, or computed once offline), else None (a

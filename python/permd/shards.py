@@ -1,5 +1,6 @@
 """permd.ShardPlan: one epoch of a sharded dataset (docs/spec/shards-v1.md), computed in-process, and digests."""
 import ctypes
+import numbers
 
 from . import _args, _lib
 
@@ -7,6 +8,8 @@ try:
     import numpy as np
 except ImportError:
     np = None
+
+_CHUNK = 1 << 16
 
 
 def _sizes_array(sizes):
@@ -40,7 +43,7 @@ class ShardPlan:
     plan.position(sample), plan.rank(world, rank, mode, offset, count) -> the rank's next ids."""
 
     def __init__(self, seed, epoch, shards, window=8, lanes=1):
-        self.seed = _args.integer("seed", seed)
+        self.seed = _args.wrapped("seed", seed)
         self.epoch = _args.integer("epoch", epoch)
         self.window = _args.integer("window", window, 1)
         self.lanes = _args.integer("lanes", lanes, 1, _args.U32_MAX)
@@ -75,9 +78,22 @@ class ShardPlan:
                    "ShardPlan.locate")
         return sample.value, shard.value, offset.value
 
-    def __getitem__(self, position):
-        p = _args.integer("index", position, -self.size, self.size - 1)
-        return self.locate(p + self.size if p < 0 else p)[0]
+    def __getitem__(self, key):
+        """plan[p] (negative from the end) or plan[a:b:c] (a numpy array, a list without numpy), as
+        Permutation's and Mixture's."""
+        if isinstance(key, slice):
+            return _args.positions(key, self.size, lambda w, r, o, n: self.rank(w, r, "exact", o, n),
+                                   lambda: np.empty(0, dtype=np.uint64 if self.size > 1 << 32 else np.uint32)
+                                   if np is not None else [])
+        return self.locate(_args.index(key, self.size))[0]
+
+    def __iter__(self):
+        for start in range(0, self.size, _CHUNK):
+            yield from (int(x) for x in self.rank(1, 0, "exact", start, _CHUNK))
+
+    def __contains__(self, sample):
+        """Whether `sample` is an id of this dataset (every one is at some position: the plan is a permutation)."""
+        return (isinstance(sample, numbers.Integral) and not isinstance(sample, bool)) and 0 <= sample < self.size
 
     def position(self, sample):
         s = _args.integer("sample", sample, 0, self.size - 1)

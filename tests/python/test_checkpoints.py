@@ -327,5 +327,73 @@ class Resume(unittest.TestCase):
         self.assertEqual(len(list(s)), 25)
 
 
+class PadAndDropOnAnotherWorld(unittest.TestCase):
+    """Pad and drop mode promise every rank one count. Resumed on another W, from any lockstep checkpoint of
+    the old W (mid-epoch and at its end), every new rank gets the same count, and the epoch loses nothing (pad:
+    at most W - 1 positions read again beside the padding) or repeats nothing (drop: at most W - 1 skipped
+    beside the dropped tail). The negative control: the raw offset, as exact mode takes it, gives ranks
+    different counts for some of these checkpoints."""
+
+    def run_mode(self, mode, n, w1, w2):
+        uneven = 0
+        t1 = -(-n // w1) * w1 if mode == "pad" else n // w1 * w1
+        for k in range(t1 // w1 + 1):  # k lockstep ids per old rank: offsets 0, w1, …, T
+            old = [permd.Sampler(size=n, num_replicas=w1, rank=r, seed=SEED, mode=mode) for r in range(w1)]
+            trained = [i for s in old for i in itertools.islice(iter(s), k)]
+            state = old[0].state_dict()
+            new = [permd.Sampler(size=n, num_replicas=w2, rank=r, seed=SEED, mode=mode) for r in range(w2)]
+            for s in new:
+                s.load_state_dict(state)
+                s.set_epoch(0)
+            rest = [list(s) for s in new]
+            counts = {len(x) for x in rest}
+            self.assertEqual(len(counts), 1, (mode, n, w1, w2, k, [len(x) for x in rest]))
+            seen = trained + [i for x in rest for i in x]
+            missing = n - len(set(seen))
+            repeats = len(seen) - len(set(seen))
+            if mode == "pad":
+                self.assertEqual(missing, 0, (n, w1, w2, k))
+                self.assertLessEqual(repeats, (w1 - 1) + (w2 - 1) + (w2 - 1), (n, w1, w2, k))
+            else:
+                self.assertEqual(repeats, 0, (n, w1, w2, k))
+                self.assertLessEqual(missing, (w1 - 1) + (w2 - 1) + (w2 - 1), (n, w1, w2, k))
+            # the control: ranks reading from the raw offset of v1 §5 (what exact mode does) differ when it is not
+            # a multiple of w2; the end of a pad epoch (offset > T on w2) cannot even be read there
+            raw = state["offset"]
+            t2 = -(-n // w2) * w2 if mode == "pad" else n // w2 * w2
+            if raw <= t2:
+                raw_counts = {len(range(raw + r, t2, w2)) for r in range(w2)}
+                uneven += len(raw_counts) > 1
+        return uneven
+
+    def test_pad(self):
+        uneven = sum(self.run_mode("pad", n, w1, w2) for n, w1, w2 in [(10, 4, 5), (103, 4, 3), (103, 3, 8),
+                                                                       (10, 4, 1), (7, 2, 16)])
+        self.assertGreater(uneven, 0)
+
+    def test_drop(self):
+        uneven = sum(self.run_mode("drop", n, w1, w2) for n, w1, w2 in [(103, 1, 2), (103, 3, 4), (103, 4, 3),
+                                                                        (100, 8, 3)])
+        self.assertGreater(uneven, 0)
+
+    def test_end_of_a_pad_epoch_rolls_over(self):
+        old = [permd.Sampler(size=10, num_replicas=4, rank=r, mode="pad") for r in range(4)]
+        for s in old:
+            list(s)
+        state = old[0].state_dict()
+        self.assertEqual((state["epoch"], state["offset"]), (0, 12))
+        s = permd.Sampler(size=10, num_replicas=5, rank=0, mode="pad")
+        s.load_state_dict(state)  # 12 > T = 10 on 5 ranks: still the epoch's end
+        self.assertEqual(s.state_dict()["offset"], 10)
+        self.assertEqual(s.epoch, 1)
+        self.assertEqual(len(list(s)), 2)
+
+    def test_offsets_past_the_saved_epoch_are_refused(self):
+        s = permd.Sampler(size=10, num_replicas=5, rank=0, mode="pad")
+        with self.assertRaises(ValueError):
+            s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 13, "size": 10, "mode": "pad",
+                               "num_replicas": 4})  # T = 12 on the state's 4 ranks
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -199,8 +199,16 @@ class Weights(unittest.TestCase):
                 permd.Mixture(1, 0, *args, **kwargs)
         with self.assertRaises(ValueError):
             permd.Mixture(1, 1 << 62, [5, 5], [1, 1])  # past run position 2^63
+        with self.assertRaisesRegex(TypeError, "mapping"):  # list() of a dict is its keys
+            permd.Mixture(1, 0, [10, 10, 10], {0: 0.2, 1: 0.3, 2: 0.5})
+        staged = permd.Mixture(1, 0, [10, 10], [1, 1], stages=np.array([[64, np.array([1, 2])]], dtype=object))
+        self.assertEqual(staged.stages, [(0, [1, 1]), (64, [1, 2])])  # an array of stages has no truth value
+        # seeds as a Sampler takes them: -1 is 2**64 - 1
+        self.assertEqual(permd.Mixture(-1, 0, [5, 5], [1, 1]).seed, (1 << 64) - 1)
+        self.assertEqual(list(permd.Mixture(-1, 0, [5, 5], [1, 1])),
+                         list(permd.Mixture((1 << 64) - 1, 0, [5, 5], [1, 1])))
         m = permd.Mixture(1, 0, [5, 5], [1, 1])
-        for call, exc in [(lambda: m[10], ValueError), (lambda: m.locate(-11), ValueError),
+        for call, exc in [(lambda: m[10], IndexError), (lambda: m.locate(-11), IndexError),
                           (lambda: m.find(2, 0, 0), ValueError), (lambda: m.find(0, 5, 0), ValueError),
                           (lambda: m.rank(2, 2), ValueError), (lambda: m.rank(2, 0, "all"), ValueError),
                           (lambda: m.rank(2, 0, "pad", 11), IndexError), (lambda: m.stage_start(11), ValueError),

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import unittest
 
+import numpy as np
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, TensorDataset
 
@@ -205,9 +206,20 @@ class Resumes(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "of a mixture"):
             permd.Sampler(size=628, num_replicas=3, rank=0, mode="exact", seed=SEED).load_state_dict(st)
         for broken in [dict(st, mixture={"components": SIZES}), dict(st, mixture=dict(st["mixture"], stages=[])),
-                       dict(st, mixture=dict(st["mixture"], components=[37, {"size": 500}, 91]))]:
+                       dict(st, mixture=dict(st["mixture"], components=[37, {"size": 500}, 91])),
+                       # values int() would coerce: a float weight, a string length, a float stage start
+                       dict(st, mixture=dict(st["mixture"],
+                                             stages=[[0, [w + 0.7 for w in st["mixture"]["stages"][0][1]]]]
+                                             + st["mixture"]["stages"][1:])),
+                       dict(st, mixture=dict(st["mixture"], length=str(st["mixture"]["length"]))),
+                       dict(st, mixture=dict(st["mixture"], stages=[[0.0, st["mixture"]["stages"][0][1]]]
+                                             + st["mixture"]["stages"][1:]))]:
             with self.assertRaisesRegex(ValueError, "malformed"):
                 permd.Sampler(mixture=mix, num_replicas=3, rank=0, mode="exact").load_state_dict(broken)
+        # numpy integers are integers (a state built by hand from arrays)
+        as_numpy = dict(st, mixture=dict(st["mixture"], components=[np.int64(c) if isinstance(c, int) else c
+                                                                    for c in st["mixture"]["components"]]))
+        permd.Sampler(mixture=mix, num_replicas=3, rank=0, mode="exact").load_state_dict(as_numpy)
 
     def test_accepted_with_a_stage_after_the_state(self):
         mix = permd.Mixture(SEED, 0, SIZES, WEIGHTS, length=LENGTH, stages=[(128, [1, 1, 1])])

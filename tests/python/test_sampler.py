@@ -284,8 +284,9 @@ class BadArguments(unittest.TestCase):
         with self.assertRaises(TypeError):
             permd.Permutation(0, None, 5)
         p = permd.Permutation(0, 0, 5)
-        with self.assertRaises(ValueError):
+        with self.assertRaises(IndexError):  # the sequence protocol's error (permd.OutOfRange)
             p[5]
+        self.assertEqual(list(permd.Permutation(-1, 0, 9)), list(permd.Permutation((1 << 64) - 1, 0, 9)))
         with self.assertRaises(ValueError):
             p.inverse(5)
         with self.assertRaises(ValueError):

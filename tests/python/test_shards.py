@@ -2,6 +2,7 @@
 across world sizes, offline and daemon ids identical, digests, bad arguments; ShardLayout from WebDataset tars,
 MDS indexes and sizes files (good and bad input, each the same as permctl shards reads it), ids <-> (shard, offset)."""
 import io
+import itertools
 import json
 import os
 import random
@@ -92,6 +93,59 @@ class ShardedSampler(unittest.TestCase):
         old = {k: v for k, v in state.items() if k != "layout"}
         other.load_state_dict(old)
         self.assertEqual(other.state_dict()["offset"], state["offset"])
+
+    def test_states_record_the_window_and_lanes_in_use(self):
+        # defaults (K 8, G 1) included: a sampler of another K loading the state takes the state's, so the resumed
+        # pass reads the saved order (before, None was saved and the other K silently kept: samples lost)
+        world, k = 2, 20
+        first = [permd.Sampler(num_replicas=world, rank=r, seed=3, mode="exact", shards=SIZES) for r in range(world)]
+        trained = [i for s in first for i in itertools.islice(iter(s), k)]
+        state = first[0].state_dict()
+        self.assertEqual((state["window"], state["lanes"]), (8, 1))
+        rest = []
+        for r in range(3):
+            s = permd.Sampler(num_replicas=3, rank=r, seed=3, mode="exact", shards=SIZES, window=2, lanes=2)
+            s.load_state_dict(state)
+            rest += list(s)
+        self.assertEqual(sorted(trained + rest), list(range(N)))
+        # a state of an older permd, which wrote None for defaults: the defaults, not the loading sampler's K
+        old = dict(state, window=None, lanes=None)
+        s = permd.Sampler(num_replicas=3, rank=0, seed=3, mode="exact", shards=SIZES, window=2, lanes=2)
+        s.load_state_dict(old)
+        self.assertEqual((s.window, s.lanes), (None, None))
+        self.assertEqual(s.state_dict()["window"], 8)
+
+    def test_flat_and_sharded_states_do_not_mix(self):
+        flat = permd.Sampler(size=N, num_replicas=2, rank=0, mode="exact")
+        sharded = permd.Sampler(num_replicas=2, rank=0, mode="exact", shards=SIZES, window=2)
+        for a, b in [(sharded, flat), (flat, sharded)]:
+            it = iter(a)
+            next(it)
+            with self.assertRaisesRegex(ValueError, "flat"):
+                b.load_state_dict(a.state_dict())
+        same = permd.Sampler(num_replicas=3, rank=0, mode="exact", shards=SIZES, window=2)
+        same.load_state_dict(sharded.state_dict())  # negative control
+        self.assertEqual(same.state_dict()["offset"], 2)
+
+    def test_shards_from_a_generator(self):
+        s = permd.Sampler(num_replicas=1, rank=0, mode="exact", shards=(n for n in SIZES))
+        self.assertEqual(s.size, N)
+        self.assertEqual(sorted(s), list(range(N)))
+
+    def test_plan_is_a_sequence(self):
+        plan = permd.ShardPlan(5, 6, SIZES, 4, 3)
+        ids = list(plan)  # __iter__: before, iteration by indexing ended in ValueError
+        self.assertEqual(ids, [plan[p] for p in range(N)])
+        self.assertEqual(sorted(ids), list(range(N)))
+        for key in [slice(3, 200, 7), slice(None, None, -5), slice(50, 10), slice(-30, None)]:
+            self.assertEqual(list(plan[key]), ids[key], key)
+        self.assertIn(0, plan)
+        self.assertNotIn(N, plan)
+        self.assertEqual(plan[-1], ids[-1])
+        with self.assertRaises(IndexError):
+            plan[N]
+        with self.assertRaises(TypeError):
+            plan[1.0]
 
     def test_dataloader_and_locality(self):
         s = permd.Sampler(range(N), num_replicas=4, rank=2, seed=1, mode="exact", shards=SIZES, window=2, lanes=4)
