@@ -603,18 +603,27 @@ void pd_registry_close(pd_registry *r)
     free(r);
 }
 
-int pd_registry_declare(pd_registry *r, const char *name, uint64_t size)
+int pd_registry_declare(pd_registry *r, const char *name, uint64_t size, char *err, size_t errlen)
 {
     if (pd_name_check(name) || size == 0 || size > PD_N_MAX)
         return PD_EINVAL;
-    int found, rc = 0;
+    int found, is_mix, rc = 0;
     pthread_mutex_lock(&r->lock);
     size_t at = pd_table_find(r, name, &found);
-    if (found) {
-        if (r->sets[at].d.size != size || r->sets[at].layout)
+    pd_mix_find(r, name, &is_mix);
+    if (is_mix) {
+        pd_errf(err, errlen, "the registry stores a mixture of this name (datasets and mixtures share names)");
+        rc = PD_ECONFLICT;
+    } else if (found) {
+        if (r->sets[at].layout) {
+            pd_errf(err, errlen, "the registry stores a sharded dataset of this name");
             rc = PD_ECONFLICT;
-        else
+        } else if (r->sets[at].d.size != size) {
+            pd_errf(err, errlen, "the registry stores size %llu", (unsigned long long)r->sets[at].d.size);
+            rc = PD_ECONFLICT;
+        } else {
             r->sets[at].d.from_config = 1;
+        }
     } else {
         pd_dataset d = {.size = size, .created_ms = pd_clock_unix_ms(), .from_config = 1};
         strcpy(d.name, name);

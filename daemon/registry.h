@@ -59,9 +59,10 @@ uint64_t pd_registry_layout_bytes(pd_registry *r);
 size_t pd_registry_skipped(pd_registry *r);
 void pd_registry_close(pd_registry *r);
 
-/* Declare a config dataset (startup only). PD_ECONFLICT when the store or
- * an earlier declaration has another size. */
-int pd_registry_declare(pd_registry *r, const char *name, uint64_t size);
+/* Declare a config dataset (startup only). PD_ECONFLICT, said in err, when the store or an earlier
+ * declaration has another size or a sharded layout, or a stored mixture has the name (one namespace:
+ * a request on it would reach the dataset first). */
+int pd_registry_declare(pd_registry *r, const char *name, uint64_t size, char *err, size_t errlen);
 
 /* The calls below are thread-safe. get/list/count read memory only and
  * never wait for the disk; put/delete commit to SQLite before returning and

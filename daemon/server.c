@@ -639,10 +639,11 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
                      pd_registry_skipped(s->reg));
     pd_log_info("registry", "path=%s/registry.db datasets=%zu", path, pd_registry_count(s->reg));
     for (size_t i = 0; i < cfg->ndatasets; i++) {
-        if ((rc = pd_registry_declare(s->reg, cfg->datasets[i].name, cfg->datasets[i].size))) {
-            pd_log_error("startup",
-                         "dataset=%s msg=\"the config declares size %llu but the registry stores another\"",
-                         cfg->datasets[i].name, (unsigned long long)cfg->datasets[i].size);
+        char why[160] = "";
+        if ((rc = pd_registry_declare(s->reg, cfg->datasets[i].name, cfg->datasets[i].size, why, sizeof why))) {
+            pd_log_error("startup", "dataset=%s msg=\"the config declares a dataset of size %llu, but %s\"",
+                         cfg->datasets[i].name, (unsigned long long)cfg->datasets[i].size,
+                         why[0] ? why : "its name or size is invalid");
             return rc;
         }
     }

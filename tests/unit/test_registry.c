@@ -104,9 +104,9 @@ static void test_config_datasets(void **state)
     pd_dataset d;
     int created;
     assert_int_equal(pd_registry_put(r, "stored", 100, &d, &created, NULL, 0), 0);
-    assert_int_equal(pd_registry_declare(r, "stored", 100), 0); /* same size: fine */
-    assert_int_equal(pd_registry_declare(r, "cfg", 7), 0);
-    assert_int_equal(pd_registry_declare(r, "cfg", 8), PD_ECONFLICT);
+    assert_int_equal(pd_registry_declare(r, "stored", 100, NULL, 0), 0); /* same size: fine */
+    assert_int_equal(pd_registry_declare(r, "cfg", 7, NULL, 0), 0);
+    assert_int_equal(pd_registry_declare(r, "cfg", 8, NULL, 0), PD_ECONFLICT);
     assert_int_equal(pd_registry_get(r, "cfg", &d), 0);
     assert_true(d.from_config);
     assert_int_equal(pd_registry_put(r, "cfg", 7, &d, &created, NULL, 0), 0);
@@ -118,7 +118,7 @@ static void test_config_datasets(void **state)
 
     r = open_reg(); /* config datasets are not stored */
     assert_int_equal(pd_registry_get(r, "cfg", &d), PD_ENOTFOUND);
-    assert_int_equal(pd_registry_declare(r, "stored", 101), PD_ECONFLICT);
+    assert_int_equal(pd_registry_declare(r, "stored", 101, NULL, 0), PD_ECONFLICT);
     pd_registry_close(r);
 }
 
