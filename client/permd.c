@@ -492,6 +492,7 @@ static void pd_cl_dataset(const Permd__V1__Dataset *m, permd_dataset *out)
     out->window = m->window;
     out->lanes = m->lanes;
     out->layout_hash = m->layout_hash;
+    out->definition = m->definition;
 }
 
 static int pd_cl_check_name(permd_client *c, const char *name)
@@ -628,6 +629,7 @@ static int pd_cl_slice(permd_client *c, const permd_slice *s, Permd__V1__Slice *
     m->offset = s->offset;
     m->window = s->window;
     m->lanes = s->lanes;
+    m->definition = s->definition;
     return 0;
 }
 
@@ -1245,6 +1247,7 @@ static int pd_cl_mixture_def(permd_client *c, const Permd__V1__Mixture *m, permd
     d->size = m->size;
     d->id_width = m->id_width;
     d->created_unix_ms = m->created_unix_ms;
+    d->definition = m->definition;
     for (size_t j = 0; j < C; j++) {
         snprintf(d->components[j], PERMD_NAME_MAX + 1, "%s", m->components[j]);
         d->component_sizes[j] = m->component_sizes[j];

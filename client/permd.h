@@ -71,6 +71,8 @@ typedef struct permd_dataset {
     uint32_t lanes;           /* sharded: its default G (lanes) */
     uint64_t layout_hash;     /* sharded: a hash of its shard sizes in order (permd_shard_layout_hash);
                                * 0: unknown (a permd that does not send it) */
+    uint64_t definition;      /* a hash of what defines its orders (docs/protocol.md): give it in
+                               * permd_slice.definition; 0 from a permd that does not send it */
 } permd_dataset;
 
 /* One rank's view of one epoch. */
@@ -84,6 +86,11 @@ typedef struct permd_slice {
     uint64_t offset; /* global positions already consumed (a checkpoint) */
     uint64_t window; /* sharded datasets: K for this request, 0 = the dataset's */
     uint32_t lanes;  /* sharded datasets: G for this request, 0 = the dataset's */
+    /* The definition read with the dataset or mixture (permd_dataset.definition,
+     * permd_mixture_def.definition), or 0: unchecked. When the name has been re-defined since
+     * (deleted and re-created otherwise, or a mixture's stages appended), the request fails with
+     * PERMD_ECONFLICT instead of serving the new definition's ids; a stream checks before each batch. */
+    uint64_t definition;
 } permd_slice;
 
 /* An order-independent digest of ids (docs/protocol.md, Digest): equal
@@ -163,7 +170,8 @@ PERMD_API const char *permd_strerror(int err);
 PERMD_API const char *permd_version(void);
 /* The layout of this header's structs: raised whenever a struct gains, loses or moves a field.
  * Bindings that mirror the structs (the Python package's ctypes) refuse a library of another one. */
-#define PERMD_ABI_VERSION 3 /* 3: permd_dataset.layout_hash, permd_mixture_def.component_layout_hashes */
+#define PERMD_ABI_VERSION 4 /* 3: permd_dataset.layout_hash, permd_mixture_def.component_layout_hashes;
+                             * 4: permd_dataset.definition, permd_slice.definition, permd_mixture_def.definition */
 PERMD_API unsigned permd_abi_version(void);
 
 /* Connect and say Hello (waiting at most 10 s for the answer). endpoint: NULL or "" for the default socket
@@ -354,6 +362,8 @@ typedef struct permd_mixture_def {
     uint32_t *component_lanes;
     uint64_t *component_layout_hashes; /* a sharded one's layout_hash (0: flat); NULL from a permd that does
                                         * not send them */
+    uint64_t definition; /* a hash of the whole definition, as permd_dataset.definition (appending a stage
+                          * changes it); 0 from a permd that does not send it */
 } permd_mixture_def;
 
 /* Register (or confirm) mixture `name` over registered datasets. length 0:

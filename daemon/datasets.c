@@ -25,6 +25,7 @@ static void pd_dataset_msg(const pd_dataset *d, Permd__V1__Dataset *m)
     m->window = d->window;
     m->lanes = d->lanes;
     m->layout_hash = d->layout_hash;
+    m->definition = pd_dataset_definition(d);
 }
 
 static void pd_send_dataset(pd_session *s, uint64_t id, const pd_dataset *d, int created)

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/mixture.h"
+#include "core/shards.h"
 
 int pd_mixdef_alloc(const char *name, uint32_t components, uint32_t stages, pd_mixdef **out)
 {
@@ -105,6 +106,40 @@ int pd_mixdef_compare(const pd_mixdef *a, const pd_mixdef *b)
         memcmp(a->weights, b->weights, (size_t)a->stages * a->components * sizeof *a->weights))
         return 0;
     return b->stages == a->stages ? 1 : 2;
+}
+
+uint64_t pd_definition_add(uint64_t h, uint64_t word)
+{
+    const uint64_t pair[2] = {h, word};
+    return pd_shard_layout_hash(pair, 2); /* a hash of a sequence of words: core's, for one mixing function */
+}
+
+uint64_t pd_definition_done(uint64_t h)
+{
+    return h ? h : 1;
+}
+
+uint64_t pd_mixdef_hash(const pd_mixdef *d)
+{
+    uint64_t h = pd_definition_add(0, UINT64_C(0x4d4958)); /* "MIX": never a dataset's */
+    h = pd_definition_add(h, d->components);
+    h = pd_definition_add(h, d->length);
+    h = pd_definition_add(h, d->block);
+    for (uint32_t j = 0; j < d->components; j++) {
+        const pd_mixcomp *c = &d->comp[j];
+        h = pd_definition_add(h, c->size);
+        h = pd_definition_add(h, c->shards);
+        h = pd_definition_add(h, c->window);
+        h = pd_definition_add(h, c->lanes);
+        h = pd_definition_add(h, c->layout_hash);
+    }
+    h = pd_definition_add(h, d->stages);
+    for (uint32_t k = 0; k < d->stages; k++) {
+        h = pd_definition_add(h, d->starts[k]);
+        for (uint32_t j = 0; j < d->components; j++)
+            h = pd_definition_add(h, d->weights[(size_t)k * d->components + j]);
+    }
+    return pd_definition_done(h);
 }
 
 /* ---- Encoding: "PDMX" 1, C, S, L, B, then per component its name (length-prefixed) and record,

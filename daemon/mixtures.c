@@ -24,6 +24,7 @@ static int pd_mixture_msg(pd_session *s, const pd_mixdef *d, Permd__V1__Mixture 
     m->size = d->size;
     m->id_width = pd_id_width(d->size);
     m->created_unix_ms = d->created_ms;
+    m->definition = d->definition;
     char **names = pd_arena_alloc(a, C * sizeof *names);
     uint64_t *sizes = pd_arena_alloc(a, C * sizeof *sizes);
     uint64_t *shards = pd_arena_alloc(a, C * sizeof *shards), *windows = pd_arena_alloc(a, C * sizeof *windows);

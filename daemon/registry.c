@@ -351,6 +351,7 @@ static size_t pd_mix_find(const pd_registry *r, const char *name, int *found)
 /* Put d (the table takes the caller's reference) at `at`, or in place of the one there (replace). */
 static int pd_mix_insert(pd_registry *r, size_t at, pd_mixdef *d, int replace)
 {
+    d->definition = pd_mixdef_hash(d); /* before any request can see d */
     if (replace) {
         pd_mixdef_release(r->mixes[at]);
         r->mixes[at] = d;
@@ -601,6 +602,19 @@ void pd_registry_close(pd_registry *r)
         pd_layout_release(r->sets[i].layout);
     free(r->sets);
     free(r);
+}
+
+uint64_t pd_dataset_definition(const pd_dataset *d)
+{
+    uint64_t h = pd_definition_add(0, UINT64_C(0x534554)); /* "SET" */
+    h = pd_definition_add(h, d->size);
+    if (d->shards) { /* a flat dataset's window and lanes mean nothing */
+        h = pd_definition_add(h, d->shards);
+        h = pd_definition_add(h, d->window);
+        h = pd_definition_add(h, d->lanes);
+        h = pd_definition_add(h, d->layout_hash);
+    }
+    return pd_definition_done(h);
 }
 
 int pd_registry_declare(pd_registry *r, const char *name, uint64_t size, char *err, size_t errlen)

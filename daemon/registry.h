@@ -59,6 +59,10 @@ uint64_t pd_registry_layout_bytes(pd_registry *r);
 size_t pd_registry_skipped(pd_registry *r);
 void pd_registry_close(pd_registry *r);
 
+/* d's definition hash (the protocol's Dataset.definition, daemon/mixdef.h's pd_definition_add): its
+ * size, and a sharded one's shard count, default K and G and layout hash; not its name. */
+uint64_t pd_dataset_definition(const pd_dataset *d);
+
 /* Declare a config dataset (startup only). PD_ECONFLICT, said in err, when the store or an earlier
  * declaration has another size or a sharded layout, or a stored mixture has the name (one namespace:
  * a request on it would reach the dataset first). */

@@ -83,7 +83,7 @@ int pd_reply_slice(pd_session *s, uint64_t id, const Permd__V1__Slice *m, int lo
     }
     pd_slice_req q = {.dataset = m->dataset, .seed = m->seed, .epoch = m->epoch, .world = m->world,
                       .rank = m->rank, .offset = m->offset, .window = m->window, .lanes = m->lanes,
-                      .locations = locations};
+                      .locations = locations, .definition = m->definition};
     q.mode = pd_wire_mode_to_pd(m->mode, &mode) ? -1 : mode;
     if ((rc = pd_target_resolve(s->svc->reg, s->svc->plans, &q, t, msg, sizeof msg)))
         pd_reply_error(s, id, rc, "%s", msg);

@@ -56,6 +56,7 @@ struct pd_batch {
     uint8_t *payload;
     size_t frame_len;
     int rc;
+    char msg[200]; /* why rc, for the client, when it is not a generation failure */
 };
 
 static void pd_stream_ring_put(pd_session *s, pd_ring *r);
@@ -160,6 +161,10 @@ static void pd_batch_run(pd_job *job)
     pd_batch *b = (pd_batch *)job;
     pd_stream *st = b->st;
     uint64_t got;
+    /* Its name must still have the definition the stream resolved: never a batch of a deleted or re-defined
+     * dataset or mixture (the stream's plan would keep serving the old one). */
+    if ((b->rc = pd_target_current(st->s->svc->reg, &st->t, b->msg, sizeof b->msg)))
+        return;
     b->rc = pd_target_generate(st->s->svc->backend, &st->t, &b->slice, b->count, b->payload, &got);
     if (b->rc == 0 && got != b->count)
         b->rc = PD_EINTERNAL;
@@ -175,7 +180,10 @@ static int pd_stream_deliver(pd_stream *st)
         st->ready = b->next;
         st->send_seq++;
         if (b->rc) {
-            pd_reply_error(s, st->id, PD_EINTERNAL, "generation failed: %s", pd_strerror(b->rc));
+            if (b->msg[0])
+                pd_reply_error(s, st->id, b->rc, "%s", b->msg);
+            else
+                pd_reply_error(s, st->id, PD_EINTERNAL, "generation failed: %s", pd_strerror(b->rc));
             pd_batch_free(b);
             pd_stream_stop(st);
             return 1;
@@ -311,7 +319,14 @@ static void pd_stream_produce(pd_stream *st)
         /* Inline only in order (nothing in flight) and within the loop's budget. */
         int inl = st->inflight == 0 && !st->ready && count <= PD_STREAM_INLINE_MAX && !pd_target_may_block(&st->t) &&
                   pd_loop_take_inline(s->loop, pd_target_cost(&st->t, count));
-        int rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
+        char msg[200];
+        int rc = inl ? pd_target_current(s->svc->reg, &st->t, msg, sizeof msg) : 0; /* a job checks its own */
+        if (rc) { /* nothing in flight: the error comes after every batch sent */
+            pd_reply_error(s, st->id, rc, "%s", msg);
+            pd_stream_stop(st);
+            return;
+        }
+        rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
         if (rc) {
             pd_reply_error(s, st->id, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));
             pd_stream_stop(st);

@@ -166,6 +166,7 @@ int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, 
     pd_mixdef *def = NULL;
     int rc = PD_EINVAL;
     t->plan = NULL;
+    t->definition = 0;
     t->mixture = 0;
     t->epoch = q->epoch;
     if (pd_name_check(q->dataset)) {
@@ -175,6 +176,15 @@ int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, 
     if (pd_registry_get(reg, q->dataset, &t->ds) && pd_registry_mixture(reg, q->dataset, &def)) {
         snprintf(msg, len, "dataset '%s' does not exist", q->dataset);
         return PD_ENOTFOUND;
+    }
+    t->definition = def ? def->definition : pd_dataset_definition(&t->ds);
+    if (q->definition && q->definition != t->definition) {
+        snprintf(msg, len,
+                 "'%s' was re-defined since the client read it (definition %016llx, now %016llx): read its definition "
+                 "again",
+                 q->dataset, (unsigned long long)q->definition, (unsigned long long)t->definition);
+        pd_mixdef_release(def);
+        return PD_ECONFLICT;
     }
     if (q->world == 0)
         snprintf(msg, len, "slice.world must be at least 1");
@@ -188,6 +198,24 @@ int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, 
         rc = pd_target_resolve_set(reg, plans, q, t, msg, len);
     pd_mixdef_release(def);
     return rc;
+}
+
+int pd_target_current(pd_registry *reg, const pd_target *t, char *msg, size_t len)
+{
+    pd_dataset d;
+    pd_mixdef *def = NULL;
+    uint64_t now;
+    if (t->mixture ? pd_registry_mixture(reg, t->ds.name, &def) : pd_registry_get(reg, t->ds.name, &d)) {
+        snprintf(msg, len, "'%s' was deleted", t->ds.name);
+        return PD_ENOTFOUND;
+    }
+    now = def ? def->definition : pd_dataset_definition(&d);
+    pd_mixdef_release(def);
+    if (now == t->definition)
+        return 0;
+    snprintf(msg, len, "'%s' was re-defined (definition %016llx, now %016llx)", t->ds.name,
+             (unsigned long long)t->definition, (unsigned long long)now);
+    return PD_ECONFLICT;
 }
 
 uint64_t pd_target_next_offset(const pd_target *t, uint64_t offset, uint64_t got)

@@ -20,6 +20,8 @@ typedef struct pd_slice_req {
     uint64_t window;  /* sharded datasets: K and G overrides; 0 = the dataset's */
     uint32_t lanes;
     int locations;    /* (shard, offset) pairs instead of ids */
+    uint64_t definition; /* the definition hash the client read (pd_dataset_definition, pd_mixdef_hash); 0:
+                          * unchecked */
 } pd_slice_req;
 
 /* A slice checked against the registry and ready to generate. */
@@ -33,6 +35,7 @@ typedef struct pd_target {
     unsigned width;         /* bytes per item on the wire: 4 or 8 (ids), 16 (locations) */
     uint64_t epoch_len;     /* T */
     uint64_t remaining;     /* ids the rank has left after slice.offset */
+    uint64_t definition;    /* the resolved definition's hash, for a stream's later checks (pd_target_current) */
 } pd_target;
 
 /* Resolve q: a dataset, or a mixture (docs/mixtures.md). PD_EINVAL, PD_ENOTFOUND or PD_ECONFLICT
@@ -51,6 +54,10 @@ int pd_target_plan(pd_registry *reg, pd_plans *plans, const pd_dataset *d, uint6
  * PD_ECONFLICT with a message when one changed). */
 int pd_target_mix_plan(pd_registry *reg, pd_plans *plans, pd_mixdef *def, uint64_t seed, pd_plan **out, char *msg,
                        size_t len);
+
+/* 0 while t's name still has the definition t resolved; else PD_ENOTFOUND (gone) or PD_ECONFLICT
+ * (re-defined) with a message: a stream asks before each batch. */
+int pd_target_current(pd_registry *reg, const pd_target *t, char *msg, size_t len);
 
 /* Drop what resolve acquired (the plan reference). */
 void pd_target_release(pd_target *t);

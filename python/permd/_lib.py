@@ -11,13 +11,15 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 class Dataset(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 129), ("size", ctypes.c_uint64), ("id_width", ctypes.c_uint32),
                 ("from_config", ctypes.c_uint32), ("created_unix_ms", ctypes.c_int64), ("shards", ctypes.c_uint64),
-                ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32), ("layout_hash", ctypes.c_uint64)]
+                ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32), ("layout_hash", ctypes.c_uint64),
+                ("definition", ctypes.c_uint64)]
 
 
 class Slice(ctypes.Structure):
     _fields_ = [("dataset", ctypes.c_char_p), ("seed", ctypes.c_uint64), ("epoch", ctypes.c_uint64),
                 ("world", ctypes.c_uint32), ("rank", ctypes.c_uint32), ("mode", ctypes.c_uint32),
-                ("offset", ctypes.c_uint64), ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32)]
+                ("offset", ctypes.c_uint64), ("window", ctypes.c_uint64), ("lanes", ctypes.c_uint32),
+                ("definition", ctypes.c_uint64)]
 
 
 class MixtureDef(ctypes.Structure):  # permd_mixture_def: a mixture registered on the daemon
@@ -29,7 +31,7 @@ class MixtureDef(ctypes.Structure):  # permd_mixture_def: a mixture registered o
                 ("component_shards", ctypes.POINTER(ctypes.c_uint64)),
                 ("component_windows", ctypes.POINTER(ctypes.c_uint64)),
                 ("component_lanes", ctypes.POINTER(ctypes.c_uint32)),
-                ("component_layout_hashes", ctypes.POINTER(ctypes.c_uint64))]
+                ("component_layout_hashes", ctypes.POINTER(ctypes.c_uint64)), ("definition", ctypes.c_uint64)]
 
 
 class Digest(ctypes.Structure):
@@ -88,7 +90,7 @@ def _load():
         "from a tree where build/lib/libpermd.so exists.")
 
 
-ABI_VERSION = 3  # client/permd.h's PERMD_ABI_VERSION: the struct layouts mirrored in this file
+ABI_VERSION = 4  # client/permd.h's PERMD_ABI_VERSION: the struct layouts mirrored in this file
 
 
 def _check_abi(library, path):

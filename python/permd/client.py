@@ -12,7 +12,8 @@ except ImportError:
 
 def _dataset_dict(d):
     out = {"name": d.name.decode(), "size": d.size, "id_width": d.id_width, "from_config": bool(d.from_config),
-           "created_unix_ms": d.created_unix_ms, "shards": d.shards}
+           "created_unix_ms": d.created_unix_ms, "shards": d.shards,
+           "definition": d.definition or None}  # None: a permd that does not send it
     if d.shards:
         out.update(window=d.window, lanes=d.lanes)
         if d.layout_hash:  # 0: a permd that does not send it (a real hash of 0 has odds of 2^-64)
@@ -26,7 +27,7 @@ def _mixture_dict(d):
             "component_sizes": d.component_sizes[:n],
             "stages": [(d.stage_starts[k], d.weights[k * n:(k + 1) * n]) for k in range(s)],
             "length": d.length, "block": d.block, "size": d.size, "id_width": d.id_width,
-            "created_unix_ms": d.created_unix_ms,
+            "created_unix_ms": d.created_unix_ms, "definition": d.definition or None,
             # each component's layout when the mixture was put (None from a permd that does not send it)
             "component_layouts": None if not d.component_shards else
             [dict({"shards": d.component_shards[j], "window": d.component_windows[j], "lanes": d.component_lanes[j]},
@@ -262,22 +263,25 @@ class Client:
     # ---- ids
 
     @staticmethod
-    def _slice(name, seed, epoch, world, rank, mode, offset, window=None, lanes=None):
+    def _slice(name, seed, epoch, world, rank, mode, offset, window=None, lanes=None, definition=None):
         if not isinstance(name, str) or not name:
             raise TypeError("dataset name must be a non-empty string")
         world = _args.integer("world", world, 1, _args.U32_MAX)
         return _lib.Slice(name.encode(), _args.integer("seed", seed), _args.integer("epoch", epoch), world,
                           _args.integer("rank", rank, 0, world - 1), _lib.MODES[_args.mode(mode)],
                           _args.integer("offset", offset), _args.integer("window", window or 0),
-                          _args.integer("lanes", lanes or 0, 0, _args.U32_MAX))
+                          _args.integer("lanes", lanes or 0, 0, _args.U32_MAX),
+                          _args.integer("definition", definition or 0))
 
     def fetch(self, name, seed, epoch, world, rank, mode="exact", offset=0, count=None, *, locations=False,
-              window=None, lanes=None):
+              window=None, lanes=None, definition=None):
         """The rank's next ids (at most count, default the server's max_count): a numpy array
         (uint32 for datasets up to 2**32 samples) or a list; and the offset that follows them.
         Sharded datasets: locations=True returns ((shards, offsets), next_offset); window and
-        lanes override the dataset's K and G."""
-        s = self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes)
+        lanes override the dataset's K and G. definition: the "definition" of get_dataset() or
+        get_mixture(); then a name re-defined since raises Conflict instead of serving other ids
+        (stream and digest take it too)."""
+        s = self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes, definition)
         count = self.max_count if count is None else _args.integer("count", count, 0, self.max_count)
         if locations:
             got, nxt = ctypes.c_uint64(), ctypes.c_uint64()
@@ -317,16 +321,17 @@ class Client:
         return ids, nxt.value
 
     def stream(self, name, seed, epoch, world, rank, mode="exact", offset=0, batch=65536, max_count=0, *,
-               window=None, lanes=None):
+               window=None, lanes=None, definition=None):
         """Iterate over the rank's ids in batches (numpy arrays, or lists without numpy). The
         iterator's .offset is the checkpoint after the batches handed out so far."""
-        return _Stream(self, self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes),
+        return _Stream(self, self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes, definition),
                        _args.integer("batch", batch, 1, self.max_count), _args.integer("max_count", max_count))
 
-    def digest(self, name, seed, epoch, world, rank, mode="exact", offset=0, *, window=None, lanes=None):
+    def digest(self, name, seed, epoch, world, rank, mode="exact", offset=0, *, window=None, lanes=None,
+               definition=None):
         """The daemon's digest {count, sum, hash} of everything the rank has left from offset: equal
         to permd.digest(ids) of the ids it then receives, exactly when each arrives exactly once."""
-        s = self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes)
+        s = self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes, definition)
         d = _lib.Digest()
         _lib.check(_lib.digest_slice(self._handle(), ctypes.byref(s), ctypes.byref(d)), "digest", self._c)
         return {"count": d.count, "sum": d.sum, "hash": d.hash}
@@ -389,6 +394,7 @@ class _Stream:
     def __init__(self, client, s, batch, max_count):
         self._client = client
         self._slice = s  # keeps the dataset name's bytes alive while the stream is open
+        self._st = None  # until it opens: close() and __del__ find nothing to close
         handle = ctypes.c_void_p()
         rc = _lib.stream_open(client._handle(), ctypes.byref(s), batch, max_count, ctypes.byref(handle))
         _lib.check(rc, "stream", client._c)

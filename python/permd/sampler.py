@@ -5,7 +5,7 @@ import ctypes
 
 from . import _args, _lib
 from . import mixture as _mixture
-from .errors import NotFound
+from .errors import Conflict, NotFound
 
 try:
     import numpy as np
@@ -81,6 +81,7 @@ class Sampler(_Base):
         if (client is None) != (name is None):
             raise ValueError("client= and name= go together")
         info = None  # the daemon's dataset
+        self._definition = None  # the daemon's definition hash of what this sampler reads (None: offline, unchecked)
         if mixture is not None:
             if not isinstance(mixture, _mixture.Mixture):
                 raise TypeError("mixture must be a permd.Mixture (a mixture on the daemon: client= and name=)")
@@ -92,6 +93,7 @@ class Sampler(_Base):
             mix_size, self._length = mixture.size, mixture.length
         elif client is not None:
             info, mixdef = _lookup(client, name)
+            self._definition = (mixdef if mixdef is not None else info).get("definition")
             if mixdef is not None:
                 self.mixture = client._mixture_identity(mixdef)
                 mix_size, self._length = mixdef["size"], mixdef["length"]
@@ -279,8 +281,16 @@ class Sampler(_Base):
         if self.size == 0:
             return [], offset
         if self.client is not None:  # a dataset's or a mixture's name: the same request
-            return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode,
-                                     offset, count, window=self.window, lanes=self.lanes)
+            try:
+                return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode,
+                                         offset, count, window=self.window, lanes=self.lanes,
+                                         definition=self._definition)
+            except Conflict:
+                if self._definition is None or not self._reread(epoch, offset):
+                    raise  # not a new definition (a mixture's component re-created: the daemon said which)
+                return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode,
+                                         offset, count, window=self.window, lanes=self.lanes,
+                                         definition=self._definition)
         if self._mix is not None:
             ids = self._mixture_at(epoch).rank(self.num_replicas, self.rank, self.mode, offset, count)
             return ids, min(offset + len(ids) * self.num_replicas, self._epoch_length())
@@ -308,6 +318,29 @@ class Sampler(_Base):
         # the offset after these ids, kept ≤ T (past T a request is an error, v1 §5)
         return (out[:n] if np is not None else list(out)[:n]), min(offset + n * self.num_replicas,
                                                                    self._epoch_length())
+
+    def _reread(self, epoch, offset):
+        """After a Conflict: whether the daemon's definition of this sampler's name changed since it was read,
+        and this sampler may go on under the new one. A mixture whose stages before this pass's position are
+        unchanged (stages appended past what was read: re-weighting while the job runs) goes on, and its states
+        then record the new definition; anything else (other components, length or block, other stages before
+        the position, a re-defined dataset) is a ValueError: ids of another definition would mix into this
+        epoch."""
+        if self.mixture is None:
+            if self.client.get_dataset(self.name).get("definition") == self._definition:
+                return False
+            raise ValueError(f"dataset {self.name!r} was deleted and put again otherwise on the daemon since this "
+                             "sampler read it (another size or shard layout): its ids would not continue this epoch")
+        d = self.client.get_mixture(self.name)
+        if d.get("definition") == self._definition:
+            return False
+        current = self.client._mixture_identity(d)
+        try:
+            _mixture.check_resume(self.mixture, current, epoch * self._length + min(offset, self._length))
+        except ValueError as e:
+            raise ValueError(f"mixture {self.name!r} changed on the daemon under this sampler: {e}") from None
+        self.mixture, self._definition = current, d.get("definition")
+        return True
 
     def _epoch_length(self):
         """T: the positions of an epoch (spec v1 §5, n = N, or L for a mixture), the same for every epoch."""
@@ -434,7 +467,8 @@ class Sampler(_Base):
         if seed != self.seed:
             raise ValueError(f"the state was saved with seed {seed}, this mixture sampler has seed {self.seed}")
         if self.client is not None:
-            self.mixture = self.client._mixture_identity(self.client.get_mixture(self.name))
+            d = self.client.get_mixture(self.name)
+            self.mixture, self._definition = self.client._mixture_identity(d), d.get("definition")
         _mixture.check_resume(state["mixture"], self.mixture, _mixture.run_position(state))
         self._epoch_checked(epoch)
 

@@ -260,6 +260,64 @@ static void test_component_changed_under_it(void **state)
     harness_cleanup(&h);
 }
 
+/* Requests naming the definition they read (permd_slice.definition) are refused once the name is re-defined,
+ * and an open stream ends with a typed error at its next batch instead of serving a deleted dataset. */
+static void test_definitions(void **state)
+{
+    (void)state;
+    harness h;
+    permd_client *c;
+    setup_datasets(&h, &c);
+    permd_dataset a, a2;
+    assert_int_equal(permd_get_dataset(c, "a", &a), 0);
+    assert_true(a.definition != 0);
+    permd_mixture_def *d, *d2;
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, weights1, 1, 0, 0, &d, NULL), 0);
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts2, weights2, 2, 0, 0, &d2, NULL), 0);
+    assert_true(d->definition != 0 && d2->definition != d->definition); /* an appended stage */
+    uint32_t ids[8];
+    uint64_t got, next;
+    permd_slice s = {.dataset = "m", .seed = 1, .world = 1, .mode = PERMD_MODE_EXACT, .definition = d->definition};
+    assert_int_equal(permd_fetch_u32(c, &s, 8, ids, &got, &next), PERMD_ECONFLICT);
+    assert_non_null(strstr(permd_last_error(c), "re-defined"));
+    s.definition = d2->definition;
+    assert_int_equal(permd_fetch_u32(c, &s, 8, ids, &got, &next), 0);
+    s.definition = 0; /* unchecked */
+    assert_int_equal(permd_fetch_u32(c, &s, 8, ids, &got, &next), 0);
+    permd_mixture_def_free(d);
+    permd_mixture_def_free(d2);
+
+    /* A stream on dataset "a" (flat) whose name is deleted and put again with another size: batches sent
+     * before, then PERMD_ECONFLICT; never a batch of the new dataset's ids (they would be below 10). */
+    assert_int_equal(permd_delete_mixture(c, "m"), 0);
+    permd_client *c2;
+    assert_int_equal(permd_connect_unix(h.sock, &c2), 0);
+    permd_slice sa = {.dataset = "a", .seed = 1, .world = 1, .mode = PERMD_MODE_EXACT, .definition = a.definition};
+    permd_stream *st;
+    assert_int_equal(permd_stream_open(c, &sa, 10, 0, &st), 0);
+    const void *batch;
+    uint32_t width;
+    uint64_t count, seen = 0;
+    assert_int_equal(permd_stream_next(st, &batch, &width, &count), 0);
+    seen += count;
+    assert_int_equal(permd_delete_dataset(c2, "a"), 0);
+    assert_int_equal(permd_put_dataset(c2, "a", 10, &a2, NULL), 0);
+    assert_true(a2.definition != a.definition);
+    int rc;
+    while ((rc = permd_stream_next(st, &batch, &width, &count)) == 0 && count)
+        seen += count; /* batches generated before the change */
+    assert_int_equal(rc, PERMD_ECONFLICT);
+    assert_non_null(strstr(permd_last_error(c), "re-defined"));
+    assert_true(seen < 1000);
+    permd_stream_close(st);
+    sa.definition = a2.definition; /* the new one, read again: served */
+    assert_int_equal(permd_fetch_u32(c, &sa, 8, ids, &got, &next), 0);
+    assert_int_equal(got, 8);
+    permd_close(c2);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
 static void test_sharded_component(void **state)
 {
     (void)state;
@@ -293,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_stages_and_persistence),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_component_changed_under_it),
+        cmocka_unit_test(test_definitions),
         cmocka_unit_test(test_sharded_component),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -190,6 +190,75 @@ class OnTheDaemon(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "stages before"):
             s.load_state_dict(late)
 
+    def test_a_stage_appended_while_a_pass_runs(self):
+        # docs/mixtures.md: stages may be added while a job runs, past what every rank has fetched. The samplers
+        # go on under the new definition (every Fetch names the definition it read; the daemon refuses a stale
+        # one and the sampler reads it again), and their states record the stage they trained through.
+        self.put("live", [7, 2, 1], length=4000)
+        ranks = [permd.Sampler(num_replicas=2, rank=r, seed=5, mode="exact", client=self.c, name="live")
+                 for r in range(2)]
+        its = [iter(s) for s in ranks]
+        first = [[next(it) for _ in range(100)] for it in its]  # positions below 512 fetched (a chunk of 256)
+        self.put("live", [7, 2, 1], length=4000, stages=[(3008, [1, 1, 8])])
+        rest = [[next(it) for _ in range(1600)] for it in its]  # past run position 3008
+        state = ranks[0].state_dict()
+        self.assertEqual(state["offset"], 3400)
+        self.assertEqual(state["mixture"]["stages"], [[0, [7, 2, 1]], [3008, [1, 1, 8]]])
+        offline = permd.Mixture(5, 0, self.sizes, [7, 2, 1], length=4000, stages=[(3008, [1, 1, 8])])
+        for r in range(2):
+            self.assertEqual(first[r] + rest[r], offline.rank(2, r, "exact", 0, 1700).tolist(), r)
+        fresh = permd.Sampler(num_replicas=3, rank=0, seed=5, mode="exact", client=self.c, name="live")
+        fresh.load_state_dict(state)  # before, the state lacked the stage and was refused here
+        self.assertEqual(list(fresh), offline.rank(3, 0, "exact", 3400).tolist())
+
+    def test_a_mixture_re_created_under_a_running_sampler(self):
+        self.put("swap", [1, 1, 1], length=3000)
+        s = permd.Sampler(num_replicas=1, rank=0, seed=2, mode="exact", client=self.c, name="swap")
+        it = iter(s)
+        [next(it) for _ in range(300)]  # 256, then a chunk of 8192 fetched: all 3000 positions
+        s2 = permd.Sampler(num_replicas=2, rank=0, seed=2, mode="exact", client=self.c, name="swap")
+        it2 = iter(s2)
+        next(it2)  # 256 ids fetched of 1500
+        self.c.delete_mixture("swap")
+        self.put("swap", [5, 5, 5], length=3000)  # the same proportions, other weights: another order
+        with self.assertRaisesRegex(ValueError, "changed on the daemon under this sampler"):
+            list(it2)  # before, it went on with the new mixture's ids, and its states claimed the old one
+        # the same definition put again: the same ids, nothing refused
+        self.c.delete_mixture("swap")
+        self.put("swap", [1, 1, 1], length=3000)
+        s3 = permd.Sampler(num_replicas=1, rank=0, seed=2, mode="exact", client=self.c, name="swap")
+        it3 = iter(s3)
+        head = [next(it3) for _ in range(10)]
+        self.c.delete_mixture("swap")
+        self.put("swap", [1, 1, 1], length=3000)
+        self.assertEqual(head + list(it3), permd.Mixture(2, 0, self.sizes, [1, 1, 1], length=3000).rank(
+            1, 0, "exact").tolist())
+
+    def test_fetch_names_the_definition(self):
+        d = self.put("named", [1, 2, 3], length=700)
+        self.assertIsInstance(d["definition"], int)
+        ids, _ = self.c.fetch("named", 1, 0, 1, 0, count=5, definition=d["definition"])
+        self.assertEqual(len(ids), 5)
+        more = self.put("named", [1, 2, 3], length=700, stages=[(640, [1, 0, 0])])
+        self.assertNotEqual(more["definition"], d["definition"])
+        with self.assertRaisesRegex(permd.Conflict, "re-defined"):
+            self.c.fetch("named", 1, 0, 1, 0, count=5, definition=d["definition"])
+        with self.assertRaisesRegex(permd.Conflict, "re-defined"):
+            self.c.digest("named", 1, 0, 1, 0, definition=d["definition"])
+        with self.assertRaisesRegex(permd.Conflict, "re-defined"):
+            list(self.c.stream("named", 1, 0, 1, 0, definition=d["definition"]))
+        self.c.fetch("named", 1, 0, 1, 0, count=5)  # unchecked, as before
+        self.c.fetch("named", 1, 0, 1, 0, count=5, definition=more["definition"])
+        # a dataset's: its size and layout, not its name or creation time
+        a = self.c.put_dataset("def_a", 77)
+        b = self.c.put_dataset("def_b", 77)
+        self.assertEqual(a["definition"], b["definition"])
+        self.c.delete_dataset("def_a")
+        self.c.put_dataset("def_a", 78)
+        with self.assertRaisesRegex(permd.Conflict, "re-defined"):
+            self.c.fetch("def_a", 1, 0, 1, 0, count=5, definition=a["definition"])
+        self.assertNotEqual(self.c.get_dataset("books")["definition"], a["definition"])
+
     def test_inverse_mixture(self):
         stages = [(320, [1, 0, 1])]
         self.put("inv", [1, 1, 1], length=450, stages=stages)
