@@ -99,8 +99,10 @@ static const pd_opt pd_opts[] = {
            "Most ids in one Fetch reply, one Stream batch or one Inverse request."),
     PD_OPT(max_digest, PD_OPT_U64, "1073741824", 1, UINT64_C(1) << 63,
            "Most ids one Digest request may cover: a worker generates them all (about\n"
-           "10 ns an id), and a client cannot stop it once asked. Clients digest longer\n"
-           "slices in parts; libpermd does it for them."),
+           "10 ns an id; a mixture's several times that), and a client cannot stop it\n"
+           "once asked but by closing its connection (the work stops at the next\n"
+           "job_slice_ids). Clients digest longer slices in parts; libpermd does it for\n"
+           "them."),
     PD_OPT(max_shards, PD_OPT_U64, "16777216", 1, PD_SHARDS_MAX,
            "Most shards a sharded dataset may have (its upload is held in memory, 8\n"
            "bytes a shard, until it is complete)."),

@@ -218,6 +218,19 @@ int pd_conn_cancelled(const pd_conn *c)
     return atomic_load_explicit(&c->cancel, memory_order_relaxed);
 }
 
+int pd_conn_peer_gone(pd_conn *c)
+{
+    int fd;
+    char b;
+    if (c->eof)
+        return 1;
+    if (pd_conn_fd(c, &fd))
+        return 0;
+    /* A peek: pipelined requests stay where they are for the reader. */
+    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame)
 {
     c->in.max_frame = max_frame;

@@ -108,6 +108,11 @@ const char *pd_conn_peer(pd_conn *c);
 int pd_conn_open(const pd_conn *c);
 /* Closed, or permd is stopping: long jobs give up (any thread). */
 int pd_conn_cancelled(const pd_conn *c);
+
+/* Whether the peer has closed or reset its end, looked at now: a connection busy with a long request
+ * reads nothing meanwhile, so its EOF would wait for the request to end (a job that runs in turns asks
+ * between them, pd_job_continue). 0 for memory connections and while unsure. */
+int pd_conn_peer_gone(pd_conn *c);
 /* Change the frame limit (e.g. while the peer is not authenticated). */
 void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame);
 /* Expire the connection at at_ms (pd_clock_ms; 0: never), e.g. until it authenticates. */

@@ -2,6 +2,7 @@
 #include "daemon/job.h"
 
 #include "core/error.h"
+#include "daemon/log.h"
 
 static void pd_job_run(uv_work_t *req)
 {
@@ -20,6 +21,12 @@ int pd_job_continue(pd_job *job)
 {
     if (job != pd_job_in_done)
         return PD_EINVAL;
+    if (pd_conn_peer_gone(job->conn)) { /* nobody to answer: stop here, and close (it read nothing meanwhile) */
+        pd_log_info("conn_gone", "conn=%llu msg=\"the peer left during a long request: its work stops\"",
+                    (unsigned long long)pd_conn_serial(job->conn));
+        pd_conn_close(job->conn);
+        return PD_ECLOSED;
+    }
     if (uv_queue_work(pd_conn_loop(job->conn), &job->req, pd_job_run, pd_job_after))
         return PD_EINTERNAL;
     pd_job_again = 1;

@@ -176,6 +176,37 @@ static void test_stop_cancels_digest(void **state)
     harness_cleanup(&big);
 }
 
+/* A client that leaves during a long digest: the work stops at the next turn of the job (permd reads nothing from a
+ * busy connection, so it asks the socket between turns), instead of running to the end for nobody. */
+static void test_peer_gone_stops_digest(void **state)
+{
+    (void)state;
+    harness big;
+    harness_init(&big);
+    const char *extra[] = {"--max-digest", "9223372036854775808", "--job-slice-ids", "65536", NULL};
+    assert_int_equal(harness_start(&big, 0, extra, NULL), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(big.sock, &c), 0);
+    assert_int_equal(permd_put_dataset(c, "huge", UINT64_C(1) << 40, NULL, NULL), 0);
+
+    int fd = raw_connect_unix(big.sock);
+    send_digest(fd, 2, "huge", 1, 0, 0, 0); /* hours of work */
+    usleep(200 * 1000);
+    close(fd);
+    int gone = 0;
+    for (int i = 0; i < 200 && !(gone = harness_log_contains(&big, "conn_gone")); i++)
+        usleep(50 * 1000);
+    assert_true(gone);
+    /* the pool is free again: another client's request is answered */
+    permd_digest d;
+    permd_slice s = {.dataset = "huge", .seed = 1, .world = 1 << 20, .mode = PERMD_MODE_EXACT};
+    assert_int_equal(permd_digest_slice(c, &s, &d), 0);
+    assert_int_equal(d.count, UINT64_C(1) << 20);
+    permd_close(c);
+    assert_true(harness_exited_with(harness_stop(&big, SIGTERM), 0));
+    harness_cleanup(&big);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -183,6 +214,7 @@ int main(void)
         cmocka_unit_test(test_too_large),
         cmocka_unit_test(test_client_adds_parts),
         cmocka_unit_test(test_stop_cancels_digest),
+        cmocka_unit_test(test_peer_gone_stops_digest),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
