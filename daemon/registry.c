@@ -19,7 +19,8 @@
 #include "daemon/clock.h"
 #include "daemon/log.h"
 
-#define PD_REGISTRY_SCHEMA 3 /* PRAGMA user_version of the current schema (2: shard layouts, 3: mixtures) */
+#define PD_REGISTRY_SCHEMA 4 /* PRAGMA user_version of the current schema (2: shard layouts, 3: mixtures,
+                              * 4: row checksums) */
 
 /* A dataset and, when sharded, its layout (the table owns one reference). */
 typedef struct pd_entry {
@@ -236,10 +237,57 @@ static uint8_t *pd_layout_to_blob(const pd_layout *l, size_t *bytes)
     return b;
 }
 
+/* ---- Row checksums: SQLite checks its pages' structure, not the values in them; a bit flipped in a size, a
+ * shard layout or a mixture's weights would load and serve other ids. Each row carries FNV-1a over its
+ * columns (schema 4); a row whose sum does not match is not served. Rows written before schema 4 have none. */
+
+static uint64_t pd_fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+static uint64_t pd_fnv_u64(uint64_t h, uint64_t v)
+{
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (uint8_t)(v >> (8 * i));
+    return pd_fnv(h, le, sizeof le);
+}
+
+static int64_t pd_dataset_row_sum(const char *name, int64_t size, int64_t created_ms, const void *shards,
+                                  size_t shards_len, int64_t window, int64_t lanes)
+{
+    uint64_t h = pd_fnv(UINT64_C(0xcbf29ce484222325), name, strlen(name) + 1);
+    h = pd_fnv_u64(h, (uint64_t)size);
+    h = pd_fnv_u64(h, (uint64_t)created_ms);
+    h = pd_fnv_u64(h, shards ? shards_len : UINT64_MAX); /* NULL (flat) is not an empty blob */
+    h = pd_fnv(h, shards, shards ? shards_len : 0);
+    h = pd_fnv_u64(h, (uint64_t)window);
+    return (int64_t)pd_fnv_u64(h, (uint64_t)lanes);
+}
+
+static int64_t pd_mixture_row_sum(const char *name, const void *def, size_t def_len, int64_t created_ms)
+{
+    uint64_t h = pd_fnv(UINT64_C(0xcbf29ce484222325), name, strlen(name) + 1);
+    h = pd_fnv_u64(h, def_len);
+    h = pd_fnv(h, def, def_len);
+    return (int64_t)pd_fnv_u64(h, (uint64_t)created_ms);
+}
+
+/* Whether column `col` of row st holds sum (or NULL: a row from before checksums). */
+static int pd_row_sum_ok(sqlite3_stmt *st, int col, int64_t sum)
+{
+    return sqlite3_column_type(st, col) == SQLITE_NULL || sqlite3_column_int64(st, col) == sum;
+}
+
 static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(r->db, "SELECT name, size, created_ms, shards, window, lanes FROM datasets ORDER BY name",
+    int rc = sqlite3_prepare_v2(r->db,
+                                "SELECT name, size, created_ms, shards, window, lanes, sum FROM datasets ORDER BY name",
                                 -1, &st, NULL);
     if (rc != SQLITE_OK)
         goto fail;
@@ -247,6 +295,18 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
         pd_dataset d = {0};
         pd_layout *layout = NULL;
         const char *name = (const char *)sqlite3_column_text(st, 0);
+        const void *blob = sqlite3_column_type(st, 3) == SQLITE_BLOB ? sqlite3_column_blob(st, 3) : NULL;
+        if (name && !pd_row_sum_ok(st, 6, pd_dataset_row_sum(name, sqlite3_column_int64(st, 1),
+                                                             sqlite3_column_int64(st, 2), blob,
+                                                             (size_t)sqlite3_column_bytes(st, 3),
+                                                             sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 5)))) {
+            pd_log_error("registry_skip", "reason=\"checksum mismatch\" name=\"%s\" msg=\"the row changed on disk since "
+                         "permd wrote it: the dataset is not served; a PutDataset or DeleteDataset of its name "
+                         "replaces or removes the row\"",
+                         name);
+            r->skipped++;
+            continue;
+        }
         d.size = pd_size_from_db(sqlite3_column_int64(st, 1));
         d.created_ms = sqlite3_column_int64(st, 2);
         if (sqlite3_column_type(st, 3) == SQLITE_BLOB) {
@@ -291,7 +351,22 @@ fail:
     return PD_EIO;
 }
 
-/* Schema 1 (flat datasets only) gains the shard columns in place. A newer
+/* Schema 4's checksum column on a table that lacks it (NULL in older rows); 1 on success. */
+static int pd_registry_add_sum(sqlite3 *db, const char *table)
+{
+    char sql[96];
+    sqlite3_stmt *st;
+    snprintf(sql, sizeof sql, "SELECT sum FROM %s LIMIT 0", table);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) { /* there already (a user_version set back) */
+        sqlite3_finalize(st);
+        return 1;
+    }
+    snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN sum INTEGER;", table);
+    return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
+}
+
+/* Older schemas gain what they lack in place: 1 (flat datasets only) the shard columns, 2 the mixtures'
+ * table, 3 the row checksums. A newer
  * schema is refused: this permd could not tell what its columns mean. */
 static int pd_registry_migrate(pd_registry *r, int *found)
 {
@@ -317,7 +392,8 @@ static int pd_registry_migrate(pd_registry *r, int *found)
     int ok = sqlite3_exec(r->db, "BEGIN;", NULL, NULL, NULL) == SQLITE_OK &&
              (version >= 2 || sqlite3_exec(r->db, v2, NULL, NULL, NULL) == SQLITE_OK) &&
              sqlite3_exec(r->db, v3, NULL, NULL, NULL) == SQLITE_OK &&
-             sqlite3_exec(r->db, "PRAGMA user_version=3; COMMIT;", NULL, NULL, NULL) == SQLITE_OK;
+             pd_registry_add_sum(r->db, "datasets") && pd_registry_add_sum(r->db, "mixtures") &&
+             sqlite3_exec(r->db, "PRAGMA user_version=4; COMMIT;", NULL, NULL, NULL) == SQLITE_OK;
     if (!ok) {
         sqlite3_exec(r->db, "ROLLBACK;", NULL, NULL, NULL);
         return PD_EIO;
@@ -384,12 +460,23 @@ static const pd_mixdef *pd_mix_user(const pd_registry *r, const char *name)
 static int pd_registry_load_mixtures(pd_registry *r, char *err, size_t errlen)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(r->db, "SELECT name, def, created_ms FROM mixtures ORDER BY name", -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(r->db, "SELECT name, def, created_ms, sum FROM mixtures ORDER BY name", -1, &st,
+                                NULL);
     if (rc != SQLITE_OK)
         goto fail;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(st, 0);
         pd_mixdef *d;
+        if (name && !pd_row_sum_ok(st, 3, pd_mixture_row_sum(name, sqlite3_column_blob(st, 1),
+                                                             (size_t)sqlite3_column_bytes(st, 1),
+                                                             sqlite3_column_int64(st, 2)))) {
+            pd_log_error("registry_skip", "reason=\"checksum mismatch\" name=\"%s\" msg=\"the row changed on disk since "
+                         "permd wrote it: the mixture is not served; a PutMixture or DeleteMixture of its name "
+                         "replaces or removes the row\"",
+                         name);
+            r->skipped++;
+            continue;
+        }
         if (!name || pd_mixdef_decode(name, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), &d)) {
             pd_log_error("registry_skip", "reason=\"invalid mixture\" name=\"%s\" msg=\"the mixture is not served; a "
                          "PutMixture or DeleteMixture of its name replaces or removes the row\"",
@@ -530,11 +617,12 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
         goto fail_db;
     /* REPLACE: a row that failed to load (logged, not served) must not block its name. */
     if (sqlite3_prepare_v2(r->db,
-                           "INSERT OR REPLACE INTO datasets(name, size, created_ms, shards, window, lanes) "
-                           "VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+                           "INSERT OR REPLACE INTO datasets(name, size, created_ms, shards, window, lanes, sum) "
+                           "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                            -1, &r->put, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(r->db, "DELETE FROM datasets WHERE name = ?1", -1, &r->del, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(r->db, "INSERT OR REPLACE INTO mixtures(name, def, created_ms) VALUES(?1, ?2, ?3)", -1,
+        sqlite3_prepare_v2(r->db, "INSERT OR REPLACE INTO mixtures(name, def, created_ms, sum) VALUES(?1, ?2, ?3, ?4)",
+                           -1,
                            &r->put_mix, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(r->db, "DELETE FROM mixtures WHERE name = ?1", -1, &r->del_mix, NULL) != SQLITE_OK)
         goto fail_db;
@@ -761,6 +849,8 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
         sqlite3_bind_null(r->put, 4);
     sqlite3_bind_int64(r->put, 5, (int64_t)window);
     sqlite3_bind_int64(r->put, 6, (int64_t)lanes);
+    sqlite3_bind_int64(r->put, 7, pd_dataset_row_sum(name, pd_size_to_db(size), d.created_ms, blob, blob_len,
+                                                     (int64_t)window, (int64_t)lanes));
     int step = sqlite3_step(r->put);
     sqlite3_clear_bindings(r->put);
     sqlite3_reset(r->put);
@@ -949,6 +1039,7 @@ int pd_registry_put_mixture(pd_registry *r, pd_mixdef *def, pd_mixdef **stored, 
     sqlite3_bind_text(r->put_mix, 1, def->name, -1, SQLITE_STATIC);
     sqlite3_bind_blob64(r->put_mix, 2, blob, len, SQLITE_STATIC);
     sqlite3_bind_int64(r->put_mix, 3, def->created_ms);
+    sqlite3_bind_int64(r->put_mix, 4, pd_mixture_row_sum(def->name, blob, len, def->created_ms));
     int step = sqlite3_step(r->put_mix);
     sqlite3_clear_bindings(r->put_mix);
     sqlite3_reset(r->put_mix);
