@@ -500,7 +500,7 @@ static int pd_cl_check_name(permd_client *c, const char *name)
     if (!c)
         return PD_EINVAL;
     if (!name || !*name || strlen(name) > PERMD_NAME_MAX)
-        return pd_cl_fail(c, PD_EINVAL, "a dataset name of 1-%d characters is required", PERMD_NAME_MAX);
+        return pd_cl_fail(c, PD_EINVAL, "a name (of a dataset, mixture or group) of 1-%d characters is required", PERMD_NAME_MAX);
     return 0;
 }
 
@@ -1087,8 +1087,16 @@ int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t 
         return pd_cl_fail(c, PD_EINVAL, "mode %d is not a PERMD_MODE_* (or negative for none)", mode);
     if (strcmp(c->cached_name, dataset)) { /* samples travel at the dataset's id width */
         permd_dataset d;
-        if ((rc = permd_get_dataset(c, dataset, &d)))
-            return rc;
+        if ((rc = permd_get_dataset(c, dataset, &d))) {
+            permd_mixture_def *m;
+            if (rc != PERMD_ENOTFOUND)
+                return rc;
+            if (permd_get_mixture(c, dataset, &m)) /* one namespace: say which it is not */
+                return pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", dataset);
+            permd_mixture_def_free(m);
+            return pd_cl_fail(c, PD_EINVAL, "'%s' is a mixture: its inverse takes component epochs "
+                              "(permd_inverse_mixture)", dataset);
+        }
         snprintf(c->cached_name, sizeof c->cached_name, "%s", dataset);
         c->cached_width = d.id_width;
     }

@@ -45,7 +45,8 @@ global=$(( comp == 0 ? local : 3000 + local ))
 set +e
 "$PERMCTL" datasets rm code 2>"$DIR/err"; [ $? -eq 1 ] && grep -q "component of mixture 'mix'" "$DIR/err" || fail "rm a component"
 "$PERMCTL" mixtures put bad --components books,code --weights 3,1 --stage 100:1,1 2>"$DIR/err"
-[ $? -eq 1 ] && grep -q "INVALID_ARGUMENT" "$DIR/err" || fail "a stage off the block"
+[ $? -eq 1 ] && grep -q "INVALID_ARGUMENT" "$DIR/err" && grep -q "stage 1 starts at 100" "$DIR/err" \
+  || fail "a stage off the block (and which rule it breaks)"
 "$PERMCTL" mixtures put mix --components books,code --weights 2,1 2>"$DIR/err"
 [ $? -eq 1 ] && grep -q "CONFLICT" "$DIR/err" || fail "a changed definition"
 "$PERMCTL" mixtures put books --components books,code --weights 1,1 2>"$DIR/err"

@@ -201,8 +201,18 @@ static void test_refusals(void **state)
     assert_int_equal(permd_put_mixture(c, "x", missing, 2, starts1, weights1, 1, 0, 0, NULL, NULL), PERMD_ENOTFOUND);
     static const uint64_t off_block[] = {0, 100};
     assert_int_equal(permd_put_mixture(c, "x", comp_ab, 2, off_block, weights2, 2, 0, 0, NULL, NULL), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(c), "stage 1 starts at 100")); /* which rule, not all of them */
     static const uint32_t zero[] = {0, 0};
     assert_int_equal(permd_put_mixture(c, "x", comp_ab, 2, starts1, zero, 1, 0, 0, NULL, NULL), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(c), "stage 0's weights sum to 0"));
+    assert_int_equal(permd_put_mixture(c, "x", comp_ab, 2, starts1, weights1, 1, 0, 96, NULL, NULL), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(c), "block 96 is not a power of two"));
+    /* The datasets' inverse on a mixture's name says what it is. */
+    uint64_t sample = 3, position;
+    assert_int_equal(permd_inverse(c, "m", 1, 0, 1, PERMD_MODE_EXACT, &sample, 1, &position, NULL), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(c), "is a mixture"));
+    assert_int_equal(permd_inverse(c, "neither", 1, 0, 1, PERMD_MODE_EXACT, &sample, 1, &position, NULL),
+                     PERMD_ENOTFOUND);
     /* A component in use cannot be deleted. */
     assert_int_equal(permd_delete_dataset(c, "a"), PERMD_ECONFLICT);
     assert_non_null(strstr(permd_last_error(c), "mixture 'm'"));
