@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,14 +222,13 @@ int pd_conn_cancelled(const pd_conn *c)
 int pd_conn_peer_gone(pd_conn *c)
 {
     int fd;
-    char b;
-    if (c->eof)
-        return 1;
     if (pd_conn_fd(c, &fd))
         return 0;
-    /* A peek: pipelined requests stay where they are for the reader. */
-    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    /* POLLHUP: both directions are shut (a Unix peer that closed or exited; a TCP reset); POLLERR: the socket
+     * failed. Not EOF alone: a peer that shut down only its writing half still reads its answer (conn.c answers
+     * what was sent before an EOF), and a TCP peer's close looks the same until permd writes to it. */
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR));
 }
 
 void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame)

@@ -109,9 +109,12 @@ int pd_conn_open(const pd_conn *c);
 /* Closed, or permd is stopping: long jobs give up (any thread). */
 int pd_conn_cancelled(const pd_conn *c);
 
-/* Whether the peer has closed or reset its end, looked at now: a connection busy with a long request
- * reads nothing meanwhile, so its EOF would wait for the request to end (a job that runs in turns asks
- * between them, pd_job_continue). 0 for memory connections and while unsure. */
+/* Whether the peer is gone, looked at now: it closed both directions (a Unix peer that closed its socket
+ * or exited) or the connection failed (a TCP reset). A connection busy with a long request reads nothing
+ * meanwhile, so its EOF would wait for the request to end; a job that runs in turns asks between them
+ * (pd_job_continue). A half-close (the peer shut down its writing half) is not gone: it still reads its
+ * answer. 0 for memory connections, for a TCP peer that closed with a FIN (indistinguishable from a
+ * half-close until permd writes), and while unsure. */
 int pd_conn_peer_gone(pd_conn *c);
 /* Change the frame limit (e.g. while the peer is not authenticated). */
 void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame);

@@ -156,8 +156,9 @@ static void pd_digest_job_done(pd_job *job)
 {
     pd_digest_job *j = (pd_digest_job *)job;
     pd_session *s = j->s;
-    if (j->rc == 0 && j->left && pd_conn_open(s->conn) && pd_job_continue(job) == 0)
+    if (j->rc == 0 && j->left && pd_conn_open(s->conn) && (j->rc = pd_job_continue(job)) == 0)
         return; /* the next turn is queued behind what others asked meanwhile */
+    /* (not queued: j->rc says why, so a partial digest is never answered as the whole) */
     if (pd_conn_open(s->conn)) {
         if (j->rc == PD_ECLOSED) {
             pd_reply_error(s, j->id, PD_EUNAVAILABLE, "digest cancelled: permd is stopping");

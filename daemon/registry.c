@@ -19,8 +19,9 @@
 #include "daemon/clock.h"
 #include "daemon/log.h"
 
-#define PD_REGISTRY_SCHEMA 4 /* PRAGMA user_version of the current schema (2: shard layouts, 3: mixtures,
-                              * 4: row checksums) */
+#define PD_REGISTRY_SCHEMA 3 /* PRAGMA user_version of the current schema (2: shard layouts, 3: mixtures); the
+                              * row checksums' column is added to any schema 3 without a version of its own: an
+                              * older permd ignores it and writes rows without one, which load unchecked */
 
 /* A dataset and, when sharded, its layout (the table owns one reference). */
 typedef struct pd_entry {
@@ -239,7 +240,8 @@ static uint8_t *pd_layout_to_blob(const pd_layout *l, size_t *bytes)
 
 /* ---- Row checksums: SQLite checks its pages' structure, not the values in them; a bit flipped in a size, a
  * shard layout or a mixture's weights would load and serve other ids. Each row carries FNV-1a over its
- * columns (schema 4); a row whose sum does not match is not served. Rows written before schema 4 have none. */
+ * columns (column `sum`); a row whose sum does not match is not served. Rows written before (or by an older
+ * permd since) have none and load unchecked. */
 
 static uint64_t pd_fnv(uint64_t h, const void *p, size_t n)
 {
@@ -309,8 +311,10 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
         }
         d.size = pd_size_from_db(sqlite3_column_int64(st, 1));
         d.created_ms = sqlite3_column_int64(st, 2);
-        if (sqlite3_column_type(st, 3) == SQLITE_BLOB) {
-            if (pd_layout_from_blob(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3), &layout) ||
+        const int shards_type = sqlite3_column_type(st, 3); /* NULL: flat; a BLOB: the layout; else damaged */
+        if (shards_type != SQLITE_NULL) {
+            if (shards_type != SQLITE_BLOB ||
+                pd_layout_from_blob(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3), &layout) ||
                 layout->start[layout->shards] != d.size) {
                 pd_layout_release(layout);
                 pd_log_error("registry_skip", "reason=\"invalid shard layout\" name=\"%s\" msg=\"the dataset is "
@@ -366,7 +370,7 @@ static int pd_registry_add_sum(sqlite3 *db, const char *table)
 }
 
 /* Older schemas gain what they lack in place: 1 (flat datasets only) the shard columns, 2 the mixtures'
- * table, 3 the row checksums. A newer
+ * table, and every one the row checksums' column. A newer
  * schema is refused: this permd could not tell what its columns mean. */
 static int pd_registry_migrate(pd_registry *r, int *found)
 {
@@ -381,7 +385,7 @@ static int pd_registry_migrate(pd_registry *r, int *found)
     if (version > PD_REGISTRY_SCHEMA)
         return PD_EUNSUPPORTED;
     if (version == PD_REGISTRY_SCHEMA)
-        return 0;
+        return pd_registry_add_sum(r->db, "datasets") && pd_registry_add_sum(r->db, "mixtures") ? 0 : PD_EIO;
     static const char v2[] = "ALTER TABLE datasets ADD COLUMN shards BLOB;"
                              "ALTER TABLE datasets ADD COLUMN window INTEGER NOT NULL DEFAULT 0;"
                              "ALTER TABLE datasets ADD COLUMN lanes INTEGER NOT NULL DEFAULT 0;";
@@ -393,7 +397,7 @@ static int pd_registry_migrate(pd_registry *r, int *found)
              (version >= 2 || sqlite3_exec(r->db, v2, NULL, NULL, NULL) == SQLITE_OK) &&
              sqlite3_exec(r->db, v3, NULL, NULL, NULL) == SQLITE_OK &&
              pd_registry_add_sum(r->db, "datasets") && pd_registry_add_sum(r->db, "mixtures") &&
-             sqlite3_exec(r->db, "PRAGMA user_version=4; COMMIT;", NULL, NULL, NULL) == SQLITE_OK;
+             sqlite3_exec(r->db, "PRAGMA user_version=3; COMMIT;", NULL, NULL, NULL) == SQLITE_OK;
     if (!ok) {
         sqlite3_exec(r->db, "ROLLBACK;", NULL, NULL, NULL);
         return PD_EIO;

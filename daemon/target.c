@@ -16,6 +16,11 @@ int pd_target_plan(pd_registry *reg, pd_plans *plans, const pd_dataset *d, uint6
         snprintf(msg, len, "dataset '%s' does not exist", d->name);
         return PD_ENOTFOUND;
     }
+    if (layout->shards != d->shards || layout->hash != d->layout_hash) { /* re-put since d was read */
+        pd_layout_release(layout);
+        snprintf(msg, len, "dataset '%s' was re-defined while the request was resolved: ask again", d->name);
+        return PD_ECONFLICT;
+    }
     int rc = pd_plans_get(plans, layout, seed, epoch, window ? window : d->window, lanes ? lanes : d->lanes, out);
     pd_layout_release(layout);
     if (rc)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -207,6 +208,33 @@ static void test_peer_gone_stops_digest(void **state)
     harness_cleanup(&big);
 }
 
+/* The negative control of the test above: a client that sends a Digest of many turns and then shuts down only its
+ * writing half still gets its answer (an EOF is not a peer gone). */
+static void test_half_close_gets_answer(void **state)
+{
+    (void)state;
+    harness big;
+    harness_init(&big);
+    const char *extra[] = {"--job-slice-ids", "65536", NULL};
+    assert_int_equal(harness_start(&big, 0, extra, NULL), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(big.sock, &c), 0);
+    assert_int_equal(permd_put_dataset(c, "mid", UINT64_C(1) << 22, NULL, NULL), 0);
+    permd_close(c);
+    int fd = raw_connect_unix(big.sock);
+    send_digest(fd, 2, "mid", 1, 0, 0, 0); /* 64 turns of 65536 ids */
+    shutdown(fd, SHUT_WR);
+    pd_envelope *env = NULL;
+    assert_int_equal(raw_recv_env(fd, 20000, &env), 0);
+    assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY);
+    assert_int_equal(env->digest_reply->count, UINT64_C(1) << 22);
+    protobuf_c_message_free_unpacked(&env->base, NULL);
+    close(fd);
+    assert_false(harness_log_contains(&big, "conn_gone"));
+    assert_true(harness_exited_with(harness_stop(&big, SIGTERM), 0));
+    harness_cleanup(&big);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +243,7 @@ int main(void)
         cmocka_unit_test(test_client_adds_parts),
         cmocka_unit_test(test_stop_cancels_digest),
         cmocka_unit_test(test_peer_gone_stops_digest),
+        cmocka_unit_test(test_half_close_gets_answer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

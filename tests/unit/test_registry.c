@@ -146,6 +146,35 @@ static void exec_sql(const char *sql)
     sqlite3_close(db);
 }
 
+/* Rewrite a sharded dataset's stored shard sizes with the first and the last swapped (the same total, another
+ * layout), as a damaged disk might leave them. */
+static void swap_stored_sizes(const char *name)
+{
+    char path[128];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT shards FROM datasets WHERE name = ?1", -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int n = sqlite3_column_bytes(st, 0);
+    uint8_t blob[64], t[8];
+    assert_true(n >= 16 && n <= (int)sizeof blob && sqlite3_column_type(st, 0) == SQLITE_BLOB);
+    memcpy(blob, sqlite3_column_blob(st, 0), (size_t)n);
+    sqlite3_finalize(st);
+    memcpy(t, blob, 8);
+    memcpy(blob, blob + n - 8, 8);
+    memcpy(blob + n - 8, t, 8);
+    assert_int_equal(sqlite3_prepare_v2(db, "UPDATE datasets SET shards = ?1 WHERE name = ?2", -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_blob(st, 1, blob, n, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
 /* A registry written by permd 0.1 (schema 1: no shard columns, user_version 0) opens, keeps its
  * datasets and takes sharded ones; a registry from a newer permd is refused, untouched. */
 static void test_schema_versions(void **state)
@@ -206,10 +235,10 @@ static void test_row_checksums(void **state)
     pd_mixdef_release(def);
     pd_registry_close(r);
 
-    exec_sql("UPDATE datasets SET size = 101 WHERE name = 'flat';"               /* a bit flipped in a size */
-             "UPDATE datasets SET shards = substr(shards, 1, length(shards) - 1) || X'09' WHERE name = 'sharded';"
-             "UPDATE mixtures SET def = substr(def, 1, length(def) - 1) || X'02' WHERE name = 'mx';" /* a weight */
-             "UPDATE datasets SET sum = NULL, size = 102 WHERE name = 'older';");  /* as written before checksums */
+    exec_sql("UPDATE datasets SET size = 101 WHERE name = 'flat';" /* a bit flipped in a size */
+             "UPDATE mixtures SET def = CAST(substr(def, 1, length(def) - 1) || X'02' AS BLOB) WHERE name = 'mx';"
+             "UPDATE datasets SET sum = NULL, size = 102 WHERE name = 'older';"); /* as written before checksums */
+    swap_stored_sizes("sharded"); /* {5, 0, 7} read back as {7, 0, 5}: the same total, a valid layout */
     r = open_reg();
     assert_int_equal(pd_registry_get(r, "flat", &d), PD_ENOTFOUND);
     assert_int_equal(pd_registry_get(r, "sharded", &d), PD_ENOTFOUND);
@@ -224,6 +253,13 @@ static void test_row_checksums(void **state)
     pd_registry_close(r);
     r = open_reg();
     assert_int_equal(pd_registry_get(r, "flat", &d), 0);
+    pd_registry_close(r);
+
+    /* A shards column of another type than a blob (and no checksum, as an older permd wrote it) is not read as a
+     * flat dataset of that size. */
+    exec_sql("UPDATE datasets SET shards = 'x', sum = NULL WHERE name = 'comp';");
+    r = open_reg();
+    assert_int_equal(pd_registry_get(r, "comp", &d), PD_ENOTFOUND);
     pd_registry_close(r);
 }
 
