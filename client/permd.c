@@ -1091,8 +1091,9 @@ int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t 
             permd_mixture_def *m;
             if (rc != PERMD_ENOTFOUND)
                 return rc;
-            if (permd_get_mixture(c, dataset, &m)) /* one namespace: say which it is not */
-                return pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", dataset);
+            if ((rc = permd_get_mixture(c, dataset, &m))) /* one namespace: say which it is not */
+                return rc == PERMD_ENOTFOUND ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", dataset)
+                                             : rc;
             permd_mixture_def_free(m);
             return pd_cl_fail(c, PD_EINVAL, "'%s' is a mixture: its inverse takes component epochs "
                               "(permd_inverse_mixture)", dataset);

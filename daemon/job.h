@@ -36,9 +36,10 @@ int pd_job_submit(pd_job *job, pd_conn *c, pd_job_fn run, pd_job_fn done, size_t
 /* From done (and only there): instead of ending, queue the job to run again, keeping its
  * connection and its request. 0: queued, and done must return at once without touching the job (a
  * worker may already run it); PD_EINTERNAL: not queued, done ends the job as usual; PD_ECLOSED: not
- * queued because the peer has left (pd_conn_peer_gone): the connection is closed, done ends the job. A long job runs in slices this
- * way: between two slices its worker takes whatever was queued meanwhile, so other connections'
- * work is not held up behind it (libuv's queue is first in, first out). */
+ * queued because the peer has left (pd_conn_peer_gone): the connection is closed, done ends the job.
+ * A long job runs in slices this way: between two slices its worker takes whatever was queued
+ * meanwhile, so other connections' work is not held up behind it (libuv's queue is first in, first
+ * out). */
 int pd_job_continue(pd_job *job);
 
 #endif

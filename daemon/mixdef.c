@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/mixture.h"
-#include "core/shards.h"
+#include "daemon/definition.h"
 
 int pd_mixdef_alloc(const char *name, uint32_t components, uint32_t stages, pd_mixdef **out)
 {
@@ -117,6 +117,8 @@ int pd_mixdef_check(pd_mixdef *d, char *err, size_t errlen)
     }
     free(mem);
     free(comps);
+    if (rc == 0)
+        d->definition = pd_mixdef_hash(d);
     return rc;
 }
 
@@ -138,17 +140,6 @@ int pd_mixdef_compare(const pd_mixdef *a, const pd_mixdef *b)
         memcmp(a->weights, b->weights, (size_t)a->stages * a->components * sizeof *a->weights))
         return 0;
     return b->stages == a->stages ? 1 : 2;
-}
-
-uint64_t pd_definition_add(uint64_t h, uint64_t word)
-{
-    const uint64_t pair[2] = {h, word};
-    return pd_shard_layout_hash(pair, 2); /* a hash of a sequence of words: core's, for one mixing function */
-}
-
-uint64_t pd_definition_done(uint64_t h)
-{
-    return h ? h : 1;
 }
 
 uint64_t pd_mixdef_hash(const pd_mixdef *d)

@@ -32,7 +32,7 @@ typedef struct pd_mixdef {
     pd_mixcomp *comp;    /* C */
     uint64_t *starts;    /* S run positions */
     uint32_t *weights;   /* S rows of C */
-    uint64_t definition; /* pd_mixdef_hash, set when the registry stores it */
+    uint64_t definition; /* pd_mixdef_hash, set by pd_mixdef_check (and so by pd_mixdef_decode) */
 } pd_mixdef;
 
 /* A definition with room for C components and S stages (one reference), every field zero but
@@ -43,19 +43,14 @@ void pd_mixdef_release(pd_mixdef *d);
 
 /* Check d against the spec's domain (stages, weights, length, block; the components' sizes must be
  * filled in) by building its plan once; fills size, and length when 0 (Σ n_j) and block when 0
- * (64). PD_EINVAL with a message. */
+ * (64), and definition. PD_EINVAL with a message. */
 int pd_mixdef_check(pd_mixdef *d, char *err, size_t errlen);
 
 /* 1 when b is a, 2 when b is a with stages appended (a's stages a prefix of b's, all else equal),
  * 0 otherwise. created_ms is not compared. */
 int pd_mixdef_compare(const pd_mixdef *a, const pd_mixdef *b);
 
-/* A definition hash (the protocol's Dataset.definition and Mixture.definition): words folded in one at
- * a time, from a start of 0; pd_definition_done makes the result non-zero (0 means "unchecked"). */
-uint64_t pd_definition_add(uint64_t h, uint64_t word);
-uint64_t pd_definition_done(uint64_t h);
-
-/* d's definition hash: what defines its orders (each component's size and layout as put, L, B, and
+/* d's definition hash (the protocol's Mixture.definition, daemon/definition.h): what defines its orders (each component's size and layout as put, L, B, and
  * every stage), not its name or its components' names. Appending a stage changes it. */
 uint64_t pd_mixdef_hash(const pd_mixdef *d);
 

@@ -17,6 +17,7 @@
 #include "core/perm.h"
 #include "core/shards.h"
 #include "daemon/clock.h"
+#include "daemon/definition.h"
 #include "daemon/log.h"
 
 #define PD_REGISTRY_SCHEMA 3 /* PRAGMA user_version of the current schema (2: shard layouts, 3: mixtures); the
@@ -431,7 +432,6 @@ static size_t pd_mix_find(const pd_registry *r, const char *name, int *found)
 /* Put d (the table takes the caller's reference) at `at`, or in place of the one there (replace). */
 static int pd_mix_insert(pd_registry *r, size_t at, pd_mixdef *d, int replace)
 {
-    d->definition = pd_mixdef_hash(d); /* before any request can see d */
     if (replace) {
         pd_mixdef_release(r->mixes[at]);
         r->mixes[at] = d;

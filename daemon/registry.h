@@ -59,7 +59,7 @@ uint64_t pd_registry_layout_bytes(pd_registry *r);
 size_t pd_registry_skipped(pd_registry *r);
 void pd_registry_close(pd_registry *r);
 
-/* d's definition hash (the protocol's Dataset.definition, daemon/mixdef.h's pd_definition_add): its
+/* d's definition hash (the protocol's Dataset.definition, daemon/definition.h): its
  * size, and a sharded one's shard count, default K and G and layout hash; not its name. */
 uint64_t pd_dataset_definition(const pd_dataset *d);
 

@@ -1,7 +1,12 @@
 """Argument checks shared by the package's classes: clear TypeError/ValueError before any C call."""
 import numbers
 
-from .errors import OutOfRange
+from .errors import ERANGE, OutOfRange
+
+try:
+    import numpy as np
+except ImportError:  # numpy is optional
+    np = None
 
 U64_MAX = (1 << 64) - 1
 N_MAX = 1 << 63
@@ -42,7 +47,7 @@ def index(key, size):
         raise TypeError(f"indices must be integers or slices, not {type(key).__name__}")
     p = int(key)
     if not -size <= p < size:
-        raise OutOfRange(-2, f"index {p} is out of range for {size} positions")
+        raise OutOfRange(ERANGE, f"index {p} is out of range for {size} positions")
     return p + size if p < 0 else p
 
 
@@ -57,8 +62,11 @@ def positions(key, size, fill, empty):
         return empty()
     if step < 0:
         return positions(slice(picked[-1], picked[0] + 1, -step), size, fill, empty)[::-1]
-    if step > U32_MAX:  # wider than a world: at most a few positions, one call each
-        return sum((list(fill(1, 0, p, 1)) for p in picked), [])
+    if step > U32_MAX:  # wider than a world: at most a few positions, one call each, joined as fill's kind
+        parts = [fill(1, 0, p, 1) for p in picked]
+        if np is not None and isinstance(parts[0], np.ndarray):
+            return np.concatenate(parts)
+        return [x for part in parts for x in part]
     return fill(step, start % step, start - start % step, len(picked))
 
 

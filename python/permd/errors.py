@@ -26,6 +26,9 @@ class OutOfRange(PermdError, IndexError):
     pass
 
 
+ERANGE = -2  # PERMD_ERANGE: OutOfRange's code
+
+
 class Unauthenticated(PermdError, PermissionError):
     pass
 

@@ -418,17 +418,20 @@ class Sampler(_Base):
             raise ValueError(f"state was saved with shuffle={state['shuffle']}, this sampler has {self.shuffle}")
         seed, epoch = _args.wrapped("seed", state["seed"]), _args.wrapped("epoch", state["epoch"])
         offset = _args.integer("offset", state["offset"])
-        if self.mixture is not None:
-            self._check_mixture_state(state, seed, epoch)
+        # Nothing is assigned until every check has passed: a refused state leaves the sampler as it was
+        mixture, definition = (self._check_mixture_state(state, seed, epoch) if self.mixture is not None
+                               else (None, self._definition))
         offset = self._resume_offset(offset, state)
         if self.sharded and state.get("layout") is not None and self._layout() is not None \
                 and state["layout"] != self._layout():
             raise ValueError(f"the state was saved on other shard sizes (layout {state['layout']}, this sampler's "
                              f"{self._layout()}): the same total, split or ordered otherwise")
         if self.sharded:  # the state's K and G, which its order used (None: a state of an older permd, the defaults)
-            self.window = None if state.get("window") is None else _args.integer("window", state["window"], 1)
-            self.lanes = None if state.get("lanes") is None else _args.integer("lanes", state["lanes"], 1,
-                                                                                 _args.U32_MAX)
+            window = None if state.get("window") is None else _args.integer("window", state["window"], 1)
+            lanes = None if state.get("lanes") is None else _args.integer("lanes", state["lanes"], 1, _args.U32_MAX)
+            self.window, self.lanes = window, lanes
+        if mixture is not None:
+            self.mixture, self._definition = mixture, definition
         self.seed = seed
         self._loaded, self._pass, self._plan = (epoch, offset), None, None
 
@@ -461,16 +464,19 @@ class Sampler(_Base):
         return self._layout_fp
 
     def _check_mixture_state(self, state, seed, epoch):
-        """A mixture's state resumes only the mixture it was saved on (its seed the same: it is part of what
-        defines the order), up to stages at or after its position. On the daemon, the definition is read
-        again: it is what the resumed pass will be served under."""
+        """(identity, definition) under which a mixture's state resumes: only the mixture it was saved on (its
+        seed the same: it is part of what defines the order), up to stages at or after its position. On the
+        daemon, the definition is read again: it is what the resumed pass will be served under. The caller
+        assigns them once every check has passed."""
         if seed != self.seed:
             raise ValueError(f"the state was saved with seed {seed}, this mixture sampler has seed {self.seed}")
+        mixture, definition = self.mixture, self._definition
         if self.client is not None:
             d = self.client.get_mixture(self.name)
-            self.mixture, self._definition = self.client._mixture_identity(d), d.get("definition")
-        _mixture.check_resume(state["mixture"], self.mixture, _mixture.run_position(state))
+            mixture, definition = self.client._mixture_identity(d), d.get("definition")
+        _mixture.check_resume(state["mixture"], mixture, _mixture.run_position(state))
         self._epoch_checked(epoch)
+        return mixture, definition
 
     @staticmethod
     def state_from_loader(loader_state, batch_size=None):

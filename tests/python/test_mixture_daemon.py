@@ -180,8 +180,10 @@ class OnTheDaemon(unittest.TestCase):
         state = dict(s.state_dict(), epoch=1, offset=100)  # run position 700
         # after the sampler was built, someone appends a stage before the state's position on the daemon
         self.put("moving", [1, 1, 1], length=600, stages=[(640, [1, 0, 0])])
+        before = (s.mixture, s._definition)
         with self.assertRaisesRegex(ValueError, "stages before"):
             s.load_state_dict(state)  # the definition is read again: the one the daemon serves now
+        self.assertEqual((s.mixture, s._definition), before)  # refused: the sampler is as it was
         late = dict(state, offset=30)  # run position 630: the stage at 640 comes after it
         s.load_state_dict(late)
         self.assertEqual(s.state_dict()["mixture"]["stages"], [[0, [1, 1, 1]], [640, [1, 0, 0]]])
