@@ -150,19 +150,25 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* A permd of its own (extra: its options) with dataset "huge" of 2^40 samples, and a client connected to it. */
+static permd_client *start_huge(harness *h, const char *const *extra)
+{
+    permd_client *c;
+    harness_init(h);
+    assert_int_equal(harness_start(h, 0, extra, NULL), 0);
+    assert_int_equal(permd_connect_unix(h->sock, &c), 0);
+    assert_int_equal(permd_put_dataset(c, "huge", UINT64_C(1) << 40, NULL, NULL), 0);
+    return c;
+}
+
 /* SIGTERM stops a digest that would run for hours: the client gets UNAVAILABLE, and permd exits 0
  * long before shutdown_timeout_ms (while a job runs, the loop cannot end). */
 static void test_stop_cancels_digest(void **state)
 {
     (void)state;
     harness big;
-    harness_init(&big);
     const char *extra[] = {"--max-digest", "9223372036854775808", "--shutdown-timeout-ms", "3600000", NULL};
-    assert_int_equal(harness_start(&big, 0, extra, NULL), 0);
-    permd_client *c;
-    assert_int_equal(permd_connect_unix(big.sock, &c), 0);
-    assert_int_equal(permd_put_dataset(c, "huge", UINT64_C(1) << 40, NULL, NULL), 0);
-    permd_close(c);
+    permd_close(start_huge(&big, extra));
 
     int fd = raw_connect_unix(big.sock);
     send_digest(fd, 2, "huge", 1, 0, 0, 0);
@@ -183,12 +189,8 @@ static void test_peer_gone_stops_digest(void **state)
 {
     (void)state;
     harness big;
-    harness_init(&big);
     const char *extra[] = {"--max-digest", "9223372036854775808", "--job-slice-ids", "65536", NULL};
-    assert_int_equal(harness_start(&big, 0, extra, NULL), 0);
-    permd_client *c;
-    assert_int_equal(permd_connect_unix(big.sock, &c), 0);
-    assert_int_equal(permd_put_dataset(c, "huge", UINT64_C(1) << 40, NULL, NULL), 0);
+    permd_client *c = start_huge(&big, extra);
 
     int fd = raw_connect_unix(big.sock);
     send_digest(fd, 2, "huge", 1, 0, 0, 0); /* hours of work */
