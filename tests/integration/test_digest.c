@@ -151,12 +151,12 @@ static double now_s(void)
 }
 
 /* A permd of its own (extra: its options) with dataset "huge" of 2^40 samples, and a client connected to it. */
-static permd_client *start_huge(harness *h, const char *const *extra)
+static permd_client *start_huge(harness *hh, const char *const *extra)
 {
     permd_client *c;
-    harness_init(h);
-    assert_int_equal(harness_start(h, 0, extra, NULL), 0);
-    assert_int_equal(permd_connect_unix(h->sock, &c), 0);
+    harness_init(hh);
+    assert_int_equal(harness_start(hh, 0, extra, NULL), 0);
+    assert_int_equal(permd_connect_unix(hh->sock, &c), 0);
     assert_int_equal(permd_put_dataset(c, "huge", UINT64_C(1) << 40, NULL, NULL), 0);
     return c;
 }
