@@ -182,12 +182,13 @@ inverse_mixture = _sig("permd_inverse_mixture", [p, ctypes.c_char_p, u64, u32, c
                                                  P32])
 
 
-def check(rc, what, client=None):
-    """Raise the exception that matches a PERMD_E* code (no-op for 0)."""
+def check(rc, what, client=None, connecting=False):
+    """Raise the exception that matches a PERMD_E* code (no-op for 0), with libpermd's words for it: the client's
+    last error, or after a failed connect (connecting) the calling thread's."""
     if rc == 0:
         return
     detail = None
-    if client:
+    if client or connecting:
         msg = last_error(client)
         detail = msg.decode("utf-8", "replace") if msg else None
     raise_for(rc, what, detail or strerror(rc).decode())

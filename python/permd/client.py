@@ -1,8 +1,11 @@
 """permd.Client: a connection to the permd daemon (datasets, mixtures, fetch, stream, inverse, stats)."""
 import ctypes
+import math
+import numbers
+import os
 
 from . import _args, _lib
-from .errors import InvalidArgument
+from .errors import ConnectionFailed, InvalidArgument
 
 try:
     import numpy as np
@@ -36,6 +39,23 @@ def _mixture_dict(d):
              for j in range(n)]}
 
 
+_BROKEN = (-5, -13, -14)  # PERMD_EIO, PERMD_ECLOSED, PERMD_ETIMEDOUT: libpermd will not use the connection again
+
+
+def _timeout_ms(timeout):
+    """Client(timeout=) in whole milliseconds for libpermd (where 0 means no limit): None or inf, no limit; else
+    a positive number of seconds, rounded up (0.0004 s must not become "no limit")."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+    if math.isinf(timeout) and timeout > 0:
+        return None
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
+    return min(math.ceil(timeout * 1000), _args.U32_MAX)
+
+
 def _name(name, what="name"):
     if not isinstance(name, str) or not name:
         raise TypeError(f"{what} must be a non-empty string")
@@ -58,11 +78,12 @@ class Client:
         for name, value in (("socket", socket), ("tcp", tcp), ("token", token)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string")
-        ms = None if timeout is None else _args.integer("timeout (ms)", int(timeout * 1000), 0, _args.U32_MAX)
+        ms = _timeout_ms(timeout)
         self._address = {"socket": socket, "tcp": tcp, "token": token, "timeout": timeout}
         self._ms = ms
         self._c = None
         self._closed = False
+        self._broken = False  # the connection failed: the next call connects anew
         self._wide = {}  # dataset name -> whether its ids need 64 bits, learnt from the first fetch
         self._connect()
 
@@ -73,12 +94,12 @@ class Client:
         handle = ctypes.c_void_p()
         rc = _lib.connect(endpoint.encode() if endpoint else None, a["token"].encode() if a["token"] else None,
                           ctypes.byref(handle))
-        _lib.check(rc, f"connect to {endpoint or 'the default socket'}")
-        self._c = handle
+        _lib.check(rc, f"connect to {endpoint or 'the default socket'}", connecting=True)
+        self._c, self._pid, self._broken = handle, os.getpid(), False
         if self._ms is not None:
-            _lib.check(_lib.set_timeout(self._c, self._ms), "set_timeout", self._c)
+            self._check(_lib.set_timeout(self._c, self._ms), "set_timeout")
         info = _lib.ServerInfo()
-        _lib.check(_lib.server_info_get(self._c, ctypes.byref(info)), "hello", self._c)
+        self._check(_lib.server_info_get(self._c, ctypes.byref(info)), "hello")
         self._server = info.server.decode()
         self._max_count = info.max_count
 
@@ -97,10 +118,10 @@ class Client:
 
     def __setstate__(self, state):
         self._address, self._ms = state["address"], state["ms"]
-        self._c, self._closed, self._wide = None, False, {}
+        self._c, self._closed, self._broken, self._wide = None, False, False, {}
 
     def close(self):
-        if getattr(self, "_c", None):
+        if getattr(self, "_c", None) and self._pid == os.getpid():  # a forked child leaves the parent's alone
             _lib.close(self._c)
         self._c = None
         self._closed = True
@@ -115,11 +136,25 @@ class Client:
         self.close()
 
     def _handle(self):
+        """The connection to use now. A copy or an unpickled Client connects on first use; so does one whose
+        connection failed (the daemon restarted, a timeout: libpermd does not use such a connection again), and
+        one in a process forked since it connected: parent and child would share one socket and one request
+        counter and read each other's replies. The child leaves the parent's connection to it."""
+        if self._c and (self._broken or self._pid != os.getpid()):
+            if self._pid == os.getpid():
+                _lib.close(self._c)
+            self._c = None
         if not self._c:
             if self._closed:
                 raise ValueError("the client is closed")
-            self._connect()  # a copy or an unpickled Client connects on first use
+            self._connect()
         return self._c
+
+    def _check(self, rc, what):
+        """_lib.check with this connection's error; a failed connection is replaced at the next call."""
+        if rc in _BROKEN:
+            self._broken = True
+        _lib.check(rc, what, self._c)
 
     # ---- datasets
 
@@ -142,7 +177,7 @@ class Client:
                                           _args.integer("window", window or 8, 1),
                                           _args.integer("lanes", lanes or 1, 1, _args.U32_MAX), ctypes.byref(d),
                                           ctypes.byref(created))
-            _lib.check(rc, f"put_dataset {name!r}", self._c)
+            self._check(rc, f"put_dataset {name!r}")
             return dict(_dataset_dict(d), created=bool(created.value))
         if window is not None or lanes is not None:
             raise ValueError("window and lanes apply to sharded datasets (shards=)")
@@ -150,25 +185,25 @@ class Client:
             raise TypeError("put_dataset needs size= or shards=")
         size = _args.integer("size", size, 1, _args.N_MAX)
         rc = _lib.put_dataset(self._handle(), name.encode(), size, ctypes.byref(d), ctypes.byref(created))
-        _lib.check(rc, f"put_dataset {name!r}", self._c)
+        self._check(rc, f"put_dataset {name!r}")
         return dict(_dataset_dict(d), created=bool(created.value))
 
     def get_dataset(self, name):
         d = _lib.Dataset()
-        _lib.check(_lib.get_dataset(self._handle(), name.encode(), ctypes.byref(d)), f"get_dataset {name!r}", self._c)
+        self._check(_lib.get_dataset(self._handle(), name.encode(), ctypes.byref(d)), f"get_dataset {name!r}")
         return _dataset_dict(d)
 
     def list_datasets(self):
         total = ctypes.c_size_t()
-        _lib.check(_lib.list_datasets(self._handle(), None, 0, ctypes.byref(total)), "list_datasets", self._c)
+        self._check(_lib.list_datasets(self._handle(), None, 0, ctypes.byref(total)), "list_datasets")
         cap = total.value + 16
         arr = (_lib.Dataset * cap)()
-        _lib.check(_lib.list_datasets(self._c, arr, cap, ctypes.byref(total)), "list_datasets", self._c)
+        self._check(_lib.list_datasets(self._c, arr, cap, ctypes.byref(total)), "list_datasets")
         return [_dataset_dict(arr[i]) for i in range(min(cap, total.value))]
 
     def delete_dataset(self, name):
         self._wide.pop(name, None)
-        _lib.check(_lib.delete_dataset(self._handle(), name.encode()), f"delete_dataset {name!r}", self._c)
+        self._check(_lib.delete_dataset(self._handle(), name.encode()), f"delete_dataset {name!r}")
 
     # ---- mixtures (docs/mixtures.md): fetch, stream, digest and Sampler(client=, name=) take their names
 
@@ -193,7 +228,7 @@ class Client:
                               _args.integer("length", length or 0, 0, _args.N_MAX),
                               _args.integer("block", block or 0, 0, _args.U32_MAX), ctypes.byref(out),
                               ctypes.byref(created))
-        _lib.check(rc, f"put_mixture {name!r}", self._c)
+        self._check(rc, f"put_mixture {name!r}")
         return dict(self._take_mixture(out), created=created.value == 1, appended=created.value == 2)
 
     def _take_mixture(self, ptr):
@@ -208,21 +243,21 @@ class Client:
         put), "stages" [(start, weights)], "length", "block", "size" (N), "id_width", "created_unix_ms"}.
         NotFound if there is none."""
         out = _lib.PMixtureDef()
-        _lib.check(_lib.get_mixture(self._handle(), _name(name), ctypes.byref(out)), f"get_mixture {name!r}", self._c)
+        self._check(_lib.get_mixture(self._handle(), _name(name), ctypes.byref(out)), f"get_mixture {name!r}")
         return self._take_mixture(out)
 
     def list_mixtures(self):
         """The mixtures' names, sorted."""
         total = ctypes.c_size_t()
-        _lib.check(_lib.list_mixtures(self._handle(), None, 0, ctypes.byref(total)), "list_mixtures", self._c)
+        self._check(_lib.list_mixtures(self._handle(), None, 0, ctypes.byref(total)), "list_mixtures")
         cap = total.value + 16
         names = ((ctypes.c_char * 129) * cap)()
-        _lib.check(_lib.list_mixtures(self._c, names, cap, ctypes.byref(total)), "list_mixtures", self._c)
+        self._check(_lib.list_mixtures(self._c, names, cap, ctypes.byref(total)), "list_mixtures")
         return [names[i].value.decode() for i in range(min(cap, total.value))]
 
     def delete_mixture(self, name):
         self._wide.pop(name, None)
-        _lib.check(_lib.delete_mixture(self._handle(), _name(name)), f"delete_mixture {name!r}", self._c)
+        self._check(_lib.delete_mixture(self._handle(), _name(name)), f"delete_mixture {name!r}")
 
     def reweight_mixture(self, name, state, weights):
         """Re-weight mixture `name` from the checkpoint `state` (a permd.Sampler's state_dict() of it): put it
@@ -286,8 +321,8 @@ class Client:
         if locations:
             got, nxt = ctypes.c_uint64(), ctypes.c_uint64()
             shards, offsets = (ctypes.c_uint64 * max(count, 1))(), (ctypes.c_uint64 * max(count, 1))()
-            _lib.check(_lib.fetch_locations(self._handle(), ctypes.byref(s), count, shards, offsets,
-                                            ctypes.byref(got), ctypes.byref(nxt)), "fetch", self._c)
+            self._check(_lib.fetch_locations(self._handle(), ctypes.byref(s), count, shards, offsets,
+                                            ctypes.byref(got), ctypes.byref(nxt)), "fetch")
             n = got.value
             if np is not None:
                 return (np.frombuffer(shards, dtype=np.uint64)[:n].copy(),
@@ -315,15 +350,17 @@ class Client:
             out = (ctypes.c_uint64 * count)() if wide else (ctypes.c_uint32 * count)()
             ptr = ctypes.cast(out, ctypes.c_void_p)
         fn = _lib.fetch_u64 if wide else _lib.fetch_u32
-        _lib.check(fn(self._handle(), ctypes.byref(s), count, ptr, ctypes.byref(got), ctypes.byref(nxt)), "fetch",
-                   self._c)
+        self._check(fn(self._handle(), ctypes.byref(s), count, ptr, ctypes.byref(got), ctypes.byref(nxt)), "fetch")
         ids = out[: got.value] if np is not None else list(out)[: got.value]
         return ids, nxt.value
 
-    def stream(self, name, seed, epoch, world, rank, mode="exact", offset=0, batch=65536, max_count=0, *,
+    def stream(self, name, seed, epoch, world, rank, mode="exact", offset=0, batch=None, max_count=0, *,
                window=None, lanes=None, definition=None):
-        """Iterate over the rank's ids in batches (numpy arrays, or lists without numpy). The
-        iterator's .offset is the checkpoint after the batches handed out so far."""
+        """Iterate over the rank's ids in batches (numpy arrays, or lists without numpy) of `batch` ids
+        (default: 65536, or the server's max_count if lower). The iterator's .offset is the checkpoint after
+        the batches handed out so far."""
+        if batch is None:
+            batch = min(65536, self.max_count)
         return _Stream(self, self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes, definition),
                        _args.integer("batch", batch, 1, self.max_count), _args.integer("max_count", max_count))
 
@@ -333,7 +370,7 @@ class Client:
         to permd.digest(ids) of the ids it then receives, exactly when each arrives exactly once."""
         s = self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes, definition)
         d = _lib.Digest()
-        _lib.check(_lib.digest_slice(self._handle(), ctypes.byref(s), ctypes.byref(d)), "digest", self._c)
+        self._check(_lib.digest_slice(self._handle(), ctypes.byref(s), ctypes.byref(d)), "digest")
         return {"count": d.count, "sum": d.sum, "hash": d.hash}
 
     def inverse(self, name, seed, epoch, world, samples, mode=None):
@@ -346,7 +383,7 @@ class Client:
         m = -1 if mode is None else _lib.MODES[_args.mode(mode)]
         rc = _lib.inverse(self._handle(), name.encode(), _args.integer("seed", seed), _args.integer("epoch", epoch),
                           world, m, arr, n, pos, ranks)
-        _lib.check(rc, "inverse", self._c)
+        self._check(rc, "inverse")
         return [pos[i] for i in range(n)], [None if ranks[i] == 0xFFFFFFFF else ranks[i] for i in range(n)]
 
     def inverse_mixture(self, name, seed, world, samples, component_epochs, mode=None):
@@ -367,7 +404,7 @@ class Client:
             e, p, r = (ctypes.c_uint64 * n)(), (ctypes.c_uint64 * n)(), (ctypes.c_uint32 * n)()
             rc = _lib.inverse_mixture(self._handle(), _name(name), _args.integer("seed", seed), world, m, arr, ce, n,
                                       e, p, r)
-            _lib.check(rc, f"inverse_mixture {name!r}", self._c)
+            self._check(rc, f"inverse_mixture {name!r}")
             for i in range(n):
                 never = e[i] == _args.U64_MAX
                 epochs.append(None if never else e[i])
@@ -377,7 +414,7 @@ class Client:
 
     def stats(self):
         st = _lib.Stats()
-        _lib.check(_lib.stats_get(self._handle(), ctypes.byref(st)), "stats", self._c)
+        self._check(_lib.stats_get(self._handle(), ctypes.byref(st)), "stats")
         out = {name: getattr(st, name) for name in _lib.Stats.SCALARS}
         out["readahead_hits_total"] = st.readahead_hits_total
         out["stream_rings_total"] = st.stream_rings_total
@@ -395,9 +432,10 @@ class _Stream:
         self._client = client
         self._slice = s  # keeps the dataset name's bytes alive while the stream is open
         self._st = None  # until it opens: close() and __del__ find nothing to close
+        self._pid = os.getpid()
         handle = ctypes.c_void_p()
         rc = _lib.stream_open(client._handle(), ctypes.byref(s), batch, max_count, ctypes.byref(handle))
-        _lib.check(rc, "stream", client._c)
+        client._check(rc, "stream")
         self._st = handle
 
     @property
@@ -413,14 +451,26 @@ class _Stream:
     def __iter__(self):
         return self
 
+    def __copy__(self):  # two objects would free one libpermd stream twice
+        raise TypeError("a permd stream cannot be copied; open another from its .offset")
+
+    def __deepcopy__(self, memo):
+        raise TypeError("a permd stream cannot be copied; open another from its .offset")
+
+    def __reduce__(self):
+        raise TypeError("a permd stream cannot be pickled; open another from its .offset")
+
     def __next__(self):
         if not self._st:
             raise StopIteration
+        if self._pid != os.getpid():
+            raise ConnectionFailed(-5, "stream: a permd stream is its process's, and this one was opened before a "
+                                   "fork: open another from its .offset here")
         ids, width, count = ctypes.c_void_p(), ctypes.c_uint32(), ctypes.c_uint64()
         rc = _lib.stream_next(self._st, ctypes.byref(ids), ctypes.byref(width), ctypes.byref(count))
         if rc:
             self.close()
-            _lib.check(rc, "stream", self._client._c)
+            self._client._check(rc, "stream")
         if count.value == 0:
             self.close()
             raise StopIteration
@@ -431,7 +481,7 @@ class _Stream:
         return list(view)
 
     def close(self):
-        if self._st:
+        if getattr(self, "_st", None) and self._pid == os.getpid():
             self._final = _lib.stream_offset(self._st)
             self._shared = bool(_lib.stream_shared(self._st))
             _lib.stream_close(self._st)

@@ -45,9 +45,29 @@ class Timeout(PermdError, TimeoutError):
     pass
 
 
-_BY_CODE = {-1: InvalidArgument, -2: OutOfRange, -4: InvalidArgument, -5: ConnectionFailed, -7: NotFound,
-            -8: Conflict, -9: Unauthenticated, -10: Overloaded, -11: InvalidArgument, -13: ConnectionFailed,
-            -14: Timeout}
+class OutOfMemory(PermdError, MemoryError):
+    pass
+
+
+class ProtocolError(PermdError, ConnectionError):
+    """The peer sent what is not permd's protocol (not a permd, or a damaged stream)."""
+
+
+class Unsupported(PermdError, NotImplementedError):
+    """The server does not know the request (an older permd)."""
+
+
+class ServerError(PermdError, RuntimeError):
+    """A failure inside the server (INTERNAL)."""
+
+
+class Unavailable(PermdError, RuntimeError):
+    """No GPU or NCCL where the request needs one, or a delivery group that lost a member."""
+
+
+_BY_CODE = {-1: InvalidArgument, -2: OutOfRange, -3: OutOfMemory, -4: InvalidArgument, -5: ConnectionFailed,
+            -6: ProtocolError, -7: NotFound, -8: Conflict, -9: Unauthenticated, -10: Overloaded, -11: InvalidArgument,
+            -12: Unsupported, -13: ConnectionFailed, -14: Timeout, -15: ServerError, -16: Unavailable}
 
 
 def raise_for(code, what, message):

@@ -5,7 +5,7 @@ import ctypes
 
 from . import _args, _lib
 from . import mixture as _mixture
-from .errors import Conflict, NotFound
+from .errors import Conflict, ConnectionFailed, NotFound, Timeout
 
 try:
     import numpy as np
@@ -248,14 +248,15 @@ class Sampler(_Base):
 
     def _chunks(self, epoch, offset, left):
         """The pass's ids in chunks, one fetch (one round trip with client=) per chunk and no more."""
-        count = _FIRST_CHUNK
+        cap = self.client.max_count if self.client is not None else left  # a permd's max_count may be low
+        count = min(_FIRST_CHUNK, cap)
         while left > 0:
             ids, offset = self._fetch(epoch, offset, min(count, left))
             if not len(ids):
                 raise RuntimeError(f"permd.Sampler: no ids at offset {offset} where {left} were expected")
             left -= len(ids)
             yield ids.tolist() if np is not None else ids
-            count = _CHUNK
+            count = min(_CHUNK, cap)
 
     def _shard_plan(self, epoch):
         if self._plan is None or self._plan.epoch != epoch or self._plan.seed != self.seed:
@@ -282,15 +283,11 @@ class Sampler(_Base):
             return [], offset
         if self.client is not None:  # a dataset's or a mixture's name: the same request
             try:
-                return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode,
-                                         offset, count, window=self.window, lanes=self.lanes,
-                                         definition=self._definition)
-            except Conflict:
-                if self._definition is None or not self._reread(epoch, offset):
-                    raise  # not a new definition (a mixture's component re-created: the daemon said which)
-                return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode,
-                                         offset, count, window=self.window, lanes=self.lanes,
-                                         definition=self._definition)
+                return self._fetch_daemon(epoch, offset, count)
+            except (ConnectionFailed, Timeout):
+                # The connection failed (permd restarted, a timeout): a Fetch is idempotent, so ask once more on a
+                # new connection (the Client opens one); if permd is not back, the error stands.
+                return self._fetch_daemon(epoch, offset, count)
         if self._mix is not None:
             ids = self._mixture_at(epoch).rank(self.num_replicas, self.rank, self.mode, offset, count)
             return ids, min(offset + len(ids) * self.num_replicas, self._epoch_length())
@@ -318,6 +315,18 @@ class Sampler(_Base):
         # the offset after these ids, kept ≤ T (past T a request is an error, v1 §5)
         return (out[:n] if np is not None else list(out)[:n]), min(offset + n * self.num_replicas,
                                                                    self._epoch_length())
+
+    def _fetch_daemon(self, epoch, offset, count):
+        """Ids from permd, naming the definition this sampler read: when the name was re-defined since, read it
+        again (_reread) and go on, or raise."""
+        try:
+            return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode, offset,
+                                     count, window=self.window, lanes=self.lanes, definition=self._definition)
+        except Conflict:
+            if self._definition is None or not self._reread(epoch, offset):
+                raise  # not a new definition (a mixture's component re-created: the daemon said which)
+            return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode, offset,
+                                     count, window=self.window, lanes=self.lanes, definition=self._definition)
 
     def _reread(self, epoch, offset):
         """After a Conflict: whether the daemon's definition of this sampler's name changed since it was read,

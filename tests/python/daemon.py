@@ -7,20 +7,32 @@ import time
 
 
 class Daemon:
-    def __init__(self):
+    def __init__(self, extra=()):
         self.dir = tempfile.mkdtemp(prefix="permd-py-")
         self.socket = os.path.join(self.dir, "permd.sock")
+        self.extra = list(extra)
+        self._start()
+
+    def _start(self):
         exe = os.environ.get("PERMD_BIN", "permd")
-        self.proc = subprocess.Popen([exe, "--socket", self.socket, "--state-dir", os.path.join(self.dir, "state")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen([exe, "--socket", self.socket, "--state-dir", os.path.join(self.dir, "state")]
+                                     + self.extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 20
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("permd did not start: " + self.proc.stderr.read().decode(errors="replace"))
             time.sleep(0.02)
 
-    def stop(self):
+    def _end(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
         self.proc.stderr.close()
+
+    def restart(self):
+        """Stop permd and start it again on the same socket and registry (an upgrade, a crash and restart)."""
+        self._end()
+        self._start()
+
+    def stop(self):
+        self._end()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -325,6 +325,90 @@ class Library(unittest.TestCase):
         self.assertIs(_lib._check_abi(_lib.lib, "ok"), _lib.lib)
 
 
+class _FetchEpochs(Dataset):
+    """Item i: the first 64 ids of epoch i, fetched through a Client made in the parent (DataLoader workers fork)."""
+
+    def __init__(self, client):
+        self.c = client
+
+    def __len__(self):
+        return 120
+
+    def __getitem__(self, i):
+        return self.c.fetch("forked", 9, i, 1, 0, "exact", 0, 64)[0].tolist()
+
+
+class ClientRobustness(unittest.TestCase):
+    """What a training job does to a Client: forks it into DataLoader workers, restarts permd under it, runs on a
+    permd with a low max_count, sets odd timeouts, copies a stream, connects where nothing listens."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon(extra=["--max-count", "1000"])
+        cls.c = permd.Client(socket=cls.daemon.socket)
+        cls.c.put_dataset("forked", 100_000)
+        cls.c.put_dataset("restarted", 30_011)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.daemon.stop()
+
+    def test_forked_workers_connect_anew(self):
+        # Before, parent and children shared one socket and one request counter: items came back with another
+        # item's ids, or timed out.
+        got = list(DataLoader(_FetchEpochs(self.c), batch_size=None, num_workers=2))
+        self.assertEqual(got, [permd.Permutation(9, i, 100_000)[:64].tolist() for i in range(120)])
+        self.c.fetch("forked", 9, 0, 1, 0, count=3)  # the parent's connection is still its own
+
+    def test_a_sampler_goes_on_after_permd_restarts(self):
+        s = permd.Sampler(size=30_011, num_replicas=2, rank=1, seed=4, mode="pad", client=self.c, name="restarted")
+        off = permd.Sampler(size=30_011, num_replicas=2, rank=1, seed=4, mode="pad")
+        s.set_epoch(0)
+        it = iter(s)
+        head = [next(it) for _ in range(3000)]  # chunks of at most max_count (1000): before, 8192 was refused
+        self.daemon.restart()  # the registry keeps the dataset; the connection is gone
+        rest = list(it)  # the next fetch fails once, and is asked again on a new connection
+        off.set_epoch(0)
+        self.assertEqual(head + rest, list(off))
+        s.set_epoch(1)
+        off.set_epoch(1)
+        self.assertEqual(list(s), list(off))
+
+    def test_stream_batches_fit_max_count(self):
+        batches = list(self.c.stream("forked", 1, 0, 1, 0, max_count=2500))
+        self.assertEqual([len(b) for b in batches], [1000, 1000, 500])
+
+    def test_timeouts(self):
+        self.assertEqual(permd.client._timeout_ms(0.0004), 1)  # not 0, which libpermd reads as "no limit"
+        self.assertIsNone(permd.client._timeout_ms(float("inf")))
+        for bad, exc in [(0, ValueError), (-1, ValueError), (float("nan"), ValueError), ("5", TypeError),
+                         (True, TypeError)]:
+            with self.assertRaises(exc, msg=bad):
+                permd.Client(socket=self.daemon.socket, timeout=bad)
+
+    def test_streams_are_not_copied(self):
+        st = self.c.stream("forked", 1, 0, 1, 0, batch=100)
+        next(st)
+        for copier in (copy.copy, copy.deepcopy, pickle.dumps):
+            with self.assertRaises(TypeError):
+                copier(st)  # copy.copy made two objects free one libpermd stream: the process aborted
+        st.close()
+
+    def test_connect_errors_say_why(self):
+        with self.assertRaisesRegex(permd.ConnectionFailed, "No such file or directory"):
+            permd.Client(socket=os.path.join(self.daemon.dir, "nothing.sock"))
+
+    def test_error_classes(self):
+        for code, cls, base in [(-3, permd.OutOfMemory, MemoryError), (-6, permd.ProtocolError, ConnectionError),
+                                (-12, permd.Unsupported, NotImplementedError), (-15, permd.ServerError, RuntimeError),
+                                (-16, permd.Unavailable, RuntimeError)]:
+            with self.assertRaises(cls) as caught:
+                permd.errors.raise_for(code, "x", "y")
+            self.assertIsInstance(caught.exception, base)
+            self.assertIsInstance(caught.exception, permd.PermdError)
+
+
 class DaemonBacked(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
