@@ -1,8 +1,10 @@
 """permd.Client: a connection to the permd daemon (datasets, mixtures, fetch, stream, inverse, stats)."""
 import ctypes
+import functools
 import math
 import numbers
 import os
+import threading
 
 from . import _args, _lib
 from .errors import ConnectionFailed, InvalidArgument
@@ -37,6 +39,16 @@ def _mixture_dict(d):
                   **({"layout": f"{d.component_layout_hashes[j]:016x}"}
                      if d.component_layout_hashes and d.component_shards[j] and d.component_layout_hashes[j] else {}))
              for j in range(n)]}
+
+
+def _serialized(method):
+    """One call at a time on a Client: threads that share one (docs: one per thread) wait for each other instead
+    of interleaving requests on its socket (they hung, or timed out)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return call
 
 
 _BROKEN = (-5, -13, -14)  # PERMD_EIO, PERMD_ECLOSED, PERMD_ETIMEDOUT: libpermd will not use the connection again
@@ -82,6 +94,7 @@ class Client:
         self._address = {"socket": socket, "tcp": tcp, "token": token, "timeout": timeout}
         self._ms = ms
         self._c = None
+        self._lock = threading.RLock()  # _serialized
         self._closed = False
         self._broken = False  # the connection failed: the next call connects anew
         self._wide = {}  # dataset name -> whether its ids need 64 bits, learnt from the first fetch
@@ -104,11 +117,13 @@ class Client:
         self._max_count = info.max_count
 
     @property
+    @_serialized
     def server(self):
         self._handle()
         return self._server
 
     @property
+    @_serialized
     def max_count(self):
         self._handle()
         return self._max_count
@@ -119,6 +134,7 @@ class Client:
     def __setstate__(self, state):
         self._address, self._ms = state["address"], state["ms"]
         self._c, self._closed, self._broken, self._wide = None, False, False, {}
+        self._lock = threading.RLock()
 
     def close(self):
         if getattr(self, "_c", None) and self._pid == os.getpid():  # a forked child leaves the parent's alone
@@ -158,6 +174,7 @@ class Client:
 
     # ---- datasets
 
+    @_serialized
     def put_dataset(self, name, size=None, *, shards=None, window=None, lanes=None):
         """Create a dataset: put_dataset(name, size) for a flat one, put_dataset(name, shards=[sizes...],
         window=K, lanes=G) for a sharded one (docs/spec/shards-v1.md). Idempotent for the same
@@ -188,11 +205,13 @@ class Client:
         self._check(rc, f"put_dataset {name!r}")
         return dict(_dataset_dict(d), created=bool(created.value))
 
+    @_serialized
     def get_dataset(self, name):
         d = _lib.Dataset()
         self._check(_lib.get_dataset(self._handle(), name.encode(), ctypes.byref(d)), f"get_dataset {name!r}")
         return _dataset_dict(d)
 
+    @_serialized
     def list_datasets(self):
         total = ctypes.c_size_t()
         self._check(_lib.list_datasets(self._handle(), None, 0, ctypes.byref(total)), "list_datasets")
@@ -201,12 +220,14 @@ class Client:
         self._check(_lib.list_datasets(self._c, arr, cap, ctypes.byref(total)), "list_datasets")
         return [_dataset_dict(arr[i]) for i in range(min(cap, total.value))]
 
+    @_serialized
     def delete_dataset(self, name):
         self._wide.pop(name, None)
         self._check(_lib.delete_dataset(self._handle(), name.encode()), f"delete_dataset {name!r}")
 
     # ---- mixtures (docs/mixtures.md): fetch, stream, digest and Sampler(client=, name=) take their names
 
+    @_serialized
     def put_mixture(self, name, components, weights, *, stages=None, length=None, block=None):
         """Register mixture `name` over the registered datasets `components` (names, in order), as
         permd.Mixture takes a definition: weights, the first stage's (integers, or reals converted by the
@@ -237,6 +258,7 @@ class Client:
         finally:
             _lib.mixture_def_free(ptr)
 
+    @_serialized
     def get_mixture(self, name):
         """Mixture `name`'s definition: {"name", "components" (dataset names), "component_sizes" (theirs
         when it was put), "component_layouts" ([{"shards", "window", "lanes"}], shards 0 for a flat one; as
@@ -246,6 +268,7 @@ class Client:
         self._check(_lib.get_mixture(self._handle(), _name(name), ctypes.byref(out)), f"get_mixture {name!r}")
         return self._take_mixture(out)
 
+    @_serialized
     def list_mixtures(self):
         """The mixtures' names, sorted."""
         total = ctypes.c_size_t()
@@ -255,10 +278,12 @@ class Client:
         self._check(_lib.list_mixtures(self._c, names, cap, ctypes.byref(total)), "list_mixtures")
         return [names[i].value.decode() for i in range(min(cap, total.value))]
 
+    @_serialized
     def delete_mixture(self, name):
         self._wide.pop(name, None)
         self._check(_lib.delete_mixture(self._handle(), _name(name)), f"delete_mixture {name!r}")
 
+    @_serialized
     def reweight_mixture(self, name, state, weights):
         """Re-weight mixture `name` from the checkpoint `state` (a permd.Sampler's state_dict() of it): put it
         again with the stage permd.reweight_stage(state, weights) appended. Nothing read before the
@@ -308,6 +333,7 @@ class Client:
                           _args.integer("lanes", lanes or 0, 0, _args.U32_MAX),
                           _args.integer("definition", definition or 0))
 
+    @_serialized
     def fetch(self, name, seed, epoch, world, rank, mode="exact", offset=0, count=None, *, locations=False,
               window=None, lanes=None, definition=None):
         """The rank's next ids (at most count, default the server's max_count): a numpy array
@@ -354,6 +380,7 @@ class Client:
         ids = out[: got.value] if np is not None else list(out)[: got.value]
         return ids, nxt.value
 
+    @_serialized
     def stream(self, name, seed, epoch, world, rank, mode="exact", offset=0, batch=None, max_count=0, *,
                window=None, lanes=None, definition=None):
         """Iterate over the rank's ids in batches (numpy arrays, or lists without numpy) of `batch` ids
@@ -364,6 +391,7 @@ class Client:
         return _Stream(self, self._slice(name, seed, epoch, world, rank, mode, offset, window, lanes, definition),
                        _args.integer("batch", batch, 1, self.max_count), _args.integer("max_count", max_count))
 
+    @_serialized
     def digest(self, name, seed, epoch, world, rank, mode="exact", offset=0, *, window=None, lanes=None,
                definition=None):
         """The daemon's digest {count, sum, hash} of everything the rank has left from offset: equal
@@ -373,6 +401,7 @@ class Client:
         self._check(_lib.digest_slice(self._handle(), ctypes.byref(s), ctypes.byref(d)), "digest")
         return {"count": d.count, "sum": d.sum, "hash": d.hash}
 
+    @_serialized
     def inverse(self, name, seed, epoch, world, samples, mode=None):
         """Positions (σ⁻¹) of sample ids and the rank that reads each (None where drop mode drops it)."""
         world = _args.integer("world", world, 1, _args.U32_MAX)
@@ -386,6 +415,7 @@ class Client:
         self._check(rc, "inverse")
         return [pos[i] for i in range(n)], [None if ranks[i] == 0xFFFFFFFF else ranks[i] for i in range(n)]
 
+    @_serialized
     def inverse_mixture(self, name, seed, world, samples, component_epochs, mode=None):
         """Where mixture `name` (seed `seed`, read by `world` ranks) draws each global id of `samples` in
         its component epoch of `component_epochs`: (mixture epochs, positions, ranks), None where the run
@@ -412,6 +442,7 @@ class Client:
                 ranks.append(None if r[i] == _args.U32_MAX else r[i])
         return epochs, positions, ranks
 
+    @_serialized
     def stats(self):
         st = _lib.Stats()
         self._check(_lib.stats_get(self._handle(), ctypes.byref(st)), "stats")
@@ -467,7 +498,8 @@ class _Stream:
             raise ConnectionFailed(-5, "stream: a permd stream is its process's, and this one was opened before a "
                                    "fork: open another from its .offset here")
         ids, width, count = ctypes.c_void_p(), ctypes.c_uint32(), ctypes.c_uint64()
-        rc = _lib.stream_next(self._st, ctypes.byref(ids), ctypes.byref(width), ctypes.byref(count))
+        with self._client._lock:  # the stream reads its client's socket
+            rc = _lib.stream_next(self._st, ctypes.byref(ids), ctypes.byref(width), ctypes.byref(count))
         if rc:
             self.close()
             self._client._check(rc, "stream")

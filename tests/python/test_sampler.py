@@ -6,6 +6,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 import unittest
 
 import numpy as np
@@ -374,6 +375,26 @@ class ClientRobustness(unittest.TestCase):
         s.set_epoch(1)
         off.set_epoch(1)
         self.assertEqual(list(s), list(off))
+
+    def test_threads_sharing_a_client(self):
+        # one per thread is the advice; a shared one serializes its calls (they hung, or timed out)
+        shared, errors = permd.Client(socket=self.daemon.socket, timeout=30), []
+
+        def work(i):
+            try:
+                for e in range(10):
+                    ids, _ = shared.fetch("forked", 3, 4 * e + i, 1, 0, count=500)
+                    self.assertEqual(ids.tolist(), permd.Permutation(3, 4 * e + i, 100_000)[:500].tolist())
+            except Exception as e:  # noqa: BLE001 (reported below, in the main thread)
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        shared.close()
+        self.assertEqual(errors, [])
 
     def test_stream_batches_fit_max_count(self):
         batches = list(self.c.stream("forked", 1, 0, 1, 0, max_count=2500))
