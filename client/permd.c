@@ -332,7 +332,9 @@ static int pd_cl_hello(permd_client *c, const char *token)
 }
 
 /* Wrap a connected socket and say Hello; closes fd on failure. */
-static int pd_cl_start(int fd, const char *token, permd_client **out)
+/* The Hello on a connected fd, waiting at most ms (0: PD_CL_HELLO_TIMEOUT_MS); the client then keeps ms as its
+ * timeout (permd_set_timeout), 0 keeping none. */
+static int pd_cl_start(int fd, const char *token, uint32_t ms, permd_client **out)
 {
     permd_client *c = calloc(1, sizeof *c);
     if (!c) {
@@ -345,9 +347,9 @@ static int pd_cl_start(int fd, const char *token, permd_client **out)
         permd_close(c);
         return pd_cl_fail(NULL, PD_ENOMEM, "out of memory");
     }
-    c->timeout_ms = PD_CL_HELLO_TIMEOUT_MS;
+    c->timeout_ms = ms ? ms : PD_CL_HELLO_TIMEOUT_MS;
     int rc = pd_cl_hello(c, token);
-    c->timeout_ms = 0;
+    c->timeout_ms = ms;
     if (rc) {
         pd_cl_fail(NULL, rc, "%s", c->err);
         permd_close(c);
@@ -357,7 +359,7 @@ static int pd_cl_start(int fd, const char *token, permd_client **out)
     return 0;
 }
 
-int permd_connect_unix(const char *path, permd_client **out)
+static int pd_cl_connect_unix(const char *path, uint32_t ms, permd_client **out)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     char def[sizeof sa.sun_path];
@@ -381,13 +383,18 @@ int permd_connect_unix(const char *path, permd_client **out)
                           e == ENOENT || e == ECONNREFUSED ? " (is permd running? see --socket / PERMD_SOCKET)"
                                                            : "");
     }
-    int rc = pd_cl_start(fd, NULL, out);
+    int rc = pd_cl_start(fd, NULL, ms, out);
     if (rc == 0)
         (*out)->is_unix = 1;
     return rc;
 }
 
-int permd_connect_tcp(const char *host_port, const char *token, permd_client **out)
+int permd_connect_unix(const char *path, permd_client **out)
+{
+    return pd_cl_connect_unix(path, 0, out);
+}
+
+static int pd_cl_connect_tcp(const char *host_port, const char *token, uint32_t ms, permd_client **out)
 {
     char host[256], port[8];
     uint16_t p;
@@ -414,20 +421,30 @@ int permd_connect_tcp(const char *host_port, const char *token, permd_client **o
         return pd_cl_fail(NULL, PD_EIO, "cannot connect to %s: %s", host_port, strerror(e));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* requests are small and latency-bound */
-    return pd_cl_start(fd, token, out);
+    return pd_cl_start(fd, token, ms, out);
+}
+
+int permd_connect_tcp(const char *host_port, const char *token, permd_client **out)
+{
+    return pd_cl_connect_tcp(host_port, token, 0, out);
+}
+
+int permd_connect_timeout(const char *endpoint, const char *token, uint32_t ms, permd_client **out)
+{
+    if (!endpoint || !*endpoint)
+        return pd_cl_connect_unix(NULL, ms, out);
+    if (!strncmp(endpoint, "unix:", 5))
+        return pd_cl_connect_unix(endpoint + 5, ms, out);
+    if (!strncmp(endpoint, "tcp:", 4))
+        return pd_cl_connect_tcp(endpoint + 4, token, ms, out);
+    if (strchr(endpoint, '/'))
+        return pd_cl_connect_unix(endpoint, ms, out);
+    return pd_cl_connect_tcp(endpoint, token, ms, out);
 }
 
 int permd_connect(const char *endpoint, const char *token, permd_client **out)
 {
-    if (!endpoint || !*endpoint)
-        return permd_connect_unix(NULL, out);
-    if (!strncmp(endpoint, "unix:", 5))
-        return permd_connect_unix(endpoint + 5, out);
-    if (!strncmp(endpoint, "tcp:", 4))
-        return permd_connect_tcp(endpoint + 4, token, out);
-    if (strchr(endpoint, '/'))
-        return permd_connect_unix(endpoint, out);
-    return permd_connect_tcp(endpoint, token, out);
+    return permd_connect_timeout(endpoint, token, 0, out);
 }
 
 static void pd_stream_free(permd_stream *st)

@@ -147,6 +147,7 @@ plan_rank_digest = _sig("permd_plan_rank_digest", [p, u32, u32, ctypes.c_int, u6
 
 # the daemon client
 connect = _sig("permd_connect", [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(p)])
+connect_timeout = _sig("permd_connect_timeout", [ctypes.c_char_p, ctypes.c_char_p, u32, ctypes.POINTER(p)])
 close = _sig("permd_close", [p], None)
 set_timeout = _sig("permd_set_timeout", [p, u32])
 last_error = _sig("permd_last_error", [p], ctypes.c_char_p)

@@ -105,12 +105,10 @@ class Client:
         endpoint = f"unix:{a['socket']}" if a["socket"] is not None else f"tcp:{a['tcp']}" if a["tcp"] is not None \
             else None
         handle = ctypes.c_void_p()
-        rc = _lib.connect(endpoint.encode() if endpoint else None, a["token"].encode() if a["token"] else None,
-                          ctypes.byref(handle))
+        rc = _lib.connect_timeout(endpoint.encode() if endpoint else None,
+                                  a["token"].encode() if a["token"] else None, self._ms or 0, ctypes.byref(handle))
         _lib.check(rc, f"connect to {endpoint or 'the default socket'}", connecting=True)
         self._c, self._pid, self._broken = handle, os.getpid(), False
-        if self._ms is not None:
-            self._check(_lib.set_timeout(self._c, self._ms), "set_timeout")
         info = _lib.ServerInfo()
         self._check(_lib.server_info_get(self._c, ctypes.byref(info)), "hello")
         self._server = info.server.decode()

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -259,6 +260,32 @@ static void test_handshake_refusals(void **state)
     fake_stop(&f);
 }
 
+/* permd_connect_timeout bounds the Hello: a socket that accepts connections and never answers fails in about the
+ * timeout, not after the fixed 10 s of permd_connect. */
+static void test_connect_timeout(void **state)
+{
+    (void)state;
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/permd-test-mute-%d.sock", (int)getpid());
+    unlink(path);
+    int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(lfd, 4), 0); /* the kernel completes connects; nobody reads */
+    char ep[128];
+    snprintf(ep, sizeof ep, "unix:%s", path);
+    permd_client *c;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(permd_connect_timeout(ep, NULL, 200, &c), PERMD_ETIMEDOUT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    assert_true(s >= 0.15 && s < 5);
+    close(lfd);
+    unlink(path);
+}
+
 static int open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -351,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_peer_closes),
         cmocka_unit_test(test_garbage_reply),
         cmocka_unit_test(test_handshake_refusals),
+        cmocka_unit_test(test_connect_timeout),
         cmocka_unit_test(test_bad_stream_replies),
         cmocka_unit_test(test_endpoints_and_arguments),
     };

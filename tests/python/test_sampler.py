@@ -4,9 +4,11 @@ python3-torch and python3-numpy. Checkpoints are in test_checkpoints.py."""
 import copy
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import threading
+import time
 import unittest
 
 import numpy as np
@@ -415,6 +417,18 @@ class ClientRobustness(unittest.TestCase):
             with self.assertRaises(TypeError):
                 copier(st)  # copy.copy made two objects free one libpermd stream: the process aborted
         st.close()
+
+    def test_connect_honours_the_timeout(self):
+        # a socket that accepts and never answers: Timeout in about the timeout (the Hello waited a fixed 10 s)
+        path = os.path.join(self.daemon.dir, "mute.sock")
+        mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        mute.bind(path)
+        mute.listen(4)
+        t0 = time.monotonic()
+        with self.assertRaises(permd.Timeout):
+            permd.Client(socket=path, timeout=0.3)
+        self.assertLess(time.monotonic() - t0, 5)
+        mute.close()
 
     def test_connect_errors_say_why(self):
         with self.assertRaisesRegex(permd.ConnectionFailed, "No such file or directory"):
