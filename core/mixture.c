@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "error.h"
+
 /* ---- Plans */
 
 size_t pd_mix_bytes(uint64_t components, uint64_t stages)
@@ -36,6 +38,51 @@ static void pd_mix_tree_counts(const uint32_t *cw, uint64_t lo, uint64_t hi, uin
     out[lo] = y;
 }
 
+int pd_mix_check(const pd_mix_component *comps, uint64_t components, uint64_t length, uint64_t block,
+                 const uint64_t *starts, const uint32_t *weights, uint64_t stages, char *err, size_t errlen)
+{
+    if (block < PD_MIX_BLOCK_MIN || block > PD_MIX_BLOCK_MAX || (block & (block - 1))) {
+        pd_errf(err, errlen, "block %llu is not a power of two in [%u, %u]", (unsigned long long)block,
+                PD_MIX_BLOCK_MIN, PD_MIX_BLOCK_MAX);
+        return PD_EINVAL;
+    }
+    uint64_t total = 0;
+    for (uint64_t j = 0; j < components; j++) {
+        if (pd_mix_component_check(&comps[j]) || comps[j].size > PD_N_MAX - total) {
+            pd_errf(err, errlen, "component %llu: a size of 1 to 2^63 (a layout that sums to it), and all of them "
+                    "together at most 2^63", (unsigned long long)j);
+            return PD_EINVAL;
+        }
+        total += comps[j].size;
+    }
+    if ((length ? length : total) > PD_N_MAX) {
+        pd_errf(err, errlen, "length %llu is above 2^63", (unsigned long long)length);
+        return PD_EINVAL;
+    }
+    for (uint64_t k = 0; k < stages; k++) {
+        const uint64_t s = starts[k];
+        if (k == 0 && s != 0) {
+            pd_errf(err, errlen, "the first stage starts at %llu, not 0", (unsigned long long)s);
+            return PD_EINVAL;
+        }
+        if (k > 0 && (s <= starts[k - 1] || s % block || s >= PD_MIX_RUN_END)) {
+            pd_errf(err, errlen, "stage %llu starts at %llu: stages start at increasing multiples of block (%llu) "
+                    "below 2^63, after %llu", (unsigned long long)k, (unsigned long long)s,
+                    (unsigned long long)block, (unsigned long long)starts[k - 1]);
+            return PD_EINVAL;
+        }
+        uint64_t sum = 0;
+        for (uint64_t j = 0; j < components; j++)
+            sum += weights[k * components + j];
+        if (sum == 0 || sum > UINT32_MAX) {
+            pd_errf(err, errlen, "stage %llu's weights sum to %llu, not between 1 and 2^32 - 1", (unsigned long long)k,
+                    (unsigned long long)sum);
+            return PD_EINVAL;
+        }
+    }
+    return 0;
+}
+
 int pd_mix_init(pd_mix *m, uint64_t seed, const pd_mix_component *comps, uint64_t components, uint64_t length,
                 uint64_t block, const uint64_t *starts, const uint32_t *weights, uint64_t stages, void *mem,
                 size_t mem_bytes)
@@ -45,27 +92,13 @@ int pd_mix_init(pd_mix *m, uint64_t seed, const pd_mix_component *comps, uint64_
         return PD_EINVAL;
     if (block == 0)
         block = PD_MIX_BLOCK_DEFAULT;
-    if (block < PD_MIX_BLOCK_MIN || block > PD_MIX_BLOCK_MAX || (block & (block - 1)))
+    if (pd_mix_check(comps, components, length, block, starts, weights, stages, NULL, 0))
         return PD_EINVAL;
     uint64_t total = 0;
-    for (uint64_t j = 0; j < components; j++) {
-        if (pd_mix_component_check(&comps[j]) || comps[j].size > PD_N_MAX - total)
-            return PD_EINVAL;
+    for (uint64_t j = 0; j < components; j++)
         total += comps[j].size;
-    }
     if (length == 0)
         length = total;
-    if (length > PD_N_MAX)
-        return PD_EINVAL;
-    for (uint64_t k = 0; k < stages; k++) {
-        if (starts[k] % block || starts[k] >= PD_MIX_RUN_END || (k == 0 ? starts[k] != 0 : starts[k] <= starts[k - 1]))
-            return PD_EINVAL;
-        uint64_t sum = 0;
-        for (uint64_t j = 0; j < components; j++)
-            sum += weights[k * components + j];
-        if (sum == 0 || sum > UINT32_MAX)
-            return PD_EINVAL;
-    }
     if (mem_bytes < need)
         return PD_ERANGE;
 

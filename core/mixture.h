@@ -54,6 +54,11 @@ typedef struct pd_mix {
 /* Bytes of memory a plan over C components and S stages needs (8-byte aligned); 0 outside the limits. */
 size_t pd_mix_bytes(uint64_t components, uint64_t stages);
 
+/* Whether a definition is inside spec §1 (what pd_mix_init checks before building): PD_EINVAL, with the first
+ * rule it breaks said in err (may be NULL), else 0. block is not 0 here (pd_mix_init takes 0 as the default). */
+int pd_mix_check(const pd_mix_component *comps, uint64_t components, uint64_t length, uint64_t block,
+                 const uint64_t *starts, const uint32_t *weights, uint64_t stages, char *err, size_t errlen);
+
 /* Build a plan. weights: S rows of C u32 (stage k's row at weights + k·C); starts: S run positions.
  * length 0 means N, block 0 means PD_MIX_BLOCK_DEFAULT. O(S·C·log C).
  * PD_EINVAL for anything outside spec §1; PD_ERANGE if mem is too small. */

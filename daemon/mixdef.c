@@ -43,38 +43,6 @@ void pd_mixdef_release(pd_mixdef *d)
         free(d);
 }
 
-/* Which of the spec's rules d breaks, in words (the core's pd_mix_init only says that one is): 1 if it
- * found one. */
-static int pd_mixdef_why(const pd_mixdef *d, char *err, size_t errlen)
-{
-    const uint32_t B = d->block;
-    if (B < PD_MIX_BLOCK_MIN || B > PD_MIX_BLOCK_MAX || (B & (B - 1))) {
-        pd_errf(err, errlen, "block %u is not a power of two in [%u, %u]", B, PD_MIX_BLOCK_MIN, PD_MIX_BLOCK_MAX);
-        return 1;
-    }
-    for (uint32_t k = 0; k < d->stages; k++) {
-        const uint64_t s = d->starts[k];
-        if (k == 0 && s != 0) {
-            pd_errf(err, errlen, "the first stage starts at %llu, not 0", (unsigned long long)s);
-            return 1;
-        }
-        if (k > 0 && (s <= d->starts[k - 1] || s % B || s >= PD_MIX_RUN_END)) {
-            pd_errf(err, errlen, "stage %u starts at %llu: stages start at increasing multiples of block (%u) "
-                    "below 2^63, after %llu", k, (unsigned long long)s, B, (unsigned long long)d->starts[k - 1]);
-            return 1;
-        }
-        uint64_t sum = 0;
-        for (uint32_t j = 0; j < d->components; j++)
-            sum += d->weights[(size_t)k * d->components + j];
-        if (sum == 0 || sum > UINT32_MAX) {
-            pd_errf(err, errlen, "stage %u's weights sum to %llu, not between 1 and 2^32 - 1", k,
-                    (unsigned long long)sum);
-            return 1;
-        }
-    }
-    return 0;
-}
-
 int pd_mixdef_check(pd_mixdef *d, char *err, size_t errlen)
 {
     uint64_t n = 0;
@@ -105,7 +73,9 @@ int pd_mixdef_check(pd_mixdef *d, char *err, size_t errlen)
         pd_mix plan;
         rc = pd_mix_init(&plan, 0, comps, d->components, d->length, d->block, d->starts, d->weights, d->stages, mem,
                          bytes);
-        if (rc && !pd_mixdef_why(d, err, errlen))
+        /* The core says which rule the definition breaks; the list is for a failure it does not explain. */
+        if (rc && !pd_mix_check(comps, d->components, d->length, d->block, d->starts, d->weights, d->stages, err,
+                                errlen))
             pd_errf(err, errlen,
                     "not a mixture the spec allows: stages start at 0 then increase in multiples of block, "
                     "block is a power of two in [%u, %u], each stage's weights sum to between 1 and 2^32 - 1, "
