@@ -286,6 +286,19 @@ static int pd_row_sum_ok(sqlite3_stmt *st, int col, int64_t sum)
     return sqlite3_column_type(st, col) == SQLITE_NULL || sqlite3_column_int64(st, col) == sum;
 }
 
+/* A row that is not loaded: logged and counted; a put or delete of its name replaces or removes it. */
+static void pd_registry_skip(pd_registry *r, int mixture, const char *name, const char *reason, const char *why)
+{
+    const char *what = mixture ? "Mixture" : "Dataset";
+    pd_log_error("registry_skip",
+                 "reason=\"%s\" name=\"%s\" msg=\"%sthe %s is not served; a Put%s or Delete%s of its name replaces or "
+                 "removes the row\"",
+                 reason, name ? name : "", why, mixture ? "mixture" : "dataset", what, what);
+    r->skipped++;
+}
+
+#define PD_ROW_CHANGED "the row changed on disk since permd wrote it: "
+
 static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
 {
     sqlite3_stmt *st = NULL;
@@ -298,30 +311,21 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
         pd_dataset d = {0};
         pd_layout *layout = NULL;
         const char *name = (const char *)sqlite3_column_text(st, 0);
-        const void *blob = sqlite3_column_type(st, 3) == SQLITE_BLOB ? sqlite3_column_blob(st, 3) : NULL;
+        const int shards_type = sqlite3_column_type(st, 3); /* NULL: flat; a BLOB: the layout; else damaged */
+        const void *blob = shards_type == SQLITE_BLOB ? sqlite3_column_blob(st, 3) : NULL;
+        const int blob_len = sqlite3_column_bytes(st, 3);
         if (name && !pd_row_sum_ok(st, 6, pd_dataset_row_sum(name, sqlite3_column_int64(st, 1),
-                                                             sqlite3_column_int64(st, 2), blob,
-                                                             (size_t)sqlite3_column_bytes(st, 3),
+                                                             sqlite3_column_int64(st, 2), blob, (size_t)blob_len,
                                                              sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 5)))) {
-            pd_log_error("registry_skip", "reason=\"checksum mismatch\" name=\"%s\" msg=\"the row changed on disk since "
-                         "permd wrote it: the dataset is not served; a PutDataset or DeleteDataset of its name "
-                         "replaces or removes the row\"",
-                         name);
-            r->skipped++;
+            pd_registry_skip(r, 0, name, "checksum mismatch", PD_ROW_CHANGED);
             continue;
         }
         d.size = pd_size_from_db(sqlite3_column_int64(st, 1));
         d.created_ms = sqlite3_column_int64(st, 2);
-        const int shards_type = sqlite3_column_type(st, 3); /* NULL: flat; a BLOB: the layout; else damaged */
         if (shards_type != SQLITE_NULL) {
-            if (shards_type != SQLITE_BLOB ||
-                pd_layout_from_blob(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3), &layout) ||
-                layout->start[layout->shards] != d.size) {
+            if (!blob || pd_layout_from_blob(blob, blob_len, &layout) || layout->start[layout->shards] != d.size) {
                 pd_layout_release(layout);
-                pd_log_error("registry_skip", "reason=\"invalid shard layout\" name=\"%s\" msg=\"the dataset is "
-                             "not served; a PutDataset or DeleteDataset of its name replaces or removes the row\"",
-                             name ? name : "");
-                r->skipped++;
+                pd_registry_skip(r, 0, name, "invalid shard layout", "");
                 continue;
             }
             d.shards = layout->shards;
@@ -332,10 +336,7 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
         if (!name || pd_name_check(name) || d.size == 0 || d.size > PD_N_MAX ||
             (layout && (d.window == 0 || d.lanes == 0))) {
             pd_layout_release(layout);
-            pd_log_error("registry_skip", "reason=\"invalid row\" name=\"%s\" msg=\"the dataset is not served; a "
-                         "PutDataset or DeleteDataset of its name replaces or removes the row\"",
-                         name ? name : "");
-            r->skipped++;
+            pd_registry_skip(r, 0, name, "invalid row", "");
             continue;
         }
         strcpy(d.name, name);
@@ -474,18 +475,11 @@ static int pd_registry_load_mixtures(pd_registry *r, char *err, size_t errlen)
         if (name && !pd_row_sum_ok(st, 3, pd_mixture_row_sum(name, sqlite3_column_blob(st, 1),
                                                              (size_t)sqlite3_column_bytes(st, 1),
                                                              sqlite3_column_int64(st, 2)))) {
-            pd_log_error("registry_skip", "reason=\"checksum mismatch\" name=\"%s\" msg=\"the row changed on disk since "
-                         "permd wrote it: the mixture is not served; a PutMixture or DeleteMixture of its name "
-                         "replaces or removes the row\"",
-                         name);
-            r->skipped++;
+            pd_registry_skip(r, 1, name, "checksum mismatch", PD_ROW_CHANGED);
             continue;
         }
         if (!name || pd_mixdef_decode(name, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), &d)) {
-            pd_log_error("registry_skip", "reason=\"invalid mixture\" name=\"%s\" msg=\"the mixture is not served; a "
-                         "PutMixture or DeleteMixture of its name replaces or removes the row\"",
-                         name ? name : "");
-            r->skipped++;
+            pd_registry_skip(r, 1, name, "invalid mixture", "");
             continue;
         }
         d->created_ms = sqlite3_column_int64(st, 2);
