@@ -319,14 +319,16 @@ class Sampler(_Base):
     def _fetch_daemon(self, epoch, offset, count):
         """Ids from permd, naming the definition this sampler read: when the name was re-defined since, read it
         again (_reread) and go on, or raise."""
-        try:
+        def ask():  # under the definition read last
             return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode, offset,
                                      count, window=self.window, lanes=self.lanes, definition=self._definition)
+
+        try:
+            return ask()
         except Conflict:
             if self._definition is None or not self._reread(epoch, offset):
                 raise  # not a new definition (a mixture's component re-created: the daemon said which)
-            return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode, offset,
-                                     count, window=self.window, lanes=self.lanes, definition=self._definition)
+            return ask()
 
     def _reread(self, epoch, offset):
         """After a Conflict: whether the daemon's definition of this sampler's name changed since it was read,
