@@ -188,6 +188,12 @@ static const pd_opt pd_opts[] = {
            "which go out in one NCCL group), may take before permd aborts the group's\n"
            "communicator (a trainer that died or hung)."),
     PD_OPT(max_group_members, PD_OPT_U64, "256", 1, 65535, "Most trainers in one delivery group."),
+    PD_OPT(max_request_memory, PD_OPT_U64, "16777216", 65536, UINT64_C(1) << 40,
+           "Bytes one request may take decoded (its fields as permd reads them),\n"
+           "freed once it is answered; a request past it is answered TOO_LARGE and its\n"
+           "connection stays open. A request decodes to 1 to 4 times its frame; many\n"
+           "small or unknown fields cost more (tens of bytes each). Keep it at least\n"
+           "4 x max_frame."),
 };
 #define PD_NOPTS (sizeof pd_opts / sizeof pd_opts[0])
 
