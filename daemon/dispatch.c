@@ -17,7 +17,13 @@
 
 typedef void (*pd_handler)(pd_session *s, uint64_t id, const void *msg);
 
-enum { PD_CMD_PREAUTH = 1 }; /* may be sent before the connection authenticated */
+enum {
+    PD_CMD_PREAUTH = 1, /* may be sent before the connection authenticated */
+    /* Its handler may hand the request's memory to a request job (Inverse's job reads the samples and
+     * writes its reply's buffers in the session's arena, daemon/fetch.c), which nothing here can see:
+     * the arena is then released by the next frame, not when the handler returns. */
+    PD_CMD_KEEPS_ARENA = 2,
+};
 
 typedef struct pd_command {
     pd_handler run;
@@ -62,7 +68,7 @@ static const pd_command pd_commands[PD_REQ_UNKNOWN] = {
     PD_ROW(DELETE_DATASET, pd_on_delete_dataset, 0),
     PD_ROW(FETCH, pd_on_fetch, 0),
     PD_ROW(DIGEST, pd_on_digest, 0),
-    PD_ROW(INVERSE, pd_on_inverse, 0),
+    PD_ROW(INVERSE, pd_on_inverse, PD_CMD_KEEPS_ARENA),
     PD_ROW(STREAM, pd_on_stream, 0),
     PD_ROW(CREDIT, pd_on_credit, 0),
     PD_ROW(CANCEL, pd_on_cancel, 0),
@@ -85,16 +91,50 @@ static const void *pd_envelope_body(const pd_envelope *env)
     return msg;
 }
 
-void pd_dispatch_frame(pd_session *s, const uint8_t *payload, uint32_t len)
+/* A frame whose decoding took more than max_request_memory: answered TOO_LARGE under its id and type
+ * (read from the wire, which is well formed up to there), and the connection goes on. An Envelope it
+ * could not even scan is BAD_FRAME. */
+static unsigned pd_dispatch_too_big(pd_session *s, const uint8_t *payload, uint32_t len)
 {
-    pd_envelope *env;
-    pd_arena_reset(&s->arena);
-    s->loop->stats.requests_total++;
-    if (pd_frame_unpack(payload, len, &s->arena.pb, &env)) {
+    pd_bulk_view v;
+    if (pd_frame_scan_bulk(payload, len, 0, &v) < 0) {
         pd_metrics_request(&s->loop->metrics, PD_REQ_INVALID);
         pd_reply_error(s, 0, PD_EPROTO, "a frame of %u bytes is not a valid permd.v1.Envelope", len);
         pd_conn_drain_close(s->conn);
-        return;
+        return 0;
+    }
+    int slot = pd_reqtype_slot((int)v.body_field);
+    pd_conn_request_begin(s->conn, v.id, slot, pd_reqtype_name(slot));
+    pd_metrics_request(&s->loop->metrics, slot);
+    if (!s->authed && v.body_field != PERMD__V1__ENVELOPE__BODY_HELLO) {
+        pd_reply_error(s, v.id, PD_EAUTH, "this listener requires Hello with a token first");
+        pd_conn_drain_close(s->conn);
+        return 0;
+    }
+    pd_reply_error(s, v.id, PD_ETOOBIG,
+                   "a request of %u bytes takes more than max_request_memory (%llu bytes) decoded: send fewer "
+                   "fields",
+                   len, (unsigned long long)s->svc->cfg->max_request_memory);
+    return 0;
+}
+
+/* Decode, check and run one request; returns its table row's flags (0 when none ran). */
+static unsigned pd_dispatch_run(pd_session *s, const uint8_t *payload, uint32_t len)
+{
+    pd_envelope *env;
+    s->loop->stats.requests_total++;
+    /* protobuf-c allocates per field: a frame of many small (or unknown) fields decodes to tens of times
+     * its size. The limit fails the decoding there instead of letting one request cost that much. */
+    pd_arena_set_limit(&s->arena, (size_t)s->svc->cfg->max_request_memory);
+    int rc = pd_frame_unpack(payload, len, &s->arena.pb, &env);
+    pd_arena_set_limit(&s->arena, 0); /* the handler's reply buffers are bounded by their own limits */
+    if (rc && pd_arena_over(&s->arena))
+        return pd_dispatch_too_big(s, payload, len);
+    if (rc) {
+        pd_metrics_request(&s->loop->metrics, PD_REQ_INVALID);
+        pd_reply_error(s, 0, PD_EPROTO, "a frame of %u bytes is not a valid permd.v1.Envelope", len);
+        pd_conn_drain_close(s->conn);
+        return 0;
     }
     uint64_t id = env->id;
     int slot = pd_reqtype_slot((int)env->body_case);
@@ -104,20 +144,36 @@ void pd_dispatch_frame(pd_session *s, const uint8_t *payload, uint32_t len)
     if (!s->authed && !(cmd && (cmd->flags & PD_CMD_PREAUTH))) {
         pd_reply_error(s, id, PD_EAUTH, "this listener requires Hello with a token first");
         pd_conn_drain_close(s->conn);
-        return;
+        return 0;
     }
     const char *bad;
     if (cmd && pd_frame_check_strings(payload, len, &bad)) {
         pd_reply_error(s, id, PD_EINVAL, "%s holds a NUL byte: strings are checked whole, never cut short",
                        bad ? bad : "a string field");
-        return;
+        return 0;
     }
-    if (cmd)
+    if (cmd) {
         cmd->run(s, id, pd_envelope_body(env));
-    else if (env->base.n_unknown_fields)
+        return cmd->flags;
+    }
+    if (env->base.n_unknown_fields)
         pd_reply_error(s, id, PD_EUNSUPPORTED, "unknown message (envelope field %u)", env->base.unknown_fields[0].tag);
     else if (env->body_case == PERMD__V1__ENVELOPE__BODY__NOT_SET)
         pd_reply_error(s, id, PD_EUNSUPPORTED, "the envelope carries no message");
     else
         pd_reply_error(s, id, PD_EUNSUPPORTED, "message %d is sent by servers, not clients", (int)env->body_case);
+    return 0;
+}
+
+void pd_dispatch_frame(pd_session *s, const uint8_t *payload, uint32_t len)
+{
+    pd_arena *a = &s->arena;
+    if (!a->gauge)
+        pd_arena_count_in(a, &s->loop->stats.request_memory); /* permd_request_memory_bytes */
+    pd_arena_reset(a); /* what a request job kept of the last frame (PD_CMD_KEEPS_ARENA) */
+    unsigned flags = pd_dispatch_run(s, payload, len);
+    /* The reply is queued (or a job that copied what it needs has it): the decoded request goes now,
+     * not at the connection's next frame, so an idle connection holds none of it. */
+    if (!(flags & PD_CMD_KEEPS_ARENA))
+        pd_arena_reset(a);
 }

@@ -76,4 +76,5 @@ void pd_stats_add(pd_stats *into, const pd_stats *what)
     into->stream_rings_total += what->stream_rings_total;
     into->connections += what->connections;
     into->streams_active += what->streams_active;
+    into->request_memory += what->request_memory;
 }

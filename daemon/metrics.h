@@ -50,6 +50,7 @@ typedef struct pd_stats {
     pd_counter stream_rings_total; /* streams delivered through a shared-memory ring (daemon/ring.c) */
     pd_counter connections;
     pd_counter streams_active;
+    pd_counter request_memory;     /* gauge: heap the connections' request arenas hold (proto/arena.h) */
 } pd_stats;
 
 /* One serving loop's counters by request type. */

@@ -178,6 +178,9 @@ static void pd_mixture_job_done(pd_job *job)
     pd_mixdef_release(j->def);
     pd_mixdef_release(j->stored);
     free(j);
+    /* The reply was built in the arena after the dispatch let it go; the connection was busy meanwhile,
+     * so nothing else is in it: release it now, not at the next frame. */
+    pd_arena_reset(&s->arena);
 }
 
 static void pd_mixture_job_start(pd_session *s, uint64_t id, pd_mixdef *def, const char *name)

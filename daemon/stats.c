@@ -165,6 +165,10 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 v->upload_bytes);
     pd_text_u64(&t, "permd_layout_bytes", "gauge",
                 "Bytes of shard layouts the registry holds (bounded by layout_memory).", v->layout_bytes);
+    pd_text_u64(&t, "permd_request_memory_bytes", "gauge",
+                "Bytes of decoded requests (and replies built from them) that connections hold now; each "
+                "request's decoding is bounded by max_request_memory, and released once it is answered.",
+                st->request_memory);
     pd_text_u64(&t, "permd_plan_bytes", "gauge",
                 "Bytes of sharded epoch plans alive, cached or in use (the cache is bounded by plan_cache_bytes).",
                 v->plan_bytes);

@@ -250,6 +250,68 @@ static void test_unpack_with_arena(void **state)
     free(buf);
 }
 
+/* Small allocations past the arena share heap blocks (not a malloc each); the gauge follows what the
+ * arena holds; a limit refuses what would pass it, and an unpack under it fails instead of growing. */
+static void test_arena_blocks_and_limit(void **state)
+{
+    (void)state;
+    pd_arena a;
+    _Atomic uint64_t gauge = 0;
+    assert_int_equal(pd_arena_init(&a, 1024), 0);
+    pd_arena_count_in(&a, &gauge);
+    for (int i = 0; i < 10000; i++) { /* 160 KB in 16-byte pieces: three 64 KiB blocks */
+        uint8_t *p = pd_arena_alloc(&a, 5);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % 16, 0);
+        memset(p, 0xab, 5);
+    }
+    assert_true(atomic_load(&gauge) >= 10000 * 16 - 1024);
+    assert_true(atomic_load(&gauge) <= 4 * (64 << 10) + 4 * 64);
+    assert_int_equal(atomic_load(&gauge), a.held);
+    pd_arena_reset(&a);
+    assert_int_equal(atomic_load(&gauge), 0);
+
+    /* A limit counts everything handed out since the reset, the arena's own buffer included. */
+    pd_arena_set_limit(&a, 4096);
+    assert_non_null(pd_arena_alloc(&a, 1000));
+    assert_non_null(pd_arena_alloc(&a, 3000));
+    assert_false(pd_arena_over(&a));
+    assert_null(pd_arena_alloc(&a, 200));
+    assert_true(pd_arena_over(&a));
+    pd_arena_set_limit(&a, 0); /* lifted: anything goes again */
+    assert_non_null(pd_arena_alloc(&a, 200000));
+    pd_arena_reset(&a);
+    assert_false(pd_arena_over(&a));
+
+    /* A PutDataset of many small shard sizes (unpacked encoding: 2 bytes each on the wire, tens
+     * decoded) fails to unpack under a limit it passes, and unpacks without it. */
+    size_t n = 20000, len = 2 + 3 + 2 * n;
+    uint8_t *buf = malloc(len), *q = buf;
+    assert_non_null(buf);
+    *q++ = 0x5a; /* field 11 (put_dataset), length-delimited */
+    *q++ = (uint8_t)(0x80 | ((2 * n) & 0x7f));
+    *q++ = (uint8_t)(0x80 | (((2 * n) >> 7) & 0x7f));
+    *q++ = (uint8_t)((2 * n) >> 14);
+    for (size_t i = 0; i < n; i++) {
+        *q++ = 0x18; /* PutDataset.shard_sizes (field 3), varint */
+        *q++ = 0x01;
+    }
+    len = (size_t)(q - buf);
+    pd_envelope *env;
+    pd_arena_set_limit(&a, 65536);
+    assert_int_equal(pd_frame_unpack(buf, len, &a.pb, &env), PD_EPROTO);
+    assert_true(pd_arena_over(&a));
+    pd_arena_reset(&a);
+    pd_arena_set_limit(&a, 0);
+    assert_int_equal(pd_frame_unpack(buf, len, &a.pb, &env), 0);
+    assert_int_equal(env->put_dataset->n_shard_sizes, n);
+    assert_false(pd_arena_over(&a));
+    assert_true(atomic_load(&gauge) > 0);
+    pd_arena_free(&a);
+    assert_int_equal(atomic_load(&gauge), 0);
+    free(buf);
+}
+
 static void test_wire_enums(void **state)
 {
     (void)state;
@@ -284,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_bulk_header_short_buffer),
         cmocka_unit_test(test_scan_other_body_and_malformed),
         cmocka_unit_test(test_unpack_with_arena),
+        cmocka_unit_test(test_arena_blocks_and_limit),
         cmocka_unit_test(test_wire_enums),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

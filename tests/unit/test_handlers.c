@@ -443,6 +443,144 @@ static void test_auth_refusal(void **state)
     free_env(r);
 }
 
+/* Send a payload as one frame, written by hand (fields protobuf-c would not pack: unknown ones). */
+static void send_raw(fixture *f, const uint8_t *payload, size_t len)
+{
+    uint8_t *buf = malloc(4 + len);
+    assert_non_null(buf);
+    pd_store_le32(buf, (uint32_t)len);
+    memcpy(buf + 4, payload, len);
+    pd_conn_input(f->conn, buf, 4 + len);
+    free(buf);
+}
+
+/* Envelope{id, stats: Stats{field 99 = 0, n times}}: a valid Stats whose unknown fields each cost
+ * protobuf-c tens of bytes decoded, for 3 on the wire. */
+static void send_stats_with_unknown_fields(fixture *f, uint8_t id, size_t n)
+{
+    size_t body = 3 * n, len = 2 + 2 + 3 + body;
+    uint8_t *p = malloc(len), *q = p;
+    assert_non_null(p);
+    *q++ = 0x08; /* field 1, varint: the id */
+    *q++ = id;
+    *q++ = 0xa2; /* field 20 (stats), length-delimited */
+    *q++ = 0x01;
+    *q++ = (uint8_t)(0x80 | (body & 0x7f)); /* the body's length, 3 bytes of varint */
+    *q++ = (uint8_t)(0x80 | ((body >> 7) & 0x7f));
+    *q++ = (uint8_t)(body >> 14);
+    for (size_t i = 0; i < n; i++) {
+        *q++ = 0x98; /* field 99, varint */
+        *q++ = 0x06;
+        *q++ = 0x00;
+    }
+    assert_true(body < (1u << 21));
+    send_raw(f, p, len);
+    free(p);
+}
+
+static void send_stats(fixture *f, uint64_t id)
+{
+    Permd__V1__Stats m = PERMD__V1__STATS__INIT;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STATS;
+    env.stats = &m;
+    send_env(f, &env);
+}
+
+/* A request's decoded form (beyond the session's fixed arena) is let go once it is answered, not kept
+ * until the connection's next frame: an idle connection holds none of it. */
+static void test_request_memory_released(void **state)
+{
+    fixture *f = *state;
+    connect_client(f, 0);
+    send_stats_with_unknown_fields(f, 3, 20000); /* 60 KB that decode to about a megabyte */
+    pd_envelope *r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->id, 3);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_STATS_REPLY);
+    free_env(r);
+    assert_int_equal(atomic_load(&f->sl.stats.request_memory), 0); /* the connection now idles */
+}
+
+/* A request that decodes to more than max_request_memory is refused with TOO_LARGE under its id; the
+ * connection stays open and its next request is served. */
+static void test_request_memory_limit(void **state)
+{
+    fixture *f = *state;
+    set(f, "max_request_memory", "65536");
+    connect_client(f, 0);
+    send_stats_with_unknown_fields(f, 4, 20000);
+    pd_envelope *r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->id, 4);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
+    assert_non_null(strstr(r->error->message, "max_request_memory"));
+    free_env(r);
+    assert_true(pd_conn_open(f->conn));
+    assert_int_equal(atomic_load(&f->sl.stats.request_memory), 0);
+    assert_int_equal(f->sl.metrics.errors[PERMD__V1__ENVELOPE__BODY_STATS - PD_REQ_FIELD_FIRST]
+                                         [PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE],
+                     1); /* counted under its type */
+    send_stats_with_unknown_fields(f, 5, 100); /* within the limit */
+    r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->id, 5);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_STATS_REPLY);
+    free_env(r);
+    send_stats(f, 6);
+    r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_STATS_REPLY);
+    free_env(r);
+}
+
+/* PutMixture's reply is built on the loop after its job ran, in the session's arena: it is let go
+ * there too. */
+static void test_mixture_reply_memory_released(void **state)
+{
+    fixture *f = *state;
+    enum { STAGES = 2000 };
+    connect_client(f, 0);
+    put_dataset(f, "d", 1000000);
+    free_env(next_reply(f));
+    Permd__V1__MixtureStage *st = calloc(STAGES, sizeof *st), **stp = calloc(STAGES, sizeof *stp);
+    uint32_t one = 1;
+    char *comps[] = {"d"};
+    assert_non_null(st);
+    assert_non_null(stp);
+    for (unsigned k = 0; k < STAGES; k++) {
+        permd__v1__mixture_stage__init(&st[k]);
+        st[k].start = (uint64_t)k * 64;
+        st[k].n_weights = 1;
+        st[k].weights = &one;
+        stp[k] = &st[k];
+    }
+    Permd__V1__Mixture mix = PERMD__V1__MIXTURE__INIT;
+    mix.name = "m";
+    mix.n_components = 1;
+    mix.components = comps;
+    mix.n_stages = STAGES;
+    mix.stages = stp;
+    Permd__V1__PutMixture m = PERMD__V1__PUT_MIXTURE__INIT;
+    m.mixture = &mix;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 9;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_MIXTURE;
+    env.put_mixture = &m;
+    send_env(f, &env);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, 9);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY);
+    assert_int_equal(r->mixture_reply->mixture->n_stages, STAGES);
+    free_env(r);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(atomic_load(&f->sl.stats.request_memory), 0);
+    free(st);
+    free(stp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -451,6 +589,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fetch_pool, setup_no_inline, teardown),
         cmocka_unit_test_setup_teardown(test_stream_credits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auth_refusal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_request_memory_released, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_request_memory_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mixture_reply_memory_released, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
