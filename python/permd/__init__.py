@@ -10,8 +10,9 @@
     permd.ShardPlan(seed, epoch, shards, window, lanes)   a sharded dataset's epoch, computed here
     permd.digest(ids)                         an order-independent digest, to verify exactly-once delivery
 """
-from .errors import (Conflict, ConnectionFailed, InvalidArgument, NotFound, OutOfMemory, OutOfRange, Overloaded,
-                     PermdError, ProtocolError, ServerError, Timeout, Unauthenticated, Unavailable, Unsupported)
+from .errors import (Conflict, ConnectionFailed, InvalidArgument, NoProcessGroup, NotFound, OutOfMemory, OutOfRange,
+                     Overloaded, PermdError, ProtocolError, ServerError, Timeout, Unauthenticated, Unavailable,
+                     Unsupported)
 from .permutation import Permutation
 from .client import Client
 from .sampler import Sampler
@@ -22,4 +23,4 @@ from .mixture import Mixture, Sharded, reweight_stage  # noqa: F401 (docs/mixtur
 __version__ = "0.1.0"
 __all__ = ["Permutation", "Sampler", "Client", "ShardPlan", "digest", "Mixture", "reweight_stage", "PermdError",
            "NotFound", "Conflict", "InvalidArgument", "OutOfRange", "Unauthenticated", "Overloaded", "ConnectionFailed",
-           "Timeout", "OutOfMemory", "ProtocolError", "Unsupported", "ServerError", "Unavailable"]
+           "Timeout", "OutOfMemory", "ProtocolError", "Unsupported", "ServerError", "Unavailable", "NoProcessGroup"]

@@ -71,16 +71,31 @@ def positions(key, size, fill, empty):
 
 
 def wrapped(name, value):
-    """A seed or an epoch as torch takes one: any integer in [-2**63, 2**64), taken modulo 2**64
-    (so -1 is 2**64 - 1)."""
+    """A seed or an epoch: any integer in [-2**63, 2**64), taken modulo 2**64 (so -1 is 2**64 - 1)."""
     return integer(name, value, -(1 << 63), U64_MAX) & U64_MAX
 
 
+def _numpy_bool(value):
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+
+
+def torch_integer(name, value, lo=0, hi=U64_MAX):
+    """An integer argument of a torch drop-in (DistributedSampler's num_replicas, rank, seed, epoch): as
+    integer(), and a bool (numpy's too) as 0 or 1, which torch takes."""
+    if isinstance(value, bool) or _numpy_bool(value):
+        value = int(value)
+    return integer(name, value, lo, hi)
+
+
+def torch_wrapped(name, value):
+    """wrapped() for a torch drop-in's seed or epoch: a bool is 0 or 1, as torch takes it."""
+    return torch_integer(name, value, -(1 << 63), U64_MAX) & U64_MAX
+
+
 def flag(name, value):
-    """A switch as torch takes one: a bool or any integer (numpy's included) for its truth; a string
-    (where "False" would be true) is refused."""
-    if isinstance(value, numbers.Integral) or (type(value).__module__ == "numpy" and
-                                               type(value).__name__ in ("bool_", "bool")):
+    """A switch as torch takes one, for its truth: a bool, None, or any number (numpy's included). A
+    string (where "False" would be true) and anything else are refused: torch would take them as true."""
+    if value is None or isinstance(value, (bool, numbers.Number)) or _numpy_bool(value):
         return bool(value)
     raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
 

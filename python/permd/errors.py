@@ -65,6 +65,12 @@ class Unavailable(PermdError, RuntimeError):
     """No GPU or NCCL where the request needs one, or a delivery group that lost a member."""
 
 
+class NoProcessGroup(RuntimeError, ValueError):
+    """No world given and no torch.distributed process group to take it from. torch's DistributedSampler
+    raises a RuntimeError there (torch 1.x; a ValueError in torch 2.x): this is both, so that `except
+    RuntimeError:` fallbacks written for torch and `except ValueError:` written for permd both catch it."""
+
+
 _BY_CODE = {-1: InvalidArgument, -2: OutOfRange, -3: OutOfMemory, -4: InvalidArgument, -5: ConnectionFailed,
             -6: ProtocolError, -7: NotFound, -8: Conflict, -9: Unauthenticated, -10: Overloaded, -11: InvalidArgument,
             -12: Unsupported, -13: ConnectionFailed, -14: Timeout, -15: ServerError, -16: Unavailable}

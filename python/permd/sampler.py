@@ -2,10 +2,11 @@
 (seed, epoch, offset) and resumable under any world size; over a dataset or a mixture of datasets."""
 import copy
 import ctypes
+import warnings
 
 from . import _args, _lib
 from . import mixture as _mixture
-from .errors import Conflict, ConnectionFailed, NotFound, Timeout
+from .errors import Conflict, ConnectionFailed, NoProcessGroup, NotFound, Timeout
 
 try:
     import numpy as np
@@ -34,12 +35,17 @@ def _world_from_torch():
 
 
 class _Pass:
-    """One pass over the sampler (an iterator that has begun): where it started, how many ids it
-    holds and has handed out, and whether it reached its end."""
+    """One pass over the sampler (an iterator that has begun): its epoch, where it started, how many ids it
+    holds and has handed out, and whether it reached its end. `floor`: the offset of the loaded state it
+    resumed, which its states never read below (on this world that state may round to less: pad mode, or a
+    drop-mode epoch shorter here). `handed`: ids its iterator handed out before it began, for a pass that
+    set_epoch() dropped (they count for nothing in this pass's state). `undo`: for a provisional pass (begun
+    before set_epoch() named its epoch), what was pending before it began; None once its epoch is named."""
 
-    def __init__(self, epoch, start, count):
-        self.epoch, self.start, self.count = epoch, start, count
-        self.yielded, self.done = 0, False
+    def __init__(self, epoch, start, count, floor=0, handed=0, undo=None):
+        self.epoch, self.start, self.count, self.floor, self.handed = epoch, start, count, floor, handed
+        self.undo = undo
+        self.yielded, self.done, self.dropped = 0, False, False
 
 
 class Sampler(_Base):
@@ -48,7 +54,8 @@ class Sampler(_Base):
 
     Arguments as DistributedSampler's (dataset, num_replicas, rank, shuffle, seed, drop_last, with
     its attributes, num_samples and total_size included); seed and epoch are taken modulo 2**64
-    (-1 is 2**64 - 1). Plus:
+    (-1 is 2**64 - 1). As torch takes them, a bool is an integer and shuffle/drop_last are read for
+    their truth (None, numbers), but strings are refused (TypeError: "False" would be true). Plus:
       mode:   "pad" (default; drop_last=False), "drop" (drop_last=True) or "exact" (every sample
               exactly once per epoch; ranks may differ by one; num_samples is this rank's count and
               total_size the dataset's);
@@ -64,12 +71,14 @@ class Sampler(_Base):
               on the daemon is client= and name= its name. size (or len(dataset)), when given, must
               be the components' total; an epoch has the mixture's length in positions.
 
-    Each iter() is a pass: it runs the epoch of the last set_epoch() (or, with none since the last
-    pass, the same epoch again), from the offset of a loaded state of that epoch, else from its start
-    (a loaded state at its epoch's end, with no set_epoch() since: the next epoch). len() is
-    num_samples, a whole epoch's, as DistributedSampler's; a resumed pass yields what is left.
-    state_dict() / load_state_dict() carry (seed, epoch, offset): save on any world size, resume on
-    any other with no sample repeated or skipped (docs/python.md). A mixture's state also carries its
+    Each iter() is a pass, which begins at its first next(): it runs the epoch of a set_epoch() since
+    the last pass (or, with none, the same epoch again), from the offset of a loaded state of that
+    epoch, else from its start; a state loaded since names the epoch, unless set_epoch() names another
+    after it or a later one before it (a state at its epoch's end, with no set_epoch() of its epoch:
+    the next epoch). A pass begun before set_epoch() named its epoch is provisional: see set_epoch().
+    len() is num_samples, a whole epoch's, as DistributedSampler's; a resumed pass yields what is
+    left. state_dict() / load_state_dict() carry (seed, epoch, offset): save on any world size, resume
+    on any other with no sample repeated or skipped (docs/python.md). A mixture's state also carries its
     definition: a resume under another mixture is refused, one that only adds stages after the state's
     position is accepted (docs/mixtures.md)."""
 
@@ -87,7 +96,7 @@ class Sampler(_Base):
                 raise TypeError("mixture must be a permd.Mixture (a mixture on the daemon: client= and name=)")
             if client is not None:
                 raise ValueError("mixture= is computed here; a mixture on the daemon is client= and name= alone")
-            if seed is not None and _args.wrapped("seed", seed) != mixture.seed:
+            if seed is not None and _args.torch_wrapped("seed", seed) != mixture.seed:
                 raise ValueError(f"seed={seed} but the mixture's seed is {mixture.seed}")
             self._mix, self.mixture, seed = mixture, mixture.identity(), mixture.seed
             mix_size, self._length = mixture.size, mixture.length
@@ -137,18 +146,19 @@ class Sampler(_Base):
             self._length = self.size  # positions per epoch: N, or a mixture's L
         if num_replicas is None or rank is None:
             found = _world_from_torch()
-            if found is None:
-                raise ValueError("num_replicas and rank are required when torch.distributed is not initialized")
+            if found is None:  # torch's words; a RuntimeError (torch 1.x) and a ValueError (torch 2.x) alike
+                raise NoProcessGroup("Default process group has not been initialized, please make sure to call "
+                                     "init_process_group (or give permd.Sampler num_replicas and rank)")
             num_replicas = found[0] if num_replicas is None else num_replicas
             rank = found[1] if rank is None else rank
-        self.num_replicas = _args.integer("num_replicas", num_replicas, 1, _args.U32_MAX)
-        rank = _args.integer("rank", rank, -(1 << 63), _args.U64_MAX)
+        self.num_replicas = _args.torch_integer("num_replicas", num_replicas, 1, _args.U32_MAX)
+        rank = _args.torch_integer("rank", rank, -(1 << 63), _args.U64_MAX)
         if not 0 <= rank < self.num_replicas:  # DistributedSampler's words, which its tests match
             raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {self.num_replicas - 1}]")
         self.rank = rank
         self.shuffle = _args.flag("shuffle", shuffle)
         drop_last = _args.flag("drop_last", drop_last)
-        self.seed = _args.wrapped("seed", seed)
+        self.seed = _args.torch_wrapped("seed", seed)
         if mode is None:
             mode = "drop" if drop_last else "pad"
         self.mode = _args.mode(mode)
@@ -178,33 +188,44 @@ class Sampler(_Base):
         # DistributedSampler's per-epoch figures: this rank's ids and the positions of an epoch
         self.num_samples = self._remaining(0)
         self.total_size = self._epoch_length()
-        self._next_epoch = 0      # the epoch of the next pass, unless a loaded state names another
-        self._requested = False   # set_epoch() was called since the last pass began
-        self._loaded = None       # (epoch, offset) of a loaded state that no pass has begun from yet
+        self._next_epoch = 0      # the epoch of the last pass (DistributedSampler's: the next runs it again)
+        self._named = None        # the epoch set_epoch() named since the last pass began, if any
+        self._named_last = False  # that set_epoch() came after the last load_state_dict()
+        self._loaded = None       # (epoch, start, floor) of a loaded state that no pass has begun from yet
         self._pass = None         # the pass state_dict() describes; None: the one about to begin
+        self._dropped = None      # a provisional pass set_epoch() dropped, until another pass begins
 
     # ---- DistributedSampler's protocol
 
     @property
     def epoch(self):
         """The epoch of the current pass, or of the next one when none is under way."""
-        return self._pass.epoch if self._pass is not None else self._next_start()[0]
+        return self._pass.epoch if self._pass is not None else self._pending()[0]
 
     @epoch.setter
     def epoch(self, value):
         self.set_epoch(value)
 
     def set_epoch(self, epoch):
-        """The epoch of the next pass. A loaded state of this epoch resumes at its offset (whichever
-        of set_epoch and load_state_dict came first); any other epoch starts at its beginning.
+        """The epoch of the next pass (docs/python.md, "Passes and epochs"). A loaded state of this epoch
+        resumes at its offset, whichever of set_epoch and load_state_dict came first.
 
-        A pass under way of this same epoch stays the one state_dict() describes: Lightning, and a
-        DataLoader whose workers prefetch at iter(), begin the pass before they call set_epoch()."""
-        epoch = self._epoch_checked(_args.wrapped("epoch", epoch))
+        A pass that began before any set_epoch() named its epoch (DataLoader workers take ids at iter(loader);
+        Lightning calls iter() before set_epoch() on a resume) is provisional: naming its epoch makes it the
+        epoch's pass, which state_dict() goes on describing; naming another drops it as if it had not begun
+        (its iterator, if read again, runs the epoch named). A pass begun after set_epoch() of another epoch
+        is left behind: its iterator goes on with its own epoch, as DistributedSampler's does."""
+        epoch = self._epoch_checked(_args.torch_wrapped("epoch", epoch))
         p = self._pass
-        self._next_epoch, self._requested = epoch, True
-        if p is None or p.done or p.epoch != epoch:
+        if p is not None and p.undo is not None:  # provisional
+            if p.epoch == epoch:
+                p.undo = None
+                return
+            self._loaded, self._named, self._named_last, self._next_epoch = p.undo
+            p.dropped, self._dropped, self._pass = True, p, None
+        elif p is not None and (p.done or p.epoch != epoch):
             self._pass = None
+        self._named, self._named_last = epoch, True
 
     def __len__(self):
         """num_samples: this rank's ids in a whole epoch, as DistributedSampler's len(). A resumed pass
@@ -216,35 +237,74 @@ class Sampler(_Base):
         self._pass = None  # until it begins, state_dict() describes the pass about to begin
         return self._run()
 
-    def _next_start(self, roll=True):
-        """(epoch, offset) where the next pass begins. roll=False: as a checkpoint says it, a state at
-        its epoch's end kept as it is (a later set_epoch of that same epoch must find it done)."""
-        loaded = self._loaded
-        if loaded is not None and loaded[0] == self._next_epoch and self._requested:
-            return loaded
-        if loaded is not None and not self._requested:
-            if roll and loaded[1] >= self._epoch_length() and self._length > 0:
-                # The state is at its epoch's end: what comes next is the next epoch's start. Lightning
-                # (and any loop whose DataLoader workers prefetch at iter()) begins the pass before it
-                # calls set_epoch(epoch + 1); an empty pass there would cost that whole epoch.
-                following = (loaded[0] + 1) % (1 << 64)
-                if self._epoch_exists(following):
-                    return following, 0
-            return loaded
-        return self._next_epoch, 0
+    def _pending(self, roll=True):
+        """(epoch, start, floor) of the next pass: its epoch, the offset it starts at on this world, and the
+        offset its states never read below. roll=False: as a checkpoint says it, a state at its epoch's end
+        kept as it is (a later set_epoch of that same epoch must find it done)."""
+        loaded, named = self._loaded, self._named
+        if loaded is None:
+            return (self._next_epoch if named is None else named), 0, 0
+        if named is not None and named != loaded[0] and (self._named_last or named > loaded[0]):
+            # Another epoch named after the load, or a later one named before it (torchdata's StatefulDataLoader
+            # restores the sampler inside iter(loader), after the loop's set_epoch: a state of an epoch that has
+            # ended, whose snapshot may lag behind its end): that epoch, from its beginning. An earlier epoch
+            # named before the load (a framework's set_epoch(0) at set-up) does not hide the state.
+            return named, 0, 0
+        if roll and named != loaded[0] and loaded[1] >= self._epoch_length() and self._length > 0:
+            # The state is at its epoch's end and nothing named that epoch: what comes next is the next epoch's
+            # start. Lightning begins the pass (iter(loader), whose workers take ids at once) before it calls
+            # set_epoch(epoch + 1); an empty pass there would cost that whole epoch.
+            following = (loaded[0] + 1) % (1 << 64)
+            if self._epoch_exists(following):
+                return following, 0, 0
+        return loaded
+
+    def _begin(self, handed=0):
+        """The pass that begins now (at its iterator's first next(), not at iter(): DataLoaders, torch's and
+        torchdata's, call iter() more than once before they read, and torchdata's again after load_state_dict)."""
+        epoch, start, floor = self._pending()
+        undo = None
+        if self._named != epoch:  # no set_epoch() named it (yet): provisional, undone if one names another
+            undo = (self._loaded, self._named, self._named_last, self._next_epoch)
+        p = _Pass(epoch, start, self._remaining(start), floor, handed, undo)
+        self._pass, self._dropped, self._next_epoch = p, None, epoch
+        self._loaded, self._named, self._named_last = None, None, False
+        return p
 
     def _run(self):
-        # The pass begins at the first next(), not at iter(): DataLoaders (torch's and torchdata's)
-        # call iter() more than once before they read, and torchdata's calls it again after
-        # load_state_dict (torchdata/stateful_dataloader/sampler.py, _BatchSamplerIterator).
-        epoch, start = self._next_start()
-        p = _Pass(epoch, start, self._remaining(start))
-        self._pass, self._loaded, self._requested, self._next_epoch = p, None, False, epoch
-        for chunk in self._chunks(epoch, start, p.count):
-            for i in chunk:
-                p.yielded += 1  # before the yield: a state_dict() taken after the k-th next() counts k
-                yield i
-        p.done = True
+        p = self._begin()
+        while True:
+            retarget = False
+            for chunk in self._chunks(p.epoch, p.start, p.count):
+                for i in chunk:
+                    if p.dropped:
+                        retarget = True
+                        break
+                    p.yielded += 1  # before the yield: a state_dict() taken after the k-th next() counts k
+                    yield i
+                if retarget:
+                    break
+            if not (retarget or p.dropped):
+                p.done = True
+                return
+            p = self._retarget(p)
+
+    def _retarget(self, p):
+        """The pass this iterator goes on with after set_epoch() dropped its provisional pass p and it is read
+        again: the epoch named, as if set_epoch() had come first. The ids p handed out (prefetched by DataLoader
+        workers) cannot be taken back: they are trained besides, and the new pass's states do not count them."""
+        if self._dropped is not p:
+            raise RuntimeError(f"permd.Sampler: this iterator's pass (epoch {p.epoch}) was dropped by set_epoch() "
+                               "and another pass has begun since; read the new iterator")
+        handed = p.handed + p.yielded
+        q = self._begin(handed)
+        if p.yielded:
+            warnings.warn(f"permd.Sampler: {p.yielded} ids of epoch {p.epoch} were handed out before set_epoch("
+                          f"{q.epoch}) named another epoch (DataLoader workers take ids at iter(loader)); this "
+                          f"iterator goes on with epoch {q.epoch}, so those ids are trained besides it and its "
+                          "states do not count them. Call set_epoch() before iter(loader).", RuntimeWarning,
+                          stacklevel=3)
+        return q
 
     def _chunks(self, epoch, offset, left):
         """The pass's ids in chunks, one fetch (one round trip with client=) per chunk and no more."""
@@ -378,19 +438,30 @@ class Sampler(_Base):
         ahead of training when a DataLoader prefetches: then give consumed, the samples this rank has
         trained on since this pass began (e.g. steps * batch_size, steps counted since its iter(),
         so after a resume it counts from the resumed offset, not from the epoch's start). Once a pass
-        has run out, the offset is the epoch's end."""
+        has run out, the offset is the epoch's end. A resumed pass never says less than the state it
+        resumed (which this world may round down, or past its shorter epoch in drop mode): a state
+        saved here and resumed elsewhere repeats nothing that the first state had trained.
+
+        After set_epoch() dropped a provisional pass (docs/python.md), consumed may count the ids its
+        iterator handed out: they are not of the epoch this state describes, and count for nothing."""
         p, t = self._pass, self._epoch_length()
         if p is None:
-            epoch, offset = self._next_start(roll=False)
+            epoch, start, floor = self._pending(roll=False)
+            offset = max(start, floor)
             if consumed is not None:
-                _args.integer("consumed (no pass has begun)", consumed, 0, 0)
+                behind = self._dropped
+                _args.integer("consumed (no pass has begun)" if behind is None else
+                              "consumed (at most the ids the dropped pass handed out)", consumed, 0,
+                              0 if behind is None else behind.handed + behind.yielded)
         else:
             epoch = p.epoch
             if consumed is None:
                 offset = t if p.done else min(p.start + p.yielded * self.num_replicas, t)
             else:
-                k = _args.integer("consumed (at most the ids this pass has handed out)", consumed, 0, p.yielded)
-                offset = min(p.start + k * self.num_replicas, t)
+                k = _args.integer("consumed (at most the ids this pass has handed out)", consumed, 0,
+                                  p.handed + p.yielded)
+                offset = min(p.start + max(0, k - p.handed) * self.num_replicas, t)
+            offset = max(offset, p.floor)
         state = {"version": STATE_VERSION, "seed": self.seed, "epoch": epoch, "offset": offset,
                  "size": self.size, "mode": self.mode, "shuffle": self.shuffle, "num_replicas": self.num_replicas}
         if self.sharded:  # K and G define the order as much as the seed does: the ones in use, defaults too
@@ -404,9 +475,10 @@ class Sampler(_Base):
 
     def load_state_dict(self, state):
         """Resume from state_dict() of any world size: the next pass of the state's epoch starts at
-        its offset. Without set_epoch() the next pass runs that epoch (or, from a state at its epoch's
-        end, the next epoch from its start); set_epoch() of another epoch (before or after this call)
-        starts that epoch at its beginning instead."""
+        its offset. set_epoch() of another epoch after this call, or of a later epoch before it, runs
+        that epoch from its beginning instead; otherwise the next pass runs the state's epoch, or, from
+        a state at its epoch's end, the next epoch from its start (but with set_epoch() of the state's
+        own epoch, before or after, nothing: that epoch is done)."""
         if not isinstance(state, dict):
             raise TypeError("state must be a dict from Sampler.state_dict()")
         missing = _STATE_KEYS - set(state)
@@ -432,7 +504,7 @@ class Sampler(_Base):
         # Nothing is assigned until every check has passed: a refused state leaves the sampler as it was
         mixture, definition = (self._check_mixture_state(state, seed, epoch) if self.mixture is not None
                                else (None, self._definition))
-        offset = self._resume_offset(offset, state)
+        start, floor = self._resume_offset(offset, state)
         if self.sharded and state.get("layout") is not None and self._layout() is not None \
                 and state["layout"] != self._layout():
             raise ValueError(f"the state was saved on other shard sizes (layout {state['layout']}, this sampler's "
@@ -444,25 +516,34 @@ class Sampler(_Base):
         if mixture is not None:
             self.mixture, self._definition = mixture, definition
         self.seed = seed
-        self._loaded, self._pass, self._plan = (epoch, offset), None, None
+        self._loaded, self._pass, self._dropped, self._plan = (epoch, start, floor), None, None, None
+        self._named_last = False  # a set_epoch() before this load names its epoch only if it is the state's
 
     def _resume_offset(self, offset, state):
-        """Where a state's offset resumes on this sampler's W ranks. Exact mode: as it is. Pad and drop mode keep
-        their promise of one count for every rank: the offset is rounded to a multiple of W (from a state of
-        another W it may not be one), pad down (up to W - 1 positions read again: repeats, as padding has) and
-        drop up (up to W - 1 skipped: dropped, as the tail is), and in pad mode an offset past the last sample
-        (n) is the epoch's end, T. At the same W nothing changes: lockstep offsets are multiples of W."""
+        """(start, floor) for a state's offset on this sampler's W ranks: where its pass starts here, and the
+        offset its states never read below (no state claims less progress than the one it resumed, so a chain
+        of resumes over several world sizes loses nothing in pad mode and repeats nothing in drop mode).
+
+        Exact mode: the offset as it is. Pad and drop mode keep their promise of one count for every rank: the
+        start is a multiple of W (from a state of another W the offset may not be one), pad down (up to W - 1
+        positions read again: repeats, as padding has) and drop up (up to W - 1 skipped: dropped, as the tail
+        is). In pad mode an offset past the last sample (n) is the epoch's end, T, start and floor. In drop mode
+        an offset past this world's T (a state of a world whose epoch was longer) starts at T and stays the
+        floor: the positions up to it were trained there. At the same W nothing changes: lockstep offsets are
+        multiples of W."""
         n, w, t = self._length, self.num_replicas, self._epoch_length()
         saved_w = _args.integer("num_replicas", state.get("num_replicas", w), 1, _args.U32_MAX)
         saved_t = _epoch_length(n, saved_w, self.mode)
-        if offset > saved_t:
-            raise ValueError(f"offset {offset} is past the end of the epoch ({saved_t} positions on the state's "
-                             f"{saved_w} ranks)")
+        # a drop-mode state keeps the offset it resumed, which may lie past its own world's T: up to n
+        bound = n if self.mode == "drop" else saved_t
+        if offset > bound:
+            raise ValueError(f"offset {offset} is past the end of the epoch ({bound} positions"
+                             + ("" if self.mode == "drop" else f" on the state's {saved_w} ranks") + ")")
         if self.mode == "pad":
-            return t if offset >= n else offset - offset % w
+            return (t, t) if offset >= n else (offset - offset % w, offset)
         if self.mode == "drop":
-            return min(t, -(-offset // w) * w)
-        return offset
+            return min(t, -(-offset // w) * w), offset
+        return offset, offset
 
     def _layout(self):
         """The hash of a sharded dataset's shard sizes (the daemon's, or computed once offline), else None (a
@@ -522,7 +603,8 @@ class Sampler(_Base):
             world = _args.integer("num_replicas", state["num_replicas"], 1, _args.U32_MAX)
             n = state["mixture"]["length"] if isinstance(state.get("mixture"), dict) else state["size"]
             t = _epoch_length(_args.integer("size", n, 0, _args.N_MAX), world, _args.mode(state["mode"]))
-            state["offset"] = min(state["offset"] + steps * _args.integer("batch_size", batch_size, 1) * world, t)
+            moved = min(state["offset"] + steps * _args.integer("batch_size", batch_size, 1) * world, t)
+            state["offset"] = max(state["offset"], moved)  # a drop-mode offset may lie past its world's T
         return state
 
     # ---- copies: a daemon-backed sampler pickles with its Client's address and reconnects there

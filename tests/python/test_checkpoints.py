@@ -226,11 +226,97 @@ class IterBeforeSetEpoch(unittest.TestCase):
         s.set_epoch(1)
         self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (1, 0))
 
+    def test_a_set_up_set_epoch_does_not_hide_a_state(self):
+        # a framework's set_epoch(0) at set-up, then load_state_dict, iter(loader), set_epoch(3): the loaded state's
+        # pass, with workers or without (with workers it began before set_epoch(3), and was epoch 0's whole)
+        for workers in [0, 2]:
+            s = sampler(1, 0)
+            s.set_epoch(0)
+            s.load_state_dict(self.state(3, 40))
+            loader = DataLoader(range(N), batch_size=4, sampler=s, num_workers=workers)
+            it = iter(loader)
+            s.set_epoch(3)
+            self.assertEqual([i for b in it for i in b.tolist()], self.order(3)[40:], workers)
+
+    def test_a_pass_that_ran_out_before_set_epoch_named_it(self):
+        # Lightning 2.5+ at a checkpoint at an epoch's end (or its last batch): iter(loader), then set_epoch(e + 1).
+        # Here the workers take all of epoch 3 before set_epoch(3); that pass is still the one the states describe
+        # (they said (3, 0), and consumed= was refused)
+        n = 12
+        s = sampler(1, 0, n)
+        s.load_state_dict(dict(self.state(2, n), size=n))
+        loader = DataLoader(range(n), batch_size=4, sampler=s, num_workers=2, prefetch_factor=2)
+        it = iter(loader)
+        s.set_epoch(3)
+        trained = next(it).tolist()
+        self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (3, n))  # every id handed out
+        self.assertEqual((s.state_dict(consumed=4)["epoch"], s.state_dict(consumed=4)["offset"]), (3, 4))
+        trained += [i for b in it for i in b.tolist()]
+        self.assertEqual(trained, self.order(3, n))
+        s.set_epoch(4)
+        self.assertEqual([i for b in loader for i in b.tolist()], self.order(4, n))
+
+    def test_a_finished_epoch_named_after_iter(self):
+        # a state at the end of epoch 2, iter(loader), then set_epoch(2): epoch 2 is done. With workers the pass had
+        # begun as epoch 3 and handed out ids (all 12 here) before set_epoch(2) named another epoch: it is dropped,
+        # and the states describe epoch 2 (done) as without workers: they said (2, 0), and consumed= was refused.
+        # The ids the workers took cannot be taken back (a loop that reads that iterator trains them; docs/python.md)
+        n = 12
+        for workers in [0, 2]:
+            s = sampler(1, 0, n)
+            s.load_state_dict(dict(self.state(2, n), size=n))
+            loader = DataLoader(range(n), batch_size=4, sampler=s, num_workers=workers,
+                                **({"prefetch_factor": 2} if workers else {}))
+            it = iter(loader)
+            s.set_epoch(2)
+            self.assertEqual((s.epoch, s.state_dict()["epoch"], s.state_dict()["offset"]), (2, 2, n), workers)
+            read = [b.tolist() for b in it]
+            self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (2, n), workers)
+            self.assertEqual(s.state_dict(consumed=len(read) and 4)["offset"], n, workers)
+            if not workers:
+                self.assertEqual(read, [])
+            s.set_epoch(3)
+            self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (3, 0), workers)
+            self.assertEqual([i for b in loader for i in b.tolist()], self.order(3, n), workers)
+
+    def test_a_dropped_iterator_is_not_read(self):
+        # Lightning 2.1-2.4 at a checkpoint of an epoch's last batch: iter(loader) (the pass begins as epoch 3),
+        # set_epoch(2) (done), that iterator left unread, set_epoch(3) and a new iter(loader): epoch 3 whole
+        s = sampler(1, 0)
+        s.load_state_dict(self.state(2, N))
+        loader = DataLoader(range(N), batch_size=4, sampler=s, num_workers=2, prefetch_factor=2)
+        it = iter(loader)
+        s.set_epoch(2)
+        self.assertEqual(s.state_dict(consumed=0)["offset"], N)
+        del it
+        s.set_epoch(3)
+        self.assertEqual([i for b in loader for i in b.tolist()], self.order(3))
+
+    def test_a_dropped_iterator_read_again_runs_the_epoch_named(self):
+        # a loop that calls iter(loader) before set_epoch(epoch) each epoch. In epoch 1 the workers begin a pass of
+        # epoch 0 again (no set_epoch since: DistributedSampler's rule), set_epoch(1) drops it, and the iterator,
+        # read on, runs epoch 1: the 4 batches taken before are epoch 0's (trained besides; a RuntimeWarning says
+        # so). Before, the whole of epoch 0 ran again and epoch 1 never ran.
+        s = sampler(1, 0)
+        loader = DataLoader(range(N), batch_size=4, sampler=s, num_workers=2, prefetch_factor=2)
+        s.set_epoch(0)
+        self.assertEqual([i for b in loader for i in b.tolist()], self.order(0))
+        it = iter(loader)
+        s.set_epoch(1)
+        with self.assertWarnsRegex(RuntimeWarning, "16 ids of epoch 0 were handed out before set_epoch"):
+            trained = next(it).tolist()
+        for step, batch in enumerate(it):
+            trained += batch.tolist()
+            if step + 2 == 10:  # 10 batches trained: 16 ids of epoch 0, 24 of epoch 1
+                self.assertEqual((s.state_dict(consumed=40)["epoch"], s.state_dict(consumed=40)["offset"]), (1, 24))
+        self.assertEqual(trained, self.order(0)[:16] + self.order(1))
+        self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (1, N))
+
     def state(self, epoch, offset):
         return {"version": 1, "seed": SEED, "epoch": epoch, "offset": offset, "size": N, "mode": "exact"}
 
-    def order(self, epoch):
-        s = sampler(1, 0)
+    def order(self, epoch, n=N):
+        s = sampler(1, 0, n)
         s.set_epoch(epoch)
         return list(s)
 
@@ -393,6 +479,63 @@ class PadAndDropOnAnotherWorld(unittest.TestCase):
         with self.assertRaises(ValueError):
             s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 13, "size": 10, "mode": "pad",
                                "num_replicas": 4})  # T = 12 on the state's 4 ranks
+
+
+class ChainsOfResumes(unittest.TestCase):
+    """A state saved after a resume never says less than the state it resumed (for its epoch), so a chain of
+    resumes over world sizes costs no more than one: nothing lost (pad, exact), nothing repeated (drop, exact).
+    Before, drop mode cut an offset past a smaller world's end of epoch (T = floor(N/W)·W) down to that end, and
+    the state saved there forgot the rest: resumed on a world with a longer epoch, it was trained again."""
+
+    def hop(self, mode, n, world, state, k=None):
+        """`world` fresh ranks load state (None: none) and read k ids each in epoch 3 (None: all): the ids, and rank
+        0's state with consumed= what it read."""
+        ids, saved = [], None
+        for r in range(world):
+            s = permd.Sampler(size=n, num_replicas=world, rank=r, seed=SEED, mode=mode)
+            if state is not None:
+                s.load_state_dict(state)
+            s.set_epoch(3)
+            got = list(s) if k is None else list(itertools.islice(iter(s), k))
+            if r == 0:
+                saved = s.state_dict(consumed=len(got))
+            ids += got
+        return ids, saved
+
+    def test_drop_examples(self):
+        for n, w1, k, w2, w3 in [(10, 1, 9, 4, 1), (1000, 1, 999, 7, 1), (1000, 2, 499, 7, 2)]:
+            a, s1 = self.hop("drop", n, w1, None, k)
+            b, s2 = self.hop("drop", n, w2, s1)  # the state lies past T on w2 ranks: nothing to read there
+            c, _ = self.hop("drop", n, w3, s2)
+            self.assertEqual((b, s2["offset"]), ([], s1["offset"]), (n, w1, w2))
+            self.assertEqual(len(a + c), len(set(a + c)), (n, w1, w2, w3))  # 5 samples repeated for N=1000, 1-7-1
+
+    def test_every_mode_and_hop(self):
+        for mode, n in itertools.product(["exact", "pad", "drop"], [1, 2, 5, 7, 10]):
+            for w1, w2, w3 in itertools.product(range(1, 5), repeat=3):
+                c1 = permd.Sampler(size=n, num_replicas=w1, rank=0, mode=mode).num_samples
+                c2 = permd.Sampler(size=n, num_replicas=w2, rank=0, mode=mode).num_samples
+                for k1, k2 in itertools.product(range(c1 + 1), sorted({0, 1, c2 // 2, c2})):
+                    a, s1 = self.hop(mode, n, w1, None, k1)
+                    b, s2 = self.hop(mode, n, w2, s1, k2)
+                    c, _ = self.hop(mode, n, w3, s2)
+                    where = (mode, n, (w1, w2, w3), (k1, k2), s1["offset"], s2["offset"])
+                    # (in pad mode every offset from n on is the epoch's end, T, which depends on the world)
+                    self.assertGreaterEqual(min(s2["offset"], n), min(s1["offset"], n), where)
+                    seen = a + b + c
+                    if mode != "drop":
+                        self.assertEqual(set(seen), set(range(n)), where)
+                    if mode != "pad":
+                        self.assertEqual(len(seen), len(set(seen)), where)
+
+    def test_pad_keeps_the_offset_it_resumed(self):
+        s = permd.Sampler(size=103, num_replicas=4, rank=0, mode="pad")
+        s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 30, "size": 103, "mode": "pad",
+                           "num_replicas": 3})
+        self.assertEqual(s.state_dict()["offset"], 30)  # the pass starts at 28 on 4 ranks: 28 and 29 read again
+        it = iter(s)
+        next(it)
+        self.assertEqual((s.state_dict()["offset"], s.state_dict(consumed=0)["offset"]), (32, 30))
 
 
 if __name__ == "__main__":

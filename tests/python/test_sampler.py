@@ -183,10 +183,47 @@ class DropIn(unittest.TestCase):
         for bad in [2**64, -(2**63) - 1]:
             with self.assertRaises(ValueError):
                 permd.Sampler(data, 4, 1, seed=bad)
+        # what DistributedSampler takes, read the way it reads it: switches for their truth (None and floats
+        # included), bools as integers (torch 1.13 takes all of these; permd refused them)
+        for off in [None, 0.0]:
+            s = permd.Sampler(data, 4, 1, shuffle=off, drop_last=off)
+            self.assertEqual(([list(s)], s.shuffle, s.mode), (unshuffled, False, "pad"), repr(off))
+            DistributedSampler(data, 4, 1, shuffle=off, drop_last=off)
+        self.assertEqual(permd.Sampler(data, 4, 1, drop_last=2.5).mode, "drop")
+        self.assertEqual(list(permd.Sampler(data, 4, 1, seed=True)), list(permd.Sampler(data, 4, 1, seed=1)))
+        self.assertEqual(list(permd.Sampler(data, 4, 1, seed=np.bool_(True))), list(permd.Sampler(data, 4, 1, seed=1)))
+        one = permd.Sampler(data, True, False)
+        self.assertEqual((one.num_replicas, one.rank, len(one)), (1, 0, 50))
+        self.assertEqual((type(one.num_replicas), type(one.rank)), (int, int))
+        one.set_epoch(True)
+        self.assertEqual(one.epoch, 1)
+        DistributedSampler(data, True, False, seed=True).set_epoch(True)
+        # strings are refused: "False" would be true, and torch fails on the others only later, at iter()
+        for bad in [{"shuffle": "False"}, {"drop_last": "True"}, {"shuffle": [0]}, {"seed": "1"},
+                    {"num_replicas": "2"}, {"rank": "0"}]:
+            with self.assertRaises(TypeError, msg=repr(bad)):
+                permd.Sampler(data, **{"num_replicas": 4, "rank": 1, **bad})
         with self.assertRaises(TypeError):
-            permd.Sampler(data, 4, 1, shuffle="False")  # a string would be truthy: refused
+            permd.Sampler(data, 4, 1, seed=1.0)
         with self.assertRaises(TypeError):
-            permd.Sampler(data, 4, 1, drop_last=None)
+            one.set_epoch("1")
+
+    def test_no_process_group(self):
+        # Without a world and without a process group torch raises (a RuntimeError in torch 1.x, a ValueError in
+        # 2.x); permd's error is both, so fallbacks written for either catch it (permd raised a ValueError only)
+        data = Range(10)
+        with self.assertRaises((RuntimeError, ValueError)):
+            DistributedSampler(data)
+        for kw in [{}, {"num_replicas": 2}, {"rank": 0}]:
+            with self.assertRaisesRegex(RuntimeError, "process group has not been initialized") as caught:
+                permd.Sampler(data, **kw)
+            self.assertIsInstance(caught.exception, ValueError)
+            self.assertIsInstance(caught.exception, permd.NoProcessGroup)
+        try:
+            s = permd.Sampler(data)
+        except RuntimeError:
+            s = torch.utils.data.RandomSampler(data)
+        self.assertEqual(sorted(s), list(range(10)))
 
     def test_empty_dataset(self):
         for mode in ["pad", "drop", "exact"]:
