@@ -2,11 +2,13 @@
 #include "daemon/registry.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,18 +30,20 @@
 typedef struct pd_entry {
     pd_dataset d;
     pd_layout *layout;
+    int stored; /* a row in registry.db (a config dataset is not, until a put of it) */
 } pd_entry;
 
 struct pd_registry {
+    int lock_fd;                /* registry.lock, flock'd for the registry's life; -1 before */
     sqlite3 *db;
     sqlite3_stmt *put, *del, *put_mix, *del_mix;
     pthread_mutex_t write_lock; /* one SQLite transaction at a time */
     pthread_mutex_t lock;       /* guards the table below; never held across disk I/O */
     pd_entry *sets;             /* sorted by name */
     size_t n, cap;
-    uint64_t layout_bytes;      /* shard layouts held (the table's), under lock */
     uint64_t layout_limit;      /* a sharded put beyond it is refused; 0: none */
     size_t skipped;             /* rows found damaged at load (their names stay usable) */
+    _Atomic uint64_t checkpoint_failures; /* commits left in the WAL by a failed checkpoint */
     pd_mixdef **mixes;          /* sorted by name (the table holds one reference each) */
     size_t nmix, capmix;
 };
@@ -49,6 +53,12 @@ static uint64_t pd_layout_bytes(uint64_t shards)
 {
     return (shards + 1) * sizeof(uint64_t) + sizeof(pd_layout);
 }
+
+/* Bytes of every layout a registry stored that is still alive. A deleted or replaced dataset's layout lives on
+ * while a plan, a stream or a request holds it, so counting the table alone let put / stream / delete / put
+ * grow memory past layout_memory with the gauge reading one layout. Process-wide: the last reference may go
+ * after the registry that stored the layout was closed (the plan cache closes after it). */
+static _Atomic uint64_t pd_layouts_held;
 
 /* What a failed SQLite write means, in words for the client: the cause, not "I/O error". */
 static void pd_registry_why(sqlite3 *db, int code, char *err, size_t errlen)
@@ -76,6 +86,25 @@ static void pd_registry_why(sqlite3 *db, int code, char *err, size_t errlen)
     pd_errf(err, errlen, "%s (%s)", cause ? cause : "storage failed", sqlite3_errmsg(db));
 }
 
+/* What SQLite's last error on db means for the caller. Only damage is PD_ECORRUPT (fresh_registry moves
+ * such files aside); a lock another process holds is PD_EBUSY, and permissions, a read-only file or
+ * directory and I/O errors are PD_EIO: the registry may be intact, so nothing is moved. */
+static int pd_registry_code(sqlite3 *db)
+{
+    switch (sqlite3_errcode(db) & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+        return PD_ECORRUPT;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return PD_EBUSY;
+    case SQLITE_NOMEM:
+        return PD_ENOMEM;
+    default:
+        return PD_EIO;
+    }
+}
+
 /* ---- Layouts ------------------------------------------------------------------- */
 
 int pd_layout_create(const uint64_t *sizes, uint64_t shards, pd_layout **out)
@@ -91,6 +120,7 @@ int pd_layout_create(const uint64_t *sizes, uint64_t shards, pd_layout **out)
         return rc;
     }
     atomic_init(&l->refs, 1);
+    atomic_init(&l->held, 0);
     l->shards = shards;
     l->hash = pd_shard_layout_hash(sizes, shards);
     *out = l;
@@ -106,8 +136,11 @@ pd_layout *pd_layout_ref(pd_layout *l)
 
 void pd_layout_release(pd_layout *l)
 {
-    if (l && atomic_fetch_sub(&l->refs, 1) == 1)
+    if (l && atomic_fetch_sub(&l->refs, 1) == 1) {
+        if (atomic_load(&l->held))
+            atomic_fetch_sub(&pd_layouts_held, pd_layout_bytes(l->shards));
         free(l);
+    }
 }
 
 static int pd_layout_equal(const pd_layout *a, const pd_layout *b)
@@ -137,8 +170,9 @@ static size_t pd_table_find(const pd_registry *r, const char *name, int *found)
     return lo;
 }
 
-/* Insert d at `at`; the table takes over the caller's reference to layout (may be NULL). */
-static int pd_table_insert(pd_registry *r, size_t at, const pd_dataset *d, pd_layout *layout)
+/* Insert d at `at`; the table takes over the caller's reference to layout (may be NULL), which is counted
+ * from now until its last reference goes (pd_layouts_held). */
+static int pd_table_insert(pd_registry *r, size_t at, const pd_dataset *d, pd_layout *layout, int stored)
 {
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 16;
@@ -151,16 +185,16 @@ static int pd_table_insert(pd_registry *r, size_t at, const pd_dataset *d, pd_la
     memmove(r->sets + at + 1, r->sets + at, (r->n - at) * sizeof *r->sets);
     r->sets[at].d = *d;
     r->sets[at].layout = layout;
+    r->sets[at].stored = stored;
     r->n++;
-    if (layout)
-        r->layout_bytes += pd_layout_bytes(layout->shards);
+    if (layout && !atomic_exchange(&layout->held, 1))
+        atomic_fetch_add(&pd_layouts_held, pd_layout_bytes(layout->shards));
     return 0;
 }
 
+/* The table's reference goes; the layout stays counted until its last one does (pd_layout_release). */
 static void pd_table_remove(pd_registry *r, size_t at)
 {
-    if (r->sets[at].layout)
-        r->layout_bytes -= pd_layout_bytes(r->sets[at].layout->shards);
     pd_layout_release(r->sets[at].layout);
     memmove(r->sets + at, r->sets + at + 1, (r->n - at - 1) * sizeof *r->sets);
     r->n--;
@@ -286,7 +320,8 @@ static int pd_row_sum_ok(sqlite3_stmt *st, int col, int64_t sum)
     return sqlite3_column_type(st, col) == SQLITE_NULL || sqlite3_column_int64(st, col) == sum;
 }
 
-/* A row that is not loaded: logged and counted; a put or delete of its name replaces or removes it. */
+/* A row that is not loaded: logged and counted. Its name (when a request can carry it) stays usable: a put or
+ * delete of it replaces or removes the row. */
 static void pd_registry_skip(pd_registry *r, int mixture, const char *name, const char *reason, const char *why)
 {
     const char *what = mixture ? "Mixture" : "Dataset";
@@ -297,10 +332,101 @@ static void pd_registry_skip(pd_registry *r, int mixture, const char *name, cons
     r->skipped++;
 }
 
+#define PD_HEX_SHOWN 128 /* name bytes a skip line spells out; a longer name is matched by its prefix */
+
+/* A row whose name no request can carry (not TEXT, a NUL inside, outside the name rules): no put or delete can
+ * reach it, so the line says how to remove it by hand, by the name's bytes in hex (docs/operations.md). */
+static void pd_registry_skip_unnamed(pd_registry *r, int mixture, sqlite3_stmt *st, const char *reason)
+{
+    char hex[2 * PD_HEX_SHOWN + 1];
+    const uint8_t *b = sqlite3_column_blob(st, 0); /* the bytes as stored, whatever their type */
+    int bytes = sqlite3_column_bytes(st, 0), shown = bytes < PD_HEX_SHOWN ? bytes : PD_HEX_SHOWN;
+    for (int i = 0; i < shown; i++)
+        snprintf(hex + 2 * i, 3, "%02X", b[i]);
+    hex[2 * (shown > 0 ? shown : 0)] = '\0';
+    pd_log_error("registry_skip",
+                 "reason=\"%s\" name_hex=\"%s\" name_bytes=%d msg=\"the %s is not served, and no request can name "
+                 "it: remove the row with sqlite3 (docs/operations.md): DELETE FROM %s WHERE hex(name) %s '%s%s';\"",
+                 reason, hex, bytes, mixture ? "mixture" : "dataset", mixture ? "mixtures" : "datasets",
+                 bytes > PD_HEX_SHOWN ? "LIKE" : "=", hex, bytes > PD_HEX_SHOWN ? "%" : "");
+    r->skipped++;
+}
+
+/* Column 0's name when a request could carry it: TEXT, as long as its C string (no NUL inside), within the
+ * name rules. Else NULL, and the row is skipped (logged) here: sqlite3_column_text would read a BLOB
+ * 'ds1\0evil' as "ds1", another row's name. */
+static const char *pd_row_name(pd_registry *r, int mixture, sqlite3_stmt *st)
+{
+    if (sqlite3_column_type(st, 0) != SQLITE_TEXT) {
+        pd_registry_skip_unnamed(r, mixture, st, "name is not TEXT");
+        return NULL;
+    }
+    const char *name = (const char *)sqlite3_column_text(st, 0);
+    if (!name || strlen(name) != (size_t)sqlite3_column_bytes(st, 0)) {
+        pd_registry_skip_unnamed(r, mixture, st, "name holds a NUL byte");
+        return NULL;
+    }
+    if (pd_name_check(name)) {
+        pd_registry_skip_unnamed(r, mixture, st, "name breaks the name rules");
+        return NULL;
+    }
+    return name;
+}
+
+/* The first of columns cols[0..n) whose stored type is not want (SQLite would coerce it silently: '12abc'
+ * reads as 12, 5.9 as 5), or -1. A NULL passes where null_ok. */
+static int pd_row_bad_type(sqlite3_stmt *st, const int *cols, int n, int want, int null_ok)
+{
+    for (int i = 0; i < n; i++) {
+        int t = sqlite3_column_type(st, cols[i]);
+        if (t != want && !(null_ok && t == SQLITE_NULL))
+            return cols[i];
+    }
+    return -1;
+}
+
+static const char *pd_sqlite_type_name(int t)
+{
+    switch (t) {
+    case SQLITE_INTEGER:
+        return "INTEGER";
+    case SQLITE_FLOAT:
+        return "REAL";
+    case SQLITE_TEXT:
+        return "TEXT";
+    case SQLITE_BLOB:
+        return "BLOB";
+    default:
+        return "NULL";
+    }
+}
+
+/* Skips the row (named name) when a column has the wrong type; 1 when it did. */
+static int pd_row_skip_types(pd_registry *r, int mixture, sqlite3_stmt *st, const char *name, const int *ints,
+                             int nints, int blob_col, int blob_null_ok, int sum_col)
+{
+    int bad = pd_row_bad_type(st, ints, nints, SQLITE_INTEGER, 0), want = SQLITE_INTEGER;
+    if (bad < 0 && blob_col >= 0 && pd_row_bad_type(st, &blob_col, 1, SQLITE_BLOB, blob_null_ok) >= 0) {
+        bad = blob_col;
+        want = SQLITE_BLOB;
+    }
+    if (bad < 0 && pd_row_bad_type(st, &sum_col, 1, SQLITE_INTEGER, 1) >= 0)
+        bad = sum_col;
+    if (bad < 0)
+        return 0;
+    char reason[128];
+    snprintf(reason, sizeof reason, "column %s is %s, not %s%s", sqlite3_column_name(st, bad),
+             pd_sqlite_type_name(sqlite3_column_type(st, bad)), pd_sqlite_type_name(want),
+             want == SQLITE_BLOB && blob_null_ok ? " or NULL" : bad == sum_col ? " or NULL" : "");
+    pd_registry_skip(r, mixture, name, reason, "");
+    return 1;
+}
+
 #define PD_ROW_CHANGED "the row changed on disk since permd wrote it: "
 
 static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
 {
+    static const int ints[] = {1, 2, 4, 5}; /* size, created_ms, window, lanes */
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(r->db,
                                 "SELECT name, size, created_ms, shards, window, lanes, sum FROM datasets ORDER BY name",
@@ -310,37 +436,56 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         pd_dataset d = {0};
         pd_layout *layout = NULL;
-        const char *name = (const char *)sqlite3_column_text(st, 0);
-        const int shards_type = sqlite3_column_type(st, 3); /* NULL: flat; a BLOB: the layout; else damaged */
+        int found;
+        const char *name = pd_row_name(r, 0, st);
+        /* Types first: every row is checked, also one without a checksum (written by an older permd), whose
+         * values nothing else vouches for. */
+        if (!name || pd_row_skip_types(r, 0, st, name, ints, 4, 3, 1, 6))
+            continue;
+        const int shards_type = sqlite3_column_type(st, 3); /* NULL: flat; a BLOB: the layout */
         const void *blob = shards_type == SQLITE_BLOB ? sqlite3_column_blob(st, 3) : NULL;
         const int blob_len = sqlite3_column_bytes(st, 3);
-        if (name && !pd_row_sum_ok(st, 6, pd_dataset_row_sum(name, sqlite3_column_int64(st, 1),
-                                                             sqlite3_column_int64(st, 2), blob, (size_t)blob_len,
-                                                             sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 5)))) {
+        const int64_t window = sqlite3_column_int64(st, 4), lanes = sqlite3_column_int64(st, 5);
+        if (!pd_row_sum_ok(st, 6, pd_dataset_row_sum(name, sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2),
+                                                     blob, (size_t)blob_len, window, lanes))) {
             pd_registry_skip(r, 0, name, "checksum mismatch", PD_ROW_CHANGED);
             continue;
         }
         d.size = pd_size_from_db(sqlite3_column_int64(st, 1));
         d.created_ms = sqlite3_column_int64(st, 2);
+        char reason[96];
+        if (d.size == 0 || d.size > PD_N_MAX) {
+            snprintf(reason, sizeof reason, "column size out of range (%llu)", (unsigned long long)d.size);
+            pd_registry_skip(r, 0, name, reason, "");
+            continue;
+        }
         if (shards_type != SQLITE_NULL) {
             if (!blob || pd_layout_from_blob(blob, blob_len, &layout) || layout->start[layout->shards] != d.size) {
                 pd_layout_release(layout);
                 pd_registry_skip(r, 0, name, "invalid shard layout", "");
                 continue;
             }
+            if (window == 0 || lanes <= 0 || lanes > UINT32_MAX) { /* window: any u64 but 0 (stored as its bits) */
+                pd_layout_release(layout);
+                snprintf(reason, sizeof reason, "column %s out of range (%lld)", window == 0 ? "window" : "lanes",
+                         (long long)(window == 0 ? window : lanes));
+                pd_registry_skip(r, 0, name, reason, "");
+                continue;
+            }
             d.shards = layout->shards;
             d.layout_hash = layout->hash;
-            d.window = (uint64_t)sqlite3_column_int64(st, 4);
-            d.lanes = (uint32_t)sqlite3_column_int64(st, 5);
-        }
-        if (!name || pd_name_check(name) || d.size == 0 || d.size > PD_N_MAX ||
-            (layout && (d.window == 0 || d.lanes == 0))) {
-            pd_layout_release(layout);
-            pd_registry_skip(r, 0, name, "invalid row", "");
-            continue;
+            d.window = (uint64_t)window;
+            d.lanes = (uint32_t)lanes;
         }
         strcpy(d.name, name);
-        if (pd_table_insert(r, r->n, &d, layout)) { /* rows arrive sorted */
+        /* Rows arrive sorted, and a name is the primary key: a duplicate would mean the file lies. */
+        size_t at = pd_table_find(r, d.name, &found);
+        if (found) {
+            pd_layout_release(layout);
+            pd_registry_skip(r, 0, name, "duplicate name", "");
+            continue;
+        }
+        if (pd_table_insert(r, at, &d, layout, 1)) {
             pd_layout_release(layout);
             sqlite3_finalize(st);
             pd_errf(err, errlen, "out of memory loading the registry");
@@ -352,57 +497,87 @@ static int pd_registry_load(pd_registry *r, char *err, size_t errlen)
     sqlite3_finalize(st);
     return 0;
 fail:
+    rc = pd_registry_code(r->db);
     pd_errf(err, errlen, "reading the registry: %s", sqlite3_errmsg(r->db));
     sqlite3_finalize(st);
-    return PD_EIO;
+    return rc;
 }
 
-/* Schema 4's checksum column on a table that lacks it (NULL in older rows); 1 on success. */
-static int pd_registry_add_sum(sqlite3 *db, const char *table)
+/* Column `col` (declared decl) on table unless it is there already: a user_version set back by hand, or the
+ * checksum column, which schema 3 gains without a version of its own. 1 on success. */
+static int pd_registry_add_column(sqlite3 *db, const char *table, const char *col, const char *decl)
 {
-    char sql[96];
+    char sql[160];
     sqlite3_stmt *st;
-    snprintf(sql, sizeof sql, "SELECT sum FROM %s LIMIT 0", table);
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) { /* there already (a user_version set back) */
+    snprintf(sql, sizeof sql, "SELECT %s FROM %s LIMIT 0", col, table);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
         sqlite3_finalize(st);
         return 1;
     }
-    snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN sum INTEGER;", table);
+    snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s %s;", table, col, decl);
     return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
 }
 
-/* Older schemas gain what they lack in place: 1 (flat datasets only) the shard columns, 2 the mixtures'
- * table, and every one the row checksums' column. A newer
- * schema is refused: this permd could not tell what its columns mean. */
-static int pd_registry_migrate(pd_registry *r, int *found)
+/* The schema version (PRAGMA user_version), read before anything is written: a registry this permd cannot
+ * read is refused untouched. 0 for a new file. */
+static int pd_registry_version(pd_registry *r, const char *path, int *version, char *err, size_t errlen)
 {
     sqlite3_stmt *st;
-    int version = 0;
-    if (sqlite3_prepare_v2(r->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
-        return PD_EIO;
-    if (sqlite3_step(st) == SQLITE_ROW)
-        version = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    *found = version;
-    if (version > PD_REGISTRY_SCHEMA)
+    int step = SQLITE_ERROR;
+    *version = 0;
+    if (sqlite3_prepare_v2(r->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK) {
+        if ((step = sqlite3_step(st)) == SQLITE_ROW)
+            *version = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    if (step != SQLITE_ROW) {
+        pd_errf(err, errlen, "%s: reading the schema version: %s", path, sqlite3_errmsg(r->db));
+        return pd_registry_code(r->db);
+    }
+    if (*version > PD_REGISTRY_SCHEMA) {
+        pd_errf(err, errlen, "%s: registry schema %d is newer than this permd's (%d); run a newer permd", path,
+                *version, PD_REGISTRY_SCHEMA);
         return PD_EUNSUPPORTED;
-    if (version == PD_REGISTRY_SCHEMA)
-        return pd_registry_add_sum(r->db, "datasets") && pd_registry_add_sum(r->db, "mixtures") ? 0 : PD_EIO;
-    static const char v2[] = "ALTER TABLE datasets ADD COLUMN shards BLOB;"
-                             "ALTER TABLE datasets ADD COLUMN window INTEGER NOT NULL DEFAULT 0;"
-                             "ALTER TABLE datasets ADD COLUMN lanes INTEGER NOT NULL DEFAULT 0;";
+    }
+    if (*version < 0) {
+        pd_errf(err, errlen, "%s: registry schema %d is not one permd writes (PRAGMA user_version was changed); "
+                "restore a backup, or set it back with sqlite3 if you know the schema", path, *version);
+        return PD_EUNSUPPORTED;
+    }
+    return 0;
+}
+
+/* Older schemas gain what they lack in place, in one transaction: 1 (flat datasets only) the shard columns,
+ * 2 the mixtures' table, and every one the row checksums' column. Each step is skipped when its column or
+ * table is there already (a user_version set back), so a migration never fails on what it would add. */
+static int pd_registry_migrate(pd_registry *r, const char *path, int version, char *err, size_t errlen)
+{
+    if (version == PD_REGISTRY_SCHEMA) {
+        if (pd_registry_add_column(r->db, "datasets", "sum", "INTEGER") &&
+            pd_registry_add_column(r->db, "mixtures", "sum", "INTEGER"))
+            return 0;
+        pd_errf(err, errlen, "%s: adding the row checksums' column: %s", path, sqlite3_errmsg(r->db));
+        return pd_registry_code(r->db);
+    }
     static const char v3[] = "CREATE TABLE IF NOT EXISTS mixtures ("
                              "  name TEXT PRIMARY KEY NOT NULL,"
                              "  def BLOB NOT NULL,"
                              "  created_ms INTEGER NOT NULL) WITHOUT ROWID;";
     int ok = sqlite3_exec(r->db, "BEGIN;", NULL, NULL, NULL) == SQLITE_OK &&
-             (version >= 2 || sqlite3_exec(r->db, v2, NULL, NULL, NULL) == SQLITE_OK) &&
+             pd_registry_add_column(r->db, "datasets", "shards", "BLOB") &&
+             pd_registry_add_column(r->db, "datasets", "window", "INTEGER NOT NULL DEFAULT 0") &&
+             pd_registry_add_column(r->db, "datasets", "lanes", "INTEGER NOT NULL DEFAULT 0") &&
              sqlite3_exec(r->db, v3, NULL, NULL, NULL) == SQLITE_OK &&
-             pd_registry_add_sum(r->db, "datasets") && pd_registry_add_sum(r->db, "mixtures") &&
+             pd_registry_add_column(r->db, "datasets", "sum", "INTEGER") &&
+             pd_registry_add_column(r->db, "mixtures", "sum", "INTEGER") &&
              sqlite3_exec(r->db, "PRAGMA user_version=3; COMMIT;", NULL, NULL, NULL) == SQLITE_OK;
     if (!ok) {
+        /* The cause first: ROLLBACK replaces SQLite's last error ("not an error"). */
+        int rc = pd_registry_code(r->db);
+        pd_errf(err, errlen, "%s: migrating the registry from schema %d to %d failed: %s", path, version,
+                PD_REGISTRY_SCHEMA, sqlite3_errmsg(r->db));
         sqlite3_exec(r->db, "ROLLBACK;", NULL, NULL, NULL);
-        return PD_EIO;
+        return rc;
     }
     pd_log_info("registry_migrate", "from=%d to=%d", version, PD_REGISTRY_SCHEMA);
     return 0;
@@ -470,20 +645,30 @@ static int pd_registry_load_mixtures(pd_registry *r, char *err, size_t errlen)
     if (rc != SQLITE_OK)
         goto fail;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *name = (const char *)sqlite3_column_text(st, 0);
+        static const int ints[] = {2}; /* created_ms */
+        const char *name = pd_row_name(r, 1, st);
         pd_mixdef *d;
-        if (name && !pd_row_sum_ok(st, 3, pd_mixture_row_sum(name, sqlite3_column_blob(st, 1),
-                                                             (size_t)sqlite3_column_bytes(st, 1),
-                                                             sqlite3_column_int64(st, 2)))) {
+        int found;
+        if (!name || pd_row_skip_types(r, 1, st, name, ints, 1, 1, 0, 3))
+            continue;
+        if (!pd_row_sum_ok(st, 3, pd_mixture_row_sum(name, sqlite3_column_blob(st, 1),
+                                                      (size_t)sqlite3_column_bytes(st, 1),
+                                                      sqlite3_column_int64(st, 2)))) {
             pd_registry_skip(r, 1, name, "checksum mismatch", PD_ROW_CHANGED);
             continue;
         }
-        if (!name || pd_mixdef_decode(name, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), &d)) {
+        if (pd_mixdef_decode(name, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), &d)) {
             pd_registry_skip(r, 1, name, "invalid mixture", "");
             continue;
         }
         d->created_ms = sqlite3_column_int64(st, 2);
-        if (pd_mix_insert(r, r->nmix, d, 0)) { /* rows arrive sorted */
+        size_t at = pd_mix_find(r, name, &found); /* rows arrive sorted; a duplicate would mean the file lies */
+        if (found) {
+            pd_mixdef_release(d);
+            pd_registry_skip(r, 1, name, "duplicate name", "");
+            continue;
+        }
+        if (pd_mix_insert(r, at, d, 0)) {
             pd_mixdef_release(d);
             sqlite3_finalize(st);
             pd_errf(err, errlen, "out of memory loading the registry");
@@ -495,9 +680,10 @@ static int pd_registry_load_mixtures(pd_registry *r, char *err, size_t errlen)
     sqlite3_finalize(st);
     return 0;
 fail:
+    rc = pd_registry_code(r->db);
     pd_errf(err, errlen, "reading the registry's mixtures: %s", sqlite3_errmsg(r->db));
     sqlite3_finalize(st);
-    return PD_EIO;
+    return rc;
 }
 
 /* Fold the WAL into registry.db and empty it, so the main file alone holds every committed dataset
@@ -507,27 +693,74 @@ static int pd_registry_checkpoint(pd_registry *r)
     return sqlite3_wal_checkpoint_v2(r->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 }
 
-/* Whether SQLite can read the whole file: quick_check reads every page and index. */
-static int pd_registry_readable(pd_registry *r, char *why, size_t len)
+/* After a commit that succeeded. The commit is durable already (synchronous=FULL fsynced it into the WAL, and
+ * a restart reads it back), so a checkpoint that fails (a full disk, a reader holding the WAL) must not turn
+ * it into a reported failure: the client would be told "not stored" of a dataset that appears after the next
+ * restart. It is logged and counted instead, and the next commit's checkpoint, or startup's, retries. */
+static void pd_registry_after_commit(pd_registry *r, const char *key, const char *name)
+{
+    int code = pd_registry_checkpoint(r);
+    if (code == SQLITE_OK)
+        return;
+    char why[256];
+    pd_registry_why(r->db, code, why, sizeof why);
+    atomic_fetch_add(&r->checkpoint_failures, 1);
+    pd_log_warn("registry_checkpoint",
+                "%s=%s msg=\"committed and durable in registry.db-wal, but not folded into registry.db: %s; the "
+                "next commit or startup retries\"",
+                key, name, why);
+}
+
+/* A failed commit: SQLite rolled the statement's transaction back (nothing is stored); err gets the cause. */
+static int pd_registry_commit_failed(pd_registry *r, const char *event, const char *key, const char *name, char *err,
+                                     size_t errlen)
+{
+    pd_registry_why(r->db, sqlite3_errcode(r->db), err, errlen);
+    pd_log_error(event, "%s=%s msg=\"%s\"", key, name, sqlite3_errmsg(r->db));
+    return PD_EIO;
+}
+
+/* Whether SQLite can read the whole file: quick_check reads every page and index. 0, or PD_ECORRUPT when it
+ * finds damage (or the file is not a database); PD_EBUSY and PD_EIO when it could not look (a lock another
+ * process holds, permissions, I/O): those say nothing about damage. why gets SQLite's words. */
+static int pd_registry_check(pd_registry *r, char *why, size_t len)
 {
     sqlite3_stmt *st;
-    int ok = 0;
+    int rc;
     if (sqlite3_prepare_v2(r->db, "PRAGMA quick_check", -1, &st, NULL) != SQLITE_OK) {
         pd_errf(why, len, "%s", sqlite3_errmsg(r->db));
-        return 0;
+        return pd_registry_code(r->db);
     }
     if (sqlite3_step(st) == SQLITE_ROW) {
         const char *v = (const char *)sqlite3_column_text(st, 0);
-        ok = v && !strcmp(v, "ok");
+        rc = v && !strcmp(v, "ok") ? 0 : PD_ECORRUPT; /* a row is quick_check's verdict: "ok" or a problem */
         pd_errf(why, len, "%s", v ? v : "no verdict");
     } else {
+        rc = pd_registry_code(r->db);
         pd_errf(why, len, "%s", sqlite3_errmsg(r->db));
     }
     sqlite3_finalize(st);
-    return ok;
+    return rc;
 }
 
-int pd_registry_move_aside(const char *state_dir, char *moved, size_t len)
+/* What a registry that cannot be opened or read (not damaged) needs, for the startup message. */
+static const char *pd_registry_advice(int rc)
+{
+    switch (rc) {
+    case PD_ECORRUPT:
+        return ": the registry is damaged";
+    case PD_EBUSY:
+        return ": another process holds a lock on it (permd waited 5 s); the registry is not damaged: find the "
+               "process (fuser registry.db) and start permd when it is done";
+    default:
+        return ": the registry may be intact; check the permissions and free space of the state directory and "
+               "its files";
+    }
+}
+
+/* Rename registry.db and its -wal and -shm aside (registry.db.damaged-<unix ms>), so a fresh one can start
+ * while the damaged files are kept for inspection; moved gets the new name. Under the registry's lock. */
+static int pd_registry_move_aside(const char *state_dir, char *moved, size_t len)
 {
     static const char *const suffix[] = {"", "-wal", "-shm"};
     char from[4200], to[4300];
@@ -542,23 +775,78 @@ int pd_registry_move_aside(const char *state_dir, char *moved, size_t len)
     return 0;
 }
 
-int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t errlen)
+/* One permd per state directory, for the registry's life. Two would each keep their own table over one
+ * database, and a put through one would silently replace a row the other acknowledged. flock on a file of its
+ * own: SQLite's locking_mode=EXCLUSIVE would also shut out the sqlite3 shell's online backup
+ * (docs/operations.md), and flock on registry.db itself could collide with SQLite's own fcntl locks where the
+ * kernel emulates flock with them (NFS). The kernel drops the lock with the process, so a crash leaves nothing
+ * to clean up; the file stays (removing it would race with the next holder) and holds the holder's pid. */
+static int pd_registry_lock(pd_registry *r, const char *state_dir, char *err, size_t errlen)
+{
+    char path[4200], holder[32];
+    snprintf(path, sizeof path, "%s/registry.lock", state_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        pd_errf(err, errlen, "%s: cannot open the state directory's lock file: %s (permd must be able to write "
+                "state_dir)", path, strerror(errno));
+        return PD_EIO;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int e = errno, rc = PD_EIO;
+        if (e == EWOULDBLOCK) {
+            ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = '\0';
+            holder[strspn(holder, "0123456789")] = '\0';
+            pd_errf(err, errlen, "state_dir %s is in use by another permd (pid %s, holding %s): two permd cannot "
+                    "share one registry; stop that one, or give this one its own state_dir",
+                    state_dir, holder[0] ? holder : "unknown", path);
+            rc = PD_EBUSY;
+        } else {
+            pd_errf(err, errlen, "%s: cannot lock: %s", path, strerror(e));
+        }
+        close(fd);
+        return rc;
+    }
+    /* The pid is for the message above only: the lock holds whether or not it could be written. */
+    int n = snprintf(holder, sizeof holder, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, holder, (size_t)n, 0) != n)
+        pd_log_warn("registry", "path=%s msg=\"cannot write the pid into the lock file\"", path);
+    r->lock_fd = fd;
+    return 0;
+}
+
+/* The database's part of the registry: its connection, statements and the tables loaded from it. */
+static void pd_registry_close_db(pd_registry *r)
+{
+    sqlite3_finalize(r->put);
+    sqlite3_finalize(r->del);
+    sqlite3_finalize(r->put_mix);
+    sqlite3_finalize(r->del_mix);
+    r->put = r->del = r->put_mix = r->del_mix = NULL;
+    for (size_t i = 0; i < r->nmix; i++)
+        pd_mixdef_release(r->mixes[i]);
+    free(r->mixes);
+    r->mixes = NULL;
+    r->nmix = r->capmix = 0;
+    sqlite3_close(r->db);
+    r->db = NULL;
+    for (size_t i = 0; i < r->n; i++)
+        pd_layout_release(r->sets[i].layout);
+    free(r->sets);
+    r->sets = NULL;
+    r->n = r->cap = 0;
+    r->skipped = 0;
+}
+
+/* Open and load registry.db under state_dir (locked by the caller). */
+static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err, size_t errlen)
 {
     char path[4096], wal[4200], why[512];
     struct stat st;
     int rc = PD_EIO;
-    pd_registry *r = calloc(1, sizeof *r);
-    if (!r)
-        return PD_ENOMEM;
-    pthread_mutex_init(&r->lock, NULL);
-    pthread_mutex_init(&r->write_lock, NULL);
-    if (pd_mkdirs(state_dir)) {
-        pd_errf(err, errlen, "state_dir %s: cannot create: %s", state_dir, strerror(errno));
-        goto fail;
-    }
     if ((size_t)snprintf(path, sizeof path, "%s/registry.db", state_dir) >= sizeof path) {
         pd_errf(err, errlen, "state_dir: path too long");
-        goto fail;
+        return PD_EIO;
     }
     snprintf(wal, sizeof wal, "%s-wal", path);
     /* A registry that exists must be read whole, or permd would start with fewer datasets than it
@@ -567,18 +855,21 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
     int exists = stat(path, &st) == 0;
     if (exists && st.st_size == 0) {
         pd_errf(err, errlen, "%s exists but is empty (0 bytes): the registry is damaged", path);
-        rc = PD_ECORRUPT;
-        goto fail;
+        return PD_ECORRUPT;
     }
     if (!exists && stat(wal, &st) == 0 && st.st_size > 0) {
         pd_errf(err, errlen, "%s is missing but its write-ahead log %s is there: the registry is damaged", path, wal);
-        rc = PD_ECORRUPT;
-        goto fail;
+        return PD_ECORRUPT;
+    }
+    if (access(state_dir, W_OK | X_OK)) { /* SQLite creates registry.db-wal and -shm beside it */
+        pd_errf(err, errlen, "state_dir %s is not writable (%s): permd must be able to create files in it; fix its "
+                "permissions", state_dir, strerror(errno));
+        return PD_EIO;
     }
     if (exists && access(path, W_OK)) {
         pd_errf(err, errlen, "%s is read-only (%s): permd must be able to store datasets; fix its permissions",
                 path, strerror(errno));
-        goto fail;
+        return PD_EIO;
     }
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK)
@@ -586,13 +877,17 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
     sqlite3_busy_timeout(r->db, 5000);
     if (sqlite3_db_readonly(r->db, "main") == 1) {
         pd_errf(err, errlen, "%s can only be opened read-only: permd must be able to store datasets", path);
-        goto fail;
+        return PD_EIO;
     }
-    if (exists && !pd_registry_readable(r, why, sizeof why)) {
-        pd_errf(err, errlen, "%s cannot be read whole (%s): the registry is damaged", path, why);
-        rc = PD_ECORRUPT;
-        goto fail;
+    if (exists && (rc = pd_registry_check(r, why, sizeof why))) {
+        pd_errf(err, errlen, "%s cannot be read%s (%s)%s", path, rc == PD_ECORRUPT ? " whole" : "", why,
+                pd_registry_advice(rc));
+        return rc;
     }
+    /* The version before the first write: a newer schema is refused untouched (no WAL switch, no table). */
+    int version;
+    if ((rc = pd_registry_version(r, path, &version, err, errlen)))
+        return rc;
     /* WAL: readers never block the writer; synchronous=FULL: a commit is on disk (fsync of the WAL)
      * before sqlite3_step returns, so an ack means durable; every commit is then checkpointed into
      * the main file. A new database starts at schema 1 and migrates like an old one. */
@@ -604,15 +899,8 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
                                  "  created_ms INTEGER NOT NULL) WITHOUT ROWID;";
     if (sqlite3_exec(r->db, schema, NULL, NULL, NULL) != SQLITE_OK)
         goto fail_db;
-    int version = 0, mrc = pd_registry_migrate(r, &version);
-    if (mrc == PD_EUNSUPPORTED) {
-        pd_errf(err, errlen, "%s: registry schema %d is newer than this permd's (%d); run a newer permd",
-                path, version, PD_REGISTRY_SCHEMA);
-        rc = PD_EUNSUPPORTED;
-        goto fail;
-    }
-    if (mrc)
-        goto fail_db;
+    if ((rc = pd_registry_migrate(r, path, version, err, errlen)))
+        return rc;
     /* REPLACE: a row that failed to load (logged, not served) must not block its name. */
     if (sqlite3_prepare_v2(r->db,
                            "INSERT OR REPLACE INTO datasets(name, size, created_ms, shards, window, lanes, sum) "
@@ -625,29 +913,72 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
         sqlite3_prepare_v2(r->db, "DELETE FROM mixtures WHERE name = ?1", -1, &r->del_mix, NULL) != SQLITE_OK)
         goto fail_db;
     if ((rc = pd_registry_load(r, err, errlen)) || (rc = pd_registry_load_mixtures(r, err, errlen)))
-        goto fail;
-    if (pd_registry_checkpoint(r) != SQLITE_OK) {
-        pd_registry_why(r->db, sqlite3_errcode(r->db), why, sizeof why);
+        return rc;
+    int code = pd_registry_checkpoint(r);
+    if (code != SQLITE_OK) {
+        pd_registry_why(r->db, code, why, sizeof why);
         pd_errf(err, errlen, "%s: cannot fold the write-ahead log into the main file: %s", path, why);
+        return code == SQLITE_BUSY || code == SQLITE_LOCKED ? PD_EBUSY : PD_EIO;
+    }
+    return 0;
+fail_db:
+    if (!r->db) {
+        pd_errf(err, errlen, "%s: cannot open", path);
+        return PD_EIO;
+    }
+    rc = pd_registry_code(r->db);
+    pd_registry_why(r->db, sqlite3_errcode(r->db), why, sizeof why);
+    pd_errf(err, errlen, "%s: %s%s", path, why, rc == PD_ECORRUPT ? "" : pd_registry_advice(rc));
+    return rc;
+}
+
+static int pd_registry_open_any(const char *state_dir, int fresh, pd_registry **out, char *err, size_t errlen)
+{
+    int rc;
+    pd_registry *r = calloc(1, sizeof *r);
+    if (!r)
+        return PD_ENOMEM;
+    r->lock_fd = -1;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->write_lock, NULL);
+    if (pd_mkdirs(state_dir)) {
+        pd_errf(err, errlen, "state_dir %s: cannot create: %s", state_dir, strerror(errno));
         rc = PD_EIO;
         goto fail;
     }
+    if ((rc = pd_registry_lock(r, state_dir, err, errlen)))
+        goto fail;
+    rc = pd_registry_open_db(r, state_dir, err, errlen);
+    if (rc == PD_ECORRUPT && fresh) {
+        char moved[4400];
+        pd_log_error("registry", "msg=\"%s\"", err);
+        pd_registry_close_db(r);
+        if (pd_registry_move_aside(state_dir, moved, sizeof moved)) {
+            pd_errf(err, errlen, "cannot move the damaged registry aside: %s", strerror(errno));
+            rc = PD_EIO;
+            goto fail;
+        }
+        pd_log_warn("registry", "msg=\"fresh_registry: the damaged registry was moved to %s; starting empty\"",
+                    moved);
+        rc = pd_registry_open_db(r, state_dir, err, errlen);
+    }
+    if (rc)
+        goto fail;
     *out = r;
     return 0;
-fail_db:
-    rc = PD_EIO;
-    if (r->db) {
-        int code = sqlite3_errcode(r->db) & 0xff;
-        if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB)
-            rc = PD_ECORRUPT;
-        pd_registry_why(r->db, sqlite3_errcode(r->db), why, sizeof why);
-        pd_errf(err, errlen, "%s: %s", path, why);
-    } else {
-        pd_errf(err, errlen, "%s: cannot open", path);
-    }
 fail:
     pd_registry_close(r);
     return rc;
+}
+
+int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t errlen)
+{
+    return pd_registry_open_any(state_dir, 0, out, err, errlen);
+}
+
+int pd_registry_open_fresh(const char *state_dir, pd_registry **out, char *err, size_t errlen)
+{
+    return pd_registry_open_any(state_dir, 1, out, err, errlen);
 }
 
 void pd_registry_set_layout_limit(pd_registry *r, uint64_t bytes)
@@ -659,10 +990,8 @@ void pd_registry_set_layout_limit(pd_registry *r, uint64_t bytes)
 
 uint64_t pd_registry_layout_bytes(pd_registry *r)
 {
-    pthread_mutex_lock(&r->lock);
-    uint64_t b = r->layout_bytes;
-    pthread_mutex_unlock(&r->lock);
-    return b;
+    (void)r; /* every registry's layouts: a process has one */
+    return atomic_load(&pd_layouts_held);
 }
 
 size_t pd_registry_skipped(pd_registry *r)
@@ -670,23 +999,20 @@ size_t pd_registry_skipped(pd_registry *r)
     return r->skipped;
 }
 
+uint64_t pd_registry_checkpoint_failures(pd_registry *r)
+{
+    return atomic_load(&r->checkpoint_failures);
+}
+
 void pd_registry_close(pd_registry *r)
 {
     if (!r)
         return;
-    sqlite3_finalize(r->put);
-    sqlite3_finalize(r->del);
-    sqlite3_finalize(r->put_mix);
-    sqlite3_finalize(r->del_mix);
-    for (size_t i = 0; i < r->nmix; i++)
-        pd_mixdef_release(r->mixes[i]);
-    free(r->mixes);
-    sqlite3_close(r->db);
+    pd_registry_close_db(r);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->write_lock);
-    for (size_t i = 0; i < r->n; i++)
-        pd_layout_release(r->sets[i].layout);
-    free(r->sets);
+    if (r->lock_fd >= 0)
+        close(r->lock_fd); /* after the database: the next holder finds it closed */
     free(r);
 }
 
@@ -727,7 +1053,7 @@ int pd_registry_declare(pd_registry *r, const char *name, uint64_t size, char *e
     } else {
         pd_dataset d = {.size = size, .created_ms = pd_clock_unix_ms(), .from_config = 1};
         strcpy(d.name, name);
-        rc = pd_table_insert(r, at, &d, NULL);
+        rc = pd_table_insert(r, at, &d, NULL, 0); /* not stored: the config is its record */
     }
     pthread_mutex_unlock(&r->lock);
     return rc;
@@ -797,35 +1123,41 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
 {
     if (pd_name_check(name) || size == 0 || size > PD_N_MAX)
         return PD_EINVAL;
-    int rc = 0, found;
+    int rc = 0, found, store_config = 0;
     *created = 0;
     /* The write lock orders puts and deletes, so the table check below stays
      * true until the commit lands. */
     pthread_mutex_lock(&r->write_lock);
     pthread_mutex_lock(&r->lock);
-    size_t at = pd_table_find(r, name, &found), mix_at;
+    size_t at = pd_table_find(r, name, &found);
     int is_mix;
-    mix_at = pd_mix_find(r, name, &is_mix);
-    (void)mix_at;
+    pd_mix_find(r, name, &is_mix);
+    uint64_t held = atomic_load(&pd_layouts_held) + (layout ? pd_layout_bytes(layout->shards) : 0);
     if (found) {
         rc = pd_entry_matches(&r->sets[at], size, layout, window, lanes) ? 0 : PD_ECONFLICT;
         *out = r->sets[at].d;
+        /* A config dataset lives in memory only: a put of it is stored like any other, or its 0 ("durable")
+         * would be gone with the declaration. It stays a config dataset while the config declares it. */
+        store_config = rc == 0 && !r->sets[at].stored;
     } else if (is_mix) {
         pd_errf(err, errlen, "'%s' is a mixture", name);
         rc = PD_ECONFLICT;
-    } else if (layout && r->layout_limit && r->layout_bytes + pd_layout_bytes(layout->shards) > r->layout_limit) {
-        pd_errf(err, errlen, "shard layouts would hold %llu bytes, over layout_memory (%llu)",
-                (unsigned long long)(r->layout_bytes + pd_layout_bytes(layout->shards)),
-                (unsigned long long)r->layout_limit);
+    } else if (layout && r->layout_limit && held > r->layout_limit) {
+        pd_errf(err, errlen,
+                "shard layouts would hold %llu bytes, over layout_memory (%llu; layouts of deleted datasets "
+                "count until the streams and plans using them end)",
+                (unsigned long long)held, (unsigned long long)r->layout_limit);
         rc = PD_ETOOBIG;
     }
     pthread_mutex_unlock(&r->lock);
-    if (found || rc)
+    if ((found && !store_config) || rc)
         goto done;
 
     pd_dataset d = {.size = size, .created_ms = pd_clock_unix_ms()};
     size_t blob_len = 0;
     uint8_t *blob = NULL;
+    if (store_config)
+        d = *out; /* flat, as declared; its created_ms is kept */
     strcpy(d.name, name);
     if (layout) {
         d.shards = layout->shards;
@@ -850,22 +1182,26 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
     sqlite3_bind_int64(r->put, 7, pd_dataset_row_sum(name, pd_size_to_db(size), d.created_ms, blob, blob_len,
                                                      (int64_t)window, (int64_t)lanes));
     int step = sqlite3_step(r->put);
+    if (step != SQLITE_DONE) /* read the error before the reset */
+        rc = pd_registry_commit_failed(r, "registry_put", "name", name, err, errlen);
     sqlite3_clear_bindings(r->put);
     sqlite3_reset(r->put);
     free(blob);
-    if (step != SQLITE_DONE || (step = pd_registry_checkpoint(r)) != SQLITE_OK) {
-        pd_registry_why(r->db, step == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(r->db), err, errlen);
-        pd_log_error("registry_put", "name=%s msg=\"%s\"", name, sqlite3_errmsg(r->db));
-        rc = PD_EIO;
+    if (rc)
         goto done;
-    }
+    pd_registry_after_commit(r, "name", name);
     pthread_mutex_lock(&r->lock);
     at = pd_table_find(r, name, &found);
-    rc = pd_table_insert(r, at, &d, pd_layout_ref(layout));
-    if (rc)
-        pd_layout_release(layout);
+    if (store_config) {
+        if (found) /* a config dataset is never deleted, and the write lock is held */
+            r->sets[at].stored = 1;
+    } else {
+        rc = pd_table_insert(r, at, &d, pd_layout_ref(layout), 1);
+        if (rc)
+            pd_layout_release(layout);
+    }
     pthread_mutex_unlock(&r->lock);
-    if (rc == 0) {
+    if (rc == 0 && !store_config) {
         *out = d;
         *created = 1;
     }
@@ -912,14 +1248,13 @@ int pd_registry_delete(pd_registry *r, const char *name, char *err, size_t errle
     sqlite3_bind_text(r->del, 1, name, -1, SQLITE_STATIC);
     int step = sqlite3_step(r->del);
     int changed = sqlite3_changes(r->db);
+    if (step != SQLITE_DONE)
+        rc = pd_registry_commit_failed(r, "registry_delete", "name", name, err, errlen);
     sqlite3_clear_bindings(r->del);
     sqlite3_reset(r->del);
-    if (step != SQLITE_DONE || (step = pd_registry_checkpoint(r)) != SQLITE_OK) {
-        pd_registry_why(r->db, step == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(r->db), err, errlen);
-        pd_log_error("registry_delete", "name=%s msg=\"%s\"", name, sqlite3_errmsg(r->db));
-        rc = PD_EIO;
+    if (rc)
         goto done;
-    }
+    pd_registry_after_commit(r, "name", name);
     if (!found) {
         if (changed)
             pd_log_info("registry_repair", "name=%s msg=\"a row that failed to load was deleted\"", name);
@@ -1039,15 +1374,14 @@ int pd_registry_put_mixture(pd_registry *r, pd_mixdef *def, pd_mixdef **stored, 
     sqlite3_bind_int64(r->put_mix, 3, def->created_ms);
     sqlite3_bind_int64(r->put_mix, 4, pd_mixture_row_sum(def->name, blob, len, def->created_ms));
     int step = sqlite3_step(r->put_mix);
+    if (step != SQLITE_DONE)
+        rc = pd_registry_commit_failed(r, "registry_put", "mixture", def->name, err, errlen);
     sqlite3_clear_bindings(r->put_mix);
     sqlite3_reset(r->put_mix);
     free(blob);
-    if (step != SQLITE_DONE || (step = pd_registry_checkpoint(r)) != SQLITE_OK) {
-        pd_registry_why(r->db, step == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(r->db), err, errlen);
-        pd_log_error("registry_put", "mixture=%s msg=\"%s\"", def->name, sqlite3_errmsg(r->db));
-        rc = PD_EIO;
+    if (rc)
         goto done;
-    }
+    pd_registry_after_commit(r, "mixture", def->name);
     pthread_mutex_lock(&r->lock);
     at = pd_mix_find(r, def->name, &found);
     rc = pd_mix_insert(r, at, pd_mixdef_ref(def), found);
@@ -1105,13 +1439,13 @@ int pd_registry_delete_mixture(pd_registry *r, const char *name, char *err, size
     sqlite3_bind_text(r->del_mix, 1, name, -1, SQLITE_STATIC);
     int step = sqlite3_step(r->del_mix);
     int changed = sqlite3_changes(r->db);
+    if (step != SQLITE_DONE)
+        rc = pd_registry_commit_failed(r, "registry_delete", "mixture", name, err, errlen);
     sqlite3_clear_bindings(r->del_mix);
     sqlite3_reset(r->del_mix);
-    if (step != SQLITE_DONE || (step = pd_registry_checkpoint(r)) != SQLITE_OK) {
-        pd_registry_why(r->db, step == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(r->db), err, errlen);
-        rc = PD_EIO;
+    if (rc)
         goto done;
-    }
+    pd_registry_after_commit(r, "mixture", name);
     if (!found) {
         rc = changed ? 0 : PD_ENOTFOUND;
         goto done;

@@ -26,6 +26,7 @@ typedef struct pd_dataset {
  * the layout it resolved even if the dataset is deleted meanwhile. */
 typedef struct pd_layout {
     _Atomic unsigned refs;
+    _Atomic int held; /* a registry stored it: counted in pd_registry_layout_bytes until its last reference goes */
     uint64_t shards;
     uint64_t hash;    /* of the shard sizes: tells two layouts apart (a mixture's component check) */
     uint64_t start[]; /* S + 1 */
@@ -39,24 +40,35 @@ void pd_layout_release(pd_layout *l);
 typedef struct pd_registry pd_registry;
 
 /* Open (creating the directory and database as needed) and load every
- * stored dataset. Blocking; call at startup. A registry that exists must be
- * read whole: PD_ECORRUPT when it cannot be (a 0-byte or damaged file, a WAL
- * without its main file); PD_EIO when it cannot be written (read-only) or
- * opened; a message in err either way. A row that fails to load is logged at
- * error level and not served; its name stays usable (a put replaces it, a
- * delete removes it). */
+ * stored dataset. Blocking; call at startup. The registry holds an exclusive
+ * lock on <state_dir>/registry.lock until it is closed: PD_EBUSY, naming the
+ * holder's pid, when another permd (or another open registry) has it. A
+ * registry that exists must be read whole: PD_ECORRUPT when it is damaged (a
+ * 0-byte file, damaged pages, a WAL without its main file, SQLite's "not a
+ * database"); PD_EBUSY when another process holds SQLite's lock on it past the
+ * busy timeout; PD_EIO when it cannot be written (read-only) or opened;
+ * PD_EUNSUPPORTED for a schema this permd does not know (checked before
+ * anything is written); a message in err in every case. Only PD_ECORRUPT
+ * means damaged. A row that fails to load is logged at error level
+ * (registry_skip) and not served; its name stays usable (a put replaces it,
+ * a delete removes it) when it is a name a request can carry. */
 int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t errlen);
 
-/* Rename registry.db and its -wal and -shm aside (registry.db.damaged-<unix ms>), so a fresh one
- * can start while the damaged files are kept for inspection; moved gets the new name. PD_EIO. */
-int pd_registry_move_aside(const char *state_dir, char *moved, size_t len);
+/* pd_registry_open, but a damaged registry (PD_ECORRUPT, nothing else) has its
+ * files renamed aside (registry.db.damaged-<unix ms>, with its -wal and -shm),
+ * under the same lock, and an empty one opens instead; both are logged
+ * (fresh_registry: 1). */
+int pd_registry_open_fresh(const char *state_dir, pd_registry **out, char *err, size_t errlen);
 
 /* Refuse sharded puts whose layouts would hold more than bytes in all (0: no bound). */
 void pd_registry_set_layout_limit(pd_registry *r, uint64_t bytes);
-/* Bytes the layouts hold (permd_layout_bytes). */
+/* Bytes every stored layout still alive holds (permd_layout_bytes): the registry's own and those it
+ * deleted or replaced that a plan, stream or request still references. layout_memory bounds this. */
 uint64_t pd_registry_layout_bytes(pd_registry *r);
 /* Rows that failed to load at open. */
 size_t pd_registry_skipped(pd_registry *r);
+/* Commits whose checkpoint into the main file failed (they stayed in the write-ahead log). */
+uint64_t pd_registry_checkpoint_failures(pd_registry *r);
 void pd_registry_close(pd_registry *r);
 
 /* d's definition hash (the protocol's Dataset.definition, daemon/definition.h): its
@@ -74,8 +86,13 @@ int pd_registry_declare(pd_registry *r, const char *name, uint64_t size, char *e
 
 /* Create or confirm: *created = 1 when new. PD_ECONFLICT when it exists with
  * another size; PD_EINVAL for a bad name or size; PD_EIO when the commit failed
- * (err, when not NULL, gets the cause: "disk full", "registry read-only", …).
- * A commit is checkpointed into the main file before this returns. */
+ * (err, when not NULL, gets the cause: "disk full", "registry read-only", …),
+ * and then nothing was stored. 0 means committed (fsynced): a config dataset
+ * put with its declared size is stored too (*created = 0), so it outlives its
+ * declaration. Each commit is then checkpointed into the main file; a failed
+ * checkpoint (disk full) leaves the commit in the write-ahead log, durable, is
+ * logged (registry_checkpoint) and counted, and does not fail the put. The
+ * same holds for the deletes and the mixtures' put and delete. */
 int pd_registry_put(pd_registry *r, const char *name, uint64_t size, pd_dataset *out, int *created, char *err,
                     size_t errlen);
 /* Create or confirm a sharded dataset (takes its own reference to layout):

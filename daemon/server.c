@@ -614,23 +614,16 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
         pd_log_error("startup", "msg=\"cannot choose a state directory; set state_dir\"");
         return rc;
     }
-    rc = pd_registry_open(path, &s->reg, err, sizeof err);
-    if (rc == PD_ECORRUPT && cfg->fresh_registry) {
-        char moved[4400];
-        pd_log_error("registry", "msg=\"%s\"", err);
-        if ((rc = pd_registry_move_aside(path, moved, sizeof moved))) {
-            pd_log_error("startup", "msg=\"cannot move the damaged registry aside: %s\"", strerror(errno));
-            return rc;
-        }
-        pd_log_warn("registry", "msg=\"fresh_registry: the damaged registry was moved to %s; starting empty\"",
-                    moved);
-        rc = pd_registry_open(path, &s->reg, err, sizeof err);
-    }
+    /* Only a damaged registry is moved aside (fresh_registry), under the registry's lock: one that is locked,
+     * read-only or unreadable for permissions may be intact, and is refused with its cause instead. */
+    rc = cfg->fresh_registry ? pd_registry_open_fresh(path, &s->reg, err, sizeof err)
+                             : pd_registry_open(path, &s->reg, err, sizeof err);
     if (rc) {
         pd_log_error("startup", "msg=\"%s%s\"", err,
-                     rc == PD_ECORRUPT ? "; to start with an empty registry and keep the damaged files aside, "
-                                         "set fresh_registry: 1 (--fresh-registry 1)"
-                                       : "");
+                     rc == PD_ECORRUPT && !cfg->fresh_registry
+                         ? "; to start with an empty registry and keep the damaged files aside, "
+                           "set fresh_registry: 1 (--fresh-registry 1)"
+                         : "");
         return rc;
     }
     pd_registry_set_layout_limit(s->reg, cfg->layout_memory);

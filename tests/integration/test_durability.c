@@ -1,4 +1,5 @@
-/* Integration: kill -9 at random moments while datasets are being put; after each restart every acknowledged dataset is there, intact. */
+/* Integration: kill -9 at random moments while datasets are being put; after each restart every acknowledged
+ * dataset is there, intact. One permd per state directory. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -154,9 +155,42 @@ static void test_kill9_while_putting(void **state)
     free(acked);
 }
 
+/* Two permd on one state directory (different sockets): the second exits 1 naming the directory and the
+ * holder, and the first's acknowledged datasets stay as acknowledged. Both used to serve, each with its own
+ * table, and the second's put of a name silently replaced the row the first had acknowledged. */
+static void test_one_permd_per_state_dir(void **state)
+{
+    (void)state;
+    harness a, b;
+    harness_init(&a);
+    harness_init(&b);
+    snprintf(b.state, sizeof b.state, "%s", a.state);
+    assert_int_equal(harness_start(&a, 0, NULL, NULL), 0);
+    assert_int_equal(harness_put(&a, "imagenet", 1000), 0);
+    int status = 0;
+    assert_int_equal(harness_start(&b, 0, NULL, &status), -1);
+    assert_true(harness_exited_with(status, 1));
+    char want[200];
+    snprintf(want, sizeof want, "state_dir %s is in use by another permd (pid %d", a.state, (int)a.pid);
+    assert_true(harness_log_contains(&b, want));
+    assert_true(harness_exited_with(harness_stop(&a, SIGTERM), 0));
+
+    assert_int_equal(harness_start(&b, 0, NULL, NULL), 0); /* the lock went with the first */
+    permd_client *c;
+    permd_dataset d;
+    assert_int_equal(permd_connect_unix(b.sock, &c), 0);
+    assert_int_equal(permd_get_dataset(c, "imagenet", &d), 0);
+    assert_int_equal(d.size, 1000);
+    permd_close(c);
+    assert_true(harness_exited_with(harness_stop(&b, SIGTERM), 0));
+    harness_cleanup(&a);
+    harness_cleanup(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_permd_per_state_dir),
         cmocka_unit_test(test_kill9_while_putting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,11 @@
-/* Tests for daemon/registry.c: put/get/list/delete, conflicts, persistence, config datasets, threads. */
+/* Tests for daemon/registry.c: put/get/list/delete, conflicts, persistence, config datasets, threads, the state
+ * directory's lock, open errors (damaged or not), failed writes and checkpoints, rows that must not load. */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -110,16 +113,31 @@ static void test_config_datasets(void **state)
     assert_int_equal(pd_registry_declare(r, "cfg", 8, NULL, 0), PD_ECONFLICT);
     assert_int_equal(pd_registry_get(r, "cfg", &d), 0);
     assert_true(d.from_config);
-    assert_int_equal(pd_registry_put(r, "cfg", 7, &d, &created, NULL, 0), 0);
+    assert_int_equal(pd_registry_declare(r, "cfg2", 3, NULL, 0), 0);
+    assert_int_equal(pd_registry_put(r, "cfg", 7, &d, &created, NULL, 0), 0); /* "exists", and now stored */
     assert_int_equal(created, 0);
+    assert_true(d.from_config);
+    int64_t cfg_created_ms = d.created_ms;
+    assert_int_equal(pd_registry_put(r, "cfg", 7, &d, &created, NULL, 0), 0);
     assert_int_equal(pd_registry_put(r, "cfg", 9, &d, &created, NULL, 0), PD_ECONFLICT);
-    assert_int_equal(pd_registry_delete(r, "cfg", NULL, 0), PD_ECONFLICT);
+    assert_int_equal(pd_registry_delete(r, "cfg", NULL, 0), PD_ECONFLICT); /* while the config declares it */
     assert_int_equal(pd_registry_delete(r, "stored", NULL, 0), PD_ECONFLICT);
     pd_registry_close(r);
 
-    r = open_reg(); /* config datasets are not stored */
-    assert_int_equal(pd_registry_get(r, "cfg", &d), PD_ENOTFOUND);
+    /* A config dataset nobody put is not stored; one that was put is (its put returned 0: durable), and
+     * outlives its declaration, as a dataset of its own. */
+    r = open_reg();
+    assert_int_equal(pd_registry_get(r, "cfg2", &d), PD_ENOTFOUND);
+    assert_int_equal(pd_registry_get(r, "cfg", &d), 0);
+    assert_int_equal(d.size, 7);
+    assert_false(d.from_config);
+    assert_int_equal(d.created_ms, cfg_created_ms);
     assert_int_equal(pd_registry_declare(r, "stored", 101, NULL, 0), PD_ECONFLICT);
+    assert_int_equal(pd_registry_declare(r, "cfg", 7, NULL, 0), 0); /* declared again: the same definition */
+    assert_int_equal(pd_registry_declare(r, "cfg", 8, NULL, 0), PD_ECONFLICT);
+    pd_registry_close(r);
+    r = open_reg();
+    assert_int_equal(pd_registry_delete(r, "cfg", NULL, 0), 0); /* undeclared: an ordinary stored dataset */
     pd_registry_close(r);
 }
 
@@ -136,13 +154,126 @@ static void test_open_errors(void **state)
     assert_non_null(strstr(err, "file/sub"));
 }
 
-static void exec_sql(const char *sql)
+/* Whether dir holds a file whose name starts with prefix. */
+static int has_file(const char *prefix)
 {
-    char path[128];
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    assert_non_null(d);
+    while ((e = readdir(d)))
+        found |= !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return found;
+}
+
+/* One registry per state directory: a second open (another permd) is refused, naming the directory and the
+ * holder, until the first closes. Without the lock both served, and one's put replaced the other's row. */
+static void test_state_dir_lock(void **state)
+{
+    (void)state;
+    pd_registry *r = open_reg(), *r2 = NULL;
+    pd_dataset d;
+    int created;
+    char err[512] = "", pid[32];
+    assert_int_equal(pd_registry_put(r, "imagenet", 1000, &d, &created, NULL, 0), 0);
+    assert_int_equal(pd_registry_open(dir, &r2, err, sizeof err), PD_EBUSY);
+    assert_null(r2);
+    assert_non_null(strstr(err, dir));
+    snprintf(pid, sizeof pid, "pid %ld", (long)getpid());
+    assert_non_null(strstr(err, pid));
+    assert_int_equal(pd_registry_open_fresh(dir, &r2, err, sizeof err), PD_EBUSY); /* and moves nothing */
+    assert_false(has_file("registry.db.damaged"));
+    pd_registry_close(r);
+    r = open_reg();
+    assert_int_equal(pd_registry_get(r, "imagenet", &d), 0);
+    assert_int_equal(d.size, 1000);
+    pd_registry_close(r);
+}
+
+static void exec_sql(const char *sql);
+
+/* Only real damage counts as damaged. A registry another process holds locked, or one whose files permd
+ * cannot create, may be intact: fresh_registry must not move it aside, and the error says what it is. */
+static void test_not_damaged(void **state)
+{
+    (void)state;
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    int created;
+    char err[512] = "", path[128];
+    assert_int_equal(pd_registry_put(r, "keep", 10, &d, &created, NULL, 0), 0);
+    pd_registry_close(r);
+
+    /* Locked: a maintenance transaction holds SQLite's exclusive lock past the busy timeout (5 s). */
     sqlite3 *db;
     snprintf(path, sizeof path, "%s/registry.db", dir);
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE;"
+                                      "UPDATE datasets SET created_ms = created_ms;", NULL, NULL, NULL), SQLITE_OK);
+    r = NULL;
+    assert_int_equal(pd_registry_open_fresh(dir, &r, err, sizeof err), PD_EBUSY);
+    assert_null(r);
+    assert_non_null(strstr(err, "not damaged"));
+    assert_false(has_file("registry.db.damaged"));
+    assert_int_equal(sqlite3_exec(db, "ROLLBACK;", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+
+    /* Files SQLite must create cannot be (as in a read-only directory; a directory in the way works for root
+     * too): an I/O error, not damage. */
+    snprintf(path, sizeof path, "%s/registry.db-shm", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    assert_int_equal(pd_registry_open_fresh(dir, &r, err, sizeof err), PD_EIO);
+    assert_null(strstr(err, "damaged"));
+    assert_false(has_file("registry.db.damaged"));
+    assert_int_equal(rmdir(path), 0);
+
+    r = open_reg();
+    assert_int_equal(pd_registry_get(r, "keep", &d), 0);
+    pd_registry_close(r);
+
+    /* Real damage still is: a file that is not a database is moved aside with fresh_registry. */
+    FILE *f;
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    assert_non_null(f = fopen(path, "w"));
+    for (int i = 0; i < 256; i++)
+        fputs("not a database, ", f);
+    fclose(f);
+    assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_ECORRUPT);
+    assert_false(has_file("registry.db.damaged"));
+    assert_int_equal(pd_registry_open_fresh(dir, &r, err, sizeof err), 0);
+    assert_true(has_file("registry.db.damaged"));
+    assert_int_equal(pd_registry_count(r), 0);
+    pd_registry_close(r);
+}
+
+static void exec_sql_in(const char *d, const char *sql)
+{
+    char path[160];
+    sqlite3 *db;
+    snprintf(path, sizeof path, "%s/registry.db", d);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
+static void exec_sql(const char *sql)
+{
+    exec_sql_in(dir, sql);
+}
+
+/* One text value from a query on the registry in d. */
+static void query_in(const char *d, const char *sql, char *out, size_t len)
+{
+    char path[160];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    snprintf(path, sizeof path, "%s/registry.db", d);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    snprintf(out, len, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
     sqlite3_close(db);
 }
 
@@ -200,13 +331,44 @@ static void test_schema_versions(void **state)
     pd_registry_close(r);
 
     exec_sql("PRAGMA user_version=99;");
-    char err[256] = "";
+    char err[512] = "";
     assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_EUNSUPPORTED);
     assert_non_null(strstr(err, "schema 99"));
     exec_sql("PRAGMA user_version=2;");
     r = open_reg();
     assert_int_equal(pd_registry_count(r), 2);
     pd_registry_close(r);
+
+    /* A version set back by hand over the newer columns: the migration adds only what is missing. */
+    exec_sql("PRAGMA user_version=1;");
+    r = open_reg();
+    assert_int_equal(pd_registry_count(r), 2);
+    pd_registry_close(r);
+    exec_sql("PRAGMA user_version=-1;"); /* not a version permd writes: refused, saying so */
+    assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_EUNSUPPORTED);
+    assert_non_null(strstr(err, "schema -1"));
+
+    /* A migration that fails says why (ROLLBACK used to replace the cause with "not an error"). */
+    char other[128], v[64];
+    snprintf(other, sizeof other, "%s/view", dir);
+    assert_int_equal(mkdir(other, 0700), 0);
+    exec_sql_in(other, "CREATE TABLE datasets (name TEXT PRIMARY KEY NOT NULL, size INTEGER NOT NULL,"
+                       " created_ms INTEGER NOT NULL) WITHOUT ROWID;"
+                       "CREATE VIEW mixtures AS SELECT 'x' AS name; PRAGMA user_version=1;");
+    assert_int_equal(pd_registry_open(other, &r, err, sizeof err), PD_EIO);
+    assert_non_null(strstr(err, "migrating the registry from schema 1 to 3 failed"));
+    assert_null(strstr(err, "not an error"));
+
+    /* A newer schema is refused before anything is written: no switch to WAL, no table of ours. */
+    snprintf(other, sizeof other, "%s/newer", dir);
+    assert_int_equal(mkdir(other, 0700), 0);
+    exec_sql_in(other, "CREATE TABLE datasets_v4 (name TEXT PRIMARY KEY, size INTEGER); PRAGMA user_version=4;");
+    assert_int_equal(pd_registry_open(other, &r, err, sizeof err), PD_EUNSUPPORTED);
+    assert_non_null(strstr(err, "schema 4"));
+    query_in(other, "PRAGMA journal_mode", v, sizeof v);
+    assert_string_equal(v, "delete");
+    query_in(other, "SELECT count(*) FROM sqlite_master WHERE name = 'datasets'", v, sizeof v);
+    assert_string_equal(v, "0");
 }
 
 /* A value changed on disk behind permd's back (SQLite checks pages, not values): the row's checksum no longer
@@ -263,6 +425,280 @@ static void test_row_checksums(void **state)
     pd_registry_close(r);
 }
 
+/* ---- A full disk, one file at a time: a VFS over the default one whose writes fail with SQLITE_FULL on the
+ * main database file or on the WAL. A commit writes only the WAL; its checkpoint only the main file. */
+
+typedef struct full_file {
+    sqlite3_file base;
+    int kind; /* 1: main database, 2: WAL, 0: other */
+    sqlite3_file *real;
+} full_file;
+
+static sqlite3_vfs *real_vfs, full_vfs;
+static int full_main, full_wal;
+
+#define REAL(f) (((full_file *)(f))->real)
+static int ff_close(sqlite3_file *f) { return REAL(f)->pMethods->xClose(REAL(f)); }
+static int ff_read(sqlite3_file *f, void *b, int n, sqlite3_int64 o)
+{
+    return REAL(f)->pMethods->xRead(REAL(f), b, n, o);
+}
+static int ff_write(sqlite3_file *f, const void *b, int n, sqlite3_int64 o)
+{
+    int kind = ((full_file *)f)->kind;
+    if ((kind == 1 && full_main) || (kind == 2 && full_wal))
+        return SQLITE_FULL;
+    return REAL(f)->pMethods->xWrite(REAL(f), b, n, o);
+}
+static int ff_truncate(sqlite3_file *f, sqlite3_int64 n) { return REAL(f)->pMethods->xTruncate(REAL(f), n); }
+static int ff_sync(sqlite3_file *f, int fl) { return REAL(f)->pMethods->xSync(REAL(f), fl); }
+static int ff_size(sqlite3_file *f, sqlite3_int64 *n) { return REAL(f)->pMethods->xFileSize(REAL(f), n); }
+static int ff_lock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xLock(REAL(f), l); }
+static int ff_unlock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xUnlock(REAL(f), l); }
+static int ff_reserved(sqlite3_file *f, int *o) { return REAL(f)->pMethods->xCheckReservedLock(REAL(f), o); }
+static int ff_control(sqlite3_file *f, int op, void *a) { return REAL(f)->pMethods->xFileControl(REAL(f), op, a); }
+static int ff_sector(sqlite3_file *f) { return REAL(f)->pMethods->xSectorSize(REAL(f)); }
+static int ff_device(sqlite3_file *f) { return REAL(f)->pMethods->xDeviceCharacteristics(REAL(f)); }
+static int ff_shm_map(sqlite3_file *f, int i, int sz, int w, void volatile **p)
+{
+    return REAL(f)->pMethods->xShmMap(REAL(f), i, sz, w, p);
+}
+static int ff_shm_lock(sqlite3_file *f, int o, int n, int fl) { return REAL(f)->pMethods->xShmLock(REAL(f), o, n, fl); }
+static void ff_shm_barrier(sqlite3_file *f) { REAL(f)->pMethods->xShmBarrier(REAL(f)); }
+static int ff_shm_unmap(sqlite3_file *f, int del) { return REAL(f)->pMethods->xShmUnmap(REAL(f), del); }
+static int ff_fetch(sqlite3_file *f, sqlite3_int64 o, int n, void **p)
+{
+    return REAL(f)->pMethods->xFetch(REAL(f), o, n, p);
+}
+static int ff_unfetch(sqlite3_file *f, sqlite3_int64 o, void *p) { return REAL(f)->pMethods->xUnfetch(REAL(f), o, p); }
+
+static const sqlite3_io_methods full_io = {3, ff_close, ff_read, ff_write, ff_truncate, ff_sync, ff_size, ff_lock,
+                                           ff_unlock, ff_reserved, ff_control, ff_sector, ff_device, ff_shm_map,
+                                           ff_shm_lock, ff_shm_barrier, ff_shm_unmap, ff_fetch, ff_unfetch};
+
+static int ff_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int flags, int *out_flags)
+{
+    (void)vfs;
+    full_file *f = (full_file *)file;
+    f->real = (sqlite3_file *)(f + 1);
+    f->kind = flags & SQLITE_OPEN_MAIN_DB ? 1 : flags & SQLITE_OPEN_WAL ? 2 : 0;
+    int rc = real_vfs->xOpen(real_vfs, name, f->real, flags, out_flags);
+    f->base.pMethods = f->real->pMethods ? &full_io : NULL;
+    return rc;
+}
+
+static void full_vfs_install(void)
+{
+    real_vfs = sqlite3_vfs_find(NULL);
+    assert_true(real_vfs->iVersion >= 1);
+    full_vfs = *real_vfs;
+    full_vfs.zName = "permd-test-full";
+    full_vfs.szOsFile = (int)sizeof(full_file) + real_vfs->szOsFile;
+    full_vfs.xOpen = ff_open;
+    full_vfs.pNext = NULL;
+    assert_int_equal(sqlite3_vfs_register(&full_vfs, 1), SQLITE_OK); /* the default: the registry opens with it */
+}
+
+static void full_vfs_remove(void)
+{
+    full_main = full_wal = 0;
+    if (real_vfs) {
+        sqlite3_vfs_unregister(&full_vfs);
+        sqlite3_vfs_register(real_vfs, 1);
+        real_vfs = NULL;
+    }
+}
+
+/* teardown, and the default VFS back even when the test failed midway */
+static int teardown_full(void **state)
+{
+    full_vfs_remove();
+    return teardown(state);
+}
+
+/* A commit that succeeded is a success even when the checkpoint after it fails (a full disk): it is durable in
+ * the WAL and appears after a restart, so reporting it failed was a lie. A commit that fails stores nothing. */
+static void test_full_disk(void **state)
+{
+    (void)state;
+    full_vfs_install();
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    int created;
+    char err[256] = "";
+    assert_int_equal(pd_registry_put(r, "gone", 3, &d, &created, NULL, 0), 0);
+    assert_int_equal(pd_registry_put(r, "other", 4, &d, &created, NULL, 0), 0);
+
+    full_main = 1; /* the main file cannot grow: commits land in the WAL, checkpoints fail */
+    assert_int_equal(pd_registry_put(r, "kept", 7, &d, &created, err, sizeof err), 0);
+    assert_int_equal(created, 1);
+    assert_int_equal(pd_registry_get(r, "kept", &d), 0);
+    assert_int_equal(pd_registry_delete(r, "gone", err, sizeof err), 0);
+    assert_int_equal(pd_registry_get(r, "gone", &d), PD_ENOTFOUND);
+    pd_mixdef *def, *stored;
+    assert_int_equal(pd_mixdef_alloc("mx", 1, 1, &def), 0);
+    strcpy(def->comp[0].name, "kept");
+    def->weights[0] = 1;
+    assert_int_equal(pd_registry_put_mixture(r, def, &stored, &created, err, sizeof err), 0);
+    pd_mixdef_release(stored);
+    pd_mixdef_release(def);
+    assert_int_equal(pd_registry_checkpoint_failures(r), 3);
+
+    full_main = 0;
+    full_wal = 1; /* nothing can be written: the commit itself fails */
+    assert_int_equal(pd_registry_put(r, "lost", 9, &d, &created, err, sizeof err), PD_EIO);
+    assert_non_null(strstr(err, "disk full"));
+    assert_int_equal(pd_registry_get(r, "lost", &d), PD_ENOTFOUND);
+    assert_int_equal(pd_registry_delete(r, "other", err, sizeof err), PD_EIO);
+    assert_int_equal(pd_registry_get(r, "other", &d), 0);
+    full_wal = 0;
+    pd_registry_close(r);
+    full_vfs_remove();
+
+    r = open_reg(); /* what each call said is what is stored */
+    assert_int_equal(pd_registry_get(r, "kept", &d), 0);
+    assert_int_equal(d.size, 7);
+    assert_int_equal(pd_registry_get(r, "gone", &d), PD_ENOTFOUND);
+    assert_int_equal(pd_registry_get(r, "lost", &d), PD_ENOTFOUND);
+    assert_int_equal(pd_registry_get(r, "other", &d), 0);
+    assert_int_equal(pd_registry_mixture(r, "mx", &stored), 0);
+    pd_mixdef_release(stored);
+    pd_registry_close(r);
+}
+
+/* A row whose name no request can carry is skipped, logged, and does not stand in for another: a BLOB
+ * 'ds1\0evil' loaded as "ds1" (a second ds1, the table out of order, `rm ds1` unable to remove it). */
+static void test_unservable_names(void **state)
+{
+    (void)state;
+    pd_registry *r = open_reg();
+    pd_dataset d, *all;
+    size_t n;
+    int created;
+    for (const char *const *nm = (const char *const[]){"ds1", "ds2", "zz", NULL}; *nm; nm++)
+        assert_int_equal(pd_registry_put(r, *nm, 100, &d, &created, NULL, 0), 0);
+    assert_int_equal(pd_registry_put(r, "comp", 50, &d, &created, NULL, 0), 0);
+    pd_mixdef *def, *stored;
+    assert_int_equal(pd_mixdef_alloc("mx", 1, 1, &def), 0);
+    strcpy(def->comp[0].name, "comp");
+    def->weights[0] = 1;
+    assert_int_equal(pd_registry_put_mixture(r, def, &stored, &created, NULL, 0), 0);
+    pd_mixdef_release(stored);
+    pd_mixdef_release(def);
+    pd_registry_close(r);
+    exec_sql("INSERT INTO datasets(name, size, created_ms, window, lanes) VALUES(x'6473310065766976', 777, 1, 0, 0);"
+             "INSERT INTO datasets(name, size, created_ms, window, lanes)"
+             " VALUES(CAST(x'647332006576696c' AS TEXT), 778, 1, 0, 0);" /* TEXT 'ds2\0evil' */
+             "INSERT INTO datasets(name, size, created_ms, window, lanes) VALUES('bad name', 779, 1, 0, 0);"
+             "INSERT INTO mixtures(name, def, created_ms) SELECT x'6d78', def, created_ms FROM mixtures;");
+    r = open_reg();
+    assert_int_equal(pd_registry_skipped(r), 4);
+    assert_int_equal(pd_registry_mixture(r, "mx", &stored), 0); /* the TEXT one */
+    pd_mixdef_release(stored);
+    assert_int_equal(pd_registry_list(r, &all, &n), 0);
+    assert_int_equal(n, 4);
+    assert_string_equal(all[0].name, "comp");
+    assert_string_equal(all[1].name, "ds1");
+    assert_int_equal(all[1].size, 100);
+    assert_string_equal(all[2].name, "ds2");
+    assert_int_equal(all[2].size, 100);
+    assert_string_equal(all[3].name, "zz");
+    free(all);
+    assert_int_equal(pd_registry_delete(r, "ds1", NULL, 0), 0);
+    assert_int_equal(pd_registry_get(r, "ds1", &d), PD_ENOTFOUND);
+    pd_registry_close(r);
+    char v[64];
+    query_in(dir, "SELECT count(*) FROM datasets WHERE hex(name) = '6473310065766976'", v, sizeof v);
+    assert_string_equal(v, "1"); /* kept on disk for the operator; the documented DELETE removes it */
+    exec_sql("DELETE FROM datasets WHERE hex(name) = '6473310065766976';");
+    r = open_reg();
+    assert_int_equal(pd_registry_skipped(r), 3);
+    pd_registry_close(r);
+}
+
+/* Rows without a checksum (an older permd's) are checked for their stored types and ranges: SQLite coerced
+ * size '12abc' to 12, 5.9 to 5, and lanes 4294967297 went to 1 through the uint32. */
+static void test_stored_types(void **state)
+{
+    (void)state;
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    int created;
+    static const char *const names[] = {"a", "b", "c", "e", "f", "g", "ok"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        assert_int_equal(pd_registry_put(r, names[i], 100, &d, &created, NULL, 0), 0);
+    pd_layout *layout;
+    uint64_t sizes[3] = {5, 0, 7};
+    for (int i = 0; i < 3; i++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "s%d", i);
+        assert_int_equal(pd_layout_create(sizes, 3, &layout), 0);
+        assert_int_equal(pd_registry_put_sharded(r, nm, layout, 2, 1, &d, &created, NULL, 0), 0);
+        pd_layout_release(layout);
+    }
+    pd_registry_close(r);
+    exec_sql("UPDATE datasets SET sum = NULL;"
+             "UPDATE datasets SET size = '12abc' WHERE name = 'a';"
+             "UPDATE datasets SET size = 5.9 WHERE name = 'b';"
+             "UPDATE datasets SET created_ms = 'yesterday' WHERE name = 'c';"
+             "UPDATE datasets SET size = -5 WHERE name = 'e';"                  /* 2^64 - 5: beyond 2^63 */
+             "UPDATE datasets SET window = 'x' WHERE name = 'f';"
+             "UPDATE datasets SET sum = 'abc' WHERE name = 'g';"
+             "UPDATE datasets SET lanes = 4294967297 WHERE name = 's0';"
+             "UPDATE datasets SET window = 0 WHERE name = 's1';");
+    r = open_reg();
+    for (const char *const *nm = (const char *const[]){"a", "b", "c", "e", "f", "g", "s0", "s1", NULL}; *nm; nm++)
+        if (pd_registry_get(r, *nm, &d) != PD_ENOTFOUND)
+            fail_msg("row %s loaded (size %llu)", *nm, (unsigned long long)d.size);
+    assert_int_equal(pd_registry_skipped(r), 8);
+    assert_int_equal(pd_registry_get(r, "ok", &d), 0); /* the negative control: an older row that is fine */
+    assert_int_equal(d.size, 100);
+    assert_int_equal(pd_registry_get(r, "s2", &d), 0);
+    assert_int_equal(d.lanes, 1);
+    assert_int_equal(pd_registry_put(r, "a", 12, &d, &created, NULL, 0), 0); /* the name is usable */
+    assert_int_equal(created, 1);
+    pd_registry_close(r);
+}
+
+/* layout_memory bounds every stored layout still alive, not only the table's: a deleted dataset's layout that a
+ * plan or stream still holds was uncounted, so put / stream / delete / put grew past it. */
+static void test_layout_accounting(void **state)
+{
+    (void)state;
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    int created;
+    uint64_t a_sizes[1000], b_sizes[1000];
+    for (int i = 0; i < 1000; i++) {
+        a_sizes[i] = 10;
+        b_sizes[i] = 11;
+    }
+    pd_layout *a, *b, *held;
+    assert_int_equal(pd_layout_create(a_sizes, 1000, &a), 0);
+    assert_int_equal(pd_layout_create(b_sizes, 1000, &b), 0);
+    assert_int_equal(pd_registry_layout_bytes(r), 0);
+    assert_int_equal(pd_registry_put_sharded(r, "sh", a, 8, 1, &d, &created, NULL, 0), 0);
+    pd_layout_release(a); /* the upload's reference: the table holds its own */
+    uint64_t one = pd_registry_layout_bytes(r);
+    assert_true(one >= 1001 * 8);
+    pd_registry_set_layout_limit(r, 2 * one - 1); /* room for one layout, not two */
+    assert_int_equal(pd_registry_layout(r, "sh", &held), 0); /* as a plan or a stream holds it */
+    assert_int_equal(pd_registry_delete(r, "sh", NULL, 0), 0);
+    assert_int_equal(pd_registry_layout_bytes(r), one); /* deleted, still alive, still counted */
+    char err[256] = "";
+    assert_int_equal(pd_registry_put_sharded(r, "sh", b, 8, 1, &d, &created, err, sizeof err), PD_ETOOBIG);
+    assert_non_null(strstr(err, "layout_memory"));
+    pd_layout_release(held); /* the stream ends */
+    assert_int_equal(pd_registry_layout_bytes(r), 0);
+    assert_int_equal(pd_registry_put_sharded(r, "sh", b, 8, 1, &d, &created, NULL, 0), 0);
+    assert_int_equal(pd_registry_layout_bytes(r), one);
+    pd_layout_release(b);
+    pd_registry_close(r);
+    r = open_reg(); /* the closed table's references went with it: only the reloaded layout counts */
+    assert_int_equal(pd_registry_layout_bytes(r), one);
+    pd_registry_close(r);
+}
+
 typedef struct {
     pd_registry *r;
     int t;
@@ -314,6 +750,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_row_checksums, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_dir_lock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_damaged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown_full),
+        cmocka_unit_test_setup_teardown(test_unservable_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stored_types, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_layout_accounting, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
