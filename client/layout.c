@@ -118,6 +118,34 @@ int pd_layout_set_size(pd_layout *l, uint64_t shard, uint64_t size, char *err, s
 
 /* ---- Sizes files -------------------------------------------------------------------------------- */
 
+/* One line of a sizes file (its end already cut off): skipped, or a shard appended. */
+static int pd_sizes_line(pd_layout *l, const char *path, uint64_t lineno, char *line, size_t len, char *err,
+                         size_t errlen)
+{
+    char where[32];
+    snprintf(where, sizeof where, ":%" PRIu64, lineno);
+    if (memchr(line, '\0', len)) /* C strings would end there, Python's would not: refused by both */
+        return pd_layout_fail(PD_EINVAL, err, errlen, "%s%s: a NUL byte in the line", path, where);
+    if (!line[0] || line[0] == '#')
+        return 0;
+    char *name = line + strcspn(line, " \t");
+    if (*name) { /* "SIZE<blanks>PATH": the path is the rest of the line */
+        *name++ = '\0';
+        name += strspn(name, " \t");
+    }
+    uint64_t size;
+    if (pd_parse_u64(line, &size))
+        return pd_layout_fail(PD_EINVAL, err, errlen, "%s%s: '%s' is not a shard size (an unsigned decimal integer)",
+                              path, where, line);
+    char *at = malloc(strlen(path) + sizeof where);
+    if (!at)
+        return pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
+    strcat(strcpy(at, path), where);
+    int rc = pd_layout_add(l, size, *name ? name : NULL, at, err, errlen);
+    free(at);
+    return rc;
+}
+
 int pd_layout_read_sizes(const char *path, uint64_t max_shards, pd_layout **out, char *err, size_t errlen)
 {
     FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
@@ -125,40 +153,30 @@ int pd_layout_read_sizes(const char *path, uint64_t max_shards, pd_layout **out,
         return pd_layout_fail(errno == ENOENT ? PD_ENOTFOUND : PD_EIO, err, errlen, "%s: cannot read it: %s", path,
                               strerror(errno));
     pd_layout *l = pd_layout_new(max_shards);
-    char *line = NULL, where[64];
+    char *chunk = NULL;
     size_t cap = 0;
+    ssize_t n;
     uint64_t lineno = 0;
     int rc = l ? 0 : pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
-    while (!rc && getline(&line, &cap, f) >= 0) {
-        lineno++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (!line[0] || line[0] == '#')
-            continue;
-        char *name = line + strcspn(line, " \t");
-        if (*name) { /* "SIZE<blanks>PATH": the path is the rest of the line */
-            *name++ = '\0';
-            name += strspn(name, " \t");
-        }
-        uint64_t size;
-        snprintf(where, sizeof where, ":%" PRIu64, lineno);
-        if (pd_parse_u64(line, &size)) {
-            rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s%s: '%s' is not a shard size (an unsigned decimal integer)",
-                                path, where, line);
-            break;
-        }
-        char *at = malloc(strlen(path) + sizeof where);
-        rc = at ? 0 : pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
-        if (at) {
-            strcat(strcpy(at, path), where);
-            rc = pd_layout_add(l, size, *name ? name : NULL, at, err, errlen);
-            free(at);
+    /* Lines end at \n, \r\n or a lone \r, as Python's universal newlines read them (a file written with
+     * old Mac line ends must not read as one line). getline splits at \n only, and a \r\n never straddles
+     * two of its chunks, so each chunk is split again at every \r. */
+    while (!rc && (n = getline(&chunk, &cap, f)) > 0) {
+        for (char *p = chunk, *end = chunk + n; !rc && p < end;) {
+            char *e = p;
+            while (e < end && *e != '\n' && *e != '\r')
+                e++;
+            char *next = e < end ? e + 1 + (*e == '\r' && e + 1 < end && e[1] == '\n') : end;
+            *e = '\0'; /* the line end, or (last line without one) the terminator getline put there */
+            rc = pd_sizes_line(l, path, ++lineno, p, (size_t)(e - p), err, errlen);
+            p = next;
         }
     }
     if (!rc && ferror(f))
         rc = pd_layout_fail(PD_EIO, err, errlen, "%s: read failed", path);
     if (!rc && l->n == 0)
         rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s lists no shard sizes", path);
-    free(line);
+    free(chunk);
     if (f != stdin)
         fclose(f);
     if (rc) {

@@ -396,13 +396,15 @@ def _read_sizes(path, max_shards):
         raise LayoutError(ENOTFOUND, path, "cannot read it: no such file") from None
     except OSError as e:
         raise LayoutError(EIO, path, f"cannot read it: {e.strerror}") from None
-    with f:
+    with f:  # universal newlines: lines end at \n, \r\n or a lone \r, as in C
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
+            where = f"{path}:{lineno}"
+            if "\0" in line:  # C's strings would end there: refused by both
+                raise LayoutError(EINVAL, where, "a NUL byte in the line")
             if not line or line.startswith("#"):
                 continue
             number, rest = _SIZE_LINE.match(line).groups()
-            where = f"{path}:{lineno}"
             if not number.isascii() or not number.isdigit() or int(number) >= 1 << 64:
                 raise LayoutError(EINVAL, where, f"{number!r} is not a shard size (an unsigned decimal integer)")
             if len(sizes) == max_shards:

@@ -255,6 +255,14 @@ def samples_tar(path, k, size=3):
     write_tar(path, [f"s{i:04d}.{e}" for i in range(k) for e in ("jpg", "cls")], size)
 
 
+def permctl_sizes(path):
+    """permctl shards --shards-file: (sizes, None) or (None, exit status)."""
+    r = subprocess.run([PERMCTL, "shards", "--shards-file", path], capture_output=True, text=True)
+    if r.returncode:
+        return None, r.returncode
+    return [int(line.split("\t", 1)[0]) for line in r.stdout.splitlines()], None
+
+
 def permctl_shards(*args):
     """permctl shards' layout: ([(size, path)], None) or (None, PD_E* name)."""
     r = subprocess.run([PERMCTL, "shards", *args], capture_output=True, text=True)
@@ -619,6 +627,14 @@ class Mapping(LayoutCase):
         lay = permd.ShardLayout.from_sizes(self.path("sizes.txt"))
         self.assertEqual((lay.sizes, lay.paths), ([2, 3, 4], [self.path(f"q-{i}.tar") for i in range(3)]))
         self.assertEqual(permd.ShardLayout.from_sizes([4, 0, 2]).samples, 6)
+        # line ends \n, \r\n and a lone \r, in Python as in C (C read a file of lone \r as one line)
+        self.put("cr.txt", b"5\r3\r\n7 a b.tar\r\r# c\n\n1")
+        lay = permd.ShardLayout.from_sizes(self.path("cr.txt"))
+        self.assertEqual((lay.sizes, lay.paths), ([5, 3, 7, 1], [None, None, "a b.tar", None]))
+        self.assertEqual(permctl_sizes(self.path("cr.txt")), ([5, 3, 7, 1], None))
+        self.put("nul.txt", b"5\n3\0junk\n")
+        self.assert_layout_error(layout.EINVAL, "nul.txt:2", permd.ShardLayout.from_sizes, self.path("nul.txt"))
+        self.assertEqual(permctl_sizes(self.path("nul.txt")), (None, 2))
         with open(self.path("bad.txt"), "w") as f:
             f.write("3\n４\n")
         self.assert_layout_error(layout.EINVAL, "bad.txt:2", permd.ShardLayout.from_sizes, self.path("bad.txt"))

@@ -460,6 +460,24 @@ static void test_sizes_file(void **state)
     assert_string_equal(pd_layout_path(l, 2), "c d.tar");
     assert_int_equal(pd_layout_sizes(l)[1], 0);
     pd_layout_free(l);
+    /* line ends as Python's universal newlines read them: \n, \r\n and a lone \r (old Mac files were read
+     * as one line of 5, the rest dropped) */
+    write_text(at("cr.txt"), "5\r3\r\n7 a b.tar\r\r# c\n\n1");
+    assert_int_equal(pd_layout_read_sizes(at("cr.txt"), 0, &l, err, sizeof err), 0);
+    assert_int_equal(pd_layout_shards(l), 4);
+    assert_int_equal(pd_layout_sizes(l)[0], 5);
+    assert_int_equal(pd_layout_sizes(l)[1], 3);
+    assert_int_equal(pd_layout_sizes(l)[2], 7);
+    assert_string_equal(pd_layout_path(l, 2), "a b.tar");
+    assert_int_equal(pd_layout_sizes(l)[3], 1);
+    pd_layout_free(l);
+    write_text(at("crbad.txt"), "5\rx\r");
+    expect_error(pd_layout_read_sizes(at("crbad.txt"), 0, &l, err, sizeof err), PD_EINVAL, "crbad.txt:2: 'x'");
+    FILE *nul = fopen(at("nul.txt"), "w");
+    assert_non_null(nul);
+    fwrite("5\n3\0junk\n", 1, 10, nul); /* C would read 3, Python "3\0junk": refused */
+    assert_int_equal(fclose(nul), 0);
+    expect_error(pd_layout_read_sizes(at("nul.txt"), 0, &l, err, sizeof err), PD_EINVAL, "nul.txt:2: a NUL byte");
     write_text(at("bad.txt"), "3\n4\n-1\n");
     expect_error(pd_layout_read_sizes(at("bad.txt"), 0, &l, err, sizeof err), PD_EINVAL, "bad.txt:3: '-1'");
     write_text(at("blank.txt"), "# nothing\n\n");
