@@ -119,11 +119,15 @@ static const pd_opt pd_opts[] = {
            "Most stages (weight changes) one mixture may have; its plan holds 12 bytes a\n"
            "component a stage."),
     PD_OPT(plan_cache, PD_OPT_U64, "16", 1, 4096,
-           "Sharded epoch plans kept built: one per dataset, seed, epoch, window and\n"
-           "lanes in use."),
+           "Plans nobody uses kept built for the next request (a sharded dataset's per\n"
+           "seed, epoch, window and lanes; a mixture's per seed)."),
     PD_OPT(plan_cache_bytes, PD_OPT_U64, "1073741824", 4096, UINT64_C(1) << 40,
-           "Bytes the kept plans may take (16 a shard each); the least recently used\n"
-           "go first. A plan in use lives on until its requests finish."),
+           "Bytes all plans may take together (16 a shard; 12 a mixture component a\n"
+           "stage): kept ones, those requests and streams use, those being built. For a\n"
+           "new plan, unused ones go first (least recently used), then the tables of\n"
+           "streams waiting for credit (rebuilt when credit comes); when the plans in\n"
+           "use leave no room, the request is answered OVERLOADED. One plan alone may\n"
+           "take more."),
     PD_OPT(output_cap, PD_OPT_U64, "4194304", 65536, UINT64_C(1) << 34,
            "Bytes queued for one connection before permd stops reading its requests and\n"
            "pauses its streams (a client that stops reading costs at most this, plus one\n"

@@ -1,4 +1,4 @@
-/* Plan cache: a short LRU list under a mutex; each plan builds once under its own lock, readers then share it. */
+/* Plan cache: a short LRU list under a mutex, charged against one byte bound; each plan builds once under its own lock, readers then share it. */
 #include "daemon/plans.h"
 
 #include <pthread.h>
@@ -12,10 +12,14 @@ struct pd_plan {
     pd_plans *cache;         /* whose byte count its table is in */
     uint64_t id;             /* unique for the process's life: the GPU's plan cache key */
     uint64_t seed;
+    size_t size;             /* its table's bytes, known before it is built */
     pthread_mutex_t build;   /* held while the table is computed */
     _Atomic int ready;
     void *mem;               /* the table */
-    size_t bytes;            /* of mem, once built */
+    /* Under the cache's lock: */
+    int charged;             /* size is counted in the cache's bytes (admitted, built or to be) */
+    int listed;              /* in the cache's list (it then holds a reference) */
+    unsigned idle;           /* of the references, those of holders that do not use it now (pd_plan_idle) */
     /* A sharded epoch (mixdef NULL) ... */
     pd_layout *layout;
     uint64_t epoch, window, lanes;
@@ -28,27 +32,92 @@ struct pd_plan {
     pd_plan *next;           /* LRU order, most recent first */
 };
 
+/*
+ * What bounds plan memory: every plan alive is charged its table's size from the moment it is
+ * admitted (pd_plans_get making it, or pd_plan_wake needing its table again) until its last reference
+ * goes, and `bytes`, all the charges, stays within max_bytes. To admit one, the least recently used
+ * plans nobody uses give way first: a plan only the list holds is dropped, and one held only by
+ * holders that said they are idle (a stream waiting for credit) loses its table, which its holder
+ * rebuilds when it wakes. When what remains is in use, the new plan is refused (PD_EBUSY), unless it
+ * would be alone: one plan larger than max_bytes can still be served.
+ */
 struct pd_plans {
     pthread_mutex_t lock;
     pd_plan *head;
     unsigned n, max;
     uint64_t max_bytes;
-    _Atomic uint64_t bytes; /* tables built and alive, listed or still in use */
+    _Atomic uint64_t bytes; /* charged: tables built or admitted to be, cached or in use */
     uint64_t next_id;
 };
 
-/* Drop least recently used plans (the list's reference) until at most max entries and max_bytes
- * of tables are listed, keeping the most recent. Caller holds c->lock. */
+/* Whether nobody but the list and idle holders has p (no table is being read or built). Caller holds
+ * c->lock: a new reference comes from the list (under the lock) or from a holder that uses it. */
+static int pd_plan_unused(pd_plan *p)
+{
+    return p->listed && atomic_load(&p->refs) == 1 + p->idle;
+}
+
+static void pd_plans_unlist(pd_plans *c, pd_plan **link)
+{
+    pd_plan *p = *link;
+    *link = p->next;
+    p->next = NULL;
+    p->listed = 0;
+    c->n--;
+    pd_plan_release(p); /* the list's reference: frees it (and its charge) when nobody else has it */
+}
+
+/* Give way to a new charge: the least recently used plan (not keep) that nobody uses is dropped, or
+ * its table freed when idle holders keep it. Returns 0 when there was none. Caller holds c->lock. */
+static int pd_plans_reclaim_one(pd_plans *c, const pd_plan *keep)
+{
+    pd_plan **victim = NULL;
+    for (pd_plan **link = &c->head; *link; link = &(*link)->next)
+        if (*link != keep && (*link)->charged && pd_plan_unused(*link))
+            victim = link; /* the last one found is the least recently used */
+    if (!victim)
+        return 0;
+    pd_plan *p = *victim;
+    if (p->idle == 0) {
+        pd_plans_unlist(c, victim);
+        return 1;
+    }
+    free(p->mem); /* nobody reads it: its holders rebuild it when they wake */
+    p->mem = NULL;
+    atomic_store(&p->ready, 0);
+    p->charged = 0;
+    atomic_fetch_sub(&c->bytes, p->size);
+    return 1;
+}
+
+/* Count p's table in the cache's bytes, making room first. PD_EBUSY when the plans in use leave no
+ * room (p would not be alone). Caller holds c->lock. */
+static int pd_plans_charge(pd_plans *c, pd_plan *p)
+{
+    if (p->charged)
+        return 0;
+    while (atomic_load(&c->bytes) + p->size > c->max_bytes && pd_plans_reclaim_one(c, p))
+        ;
+    uint64_t bytes = atomic_load(&c->bytes);
+    if (bytes && bytes + p->size > c->max_bytes)
+        return PD_EBUSY;
+    atomic_fetch_add(&c->bytes, p->size);
+    p->charged = 1;
+    return 0;
+}
+
+/* Drop least recently used plans nobody uses until at most max entries are listed, keeping the
+ * most recent; plans in use stay listed, so that new requests share them. Caller holds c->lock. */
 static void pd_plans_trim(pd_plans *c)
 {
-    while (c->n > 1 && (c->n > c->max || atomic_load(&c->bytes) > c->max_bytes)) {
-        pd_plan **last = &c->head;
-        while ((*last)->next)
-            last = &(*last)->next;
-        pd_plan *old = *last;
-        *last = NULL;
-        c->n--;
-        pd_plan_release(old);
+    while (c->n > c->max) {
+        pd_plan **victim = NULL;
+        for (pd_plan **link = &c->head->next; *link; link = &(*link)->next)
+            if ((*link)->idle == 0 && pd_plan_unused(*link))
+                victim = link;
+        if (!victim)
+            return;
+        pd_plans_unlist(c, victim);
     }
 }
 
@@ -68,11 +137,8 @@ void pd_plans_close(pd_plans *c)
 {
     if (!c)
         return;
-    while (c->head) {
-        pd_plan *p = c->head;
-        c->head = p->next;
-        pd_plan_release(p);
-    }
+    while (c->head)
+        pd_plans_unlist(c, &c->head);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -80,6 +146,11 @@ void pd_plans_close(pd_plans *c)
 uint64_t pd_plans_bytes(pd_plans *c)
 {
     return c ? atomic_load(&c->bytes) : 0;
+}
+
+uint64_t pd_plans_limit(const pd_plans *c)
+{
+    return c->max_bytes;
 }
 
 pd_plan *pd_plan_ref(pd_plan *p)
@@ -93,8 +164,9 @@ void pd_plan_release(pd_plan *p)
 {
     if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
         return;
-    if (p->mem)
-        atomic_fetch_sub(&p->cache->bytes, p->bytes);
+    /* The last reference: not listed (the list holds one), so nobody else reads charged. */
+    if (p->charged)
+        atomic_fetch_sub(&p->cache->bytes, p->size);
     pd_layout_release(p->layout);
     if (p->mixdef) {
         for (uint32_t j = 0; j < p->mixdef->components; j++)
@@ -106,6 +178,43 @@ void pd_plan_release(pd_plan *p)
     pthread_mutex_destroy(&p->build);
     free(p->mem);
     free(p);
+}
+
+void pd_plan_idle(pd_plan *p)
+{
+    pthread_mutex_lock(&p->cache->lock);
+    p->idle++;
+    pthread_mutex_unlock(&p->cache->lock);
+}
+
+int pd_plan_wake(pd_plan *p)
+{
+    pd_plans *c = p->cache;
+    pthread_mutex_lock(&c->lock);
+    p->idle--; /* in use from here: nothing reclaims it */
+    int rc = pd_plans_charge(c, p);
+    if (rc) {
+        p->idle++;
+    } else if (p->listed) { /* used again: the most recent */
+        pd_plan **link = &c->head;
+        while (*link != p)
+            link = &(*link)->next;
+        *link = p->next;
+        p->next = c->head;
+        c->head = p;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+void pd_plan_release_idle(pd_plan *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->cache->lock);
+    p->idle--;
+    pthread_mutex_unlock(&p->cache->lock);
+    pd_plan_release(p);
 }
 
 /* The listed plan matching the key (moved to the front, with a new reference), or NULL. Caller
@@ -125,40 +234,61 @@ static pd_plan *pd_plans_find(pd_plans *c, const pd_layout *layout, const pd_mix
     return NULL;
 }
 
-/* A new unbuilt plan (two references: the list's and the caller's), listed at the front. Caller
- * holds c->lock. */
-static pd_plan *pd_plans_add(pd_plans *c, uint64_t seed)
+/* A new unbuilt, unlisted plan (the caller's reference). Caller holds c->lock. */
+static pd_plan *pd_plans_new(pd_plans *c, uint64_t seed)
 {
     pd_plan *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    atomic_init(&p->refs, 2);
+    atomic_init(&p->refs, 1);
     atomic_init(&p->ready, 0);
     pthread_mutex_init(&p->build, NULL);
     p->cache = c;
     p->id = ++c->next_id;
     p->seed = seed;
-    p->next = c->head;
-    c->head = p;
-    c->n++;
-    pd_plans_trim(c);
     return p;
+}
+
+/* Admit p, new (made by pd_plans_new, keyed and sized) or found: charged, and listed at the front
+ * when new. On PD_EBUSY the caller's reference is dropped (a new plan is freed). Caller holds c->lock. */
+static int pd_plans_admit(pd_plans *c, pd_plan *p)
+{
+    int rc = pd_plans_charge(c, p);
+    if (rc) {
+        pd_plan_release(p);
+        return rc;
+    }
+    if (!p->listed) {
+        pd_plan_ref(p);
+        p->listed = 1;
+        p->next = c->head;
+        c->head = p;
+        c->n++;
+        pd_plans_trim(c);
+    }
+    return 0;
 }
 
 int pd_plans_get(pd_plans *c, pd_layout *layout, uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes,
                  pd_plan **out)
 {
+    int rc = 0;
     pthread_mutex_lock(&c->lock);
     pd_plan *p = pd_plans_find(c, layout, NULL, seed, epoch, window, lanes);
-    if (!p && (p = pd_plans_add(c, seed))) {
+    if (!p && (p = pd_plans_new(c, seed))) {
         p->layout = pd_layout_ref(layout);
         p->epoch = epoch;
         p->window = window;
         p->lanes = lanes;
+        p->size = pd_shard_plan_bytes(layout->shards);
     }
+    if (!p)
+        rc = PD_ENOMEM;
+    else if ((rc = pd_plans_admit(c, p)))
+        p = NULL;
     pthread_mutex_unlock(&c->lock);
     *out = p;
-    return p ? 0 : PD_ENOMEM;
+    return rc;
 }
 
 int pd_plans_get_mix(pd_plans *c, pd_mixdef *def, pd_layout *const *layouts, uint64_t seed, pd_plan **out)
@@ -171,10 +301,12 @@ int pd_plans_get_mix(pd_plans *c, pd_mixdef *def, pd_layout *const *layouts, uin
         free(comps);
         return PD_ENOMEM;
     }
+    int rc = 0;
     pthread_mutex_lock(&c->lock);
     pd_plan *p = pd_plans_find(c, NULL, def, seed, 0, 0, 0);
-    if (!p && (p = pd_plans_add(c, seed))) {
+    if (!p && (p = pd_plans_new(c, seed))) {
         p->mixdef = pd_mixdef_ref(def);
+        p->size = pd_mix_bytes(def->components, def->stages);
         for (uint32_t j = 0; j < n; j++) {
             refs[j] = pd_layout_ref(layouts[j]);
             comps[j].size = def->comp[j].size;
@@ -190,11 +322,15 @@ int pd_plans_get_mix(pd_plans *c, pd_mixdef *def, pd_layout *const *layouts, uin
         refs = NULL;
         comps = NULL;
     }
+    if (!p)
+        rc = PD_ENOMEM;
+    else if ((rc = pd_plans_admit(c, p)))
+        p = NULL;
     pthread_mutex_unlock(&c->lock);
     free(refs);
     free(comps);
     *out = p;
-    return p ? 0 : PD_ENOMEM;
+    return rc;
 }
 
 uint64_t pd_plan_id(const pd_plan *p)
@@ -207,7 +343,7 @@ int pd_plan_ready(pd_plan *p)
     return atomic_load(&p->ready);
 }
 
-/* Build the table once (under the plan's build lock), count its bytes, and trim the cache. */
+/* Build the table once (under the plan's build lock): its bytes were charged when it was admitted. */
 static int pd_plan_build(pd_plan *p)
 {
     int rc = 0;
@@ -216,30 +352,22 @@ static int pd_plan_build(pd_plan *p)
     pthread_mutex_lock(&p->build);
     if (!atomic_load(&p->ready)) {
         const pd_mixdef *d = p->mixdef;
-        size_t bytes = d ? pd_mix_bytes(d->components, d->stages) : pd_shard_plan_bytes(p->layout->shards);
-        if (!(p->mem = malloc(bytes)))
+        if (!(p->mem = malloc(p->size)))
             rc = PD_ENOMEM;
         else if (d)
             rc = pd_mix_init(&p->mix, p->seed, p->comps, d->components, d->length, d->block, d->starts, d->weights,
-                             d->stages, p->mem, bytes);
+                             d->stages, p->mem, p->size);
         else
             rc = pd_shard_plan_init(&p->plan, p->layout->start, p->layout->shards, p->seed, p->epoch, p->window,
-                                    p->lanes, p->mem, bytes);
+                                    p->lanes, p->mem, p->size);
         if (rc) {
             free(p->mem);
             p->mem = NULL;
         } else {
-            p->bytes = bytes;
-            atomic_fetch_add(&p->cache->bytes, bytes);
             atomic_store(&p->ready, 1);
         }
     }
     pthread_mutex_unlock(&p->build);
-    if (rc == 0) { /* the new table may put the cache over its bytes */
-        pthread_mutex_lock(&p->cache->lock);
-        pd_plans_trim(p->cache);
-        pthread_mutex_unlock(&p->cache->lock);
-    }
     return rc;
 }
 

@@ -12,21 +12,37 @@
 typedef struct pd_plans pd_plans;
 typedef struct pd_plan pd_plan;
 
-/* Keep at most max_entries plans and max_bytes of their tables (least recently used go first; one
- * still in use lives on until released; the most recent is always kept). PD_ENOMEM. */
+/* Plans whose tables take at most max_bytes together: those cached, those requests and streams use,
+ * and those being built (one plan alone may take more); of those nobody uses, at most max_entries are
+ * kept listed (least recently used go first; the most recent is always kept). PD_ENOMEM. */
 int pd_plans_open(unsigned max_entries, uint64_t max_bytes, pd_plans **out);
 void pd_plans_close(pd_plans *c);
-/* Bytes of plan tables alive (permd_plan_bytes). */
+/* Bytes of plan tables alive or admitted to be built (permd_plan_bytes): at most max_bytes, or one plan. */
 uint64_t pd_plans_bytes(pd_plans *c);
+/* max_bytes (plan_cache_bytes), for messages. */
+uint64_t pd_plans_limit(const pd_plans *c);
 
 /* A reference to the sharded plan of (layout, seed, epoch, window, lanes). Cheap and never builds,
- * so the event loop may call it. PD_ENOMEM. */
+ * so the event loop may call it. A plan not cached is admitted within max_bytes: plans nobody uses
+ * (cached, or held only by idle holders) give way, least recently used first; PD_EBUSY when the
+ * plans in use leave no room. PD_ENOMEM. */
 int pd_plans_get(pd_plans *c, pd_layout *layout, uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes,
                  pd_plan **out);
 
 /* A reference to the plan of a stored mixture definition for seed; layouts[j] is component j's
- * layout (NULL when flat; the plan takes its own references). Never builds. PD_ENOMEM. */
+ * layout (NULL when flat; the plan takes its own references). Never builds. PD_EBUSY as
+ * pd_plans_get; PD_ENOMEM. */
 int pd_plans_get_mix(pd_plans *c, pd_mixdef *def, pd_layout *const *layouts, uint64_t seed, pd_plan **out);
+
+/* The holder of a reference will not use the plan until pd_plan_wake (a stream waiting for credit):
+ * meanwhile its table may be freed to admit another plan, and is built again when next used. The
+ * reference keeps the plan's identity (its key and id). */
+void pd_plan_idle(pd_plan *p);
+/* The idle holder uses its plan again. PD_EBUSY (still idle) when its table was freed and the plans
+ * in use leave no room to build it again; 0 otherwise (the table may still need building: pd_plan_ready). */
+int pd_plan_wake(pd_plan *p);
+/* Drop an idle holder's reference (pd_plan_release is for references in use). NULL is a no-op. */
+void pd_plan_release_idle(pd_plan *p);
 
 /* A number no other plan of this process has (1, 2, ...): lets the GPU
  * backend keep device copies of plans without ever serving a stale one. */

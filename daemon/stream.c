@@ -29,6 +29,7 @@ typedef struct pd_stream {
     unsigned inflight;      /* batch jobs running */
     pd_batch *ready;        /* finished out of order, sorted by seq */
     int ended;              /* StreamEnd sent or connection gone: freed once inflight is 0 */
+    int plan_idle;          /* waiting for credit: its plan's table may be reclaimed (pd_plan_idle) */
     /* A ring stream's batch seq k is written to slot k % slots of the ring
      * and announced by a StreamBatch without ids; ring.base is NULL otherwise. */
     pd_ring ring;
@@ -98,7 +99,10 @@ static void pd_stream_unlink_free(pd_stream *st)
         st->ready = b->next;
         pd_batch_free(b);
     }
-    pd_target_release(&st->t);
+    if (st->plan_idle)
+        pd_plan_release_idle(st->t.plan);
+    else
+        pd_target_release(&st->t);
     pd_stream_ring_put(st->s, &st->ring); /* no job writes to it any more */
     free(st);
 }
@@ -308,11 +312,49 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
     return 0;
 }
 
+/*
+ * A stream waiting for credit (nothing in flight or ready) tells the plan cache that it does not use
+ * its plan: a client that opens streams and stops reading them would otherwise pin one plan each,
+ * whatever plan_cache_bytes says. The plan stays the stream's (its identity, and its table as long as
+ * no other plan needs the room); a stream that credits keep busy never lets go of it, so an active
+ * reader is never rebuilt under.
+ */
+static void pd_stream_maybe_idle(pd_stream *st)
+{
+    if (st->t.plan && !st->plan_idle && !st->ended && st->credits == 0 && st->inflight == 0 && !st->ready &&
+        st->unscheduled) {
+        pd_plan_idle(st->t.plan);
+        st->plan_idle = 1;
+    }
+}
+
+/* Credit came for an idle stream: its plan back in use, or the stream ends OVERLOADED when its table
+ * was given to other plans and those in use leave no room for it. Returns 1 when st stopped. */
+static int pd_stream_wake(pd_stream *st)
+{
+    if (!st->plan_idle)
+        return 0;
+    if (pd_plan_wake(st->t.plan) == 0) {
+        st->plan_idle = 0;
+        return 0;
+    }
+    pd_reply_error(st->s, st->id, PD_EBUSY,
+                   "plan memory is full (plan_cache_bytes = %llu): the plan of '%s' was given to other streams "
+                   "and requests while this stream waited for credit; open it again from offset %llu later, or "
+                   "raise plan_cache_bytes",
+                   (unsigned long long)st->s->svc->cfg->plan_cache_bytes, st->t.ds.name,
+                   (unsigned long long)st->sent_offset);
+    pd_stream_stop(st);
+    return 1;
+}
+
 /* Produce as far as credits, the in-flight bound and the output cap allow. */
 static void pd_stream_produce(pd_stream *st)
 {
     pd_session *s = st->s;
     pd_conn *c = s->conn;
+    if (st->credits && !st->ended && pd_stream_wake(st))
+        return;
     while (!st->ended && st->credits && st->unscheduled && st->inflight < PD_STREAM_MAX_INFLIGHT &&
            (!st->ring.base || st->inflight < st->slots) && pd_conn_open(c) && !pd_conn_congested(c)) {
         uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
@@ -338,6 +380,7 @@ static void pd_stream_produce(pd_stream *st)
     }
     if (!st->ended && st->credits && st->unscheduled && pd_conn_open(c))
         pd_conn_note_congestion(c); /* stopped by the cap, not by credits */
+    pd_stream_maybe_idle(st); /* (one with ids left: complete is the other case, and frees st) */
     pd_stream_maybe_complete(st);
 }
 

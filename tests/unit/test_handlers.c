@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/rank.h"
+#include "core/shards.h"
 #include "daemon/backend.h"
 #include "daemon/conn.h"
 #include "daemon/groups.h"
@@ -581,6 +582,236 @@ static void test_mixture_reply_memory_released(void **state)
     free(stp);
 }
 
+/* ---- Plan memory (daemon/plans.c, daemon/stream.c) ------------------------------------------ */
+
+enum { PLAN_SHARDS = 1000, PLAN_PER_SHARD = 10 };
+
+static pd_layout *plan_layout(void)
+{
+    uint64_t sizes[PLAN_SHARDS];
+    pd_layout *l;
+    for (unsigned i = 0; i < PLAN_SHARDS; i++)
+        sizes[i] = PLAN_PER_SHARD;
+    assert_int_equal(pd_layout_create(sizes, PLAN_SHARDS, &l), 0);
+    return l;
+}
+
+/* Every plan alive counts against max_bytes, not only those cached: plans in use leave a new one no
+ * room (PD_EBUSY), and unused ones give way to it. A plan alone may pass the bound. */
+static void test_plans_bounded(void **state)
+{
+    (void)state;
+    const uint64_t size = pd_shard_plan_bytes(PLAN_SHARDS);
+    pd_layout *l = plan_layout();
+    pd_plans *c;
+    pd_plan *p[4], *q;
+    const pd_shard_plan *sp;
+    assert_int_equal(pd_plans_open(16, 3 * size, &c), 0);
+    for (unsigned i = 0; i < 3; i++) {
+        assert_int_equal(pd_plans_get(c, l, 100 + i, 0, 8, 1, &p[i]), 0);
+        assert_int_equal(pd_plan_use(p[i], &sp), 0);
+    }
+    assert_int_equal(pd_plans_bytes(c), 3 * size);
+    assert_int_equal(pd_plans_get(c, l, 103, 0, 8, 1, &p[3]), PD_EBUSY); /* all three in use */
+    assert_null(p[3]);
+    assert_int_equal(pd_plans_get(c, l, 101, 0, 8, 1, &q), 0); /* a cached one is shared, not charged again */
+    assert_ptr_equal(q, p[1]);
+    pd_plan_release(q);
+    assert_int_equal(pd_plans_bytes(c), 3 * size);
+    pd_plan_release(p[0]); /* unused now: cached, and the first to give way */
+    assert_int_equal(pd_plans_get(c, l, 103, 0, 8, 1, &p[3]), 0);
+    assert_int_equal(pd_plans_bytes(c), 3 * size);
+    for (unsigned i = 1; i < 4; i++)
+        pd_plan_release(p[i]);
+    pd_plans_close(c);
+
+    /* One plan larger than the bound is served, alone. */
+    assert_int_equal(pd_plans_open(16, size / 2, &c), 0);
+    assert_int_equal(pd_plans_get(c, l, 1, 0, 8, 1, &p[0]), 0);
+    assert_int_equal(pd_plans_get(c, l, 2, 0, 8, 1, &p[1]), PD_EBUSY);
+    pd_plan_release(p[0]);
+    assert_int_equal(pd_plans_get(c, l, 2, 0, 8, 1, &p[1]), 0); /* the unused one gave way */
+    assert_int_equal(pd_plans_bytes(c), size);
+    pd_plan_release(p[1]);
+    pd_plans_close(c);
+    pd_layout_release(l);
+}
+
+/* An idle holder's plan loses its table when another plan needs the room, keeps its identity, and
+ * gets the same table back when it wakes (PD_EBUSY while the plans in use leave no room). */
+static void test_plans_idle_reclaim(void **state)
+{
+    (void)state;
+    const uint64_t size = pd_shard_plan_bytes(PLAN_SHARDS);
+    pd_layout *l = plan_layout();
+    pd_plans *c;
+    pd_plan *a, *b, *b2;
+    const pd_shard_plan *sp;
+    uint64_t want[PLAN_SHARDS * PLAN_PER_SHARD], pos;
+    assert_int_equal(pd_plans_open(16, size, &c), 0);
+    assert_int_equal(pd_plans_get(c, l, 7, 3, 8, 1, &a), 0);
+    assert_int_equal(pd_plan_use(a, &sp), 0);
+    for (uint64_t i = 0; i < PLAN_SHARDS * PLAN_PER_SHARD; i++)
+        assert_int_equal(pd_shard_position(sp, i, &want[i]), 0);
+    uint64_t id = pd_plan_id(a);
+    pd_plan_idle(a); /* a stream waiting for credit */
+    assert_int_equal(pd_plans_get(c, l, 8, 3, 8, 1, &b), 0); /* a's table gives way */
+    assert_false(pd_plan_ready(a));
+    assert_int_equal(pd_plans_bytes(c), size);
+    assert_int_equal(pd_plan_wake(a), PD_EBUSY); /* b is in use */
+    pd_plan_release(b);
+    assert_int_equal(pd_plan_wake(a), 0); /* b, unused, gives way */
+    assert_int_equal(pd_plans_bytes(c), size);
+    assert_int_equal(pd_plan_id(a), id);
+    assert_int_equal(pd_plan_use(a, &sp), 0); /* built again: the same table */
+    for (uint64_t i = 0; i < PLAN_SHARDS * PLAN_PER_SHARD; i++) {
+        assert_int_equal(pd_shard_position(sp, i, &pos), 0);
+        assert_int_equal(pos, want[i]);
+    }
+    /* An idle holder that is asked for by a new request shares it again (charged once). */
+    pd_plan_idle(a);
+    assert_int_equal(pd_plans_get(c, l, 7, 3, 8, 1, &b2), 0);
+    assert_ptr_equal(b2, a);
+    assert_int_equal(pd_plans_bytes(c), size);
+    pd_plan_release(b2);
+    pd_plan_release_idle(a);
+    pd_plans_close(c);
+    pd_layout_release(l);
+}
+
+/* A sharded dataset of PLAN_SHARDS shards, put in one part. */
+static void put_sharded(fixture *f, const char *name)
+{
+    uint64_t sizes[PLAN_SHARDS];
+    for (unsigned i = 0; i < PLAN_SHARDS; i++)
+        sizes[i] = PLAN_PER_SHARD;
+    Permd__V1__PutDataset m = PERMD__V1__PUT_DATASET__INIT;
+    m.name = (char *)name;
+    m.size = PLAN_SHARDS * PLAN_PER_SHARD;
+    m.shards_total = PLAN_SHARDS;
+    m.n_shard_sizes = PLAN_SHARDS;
+    m.shard_sizes = sizes;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_DATASET;
+    env.put_dataset = &m;
+    send_env(f, &env);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    free_env(r);
+}
+
+static void send_sharded_stream(fixture *f, uint64_t id, uint64_t seed)
+{
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "sh";
+    sl.seed = seed;
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
+    m.slice = &sl;
+    m.batch = 10;
+    m.credits = 1;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &m;
+    send_env(f, &env);
+}
+
+/* The next stream batch of stream id: its 10 ids. */
+static void stream_batch(fixture *f, uint64_t id, uint64_t seq, uint32_t *ids)
+{
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, id);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+    assert_int_equal(r->stream_batch->seq, seq);
+    assert_int_equal(r->stream_batch->ids.len, 40);
+    for (unsigned i = 0; i < 10; i++)
+        ids[i] = pd_load_le32(r->stream_batch->ids.data + 4 * i);
+    free_env(r);
+}
+
+/* Streams waiting for credit do not pin their plans: with room for two plans, a third stream of
+ * another seed takes the room of the oldest idle one, which gets its plan back (the same ids) when
+ * credit comes, or ends OVERLOADED, naming plan_cache_bytes, when the plans in use leave no room. */
+static void test_idle_streams_release_plans(void **state)
+{
+    fixture *f = *state;
+    const uint64_t size = pd_shard_plan_bytes(PLAN_SHARDS);
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)(2 * size));
+    set(f, "plan_cache_bytes", bytes);
+    pd_plans_close(f->plans);
+    assert_int_equal(pd_plans_open(16, 2 * size, &f->plans), 0);
+    f->svc.plans = f->plans;
+    connect_client(f, 0);
+    put_sharded(f, "sh");
+    uint32_t first[10], again[10], ids[10];
+
+    send_sharded_stream(f, 10, 1);
+    stream_batch(f, 10, 0, first);
+    send_sharded_stream(f, 11, 2);
+    stream_batch(f, 11, 0, ids);
+    send_sharded_stream(f, 12, 3); /* 10 and 11 wait for credit: 10's plan gives way */
+    stream_batch(f, 12, 0, ids);
+    assert_true(pd_plans_bytes(f->plans) <= 2 * size);
+
+    send_credit(f, 10, 1); /* 10's plan is built again (11's, the oldest idle, gives way) */
+    stream_batch(f, 10, 1, again);
+    assert_true(pd_plans_bytes(f->plans) <= 2 * size);
+    /* The same order as before it idled: its second batch continues the first one's epoch. */
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "sh";
+    sl.seed = 1;
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    Permd__V1__Fetch fm = PERMD__V1__FETCH__INIT;
+    fm.slice = &sl;
+    fm.count = 20;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 20;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
+    env.fetch = &fm;
+    send_env(f, &env);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
+    assert_int_equal(r->fetch_reply->count, 20);
+    for (unsigned i = 0; i < 10; i++) {
+        assert_int_equal(pd_load_le32(r->fetch_reply->ids.data + 4 * i), first[i]);
+        assert_int_equal(pd_load_le32(r->fetch_reply->ids.data + 40 + 4 * i), again[i]);
+    }
+    free_env(r);
+
+    /* Plans in use fill the room (held here as a request would): 11, whose table went, cannot have
+     * it back. */
+    pd_layout *l;
+    pd_plan *held[2];
+    assert_int_equal(pd_registry_layout(f->reg, "sh", &l), 0);
+    for (unsigned i = 0; i < 2; i++)
+        assert_int_equal(pd_plans_get(f->plans, l, 500 + i, 0, 8, 1, &held[i]), 0);
+    assert_true(pd_plans_bytes(f->plans) <= 2 * size);
+    send_credit(f, 11, 1);
+    r = next_reply(f);
+    assert_int_equal(r->id, 11);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_OVERLOADED);
+    assert_non_null(strstr(r->error->message, "plan_cache_bytes"));
+    free_env(r);
+    /* A new plan is refused as well while they are in use (INTERNAL until target.c says OVERLOADED). */
+    sl.seed = 9;
+    env.id = 21;
+    send_env(f, &env);
+    r = next_reply(f);
+    assert_int_equal(r->id, 21);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    free_env(r);
+    assert_true(pd_plans_bytes(f->plans) <= 2 * size);
+    for (unsigned i = 0; i < 2; i++)
+        pd_plan_release(held[i]);
+    pd_layout_release(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -592,6 +823,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_request_memory_released, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_memory_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixture_reply_memory_released, setup, teardown),
+        cmocka_unit_test(test_plans_bounded),
+        cmocka_unit_test(test_plans_idle_reclaim),
+        cmocka_unit_test_setup_teardown(test_idle_streams_release_plans, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
