@@ -60,7 +60,8 @@ void pd_layout_free(pd_layout *l);
  * consecutive members with one key. Reads the tar headers only (data is seeked over) unless it is
  * compressed (gzip, bzip2, xz), which has to be read through. *bytes_read: bytes read from the
  * file. Errors as above: a truncated or damaged tar (PD_EIO), a file that is no tar, empty, or
- * repeats an extension within a sample (PD_EINVAL, as WebDataset would raise). */
+ * repeats an extension within a sample (PD_EINVAL, as WebDataset would raise; extensions compared after
+ * Python's str.lower(), as WebDataset compares them). */
 int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_read, char *err, size_t errlen);
 
 /* WebDataset's split of a member name into key and extension (its base_plus_ext):

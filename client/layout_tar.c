@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "client/layout_unicode.h"
 #include "core/error.h"
 
 #define TAR_BLOCK 16384 /* bytes read at each header: the header plus what follows it */
@@ -50,6 +51,142 @@ int pd_wds_is_meta(const char *name)
     const char *sl = strchr(name + 2, '/'); /* __[^/]*__($|/) at the start */
     size_t e = sl ? (size_t)(sl - name) : n;
     return e >= 4 && name[e - 2] == '_' && name[e - 1] == '_';
+}
+
+/* ---- Python's str.lower(), which WebDataset applies to each extension ------------------------------------ */
+
+/* Names are bytes here and str (UTF-8, surrogateescape) in Python: a byte that starts no valid UTF-8
+ * sequence is a code point of its own there, which lower() keeps. UC_BYTE | b stands for it. */
+#define UC_BYTE 0x80000000u
+
+/* The code point at s[*i] as Python's strict UTF-8 decoder reads it (no overlong forms, surrogates or values
+ * past U+10FFFF); *i advances past it. */
+static uint32_t uc_next(const unsigned char *s, size_t n, size_t *i)
+{
+    const unsigned char *p = s + *i;
+    const size_t left = n - *i;
+    uint32_t c = p[0];
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c < 0x80)
+        len = 1;
+    else if (c >= 0xC2 && c <= 0xDF)
+        len = 2, c &= 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, c &= 0x0F, lo = c == 0 ? 0xA0 : 0x80, hi = c == 0xD ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, c &= 0x07, lo = c == 0 ? 0x90 : 0x80, hi = c == 4 ? 0x8F : 0xBF;
+    if (!len || len > left || (len > 1 && (p[1] < lo || p[1] > hi))) {
+        (*i)++;
+        return UC_BYTE | p[0];
+    }
+    for (size_t k = 1; k < len; k++) {
+        if (k > 1 && (p[k] < 0x80 || p[k] > 0xBF)) {
+            (*i)++;
+            return UC_BYTE | p[0];
+        }
+        c = c << 6 | (p[k] & 0x3F);
+    }
+    *i += len;
+    return c;
+}
+
+static size_t uc_put(uint32_t c, unsigned char *out)
+{
+    if (c & UC_BYTE)
+        return out[0] = (unsigned char)c, 1;
+    if (c < 0x80)
+        return out[0] = (unsigned char)c, 1;
+    if (c < 0x800)
+        return out[0] = (unsigned char)(0xC0 | c >> 6), out[1] = (unsigned char)(0x80 | (c & 0x3F)), 2;
+    if (c < 0x10000)
+        return out[0] = (unsigned char)(0xE0 | c >> 12), out[1] = (unsigned char)(0x80 | (c >> 6 & 0x3F)),
+               out[2] = (unsigned char)(0x80 | (c & 0x3F)), 3;
+    return out[0] = (unsigned char)(0xF0 | c >> 18), out[1] = (unsigned char)(0x80 | (c >> 12 & 0x3F)),
+           out[2] = (unsigned char)(0x80 | (c >> 6 & 0x3F)), out[3] = (unsigned char)(0x80 | (c & 0x3F)), 4;
+}
+
+/* 1 cased (and not case-ignorable), 2 case-ignorable, 0 neither. */
+static uint32_t uc_case(uint32_t c)
+{
+    size_t a = 0, b = sizeof pd_uc_case / sizeof pd_uc_case[0];
+    if (c & UC_BYTE)
+        return 0;
+    while (a < b) {
+        size_t m = a + (b - a) / 2;
+        if (pd_uc_case[m].hi < c)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a < sizeof pd_uc_case / sizeof pd_uc_case[0] && pd_uc_case[a].lo <= c ? pd_uc_case[a].cls : 0;
+}
+
+static uint32_t uc_lower1(uint32_t c)
+{
+    size_t a = 0, b = sizeof pd_uc_lower / sizeof pd_uc_lower[0];
+    if (c & UC_BYTE)
+        return c;
+    while (a < b) {
+        size_t m = a + (b - a) / 2;
+        if (pd_uc_lower[m].hi < c)
+            a = m + 1;
+        else
+            b = m;
+    }
+    if (a < sizeof pd_uc_lower / sizeof pd_uc_lower[0] && pd_uc_lower[a].lo <= c &&
+        (c - pd_uc_lower[a].lo) % pd_uc_lower[a].stride == 0)
+        return (uint32_t)((int32_t)c + pd_uc_lower[a].delta);
+    return c;
+}
+
+/* s[0..n) lower-cased as Python's str.lower() does it, into a new NUL-terminated buffer (*out, *outlen
+ * bytes); 0 or PD_ENOMEM. ASCII, nearly every extension, takes the short way. */
+static int uc_lower(const char *s, size_t n, char **out, size_t *outlen)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n && u[i] < 0x80)
+        i++;
+    uint32_t *cp = i < n ? malloc(n * sizeof *cp) : NULL;
+    unsigned char *o = malloc(i < n ? 3 * n + 1 : n + 1); /* a code point of k bytes lower-cases to ≤ k + 1 */
+    if (!o || (i < n && !cp)) {
+        free(cp);
+        free(o);
+        return PD_ENOMEM;
+    }
+    size_t len = 0, m = 0;
+    if (i == n) {
+        for (; len < n; len++)
+            o[len] = (unsigned char)(u[len] >= 'A' && u[len] <= 'Z' ? u[len] + 32 : u[len]);
+    } else {
+        for (i = 0; i < n;)
+            cp[m++] = uc_next(u, n, &i);
+        for (size_t k = 0; k < m; k++) {
+            uint32_t c = cp[k];
+            if (c == 0x130) { /* the one code point whose lower case is two: i and a combining dot above */
+                len += uc_put('i', o + len);
+                c = 0x307;
+            } else if (c == 0x3A3) { /* capital sigma: final (U+03C2) after a cased letter and not before one,
+                                      * case-ignorable code points skipped both ways (Unicode's Final_Sigma) */
+                size_t j = k;
+                while (j > 0 && uc_case(cp[j - 1]) == 2)
+                    j--;
+                int final = j > 0 && uc_case(cp[j - 1]) == 1;
+                for (j = k + 1; final && j < m && uc_case(cp[j]) == 2;)
+                    j++;
+                c = final && (j == m || uc_case(cp[j]) != 1) ? 0x3C2 : 0x3C3;
+            } else {
+                c = uc_lower1(c);
+            }
+            len += uc_put(c, o + len);
+        }
+    }
+    o[len] = '\0';
+    free(cp);
+    *out = (char *)o;
+    *outlen = len;
+    return 0;
 }
 
 /* ---- One sample's extensions: a hash set, so a sample of a million members stays linear ----------------- */
@@ -191,12 +328,10 @@ static int tar_member(tar_count *t, const char *name)
         t->samples++;
         tar_exts_clear(&t->exts);
     }
-    char *low = strdup(ext);
-    if (!low)
+    char *low;
+    size_t lowlen;
+    if (uc_lower(ext, strlen(ext), &low, &lowlen)) /* WebDataset lower-cases extensions: str.lower() */
         return pd_layout_fail(PD_ENOMEM, t->err, t->errlen, "%s: out of memory", t->path);
-    for (char *c = low; *c; c++) /* WebDataset lower-cases extensions (str.lower; ASCII here) */
-        if (*c >= 'A' && *c <= 'Z')
-            *c = (char)(*c - 'A' + 'a');
     /* __key__ and __url__ are fields of every WebDataset sample: a member with that extension collides */
     int rc = !strcmp(low, "__key__") || !strcmp(low, "__url__") ? 1 : tar_exts_add(&t->exts, low);
     if (rc == 1)

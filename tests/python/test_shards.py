@@ -265,7 +265,7 @@ def permctl_sizes(path):
 
 def permctl_shards(*args):
     """permctl shards' layout: ([(size, path)], None) or (None, PD_E* name)."""
-    r = subprocess.run([PERMCTL, "shards", *args], capture_output=True, text=True)
+    r = subprocess.run([PERMCTL, "shards", *args], capture_output=True, encoding="utf-8", errors="surrogateescape")
     if r.returncode:
         return None, r.stderr.strip().rsplit("(", 1)[-1].rstrip(")")
     rows = [line.split("\t", 1) for line in r.stdout.splitlines()]
@@ -390,6 +390,38 @@ class Tars(LayoutCase):
             self.assertEqual((got, code), (want, err), names)
             agreed += want is not None
         self.assertGreater(agreed, 20)
+
+    @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_extension_case_as_python(self):
+        """Extensions repeat after str.lower(), as WebDataset compares them: permctl folds exactly as Python
+        (C folded ASCII only: a.k and a.K (Kelvin sign) were two extensions in C, one in Python)."""
+        pool = ["a", "A", "k", "K", "\u212a", "\u00e9", "\u00c9", "\u03a3", "\u03c3", "\u03c2", "\u0130", "i",
+                "\u0307", "\u0301", "'", ".", "\u01c5", "\u00df", "\u1e9e", "\u0391", "\u10a0", "\U00010400",
+                "\udcff", "1", "_"]
+        rng = random.Random(29)
+        fold = differ = 0
+        for trial in range(150):
+            x = "".join(rng.choice(pool) for _ in range(rng.randint(1, 5)))
+            y = "".join(rng.choice([c, c.upper(), c.lower(), c.title()]) if c != "\udcff" else c for c in x)
+            if rng.random() < 0.2:
+                y = "".join(rng.choice(pool) for _ in range(rng.randint(1, 5)))
+            p = self.path(f"c{trial}.tar")
+            with tarfile.open(p, "w", format=tarfile.GNU_FORMAT, encoding="utf-8", errors="surrogateescape") as t:
+                for n in ("k." + x, "k." + y):
+                    ti = tarfile.TarInfo(n)
+                    ti.size = 1
+                    t.addfile(ti, io.BytesIO(b"x"))
+            same = x.lower() == y.lower()
+            fold += same and x != y
+            differ += not same
+            want = (None, "PD_EINVAL") if same else ([(1, p)], None)
+            self.assertEqual(permctl_shards("--tars", p), want, (x, y))
+            if same:
+                self.assert_layout_error(layout.EINVAL, "repeats the extension", layout.count_tar, p)
+            else:
+                self.assertEqual(layout.count_tar(p), 1)
+        self.assertGreater(fold, 20)
+        self.assertGreater(differ, 20)
 
     def test_specs(self):
         for i in range(4):

@@ -99,6 +99,41 @@ static void write_tar(const char *path, const member *m, size_t n, int gz)
     archive_write_free(a);
 }
 
+/* A ustar header block for name (any bytes, up to 100), with its checksum; type '0' a file. */
+static void raw_header(unsigned char h[512], const char *name, size_t size, char type)
+{
+    memset(h, 0, 512);
+    memcpy(h, name, strlen(name) < 100 ? strlen(name) : 100);
+    memcpy(h + 100, "0000644", 8);
+    memcpy(h + 108, "0000000", 8);
+    memcpy(h + 116, "0000000", 8);
+    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+    memcpy(h + 136, "00000000000", 12);
+    h[156] = (unsigned char)type;
+    memcpy(h + 257, "ustar\0" "00", 8);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+/* A tar of regular members of one byte each ('x'), names as given (bytes: no charset conversion), then the
+ * end-of-archive blocks. */
+static void write_raw_tar(const char *path, const char *const *names, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    unsigned char h[512], data[512] = {'x'}, zero[1024] = {0};
+    for (size_t i = 0; i < n; i++) {
+        raw_header(h, names[i], 1, '0');
+        fwrite(h, 1, 512, f);
+        fwrite(data, 1, 512, f);
+    }
+    fwrite(zero, 1, sizeof zero, f);
+    assert_int_equal(fclose(f), 0);
+}
+
 /* A tar of k samples "s<i>.jpg" + "s<i>.cls", each file size bytes. */
 static void write_samples_tar(const char *path, int k, size_t size)
 {
@@ -313,6 +348,33 @@ static void test_count_bad(void **state)
     member key[] = {{"a.jpg", 'f', 1}, {"a.__key__", 'f', 1}};
     write_tar(at("key.tar"), key, 2, 0);
     expect_error(pd_layout_count_tar(at("key.tar"), &samples, NULL, err, sizeof err), PD_EINVAL, "__key__");
+    /* extensions compared after Python's str.lower(), not ASCII's: the Kelvin sign folds to k, É to é, a
+     * capital sigma to a final sigma after a letter (and to σ elsewhere), U+0130 to i + U+0307 */
+    static const char *const same[][2] = {
+        {"a.k", "a.\xe2\x84\xaa"},                   /* k, K (U+212A) */
+        {"a.\xc3\xa9", "a.\xc3\x89"},                 /* é, É */
+        {"a.x\xcf\x82", "a.X\xce\xa3"},               /* xς, XΣ (final) */
+        {"a.\xcf\x83x", "a.\xce\xa3x"},               /* σx, Σx (not final) */
+        {"a.x\xcc\x81\xcf\x82", "a.x\xcc\x81\xce\xa3"}, /* a combining accent between: still final */
+        {"a.i\xcc\x87", "a.\xc4\xb0"},               /* i + U+0307, İ */
+        {"a.\xff\xc3\x89", "a.\xff\xc3\xa9"},       /* not UTF-8 first: a byte of its own, É still folds */
+    };
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        write_raw_tar(at("case.tar"), same[i], 2);
+        expect_error(pd_layout_count_tar(at("case.tar"), &samples, NULL, err, sizeof err), PD_EINVAL, "repeats");
+    }
+    static const char *const differ[][2] = {
+        {"a.\xcf\x83", "a.\xce\xa3"},   /* σ, Σ alone: Σ lowers to σ there... */
+        {"a.x\xcf\x83", "a.X\xce\xa3"}, /* ...but to ς after a letter */
+        {"a.\xc3\x9f", "a.ss"},          /* ß has no lower case of two letters */
+        {"a.\xc4\xb0", "a.i"},
+    };
+    for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++) {
+        write_raw_tar(at("case.tar"), differ[i], 2);
+        int rc = pd_layout_count_tar(at("case.tar"), &samples, NULL, err, sizeof err);
+        if (rc != (i == 0 ? PD_EINVAL : 0))
+            fail_msg("differ %zu: rc %d %s", i, rc, err);
+    }
     /* not adjacent, not a repeat */
     member apart[] = {{"a.jpg", 'f', 1}, {"b.jpg", 'f', 1}, {"a.jpg", 'f', 1}};
     write_tar(at("apart.tar"), apart, 3, 0);
