@@ -289,8 +289,8 @@ def _resolve_specs(specs, max_shards):
                 raise LayoutError(EINVAL, part, str(e)) from None
             for name in names:
                 if os.path.isdir(name):
-                    found = sorted(n for n in os.listdir(name) if not n.startswith(".") and n.endswith(TAR_SUFFIXES)
-                                   and _is_file_in_dir(os.path.join(name, n)))
+                    found = sorted((n for n in os.listdir(name) if not n.startswith(".") and n.endswith(TAR_SUFFIXES)
+                                    and _is_file_in_dir(os.path.join(name, n))), key=os.fsencode)
                     if not found:
                         raise LayoutError(ENOTFOUND, name, "no tar shards in it (" + ", ".join(
                             "*" + x for x in TAR_SUFFIXES) + ")")
@@ -299,7 +299,7 @@ def _resolve_specs(specs, max_shards):
                 elif os.path.exists(name):
                     add(name, name)
                 elif glob.has_magic(name):
-                    found = sorted(glob.glob(name))
+                    found = sorted(glob.glob(name), key=os.fsencode)
                     if not found:
                         raise LayoutError(ENOTFOUND, name, "matches no file")
                     for p in found:

@@ -443,6 +443,18 @@ class Tars(LayoutCase):
                          ["a.tar.gz", "b.tar", "c.tar.gz", "shard-000001.tar", "shard-000003.tar"])
         self.assertEqual(got.sizes, [1, 2, 2, 2, 4])
 
+    def test_order_is_bytewise(self):
+        """Shards sort by their names' bytes in C and in Python (Python sorted str: a name that is not UTF-8,
+        read with surrogateescape, sorted after every other non-ASCII one, renumbering the shards)."""
+        os.mkdir(self.path("d"))
+        names = [b"\xfc.tar", "\U0001F600.tar".encode(), "\u00e9.tar".encode(), b"z.tar", b"\xc3.tar"]
+        for i, n in enumerate(names):
+            samples_tar(os.path.join(os.fsencode(self.path("d")), n), i + 1)
+        want = [os.path.join(self.path("d"), os.fsdecode(n)) for n in sorted(names)]
+        for spec in (self.path("d"), self.path("d", "*.tar")):
+            got = self.assert_same_as_permctl("--tars", spec)
+            self.assertEqual(got.paths, want, spec)
+
     def test_not_files(self):
         os.mkfifo(self.path("fifo.tar"))  # refused at once, never opened to wait for a writer
         self.assert_same_as_permctl("--tars", self.path("fifo.tar"), code=layout.EINVAL)
