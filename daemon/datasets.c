@@ -330,29 +330,76 @@ void pd_on_delete_dataset(pd_session *s, uint64_t id, const Permd__V1__DeleteDat
     pd_registry_job_start(s, id, 0, m->name, 0, NULL, 0, 0);
 }
 
+uint64_t pd_list_budget(const pd_config *cfg)
+{
+    /* The reply bound libpermd has always read (8-byte ids of max_count, and 64 KiB), less room for the
+     * envelope and the `next` name. */
+    return 8 * cfg->max_count + (64u << 10) - 512;
+}
+
+size_t pd_list_entry_bytes(size_t packed)
+{
+    size_t n = 1 + 1 + packed; /* the field's tag, its length's varint, the entry */
+    for (size_t v = packed; v >= 0x80; v >>= 7)
+        n++;
+    return n;
+}
+
+/* The datasets after `after` (sorted, so a binary search would do; the copy is linear anyway). */
+static size_t pd_list_first(const pd_dataset *all, size_t n, const char *after)
+{
+    size_t i = 0;
+    while (after[0] && i < n && strcmp(all[i].name, after) <= 0)
+        i++;
+    return i;
+}
+
 void pd_on_list_datasets(pd_session *s, uint64_t id, const Permd__V1__ListDatasets *m)
 {
-    (void)m;
     pd_dataset *all;
     size_t n;
     if (pd_registry_list(s->svc->reg, &all, &n)) {
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
         return;
     }
-    Permd__V1__Dataset *msgs = pd_arena_alloc(&s->arena, n * sizeof *msgs + 1);
-    Permd__V1__Dataset **ptrs = pd_arena_alloc(&s->arena, n * sizeof *ptrs + 1);
+    /* One reply holds what fits the budget: the rest is the next page, or TOO_LARGE for a client that
+     * reads no pages (it could not read a larger frame either). */
+    const uint64_t budget = pd_list_budget(s->svc->cfg);
+    size_t first = pd_list_first(all, n, m->after), end = first;
+    uint64_t bytes = 0;
+    for (; end < n; end++) {
+        Permd__V1__Dataset msg;
+        pd_dataset_msg(&all[end], &msg);
+        size_t b = pd_list_entry_bytes(permd__v1__dataset__get_packed_size(&msg));
+        if (end > first && bytes + b > budget)
+            break;
+        bytes += b;
+    }
+    if (end < n && !m->paged) {
+        pd_reply_error(s, id, PD_ETOOBIG,
+                       "%zu datasets take more than one reply (%llu bytes: 8 x max_count + 64 KiB); this client "
+                       "does not ask for pages (ListDatasets.paged): a newer one does",
+                       n - first, (unsigned long long)budget);
+        free(all);
+        return;
+    }
+    size_t k = end - first;
+    Permd__V1__Dataset *msgs = pd_arena_alloc(&s->arena, k * sizeof *msgs + 1);
+    Permd__V1__Dataset **ptrs = pd_arena_alloc(&s->arena, k * sizeof *ptrs + 1);
     if (!msgs || !ptrs) {
         free(all);
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        pd_dataset_msg(&all[i], &msgs[i]);
+    for (size_t i = 0; i < k; i++) {
+        pd_dataset_msg(&all[first + i], &msgs[i]);
         ptrs[i] = &msgs[i];
     }
     Permd__V1__ListDatasetsReply r = PERMD__V1__LIST_DATASETS_REPLY__INIT;
-    r.n_datasets = n;
+    r.n_datasets = k;
     r.datasets = ptrs;
+    if (end < n)
+        r.next = all[end - 1].name; /* the last one sent: the next page starts after it */
     pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_LIST_DATASETS_REPLY, &r);
     free(all);
 }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/perm.h"
+#include "daemon/datasets.h"
 #include "daemon/job.h"
 #include "daemon/log.h"
 #include "daemon/mixdef.h"
@@ -224,28 +225,62 @@ void pd_on_get_mixture(pd_session *s, uint64_t id, const Permd__V1__GetMixture *
     pd_mixdef_release(d);
 }
 
+/* What a list says of a mixture: its scalars; GetMixture has the components and stages, which would
+ * make a list of large mixtures larger than any reply a client reads. */
+static void pd_mixture_summary(const pd_mixdef *d, Permd__V1__Mixture *m)
+{
+    permd__v1__mixture__init(m);
+    m->name = (char *)d->name;
+    m->length = d->length;
+    m->block = d->block;
+    m->size = d->size;
+    m->id_width = pd_id_width(d->size);
+    m->created_unix_ms = d->created_ms;
+    m->definition = d->definition;
+}
+
 void pd_on_list_mixtures(pd_session *s, uint64_t id, const Permd__V1__ListMixtures *m)
 {
     pd_mixdef **all;
     size_t n;
-    (void)m;
     if (pd_registry_list_mixtures(s->svc->reg, &all, &n)) {
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
         return;
     }
-    Permd__V1__Mixture *msgs = pd_arena_alloc(&s->arena, n * sizeof *msgs + 1);
-    Permd__V1__Mixture **ptrs = pd_arena_alloc(&s->arena, n * sizeof *ptrs + 1);
-    int rc = msgs && ptrs ? 0 : PD_ENOMEM;
-    for (size_t i = 0; i < n && !rc; i++) {
-        rc = pd_mixture_msg(s, all[i], &msgs[i]);
-        ptrs[i] = &msgs[i];
+    /* Pages as ListDatasets (daemon/datasets.c). */
+    const uint64_t budget = pd_list_budget(s->svc->cfg);
+    size_t first = 0, end;
+    while (m->after[0] && first < n && strcmp(all[first]->name, m->after) <= 0)
+        first++;
+    uint64_t bytes = 0;
+    for (end = first; end < n; end++) {
+        Permd__V1__Mixture msg;
+        pd_mixture_summary(all[end], &msg);
+        size_t b = pd_list_entry_bytes(permd__v1__mixture__get_packed_size(&msg));
+        if (end > first && bytes + b > budget)
+            break;
+        bytes += b;
     }
-    if (rc) {
+    size_t k = end - first;
+    Permd__V1__Mixture *msgs = pd_arena_alloc(&s->arena, k * sizeof *msgs + 1);
+    Permd__V1__Mixture **ptrs = pd_arena_alloc(&s->arena, k * sizeof *ptrs + 1);
+    if (end < n && !m->paged) {
+        pd_reply_error(s, id, PD_ETOOBIG,
+                       "%zu mixtures take more than one reply (%llu bytes: 8 x max_count + 64 KiB); this client "
+                       "does not ask for pages (ListMixtures.paged): a newer one does",
+                       n - first, (unsigned long long)budget);
+    } else if (!msgs || !ptrs) {
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
     } else {
+        for (size_t i = 0; i < k; i++) {
+            pd_mixture_summary(all[first + i], &msgs[i]);
+            ptrs[i] = &msgs[i];
+        }
         Permd__V1__ListMixturesReply r = PERMD__V1__LIST_MIXTURES_REPLY__INIT;
-        r.n_mixtures = n;
+        r.n_mixtures = k;
         r.mixtures = ptrs;
+        if (end < n)
+            r.next = all[end - 1]->name; /* the last one sent: the next page starts after it */
         pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_LIST_MIXTURES_REPLY, &r);
     }
     for (size_t i = 0; i < n; i++)

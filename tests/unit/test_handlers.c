@@ -9,6 +9,7 @@
 #include "test_util.h"
 
 #include "core/error.h"
+#include "core/name.h"
 #include "core/rank.h"
 #include "core/shards.h"
 #include "daemon/backend.h"
@@ -812,6 +813,141 @@ static void test_idle_streams_release_plans(void **state)
     pd_layout_release(l);
 }
 
+/* ---- List replies: bounded, in pages for clients that ask ----------------------------------- */
+
+static void send_list_datasets(fixture *f, uint64_t id, const char *after, int paged)
+{
+    Permd__V1__ListDatasets m = PERMD__V1__LIST_DATASETS__INIT;
+    m.after = (char *)after;
+    m.paged = paged;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_LIST_DATASETS;
+    env.list_datasets = &m;
+    send_env(f, &env);
+}
+
+/* A list longer than one reply (8 x max_count + 64 KiB) comes in pages, each within the bound and
+ * together the whole sorted list, to a client that asks for pages; one that does not gets TOO_LARGE
+ * instead of a frame it cannot read. A list that fits is one reply, as before. */
+static void test_list_pages(void **state)
+{
+    fixture *f = *state;
+    enum { N = 500 };
+    set(f, "max_count", "1"); /* the bound: 65544 bytes */
+    char name[PD_NAME_MAX + 1], err[256];
+    memset(name, 'x', 120);
+    name[120] = '\0';
+    for (unsigned i = 0; i < N; i++) { /* declared as a config file does: in memory, quick */
+        snprintf(name + 116, 5, "%04u", i);
+        assert_int_equal(pd_registry_declare(f->reg, name, 1000 + i, err, sizeof err), 0);
+    }
+    connect_client(f, 0);
+    send_list_datasets(f, 1, "", 0);
+    pd_envelope *r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
+    assert_non_null(strstr(r->error->message, "paged"));
+    free_env(r);
+
+    char after[PD_NAME_MAX + 1] = "";
+    unsigned seen = 0, pages = 0;
+    do {
+        send_list_datasets(f, 2, after, 1);
+        assert_true(f->out_len <= 4 + 8 * 1 + 65536); /* the frame within what every client reads */
+        r = take_reply(f);
+        assert_non_null(r);
+        assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_LIST_DATASETS_REPLY);
+        const Permd__V1__ListDatasetsReply *lr = r->list_datasets_reply;
+        assert_true(lr->n_datasets > 0);
+        for (size_t i = 0; i < lr->n_datasets; i++, seen++) {
+            snprintf(name + 116, 5, "%04u", seen);
+            assert_string_equal(lr->datasets[i]->name, name);
+            assert_int_equal(lr->datasets[i]->size, 1000 + seen);
+        }
+        if (lr->next[0])
+            assert_string_equal(lr->next, lr->datasets[lr->n_datasets - 1]->name);
+        snprintf(after, sizeof after, "%s", lr->next);
+        pages++;
+        free_env(r);
+    } while (after[0]);
+    assert_int_equal(seen, N);
+    assert_true(pages > 1);
+
+    set(f, "max_count", "100000"); /* room for all: one reply, paged or not, with no next */
+    send_list_datasets(f, 3, "", 0);
+    r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->list_datasets_reply->n_datasets, N);
+    assert_string_equal(r->list_datasets_reply->next, "");
+    free_env(r);
+}
+
+/* ListMixtures names each mixture with its scalars, not its stages: nine mixtures each as large as a
+ * PutMixture frame may be list in one small reply (GetMixture gives a definition whole). */
+static void test_list_mixtures_summaries(void **state)
+{
+    fixture *f = *state;
+    enum { STAGES = 4000 };
+    connect_client(f, 0);
+    put_dataset(f, "d", 1000000);
+    free_env(next_reply(f));
+    Permd__V1__MixtureStage *st = calloc(STAGES, sizeof *st), **stp = calloc(STAGES, sizeof *stp);
+    uint32_t one = 1;
+    char *comps[] = {"d"};
+    assert_non_null(st);
+    assert_non_null(stp);
+    for (unsigned k = 0; k < STAGES; k++) {
+        permd__v1__mixture_stage__init(&st[k]);
+        st[k].start = (uint64_t)k * 64;
+        st[k].n_weights = 1;
+        st[k].weights = &one;
+        stp[k] = &st[k];
+    }
+    Permd__V1__Mixture mix = PERMD__V1__MIXTURE__INIT;
+    mix.n_components = 1;
+    mix.components = comps;
+    mix.n_stages = STAGES;
+    mix.stages = stp;
+    Permd__V1__PutMixture m = PERMD__V1__PUT_MIXTURE__INIT;
+    m.mixture = &mix;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_MIXTURE;
+    env.put_mixture = &m;
+    char name[8];
+    for (unsigned i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "m%u", i);
+        mix.name = name;
+        env.id = 10 + i;
+        send_env(f, &env);
+        pd_envelope *r = next_reply(f);
+        assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY);
+        free_env(r);
+    }
+    Permd__V1__ListMixtures lm = PERMD__V1__LIST_MIXTURES__INIT;
+    env.id = 20;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_LIST_MIXTURES;
+    env.list_mixtures = &lm;
+    send_env(f, &env);
+    assert_true(f->out_len < 1024);
+    pd_envelope *r = take_reply(f);
+    assert_non_null(r);
+    const Permd__V1__ListMixturesReply *lr = r->list_mixtures_reply;
+    assert_int_equal(lr->n_mixtures, 3);
+    for (unsigned i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "m%u", i);
+        assert_string_equal(lr->mixtures[i]->name, name);
+        assert_int_equal(lr->mixtures[i]->size, 1000000);
+        assert_int_equal(lr->mixtures[i]->n_stages, 0);
+        assert_int_not_equal(lr->mixtures[i]->definition, 0);
+    }
+    assert_string_equal(lr->next, "");
+    free_env(r);
+    free(st);
+    free(stp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -826,6 +962,8 @@ int main(void)
         cmocka_unit_test(test_plans_bounded),
         cmocka_unit_test(test_plans_idle_reclaim),
         cmocka_unit_test_setup_teardown(test_idle_streams_release_plans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_pages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_mixtures_summaries, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
