@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <glob.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -116,6 +115,38 @@ int pd_layout_set_size(pd_layout *l, uint64_t shard, uint64_t size, char *err, s
     return 0;
 }
 
+/* ---- UTF-8 as Python reads it ---------------------------------------------------------------------- */
+
+uint32_t pd_uc_next(const unsigned char *s, size_t n, size_t *i)
+{
+    const unsigned char *p = s + *i;
+    const size_t left = n - *i;
+    uint32_t c = p[0];
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c < 0x80)
+        len = 1;
+    else if (c >= 0xC2 && c <= 0xDF)
+        len = 2, c &= 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, c &= 0x0F, lo = c == 0 ? 0xA0 : 0x80, hi = c == 0xD ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, c &= 0x07, lo = c == 0 ? 0x90 : 0x80, hi = c == 4 ? 0x8F : 0xBF;
+    if (!len || len > left || (len > 1 && (p[1] < lo || p[1] > hi))) {
+        (*i)++;
+        return PD_UC_BYTE | p[0];
+    }
+    for (size_t k = 1; k < len; k++) {
+        if (k > 1 && (p[k] < 0x80 || p[k] > 0xBF)) {
+            (*i)++;
+            return PD_UC_BYTE | p[0];
+        }
+        c = c << 6 | (p[k] & 0x3F);
+    }
+    *i += len;
+    return c;
+}
+
 /* ---- Sizes files -------------------------------------------------------------------------------- */
 
 /* One line of a sizes file (its end already cut off): skipped, or a shard appended. */
@@ -201,9 +232,191 @@ static int pd_specs_add(pd_specs *s, const char *path)
     return pd_layout_add(s->l, 0, path, s->spec, s->err, s->errlen);
 }
 
-static int pd_has_glob(const char *s)
+/* ---- Globs: one dialect, the same in C and Python (glibc's glob and Python's fnmatch differ) ---------------- */
+
+/* A pattern part ('/' always separates parts) as code points, escapes kept. */
+typedef struct pd_pat {
+    uint32_t *c;
+    size_t n;
+} pd_pat;
+
+static int pd_pat_decode(const char *s, size_t len, pd_pat *p)
 {
-    return strpbrk(s, "*?[") != NULL;
+    p->n = 0;
+    p->c = malloc((len + 1) * sizeof *p->c);
+    if (!p->c)
+        return PD_ENOMEM;
+    for (size_t i = 0; i < len;)
+        p->c[p->n++] = pd_uc_next((const unsigned char *)s, len, &i);
+    return 0;
+}
+
+/* The set opened by the '[' at p[i]: its end (the closing ']') in *end, 0 when it has none (the '[' is then a
+ * character like any other). A ']' right after "[" or "[!" is a member; a backslash escapes the next. */
+static int pd_set_end(const uint32_t *p, size_t n, size_t i, size_t *end)
+{
+    size_t j = i + 1;
+    if (j < n && (p[j] == '!' || p[j] == '^'))
+        j++;
+    for (size_t first = j; j < n; j++) {
+        if (p[j] == '\\')
+            j++;
+        else if (p[j] == ']' && j > first)
+            return *end = j, 1;
+    }
+    return 0;
+}
+
+/* Check a part before anything is listed: a set's members ASCII, no POSIX class, no reversed range. */
+static int pd_pat_check(const pd_pat *p, const char *pattern, char *err, size_t errlen)
+{
+    for (size_t i = 0, end; i < p->n; i++) {
+        if (p->c[i] == '\\') {
+            i++;
+            continue;
+        }
+        if (p->c[i] != '[' || !pd_set_end(p->c, p->n, i, &end))
+            continue;
+        for (size_t j = i + 1 + (p->c[i + 1] == '!' || p->c[i + 1] == '^'); j < end; j++) { /* as pd_set_has */
+            if (p->c[j] == '[' && j + 1 < end && (p->c[j + 1] == ':' || p->c[j + 1] == '=' || p->c[j + 1] == '.'))
+                return pd_layout_fail(PD_EINVAL, err, errlen,
+                                      "'%s': POSIX classes ([:digit:], [=a=], [.a.]) are not supported in globs",
+                                      pattern);
+            uint32_t lo = p->c[j] == '\\' ? p->c[++j] : p->c[j], hi = lo;
+            if (j + 2 < end && p->c[j + 1] == '-') {
+                j += 2;
+                hi = p->c[j] == '\\' ? p->c[++j] : p->c[j];
+            }
+            if (lo >= 0x80 || hi >= 0x80)
+                return pd_layout_fail(PD_EINVAL, err, errlen, "'%s': a glob's [...] set takes ASCII characters only",
+                                      pattern);
+            if (lo > hi)
+                return pd_layout_fail(PD_EINVAL, err, errlen, "'%s': a reversed range in a glob's [...] set", pattern);
+        }
+        i = end;
+    }
+    return 0;
+}
+
+/* Whether the set p[i..end] (p[i] == '[') holds c. */
+static int pd_set_has(const uint32_t *p, size_t i, size_t end, uint32_t c)
+{
+    size_t j = i + 1;
+    int neg = p[j] == '!' || p[j] == '^', in = 0;
+    for (j += neg; j < end; j++) {
+        uint32_t lo = p[j] == '\\' ? p[++j] : p[j], hi = lo;
+        if (j + 2 < end && p[j + 1] == '-') {
+            j += 2;
+            hi = p[j] == '\\' ? p[++j] : p[j];
+        }
+        in |= c >= lo && c <= hi;
+    }
+    return in != neg;
+}
+
+/* Whether name (code points) matches the part: '*' any run, '?' one character, [...] one of a set ([!...] or
+ * [^...] one not in it), '\c' c itself, anything else itself. */
+static int pd_pat_match(const pd_pat *p, const uint32_t *s, size_t sn)
+{
+    size_t pi = 0, si = 0, star = SIZE_MAX, star_s = 0, end;
+    while (si < sn) {
+        if (pi < p->n) {
+            uint32_t c = p->c[pi];
+            if (c == '*') {
+                star = pi++;
+                star_s = si;
+                continue;
+            }
+            if (c == '?') {
+                pi++, si++;
+                continue;
+            }
+            if (c == '[' && pd_set_end(p->c, p->n, pi, &end)) {
+                if (pd_set_has(p->c, pi, end, s[si])) {
+                    pi = end + 1, si++;
+                    continue;
+                }
+            } else {
+                size_t len = c == '\\' && pi + 1 < p->n ? 2 : 1;
+                if (p->c[pi + len - 1] == s[si]) {
+                    pi += len, si++;
+                    continue;
+                }
+            }
+        }
+        if (star == SIZE_MAX)
+            return 0;
+        pi = star + 1;
+        si = ++star_s;
+    }
+    while (pi < p->n && p->c[pi] == '*')
+        pi++;
+    return pi == p->n;
+}
+
+/* Whether the part holds a wildcard ('*', '?' or a closed set) outside escapes. */
+static int pd_pat_magic(const pd_pat *p)
+{
+    size_t end;
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->c[i] == '\\')
+            i++;
+        else if (p->c[i] == '*' || p->c[i] == '?' || (p->c[i] == '[' && pd_set_end(p->c, p->n, i, &end)))
+            return 1;
+    }
+    return 0;
+}
+
+/* The part without its escapes, as bytes (for a part without wildcards), in a new string; NULL when out of memory. */
+static char *pd_pat_literal(const char *part, size_t len)
+{
+    char *out = malloc(len + 1);
+    size_t n = 0;
+    for (size_t i = 0; out && i < len; i++) {
+        if (part[i] == '\\' && i + 1 < len)
+            i++;
+        out[n++] = part[i];
+    }
+    if (out)
+        out[n] = '\0';
+    return out;
+}
+
+typedef struct pd_paths {
+    char **v;
+    size_t n, cap;
+} pd_paths;
+
+static void pd_paths_free(pd_paths *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        free(p->v[i]);
+    free(p->v);
+    p->v = NULL;
+    p->n = p->cap = 0;
+}
+
+/* Append a + sep + b (sep 0: none) as a new string. */
+static int pd_paths_push(pd_paths *p, const char *a, char sep, const char *b)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 16;
+        char **v = realloc(p->v, cap * sizeof *v);
+        if (!v)
+            return PD_ENOMEM;
+        p->v = v;
+        p->cap = cap;
+    }
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 2);
+    if (!s)
+        return PD_ENOMEM;
+    memcpy(s, a, la);
+    if (sep)
+        s[la++] = sep;
+    memcpy(s + la, b, lb + 1);
+    p->v[p->n++] = s;
+    return 0;
 }
 
 static int pd_cmp_str(const void *a, const void *b)
@@ -211,21 +424,96 @@ static int pd_cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* A glob, its matches sorted bytewise (glob's own sort follows the locale's collation). */
+/* The entries of dir matching the part (directories only unless last), appended to out as prefix/name. */
+static int pd_glob_list(pd_specs *s, const char *prefix, int first, const pd_pat *p, int last, pd_paths *out)
+{
+    const char *dir = *prefix ? prefix : first ? "." : "/";
+    DIR *d = opendir(dir);
+    if (!d) /* a part that names no directory matches nothing, as a missing one */
+        return errno == ENOENT || errno == ENOTDIR
+                   ? 0
+                   : pd_layout_fail(PD_EIO, s->err, s->errlen, "'%s': cannot list %s: %s", s->spec, dir,
+                                    strerror(errno));
+    int rc = 0, dot = p->n && (p->c[0] == '.' || (p->c[0] == '\\' && p->n > 1 && p->c[1] == '.'));
+    uint32_t *cp = NULL;
+    size_t cap = 0;
+    errno = 0;
+    for (struct dirent *e; !rc && (e = readdir(d)); errno = 0) {
+        size_t len = strlen(e->d_name), n = 0;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (e->d_name[0] == '.' && !dot))
+            continue; /* hidden names match only a part that starts with a dot */
+        if (len > cap) {
+            uint32_t *c = realloc(cp, len * sizeof *c);
+            if (!c) {
+                rc = PD_ENOMEM;
+                break;
+            }
+            cp = c;
+            cap = len;
+        }
+        for (size_t i = 0; i < len;)
+            cp[n++] = pd_uc_next((const unsigned char *)e->d_name, len, &i);
+        if (!pd_pat_match(p, cp, n))
+            continue;
+        if ((rc = pd_paths_push(out, prefix, first ? 0 : '/', e->d_name)))
+            break;
+        struct stat st;
+        if (!last && (stat(out->v[out->n - 1], &st) || !S_ISDIR(st.st_mode))) /* a part before the last: dirs */
+            free(out->v[--out->n]);
+        if (out->n > s->l->max) /* stop listing: the add says why */
+            break;
+    }
+    if (!rc && errno)
+        rc = pd_layout_fail(PD_EIO, s->err, s->errlen, "'%s': cannot list %s: %s", s->spec, dir, strerror(errno));
+    closedir(d);
+    free(cp);
+    return rc == PD_ENOMEM ? pd_layout_fail(rc, s->err, s->errlen, "'%s': out of memory", s->spec) : rc;
+}
+
+/* A glob: each part matched against its directory's entries, the matches sorted bytewise. */
 static int pd_specs_glob(pd_specs *s, const char *pattern)
 {
-    glob_t g;
-    int grc = glob(pattern, GLOB_NOSORT, NULL, &g);
-    if (grc == GLOB_NOMATCH)
-        return pd_layout_fail(PD_ENOTFOUND, s->err, s->errlen, "'%s' matches no file", pattern);
-    if (grc)
-        return pd_layout_fail(grc == GLOB_NOSPACE ? PD_ENOMEM : PD_EIO, s->err, s->errlen, "'%s': cannot list it",
-                              pattern);
-    qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, pd_cmp_str);
-    int rc = 0;
-    for (size_t i = 0; !rc && i < g.gl_pathc; i++)
-        rc = pd_specs_add(s, g.gl_pathv[i]);
-    globfree(&g);
+    pd_paths cur = {0}, next = {0};
+    pd_pat p = {0};
+    char *lit = NULL;
+    int rc = pd_paths_push(&cur, "", 0, "");
+    for (const char *part = pattern; !rc && part;) {
+        const char *slash = strchr(part, '/');
+        size_t len = slash ? (size_t)(slash - part) : strlen(part);
+        int first = part == pattern, last = !slash;
+        free(p.c);
+        if ((rc = pd_pat_decode(part, len, &p)) || (rc = pd_pat_check(&p, pattern, s->err, s->errlen)))
+            break;
+        if (pd_pat_magic(&p)) {
+            for (size_t i = 0; !rc && i < cur.n; i++)
+                rc = pd_glob_list(s, cur.v[i], first, &p, last, &next);
+        } else if (!(lit = pd_pat_literal(part, len))) {
+            rc = PD_ENOMEM;
+        } else {
+            for (size_t i = 0; !rc && i < cur.n; i++) {
+                struct stat st;
+                rc = pd_paths_push(&next, cur.v[i], first ? 0 : '/', lit);
+                if (!rc && last && lstat(next.v[next.n - 1], &st)) /* a literal last part: what exists */
+                    free(next.v[--next.n]);
+            }
+            free(lit);
+            lit = NULL;
+        }
+        pd_paths_free(&cur);
+        cur = next;
+        next = (pd_paths){0};
+        part = slash ? slash + 1 : NULL;
+    }
+    if (rc == PD_ENOMEM)
+        pd_layout_fail(rc, s->err, s->errlen, "'%s': out of memory", pattern);
+    else if (!rc && cur.n == 0)
+        rc = pd_layout_fail(PD_ENOTFOUND, s->err, s->errlen, "'%s' matches no file", pattern);
+    if (!rc)
+        qsort(cur.v, cur.n, sizeof *cur.v, pd_cmp_str);
+    for (size_t i = 0; !rc && i < cur.n; i++)
+        rc = pd_specs_add(s, cur.v[i]);
+    pd_paths_free(&cur);
+    free(p.c);
     return rc;
 }
 
@@ -309,7 +597,7 @@ static int pd_specs_name(void *ctx, const char *name)
     struct stat st;
     if (!stat(name, &st))
         return S_ISDIR(st.st_mode) ? pd_specs_dir(s, name) : pd_specs_add(s, name);
-    if (errno == ENOENT && pd_has_glob(name))
+    if (errno == ENOENT && strpbrk(name, "*?["))
         return pd_specs_glob(s, name);
     if (errno == ENOENT && strcmp(name, s->spec))
         return pd_layout_fail(PD_ENOTFOUND, s->err, s->errlen, "%s (from '%s'): no such file", name, s->spec);

@@ -42,7 +42,9 @@ int pd_layout_read_mds(const char *index, uint64_t max_shards, pd_layout **out, 
 
 /* WebDataset tar shards: each spec is a path, a directory (its *.tar, *.tar.gz, *.tgz, *.tar.bz2,
  * *.tar.xz files, by name, hidden ones skipped), a brace pattern ("shard-{000..099}.tar"; see
- * braces.h) or a glob ("*.tar", sorted), and "::" separates several in one spec as in WebDataset.
+ * braces.h) or a glob ("*.tar"; matches sorted bytewise; the dialect of docs/shards.md, the same as Python's
+ * ShardLayout: '*', '?', ASCII [...] sets negated by '!' or '^', '\\' escapes, POSIX classes refused), and "::"
+ * separates several in one spec as in WebDataset.
  * Shards come in the order given; each one's samples are counted by pd_layout_count_tar. */
 int pd_layout_read_tars(const char *const *specs, size_t nspecs, uint64_t max_shards, pd_layout **out, char *err,
                         size_t errlen);

@@ -29,6 +29,14 @@ int pd_layout_set_size(pd_layout *l, uint64_t shard, uint64_t size, char *err, s
 /* Append s and its NUL to the growing buffer *buf (*len used of *cap); *at gets its offset. 0 or PD_ENOMEM. */
 int pd_layout_append_str(char **buf, size_t *len, size_t *cap, const char *s, size_t *at);
 
+/* Names are bytes here and str in Python (UTF-8, surrogateescape), where a byte that starts no valid UTF-8
+ * sequence is a code point of its own. PD_UC_BYTE | b stands for it. */
+#define PD_UC_BYTE 0x80000000u
+
+/* The code point at s[*i] as Python's strict UTF-8 decoder reads it (no overlong forms, surrogates or values
+ * past U+10FFFF), or PD_UC_BYTE | s[*i]; *i advances past it (*i < n). */
+uint32_t pd_uc_next(const unsigned char *s, size_t n, size_t *i);
+
 /* snprintf into err (when errlen > 0) and return code: the readers' one-line error exit. */
 int pd_layout_fail(int code, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

@@ -55,45 +55,9 @@ int pd_wds_is_meta(const char *name)
 
 /* ---- Python's str.lower(), which WebDataset applies to each extension ------------------------------------ */
 
-/* Names are bytes here and str (UTF-8, surrogateescape) in Python: a byte that starts no valid UTF-8
- * sequence is a code point of its own there, which lower() keeps. UC_BYTE | b stands for it. */
-#define UC_BYTE 0x80000000u
-
-/* The code point at s[*i] as Python's strict UTF-8 decoder reads it (no overlong forms, surrogates or values
- * past U+10FFFF); *i advances past it. */
-static uint32_t uc_next(const unsigned char *s, size_t n, size_t *i)
-{
-    const unsigned char *p = s + *i;
-    const size_t left = n - *i;
-    uint32_t c = p[0];
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
-    if (c < 0x80)
-        len = 1;
-    else if (c >= 0xC2 && c <= 0xDF)
-        len = 2, c &= 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF)
-        len = 3, c &= 0x0F, lo = c == 0 ? 0xA0 : 0x80, hi = c == 0xD ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4)
-        len = 4, c &= 0x07, lo = c == 0 ? 0x90 : 0x80, hi = c == 4 ? 0x8F : 0xBF;
-    if (!len || len > left || (len > 1 && (p[1] < lo || p[1] > hi))) {
-        (*i)++;
-        return UC_BYTE | p[0];
-    }
-    for (size_t k = 1; k < len; k++) {
-        if (k > 1 && (p[k] < 0x80 || p[k] > 0xBF)) {
-            (*i)++;
-            return UC_BYTE | p[0];
-        }
-        c = c << 6 | (p[k] & 0x3F);
-    }
-    *i += len;
-    return c;
-}
-
 static size_t uc_put(uint32_t c, unsigned char *out)
 {
-    if (c & UC_BYTE)
+    if (c & PD_UC_BYTE)
         return out[0] = (unsigned char)c, 1;
     if (c < 0x80)
         return out[0] = (unsigned char)c, 1;
@@ -110,7 +74,7 @@ static size_t uc_put(uint32_t c, unsigned char *out)
 static uint32_t uc_case(uint32_t c)
 {
     size_t a = 0, b = sizeof pd_uc_case / sizeof pd_uc_case[0];
-    if (c & UC_BYTE)
+    if (c & PD_UC_BYTE)
         return 0;
     while (a < b) {
         size_t m = a + (b - a) / 2;
@@ -125,7 +89,7 @@ static uint32_t uc_case(uint32_t c)
 static uint32_t uc_lower1(uint32_t c)
 {
     size_t a = 0, b = sizeof pd_uc_lower / sizeof pd_uc_lower[0];
-    if (c & UC_BYTE)
+    if (c & PD_UC_BYTE)
         return c;
     while (a < b) {
         size_t m = a + (b - a) / 2;
@@ -161,7 +125,7 @@ static int uc_lower(const char *s, size_t n, char **out, size_t *outlen)
             o[len] = (unsigned char)(u[len] >= 'A' && u[len] <= 'Z' ? u[len] + 32 : u[len]);
     } else {
         for (i = 0; i < n;)
-            cp[m++] = uc_next(u, n, &i);
+            cp[m++] = pd_uc_next(u, n, &i);
         for (size_t k = 0; k < m; k++) {
             uint32_t c = cp[k];
             if (c == 0x130) { /* the one code point whose lower case is two: i and a combining dot above */

@@ -1,7 +1,6 @@
 """permd.ShardLayout: a sharded dataset's shards as its loader wrote them (MDS index.json, WebDataset tars, a sizes
 file), and sample ids to (shard, offset) and back. The same rules as permctl's reader (client/layout.h)."""
 import bisect
-import glob
 import io
 import json
 import os
@@ -269,6 +268,19 @@ def _is_file_in_dir(path):
         raise LayoutError(EIO, path, e.strerror) from None
 
 
+def _list_dir(name):
+    """A directory's tar shards (not its subdirectories'), sorted by the bytes of their names."""
+    try:
+        names = os.listdir(name)
+    except OSError as e:
+        raise LayoutError(EIO, name, f"cannot list it: {e.strerror}") from None
+    found = sorted((n for n in names if not n.startswith(".") and n.endswith(TAR_SUFFIXES)
+                    and _is_file_in_dir(os.path.join(name, n))), key=os.fsencode)
+    if not found:
+        raise LayoutError(ENOTFOUND, name, "no tar shards in it (" + ", ".join("*" + x for x in TAR_SUFFIXES) + ")")
+    return [os.path.join(name, n) for n in found]
+
+
 def _resolve_specs(specs, max_shards):
     paths = []
 
@@ -287,26 +299,181 @@ def _resolve_specs(specs, max_shards):
                 if isinstance(e, LayoutError):
                     raise
                 raise LayoutError(EINVAL, part, str(e)) from None
-            for name in names:
-                if os.path.isdir(name):
-                    found = sorted((n for n in os.listdir(name) if not n.startswith(".") and n.endswith(TAR_SUFFIXES)
-                                    and _is_file_in_dir(os.path.join(name, n))), key=os.fsencode)
-                    if not found:
-                        raise LayoutError(ENOTFOUND, name, "no tar shards in it (" + ", ".join(
-                            "*" + x for x in TAR_SUFFIXES) + ")")
-                    for n in found:
-                        add(os.path.join(name, n), name)
-                elif os.path.exists(name):
-                    add(name, name)
-                elif glob.has_magic(name):
-                    found = sorted(glob.glob(name), key=os.fsencode)
-                    if not found:
-                        raise LayoutError(ENOTFOUND, name, "matches no file")
-                    for p in found:
-                        add(p, name)
+            for name in names:  # an existing file, else a directory, else a glob (as C: stat's own error)
+                try:
+                    st = os.stat(name)
+                except FileNotFoundError as e:
+                    if any(c in name for c in "*?["):
+                        for p in glob_shards(name, max_shards - len(paths)):
+                            add(p, name)
+                    elif name != part:
+                        raise LayoutError(ENOTFOUND, name, f"no such file (from {part!r})") from None
+                    else:
+                        raise LayoutError(ENOTFOUND, name, e.strerror) from None
+                except OSError as e:  # a link loop, a file where a directory should be, a name too long
+                    raise LayoutError(EIO, name, e.strerror) from None
                 else:
-                    raise LayoutError(ENOTFOUND, name, f"no such file (from {part!r})" if name != part else "no such file")
+                    for p in _list_dir(name) if stat.S_ISDIR(st.st_mode) else [name]:
+                        add(p, name)
     return paths
+
+
+# ---- Globs: one dialect, the same in C (client/layout.c) and Python -------------------------------------------------
+# glibc's glob() and Python's glob/fnmatch read [^a], [[:digit:]] and backslashes differently, so neither is used.
+
+def _set_end(p, i):
+    """The index of the ']' closing the set opened by p[i] == '[', or None (the '[' is then an ordinary
+    character). A ']' right after "[" or "[!" is a member; a backslash escapes the next character."""
+    j = i + 1
+    if j < len(p) and p[j] in "!^":
+        j += 1
+    first = j
+    while j < len(p):
+        if p[j] == "\\":
+            j += 2
+            continue
+        if p[j] == "]" and j > first:
+            return j
+        j += 1
+    return None
+
+
+def _set_items(p, i, end):
+    """The (lo, hi) ranges of the set p[i..end], and whether it is negated."""
+    j = i + 1
+    neg = p[j] in "!^"
+    j += neg
+    items = []
+    while j < end:
+        if p[j] == "[" and j + 1 < end and p[j + 1] in ":=.":
+            items.append(None)  # a POSIX class: refused by _check_part
+        if p[j] == "\\":
+            j += 1
+        lo = hi = p[j]
+        if j + 2 < end and p[j + 1] == "-":
+            j += 2
+            if p[j] == "\\":
+                j += 1
+            hi = p[j]
+        items.append((lo, hi))
+        j += 1
+    return items, neg
+
+
+def _check_part(p, pattern):
+    i = 0
+    while i < len(p):
+        if p[i] == "\\":
+            i += 2
+            continue
+        end = _set_end(p, i) if p[i] == "[" else None
+        if end is not None:
+            for item in _set_items(p, i, end)[0]:
+                if item is None:
+                    raise LayoutError(EINVAL, pattern, "POSIX classes ([:digit:], [=a=], [.a.]) are not supported "
+                                                       "in globs")
+                if not (item[0].isascii() and item[1].isascii()):
+                    raise LayoutError(EINVAL, pattern, "a glob's [...] set takes ASCII characters only")
+                if item[0] > item[1]:
+                    raise LayoutError(EINVAL, pattern, "a reversed range in a glob's [...] set")
+            i = end
+        i += 1
+
+
+def _magic(p):
+    i = 0
+    while i < len(p):
+        if p[i] == "\\":
+            i += 2
+            continue
+        if p[i] in "*?" or (p[i] == "[" and _set_end(p, i) is not None):
+            return True
+        i += 1
+    return False
+
+
+def _match(p, s):
+    """'*' any run, '?' one character, [...] one of a set ([!...] or [^...] one not in it), '\\c' c itself."""
+    pi = si = 0
+    star, star_s = None, 0
+    while si < len(s):
+        if pi < len(p):
+            c = p[pi]
+            if c == "*":
+                star, star_s = pi, si
+                pi += 1
+                continue
+            if c == "?":
+                pi += 1
+                si += 1
+                continue
+            end = _set_end(p, pi) if c == "[" else None
+            if end is not None:
+                items, neg = _set_items(p, pi, end)
+                if any(lo <= s[si] <= hi for lo, hi in items) != neg:
+                    pi, si = end + 1, si + 1
+                    continue
+            else:
+                n = 2 if c == "\\" and pi + 1 < len(p) else 1
+                if p[pi + n - 1] == s[si]:
+                    pi, si = pi + n, si + 1
+                    continue
+        if star is None:
+            return False
+        pi, star_s = star + 1, star_s + 1
+        si = star_s
+    while pi < len(p) and p[pi] == "*":
+        pi += 1
+    return pi == len(p)
+
+
+def _unescape(p):
+    return re.sub(r"\\(.)", r"\1", p, flags=re.S)
+
+
+def glob_shards(pattern, max_names=MAX_SHARDS):
+    """The files a glob matches, sorted by the bytes of their names, as permctl reads it (see docs/shards.md):
+    each '/'-separated part matched on its own ('*', '?', ASCII [...] sets, [!...] and [^...], '\\' escapes);
+    hidden names only by a part starting with '.'; POSIX classes refused. LayoutError(ENOTFOUND) for none."""
+    cur = [""]
+    parts = pattern.split("/")
+    for k, part in enumerate(parts):
+        first, last = k == 0, k == len(parts) - 1
+        _check_part(part, pattern)
+        nxt = []
+        if not _magic(part):
+            lit = _unescape(part)
+            for c in cur:
+                p = c + ("" if first else "/") + lit
+                if not last or os.path.lexists(p):
+                    nxt.append(p)
+        else:
+            dot = part.startswith(".") or part.startswith("\\.")
+            for c in cur:
+                d = c or ("." if first else "/")
+                try:
+                    names = os.listdir(d)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                except OSError as e:
+                    raise LayoutError(EIO, pattern, f"cannot list {d}: {e.strerror}") from None
+                for n in names:
+                    if (n.startswith(".") and not dot) or not _match(part, n):
+                        continue
+                    p = c + ("" if first else "/") + n
+                    if not last:
+                        try:
+                            if not stat.S_ISDIR(os.stat(p).st_mode):
+                                continue
+                        except OSError:
+                            continue
+                    nxt.append(p)
+                    if len(nxt) > max_names:
+                        break
+        cur = nxt
+    if not cur:
+        raise LayoutError(ENOTFOUND, pattern, "matches no file")
+    return sorted(cur, key=os.fsencode)
 
 
 # ---- Tar shards: WebDataset's grouping, from the headers -------------------------------------------------------------

@@ -455,6 +455,47 @@ class Tars(LayoutCase):
             got = self.assert_same_as_permctl("--tars", spec)
             self.assertEqual(got.paths, want, spec)
 
+    @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_glob_dialect(self):
+        """Globs mean the same in C and Python (C used glibc's glob, Python fnmatch: [^a] negated in one and not
+        the other, [[:digit:]] a class in one and not the other). Fixed cases, then random patterns."""
+        os.mkdir(self.path("g"))
+        names = ["a.tar", "b.tar", "^.tar", "s1.tar", "x y.tar", ".h.tar", "[a].tar", "\u00e9.tar", "\udcff.tar",
+                 "!.tar", "-.tar", "ab.tar", "a\\.tar"]
+        for n in names:
+            samples_tar(self.path("g", n), 1)
+        for d in ("sub1", "sub2"):
+            os.mkdir(self.path("g", d))
+            samples_tar(self.path("g", d, "c.tar"), 1)
+        base = self.path("g") + "/"
+        got = self.assert_same_as_permctl("--tars", base + "[^a].tar")
+        self.assertEqual([p[len(base):] for p in got.paths], ["!.tar", "-.tar", "^.tar", "b.tar", "\u00e9.tar",
+                                                               "\udcff.tar"])
+        for bad in ("s[[:digit:]].tar", "[\u00e9].tar", "[b-a].tar"):
+            self.assert_same_as_permctl("--tars", base + bad, code=layout.EINVAL)
+        tokens = ["*", "?", "[a-c]", "[!a]", "[^b]", "[]a]", "[a-]", "[!]]", "\\\\[", "\\\\*", "[", "]", "a", "b",
+                  ".tar", ".", "s", "1", " ", "^", "!", "-", "\u00e9", "sub?/", "*/", "\\\\"]
+        rng = random.Random(41)
+        matched = 0
+        def wild(c):  # a pattern piece that matches c, or might
+            return rng.choice(["?", "*", "[" + c + "]", "[!x]", "[^" + c + "]", "\\\\" + c, "[a-z]", "[]" + c + "]",
+                               "*" + c, c, c, c])
+
+        for i in range(160):
+            if i % 3:  # from an existing name, some characters turned into wildcards
+                name = rng.choice(names + ["sub1/c.tar", "sub2/c.tar"])
+                pattern = base + "".join(wild(c) if c != "/" and rng.random() < 0.4 else c for c in name)
+            else:
+                pattern = base + "".join(rng.choice(tokens) for _ in range(rng.randint(1, 5)))
+            want, err = permctl_shards("--tars", pattern)
+            try:
+                got, code = [(1, p) for p in permd.ShardLayout.from_tars(pattern).paths], None
+            except permd.LayoutError as e:
+                got, code = None, CODE_NAMES[e.code]
+            self.assertEqual((got, code), (want, err), pattern)
+            matched += want is not None
+        self.assertGreater(matched, 40)
+
     def test_not_files(self):
         os.mkfifo(self.path("fifo.tar"))  # refused at once, never opened to wait for a writer
         self.assert_same_as_permctl("--tars", self.path("fifo.tar"), code=layout.EINVAL)
@@ -465,6 +506,15 @@ class Tars(LayoutCase):
         self.assert_same_as_permctl("--tars", self.path("links"), code=layout.ENOTFOUND)
         self.assert_layout_error(layout.ENOTFOUND, "b.tar: a broken link", permd.ShardLayout.from_tars,
                                  self.path("links"))
+        # a name stat() refuses for another reason than ENOENT: PD_EIO with that reason, in both (Python said
+        # ENOTFOUND "no such file")
+        os.symlink("loop.tar", self.path("loop.tar"))
+        samples_tar(self.path("f.tar"), 1)
+        for name, why in [("loop.tar", "symbolic links"), ("f.tar/x.tar", "Not a directory"),
+                          ("x" * 300 + ".tar", "too long")]:
+            self.assert_same_as_permctl("--tars", self.path(name), code=layout.EIO)
+            self.assert_layout_error(layout.EIO, why, permd.ShardLayout.from_tars, self.path(name))
+        self.assert_same_as_permctl("--tars", self.path("f.tar/x*.tar"), code=layout.EIO)  # ENOTDIR, not a glob
 
     def test_bad_tars(self):
         samples_tar(self.path("t.tar"), 3, size=1000)

@@ -462,6 +462,63 @@ static void test_tar_specs(void **state)
     pd_layout_free(l);
 }
 
+/* Globs: one dialect, the same as Python's ShardLayout (glibc's glob read [^a] and [[:digit:]] as Python's
+ * fnmatch does not): each case's matches under dir/g, in byte order, or an error code. */
+static void test_glob_dialect(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"a.tar", "b.tar", "^.tar", "s1.tar", "x y.tar", ".h.tar", "[a].tar",
+                                        "\xc3\xa9.tar", "\xff.tar", "sub1/c.tar", "sub2/c.tar", "sub2/d.tar"};
+    mkdir(at("g"), 0755);
+    mkdir(at("g/sub1"), 0755);
+    mkdir(at("g/sub2"), 0755);
+    char path[512];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/g/%s", dir, files[i]);
+        write_samples_tar(path, 1, 1);
+    }
+    static const struct {
+        const char *pattern, *want; /* matches (under g/), space-separated; NULL: an error */
+        int code;
+    } cases[] = {
+        {"[^a].tar", "^.tar b.tar \xc3\xa9.tar \xff.tar", 0}, /* '^' negates, as '!'; é is one character */
+        {"[!ab^].tar", "\xc3\xa9.tar \xff.tar", 0},
+        {"[\\\\^a].tar", "^.tar a.tar", 0}, /* an escaped '^' is a member (the braces take one backslash) */
+        {"?.tar", "^.tar a.tar b.tar \xc3\xa9.tar \xff.tar", 0}, /* '?': one character, é or a lone byte */
+        {"*.tar", "[a].tar ^.tar a.tar b.tar s1.tar x y.tar \xc3\xa9.tar \xff.tar", 0}, /* hidden names left out */
+        {".*", ".h.tar", 0},
+        {"\\\\[a].tar", "[a].tar", 0},         /* an escaped '[' is itself */
+        {"[a-b].tar", "a.tar b.tar", 0},
+        {"[]a].tar", "a.tar", 0},              /* ']' first is a member */
+        {"sub*/c.tar", "sub1/c.tar sub2/c.tar", 0},
+        {"sub?/*", "sub1/c.tar sub2/c.tar sub2/d.tar", 0},
+        {"*/d.tar", "sub2/d.tar", 0},
+        {"s[[:digit:]].tar", NULL, PD_EINVAL}, /* POSIX classes: refused, not read two ways */
+        {"[\xc3\xa9].tar", NULL, PD_EINVAL},  /* a set of non-ASCII characters */
+        {"[b-a].tar", NULL, PD_EINVAL},
+        {"nothing*", NULL, PD_ENOTFOUND},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[512], want[1024] = "", got[1024] = "";
+        snprintf(spec, sizeof spec, "%s/g/%s", dir, cases[i].pattern);
+        const char *specs[] = {spec};
+        pd_layout *l = NULL;
+        int rc = pd_layout_read_tars(specs, 1, 0, &l, err, sizeof err);
+        if (cases[i].want && rc == 0) {
+            for (uint64_t k = 0; k < pd_layout_shards(l); k++) {
+                const char *p = pd_layout_path(l, k) + strlen(dir) + 3;
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", k ? " " : "", p);
+            }
+            snprintf(want, sizeof want, "%s", cases[i].want);
+            if (strcmp(got, want))
+                fail_msg("'%s': matched '%s', want '%s'", cases[i].pattern, got, want);
+        } else if (rc != (cases[i].code ? cases[i].code : 0)) {
+            fail_msg("'%s': rc %d, want %d (%s)", cases[i].pattern, rc, cases[i].code, err);
+        }
+        pd_layout_free(l);
+    }
+}
+
 static void test_tar_specs_bad(void **state)
 {
     (void)state;
@@ -758,6 +815,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_count_wide_sample, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tar_specs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tar_specs_bad, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_glob_dialect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sizes_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mds_bad, setup, teardown),
