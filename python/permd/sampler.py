@@ -450,7 +450,8 @@ class Sampler(_Base):
             offset = max(start, floor)
             if consumed is not None:
                 behind = self._dropped
-                _args.integer("consumed (no pass has begun)" if behind is None else
+                _args.integer("consumed (no pass has begun since the last set_epoch, load_state_dict or iter)"
+                              if behind is None else
                               "consumed (at most the ids the dropped pass handed out)", consumed, 0,
                               0 if behind is None else behind.handed + behind.yielded)
         else:
