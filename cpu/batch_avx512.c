@@ -264,15 +264,15 @@ PD_AI void unpack2w(__m512i w, __m512i *a)
  * (K = 64's batches of one long run), the per-run values are one register each instead of one per word
  * vector: 28 live registers became 12, and the rounds stopped reading spilled values from the stack. */
 PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *s1, const int D,
-                      const uint32_t *hk)
+                      const uint32_t *hk, const int nv)
 {
-    enum { NW = BNV / 2 };
+    const int NW = nv / 2;
     const __m512i ch = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 16));
     const __m512i a = _mm512_set1_epi16((short)((PD_VP_M0 >> 32) & 0xFF));
     const __m512i low16 = _mm512_set1_epi32(0xFFFF), one32 = _mm512_set1_epi32(1), sixteen = _mm512_set1_epi32(16);
     const __m512i zero_hi = _mm512_set1_epi32(0x8000); /* vpshufb: a zero in each word's high byte */
     const int nt = hk ? 1 : NW; /* per-run values: one set (one run), or one per word vector */
-    __m512i w0[NW], w1[NW], lmask[NW], rmask[NW], cld[NW], shr[NW], runi[NW];
+    __m512i w0[BNV / 2], w1[BNV / 2], lmask[BNV / 2], rmask[BNV / 2], cld[BNV / 2], shr[BNV / 2], runi[BNV / 2];
     for (int j = 0; j < NW; j++) {
         w0[j] = pack2w(s0[2 * j], s0[2 * j + 1]);
         w1[j] = pack2w(s1[2 * j], s1[2 * j + 1]);
@@ -304,7 +304,7 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
         unpack2w(w1[j], s1 + 2 * j);
     }
     if (!D)
-        for (int v = 0; v < BNV; v++)
+        for (int v = 0; v < nv; v++)
             s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
 }
 #endif
@@ -378,9 +378,9 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
     }
 #if PD_BATCH_WORDS
     if (L && one) /* two calls: each inlined with hk known NULL or not */
-        eval_words(c, p, s0, s1, d, c->kr[r]);
+        eval_words(c, p, s0, s1, d, c->kr[r], BNV);
     else if (L)
-        eval_words(c, p, s0, s1, d, NULL);
+        eval_words(c, p, s0, s1, d, NULL, BNV);
     else
 #endif
 #if PD_BATCH_BYTES
@@ -407,72 +407,84 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
     }
 }
 
-/* One pass over the queue's whole groups; a shorter rest stays queued. */
-PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const int L)
+/* One group of nv vectors from queue entry r: evaluated, finished lanes to the output, the rest queued
+ * again from *w (≤ r). */
+PD_AI void compact_group(const bctx *c, queue *q, outbuf *buf, uint32_t r, uint32_t *w, const int d, const int L,
+                         const int nv)
 {
-    const int nv = L ? BNV : CNV;
-    uint32_t r = 0, w = 0;
-    for (; r + VW * nv <= q->n; r += VW * nv) {
-        lanes own[BNV];
-        const lanes *p[BNV];
-        __m512i s0[BNV], s1[BNV], idx[BNV];
-        /* A group whose lanes all walk one run (a batch of one long run: every group) reads that run's
-         * values and keys broadcast, as compact_first does, instead of 7 permutes a vector and a key
-         * shuffle a round (uneven K = 64 on words: +6%, and +14% with eval_words' one set of values). */
+    lanes own[BNV];
+    const lanes *p[BNV];
+    __m512i s0[BNV], s1[BNV], idx[BNV];
+    /* A group whose lanes all walk one run (a batch of one long run: every group) reads that run's
+     * values and keys broadcast, as compact_first does, instead of 7 permutes a vector and a key
+     * shuffle a round (uneven K = 64 on words: +6%, and +14% with eval_words' one set of values). */
 #if !PD_BATCH_WORDS /* bytes and 32-bit lanes as they were: on byte lanes the check alone made the walk 5-15%
-                      * slower (gcc laid it out anew) */
-        for (int v = 0; v < nv; v++) {
-            const __m512i run = _mm512_loadu_si512(q->run + r + VW * v);
-            own[v] = L && PD_BATCH_BYTES ? lanes_of_bytes(c, run) : lanes_of(c, run, d & PD_SMALL);
-            p[v] = &own[v];
-            split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
-            idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
-        }
+                  * slower (gcc laid it out anew) */
+    for (int v = 0; v < nv; v++) {
+        const __m512i run = _mm512_loadu_si512(q->run + r + VW * v);
+        own[v] = L && PD_BATCH_BYTES ? lanes_of_bytes(c, run) : lanes_of(c, run, d & PD_SMALL);
+        p[v] = &own[v];
+        split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
+        idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
+    }
 #else
-        const uint32_t r0 = q->run[r];
-        __mmask16 same = 0xFFFF;
-        for (int v = 0; v < nv; v++)
-            same &= _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(q->run + r + VW * v), _mm512_set1_epi32((int)r0));
-        const int one = same == 0xFFFF;
-        for (int v = 0; v < nv; v++) {
-            if (one) {
-                p[v] = &c->one[r0];
-            } else {
-                own[v] = lanes_of(c, _mm512_loadu_si512(q->run + r + VW * v), d & PD_SMALL);
-                p[v] = &own[v];
-            }
-            split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
-            idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
+    const uint32_t r0 = q->run[r];
+    __mmask16 same = 0xFFFF;
+    for (int v = 0; v < nv; v++)
+        same &= _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(q->run + r + VW * v), _mm512_set1_epi32((int)r0));
+    const int one = same == 0xFFFF;
+    for (int v = 0; v < nv; v++) {
+        if (one) {
+            p[v] = &c->one[r0];
+        } else {
+            own[v] = lanes_of(c, _mm512_loadu_si512(q->run + r + VW * v), d & PD_SMALL);
+            p[v] = &own[v];
         }
+        split(p[v], _mm512_loadu_si512(q->val + r + VW * v), &s0[v], &s1[v]);
+        idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
+    }
 #endif
 #if PD_BATCH_WORDS
-        if (L && one)
-            eval_words(c, p, s0, s1, d, c->kr[r0]);
-        else if (L)
-            eval_words(c, p, s0, s1, d, NULL);
-        else
+    if (L && one)
+        eval_words(c, p, s0, s1, d, c->kr[r0], nv);
+    else if (L)
+        eval_words(c, p, s0, s1, d, NULL, nv);
+    else
 #endif
 #if PD_BATCH_BYTES
-        if (L) {
-            __m512i run[BNV], runb[BNB];
-            for (int v = 0; v < BNV; v++)
-                run[v] = own[v].run;
-            for (int j = 0; j < BNB; j++)
-                runb[j] = pack4(c, run + CNV * j);
-            eval_bytes(c, p, runb, s0, s1, L, d);
-        } else
+    if (L) {
+        __m512i run[BNV], runb[BNB];
+        for (int v = 0; v < BNV; v++)
+            run[v] = own[v].run;
+        for (int j = 0; j < BNB; j++)
+            runb[j] = pack4(c, run + CNV * j);
+        eval_bytes(c, p, runb, s0, s1, L, d);
+    } else
 #endif
-            eval(c, p, s0, s1, CNV, d, NULL);
-        for (int v = 0; v < nv; v++) {
-            __m512i val;
-            const __mmask16 in = inside(p[v], s0[v], s1[v], &val);
-            outbuf_push(buf, in, val, idx[v]);
-            queue_put(q, w, (__mmask16)~in, val, p[v]->run, idx[v]); /* w ≤ r + VW·v: only loaded entries */
-            w += (unsigned)__builtin_popcount((__mmask16)~in);
-        }
-        if (buf->n >= OBUF)
-            outbuf_flush(c, buf);
+        eval(c, p, s0, s1, CNV, d, NULL);
+    for (int v = 0; v < nv; v++) {
+        __m512i val;
+        const __mmask16 in = inside(p[v], s0[v], s1[v], &val);
+        outbuf_push(buf, in, val, idx[v]);
+        queue_put(q, *w, (__mmask16)~in, val, p[v]->run, idx[v]); /* w ≤ r + VW·v: only loaded entries */
+        *w += (unsigned)__builtin_popcount((__mmask16)~in);
     }
+    if (buf->n >= OBUF)
+        outbuf_flush(c, buf);
+}
+
+/* One pass over the queue's whole groups; a shorter rest stays queued. With tail (the drain, on narrow
+ * lanes), whole groups of one word vector (words) or byte vector (bytes) follow, so that a queue padded
+ * to those is evaluated whole: every entry takes a step each pass, and the walk ends. */
+PD_AI void compact_pass(const bctx *c, queue *q, outbuf *buf, const int d, const int L, const int tail)
+{
+    const int nv = L ? BNV : CNV, tv = PD_BATCH_WORDS ? 2 : CNV;
+    uint32_t r = 0, w = 0;
+    for (; r + VW * nv <= q->n; r += VW * nv)
+        compact_group(c, q, buf, r, &w, d, L, nv);
+    if (L && tail)
+        for (; r + VW * tv <= q->n; r += VW * tv)
+            compact_group(c, q, buf, r, &w, d, L, tv);
     for (; r < q->n; r++, w++) {
         q->val[w] = q->val[r];
         q->run[w] = q->run[r];
@@ -578,20 +590,26 @@ PD_AI void walk(const pd__batch *b, const int d, const int L)
         for (; i < end; i += gl)
             compact_first(&c, &q, i, d, L);
         while (q.n > BLOCK / 2)
-            compact_pass(&c, &q, &buf, d, L);
+            compact_pass(&c, &q, &buf, d, L, 0);
     }
     for (; i < b->count; i++) { /* fewer than gl items left: queue them unevaluated */
         q.val[q.n] = b->v[i];
         q.run[q.n] = b->run[i];
         q.idx[q.n++] = i;
     }
+    /* The drain pads the queue to whole groups with copies. A batch of short runs (uneven K = 1: 16 runs
+     * of ~128 items) then spent a fifth of its evaluations on copies, so word lanes pad to one word vector
+     * (32 lanes) and evaluate what whole groups leave in groups of one (no-VBMI uneven K = 1, G = 1: +10%).
+     * Each pass still evaluates every entry: copies are walkers too, and a pass that left some behind
+     * while new copies came in need not end. */
     while (q.n) {
-        for (uint32_t last = q.n - 1; q.n % gl; q.n++) { /* pad with copies of the last entry */
+        const uint32_t pad = PD_BATCH_WORDS && L ? 2 * VW : gl;
+        for (uint32_t last = q.n - 1; q.n % pad; q.n++) { /* pad with copies of the last entry */
             q.val[q.n] = q.val[last];
             q.run[q.n] = q.run[last];
             q.idx[q.n] = q.idx[last];
         }
-        compact_pass(&c, &q, &buf, d, L);
+        compact_pass(&c, &q, &buf, d, L, PD_BATCH_WORDS);
     }
     outbuf_flush(&c, &buf);
 }

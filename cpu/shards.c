@@ -323,9 +323,10 @@ static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scra
     sc->items = 0;
 }
 
-/* A strided run's ids are stored one by one, ks apart (its lane's subsequence among m), after the batch's
- * σ: each store of a line not in cache waited for it (a 8-lane G = 3 read spent 16% of its time on
- * those stores). Asking for the lines when the run is queued brings them in while σ runs. Only where
+/* A run's ids are stored after the batch's σ, and each store of a line not in cache waited for it: a
+ * strided run's (ks apart, its lane's subsequence among m; an 8-lane G = 3 read spent 16% of its time on
+ * those stores) and a contiguous run's alike (the lookup's vector stores, 8% of an uneven K = 1 read on
+ * word lanes). Asking for the lines when the run is queued brings them in while σ runs. Only where
  * ids share lines (|ks|·width ≤ 64): with farther ids the range's lines are mostly not the run's. */
 static void pd_prefetch_out(const pd_shard_req *r, uint64_t kb, uint64_t len, int64_t ks)
 {
@@ -359,8 +360,7 @@ static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratc
         for (uint32_t j = 0; j < take; j++, x += (uint32_t)d)
             v[j] = x;
         memset(sc->run + sc->items, (int)sc->nruns, take);
-        if (ks != 1 && ks != -1) /* strided ids: their output lines, wanted for writing at the flush */
-            pd_prefetch_out(r, kb, take, ks);
+        pd_prefetch_out(r, kb, take, ks); /* the run's output lines, wanted for writing at the flush */
         sc->items += take;
         sc->nruns++;
         v0 += take * d;
