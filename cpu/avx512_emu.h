@@ -12,6 +12,7 @@
 
 typedef simde__mmask16 __mmask16;
 typedef simde__mmask64 __mmask64;
+typedef simde__mmask8 __mmask8;
 #define _MM_PERM_DDBB 0xF5
 
 /* The rest follow the pseudocode of Intel's intrinsics guide, lane by lane. */
@@ -101,6 +102,26 @@ static inline void pd_emu_mask_storeu_epi32(void *p, __mmask16 k, __m512i a)
             memcpy((char *)p + 4 * j, &x[j], 4);
 }
 
+static inline void pd_emu_mask_storeu_epi64(void *p, __mmask8 k, __m512i a)
+{
+    uint64_t x[8];
+    _mm512_storeu_si512(x, a);
+    for (int j = 0; j < 8; j++) /* unselected lanes are not touched */
+        if ((k >> j) & 1)
+            memcpy((char *)p + 8 * j, &x[j], 8);
+}
+
+static inline __m512i pd_emu_maskz_loadu_epi32(__mmask16 k, const void *p)
+{
+    uint32_t r[16];
+    for (int j = 0; j < 16; j++) /* unselected lanes are not read */
+        r[j] = 0;
+    for (int j = 0; j < 16; j++)
+        if ((k >> j) & 1)
+            memcpy(&r[j], (const char *)p + 4 * j, 4);
+    return _mm512_loadu_si512(r);
+}
+
 #define _mm512_mask_shuffle_epi32(src, k, a, imm) pd_emu_mask_shuffle_epi32(src, k, a, imm)
 #define _mm512_maskz_expand_epi32(k, a) pd_emu_maskz_expand_epi32(k, a)
 #define _mm512_cvtepu32_epi64(a) pd_emu_cvtepu32_epi64(a)
@@ -109,6 +130,8 @@ static inline void pd_emu_mask_storeu_epi32(void *p, __mmask16 k, __m512i a)
 #define _mm512_cvtepu16_epi32(a) pd_emu_cvtepu16_epi32(a)
 #define _mm512_cvtepi32_epi8(a) pd_emu_cvtepi32_epi8(a)
 #define _mm512_mask_storeu_epi32(p, k, a) pd_emu_mask_storeu_epi32(p, k, a)
+#define _mm512_mask_storeu_epi64(p, k, a) pd_emu_mask_storeu_epi64(p, k, a)
+#define _mm512_maskz_loadu_epi32(k, p) pd_emu_maskz_loadu_epi32(k, p)
 #define _mm512_mulhi_epu16(a, b) pd_emu_mulhi_epu16(a, b)
 #define _mm512_i32gather_epi32(idx, base, scale) pd_emu_i32gather_epi32(idx, base, scale)
 #define _mm512_i32gather_epi64(idx, base, scale) pd_emu_i32gather_epi64(idx, base, scale)

@@ -194,12 +194,12 @@ PD_AI __m512i lookup(const __m512i *t, __m512i s, const int L)
  * lanes' run numbers as bytes. Junk above rbits in s1 stays out of s0 (masked by lmask, lbits ≤
  * rbits) and of the d = 1 test (bit lbits < rbits), and is masked off at the end. */
 PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m512i *runb, __m512i *s0, __m512i *s1,
-                      const int L, const int D)
+                      const int L, const int D, const int nb)
 {
     __m512i b0[BNB], b1[BNB], lmask[BNB], top[BNB];
     __mmask64 dlanes[BNB], wide[BNB], s1_8[BNB]; /* D = 3: lanes with rbits = 9, and s1's bit 8 there */
     const __m512i one = _mm512_set1_epi8(1);
-    for (int j = 0; j < BNB; j++) { /* two chains: a round's latency is ~2× its issue time */
+    for (int j = 0; j < nb; j++) { /* two chains (nb = BNB): a round's latency is ~2× its issue time */
         b0[j] = pack4(c, s0 + CNV * j);
         b1[j] = pack4(c, s1 + CNV * j);
         lmask[j] = _mm512_permutexvar_epi8(runb[j], c->blmask);
@@ -216,7 +216,7 @@ PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m512i *runb,
     }
     PD_UNROLL(24)
     for (int i = 0; i < PD_ROUNDS; i++) {
-        for (int j = 0; j < BNB; j++) {
+        for (int j = 0; j < nb; j++) {
             const __m512i hi = lookup(c->thi, b0[j], L);
             __m512i lo = lookup(D == 1 ? c->tlo1 : c->tlo, b0[j], L);
             __mmask64 shifted_in = D ? _mm512_test_epi8_mask(b1[j], top[j]) : 0; /* s1 >> lbits */
@@ -232,14 +232,14 @@ PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m512i *runb,
             b0[j] = n0;
         }
     }
-    for (int j = 0; j < BNB; j++) {
+    for (int j = 0; j < nb; j++) {
         unpack4(c, b0[j], s0 + CNV * j);
         unpack4(c, b1[j], s1 + CNV * j);
         for (int v = 0; D == 3 && v < CNV; v++)
             s1[CNV * j + v] = _mm512_mask_or_epi32(s1[CNV * j + v], (__mmask16)(s1_8[j] >> (VW * v)),
                                                    s1[CNV * j + v], _mm512_set1_epi32(256));
     }
-    for (int v = 0; v < BNV; v++)
+    for (int v = 0; v < CNV * nb; v++)
         s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
 }
 #endif
@@ -388,7 +388,7 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
         __m512i runb[BNB];
         for (int j = 0; j < BNB; j++)
             runb[j] = _mm512_loadu_si512(c->run + i + 64 * j);
-        eval_bytes(c, p, runb, s0, s1, L, d);
+        eval_bytes(c, p, runb, s0, s1, L, d, BNB);
     } else
 #endif
     if (one)
@@ -454,11 +454,11 @@ PD_AI void compact_group(const bctx *c, queue *q, outbuf *buf, uint32_t r, uint3
 #if PD_BATCH_BYTES
     if (L) {
         __m512i run[BNV], runb[BNB];
-        for (int v = 0; v < BNV; v++)
+        for (int v = 0; v < nv; v++)
             run[v] = own[v].run;
-        for (int j = 0; j < BNB; j++)
+        for (int j = 0; j < nv / CNV; j++)
             runb[j] = pack4(c, run + CNV * j);
-        eval_bytes(c, p, runb, s0, s1, L, d);
+        eval_bytes(c, p, runb, s0, s1, L, d, nv / CNV);
     } else
 #endif
         eval(c, p, s0, s1, CNV, d, NULL);
@@ -599,17 +599,18 @@ PD_AI void walk(const pd__batch *b, const int d, const int L)
     }
     /* The drain pads the queue to whole groups with copies. A batch of short runs (uneven K = 1: 16 runs
      * of ~128 items) then spent a fifth of its evaluations on copies, so word lanes pad to one word vector
-     * (32 lanes) and evaluate what whole groups leave in groups of one (no-VBMI uneven K = 1, G = 1: +10%).
+     * (32 lanes) and evaluate what whole groups leave in groups of one (no-VBMI uneven K = 1, G = 1: +10%);
+     * byte lanes likewise to one byte vector (64).
      * Each pass still evaluates every entry: copies are walkers too, and a pass that left some behind
      * while new copies came in need not end. */
     while (q.n) {
-        const uint32_t pad = PD_BATCH_WORDS && L ? 2 * VW : gl;
+        const uint32_t pad = !L ? gl : PD_BATCH_WORDS ? 2 * VW : CNV * VW;
         for (uint32_t last = q.n - 1; q.n % pad; q.n++) { /* pad with copies of the last entry */
             q.val[q.n] = q.val[last];
             q.run[q.n] = q.run[last];
             q.idx[q.n] = q.idx[last];
         }
-        compact_pass(&c, &q, &buf, d, L, PD_BATCH_WORDS);
+        compact_pass(&c, &q, &buf, d, L, 1);
     }
     outbuf_flush(&c, &buf);
 }

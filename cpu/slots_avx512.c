@@ -65,8 +65,10 @@ PD_AI void map(const pd__slots *t, const uint32_t *u, uint64_t count, void *out,
     const __m512i rev32 = _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i o0 = _mm512_loadu_si512(pd_order[reverse ? 2 : 0]), o1 = _mm512_loadu_si512(pd_order[reverse ? 3 : 1]);
     uint64_t j = 0;
-    for (; j + VW <= count; j += VW) {
-        __m512i v = _mm512_loadu_si512(u + j);
+    for (; j < count; j += VW) {
+        /* the last vector's lanes past count: loaded as 0, and not stored (masked stores do not fault) */
+        const __mmask16 m = count - j >= VW ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - j)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi32(m, u + j);
         v = _mm512_mask_xor_epi32(v, _mm512_cmplt_epu32_mask(v, two), v, flip);
         __m512i i = _mm512_setzero_si512();
         for (uint32_t step = t->size / 2; step; step /= 2) {
@@ -75,10 +77,11 @@ PD_AI void map(const pd__slots *t, const uint32_t *u, uint64_t count, void *out,
         }
         const __m512i sum = _mm512_add_epi32(v, tab_get(&lo, i, regs));
         if (width == 4) {
-            if (reverse)
-                _mm512_storeu_si512((uint32_t *)out - j - 15, _mm512_permutexvar_epi32(rev32, sum));
+            if (reverse) /* lane k holds q = 15 − k */
+                _mm512_mask_storeu_epi32((uint32_t *)out - j - 15, (__mmask16)(m << (VW - 1 - (31 - __builtin_clz((unsigned)m)))),
+                                         _mm512_permutexvar_epi32(rev32, sum));
             else
-                _mm512_storeu_si512((uint32_t *)out + j, sum);
+                _mm512_mask_storeu_epi32((uint32_t *)out + j, m, sum);
             continue;
         }
         /* the high half takes the carry of the low one */
@@ -86,12 +89,10 @@ PD_AI void map(const pd__slots *t, const uint32_t *u, uint64_t count, void *out,
         const __m512i top = _mm512_mask_add_epi32(a, _mm512_cmplt_epu32_mask(sum, v), a, _mm512_set1_epi32(1));
         const __m512i l = _mm512_unpacklo_epi32(sum, top), h = _mm512_unpackhi_epi32(sum, top);
         uint64_t *o = reverse ? (uint64_t *)out - j - 15 : (uint64_t *)out + j;
-        _mm512_storeu_si512(o, _mm512_permutex2var_epi64(l, o0, h));
-        _mm512_storeu_si512(o + 8, _mm512_permutex2var_epi64(l, o1, h));
+        const __mmask16 sm = reverse ? (__mmask16)(m << (VW - 1 - (31 - __builtin_clz((unsigned)m)))) : m;
+        _mm512_mask_storeu_epi64(o, (__mmask8)sm, _mm512_permutex2var_epi64(l, o0, h));
+        _mm512_mask_storeu_epi64(o + 8, (__mmask8)(sm >> 8), _mm512_permutex2var_epi64(l, o1, h));
     }
-    if (j < count)
-        pd__slots_map_scalar(t, u + j, count - j, (char *)out + (reverse ? -(int64_t)j : (int64_t)j) * (int64_t)width,
-                             width, reverse);
 }
 
 typedef void map_fn(const pd__slots *t, const uint32_t *u, uint64_t count, void *out, int reverse);
