@@ -20,8 +20,8 @@ typedef void (*pd_handler)(pd_session *s, uint64_t id, const void *msg);
 enum {
     PD_CMD_PREAUTH = 1, /* may be sent before the connection authenticated */
     /* Its handler may hand the request's memory to a request job (Inverse's job reads the samples and
-     * writes its reply's buffers in the session's arena, daemon/fetch.c), which nothing here can see:
-     * the arena is then released by the next frame, not when the handler returns. */
+     * writes its reply's buffers in the session's arena, daemon/fetch.c) without saying so
+     * (pd_arena_keep): the arena is then released by the next frame, not when the handler returns. */
     PD_CMD_KEEPS_ARENA = 2,
 };
 
@@ -170,10 +170,11 @@ void pd_dispatch_frame(pd_session *s, const uint8_t *payload, uint32_t len)
     pd_arena *a = &s->arena;
     if (!a->gauge)
         pd_arena_count_in(a, &s->loop->stats.request_memory); /* permd_request_memory_bytes */
-    pd_arena_reset(a); /* what a request job kept of the last frame (PD_CMD_KEEPS_ARENA) */
+    pd_arena_reset(a); /* what the last frame's request job kept, if its done did not reset it */
     unsigned flags = pd_dispatch_run(s, payload, len);
     /* The reply is queued (or a job that copied what it needs has it): the decoded request goes now,
-     * not at the connection's next frame, so an idle connection holds none of it. */
-    if (!(flags & PD_CMD_KEEPS_ARENA))
+     * not at the connection's next frame, so an idle connection holds none of it. A handler whose job
+     * reads it says so (pd_arena_keep), and the job's done callback resets it. */
+    if (!(flags & PD_CMD_KEEPS_ARENA) && !pd_arena_kept(a))
         pd_arena_reset(a);
 }

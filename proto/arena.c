@@ -40,6 +40,7 @@ int pd_arena_init(pd_arena *a, size_t cap)
     a->held = 0;
     a->limit = 0;
     a->over = 0;
+    a->kept = 0;
     a->gauge = NULL;
     a->pb.alloc = pd_arena_pb_alloc;
     a->pb.free = pd_arena_pb_free;
@@ -64,6 +65,7 @@ void pd_arena_reset(pd_arena *a)
     a->spilled = 0;
     a->held = 0;
     a->over = 0;
+    a->kept = 0;
 }
 
 void pd_arena_free(pd_arena *a)
@@ -82,6 +84,16 @@ void pd_arena_set_limit(pd_arena *a, size_t limit)
 int pd_arena_over(const pd_arena *a)
 {
     return a->over;
+}
+
+void pd_arena_keep(pd_arena *a)
+{
+    a->kept = 1;
+}
+
+int pd_arena_kept(const pd_arena *a)
+{
+    return a->kept;
 }
 
 void pd_arena_count_in(pd_arena *a, _Atomic uint64_t *gauge)

@@ -28,6 +28,7 @@ typedef struct pd_arena {
     size_t held;               /* bytes of the blocks themselves (what the arena costs beyond buf) */
     size_t limit;              /* 0: none; else used + spilled may not pass it (pd_arena_set_limit) */
     int over;                  /* an allocation was refused for the limit since the last reset */
+    int kept;                  /* pd_arena_keep: a job still uses what was handed out (until reset) */
     _Atomic uint64_t *gauge;   /* NULL, or a counter that held is added to (pd_arena_count_in) */
 } pd_arena;
 
@@ -44,6 +45,10 @@ void *pd_arena_alloc(pd_arena *a, size_t n);
 void pd_arena_set_limit(pd_arena *a, size_t limit);
 /* Whether an allocation was refused for the limit since the last reset. */
 int pd_arena_over(const pd_arena *a);
+/* What was handed out stays in use past the current request (a worker job reads it): its owner resets
+ * the arena when the job is done, and pd_arena_kept says so meanwhile. */
+void pd_arena_keep(pd_arena *a);
+int pd_arena_kept(const pd_arena *a);
 /* Keep *gauge up to date with the heap the arena holds beyond buf (add as blocks come, subtract at
  * reset): a process-wide view of what requests hold. Call before the first allocation. */
 void pd_arena_count_in(pd_arena *a, _Atomic uint64_t *gauge);
