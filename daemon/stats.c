@@ -170,7 +170,8 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "request's decoding is bounded by max_request_memory, and released once it is answered.",
                 st->request_memory);
     pd_text_u64(&t, "permd_plan_bytes", "gauge",
-                "Bytes of sharded epoch plans alive, cached or in use (the cache is bounded by plan_cache_bytes).",
+                "Bytes of sharded epoch and mixture plans alive: cached, in use, or admitted and being built (at most "
+                "plan_cache_bytes, or one larger plan).",
                 v->plan_bytes);
     pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
                 v->datasets);
