@@ -56,21 +56,28 @@ uint64_t pd_layout_samples(const pd_layout *l);                  /* the sum of t
 uint64_t pd_layout_bytes_read(const pd_layout *l);               /* bytes read from shard files */
 void pd_layout_free(pd_layout *l);
 
-/* Count the samples of one tar shard as WebDataset groups its members: regular files only, names
- * "__*__" (and anything under "__*__/") skipped, a member's key is its name up to the first dot
- * of its last path component (members without one are skipped), and a sample is a run of
- * consecutive members with one key. Reads the tar headers only (data is seeked over) unless it is
- * compressed (gzip, bzip2, xz), which has to be read through. *bytes_read: bytes read from the
- * file. Errors as above: a truncated or damaged tar (PD_EIO), a file that is no tar, empty, or
- * repeats an extension within a sample (PD_EINVAL, as WebDataset would raise; extensions compared after
- * Python's str.lower(), as WebDataset compares them). */
+/* Count the samples of one tar shard as WebDataset reads it: the headers read as Python's tarfile reads
+ * them (WebDataset iterates tarfile: ustar prefixes joined whatever the header's magic, pax extended and
+ * global headers, GNU long names, sparse members; the first header that is not one ends the archive), then
+ * grouped as WebDataset groups them: regular files only, names "__*__" (and anything under "__*__/")
+ * skipped, a member's key is its name up to the first dot of its last path component (members without one
+ * are skipped), a sample is a run of consecutive members with one key, and an extension repeated in a
+ * sample (compared after Python's str.lower()) is an error. Reads the tar headers only (data is seeked
+ * over) unless it is compressed (gzip, bzip2, xz, lzma, as libarchive recognizes them), which is read
+ * through to its end: the whole stream must be sound. *bytes_read: bytes read from the file. Errors as
+ * above: PD_EINVAL for a file that is no tar (its first 512 bytes no tar header), empty, compressed twice,
+ * or repeating an extension within a sample (as WebDataset would raise); PD_EIO for a tar truncated or
+ * damaged anywhere after its first header (where tarfile, and so WebDataset, would silently stop), a
+ * member that does not advance the archive (a negative size), more than 64 extended headers before one
+ * member or one of more than 1 MiB, and a compressed stream that is cut, fails a check (gzip's CRC-32
+ * included) or is followed by anything but zero bytes. */
 int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_read, char *err, size_t errlen);
 
-/* WebDataset's split of a member name into key and extension (its base_plus_ext):
- * 1 with *keylen and *ext (the text after the dot) when the name has a key, else 0. */
-int pd_wds_split(const char *name, size_t *keylen, const char **ext);
+/* WebDataset's split of a member name name[0..len) into key and extension (its base_plus_ext, newlines
+ * included): 1 with *keylen and *ext (the text after the dot, up to len) when the name has a key, else 0. */
+int pd_wds_split(const char *name, size_t len, size_t *keylen, const char **ext);
 
-/* Whether WebDataset skips the member name as metadata ("__x__", "__x__/..."). */
-int pd_wds_is_meta(const char *name);
+/* Whether WebDataset skips the member name[0..len) as metadata ("__x__", "__x__/..."). */
+int pd_wds_is_meta(const char *name, size_t len);
 
 #endif

@@ -1,8 +1,9 @@
-/* WebDataset tar shards: samples counted from the tar headers alone (libarchive), grouped as WebDataset groups members. */
+/* WebDataset tar shards: samples counted as WebDataset reads them, from the tar headers alone. The headers are
+ * read as Python's tarfile reads them (WebDataset iterates tarfile), not as libarchive would: the two differ on
+ * name prefixes, invalid number fields, pax global headers and more. libarchive only decompresses. */
 #include "layout_internal.h"
 
 #include <archive.h>
-#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -13,44 +14,51 @@
 #include "client/layout_unicode.h"
 #include "core/error.h"
 
-#define TAR_BLOCK 16384 /* bytes read at each header: the header plus what follows it */
+#define TAR_BLOCK 16384          /* bytes read at each header: the header plus what follows it */
+#define TAR_EXT_MAX (1u << 20)   /* the data of one extended header (pax, GNU long name) */
+#define TAR_CHAIN_MAX 64         /* headers before one member (tarfile recurses into each) */
+#define TAR_HUGE (INT64_C(1) << 62) /* numbers saturate here: past any file, and no sum of two overflows */
 
 /* ---- WebDataset's member names ---------------------------------------------------------------------- */
 
-int pd_wds_split(const char *name, size_t *keylen, const char **ext)
+int pd_wds_split(const char *name, size_t len, size_t *keylen, const char **ext)
 {
-    /* WebDataset's regex: ^((?:.*SLASH|)[^.]+)[.]([^/]*)$, SLASH being '/'. The extension holds no
-     * '/', so the dot lies in the last component, and the key must end in a dot-free run that starts
-     * the name or follows a '/': only the component's first dot can qualify, so the match is unique. */
-    const char *slash = strrchr(name, '/');
-    const char *base = slash ? slash + 1 : name;
-    const char *dot = strchr(base, '.');
-    if (!dot)
-        return 0;
-    if (dot == base) { /* ".x": the key is the directory part, if its last component has no dot */
-        if (!slash)
-            return 0;
-        const char *comp = slash;
-        while (comp > name && comp[-1] != '/')
-            comp--;
-        if (memchr(comp, '.', (size_t)(slash - comp)))
-            return 0;
+    /* WebDataset's re.match(r"^((?:.*SLASH|)[^.]+)[.]([^/]*)$"), SLASH being '/' (written out, it would end
+     * this comment). The extension holds no '/', so its dot lies after
+     * the last '/'; the key is some prefix P ("" or ending in '/', without '\n': '.' matches no newline) and
+     * then a dot-free run up to the first dot after P. The engine tries the longest P first, "" last. */
+    size_t last_slash = SIZE_MAX, first_nl = len, dot = SIZE_MAX;
+    for (size_t i = 0; i < len; i++) {
+        if (name[i] == '/')
+            last_slash = i;
+        else if (name[i] == '\n' && first_nl == len)
+            first_nl = i;
     }
-    *keylen = (size_t)(dot - name);
-    *ext = dot + 1;
-    return 1;
+    for (size_t st = len + 1; st-- > 0;) {
+        if (st < len && name[st] == '.')
+            dot = st; /* the first dot at or after st */
+        int candidate = st == 0 || (name[st - 1] == '/' && first_nl >= st);
+        if (candidate && dot != SIZE_MAX && dot > st && (last_slash == SIZE_MAX || dot > last_slash)) {
+            *keylen = dot;
+            *ext = name + dot + 1;
+            return 1;
+        }
+    }
+    return 0;
 }
 
-int pd_wds_is_meta(const char *name)
+int pd_wds_is_meta(const char *name, size_t len)
 {
-    size_t n = strlen(name);
-    if (n < 2 || name[0] != '_' || name[1] != '_')
+    if (len < 2 || name[0] != '_' || name[1] != '_')
         return 0;
-    if (!strchr(name, '/') && name[n - 2] == '_' && name[n - 1] == '_') /* "__x__" (and "__", "___") */
+    const char *sl = memchr(name, '/', len);
+    if (!sl && name[len - 2] == '_' && name[len - 1] == '_') /* "__x__" (and "__", "___") */
         return 1;
-    const char *sl = strchr(name + 2, '/'); /* __[^/]*__($|/) at the start */
-    size_t e = sl ? (size_t)(sl - name) : n;
-    return e >= 4 && name[e - 2] == '_' && name[e - 1] == '_';
+    /* re.match(r"__[^/]*__($|/)"): "__" closing at the first '/' or the end, or before a final newline ('$') */
+    size_t e = sl ? (size_t)(sl - name) : len;
+    if (e >= 4 && name[e - 2] == '_' && name[e - 1] == '_')
+        return 1;
+    return !sl && len >= 5 && name[len - 1] == '\n' && name[len - 3] == '_' && name[len - 2] == '_';
 }
 
 /* ---- Python's str.lower(), which WebDataset applies to each extension ------------------------------------ */
@@ -153,21 +161,158 @@ static int uc_lower(const char *s, size_t n, char **out, size_t *outlen)
     return 0;
 }
 
+/* ---- Python's int(), which tarfile applies to header fields and pax numbers ------------------------------- */
+
+enum { PYINT_STR, PYINT_BYTES };
+
+static int py_isspace(unsigned char c) /* Py_ISSPACE: what int() skips around a number */
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+static int uc_in(const uint32_t *v, size_t n, uint32_t c)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == c)
+            return 1;
+    return 0;
+}
+
+/* int(s, base) for s bytes (PYINT_BYTES) or the str they decode to (PYINT_STR: UTF-8 with surrogateescape,
+ * where Unicode decimal digits and blanks count as ASCII ones). 1 and *v (saturated at ±TAR_HUGE) where int()
+ * returns a number, 0 where it raises ValueError. */
+static int py_int(const unsigned char *s, size_t n, int mode, int base, int64_t *v)
+{
+    unsigned char small[64], *t = n < sizeof small ? small : malloc(n + 1);
+    size_t m = 0, i = 0;
+    int ok = 0;
+    if (!t)
+        return 0; /* (only for numbers of more than 63 bytes: refusing one is an error, never a wrong count) */
+    if (mode == PYINT_BYTES) {
+        memcpy(t, s, n);
+        m = n;
+    } else {
+        while (i < n) { /* _PyUnicode_TransformDecimalAndSpaceToASCII */
+            uint32_t c = pd_uc_next(s, n, &i);
+            if (c < 127) {
+                t[m++] = (unsigned char)c;
+                continue;
+            }
+            if (uc_in(pd_uc_space, sizeof pd_uc_space / sizeof pd_uc_space[0], c)) {
+                t[m++] = ' ';
+                continue;
+            }
+            size_t k = 0;
+            while (k < sizeof pd_uc_digit_zero / sizeof pd_uc_digit_zero[0] &&
+                   !(c >= pd_uc_digit_zero[k] && c < pd_uc_digit_zero[k] + 10))
+                k++;
+            if (k == sizeof pd_uc_digit_zero / sizeof pd_uc_digit_zero[0] || (c & PD_UC_BYTE))
+                goto done; /* neither: int() raises */
+            t[m++] = (unsigned char)('0' + (c - pd_uc_digit_zero[k]));
+        }
+    }
+    /* PyLong_FromString: blanks, a sign, base 8's optional "0o" (and one '_' after it), digits with single
+     * underscores between them, blanks, and nothing else (a NUL included) */
+    i = 0;
+    while (i < m && py_isspace(t[i]))
+        i++;
+    int neg = i < m && t[i] == '-';
+    i += i < m && (t[i] == '-' || t[i] == '+');
+    if (base == 8 && i + 1 < m && t[i] == '0' && (t[i + 1] == 'o' || t[i + 1] == 'O')) {
+        i += 2;
+        i += i < m && t[i] == '_';
+    }
+    int64_t x = 0;
+    size_t digits = 0;
+    for (int under = 1; i < m; i++) { /* under: the last character was '_' (or nothing yet) */
+        unsigned char c = t[i];
+        if (c == '_' && !under && digits) {
+            under = 1;
+            continue;
+        }
+        int d = c >= '0' && c <= '9' ? c - '0' : 99;
+        if (d >= base)
+            break;
+        x = x > TAR_HUGE / base ? TAR_HUGE : x * base + d;
+        digits++;
+        under = 0;
+    }
+    if (!digits || t[i - 1] == '_' || (base == 10 && digits > 4300)) /* 4300: int()'s limit on decimal digits */
+        goto done;
+    while (i < m && py_isspace(t[i]))
+        i++;
+    if (i == m) {
+        *v = x > TAR_HUGE ? TAR_HUGE : neg ? -x : x;
+        ok = 1;
+    }
+done:
+    if (t != small)
+        free(t);
+    return ok;
+}
+
+/* tarfile's nti(): a header number field. Base 256 after a 0x80 or 0xff byte, else octal text up to its first
+ * NUL, ASCII only, str.strip()ped. 1 and *v, or 0 where tarfile raises InvalidHeaderError. */
+static int tar_nti(const unsigned char *s, size_t n, int64_t *v)
+{
+    if (n && (s[0] == 0x80 || s[0] == 0xff)) { /* big-endian; 0xff: negative, -(bitwise NOT + 1) */
+        const int neg = s[0] == 0xff;
+        int64_t x = 0;
+        for (size_t i = 1; i < n; i++) {
+            x = x > (TAR_HUGE >> 8) ? TAR_HUGE : x * 256 + (neg ? (unsigned char)~s[i] : s[i]);
+            if (x > TAR_HUGE)
+                x = TAR_HUGE;
+        }
+        *v = neg ? -(x < TAR_HUGE ? x + 1 : TAR_HUGE) : x;
+        return 1;
+    }
+    const unsigned char *end = memchr(s, 0, n);
+    size_t len = end ? (size_t)(end - s) : n, a = 0;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] >= 0x80)
+            return 0;
+    while (a < len && (py_isspace(s[a]) || (s[a] >= 0x1c && s[a] <= 0x1f))) /* str.isspace(), ASCII */
+        a++;
+    while (len > a && (py_isspace(s[len - 1]) || (s[len - 1] >= 0x1c && s[len - 1] <= 0x1f)))
+        len--;
+    if (a == len) {
+        *v = 0;
+        return 1;
+    }
+    return py_int(s + a, len - a, PYINT_BYTES, 8, v);
+}
+
+/* tarfile's _block(): count rounded up to whole blocks, flooring as Python's divmod does for a negative count. */
+static int64_t tar_blocks(int64_t count)
+{
+    int64_t b = count / 512, r = count % 512;
+    if (r < 0)
+        b--, r += 512;
+    return (b + (r != 0)) * 512;
+}
+
 /* ---- One sample's extensions: a hash set, so a sample of a million members stays linear ----------------- */
 
 typedef struct tar_exts {
-    char *text;      /* the extensions, NUL-terminated, back to back */
+    char *text;      /* the extensions back to back, each its length (a size_t) then its bytes */
     size_t len, cap;
     size_t *slots;   /* offset + 1 into text; 0 = empty */
     size_t nslots, used;
 } tar_exts;
 
-static uint64_t tar_hash(const char *s)
+static uint64_t tar_hash(const char *s, size_t n)
 {
     uint64_t h = UINT64_C(1469598103934665603);
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * UINT64_C(1099511628211);
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * UINT64_C(1099511628211);
     return h;
+}
+
+static size_t tar_ext_len(const tar_exts *x, size_t off)
+{
+    size_t n;
+    memcpy(&n, x->text + off, sizeof n);
+    return n;
 }
 
 static void tar_exts_clear(tar_exts *x)
@@ -185,32 +330,43 @@ static void tar_exts_clear(tar_exts *x)
 
 static void tar_exts_place(tar_exts *x, size_t off)
 {
-    size_t i = tar_hash(x->text + off) & (x->nslots - 1);
+    size_t i = tar_hash(x->text + off + sizeof(size_t), tar_ext_len(x, off)) & (x->nslots - 1);
     while (x->slots[i])
         i = (i + 1) & (x->nslots - 1);
     x->slots[i] = off + 1;
 }
 
-/* Add ext: 0 when new, 1 when the sample has it already, PD_ENOMEM. */
-static int tar_exts_add(tar_exts *x, const char *ext)
+/* Add ext[0..n): 0 when new, 1 when the sample has it already, PD_ENOMEM. */
+static int tar_exts_add(tar_exts *x, const char *ext, size_t n)
 {
     if (x->slots) {
-        for (size_t i = tar_hash(ext) & (x->nslots - 1); x->slots[i]; i = (i + 1) & (x->nslots - 1))
-            if (!strcmp(x->text + x->slots[i] - 1, ext))
+        for (size_t i = tar_hash(ext, n) & (x->nslots - 1); x->slots[i]; i = (i + 1) & (x->nslots - 1))
+            if (tar_ext_len(x, x->slots[i] - 1) == n && !memcmp(x->text + x->slots[i] - 1 + sizeof n, ext, n))
                 return 1;
     }
-    size_t off;
-    if (pd_layout_append_str(&x->text, &x->len, &x->cap, ext, &off))
-        return PD_ENOMEM;
+    const size_t off = x->len, need = sizeof n + n;
+    if (x->len + need > x->cap) {
+        size_t c = x->cap ? x->cap : 256;
+        while (c < x->len + need)
+            c *= 2;
+        char *t = realloc(x->text, c);
+        if (!t)
+            return PD_ENOMEM;
+        x->text = t;
+        x->cap = c;
+    }
+    memcpy(x->text + off, &n, sizeof n);
+    memcpy(x->text + off + sizeof n, ext, n);
+    x->len += need;
     if ((x->used + 1) * 2 > x->nslots) { /* grow and rehash: load stays ≤ 1/2 */
-        size_t n = x->nslots ? x->nslots * 2 : 16;
-        size_t *s = calloc(n, sizeof *s);
+        size_t ns = x->nslots ? x->nslots * 2 : 16;
+        size_t *s = calloc(ns, sizeof *s);
         if (!s)
             return PD_ENOMEM;
         free(x->slots);
         x->slots = s;
-        x->nslots = n;
-        for (size_t o = 0; o < off; o += strlen(x->text + o) + 1)
+        x->nslots = ns;
+        for (size_t o = 0; o < off; o += sizeof(size_t) + tar_ext_len(x, o))
             tar_exts_place(x, o);
     }
     tar_exts_place(x, off);
@@ -218,45 +374,642 @@ static int tar_exts_add(tar_exts *x, const char *ext)
     return 0;
 }
 
-/* ---- Reading: our own callbacks, so data is seeked over and a short file shows as truncated ------------- */
+/* ---- CRC-32 (gzip's), which libarchive does not check ------------------------------------------------------- */
+
+static void crc_init(uint32_t t[8][256])
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        t[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int k = 1; k < 8; k++)
+            t[k][i] = t[0][t[k - 1][i] & 0xff] ^ (t[k - 1][i] >> 8);
+}
+
+static uint32_t crc_update(const uint32_t t[8][256], uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    for (; n >= 8; p += 8, n -= 8) { /* slicing by 8: a few times faster than inflate, which comes first */
+        uint32_t a = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        crc = t[7][a & 0xff] ^ t[6][a >> 8 & 0xff] ^ t[5][a >> 16 & 0xff] ^ t[4][a >> 24] ^ t[3][p[4]] ^ t[2][p[5]] ^
+              t[1][p[6]] ^ t[0][p[7]];
+    }
+    while (n--)
+        crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* ---- The tar's bytes: the file (read at each header, data skipped), or its decompressed stream ------------- */
 
 typedef struct tar_src {
+    const char *path;
     int fd;
-    uint64_t size, pos, bytes_read;
-    char buf[TAR_BLOCK];
+    uint64_t size;       /* the file's */
+    uint64_t bytes_read; /* from the file */
+    int64_t pos;         /* the reader's position in the tar */
+    /* uncompressed: a window of the file */
+    unsigned char win[TAR_BLOCK];
+    uint64_t win_at;
+    size_t win_len;
+    /* compressed: libarchive's raw reader decompresses */
+    struct archive *z;
+    const unsigned char *blk; /* the current decompressed block, at blk_at */
+    size_t blk_len;
+    uint64_t blk_at, total; /* decompressed bytes so far */
+    int z_end;              /* 1 at the stream's end, -1 after an error (why says which) */
+    int gzip;               /* one gzip layer: its CRC-32 is checked */
+    uint32_t crc;
+    uint32_t (*crc_table)[256];
+    int failed;             /* reading the file or the stream failed: why says how */
+    char why[256];
 } tar_src;
 
-static la_ssize_t tar_read(struct archive *a, void *data, const void **buf)
+/* libarchive's read callback (the compressed case, and the bid on every file): the file in TAR_BLOCK reads. */
+static la_ssize_t src_fill(struct archive *a, void *data, const void **buf)
 {
     tar_src *s = data;
     ssize_t n;
     do
-        n = read(s->fd, s->buf, sizeof s->buf);
+        n = read(s->fd, s->win, sizeof s->win);
     while (n < 0 && errno == EINTR);
     if (n < 0) {
         archive_set_error(a, errno, "read failed: %s", strerror(errno));
         return -1;
     }
-    s->pos += (uint64_t)n;
+    s->win_at = s->bytes_read;
+    s->win_len = (size_t)n;
     s->bytes_read += (uint64_t)n;
-    *buf = s->buf;
+    *buf = s->win;
     return n;
 }
 
-/* Skip at most to the end of the file: libarchive reads for the rest, finds nothing, and reports
- * the tar as truncated (an lseek past the end would succeed and hide it). */
-static la_int64_t tar_skip(struct archive *a, void *data, la_int64_t request)
+/* The next decompressed block; 0, or -1 with why set. */
+static int src_next_block(tar_src *s)
 {
-    tar_src *s = data;
-    uint64_t left = s->size > s->pos ? s->size - s->pos : 0;
-    uint64_t n = (uint64_t)request < left ? (uint64_t)request : left;
-    if (n && lseek(s->fd, (off_t)n, SEEK_CUR) < 0) {
-        archive_set_error(a, errno, "seek failed: %s", strerror(errno));
-        return ARCHIVE_FATAL;
+    const void *b;
+    size_t n;
+    la_int64_t off;
+    if (s->z_end)
+        return s->z_end < 0 ? -1 : 0;
+    int r = archive_read_data_block(s->z, &b, &n, &off);
+    if (r == ARCHIVE_EOF) {
+        s->z_end = 1;
+        s->blk_at = s->total;
+        s->blk_len = 0;
+        return 0;
     }
-    s->pos += n;
-    return (la_int64_t)n;
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+        snprintf(s->why, sizeof s->why, "a damaged or cut compressed stream: %s",
+                 archive_error_string(s->z) ? archive_error_string(s->z) : "the decompressor gave no reason");
+        s->z_end = -1;
+        s->failed = 1;
+        return -1;
+    }
+    s->blk = b;
+    s->blk_at = s->total;
+    s->blk_len = n;
+    s->total += n;
+    if (s->gzip)
+        s->crc = crc_update((const uint32_t(*)[256])s->crc_table, s->crc, b, n);
+    return 0;
 }
+
+/* Read up to n bytes at pos (fewer at the end: Python's read()); the count, or -1 with why set. Compressed,
+ * the stream only goes forward, as the Python reader's does. */
+static ssize_t src_read(tar_src *s, void *out, size_t n)
+{
+    unsigned char *o = out;
+    size_t got = 0;
+    if (s->pos < 0) {
+        snprintf(s->why, sizeof s->why, "a seek before the start of the tar");
+        return -1;
+    }
+    while (got < n) {
+        uint64_t at = (uint64_t)s->pos;
+        if (!s->z) {
+            if (at >= s->size)
+                break;
+            if (at < s->win_at || at >= s->win_at + s->win_len) { /* the block at this header */
+                ssize_t r;
+                do
+                    r = pread(s->fd, s->win, sizeof s->win, (off_t)at);
+                while (r < 0 && errno == EINTR);
+                if (r < 0) {
+                    snprintf(s->why, sizeof s->why, "read failed: %s", strerror(errno));
+                    s->failed = 1;
+                    return -1;
+                }
+                s->win_at = at;
+                s->win_len = (size_t)r;
+                s->bytes_read += (uint64_t)r;
+                if (!r)
+                    break;
+            }
+            size_t k = (size_t)(s->win_at + s->win_len - at) < n - got ? (size_t)(s->win_at + s->win_len - at)
+                                                                           : n - got;
+            memcpy(o + got, s->win + (at - s->win_at), k);
+            got += k;
+            s->pos += (int64_t)k;
+            continue;
+        }
+        if (at < s->blk_at) {
+            snprintf(s->why, sizeof s->why, "a seek backward in a compressed stream");
+            return -1;
+        }
+        while (at >= s->blk_at + s->blk_len && !s->z_end)
+            if (src_next_block(s))
+                return -1;
+        if (s->z_end < 0)
+            return -1;
+        if (at >= s->blk_at + s->blk_len)
+            break; /* the end */
+        size_t k = (size_t)(s->blk_at + s->blk_len - at) < n - got ? (size_t)(s->blk_at + s->blk_len - at) : n - got;
+        memcpy(o + got, s->blk + (at - s->blk_at), k);
+        got += k;
+        s->pos += (int64_t)k;
+    }
+    return (ssize_t)got;
+}
+
+/* Whether the tar holds a byte at off - 1 (tarfile's check, before each header, that the data before it is
+ * there); -1 on a read error. */
+static int src_reaches(tar_src *s, int64_t off)
+{
+    if (off <= 0)
+        return off == 0;
+    if (!s->z)
+        return (uint64_t)off <= s->size;
+    while ((uint64_t)off > s->blk_at + s->blk_len && !s->z_end)
+        if (src_next_block(s))
+            return -1;
+    return s->z_end < 0 ? -1 : (uint64_t)off <= s->blk_at + s->blk_len;
+}
+
+/* ---- Reading the headers as Python's tarfile does (TarFile.next, TarInfo.frombuf and _proc_*, 3.11) --------- */
+
+/* The pax keywords that change what a member is read as (name, size, where the next header is); a dict's
+ * insertion order matters, as _apply_pax_info applies them in it. */
+enum { PAX_PATH, PAX_SPARSE_NAME, PAX_SIZE, PAX_SPARSE_SIZE, PAX_SPARSE_REALSIZE, PAX_SPARSE_MAP, PAX_SPARSE_MAJOR,
+       PAX_SPARSE_MINOR, PAX_NKEYS };
+static const char *const pax_keys[PAX_NKEYS] = {"path", "GNU.sparse.name", "size", "GNU.sparse.size",
+                                                "GNU.sparse.realsize", "GNU.sparse.map", "GNU.sparse.major",
+                                                "GNU.sparse.minor"};
+
+typedef struct pax_dict {
+    int order[PAX_NKEYS]; /* keys in insertion order */
+    int n;
+    char *val[PAX_NKEYS]; /* NULL: absent */
+    size_t len[PAX_NKEYS];
+} pax_dict;
+
+static void pax_free(pax_dict *d)
+{
+    for (int k = 0; k < PAX_NKEYS; k++)
+        free(d->val[k]);
+    memset(d, 0, sizeof *d);
+}
+
+static int pax_set(pax_dict *d, int k, const char *v, size_t n)
+{
+    char *c = malloc(n + 1);
+    if (!c)
+        return PD_ENOMEM;
+    memcpy(c, v, n);
+    c[n] = '\0';
+    if (!d->val[k])
+        d->order[d->n++] = k;
+    free(d->val[k]);
+    d->val[k] = c;
+    d->len[k] = n;
+    return 0;
+}
+
+static int pax_copy(pax_dict *to, const pax_dict *from)
+{
+    memset(to, 0, sizeof *to);
+    for (int i = 0; i < from->n; i++) {
+        int k = from->order[i];
+        if (pax_set(to, k, from->val[k], from->len[k])) {
+            pax_free(to);
+            return PD_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static int pax_is(const pax_dict *d, int k, const char *s)
+{
+    return d->val[k] && d->len[k] == strlen(s) && !memcmp(d->val[k], s, d->len[k]);
+}
+
+/* A member as tarfile reads it (the fields counting needs). */
+typedef struct tar_info {
+    char *name; /* bytes: tarfile's str, surrogateescape-encoded */
+    size_t name_len;
+    char type;
+    int64_t size;
+    int64_t offset;      /* TarInfo.offset: its header's, or its first extended header's (not a global one's) */
+    int64_t offset_data;
+} tar_info;
+
+/* How reading a header chain went: a member, or what tarfile would raise. HDR_* are its HeaderErrors, which
+ * end the archive quietly where the chain starts (HDR_LATE: an InvalidHeaderError raised after the member
+ * behind an extended header was read, which already moved tarfile.offset on); nested, they are
+ * SubsequentHeaderError, raised. The first header of the tar not being one is "not a tar"; anything else
+ * after it is damage. */
+enum { TAR_OK = 0, HDR_EMPTY, HDR_TRUNCATED, HDR_ZEROS, HDR_INVALID, HDR_LATE, TAR_RAISE, TAR_NOMEM };
+
+typedef struct tar_walk {
+    tar_src *src;
+    int64_t offset;   /* tarfile.offset: where the next header starts */
+    pax_dict global;  /* tarfile.pax_headers */
+    int depth;        /* headers in the current chain */
+    int parsed;       /* a header has been read as one (so the tar is a tar) */
+    unsigned char block[512]; /* the last header block read, and its length */
+    size_t block_len;
+    char why[256];    /* for TAR_RAISE */
+} tar_walk;
+
+static int walk_raise(tar_walk *w, const char *why)
+{
+    snprintf(w->why, sizeof w->why, "%s", why);
+    return TAR_RAISE;
+}
+
+static int tar_isreg(char t)
+{
+    return t == '0' || t == '\0' || t == '7' || t == 'S';
+}
+
+static int tar_supported(char t)
+{
+    return tar_isreg(t) || (t >= '1' && t <= '6') || t == 'L' || t == 'K';
+}
+
+static int name_set(tar_info *ti, const char *s, size_t n)
+{
+    char *c = malloc(n + 1);
+    if (!c)
+        return TAR_NOMEM;
+    memcpy(c, s, n);
+    c[n] = '\0';
+    free(ti->name);
+    ti->name = c;
+    ti->name_len = n;
+    return 0;
+}
+
+static void name_rstrip_slashes(tar_info *ti, int all)
+{
+    while (ti->name_len && ti->name[ti->name_len - 1] == '/') {
+        ti->name[--ti->name_len] = '\0';
+        if (!all)
+            break;
+    }
+}
+
+/* Read n bytes (fewer at the end) into a new buffer: tarfile's fileobj.read(n) of an extended header's data. */
+static int walk_read_data(tar_walk *w, int64_t n, unsigned char **out, size_t *got)
+{
+    *out = malloc(n > 0 ? (size_t)n : 1);
+    if (!*out)
+        return TAR_NOMEM;
+    ssize_t r = n > 0 ? src_read(w->src, *out, (size_t)n) : 0;
+    if (r < 0) {
+        free(*out);
+        *out = NULL;
+        return walk_raise(w, w->src->why);
+    }
+    *got = (size_t)r;
+    return 0;
+}
+
+static int walk_header(tar_walk *w, tar_info *ti);
+
+/* _apply_pax_info: the dict's fields, in its order. */
+static int pax_apply(tar_walk *w, const pax_dict *d, tar_info *ti)
+{
+    for (int i = 0; i < d->n; i++) {
+        int k = d->order[i], rc = 0;
+        int64_t v;
+        switch (k) {
+        case PAX_SPARSE_NAME:
+            rc = name_set(ti, d->val[k], d->len[k]);
+            break;
+        case PAX_PATH:
+            rc = name_set(ti, d->val[k], d->len[k]);
+            name_rstrip_slashes(ti, 1);
+            break;
+        case PAX_SIZE: /* int(value), 0 where that fails */
+            ti->size = py_int((const unsigned char *)d->val[k], d->len[k], PYINT_STR, 10, &v) ? v : 0;
+            break;
+        case PAX_SPARSE_SIZE:
+        case PAX_SPARSE_REALSIZE: /* int(value), raising where that fails */
+            if (!py_int((const unsigned char *)d->val[k], d->len[k], PYINT_STR, 10, &v))
+                return walk_raise(w, "an invalid GNU.sparse size in a pax header");
+            ti->size = v;
+            break;
+        default:
+            break;
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* _proc_gnusparse_10: the map before a 1.0 sparse member's data, "count\n" then 2 * count numbers "n\n", each
+ * int(bytes); a block is read when no newline is left, once per number. Numbers are checked, not kept. */
+static int sparse_map(tar_walk *w, tar_info *next)
+{
+    unsigned char *b = malloc(1024); /* what is left holds no newline and is < 512 bytes when a block comes */
+    size_t have = 0, at = 0;
+    int64_t want = 1, x; /* numbers still to read, the count first */
+    int rc = 0;
+    if (!b)
+        return TAR_NOMEM;
+    for (int first = 1; !rc && want > 0; first = 0) {
+        unsigned char *nl = memchr(b + at, '\n', have - at);
+        if (first || !nl) { /* keep what is left, then one more block */
+            memmove(b, b + at, have - at);
+            have -= at;
+            at = 0;
+            ssize_t r = src_read(w->src, b + have, 512);
+            if (r < 0) {
+                rc = walk_raise(w, w->src->why);
+                break;
+            }
+            have += (size_t)r;
+            nl = memchr(b, '\n', have);
+        }
+        if (!nl || !py_int(b + at, (size_t)(nl - (b + at)), PYINT_BYTES, 10, &x))
+            rc = walk_raise(w, "a cut or invalid GNU sparse map");
+        else if (first)
+            want = x > TAR_HUGE / 2 ? TAR_HUGE : 2 * x;
+        else
+            want--;
+        at = nl ? (size_t)(nl - b) + 1 : at;
+    }
+    free(b);
+    if (!rc)
+        next->offset_data = w->src->pos;
+    return rc;
+}
+
+/* _proc_gnusparse_01/_00/_10: only whether they raise, and where the data starts after a 1.0 map. */
+static int pax_sparse(tar_walk *w, const pax_dict *d, const unsigned char *buf, size_t len, tar_info *next)
+{
+    int64_t v;
+    if (d->val[PAX_SPARSE_MAP]) { /* [int(x) for x in map.split(",")] */
+        const char *p = d->val[PAX_SPARSE_MAP], *end = p + d->len[PAX_SPARSE_MAP];
+        for (;;) {
+            const char *c = memchr(p, ',', (size_t)(end - p));
+            if (!py_int((const unsigned char *)p, (size_t)((c ? c : end) - p), PYINT_STR, 10, &v))
+                return walk_raise(w, "an invalid GNU.sparse.map in a pax header");
+            if (!c)
+                return 0;
+            p = c + 1;
+        }
+    }
+    if (d->val[PAX_SPARSE_SIZE]) { /* each GNU.sparse.offset / numbytes record of this header: int(value.decode()) */
+        for (size_t pos = 0; pos < len && buf[pos];) {
+            size_t nd = 0, length = 0;
+            while (buf[pos + nd] >= '0' && buf[pos + nd] <= '9')
+                length = length * 10 + (size_t)(buf[pos + nd++] - '0');
+            const unsigned char *kv = buf + pos + nd + 1, *eq = memchr(kv, '=', pos + length - 1 - (pos + nd + 1));
+            size_t kl = (size_t)(eq - kv), vl = (size_t)(buf + pos + length - 1 - (eq + 1));
+            if ((kl == 17 && !memcmp(kv, "GNU.sparse.offset", kl)) || (kl == 19 && !memcmp(kv, "GNU.sparse.numbytes", kl))) {
+                int utf8 = 1; /* value.decode() is strict */
+                for (size_t i = 0; i < vl && utf8;)
+                    utf8 = !(pd_uc_next(eq + 1, vl, &i) & PD_UC_BYTE);
+                if (!utf8 || !py_int(eq + 1, vl, PYINT_STR, 10, &v)) { /* InvalidHeaderError */
+                    snprintf(w->why, sizeof w->why, "an invalid GNU.sparse offset or size in a pax header");
+                    return HDR_LATE;
+                }
+            }
+            pos += length;
+        }
+        return 0;
+    }
+    if (pax_is(d, PAX_SPARSE_MAJOR, "1") && pax_is(d, PAX_SPARSE_MINOR, "0"))
+        return sparse_map(w, next);
+    return 0;
+}
+
+/* _proc_pax: an extended (x, X) or global (g) header's records, then the member they describe. */
+static int walk_pax(tar_walk *w, tar_info *self, tar_info *next)
+{
+    unsigned char *buf;
+    size_t len;
+    int rc = walk_read_data(w, tar_blocks(self->size), &buf, &len);
+    if (rc)
+        return rc;
+    pax_dict local, *d = &w->global;
+    if (self->type != 'g') {
+        if (pax_copy(&local, &w->global)) {
+            free(buf);
+            return TAR_NOMEM;
+        }
+        d = &local;
+    }
+    for (size_t pos = 0; !rc && pos < len && buf[pos];) { /* "%d %s=%s\n" records */
+        size_t nd = 0;
+        uint64_t length = 0;
+        while (nd < 21 && pos + nd < len && buf[pos + nd] >= '0' && buf[pos + nd] <= '9') /* ([0-9]{1,20}) */
+            length = length > (UINT64_C(1) << 40) ? length : length * 10 + (uint64_t)(buf[pos + nd++] - '0');
+        while (nd < 21 && pos + nd < len && buf[pos + nd] >= '0' && buf[pos + nd] <= '9')
+            nd++; /* (the digits past saturation) */
+        if (nd == 0 || nd > 20 || pos + nd >= len || buf[pos + nd] != ' ' || length < 5 || length > len - pos) {
+            rc = walk_raise(w, "an invalid pax header");
+            break;
+        }
+        const size_t end = pos + (size_t)length - 1, kv = pos + nd + 1;
+        const unsigned char *eq = kv < end ? memchr(buf + kv, '=', end - kv) : NULL;
+        if (!eq || eq == buf + kv || buf[end] != '\n') {
+            rc = walk_raise(w, "an invalid pax header");
+            break;
+        }
+        const size_t kl = (size_t)(eq - (buf + kv));
+        for (int k = 0; k < PAX_NKEYS; k++)
+            if (strlen(pax_keys[k]) == kl && !memcmp(buf + kv, pax_keys[k], kl))
+                rc = pax_set(d, k, (const char *)eq + 1, (size_t)(buf + end - (eq + 1))) ? TAR_NOMEM : 0;
+        pos += (size_t)length;
+    }
+    if (!rc) {
+        rc = walk_header(w, next);
+        if (rc >= HDR_EMPTY && rc <= HDR_LATE) /* SubsequentHeaderError */
+            rc = walk_raise(w, "a damaged header after an extended header");
+    }
+    if (!rc)
+        rc = pax_sparse(w, d, buf, len, next);
+    if (!rc && self->type != 'g') {
+        next->offset = self->offset;
+        rc = pax_apply(w, d, next);
+        if (!rc && d->val[PAX_SIZE]) /* the size was replaced: the next header moves */
+            w->offset = next->offset_data +
+                        (tar_isreg(next->type) || !tar_supported(next->type) ? tar_blocks(next->size) : 0);
+    }
+    if (d == &local)
+        pax_free(&local);
+    free(buf);
+    return rc;
+}
+
+/* _proc_gnulong: a GNU long name (L) or link name (K), then the member it belongs to. */
+static int walk_gnulong(tar_walk *w, tar_info *self, tar_info *next)
+{
+    unsigned char *buf;
+    size_t len;
+    int rc = walk_read_data(w, tar_blocks(self->size), &buf, &len);
+    if (rc)
+        return rc;
+    rc = walk_header(w, next);
+    if (rc >= HDR_EMPTY && rc <= HDR_LATE)
+        rc = walk_raise(w, "a damaged header after a GNU long name");
+    next->offset = self->offset;
+    if (!rc && self->type == 'L') {
+        const unsigned char *nul = memchr(buf, 0, len);
+        rc = name_set(next, (const char *)buf, nul ? (size_t)(nul - buf) : len);
+    }
+    if (!rc && next->type == '5')
+        name_rstrip_slashes(next, 0); /* removesuffix("/") */
+    free(buf);
+    return rc;
+}
+
+/* _proc_sparse: an old GNU sparse member; its extension blocks are read (and checked) as tarfile does. */
+static int walk_sparse(tar_walk *w, tar_info *self, int isextended, int64_t origsize)
+{
+    unsigned char b[512];
+    int64_t v;
+    while (isextended) {
+        ssize_t n = src_read(w->src, b, sizeof b);
+        if (n < 0)
+            return walk_raise(w, w->src->why);
+        for (size_t i = 0, pos = 0; i < 21; i++, pos += 24) { /* nti() of each field; nti(b"") raises */
+            for (size_t f = pos; f < pos + 24; f += 12) {
+                size_t k = f < (size_t)n ? ((size_t)n - f < 12 ? (size_t)n - f : 12) : 0;
+                if (!k || !tar_nti(b + f, k, &v))
+                    return walk_raise(w, k ? "an invalid GNU sparse header" : "a cut GNU sparse header");
+            }
+        }
+        if (n <= 504)
+            return walk_raise(w, "a cut GNU sparse header");
+        isextended = b[504] != 0;
+    }
+    self->offset_data = w->src->pos;
+    w->offset = self->offset_data + tar_blocks(self->size);
+    self->size = origsize;
+    return 0;
+}
+
+/* fromtarfile(): one header block read and decoded (frombuf), then processed by its type. */
+static int walk_header(tar_walk *w, tar_info *ti)
+{
+    unsigned char *h = w->block;
+    int64_t chk, v, size, origsize = 0;
+    ssize_t n = src_read(w->src, h, 512);
+    if (n < 0)
+        return walk_raise(w, w->src->why);
+    w->block_len = (size_t)n;
+    if (n == 0)
+        return HDR_EMPTY;
+    if (n != 512)
+        return HDR_TRUNCATED;
+    size_t z = 0;
+    while (z < 512 && !h[z])
+        z++;
+    if (z == 512)
+        return HDR_ZEROS;
+    int64_t sum_u = 256, sum_s = 256;
+    for (size_t i = 0; i < 512; i++)
+        if (i < 148 || i >= 156)
+            sum_u += h[i], sum_s += (signed char)h[i];
+    if (!tar_nti(h + 148, 8, &chk) || (chk != sum_u && chk != sum_s))
+        return HDR_INVALID;
+    static const size_t fields[][2] = {{100, 8}, {108, 8}, {116, 8}, {136, 12}, {329, 8}, {337, 8}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (!tar_nti(h + fields[i][0], fields[i][1], &v))
+            return HDR_INVALID;
+    if (!tar_nti(h + 124, 12, &size))
+        return HDR_INVALID;
+    char type = (char)h[156];
+    int isextended = 0;
+    if (type == 'S') { /* four sparse fields, each two numbers, then isextended and the real size */
+        for (size_t f = 386; f < 482; f += 12)
+            if (!tar_nti(h + f, 12, &v))
+                return HDR_INVALID;
+        isextended = h[482] != 0;
+        if (!tar_nti(h + 483, 12, &origsize))
+            return HDR_INVALID;
+    }
+    w->parsed = 1; /* (both set where Python's _proc_member is entered: after the header parsed) */
+    if (++w->depth > TAR_CHAIN_MAX)
+        return walk_raise(w, "more than 64 headers in a row before a member");
+    const unsigned char *nul = memchr(h, 0, 100), *pnul = memchr(h + 345, 0, 155);
+    size_t nlen = nul ? (size_t)(nul - h) : 100, plen = pnul ? (size_t)(pnul - (h + 345)) : 155;
+    if (name_set(ti, (const char *)h, nlen))
+        return TAR_NOMEM;
+    ti->offset = w->src->pos - 512;
+    ti->type = type;
+    ti->size = size;
+    if (type == '\0' && nlen && h[nlen - 1] == '/') /* an old directory: a file named with a trailing slash */
+        ti->type = type = '5';
+    if (type == '5')
+        name_rstrip_slashes(ti, 1);
+    if (plen && type != 'L' && type != 'K' && type != 'S') { /* the ustar prefix, whatever the header's magic */
+        char *full = malloc(plen + 1 + ti->name_len + 1);
+        if (!full)
+            return TAR_NOMEM;
+        memcpy(full, h + 345, plen);
+        full[plen] = '/';
+        memcpy(full + plen + 1, ti->name, ti->name_len + 1);
+        free(ti->name);
+        ti->name = full;
+        ti->name_len += plen + 1;
+    }
+    /* _proc_member */
+    if (type == 'L' || type == 'K' || type == 'x' || type == 'g' || type == 'X') {
+        if (size < 0 || size > TAR_EXT_MAX) /* both refuse it (Python's read would take the rest of the file) */
+            return walk_raise(w, size < 0 ? "an extended header of a negative size"
+                                          : "an extended header of more than 1 MiB");
+        tar_info next = {0};
+        int rc = type == 'L' || type == 'K' ? walk_gnulong(w, ti, &next) : walk_pax(w, ti, &next);
+        free(ti->name);
+        *ti = next;
+        return rc;
+    }
+    if (type == 'S')
+        return walk_sparse(w, ti, isextended, origsize);
+    ti->offset_data = w->src->pos; /* _proc_builtin */
+    w->offset = ti->offset_data + (tar_isreg(type) || !tar_supported(type) ? tar_blocks(size) : 0);
+    int rc = pax_apply(w, &w->global, ti);
+    if (!rc && ti->type == '5')
+        name_rstrip_slashes(ti, 1);
+    return rc;
+}
+
+/* TarFile.next(): TAR_OK and a member, HDR_* where tarfile stops (the block at w->offset, in w->block, says
+ * whether cleanly), TAR_RAISE or TAR_NOMEM. */
+static int walk_next(tar_walk *w, tar_info *ti)
+{
+    w->depth = 0;
+    memset(ti, 0, sizeof *ti);
+    if (w->offset != w->src->pos) { /* seek(offset - 1); read(1): the data before the header must be there */
+        if (w->src->z && w->offset < w->src->pos)
+            return walk_raise(w, "a seek backward in a compressed stream");
+        int r = src_reaches(w->src, w->offset);
+        if (r <= 0)
+            return walk_raise(w, r < 0 ? w->src->why : "unexpected end of data");
+        w->src->pos = w->offset;
+    }
+    return walk_header(w, ti);
+}
+
+/* ---- Grouping members into samples, as WebDataset's group_by_keys does ----------------------------------- */
 
 /* The state of one count: the current sample's key and extensions. */
 typedef struct tar_count {
@@ -271,11 +1024,11 @@ typedef struct tar_count {
 } tar_count;
 
 /* One regular member: a new sample when its key differs from the last one's. */
-static int tar_member(tar_count *t, const char *name)
+static int tar_member(tar_count *t, const char *name, size_t len)
 {
     size_t keylen;
     const char *ext;
-    if (pd_wds_is_meta(name) || !pd_wds_split(name, &keylen, &ext))
+    if (pd_wds_is_meta(name, len) || !pd_wds_split(name, len, &keylen, &ext))
         return 0;
     if (!t->have_key || keylen != t->keylen || memcmp(name, t->key, keylen)) {
         if (keylen + 1 > t->keycap) {
@@ -294,10 +1047,12 @@ static int tar_member(tar_count *t, const char *name)
     }
     char *low;
     size_t lowlen;
-    if (uc_lower(ext, strlen(ext), &low, &lowlen)) /* WebDataset lower-cases extensions: str.lower() */
+    if (uc_lower(ext, (size_t)(name + len - ext), &low, &lowlen)) /* WebDataset lower-cases extensions: str.lower() */
         return pd_layout_fail(PD_ENOMEM, t->err, t->errlen, "%s: out of memory", t->path);
     /* __key__ and __url__ are fields of every WebDataset sample: a member with that extension collides */
-    int rc = !strcmp(low, "__key__") || !strcmp(low, "__url__") ? 1 : tar_exts_add(&t->exts, low);
+    int rc = (lowlen == 7 && (!memcmp(low, "__key__", 7) || !memcmp(low, "__url__", 7)))
+                 ? 1
+                 : tar_exts_add(&t->exts, low, lowlen);
     if (rc == 1)
         rc = pd_layout_fail(PD_EINVAL, t->err, t->errlen,
                             "%s: member '%s' repeats the extension '%s' in sample '%s' (WebDataset raises on it)",
@@ -308,39 +1063,128 @@ static int tar_member(tar_count *t, const char *name)
     return rc;
 }
 
-/* An uncompressed tar ends with a zero block where its last member ends. libarchive also ends quietly at
- * the end of the file, so without this a tar cut exactly after a member's data would pass as a shorter
- * shard. (A compressed stream cut anywhere fails its own checks.) */
-static int tar_check_end(struct archive *a, tar_src *src, const char *path, uint64_t members, char *err,
-                         size_t errlen)
+/* Read the tar's members and group them. */
+static int tar_walk_all(tar_src *src, tar_count *t, uint64_t *members, char *err, size_t errlen)
 {
-    unsigned char block[512];
-    const la_int64_t end = archive_read_header_position(a); /* after ARCHIVE_EOF: where the next header was */
-    if (archive_filter_code(a, 0) != ARCHIVE_FILTER_NONE)
-        return 0;
-    ssize_t n = end >= 0 ? pread(src->fd, block, sizeof block, (off_t)end) : -1;
-    if (n > 0 && (uint64_t)end + (uint64_t)n > src->pos) /* libarchive read up to pos already (as a header) */
-        src->bytes_read += (uint64_t)end + (uint64_t)n - (src->pos > (uint64_t)end ? src->pos : (uint64_t)end);
-    int zero = n == (ssize_t)sizeof block;
-    for (size_t i = 0; zero && i < sizeof block; i++)
-        zero = block[i] == 0;
-    if (!zero)
-        return pd_layout_fail(PD_EIO, err, errlen, "%s: truncated after member %llu (no end-of-archive block)", path,
-                              (unsigned long long)members);
+    tar_walk w = {.src = src};
+    tar_info ti = {0};
+    int rc = 0;
+    const char *path = src->path;
+    for (;;) {
+        int r = walk_next(&w, &ti);
+        if (r == TAR_NOMEM) {
+            rc = pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
+            break;
+        }
+        if (r == TAR_RAISE || (r != TAR_OK && r != HDR_ZEROS && r != HDR_LATE && !w.parsed)) {
+            /* a read error, or the first block no tar header: not a tar; anything after it: damage */
+            const char *why = r == TAR_RAISE ? w.why
+                              : r == HDR_EMPTY ? "empty file"
+                              : r == HDR_TRUNCATED ? "truncated header"
+                                                   : "invalid header";
+            rc = src->failed ? pd_layout_fail(PD_EIO, err, errlen, "%s: %s", path, src->why)
+                 : w.parsed ? pd_layout_fail(PD_EIO, err, errlen, "%s: truncated or damaged after member %llu (%s)",
+                                             path, (unsigned long long)*members, why)
+                            : pd_layout_fail(PD_EINVAL, err, errlen, "%s: not a tar archive (%s)", path, why);
+            break;
+        }
+        if (r == HDR_LATE) { /* tarfile stopped where its offset had moved to: permd looks at the block there */
+            if (src->z && w.offset < src->pos) {
+                rc = pd_layout_fail(PD_EIO, err, errlen, "%s: a seek backward in a compressed stream", path);
+                break;
+            }
+            src->pos = w.offset;
+            ssize_t n = src_read(src, w.block, 512);
+            if (n < 0) {
+                rc = pd_layout_fail(PD_EIO, err, errlen, "%s: %s", path, src->why);
+                break;
+            }
+            size_t z = 0;
+            while (z < (size_t)n && !w.block[z])
+                z++;
+            r = n == 0 ? HDR_EMPTY : n < 512 ? HDR_TRUNCATED : z == 512 ? HDR_ZEROS : HDR_INVALID;
+        }
+        if (r != TAR_OK) { /* tarfile stopped: cleanly only at a zero block where a header would be */
+            if (r == HDR_EMPTY) /* every tar writer writes one: this tar was cut right after a member */
+                rc = pd_layout_fail(PD_EIO, err, errlen, "%s: truncated after member %llu (no end-of-archive block)",
+                                    path, (unsigned long long)*members);
+            else if (r != HDR_ZEROS)
+                rc = pd_layout_fail(PD_EIO, err, errlen, "%s: truncated or damaged after member %llu (%s)", path,
+                                    (unsigned long long)*members,
+                                    r == HDR_TRUNCATED ? "truncated header" : "invalid header");
+            break;
+        }
+        ++*members;
+        if (w.offset <= ti.offset) { /* a negative size: tarfile would read this header again, for ever */
+            rc = pd_layout_fail(PD_EIO, err, errlen, "%s: member %llu ('%s') does not advance the archive", path,
+                                (unsigned long long)*members, ti.name);
+            break;
+        }
+        /* tarfile's isreg(): regular files only; links, directories, devices and unknown types skipped */
+        if (tar_isreg(ti.type) && (rc = tar_member(t, ti.name, ti.name_len)))
+            break;
+        free(ti.name);
+        ti.name = NULL;
+    }
+    free(ti.name);
+    pax_free(&w.global);
+    return rc;
+}
+
+/* ---- A compressed shard must be whole ---------------------------------------------------------------------- */
+
+/* The stream read to its end (libarchive's checks: bzip2's and xz's own CRCs, cut streams, xz's padding), then
+ * what libarchive leaves unchecked: gzip's CRC-32 and length (of all the data against the last member's
+ * trailer, so a gzip of several non-empty members fails it), and the bytes after the last stream, which must
+ * be zeros. PD_EIO naming what is wrong. */
+static int tar_verify(tar_src *s, int nested, char *err, size_t errlen)
+{
+    while (!s->z_end)
+        if (src_next_block(s))
+            break;
+    if (s->z_end < 0)
+        return pd_layout_fail(PD_EIO, err, errlen, "%s: %s", s->path, s->why);
+    const uint64_t used = (uint64_t)archive_filter_bytes(s->z, archive_filter_count(s->z) - 1);
+    unsigned char b[4096];
+    for (uint64_t at = used; at < s->size;) { /* what follows the compressed data */
+        ssize_t n = pread(s->fd, b, at + sizeof b < s->size ? sizeof b : (size_t)(s->size - at), (off_t)at);
+        if (n <= 0)
+            return pd_layout_fail(PD_EIO, err, errlen, "%s: read failed: %s", s->path, n ? strerror(errno) : "cut");
+        s->bytes_read += (uint64_t)n;
+        for (ssize_t i = 0; i < n; i++)
+            if (b[i])
+                return pd_layout_fail(PD_EIO, err, errlen,
+                                      "%s: %llu bytes after the compressed data that are not zeros (junk, or a "
+                                      "second stream of another kind)",
+                                      s->path, (unsigned long long)(s->size - used));
+        at += (uint64_t)n;
+    }
+    if (s->gzip && !nested) {
+        if (used < 8 || pread(s->fd, b, 8, (off_t)(used - 8)) != 8)
+            return pd_layout_fail(PD_EIO, err, errlen, "%s: cannot read the gzip trailer", s->path);
+        s->bytes_read += 8;
+        uint32_t crc = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        uint32_t isize = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 | (uint32_t)b[7] << 24;
+        if (crc != s->crc || isize != (uint32_t)s->total)
+            return pd_layout_fail(PD_EIO, err, errlen,
+                                  "%s: the gzip data does not match its CRC-32 or length (a damaged file, or a gzip "
+                                  "of several members: not supported)",
+                                  s->path);
+    }
     return 0;
 }
 
 int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_read, char *err, size_t errlen)
 {
-    tar_src *src = malloc(sizeof *src);
+    tar_src *src = calloc(1, sizeof *src);
     tar_count t = {.path = path, .err = err, .errlen = errlen};
     struct archive *a = NULL;
     struct stat st;
     uint64_t members = 0;
-    int rc = 0;
+    int rc = 0, nested = 0;
     if (!src)
         return pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
-    src->bytes_read = src->pos = 0;
+    src->path = path;
     /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below); no effect on a file */
     if ((src->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) {
         rc = pd_layout_fail(errno == ENOENT ? PD_ENOTFOUND : PD_EIO, err, errlen, "%s: %s", path, strerror(errno));
@@ -355,51 +1199,64 @@ int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_rea
         rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s: an empty file (0 bytes), not a tar shard", path);
         goto done;
     }
+    /* libarchive bids: gzip, bzip2, xz or lzma (layer upon layer), else the file as it is */
     if (!(a = archive_read_new())) {
         rc = pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
         goto done;
     }
-    archive_read_support_format_tar(a); /* ustar, pax and GNU tar; nothing else */
+    archive_read_support_format_raw(a);
+    archive_read_support_format_empty(a); /* a stream that decompresses to nothing */
     archive_read_support_filter_gzip(a);
     archive_read_support_filter_bzip2(a);
     archive_read_support_filter_xz(a);
-    archive_read_set_read_callback(a, tar_read);
-    archive_read_set_skip_callback(a, tar_skip);
+    archive_read_support_filter_lzma(a);
+    archive_read_set_read_callback(a, src_fill);
     archive_read_set_callback_data(a, src);
-    if (archive_read_open1(a) != ARCHIVE_OK) {
-        rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s: not a tar archive (%s)", path, archive_error_string(a));
+    if (archive_read_open1(a) != ARCHIVE_OK) { /* the raw format takes any bytes: a decompressor failed */
+        rc = pd_layout_fail(PD_EIO, err, errlen, "%s: a damaged or cut compressed stream: %s", path,
+                            archive_error_string(a) ? archive_error_string(a) : "the decompressor gave no reason");
         goto done;
     }
-    for (;;) {
+    if (archive_filter_code(a, 0) == ARCHIVE_FILTER_NONE) { /* a plain tar: headers read where they are */
+        archive_read_free(a);
+        a = NULL;
+    } else {
         struct archive_entry *e;
-        int r = archive_read_next_header(a, &e); /* seeks over the previous member's data first */
-        if (r == ARCHIVE_EOF)
-            break;
-        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) { /* a damaged header is ARCHIVE_RETRY: an error here too */
-            const char *why = archive_error_string(a) ? archive_error_string(a) : "unknown error";
-            rc = members ? pd_layout_fail(PD_EIO, err, errlen, "%s: truncated or damaged after member %llu (%s)", path,
-                                          (unsigned long long)members, why)
-                         : pd_layout_fail(PD_EINVAL, err, errlen, "%s: not a tar archive (%s)", path, why);
+        src->z = a;
+        nested = archive_filter_count(a) > 2;
+        src->gzip = archive_filter_code(a, 0) == ARCHIVE_FILTER_GZIP;
+        if (src->gzip && !(src->crc_table = malloc(8 * sizeof *src->crc_table))) {
+            rc = pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
             goto done;
         }
-        members++;
-        /* tarfile's isreg(): regular files only; hard links, links, directories and devices are skipped */
-        if (archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e))
-            continue;
-        const char *name = archive_entry_pathname_utf8(e);
-        if (!name)
-            name = archive_entry_pathname(e);
-        if (name && (rc = tar_member(&t, name)))
-            goto done;
+        if (src->gzip)
+            crc_init(src->crc_table);
+        int r = archive_read_next_header(a, &e);
+        if (r == ARCHIVE_EOF) /* the empty format: nothing inside */
+            src->z_end = 1;
+        else if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+            snprintf(src->why, sizeof src->why, "a damaged or cut compressed stream: %s",
+                     archive_error_string(a) ? archive_error_string(a) : "the decompressor gave no reason");
+            src->z_end = -1;
+            src->failed = 1;
+        }
     }
-    if ((rc = tar_check_end(a, src, path, members, err, errlen)))
-        goto done;
-    if (t.samples == 0) {
+    if (!nested)
+        rc = tar_walk_all(src, &t, &members, err, errlen);
+    if (src->z && rc != PD_ENOMEM) { /* a broken stream is the verdict, whatever was read from it */
+        int v = tar_verify(src, nested, err, errlen);
+        if (v)
+            rc = v;
+        else if (nested)
+            rc = pd_layout_fail(PD_EINVAL, err, errlen,
+                                "%s: compressed twice (%s inside %s): WebDataset decompresses one layer", path,
+                                archive_filter_name(a, 0), archive_filter_name(a, 1));
+    }
+    if (!rc && t.samples == 0)
         rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s: an empty shard: no samples in its %llu members", path,
                             (unsigned long long)members);
-        goto done;
-    }
-    *samples = t.samples;
+    if (!rc)
+        *samples = t.samples;
     if (bytes_read)
         *bytes_read = src->bytes_read;
 done:
@@ -407,6 +1264,7 @@ done:
         archive_read_free(a);
     if (src->fd >= 0)
         close(src->fd);
+    free(src->crc_table);
     free(src);
     free(t.key);
     free(t.exts.text);

@@ -1,12 +1,14 @@
 """permd.ShardLayout: a sharded dataset's shards as its loader wrote them (MDS index.json, WebDataset tars, a sizes
 file), and sample ids to (shard, offset) and back. The same rules as permctl's reader (client/layout.h)."""
 import bisect
-import io
+import bz2
 import json
+import lzma
 import os
 import re
 import stat
 import tarfile
+import zlib
 
 from . import _args
 from .errors import PermdError
@@ -486,9 +488,330 @@ def _is_meta(name):
     return ("/" not in name and name.startswith("__") and name.endswith("__")) or bool(_META.match(name))
 
 
+# Bounds C keeps too (client/layout_tar.c): tarfile recurses into each extended header and reads its data whole.
+_CHAIN_MAX = 64  # headers in a row before one member
+_EXT_MAX = 1 << 20  # bytes of one extended header's data (pax, GNU long name)
+_EXT_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+              tarfile.SOLARIS_XHDTYPE)
+
+
+class _Damaged(Exception):
+    """A file or compressed stream that cannot be read whole (PD_EIO)."""
+
+
+class _TarInfo(tarfile.TarInfo):
+    """tarfile's own reading (what WebDataset counts), with C's bounds. _proc_member is where tarfile hands a parsed
+    header on, the extension point its comments name; it also notes that the tar's first header was one."""
+
+    def _proc_member(self, tf):
+        src = tf.fileobj
+        src.parsed = True
+        if src.depth >= _CHAIN_MAX:
+            raise _Damaged(f"more than {_CHAIN_MAX} headers in a row before a member")
+        if self.type in _EXT_TYPES and not 0 <= self.size <= _EXT_MAX:
+            raise _Damaged("an extended header of a negative size" if self.size < 0 else
+                           "an extended header of more than 1 MiB")
+        src.depth += 1
+        try:
+            return super()._proc_member(tf)
+        finally:
+            src.depth -= 1
+
+
+class _Feed:
+    """Bytes from an iterator of chunks, read ahead and consumed as libarchive's filters do: ahead(n) is n bytes or
+    None when fewer are left; consumed counts what a decompressor took."""
+
+    def __init__(self, chunks):
+        self._it, self._buf, self._at, self.consumed, self._end = iter(chunks), b"", 0, 0, False
+
+    def _more(self):
+        if self._end:
+            return False
+        for c in self._it:
+            if c:
+                self._buf = self._buf[self._at:] + c
+                self._at = 0
+                return True
+        self._end = True
+        return False
+
+    def ahead(self, n):
+        while len(self._buf) - self._at < n:
+            if not self._more():
+                return None
+        return self._buf[self._at:self._at + n]
+
+    def available(self):
+        """What is buffered (at least a byte), or b"" at the end."""
+        if len(self._buf) == self._at and not self._more():
+            return b""
+        return self._buf[self._at:]
+
+    def consume(self, n):
+        self._at += n
+        self.consumed += n
+
+    def give_back(self, data):
+        """Undo the consuming of data, the last bytes consumed (what a decompressor left after its stream's end)."""
+        if data:
+            self._buf = bytes(data) + self._buf[self._at:]
+            self._at = 0
+            self.consumed -= len(data)
+
+
+_OUT = 1 << 20  # decompressed bytes at a time: a small compressed block may stand for gigabytes
+
+
+def _drive(d, f, what):
+    """Run a bz2/lzma decompressor to its stream's end on f, yielding its output; f keeps what follows the end."""
+    while not d.eof:
+        if d.needs_input:
+            data = f.available()
+            if not data:
+                raise _Damaged(f"a damaged or cut compressed stream: truncated {what} input")
+            f.consume(len(data))
+        else:
+            data = b""
+        try:
+            out = d.decompress(data, _OUT)
+        except (OSError, EOFError, ValueError, lzma.LZMAError) as e:
+            raise _Damaged(f"a damaged or cut compressed stream: {what}: {e}") from None
+        if out:
+            yield out
+    f.give_back(d.unused_data)
+
+
+def _gzip_header(f):
+    """libarchive's peek_at_header(): the length of the gzip member header at f's front, 0 when there is none."""
+    h = f.ahead(10)
+    if h is None or h[:3] != b"\x1f\x8b\x08" or h[3] & 0xE0:
+        return 0
+    flags, n = h[3], 10
+    if flags & 4:  # extra field: its length, then (unchecked here) its bytes
+        h = f.ahead(n + 2)
+        if h is None:
+            return 0
+        n += 2 + (h[n] | h[n + 1] << 8)
+    for bit in (8, 16):  # file name, comment: NUL-terminated
+        if flags & bit:
+            while True:
+                n += 1
+                h = f.ahead(n)
+                if h is None:
+                    return 0
+                if h[n - 1] == 0:
+                    break
+    if flags & 2:  # header CRC (not checked)
+        if f.ahead(n + 2) is None:
+            return 0
+        n += 2
+    return n
+
+
+class _Gzip:
+    """libarchive's gzip filter: members one after another while a member header follows; the CRC-32 and length
+    of all the data and the last member's trailer are kept for C's check (libarchive checks neither)."""
+    name = "gzip"
+
+    def __init__(self):
+        self.crc = self.size = 0
+        self.trailer = None
+
+    def run(self, f):
+        while True:
+            n = _gzip_header(f)
+            if not n:
+                return
+            if f.ahead(n) is None:
+                raise _Damaged("a damaged or cut compressed stream: truncated gzip input")
+            f.consume(n)
+            d = zlib.decompressobj(-15)
+            while not d.eof:
+                data = f.available()
+                if not data:
+                    raise _Damaged("a damaged or cut compressed stream: truncated gzip input")
+                try:
+                    out = d.decompress(data, _OUT)
+                except zlib.error as e:
+                    raise _Damaged(f"a damaged or cut compressed stream: gzip decompression failed ({e})") from None
+                f.consume(len(data) - len(d.unconsumed_tail) - len(d.unused_data))
+                if out:
+                    self.crc = zlib.crc32(out, self.crc)
+                    self.size += len(out)
+                    yield out
+            t = f.ahead(8)
+            if t is None:
+                raise _Damaged("a damaged or cut compressed stream: the gzip trailer is cut")
+            f.consume(8)
+            self.trailer = t
+
+
+class _Bzip2:
+    """libarchive's bzip2 filter: streams one after another while one follows (its bid)."""
+    name = "bzip2"
+
+    @staticmethod
+    def bid(f):
+        h = f.ahead(14)
+        return (h is not None and h[:3] == b"BZh" and 0x31 <= h[3] <= 0x39
+                and h[4:10] in (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90"))
+
+    def run(self, f):
+        while self.bid(f):
+            yield from _drive(bz2.BZ2Decompressor(), f, "bzip2")
+
+
+class _Xz:
+    """libarchive's xz filter (liblzma, concatenated streams): streams with zero padding of 4n bytes between and
+    after them, nothing else."""
+    name = "xz"
+
+    def run(self, f):
+        while True:
+            yield from _drive(lzma.LZMADecompressor(format=lzma.FORMAT_XZ), f, "xz")
+            zeros = 0
+            while True:
+                h = f.available()
+                k = len(h) - len(h.lstrip(b"\0"))
+                f.consume(k)
+                zeros += k
+                if k < len(h) or not h:
+                    break
+            if zeros % 4:
+                raise _Damaged("a damaged or cut compressed stream: xz: padding that is no multiple of 4 bytes")
+            if not f.available():
+                return
+
+
+class _Lzma:
+    """libarchive's lzma filter: one LZMA-alone stream."""
+    name = "lzma"
+
+    def run(self, f):
+        yield from _drive(lzma.LZMADecompressor(format=lzma.FORMAT_ALONE), f, "lzma")
+
+
+_LZMA_DICTS = {1 << k for k in range(12, 28)}
+
+
+def _bid(f):
+    """libarchive's filter bidders (gzip, bzip2, xz, lzma; at most one can claim any data): the filter, or None."""
+    if f.ahead(6) == b"\xfd7zXZ\x00":
+        return _Xz()
+    if _gzip_header(f):
+        return _Gzip()
+    if _Bzip2.bid(f):
+        return _Bzip2()
+    h = f.ahead(14)
+    if h is None or h[0] > 224:
+        return None
+    bits = 8 if h[0] in (0x5D, 0x5E) else 0
+    bits += 64 if h[5:13] == b"\xff" * 8 else 0
+    dicsize = int.from_bytes(h[1:5], "little")
+    if dicsize in _LZMA_DICTS or (0x300000 <= dicsize <= 0x3F00000 and not dicsize & 0xFFFFF and bits == 72):
+        return _Lzma()
+    return None
+
+
+def _file_chunks(f):
+    while True:
+        b = f.read(1 << 16)
+        if not b:
+            return
+        yield b
+
+
+class _TarStream:
+    """The tar tarfile reads: the file itself (seekable), or its decompressed stream (forward only, as C's).
+    Remembers its last read, where permd looks for the end-of-archive block."""
+
+    def __init__(self, f, feed=None):
+        self.f, self.feed, self.pos = f, feed, 0
+        self.parsed, self.depth, self.last = False, 0, (None, b"")
+
+    def read(self, n=-1):
+        at = self.pos
+        if self.feed is None:
+            self.f.seek(at)
+            data = self.f.read(n)
+        else:
+            out, want = [], (1 << 62) if n is None or n < 0 else n
+            while want > 0:
+                c = self.feed.available()
+                if not c:
+                    break
+                c = c[:want]
+                self.feed.consume(len(c))
+                out.append(c)
+                want -= len(c)
+            data = b"".join(out)
+        self.pos += len(data)
+        self.last = (at, data)
+        return data
+
+    def seek(self, pos, whence=0):
+        if whence != 0:
+            raise _Damaged("an unexpected seek")
+        if self.feed is not None:
+            if pos < self.pos:
+                raise _Damaged("a seek backward in a compressed stream")
+            left = pos - self.pos
+            while left > 0:
+                c = self.feed.available()
+                if not c:
+                    break
+                k = min(len(c), left)
+                self.feed.consume(k)
+                left -= k
+        self.pos = pos
+        return pos
+
+    def tell(self):
+        return self.pos
+
+
+def _open_layers(f):
+    """The filters libarchive would stack on the file (the outermost first) and the Feed of the innermost's output."""
+    file_feed = _Feed(_file_chunks(f))
+    layers, feed = [], file_feed
+    while True:
+        codec = _bid(feed)
+        if codec is None:
+            return file_feed, layers, feed
+        if len(layers) == 24:
+            raise _Damaged("a damaged or cut compressed stream: Input requires too many filters for decoding")
+        layers.append(codec)
+        feed = _Feed(codec.run(feed))
+
+
+def _verify(f, size, file_feed, layers, top):
+    """A compressed shard must be whole, as C checks it: the stream read to its end, the bytes after it zeros, and
+    gzip's CRC-32 and length (of all the data against the last trailer) right."""
+    while top.available():
+        top.consume(len(top.available()))
+    rest = size - file_feed.consumed
+    data = file_feed.available()
+    while data:
+        if data.count(0) != len(data):
+            raise _Damaged(f"{rest} bytes after the compressed data that are not zeros (junk, or a second stream "
+                           "of another kind)")
+        file_feed.consume(len(data))
+        data = file_feed.available()
+    g = layers[0]
+    if len(layers) == 1 and isinstance(g, _Gzip):
+        t = g.trailer or b""
+        if len(t) != 8 or int.from_bytes(t[:4], "little") != g.crc or int.from_bytes(t[4:], "little") != \
+                g.size & 0xFFFFFFFF:
+            raise _Damaged("the gzip data does not match its CRC-32 or length (a damaged file, or a gzip of several "
+                           "members: not supported)")
+
+
 def _tar_keys(path):
-    """Yield a tar shard's sample keys in order: regular members, metadata and keyless names skipped, a sample
-    being a run of consecutive members with one key (WebDataset's group_by_keys). Headers only when uncompressed."""
+    """Yield a tar shard's sample keys in order, as WebDataset reads it: tarfile's members (with C's bounds), regular
+    ones only, metadata and keyless names skipped, a sample being a run of consecutive members with one key
+    (group_by_keys). Headers only when uncompressed; a compressed shard is decompressed as libarchive does in C and
+    must be whole. The same rules and codes as client/layout_tar.c."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -500,46 +823,86 @@ def _tar_keys(path):
     if st.st_size == 0:
         raise LayoutError(EINVAL, path, "an empty file (0 bytes), not a tar shard")
     try:
-        tf = tarfile.open(path, "r:*")
-    except (tarfile.TarError, EOFError, OSError) as e:
+        f = open(path, "rb")
+    except OSError as e:
+        raise LayoutError(EIO, path, e.strerror) from None
+    with f:
+        try:
+            file_feed, layers, top = _open_layers(f)
+        except _Damaged as e:
+            raise LayoutError(EIO, path, str(e)) from None
+        except OSError as e:
+            raise LayoutError(EIO, path, f"read failed: {e.strerror}") from None
+        if not layers:
+            f.seek(0)
+            src = _TarStream(f)
+        else:
+            src = _TarStream(f, top)
+        failure = None
+        try:
+            if len(layers) > 1:
+                failure = LayoutError(EINVAL, path, f"compressed twice ({layers[1].name} inside {layers[0].name}): "
+                                                    "WebDataset decompresses one layer")
+            else:
+                yield from _tar_walk(path, src)
+        except LayoutError as e:
+            failure = e
+        if layers:  # a broken stream is the verdict, whatever was read from it
+            try:
+                _verify(f, st.st_size, file_feed, layers, top)
+            except _Damaged as e:
+                raise LayoutError(EIO, path, str(e)) from None
+            except OSError as e:
+                raise LayoutError(EIO, path, f"read failed: {e.strerror}") from None
+        if failure is not None:
+            raise failure
+
+
+def _tar_walk(path, src):
+    try:
+        tf = tarfile.open(fileobj=src, mode="r:", tarinfo=_TarInfo)
+    except (_Damaged, OSError) as e:  # reading the file or its stream failed
+        raise LayoutError(EIO, path, str(e)) from None
+    except Exception as e:  # the first 512 bytes are no tar header: not a tar; anything after: damage
+        if src.parsed:
+            raise LayoutError(EIO, path, f"truncated or damaged after member 0 ({e})") from None
         raise LayoutError(EINVAL, path, f"not a tar archive ({e})") from None
     members = samples = 0
     key, exts = None, set()
-    with tf:
-        try:
-            for ti in tf:
-                members += 1
-                if not ti.isreg() or _is_meta(ti.name):
-                    continue
-                m = _KEY.match(ti.name)
-                if not m:
-                    continue
-                k, ext = m.group(1), m.group(2).lower()
-                if k != key or samples == 0:
-                    key, exts = k, set()
-                    samples += 1
-                    yield k
-                if ext in exts or ext in ("__key__", "__url__"):
-                    raise LayoutError(EINVAL, path, f"member {ti.name!r} repeats the extension {ext!r} in sample "
-                                                    f"{k!r} (WebDataset raises on it)")
-                exts.add(ext)
-            # tarfile ends quietly at a cut or damaged header: look at where it stopped
-            tf.fileobj.seek(tf.offset)
-            block = tf.fileobj.read(tarfile.BLOCKSIZE)
-            compressed = not isinstance(tf.fileobj, io.BufferedReader)
-            if compressed:  # its stream must end whole, as in C
-                while tf.fileobj.read(1 << 16):
-                    pass
-        except LayoutError:
-            raise
-        except (tarfile.TarError, EOFError, OSError) as e:  # a cut member, a broken compressed stream
-            raise LayoutError(EIO, path, f"truncated or damaged after member {members} ({e})") from None
-        except Exception as e:  # zlib.error, lzma.LZMAError: broken compressed data
-            raise LayoutError(EIO, path, f"truncated or damaged after member {members} ({e})") from None
-    # uncompressed, a zero block must follow the last member: a tar cut just after one would pass as shorter
-    if not compressed and not block:
+    try:
+        for ti in tf:
+            members += 1
+            tf.members = []  # as WebDataset: tarfile would keep every TarInfo
+            if tf.offset <= ti.offset:  # a negative size: tarfile would read this header again, for ever
+                raise LayoutError(EIO, path, f"member {members} ({ti.name!r}) does not advance the archive")
+            if not ti.isreg() or _is_meta(ti.name):
+                continue
+            m = _KEY.match(ti.name)
+            if not m:
+                continue
+            k, ext = m.group(1), m.group(2).lower()
+            if k != key or samples == 0:
+                key, exts = k, set()
+                samples += 1
+                yield k
+            if ext in exts or ext in ("__key__", "__url__"):
+                raise LayoutError(EINVAL, path, f"member {ti.name!r} repeats the extension {ext!r} in sample "
+                                                f"{k!r} (WebDataset raises on it)")
+            exts.add(ext)
+        # tarfile ends quietly at a cut or damaged header: look at where it stopped (the block it read there)
+        at, block = src.last
+        if at != tf.offset:
+            src.seek(tf.offset)
+            block = src.read(tarfile.BLOCKSIZE)
+    except LayoutError:
+        raise
+    except (_Damaged, OSError) as e:
+        raise LayoutError(EIO, path, str(e)) from None
+    except Exception as e:  # what tarfile raises past the first header
+        raise LayoutError(EIO, path, f"truncated or damaged after member {members} ({e})") from None
+    if not block:  # every tar writer writes one: this tar was cut right after a member
         raise LayoutError(EIO, path, f"truncated after member {members} (no end-of-archive block)")
-    if block and (len(block) < tarfile.BLOCKSIZE or block.count(0) != tarfile.BLOCKSIZE):
+    if len(block) < tarfile.BLOCKSIZE or block.count(0) != tarfile.BLOCKSIZE:
         raise LayoutError(EIO, path, f"truncated or damaged after member {members}")
     if samples == 0:
         raise LayoutError(EINVAL, path, f"an empty shard: no samples in its {members} members")

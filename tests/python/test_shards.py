@@ -1,9 +1,12 @@
 """Sharded datasets from Python: ShardPlan against the independent reference, Sampler coverage and resume
 across world sizes, offline and daemon ids identical, digests, bad arguments; ShardLayout from WebDataset tars,
 MDS indexes and sizes files (good and bad input, each the same as permctl shards reads it), ids <-> (shard, offset)."""
+import bz2
+import gzip
 import io
 import itertools
 import json
+import lzma
 import os
 import random
 import subprocess
@@ -570,6 +573,143 @@ class Tars(LayoutCase):
         with open(self.path("z.tar.gz"), "rb") as f:
             self.put("zcut.tar.gz", f.read()[:-4])
         self.assert_same_as_permctl("--tars", self.path("zcut.tar.gz"), code=layout.EIO)
+
+
+def raw_member(name, data=b"x", typ=b"0", fields=None):
+    """A tar member written byte by byte (any name, any field: what tar writers will not write), checksum right."""
+    if isinstance(name, str):
+        name = name.encode("utf-8", "surrogateescape")
+    h = bytearray(512)
+    h[0:len(name)] = name
+    h[100:108], h[108:116], h[116:124] = b"0000644\0", b"0000000\0", b"0000000\0"
+    h[124:136], h[136:148] = b"%011o\0" % len(data), b"00000000000\0"
+    h[156:157], h[257:265] = typ, b"ustar\x0000"
+    for off, v in (fields or {}).items():
+        h[off:off + len(v)] = v
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h) + data + b"\0" * (-len(data) % 512)
+
+
+def pax_records(*kvs):
+    out = b""
+    for kv in kvs:
+        body = b" " + kv + b"\n"
+        n = len(body) + 1
+        while len(str(n)) + len(body) != n:
+            n = len(str(n)) + len(body)
+        out += str(n).encode() + body
+    return out
+
+
+TAR_END = b"\0" * 1024
+
+
+def webdataset_count(path):
+    """What WebDataset yields from a shard (tarfile in stream mode, then its grouping), or its exception's name."""
+    n, cur = 0, None
+    try:
+        with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as st:
+            for ti in st:
+                name = ti.name
+                st.members = []
+                if not ti.isreg() or ("/" not in name and name.startswith("__") and name.endswith("__")) or \
+                        layout._META.match(name):
+                    continue
+                m = layout._KEY.match(name)
+                if not m:
+                    continue
+                k, ext = m.group(1), m.group(2).lower()
+                if cur is None or k != cur["__key__"]:
+                    cur, n = {"__key__": k, "__url__": path}, n + 1
+                if ext in cur:
+                    return "ValueError"
+                cur[ext] = 1
+    except Exception as e:
+        return type(e).__name__
+    return n
+
+
+class TarsAsTarfile(LayoutCase):
+    """Where libarchive and tarfile read a tar differently, permctl and ShardLayout both read it as tarfile (and so
+    WebDataset) does; what WebDataset silently stops at is PD_EIO in both."""
+
+    def check(self, name, data, sizes=None, code=None, wds=None):
+        self.put(name, data)
+        got = self.assert_same_as_permctl("--tars", self.path(name), code=code)
+        if sizes is not None:
+            self.assertEqual(got.sizes, sizes, name)
+        if wds is not None:
+            self.assertEqual(webdataset_count(self.path(name)), wds, name)
+
+    @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_headers(self):
+        gnu = {257: b"ustar  \0"}  # GNU tar -G: atime and ctime where ustar keeps its name prefix
+        inc = b"".join(raw_member(n, fields={**gnu, 345: t, 357: b"13602760400\0"}) for n, t in
+                       [("a.jpg", b"13602760400\0"), ("a.txt", b"13773463000\0"), ("b.jpg", b"13773463000\0")])
+        self.check("inc.tar", inc + TAR_END, sizes=[3], wds=3)  # libarchive read 2
+        for off, v in [(100, b"0000888\0"), (136, b"0000000000x\0"), (108, b"00017x7\0"), (329, b"9\0")]:
+            odd = raw_member("a.txt") + raw_member("a.jpg", fields={off: v}) + raw_member("b.jpg") + TAR_END
+            self.check("odd.tar", odd, code=layout.EIO, wds=1)  # WebDataset stops there, silently
+        self.check("oct.tar", raw_member("a.txt", fields={100: b" 0o6_44 "}) + TAR_END, sizes=[1], wds=1)
+        glob_path = raw_member("g", pax_records(b"path=zzz.png"), b"g") + raw_member("a.jpg") + raw_member("a.txt")
+        self.check("global.tar", glob_path + TAR_END, code=layout.EINVAL, wds="ValueError")
+        slash = (raw_member("a.jpg/", b"data") + raw_member("P", pax_records(b"path=k.jpg//"), b"x") +
+                 raw_member("ignored") + raw_member("k.txt"))
+        self.check("slash.tar", slash + TAR_END, sizes=[1], wds=1)
+        types = raw_member("a.jpg", typ=b"Z") + raw_member("b.jpg") + raw_member("c.jpg", b"xx", typ=b"7")
+        self.check("types.tar", types + TAR_END, sizes=[2], wds=2)  # an unknown type is no file (C counted it)
+        neg = raw_member("a.jpg") + raw_member("b.jpg", b"", typ=b"Z", fields={124: b"-1000\0"})
+        self.check("neg.tar", neg + TAR_END, code=layout.EIO)  # tarfile would read b.jpg's header for ever
+        chain = raw_member("P", pax_records(b"comment=x"), b"x") * 65 + raw_member("a.jpg")
+        self.check("chain.tar", chain + TAR_END, code=layout.EIO)
+        big = raw_member("a.jpg") + raw_member("././@LongLink", b"y" * ((1 << 20) + 512), b"L") + raw_member("b.jpg")
+        self.check("big.tar", big + TAR_END, code=layout.EIO)
+        self.check("late.tar", raw_member("P", b"junk", b"x") + raw_member("a.jpg") + TAR_END, code=layout.EIO)
+        self.check("junk.tar", b"hello, not a tar", code=layout.EINVAL)
+        newline = raw_member("d.v\n/a.jpg") + raw_member("__m__\n") + raw_member("b.jpg") + TAR_END
+        self.check("newline.tar", newline, sizes=[1], wds=1)  # '.' matches no newline: d.v\n/a.jpg has no key
+
+    @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_compressed(self):
+        body = b"".join(raw_member(f"k{i // 2}.{'ab'[i % 2]}", bytes(random.Random(i).getrandbits(8)
+                                                                        for _ in range(3000))) for i in range(3))
+        body += TAR_END + b"\0" * 8192
+        codecs = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress,
+                  "lzma": lambda b: lzma.compress(b, format=lzma.FORMAT_ALONE)}
+        for ext, z in codecs.items():
+            c = z(body)
+            self.check(f"s.tar.{ext}", c, sizes=[2])  # .tar.lzma too (C refused it)
+            self.check(f"cut.tar.{ext}", c[:-5], code=layout.EIO)  # cut after the tar's end
+            self.check(f"junk.tar.{ext}", c + b"JUNK", code=layout.EIO)
+            self.check(f"zeros.tar.{ext}", c + b"\0" * 4, sizes=[2])
+        g = gzip.compress(body)
+        bad_crc = g[:-8] + bytes([g[-8] ^ 0x40]) + g[-7:]
+        self.check("crc.tar.gz", bad_crc, code=layout.EIO)  # libarchive does not check it
+        self.check("two.tar.gz", g + gzip.compress(b"more"), code=layout.EIO)  # several members: not checkable
+        self.check("twice.tar.gz.gz", gzip.compress(g), code=layout.EINVAL)
+        self.check("xzpad.tar.xz", lzma.compress(body) + b"\0" * 5, code=layout.EIO)  # xz pads in fours
+        e = self.assert_layout_error(layout.EIO, "compressed stream", layout.count_tar, self.path("cut.tar.gz"))
+        self.assertNotIn("(null)", str(e))
+        r = subprocess.run([PERMCTL, "shards", "--tars", self.path("cut.tar.gz")], capture_output=True, text=True)
+        self.assertNotIn("(null)", r.stderr)
+
+    def test_members_not_kept(self):
+        """tarfile keeps every TarInfo it reads; counting clears them as WebDataset does (300k members: +134 MB)."""
+        seen = []
+        real = tarfile.TarFile.next
+
+        def spy(tf):
+            seen.append(len(tf.members))
+            return real(tf)
+
+        self.put("many.tar", b"".join(raw_member(f"s{i:05d}.cls", b"") for i in range(2000)) + TAR_END)
+        tarfile.TarFile.next = spy
+        try:
+            self.assertEqual(layout.count_tar(self.path("many.tar")), 2000)
+        finally:
+            tarfile.TarFile.next = real
+        self.assertLessEqual(max(seen), 1)
 
 
 def mds_entry(base, samples, raw_bytes=64, zip_=None, fmt="mds", **extra):
