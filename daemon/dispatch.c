@@ -68,7 +68,7 @@ static const pd_command pd_commands[PD_REQ_UNKNOWN] = {
     PD_ROW(DELETE_DATASET, pd_on_delete_dataset, 0),
     PD_ROW(FETCH, pd_on_fetch, 0),
     PD_ROW(DIGEST, pd_on_digest, 0),
-    PD_ROW(INVERSE, pd_on_inverse, PD_CMD_KEEPS_ARENA),
+    PD_ROW(INVERSE, pd_on_inverse, 0),
     PD_ROW(STREAM, pd_on_stream, 0),
     PD_ROW(CREDIT, pd_on_credit, 0),
     PD_ROW(CANCEL, pd_on_cancel, 0),

@@ -375,10 +375,14 @@ static int pd_inverse_mix_setup(pd_session *s, uint64_t id, const Permd__V1__Inv
 static void pd_inverse_job_done(pd_job *job)
 {
     pd_inverse_job *j = (pd_inverse_job *)job;
-    if (pd_conn_open(j->s->conn))
-        pd_send_inverse(j->s, j->id, &j->v);
+    pd_session *s = j->s;
+    if (pd_conn_open(s->conn))
+        pd_send_inverse(s, j->id, &j->v);
     pd_plan_release(j->v.plan);
     free(j);
+    /* The request and the reply's buffers (pd_arena_keep): its connection was busy, so nothing else is
+     * in the arena; an idle connection keeps none of it. */
+    pd_arena_reset(&s->arena);
 }
 
 void pd_on_inverse(pd_session *s, uint64_t id, const Permd__V1__Inverse *m)
@@ -475,5 +479,7 @@ run:
         pd_plan_release(v.plan);
         free(j);
         pd_reply_error(s, id, PD_EINTERNAL, "cannot queue work");
+        return;
     }
+    pd_arena_keep(&s->arena); /* the job reads the samples and writes the reply there: its done lets go */
 }

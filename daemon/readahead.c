@@ -29,6 +29,8 @@ struct pd_readahead {
     uint8_t *buf;       /* got * t.width bytes once ready */
     int ready;          /* buf holds them */
     int queued;         /* waiting for the idle pass */
+    int plan_idle;      /* t.plan is held for its identity only (pd_plan_idle): a connection that stops
+                           reading must not keep a plan's memory from other requests */
     pd_session *prev, *next; /* the loop's queue */
 };
 
@@ -38,6 +40,25 @@ struct pd_ra_queue {
     pd_loop *loop;
     pd_session *head;
 };
+
+/* Hold the prediction's plan for its identity only, or let it go. */
+static void pd_ra_plan_idle(struct pd_readahead *ra)
+{
+    if (ra->t.plan && !ra->plan_idle) {
+        pd_plan_idle(ra->t.plan);
+        ra->plan_idle = 1;
+    }
+}
+
+static void pd_ra_release(struct pd_readahead *ra)
+{
+    if (ra->plan_idle)
+        pd_plan_release_idle(ra->t.plan);
+    else
+        pd_plan_release(ra->t.plan);
+    ra->t.plan = NULL;
+    ra->plan_idle = 0;
+}
 
 static int pd_ra_same(const pd_target *a, const pd_target *b)
 {
@@ -88,6 +109,7 @@ static void pd_on_readahead(uv_idle_t *h)
         uint64_t w = 0;
         ra->ready = pd_target_generate(s->svc->backend, &ra->t, &ra->t.slice, ra->got, ra->buf, &w) == 0 &&
                     w == ra->got;
+        pd_ra_plan_idle(ra); /* generated: the plan is only compared with the next Fetch's */
     }
     uv_idle_stop(h);
 }
@@ -134,10 +156,10 @@ void pd_readahead_note(pd_session *s, const pd_target *t, uint64_t count, uint64
     if (!ra && !(ra = s->ra = calloc(1, sizeof *ra)))
         return;
     int sequential = pd_ra_continues(ra, t, count);
-    pd_target_release(&ra->t);
+    pd_ra_release(ra);
     ra->t = *t;
     if (t->plan)
-        ra->t.plan = pd_plan_ref(t->plan);
+        ra->t.plan = pd_plan_ref(t->plan); /* in use until the idle pass generated with it */
     ra->t.slice.offset = pd_target_next_offset(t, t->slice.offset, got);
     ra->t.remaining = remaining;
     ra->count = count;
@@ -148,6 +170,7 @@ void pd_readahead_note(pd_session *s, const pd_target *t, uint64_t count, uint64
         pd_target_may_block(t) || /* the idle pass runs on the loop: only plans already built */
         (!ra->buf && !(ra->buf = malloc(PD_READAHEAD_MAX_BYTES)))) {
         pd_ra_unqueue(q, s);
+        pd_ra_plan_idle(ra);
         return;
     }
     if (!ra->queued) {
@@ -167,7 +190,7 @@ void pd_readahead_drop(pd_session *s)
         return;
     if (s->loop->ra)
         pd_ra_unqueue(s->loop->ra, s);
-    pd_target_release(&s->ra->t);
+    pd_ra_release(s->ra);
     free(s->ra->buf);
     free(s->ra);
     s->ra = NULL;

@@ -8,6 +8,16 @@
 #include "core/error.h"
 #include "cpu/mix.h"
 
+/* The plan cache refused a new plan (PD_EBUSY): the plans in use fill plan_cache_bytes. */
+static int pd_target_plans_full(pd_plans *plans, char *msg, size_t len)
+{
+    snprintf(msg, len,
+             "plan memory is full: plans in use take %llu bytes of plan_cache_bytes (%llu); retry when some are "
+             "done, or raise plan_cache_bytes",
+             (unsigned long long)pd_plans_bytes(plans), (unsigned long long)pd_plans_limit(plans));
+    return PD_EBUSY;
+}
+
 int pd_target_plan(pd_registry *reg, pd_plans *plans, const pd_dataset *d, uint64_t seed, uint64_t epoch,
                    uint64_t window, uint32_t lanes, pd_plan **out, char *msg, size_t len)
 {
@@ -23,6 +33,8 @@ int pd_target_plan(pd_registry *reg, pd_plans *plans, const pd_dataset *d, uint6
     }
     int rc = pd_plans_get(plans, layout, seed, epoch, window ? window : d->window, lanes ? lanes : d->lanes, out);
     pd_layout_release(layout);
+    if (rc == PD_EBUSY)
+        return pd_target_plans_full(plans, msg, len);
     if (rc)
         snprintf(msg, len, "out of memory");
     return rc ? PD_EINTERNAL : 0;
@@ -85,11 +97,13 @@ int pd_target_mix_plan(pd_registry *reg, pd_plans *plans, pd_mixdef *def, uint64
     int rc = layouts ? 0 : PD_ENOMEM;
     for (uint32_t j = 0; j < def->components && !rc; j++)
         rc = pd_registry_component(reg, def, j, &layouts[j], msg, len);
-    if (rc == 0 && pd_plans_get_mix(plans, def, layouts, seed, out))
-        rc = PD_ENOMEM;
+    if (rc == 0)
+        rc = pd_plans_get_mix(plans, def, layouts, seed, out);
     for (uint32_t j = 0; layouts && j < def->components; j++)
         pd_layout_release(layouts[j]);
     free(layouts);
+    if (rc == PD_EBUSY)
+        return pd_target_plans_full(plans, msg, len);
     if (rc == PD_ENOMEM) {
         snprintf(msg, len, "out of memory");
         rc = PD_EINTERNAL;

@@ -16,6 +16,7 @@
 #include "daemon/conn.h"
 #include "daemon/groups.h"
 #include "daemon/plans.h"
+#include "daemon/readahead.h"
 #include "daemon/registry.h"
 #include "daemon/service.h"
 #include "daemon/session.h"
@@ -583,6 +584,50 @@ static void test_mixture_reply_memory_released(void **state)
     free(stp);
 }
 
+/* An Inverse answered by a worker job keeps its request until the job is done, then lets it go; one
+ * answered on the loop lets it go when answered. */
+static void test_inverse_memory_released(void **state)
+{
+    fixture *f = *state;
+    enum { COUNT = 20000 };
+    connect_client(f, 0);
+    put_dataset(f, "d", 100000);
+    free_env(next_reply(f));
+    uint8_t *samples = malloc(4 * COUNT);
+    assert_non_null(samples);
+    for (uint32_t i = 0; i < COUNT; i++)
+        pd_store_le32(samples + 4 * i, i * 5);
+    Permd__V1__Inverse m = PERMD__V1__INVERSE__INIT;
+    m.dataset = "d";
+    m.seed = 42;
+    m.epoch = 3;
+    m.world = 4;
+    m.samples.data = samples;
+    m.samples.len = 4 * COUNT;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 12;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_INVERSE;
+    env.inverse = &m;
+    send_env(f, &env); /* no inline budget in this fixture: a job */
+    assert_int_equal(pd_conns_jobs(f->conns), 1);
+    assert_true(atomic_load(&f->sl.stats.request_memory) > 0); /* the job reads it */
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, 12);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY);
+    assert_int_equal(r->inverse_reply->count, COUNT);
+    free_env(r);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(atomic_load(&f->sl.stats.request_memory), 0);
+    pd_store_le32(samples, 100000); /* refused on the loop (a sample past the size): let go as well */
+    send_env(f, &env);
+    r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    free_env(r);
+    assert_int_equal(atomic_load(&f->sl.stats.request_memory), 0);
+    free(samples);
+}
+
 /* ---- Plan memory (daemon/plans.c, daemon/stream.c) ------------------------------------------ */
 
 enum { PLAN_SHARDS = 1000, PLAN_PER_SHARD = 10 };
@@ -806,11 +851,67 @@ static void test_idle_streams_release_plans(void **state)
     r = next_reply(f);
     assert_int_equal(r->id, 21);
     assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_OVERLOADED);
+    assert_non_null(strstr(r->error->message, "plan_cache_bytes"));
     free_env(r);
     assert_true(pd_plans_bytes(f->plans) <= 2 * size);
     for (unsigned i = 0; i < 2; i++)
         pd_plan_release(held[i]);
     pd_layout_release(l);
+}
+
+static void send_sharded_fetch(fixture *f, uint64_t id, uint64_t seed, uint64_t offset)
+{
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "sh";
+    sl.seed = seed;
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    sl.offset = offset;
+    Permd__V1__Fetch m = PERMD__V1__FETCH__INIT;
+    m.slice = &sl;
+    m.count = 10;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
+    env.fetch = &m;
+    send_env(f, &env);
+}
+
+/* A connection's readahead keeps its plan for the identity of the next Fetch only: a reader that
+ * stops does not keep the plan's memory from another request's new plan. */
+static void test_readahead_lends_its_plan(void **state)
+{
+    fixture *f = *state;
+    const uint64_t size = pd_shard_plan_bytes(PLAN_SHARDS);
+    pd_plans_close(f->plans);
+    assert_int_equal(pd_plans_open(16, size, &f->plans), 0); /* room for one plan */
+    f->svc.plans = f->plans;
+    assert_int_equal(pd_readahead_loop_open(&f->sl), 0);
+    connect_client(f, 0);
+    put_sharded(f, "sh");
+    for (uint64_t k = 0; k < 4; k++) { /* built on the pool, then read in order: predicted */
+        send_sharded_fetch(f, 30 + k, 1, 10 * k);
+        pd_envelope *r = next_reply(f);
+        assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
+        free_env(r);
+        uv_run(&f->loop, UV_RUN_NOWAIT); /* the idle pass generates the prediction */
+    }
+    assert_true(f->sl.stats.readahead_hits > 0);
+    pd_layout *l;
+    pd_plan *p;
+    assert_int_equal(pd_registry_layout(f->reg, "sh", &l), 0);
+    assert_int_equal(pd_plans_get(f->plans, l, 2, 0, 8, 1, &p), 0); /* the reader's plan gives way */
+    assert_true(pd_plans_bytes(f->plans) <= size);
+    pd_plan_release(p);
+    pd_layout_release(l);
+    send_sharded_fetch(f, 40, 1, 40); /* the reader goes on: its plan is built again */
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
+    assert_int_equal(r->fetch_reply->count, 10);
+    free_env(r);
+    pd_conns_close_all(f->conns);
+    pd_readahead_loop_close(&f->sl);
 }
 
 /* ---- List replies: bounded, in pages for clients that ask ----------------------------------- */
@@ -959,9 +1060,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_request_memory_released, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_memory_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixture_reply_memory_released, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inverse_memory_released, setup_no_inline, teardown),
         cmocka_unit_test(test_plans_bounded),
         cmocka_unit_test(test_plans_idle_reclaim),
         cmocka_unit_test_setup_teardown(test_idle_streams_release_plans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_readahead_lends_its_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_mixtures_summaries, setup, teardown),
     };
