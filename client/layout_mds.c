@@ -12,6 +12,9 @@
 
 #include "core/error.h"
 
+/* Arrays and objects nested deeper than this are refused (PD_EINVAL) by C and Python alike. */
+#define MDS_DEPTH_MAX 512
+
 /* The shard formats a version-2 index may list (Streaming's readers); all count samples alike. */
 static const char *const mds_formats[] = {"mds", "csv", "tsv", "xsv", "json"};
 
@@ -210,28 +213,81 @@ static int mds_unique(mds_ctx *c, const pd_layout *l)
     return rc;
 }
 
+/* The deepest nesting of arrays and objects in a JSON text (strings skipped), counted up to max + 1. The same
+ * scan as Python's: a text nested deeper is refused by both before either parses it (jansson would go to 2048,
+ * Python's json only as deep as its recursion limit lets it). */
+static size_t mds_depth(const char *s, size_t n, size_t max)
+{
+    size_t depth = 0, deepest = 0;
+    for (size_t i = 0; i < n && deepest <= max; i++) {
+        if (s[i] == '"') {
+            for (i++; i < n && s[i] != '"'; i++)
+                i += s[i] == '\\';
+        } else if (s[i] == '[' || s[i] == '{') {
+            deepest = ++depth > deepest ? depth : deepest;
+        } else if ((s[i] == ']' || s[i] == '}') && depth) {
+            depth--;
+        }
+    }
+    return deepest;
+}
+
 static int mds_load(mds_ctx *c, json_t **root)
 {
     json_error_t je;
     struct stat st;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = 0, fd = open(c->index, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     *root = NULL;
-    if (!stat(c->index, &st) && !S_ISREG(st.st_mode)) /* a FIFO or device would block or never end */
-        return pd_layout_fail(PD_EINVAL, c->err, c->errlen, "%s: not a regular file", c->index);
-    *root = json_load_file(c->index, JSON_REJECT_DUPLICATES, &je);
-    if (*root)
-        return 0;
-    switch (json_error_code(&je)) {
-    case json_error_cannot_open_file:
-        return pd_layout_fail(errno == ENOENT ? PD_ENOTFOUND : PD_EIO, c->err, c->errlen, "%s", je.text);
-    case json_error_numeric_overflow:
-        return pd_layout_fail(PD_EOVERFLOW, c->err, c->errlen, "%s:%d:%d: a number past 2^63 - 1 (%s)", c->index,
-                              je.line, je.column, je.text);
-    case json_error_out_of_memory:
-        return pd_layout_fail(PD_ENOMEM, c->err, c->errlen, "%s: out of memory parsing it", c->index);
-    default:
-        return pd_layout_fail(PD_EINVAL, c->err, c->errlen, "%s:%d:%d: malformed JSON: %s", c->index, je.line,
-                              je.column, je.text);
+    if (fd < 0)
+        return pd_layout_fail(errno == ENOENT ? PD_ENOTFOUND : PD_EIO, c->err, c->errlen, "%s: %s", c->index,
+                              strerror(errno));
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { /* a FIFO or device would block or never end */
+        rc = pd_layout_fail(PD_EINVAL, c->err, c->errlen, "%s: not a regular file", c->index);
+        goto done;
     }
+    if (!(text = malloc((size_t)st.st_size + 1))) {
+        rc = pd_layout_fail(PD_ENOMEM, c->err, c->errlen, "%s: out of memory reading it", c->index);
+        goto done;
+    }
+    for (ssize_t n; len < (size_t)st.st_size; len += (size_t)n) {
+        n = read(fd, text + len, (size_t)st.st_size - len);
+        if (n < 0 && errno == EINTR) {
+            n = 0;
+            continue;
+        }
+        if (n <= 0) { /* (a file that shrank while being read) */
+            rc = pd_layout_fail(PD_EIO, c->err, c->errlen, "%s: read failed: %s", c->index,
+                                n ? strerror(errno) : "it ended early");
+            goto done;
+        }
+    }
+    if (mds_depth(text, len, MDS_DEPTH_MAX) > MDS_DEPTH_MAX) {
+        rc = pd_layout_fail(PD_EINVAL, c->err, c->errlen, "%s: malformed JSON: nested deeper than %d", c->index,
+                            MDS_DEPTH_MAX);
+        goto done;
+    }
+    if ((*root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je)))
+        goto done;
+    switch (json_error_code(&je)) {
+    case json_error_numeric_overflow: /* an integer outside int64, or a real past DBL_MAX */
+        rc = pd_layout_fail(PD_EOVERFLOW, c->err, c->errlen,
+                            "%s:%d:%d: a number out of range: integers must fit in 64 bits (±2^63), reals in a "
+                            "double (%s)",
+                            c->index, je.line, je.column, je.text);
+        break;
+    case json_error_out_of_memory:
+        rc = pd_layout_fail(PD_ENOMEM, c->err, c->errlen, "%s: out of memory parsing it", c->index);
+        break;
+    default:
+        rc = pd_layout_fail(PD_EINVAL, c->err, c->errlen, "%s:%d:%d: malformed JSON: %s", c->index, je.line,
+                            je.column, je.text);
+    }
+done:
+    free(text);
+    close(fd);
+    return rc;
 }
 
 int pd_layout_read_mds(const char *index, uint64_t max_shards, pd_layout **out, char *err, size_t errlen)

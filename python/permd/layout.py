@@ -4,6 +4,7 @@ import bisect
 import bz2
 import json
 import lzma
+import math
 import os
 import re
 import stat
@@ -960,10 +961,201 @@ class _Overflow(Exception):
 
 
 def _json_int(text):
-    v = int(text)
+    try:
+        v = int(text)
+    except ValueError:  # past int()'s 4300 digits: far past 64 bits
+        raise _Overflow(text[:32] + "...") from None
     if not _I64[0] <= v <= _I64[1]:
         raise _Overflow(text)
     return v
+
+
+def _json_float(text):
+    v = float(text)
+    if v in (math.inf, -math.inf):  # jansson refuses a real past DBL_MAX
+        raise _Overflow(text)
+    return v
+
+
+_JSON_DEPTH_MAX = 512  # C refuses deeper nesting the same way (MDS_DEPTH_MAX in client/layout_mds.c)
+
+
+def _json_depth(data, limit):
+    """The deepest nesting of arrays and objects in a JSON text (strings skipped), counted up to limit + 1: the
+    scan C makes, so both refuse the same texts (jansson goes to 2048, json as deep as the recursion limit)."""
+    depth = deepest = i = 0
+    n = len(data)
+    while i < n and deepest <= limit:
+        c = data[i]
+        if c == 0x22:  # a string: skip to its closing quote
+            i += 1
+            while i < n and data[i] != 0x22:
+                i += 2 if data[i] == 0x5C else 1
+        elif c in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in (0x5D, 0x7D) and depth:
+            depth -= 1
+        i += 1
+    return deepest
+
+
+_JANSSON_REFUSES = re.compile("[\0\ud800-\udfff]")
+
+
+def _json_strings_ok(root):
+    """jansson (C) refuses a \\u0000 and an unpaired surrogate escape anywhere, in fields nobody reads too; json
+    keeps them. A parsed string holding either came from such an escape."""
+    stack = [root]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if _JANSSON_REFUSES.search(v):
+                return False
+        elif isinstance(v, dict):
+            if any(_JANSSON_REFUSES.search(k) for k in v):
+                return False
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return True
+
+
+class _JsonError(Exception):
+    pass
+
+
+_JSON_TOKEN = re.compile(r"""[ \t\n\r]*(?:([][{}:,])|(")|(-?[0-9])|([A-Za-z]+)|(.)|$)""", re.S)
+_JSON_NUMBER = re.compile(r"-?(?:0(?![0-9])|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_JSON_ESCAPES = {"\"": '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _jansson_first_error(s):
+    """The kind of the first error jansson (C's JSON reader, JSON_REJECT_DUPLICATES) meets in s: "overflow" for a
+    number out of range, "other" for anything else, None for none. Only run on a text Python refused: json, the
+    hooks and the checks after it do not meet errors in the text's order."""
+    pos = 0
+
+    def lex():  # the next token (kind, value); a lexical error raises first, as jansson's lexer does
+        nonlocal pos
+        m = _JSON_TOKEN.match(s, pos)
+        pos = m.end()
+        if m.group(1):
+            return m.group(1), None
+        if m.group(2):
+            out, i = [], pos
+            while True:
+                if i >= len(s):
+                    raise _JsonError("other")
+                c = s[i]
+                if c == '"':
+                    break
+                if c < " " or "\udc80" <= c <= "\udcff":  # a control character, or a byte that is not UTF-8
+                    raise _JsonError("other")
+                if c != "\\":
+                    out.append(c)
+                    i += 1
+                    continue
+                e = s[i + 1:i + 2]
+                if e in _JSON_ESCAPES:
+                    out.append(_JSON_ESCAPES[e])
+                    i += 2
+                    continue
+                h = s[i + 2:i + 6]
+                if e != "u" or len(h) != 4 or not all(x in "0123456789abcdefABCDEF" for x in h):
+                    raise _JsonError("other")
+                v, i = int(h, 16), i + 6
+                if 0xDC00 <= v <= 0xDFFF:
+                    raise _JsonError("other")
+                if 0xD800 <= v <= 0xDBFF:
+                    h = s[i + 2:i + 6]
+                    if s[i:i + 2] != "\\u" or len(h) != 4 or not all(x in "0123456789abcdefABCDEF" for x in h) \
+                            or not 0xDC00 <= int(h, 16) <= 0xDFFF:
+                        raise _JsonError("other")
+                    v, i = 0x10000 + ((v - 0xD800) << 10) + int(h, 16) - 0xDC00, i + 6
+                out.append(chr(v))
+            pos = i + 1
+            return "str", "".join(out)
+        if m.group(3):
+            n = _JSON_NUMBER.match(s, m.start(3))
+            if not n or s[n.end():n.end() + 1] in (".", "e", "E") or (n.group(1) is None and n.group(2) is None and
+                                                                      s[n.end():n.end() + 1].isdigit()):
+                raise _JsonError("other")  # "01", "1.", "1e": jansson's invalid token
+            pos = n.end()
+            text = n.group(0)
+            if n.group(1) is None and n.group(2) is None:
+                try:
+                    _json_int(text)
+                except _Overflow:
+                    raise _JsonError("overflow") from None
+            elif float(text) in (math.inf, -math.inf):
+                raise _JsonError("overflow")
+            return "num", None
+        if m.group(4):
+            if m.group(4) not in ("true", "false", "null"):
+                raise _JsonError("other")
+            return "lit", None
+        if m.group(5):
+            raise _JsonError("other")
+        return "eof", None
+
+    def value(tok):  # parse one value starting at tok (iteratively: the depth is bounded above anyway)
+        stack = []
+        while True:
+            kind, v = tok
+            if kind == "{":
+                stack.append(("{", set()))
+                tok = lex()
+                if tok[0] == "}":
+                    stack.pop()
+                    tok = None
+                else:
+                    tok = key(tok, stack[-1][1])
+                    continue
+            elif kind == "[":
+                stack.append(("[", None))
+                tok = lex()
+                if tok[0] == "]":
+                    stack.pop()
+                    tok = None
+                else:
+                    continue
+            elif kind == "str":
+                if "\0" in v:
+                    raise _JsonError("other")
+            elif kind not in ("num", "lit"):
+                raise _JsonError("other")
+            while True:  # a value ended: what follows it in its container
+                if not stack:
+                    return
+                t = lex()
+                if t[0] == ",":
+                    tok = lex()
+                    if stack[-1][0] == "{":
+                        tok = key(tok, stack[-1][1])
+                    break
+                if t[0] != ("}" if stack[-1][0] == "{" else "]"):
+                    raise _JsonError("other")
+                stack.pop()
+
+    def key(tok, seen):  # a key, its ':', and the value's first token
+        if tok[0] != "str" or "\0" in tok[1] or tok[1] in seen:
+            raise _JsonError("other")
+        seen.add(tok[1])
+        if lex()[0] != ":":
+            raise _JsonError("other")
+        return lex()
+
+    try:
+        tok = lex()
+        if tok[0] not in ("{", "["):
+            raise _JsonError("other")
+        value(tok)
+        if lex()[0] != "eof":
+            raise _JsonError("other")
+    except _JsonError as e:
+        return e.args[0]
+    return None
 
 
 def _no_duplicates(pairs):
@@ -995,17 +1187,32 @@ def _read_mds(index, max_shards):
         raise LayoutError(ENOTFOUND, file, "no such file") from None
     except OSError as e:
         raise LayoutError(EIO, file, e.strerror) from None
+    if _json_depth(data, _JSON_DEPTH_MAX) > _JSON_DEPTH_MAX:
+        raise LayoutError(EINVAL, file, f"malformed JSON: nested deeper than {_JSON_DEPTH_MAX}")
     try:
         root = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_int=_json_int,
-                          parse_constant=_no_constant)
+                          parse_float=_json_float, parse_constant=_no_constant)
+        error = None
+        if b"\\u" in data and not _json_strings_ok(root):
+            error = LayoutError(EINVAL, file, "malformed JSON: a \\u0000 or an unpaired surrogate escape in a string")
     except _Overflow as e:
-        raise LayoutError(EOVERFLOW, file, f"a number past 2^63 - 1 ({e})") from None
+        error = LayoutError(EOVERFLOW, file, "a number out of range: integers must fit in 64 bits (±2^63), reals "
+                                             f"in a double ({e})")
     except json.JSONDecodeError as e:
-        raise LayoutError(EINVAL, f"{file}:{e.lineno}:{e.colno}", f"malformed JSON: {e.msg}") from None
+        error = LayoutError(EINVAL, f"{file}:{e.lineno}:{e.colno}", f"malformed JSON: {e.msg}")
     except ValueError as e:  # duplicate keys, NaN, bad UTF-8
-        raise LayoutError(EINVAL, file, f"malformed JSON: {e}") from None
-    except RecursionError:  # C's reader stops at a depth of 2048 the same way
-        raise LayoutError(EINVAL, file, "malformed JSON: nested too deeply") from None
+        error = LayoutError(EINVAL, file, f"malformed JSON: {e}")
+    except RecursionError:  # (only when called with little stack left: the depth is checked above)
+        error = LayoutError(EINVAL, file, "malformed JSON: nested too deeply")
+    if error is not None:
+        # jansson (C) stops at the first error in the text, json and the checks above at another: which one came
+        # first decides between PD_EOVERFLOW and PD_EINVAL, as in C
+        first = _jansson_first_error(data.decode("utf-8", "surrogateescape"))
+        if (first == "overflow") != (error.code == EOVERFLOW):
+            error = LayoutError(EOVERFLOW if first == "overflow" else EINVAL, file,
+                                "a number out of range: integers must fit in 64 bits (±2^63), reals in a double"
+                                if first == "overflow" else "malformed JSON")
+        raise error
     if not isinstance(root, dict):
         raise LayoutError(EINVAL, file, "not a JSON object")
     _mds_version(file, root, "")

@@ -761,7 +761,7 @@ class Mds(LayoutCase):
             ([ok, mds_entry("a.mds", 0)], {}, layout.EINVAL, "a.mds is an empty shard"),
             ([ok, mds_entry("a.mds", -3)], {}, layout.EINVAL, "negative"),
             ([ok, mds_entry("a.mds", 1 << 32)], {}, layout.EOVERFLOW, "32 bits"),
-            ([ok, mds_entry("a.mds", 1 << 63)], {}, layout.EOVERFLOW, "2^63 - 1"),
+            ([ok, mds_entry("a.mds", 1 << 63)], {}, layout.EOVERFLOW, "out of range"),
             ([ok, mds_entry("a.mds", (1 << 63) - 1, fmt="json")], {}, layout.EOVERFLOW, "more than 2^63"),
             ([ok, mds_entry("a.mds", 5.0)], {}, layout.EINVAL, "not an integer"),
             ([ok, mds_entry("a.mds", True)], {}, layout.EINVAL, "not an integer"),
@@ -787,7 +787,23 @@ class Mds(LayoutCase):
                                  ("dup.json", '{"version": 2, "version": 2, "shards": []}', layout.EINVAL),
                                  ("nan.json", '{"version": 2, "shards": [NaN]}', layout.EINVAL),
                                  ("array.json", "[1]", layout.EINVAL),
-                                 ("deep.json", "[" * 100000, layout.EINVAL),  # C stops at depth 2048
+                                 ("deep.json", "[" * 100000, layout.EINVAL),  # deeper than 512: refused
+                                 ("deep512.json", '{"version": 2, "shards": [], "x": ' + "[" * 511 + "]" * 511 +
+                                  "}", layout.EINVAL),  # read: "shards" is empty
+                                 ("deep513.json", '{"version": 2, "shards": [' + json.dumps(mds_entry("d.mds", 1)) +
+                                  '], "x": ' + "[" * 512 + "]" * 512 + "}", layout.EINVAL),  # C read 2048 deep
+                                 # what jansson refuses anywhere, in fields nobody reads too, Python refuses alike
+                                 ("real.json", '{"version": 2, "x": 1e999, "shards": []}', layout.EOVERFLOW),
+                                 ("int.json", '{"version": 2, "x": 1' + "0" * 5000 + ', "shards": []}',
+                                  layout.EOVERFLOW),
+                                 ("nulx.json", '{"version": 2, "x": "a\\u0000b", "shards": []}', layout.EINVAL),
+                                 ("surrogate.json", '{"version": 2, "x": "\\ud800", "shards": []}', layout.EINVAL),
+                                 ("key.json", '{"version": 2, "\\u0000": 1, "shards": []}', layout.EINVAL),
+                                 # two errors: the first in the text decides (jansson stops there)
+                                 ("twoerr.json", '{"x": "\\u0000", "y": 1e999}', layout.EINVAL),
+                                 ("twoerr2.json", '{"y": 1e999, "x": "\\u0000"}', layout.EOVERFLOW),
+                                 ("twoerr3.json", '{"k": 1, "k": 1e999}', layout.EINVAL),
+                                 ("twoerr4.json", '{"k": [1e999, {"k": 1, "k": 2}]}', layout.EOVERFLOW),
                                  ("nul.json", '{"version": 2, "shards": [{"version": 2, "format": "mds", '
                                   '"samples": 1, "raw_data": {"basename": "a\\u0000b", "bytes": 1}, '
                                   '"zip_data": null}]}', layout.EINVAL),
@@ -798,6 +814,9 @@ class Mds(LayoutCase):
             e = self.assert_layout_error(code, name, permd.ShardLayout.from_mds, self.path(name))
             self.assertIn(self.path(name), e.path)
             self.assert_same_as_permctl("--mds", self.path(name), code=code)
+        self.assert_layout_error(layout.EINVAL, '"shards" is empty', permd.ShardLayout.from_mds, self.path("deep512.json"))
+        self.assert_layout_error(layout.EINVAL, "nested deeper than 512", permd.ShardLayout.from_mds,
+                                 self.path("deep513.json"))
         self.assert_same_as_permctl("--mds", self.path("absent", "index.json"), code=layout.ENOTFOUND)
         os.mkfifo(self.path("fifo.json"))  # refused at once, not read until a writer comes
         self.assert_layout_error(layout.EINVAL, "not a regular file", permd.ShardLayout.from_mds, self.path("fifo.json"))

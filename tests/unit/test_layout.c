@@ -945,7 +945,14 @@ static void test_mds_bad(void **state)
         {"noversion", "{\"shards\": []}", PD_EINVAL, "\"version\" is missing"},
         {"noshards", "{\"version\": 2}", PD_EINVAL, "no \"shards\" array"},
         {"empty", "{\"version\": 2, \"shards\": []}", PD_EINVAL, "\"shards\" is empty"},
-        {"huge", "{\"version\": 2, \"shards\": [{\"samples\": 99999999999999999999}]}", PD_EOVERFLOW, "past 2^63"},
+        {"huge", "{\"version\": 2, \"shards\": [{\"samples\": 99999999999999999999}]}", PD_EOVERFLOW, "out of range"},
+        /* what jansson refuses anywhere, in fields nobody reads too, Python refuses alike */
+        {"real", "{\"version\": 2, \"x\": 1e999, \"shards\": []}", PD_EOVERFLOW, "a number out of range"},
+        {"nul", "{\"version\": 2, \"x\": \"a\\u0000b\", \"shards\": []}", PD_EINVAL, "malformed JSON"},
+        {"surrogate", "{\"version\": 2, \"x\": \"\\ud800\", \"shards\": []}", PD_EINVAL, "malformed JSON"},
+        /* two errors: the first in the text decides, in C as in Python */
+        {"twoerr", "{\"x\": \"\\u0000\", \"y\": 1e999}", PD_EINVAL, "malformed JSON"},
+        {"twoerr2", "{\"y\": 1e999, \"x\": \"\\u0000\"}", PD_EOVERFLOW, "out of range"},
         {"shardnotobj", "{\"version\": 2, \"shards\": [3]}", PD_EINVAL, "shard 0: not an object"},
     };
     pd_layout *l = NULL;
@@ -956,6 +963,21 @@ static void test_mds_bad(void **state)
         int rc = pd_layout_read_mds(path, 0, &l, err, sizeof err);
         if (rc != bad[i].code || !strstr(err, bad[i].mention) || !strstr(err, bad[i].name))
             fail_msg("%s: rc %d, want %d; message: %s", bad[i].name, rc, bad[i].code, err);
+    }
+    /* nesting: 512 deep is read, deeper refused before parsing (jansson went to 2048, Python's json to its
+     * recursion limit) */
+    static char deep[4096];
+    for (int depth = 512; depth <= 513; depth++) {
+        int n = sprintf(deep, "{\"version\": 2, \"shards\": [], \"x\": ");
+        for (int i = 0; i < depth - 1; i++)
+            deep[n++] = '[';
+        for (int i = 0; i < depth - 1; i++)
+            deep[n++] = ']';
+        strcpy(deep + n, "}");
+        snprintf(path, sizeof path, "%s/deep%d.json", dir, depth);
+        write_text(path, deep);
+        expect_error(pd_layout_read_mds(path, 0, &l, err, sizeof err), PD_EINVAL,
+                     depth == 512 ? "\"shards\" is empty" : "nested deeper than 512");
     }
     /* an index that is a FIFO is refused at once, not read until a writer comes */
     assert_int_equal(mkfifo(at("fifo.json"), 0600), 0);
