@@ -869,6 +869,18 @@ class Mapping(LayoutCase):
             self.assertEqual((path, o), (self.path(f"w-{sh}.tar"), off))
             self.assertEqual(lay.keys(sh)[off], f"s{off:04d}")
 
+    def test_keys_of_any_shard_from_tars(self):
+        """keys() reads every shard from_tars() counted, whatever its name (it refused 'shard-0.TAR', 'shard-1')."""
+        samples_tar(self.path("shard-0.TAR"), 2)
+        samples_tar(self.path("shard-1"), 1)
+        lay = permd.ShardLayout.from_tars(self.path("shard-0.TAR"), self.path("shard-1"))
+        self.assertEqual([lay.keys(i) for i in range(2)], [["s0000", "s0001"], ["s0000"]])
+        with self.assertRaises(ValueError):
+            permd.ShardLayout([1]).keys(0)  # no file
+        self.put("x.mds", b"\1\0\0\0" + b"\0" * 60)
+        self.assert_layout_error(layout.EINVAL, "not a tar archive", permd.ShardLayout([1], [self.path("x.mds")]).keys,
+                                 0)
+
     @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
     def test_sizes_file_round_trip(self):
         for i in range(3):
