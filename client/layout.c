@@ -633,6 +633,53 @@ static int pd_specs_resolve(pd_specs *s, const char *spec)
     return rc;
 }
 
+typedef struct pd_file_id {
+    dev_t dev;
+    ino_t ino;
+    uint64_t shard;
+} pd_file_id;
+
+static int pd_cmp_file_id(const void *a, const void *b)
+{
+    const pd_file_id *x = a, *y = b;
+    if (x->dev != y->dev)
+        return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino)
+        return x->ino < y->ino ? -1 : 1;
+    return x->shard < y->shard ? -1 : x->shard > y->shard;
+}
+
+/* One file listed twice (a.tar, ./a.tar, a link to it, or {a,a}.tar) would have its samples counted twice:
+ * refused, naming the first repeat in shard order and what it repeats. Files that cannot be stat()ed are left
+ * to the count, which says why. */
+static int pd_tars_unique(const pd_layout *l, char *err, size_t errlen)
+{
+    pd_file_id *ids = malloc((l->n ? l->n : 1) * sizeof *ids);
+    size_t n = 0;
+    if (!ids)
+        return pd_layout_fail(PD_ENOMEM, err, errlen, "out of memory for %" PRIu64 " shards", l->n);
+    for (uint64_t i = 0; i < l->n; i++) {
+        struct stat st;
+        if (!stat(pd_layout_path(l, i), &st))
+            ids[n++] = (pd_file_id){st.st_dev, st.st_ino, i};
+    }
+    qsort(ids, n, sizeof *ids, pd_cmp_file_id);
+    uint64_t first = 0, repeat = UINT64_MAX;
+    for (size_t i = 1; i < n; i++) /* in each run of one file: its first shard, then its first repeat */
+        if (ids[i].dev == ids[i - 1].dev && ids[i].ino == ids[i - 1].ino &&
+            (i < 2 || ids[i - 2].dev != ids[i].dev || ids[i - 2].ino != ids[i].ino) && ids[i].shard < repeat) {
+            repeat = ids[i].shard;
+            first = ids[i - 1].shard;
+        }
+    free(ids);
+    if (repeat == UINT64_MAX)
+        return 0;
+    return pd_layout_fail(PD_EINVAL, err, errlen,
+                          "%s: shard %" PRIu64 " is %s (shard %" PRIu64 ") again: one file listed twice would have its "
+                          "samples counted twice",
+                          pd_layout_path(l, repeat), repeat, pd_layout_path(l, first), first);
+}
+
 int pd_layout_read_tars(const char *const *specs, size_t nspecs, uint64_t max_shards, pd_layout **out, char *err,
                         size_t errlen)
 {
@@ -643,6 +690,8 @@ int pd_layout_read_tars(const char *const *specs, size_t nspecs, uint64_t max_sh
     int rc = nspecs ? 0 : pd_layout_fail(PD_EINVAL, err, errlen, "no tar shards given");
     for (size_t i = 0; !rc && i < nspecs; i++)
         rc = pd_specs_resolve(&s, specs[i]);
+    if (!rc)
+        rc = pd_tars_unique(l, err, errlen);
     for (uint64_t i = 0; !rc && i < l->n; i++) {
         uint64_t samples, bytes;
         rc = pd_layout_count_tar(pd_layout_path(l, i), &samples, &bytes, err, errlen);

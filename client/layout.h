@@ -45,7 +45,8 @@ int pd_layout_read_mds(const char *index, uint64_t max_shards, pd_layout **out, 
  * braces.h) or a glob ("*.tar"; matches sorted bytewise; the dialect of docs/shards.md, the same as Python's
  * ShardLayout: '*', '?', ASCII [...] sets negated by '!' or '^', '\\' escapes, POSIX classes refused), and "::"
  * separates several in one spec as in WebDataset.
- * Shards come in the order given; each one's samples are counted by pd_layout_count_tar. */
+ * Shards come in the order given; one file given twice (by its device and inode: a.tar and ./a.tar, a link)
+ * is refused (PD_EINVAL); each one's samples are counted by pd_layout_count_tar. */
 int pd_layout_read_tars(const char *const *specs, size_t nspecs, uint64_t max_shards, pd_layout **out, char *err,
                         size_t errlen);
 

@@ -73,6 +73,7 @@ class ShardLayout:
         if not specs:
             raise ValueError("no tar shards given")
         paths = _resolve_specs(specs, max_shards)
+        _tars_unique(paths)
         return cls([count_tar(p) for p in paths], paths)
 
     @classmethod
@@ -320,6 +321,21 @@ def _resolve_specs(specs, max_shards):
                     for p in _list_dir(name) if stat.S_ISDIR(st.st_mode) else [name]:
                         add(p, name)
     return paths
+
+
+def _tars_unique(paths):
+    """One file listed twice (a.tar, ./a.tar, a link to it, or {a,a}.tar) would have its samples counted twice:
+    refused, naming the first repeat in shard order, as C does. Files os.stat() fails on are left to the count."""
+    seen = {}
+    for i, p in enumerate(paths):
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        j = seen.setdefault((st.st_dev, st.st_ino), i)
+        if j != i:
+            raise LayoutError(EINVAL, p, f"shard {i} is {paths[j]} (shard {j}) again: one file listed twice would "
+                                         "have its samples counted twice")
 
 
 # ---- Globs: one dialect, the same in C (client/layout.c) and Python -------------------------------------------------

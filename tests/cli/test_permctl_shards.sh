@@ -103,6 +103,11 @@ head -c 2000 "$DIR/wds/shard-000003.tar" >"$DIR/wds/cut.tar"
 expect_fail PD_EIO "cut.tar: truncated" datasets put bad --tars "$DIR/wds/cut.tar"
 expect_fail PD_EINVAL "bad.txt: not a tar" datasets put bad --tars "$DIR/bad.txt"
 expect_fail PD_ENOTFOUND "matches no file" shards --tars "$DIR/wds/none-*.tar"
+# one file listed twice, however spelled, would have its samples counted twice
+expect_fail PD_EINVAL "shard 1 is $DIR/wds/shard-000000.tar (shard 0) again" \
+  datasets put bad --tars "$DIR/wds/shard-000000.tar" "$DIR/wds/./shard-000000.tar"
+expect_fail PD_EINVAL "again" datasets put bad --tars "$DIR/wds/shard-{000000,000000}.tar"
+expect_fail PD_EINVAL "POSIX classes" shards --tars "$DIR/wds/shard-00000[[:digit:]].tar"
 printf '{"version": 2, "shards": [' >"$DIR/mds/broken.json"
 expect_fail PD_EINVAL "broken.json:1:" datasets put bad --mds "$DIR/mds/broken.json"
 sed 's/"version": 2}$/"version": 3}/' "$DIR/mds/index.json" >"$DIR/mds/v3.json"

@@ -499,6 +499,21 @@ class Tars(LayoutCase):
             matched += want is not None
         self.assertGreater(matched, 40)
 
+    def test_one_file_twice(self):
+        """One file listed twice, however spelled, is refused by both (C and Python counted its samples twice)."""
+        for i in range(2):
+            samples_tar(self.path(f"s-{i}.tar"), 2)
+        os.symlink(self.path("s-0.tar"), self.path("link.tar"))
+        os.link(self.path("s-1.tar"), self.path("hard.tar"))
+        for specs, where in [([self.path("s-0.tar"), self.path("s-1.tar"), self.path(".", "s-1.tar")], "shard 2 is"),
+                             ([self.path("s-{0,0}.tar")], "shard 1 is"),
+                             ([self.path("s-0.tar") + "::" + self.path("link.tar")], "shard 1 is"),
+                             ([self.path("hard.tar"), self.path("s-*.tar")], "shard 2 is"),
+                             ([self.path("s-1.tar"), self.path(".")], "hard.tar: shard 1 is")]:
+            self.assert_same_as_permctl("--tars", *specs, code=layout.EINVAL)
+            self.assert_layout_error(layout.EINVAL, where, permd.ShardLayout.from_tars, *specs)
+        self.assert_same_as_permctl("--tars", self.path("s-0.tar"), self.path("s-1.tar"))  # two files: fine
+
     def test_not_files(self):
         os.mkfifo(self.path("fifo.tar"))  # refused at once, never opened to wait for a writer
         self.assert_same_as_permctl("--tars", self.path("fifo.tar"), code=layout.EINVAL)

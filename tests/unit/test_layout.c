@@ -797,6 +797,18 @@ static void test_tar_specs_bad(void **state)
     assert_int_equal(symlink(at("nowhere.tar"), at("links/b.tar")), 0);
     expect_error(pd_layout_read_tars((const char *[]){at("links")}, 1, 0, &l, err, sizeof err), PD_ENOTFOUND,
                  "links/b.tar: a broken link");
+    /* one file listed twice, however it is spelled, would have its samples counted twice */
+    assert_int_equal(symlink(at("s-0.tar"), at("link.tar")), 0);
+    char s0[512], s1[512], link[512], dot[512], braces[512]; /* (at() has four buffers only) */
+    snprintf(s0, sizeof s0, "%s/s-0.tar", dir);
+    snprintf(s1, sizeof s1, "%s/s-1.tar", dir);
+    snprintf(link, sizeof link, "%s/link.tar", dir);
+    snprintf(dot, sizeof dot, "%s/./s-1.tar", dir);
+    snprintf(braces, sizeof braces, "%s/s-{0,1}.tar", dir);
+    const char *dups[][3] = {{s0, s1, dot}, {s0, link, s1}, {braces, s1, s0}};
+    const char *said[] = {"./s-1.tar: shard 2 is ", "link.tar: shard 1 is ", "s-1.tar: shard 2 is "};
+    for (size_t i = 0; i < 3; i++)
+        expect_error(pd_layout_read_tars(dups[i], 3, 0, &l, err, sizeof err), PD_EINVAL, said[i]);
     /* one bad shard among good ones names itself */
     write_text(at("s-bad.tar"), "garbage");
     const char *mixed[] = {at("s-0.tar"), at("s-bad.tar"), at("s-1.tar")};
