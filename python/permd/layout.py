@@ -628,13 +628,12 @@ def _gzip_header(f):
 
 
 class _Gzip:
-    """libarchive's gzip filter: members one after another while a member header follows; the CRC-32 and length
-    of all the data and the last member's trailer are kept for C's check (libarchive checks neither)."""
+    """libarchive's gzip filter: members one after another while a member header follows; neither checks the
+    CRC-32 and length."""
     name = "gzip"
 
     def __init__(self):
-        self.crc = self.size = 0
-        self.trailer = None
+        pass
 
     def run(self, f):
         while True:
@@ -655,14 +654,11 @@ class _Gzip:
                     raise _Damaged(f"a damaged or cut compressed stream: gzip decompression failed ({e})") from None
                 f.consume(len(data) - len(d.unconsumed_tail) - len(d.unused_data))
                 if out:
-                    self.crc = zlib.crc32(out, self.crc)
-                    self.size += len(out)
                     yield out
             t = f.ahead(8)
             if t is None:
                 raise _Damaged("a damaged or cut compressed stream: the gzip trailer is cut")
             f.consume(8)
-            self.trailer = t
 
 
 class _Bzip2:
@@ -804,8 +800,9 @@ def _open_layers(f):
 
 
 def _verify(f, size, file_feed, layers, top):
-    """A compressed shard must be whole, as C checks it: the stream read to its end, the bytes after it zeros, and
-    gzip's CRC-32 and length (of all the data against the last trailer) right."""
+    """A compressed shard must be whole, as C checks it: the stream read to its end, and the bytes after it zeros.
+    gzip's CRC-32 and length are not checked, as in C (libarchive shows no member's trailer, and a gzip of several
+    members is valid)."""
     while top.available():
         top.consume(len(top.available()))
     rest = size - file_feed.consumed
@@ -816,13 +813,6 @@ def _verify(f, size, file_feed, layers, top):
                            "of another kind)")
         file_feed.consume(len(data))
         data = file_feed.available()
-    g = layers[0]
-    if len(layers) == 1 and isinstance(g, _Gzip):
-        t = g.trailer or b""
-        if len(t) != 8 or int.from_bytes(t[:4], "little") != g.crc or int.from_bytes(t[4:], "little") != \
-                g.size & 0xFFFFFFFF:
-            raise _Damaged("the gzip data does not match its CRC-32 or length (a damaged file, or a gzip of several "
-                           "members: not supported)")
 
 
 def _tar_keys(path):

@@ -581,7 +581,7 @@ static void test_count_compressed(void **state)
         append_bytes(at("zeros.tar.z"), "\0\0\0\0", 4);
         assert_int_equal(count_ok("zeros.tar.z"), 2);
     }
-    /* gzip's CRC-32 and length, which libarchive does not check */
+    /* gzip's CRC-32 and length: not checked (libarchive shows no member's trailer); a tar read whole counts */
     write_compressed(at("crc.tar.gz"), m, 3, ARCHIVE_FILTER_GZIP);
     const uint64_t size = file_size(at("crc.tar.gz"));
     FILE *f = fopen(at("crc.tar.gz"), "r+b");
@@ -591,8 +591,8 @@ static void test_count_compressed(void **state)
     assert_int_equal(fseek(f, (long)size - 8, SEEK_SET), 0);
     fputc(c ^ 0x40, f);
     assert_int_equal(fclose(f), 0);
-    expect_error(pd_layout_count_tar(at("crc.tar.gz"), &samples, NULL, err, sizeof err), PD_EIO, "CRC-32");
-    /* two gzip members (the second after the tar's end): refused as its CRC cannot be checked */
+    assert_int_equal(count_ok("crc.tar.gz"), 2);
+    /* two gzip members (the second after the tar's end, as bgzip or cat writes them): a valid gzip */
     write_compressed(at("two.tar.gz"), m, 3, ARCHIVE_FILTER_GZIP);
     write_compressed(at("other.gz"), m, 1, ARCHIVE_FILTER_GZIP);
     f = fopen(at("other.gz"), "rb");
@@ -600,7 +600,7 @@ static void test_count_compressed(void **state)
     size_t got = fread(buf, 1, sizeof buf, f);
     fclose(f);
     append_bytes(at("two.tar.gz"), buf, got);
-    expect_error(pd_layout_count_tar(at("two.tar.gz"), &samples, NULL, err, sizeof err), PD_EIO, "several members");
+    assert_int_equal(count_ok("two.tar.gz"), 2);
     /* compressed twice: WebDataset decompresses one layer */
     struct archive *a = archive_write_new();
     archive_write_set_format_raw(a);
