@@ -44,7 +44,8 @@ static const char permctl_stream_usage[] =
     "                      [--offset O] [--batch B] [--count C] [--locations] [--window K] [--lanes G]\n"
     "\n"
     "Stream every id rank R has left (or the first C), one per line, exactly as the\n"
-    "offline 'permctl rank' prints them. --batch sets ids per message (default 65536).\n"
+    "offline 'permctl rank' prints them. --batch sets ids per message (default 65536,\n"
+    "or the server's max_count when that is lower).\n"
     "Sharded datasets: --locations, --window, --lanes as for fetch.\n";
 
 static const char permctl_stats_usage[] =
@@ -289,6 +290,25 @@ static int permctl_slice(const char *cmd, const permctl_args *a, permd_slice *s)
     return 0;
 }
 
+/* Grow *ids (and *offs, unless NULL) to hold need items, doubling *cap; 0 or PD_ENOMEM (the arrays stay valid). */
+static int permctl_fetch_room(uint64_t **ids, uint64_t **offs, uint64_t need, uint64_t *cap)
+{
+    uint64_t n = *cap;
+    while (n < need)
+        n *= 2;
+    uint64_t *p = realloc(*ids, n * sizeof *p);
+    if (!p)
+        return PD_ENOMEM;
+    *ids = p;
+    if (offs) {
+        if (!(p = realloc(*offs, n * sizeof *p)))
+            return PD_ENOMEM;
+        *offs = p;
+    }
+    *cap = n;
+    return 0;
+}
+
 int permctl_cmd_fetch(int argc, char **argv)
 {
     permctl_args a;
@@ -308,55 +328,56 @@ int permctl_cmd_fetch(int argc, char **argv)
     uint64_t chunk = info.max_count ? info.max_count : 65536, want = a.u[PERMCTL_OPT_COUNT];
     if (chunk > (1u << 20))
         chunk = 1u << 20;
-    int locations = (a.set & PERMCTL_BIT(LOCATIONS)) != 0;
-    uint64_t *ids = malloc(chunk * sizeof *ids * (locations ? 2 : 1)), *offs = ids + chunk;
-    if (!ids) {
-        permd_close(c);
-        return permctl_fail(PD_ENOMEM, "fetch");
-    }
-    int json = (a.set & PERMCTL_BIT(JSON)) != 0, first = 1;
+    int locations = (a.set & PERMCTL_BIT(LOCATIONS)) != 0, json = (a.set & PERMCTL_BIT(JSON)) != 0;
+    /* --json holds every item until the last reply is in: a failure part way must leave no JSON
+     * prefix on stdout for a parser to choke on. Lines go out a chunk at a time. */
+    uint64_t cap = chunk, have = 0, *ids = NULL, *offs = NULL;
     static permctl_out out;
     permctl_out_init(&out, stdout);
-    if (json)
-        permctl_out_str(&out, locations ? "{\"locations\":[" : "{\"ids\":[");
     /* Counts above the server's max_count are fetched in pieces; the output is the same. */
     while (want) {
         uint64_t n = want < chunk ? want : chunk, got;
-        rc = locations ? permd_fetch_locations(c, &s, n, ids, offs, &got, &s.offset)
-                       : permd_fetch_u64(c, &s, n, ids, &got, &s.offset);
+        if ((!ids || have + n > cap) && permctl_fetch_room(&ids, locations ? &offs : NULL, have + n, &cap)) {
+            free(ids);
+            free(offs);
+            permd_close(c);
+            return permctl_fail(PD_ENOMEM, "fetch");
+        }
+        rc = locations ? permd_fetch_locations(c, &s, n, ids + have, offs + have, &got, &s.offset)
+                       : permd_fetch_u64(c, &s, n, ids + have, &got, &s.offset);
         if (rc) {
             free(ids);
+            free(offs);
             permctl_out_flush(&out);
             return permctl_call_failed(c, "fetch");
         }
-        for (uint64_t i = 0; i < got; i++) {
-            if (json && !first)
-                permctl_out_str(&out, ",");
-            first = 0;
-            if (json) {
-                char tmp[48];
-                if (locations)
-                    snprintf(tmp, sizeof tmp, "[%llu,%llu]", (unsigned long long)ids[i], (unsigned long long)offs[i]);
-                else
-                    snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)ids[i]);
-                permctl_out_str(&out, tmp);
-            } else if (locations) {
+        for (uint64_t i = json ? got : 0; i < got; i++) {
+            if (locations)
                 permctl_out_u64_sep(&out, ids[i], ' ');
-                permctl_out_u64(&out, offs[i]);
-            } else {
-                permctl_out_u64(&out, ids[i]);
-            }
+            permctl_out_u64(&out, locations ? offs[i] : ids[i]);
         }
+        if (json)
+            have += got; /* else the next chunk reuses the arrays */
         want -= got;
         if (got < n)
             break; /* the rank's slice ended */
     }
     if (json) {
-        char tail[64];
-        snprintf(tail, sizeof tail, "],\"next_offset\":%llu}\n", (unsigned long long)s.offset);
-        permctl_out_str(&out, tail);
+        char tmp[64];
+        permctl_out_str(&out, locations ? "{\"locations\":[" : "{\"ids\":[");
+        for (uint64_t i = 0; i < have; i++) {
+            if (locations)
+                snprintf(tmp, sizeof tmp, "%s[%llu,%llu]", i ? "," : "", (unsigned long long)ids[i],
+                         (unsigned long long)offs[i]);
+            else
+                snprintf(tmp, sizeof tmp, "%s%llu", i ? "," : "", (unsigned long long)ids[i]);
+            permctl_out_str(&out, tmp);
+        }
+        snprintf(tmp, sizeof tmp, "],\"next_offset\":%llu}\n", (unsigned long long)s.offset);
+        permctl_out_str(&out, tmp);
     }
     free(ids);
+    free(offs);
     permd_close(c);
     return permctl_out_flush(&out);
 }
@@ -381,6 +402,10 @@ int permctl_cmd_stream(int argc, char **argv)
     if ((rc = permctl_connect(&a, &c)))
         return rc;
     uint64_t batch = (a.set & PERMCTL_BIT(BATCH)) ? a.u[PERMCTL_OPT_BATCH] : PERMCTL_DEFAULT_BATCH;
+    permd_server_info info;
+    permd_server_info_get(c, &info);
+    if (!(a.set & PERMCTL_BIT(BATCH)) && info.max_count && batch > info.max_count)
+        batch = info.max_count; /* a server may allow fewer ids a batch than the default; the output is the same */
     uint32_t flags = (a.set & PERMCTL_BIT(LOCATIONS)) ? PERMD_LOCATIONS : 0;
     if (permd_stream_open_ex(c, &s, batch, a.u[PERMCTL_OPT_COUNT], flags, &st))
         return permctl_call_failed(c, "stream");
@@ -414,6 +439,18 @@ int permctl_cmd_stream(int argc, char **argv)
 
 /* ---- inverse NAME ---------------------------------------------------------------------------- */
 
+/* Samples one Inverse may carry: at most the server's max_count, and few enough for its max_frame
+ * (8 bytes a sample, a mixture's component epoch a varint of up to 10 more). */
+static uint64_t permctl_inverse_chunk(permd_client *c)
+{
+    permd_server_info info;
+    permd_server_info_get(c, &info);
+    uint64_t n = info.max_frame > 8192 ? (info.max_frame - 4096) / 18 : 128;
+    if (info.max_count && n > info.max_count)
+        n = info.max_count;
+    return n ? n : 1;
+}
+
 /* inverse on a mixture: each SAMPLE:CEPOCH (a global id and its component epoch) to "EPOCH POSITION RANK". */
 static int permctl_inverse_mixture(const permctl_args *a)
 {
@@ -440,11 +477,17 @@ static int permctl_inverse_mixture(const permctl_args *a)
         cepochs[i] = q[2 * i + 1];
     }
     int mode = (a->set & PERMCTL_BIT(MODE)) ? (int)a->mode : -1;
-    if (!samples || !cepochs)
+    uint64_t chunk = permctl_inverse_chunk(c);
+    if (!samples || !cepochs) {
         rc = permctl_fail(PD_ENOMEM, "inverse");
-    else if (permd_inverse_mixture(c, a->pos[0], a->u[PERMCTL_OPT_SEED], (uint32_t)a->u[PERMCTL_OPT_WORLD], mode,
-                                   samples, cepochs, n, epochs, pos, ranks))
-        rc = permctl_call_failed(c, "inverse");
+        permd_close(c);
+    }
+    for (size_t i = 0; !rc && i < n; i += chunk) { /* more samples than one request takes go in pieces */
+        size_t k = n - i < chunk ? n - i : (size_t)chunk;
+        if (permd_inverse_mixture(c, a->pos[0], a->u[PERMCTL_OPT_SEED], (uint32_t)a->u[PERMCTL_OPT_WORLD], mode,
+                                  samples + i, cepochs + i, k, epochs + i, pos + i, ranks + i))
+            rc = permctl_call_failed(c, "inverse");
+    }
     free(samples);
     free(cepochs);
     if (rc)
@@ -503,10 +546,14 @@ int permctl_cmd_inverse_daemon(int argc, char **argv)
     if ((rc = permctl_connect(&a, &c)))
         goto done;
     int32_t mode = (a.set & PERMCTL_BIT(MODE)) ? (int32_t)a.mode : -1;
-    if (permd_inverse(c, a.pos[0], a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], (uint32_t)a.u[PERMCTL_OPT_WORLD],
-                      mode, samples, n, pos, ranks)) {
-        rc = permctl_call_failed(c, "inverse");
-        goto done;
+    uint64_t chunk = permctl_inverse_chunk(c);
+    for (size_t i = 0; i < n; i += chunk) { /* more samples than one request takes go in pieces */
+        size_t k = n - i < chunk ? n - i : (size_t)chunk;
+        if (permd_inverse(c, a.pos[0], a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], (uint32_t)a.u[PERMCTL_OPT_WORLD],
+                          mode, samples + i, k, pos + i, ranks + i)) {
+            rc = permctl_call_failed(c, "inverse");
+            goto done;
+        }
     }
     permd_close(c);
     if (a.set & PERMCTL_BIT(JSON)) {

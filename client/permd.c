@@ -325,8 +325,10 @@ static int pd_cl_hello(permd_client *c, const char *token)
     if (r->spec_version != 1)
         return pd_cl_fail(c, PD_EUNSUPPORTED, "permd computes permutation spec v%u; this client knows v1",
                           r->spec_version);
-    /* Replies may now be as large as max_count 8-byte ids. */
-    uint64_t max = c->info.max_count * 8 + (64u << 10);
+    /* Replies may now be as large as docs/protocol.md §2 says: max_count items of up to 24 bytes (16 a
+     * location; a mixture Inverse's 8-byte position, 4-byte rank and epoch varint of up to 10), and a
+     * reply that repeats what a request of max_frame brought (GetMixture) with a little per component. */
+    uint64_t max = c->info.max_count * 24 + c->info.max_frame + (1u << 20);
     c->in.max_frame = max < PD_FRAME_MAX_LIMIT ? (uint32_t)max : PD_FRAME_MAX_LIMIT;
     return 0;
 }
@@ -366,9 +368,20 @@ static int pd_cl_connect_unix(const char *path, uint32_t ms, permd_client **out)
     if (!out)
         return pd_cl_fail(NULL, PD_EINVAL, "out is NULL");
     if (!path || !*path) {
+        char why[160];
         if (pd_endpoint_default_socket(def, sizeof def))
             return pd_cl_fail(NULL, PD_EINVAL, "the default socket path is too long");
         path = def;
+        /* /tmp/permd-<uid> may have been made by another user, who could then put a socket of their
+         * own there: connect through it only when it is ours alone, as permd binds in it. */
+        if (pd_endpoint_in_private_dir(path)) {
+            char dir[sizeof def];
+            snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(path, '/') - path), path);
+            int rc = pd_endpoint_check_dir(dir, why, sizeof why);
+            if (rc == PD_EAUTH)
+                return pd_cl_fail(NULL, rc, "refusing the default socket directory %s: %s (remove it, or give "
+                                  "the socket's path)", dir, why);
+        }
     }
     if (strlen(path) >= sizeof sa.sun_path)
         return pd_cl_fail(NULL, PD_EINVAL, "socket path too long: %s", path);

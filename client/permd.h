@@ -177,7 +177,9 @@ PERMD_API unsigned permd_abi_version(void);
 /* Connect and say Hello (waiting at most 10 s for the answer). endpoint: NULL or "" for the default socket
  * ($PERMD_SOCKET, $XDG_RUNTIME_DIR/permd.sock, /tmp/permd-<uid>/permd.sock);
  * "unix:PATH" or anything containing '/' for a Unix socket; "tcp:HOST:PORT"
- * or "HOST:PORT" for TCP. token: the TCP auth secret, or NULL. */
+ * or "HOST:PORT" for TCP. token: the TCP auth secret, or NULL. The default /tmp/permd-<uid> is
+ * refused (PERMD_EAUTH) unless this user owns it and neither group nor others may write in it: another
+ * user could have made it first and put their own socket there. */
 PERMD_API int permd_connect(const char *endpoint, const char *token, permd_client **out);
 PERMD_API int permd_connect_unix(const char *path, permd_client **out);
 PERMD_API int permd_connect_tcp(const char *host_port, const char *token, permd_client **out);

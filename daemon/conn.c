@@ -847,8 +847,16 @@ static void pd_conn_expire(pd_conn *c, int why)
 {
     c->deadline = 0;
     c->partial_since = 0;
+    /* The error answers no request: count it as the connection's, not as the last request's type
+     * (the slot still names the request before). A request in flight keeps its slot for its end. */
+    int slot = c->req_slot;
+    const char *name = c->req_name;
+    c->req_slot = PD_REQ_CONNECTION;
+    c->req_name = "connection";
     if (c->started)
         c->ops->expired(c->session, why);
+    c->req_slot = slot;
+    c->req_name = name;
     pd_conn_drain_close(c);
 }
 

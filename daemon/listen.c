@@ -83,28 +83,47 @@ static int pd_socket_alive(const char *path)
     return alive;
 }
 
+/* Create the default path's directory (mode 0700) unless it exists. The fallback /tmp/permd-<uid>
+ * lies in a directory every user may write: whoever makes it first owns it, so one found there (or
+ * made by someone else between our mkdir and the check) must be ours and writable by no one else,
+ * as OpenSSH and tmux require of theirs. Another user's would let them swap the socket for their
+ * own and serve our clients other ids. */
 static int pd_make_parent(const char *path)
 {
-    char dir[4096];
+    char dir[4096], why[160];
     const char *slash = strrchr(path, '/');
     if (!slash || slash == path || (size_t)(slash - path) >= sizeof dir)
         return 0;
     memcpy(dir, path, (size_t)(slash - path));
     dir[slash - path] = '\0';
-    if (mkdir(dir, 0700) && errno != EEXIST)
-        return -1;
-    return 0;
+    if (mkdir(dir, 0700) && errno != EEXIST) {
+        pd_log_error("listen", "transport=unix path=%s msg=\"cannot create its directory: %s\"", path,
+                     strerror(errno));
+        return PD_EIO;
+    }
+    int rc = pd_endpoint_in_private_dir(path) ? pd_endpoint_check_dir(dir, why, sizeof why) : 0;
+    if (rc)
+        pd_log_error("listen",
+                     "transport=unix path=%s msg=\"refusing the socket directory %s: %s (remove it, or set "
+                     "--socket or XDG_RUNTIME_DIR)\"",
+                     path, dir, why);
+    return rc;
 }
 
 int pd_listen_unix(uv_loop_t *loop, const char *path, unsigned mode, int create_dir, pd_accept_fn fn, void *ctx,
                    pd_listener **out)
 {
     struct stat st;
-    if (create_dir && pd_make_parent(path)) {
-        pd_log_error("listen", "transport=unix path=%s msg=\"cannot create its directory: %s\"", path,
-                     strerror(errno));
-        return PD_EIO;
+    int rc;
+    size_t max = pd_endpoint_unix_path_max();
+    if (strlen(path) > max) { /* libuv would bind the path cut short, leaving a stray socket there */
+        pd_log_error("listen",
+                     "transport=unix path=%s msg=\"the path is %zu bytes; a Unix socket path holds at most %zu\"",
+                     path, strlen(path), max);
+        return PD_ETOOBIG;
     }
+    if (create_dir && (rc = pd_make_parent(path)))
+        return rc;
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
             pd_log_error("listen", "transport=unix path=%s msg=\"exists and is not a socket\"", path);
@@ -121,8 +140,10 @@ int pd_listen_unix(uv_loop_t *loop, const char *path, unsigned mode, int create_
         return PD_ENOMEM;
     uv_pipe_init(loop, &l->h.pipe, 0);
     mode_t old = umask(~(mode_t)mode & 0777); /* never exists with looser permissions, even briefly */
-    int rc = uv_pipe_bind(&l->h.pipe, path);
+    rc = uv_pipe_bind(&l->h.pipe, path);
     umask(old);
+    if (rc == 0) /* ours now: a failure below removes it (pd_listener_close) instead of leaving it behind */
+        snprintf(l->path, sizeof l->path, "%s", path);
     if (rc == 0 && chmod(path, (mode_t)mode))
         rc = uv_translate_sys_error(errno);
     if (rc == 0)
@@ -132,7 +153,6 @@ int pd_listen_unix(uv_loop_t *loop, const char *path, unsigned mode, int create_
         pd_listener_close(l);
         return PD_EIO;
     }
-    snprintf(l->path, sizeof l->path, "%s", path);
     *out = l;
     pd_log_info("listen", "transport=unix path=%s mode=%04o", path, mode);
     return 0;

@@ -11,7 +11,10 @@ typedef struct pd_listener pd_listener;
 
 /* Bind the Unix socket at path with the file mode given: refuses to start when another server
  * answers there, replaces a stale socket file, and creates the default directory (mode 0700) when
- * the path is the default. PD_EIO, PD_ECONFLICT, PD_ENOMEM. */
+ * the path is the default (create_dir). A default directory /tmp/permd-<uid> that is not this
+ * user's alone (pd_endpoint_check_dir) is refused: PD_EAUTH. A path longer than a Unix socket's
+ * (pd_endpoint_unix_path_max) is PD_ETOOBIG. Else PD_EIO, PD_ECONFLICT, PD_ENOMEM. Each refusal is
+ * logged with the path and why. */
 int pd_listen_unix(uv_loop_t *loop, const char *path, unsigned mode, int create_dir, pd_accept_fn fn, void *ctx,
                    pd_listener **out);
 

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <uv.h>
 
@@ -10,6 +11,7 @@
 #include "daemon/config.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "proto/endpoint.h"
 
 /* Exit codes: 0 clean (including after SIGTERM/SIGINT), 1 startup failed, 2 bad configuration. */
 enum { PD_EXIT_OK = 0, PD_EXIT_FAIL = 1, PD_EXIT_CONFIG = 2 };
@@ -40,6 +42,18 @@ static int pd_check_config(const pd_config *cfg)
         }
         fclose(f);
     }
+    /* The socket as the environment resolves it now: pd_config_validate saw only an explicit one. */
+    size_t max = pd_endpoint_unix_path_max();
+    if (pd_config_socket_path(cfg, path, sizeof path)) {
+        fprintf(stderr, "permd: socket: the default path is longer than %zu bytes, the most a Unix socket's holds\n",
+                max);
+        return PD_EXIT_CONFIG;
+    }
+    if (strlen(path) > max) {
+        fprintf(stderr, "permd: socket: %s is %zu bytes; a Unix socket path holds at most %zu\n", path,
+                strlen(path), max);
+        return PD_EXIT_CONFIG;
+    }
     if (pd_config_state_dir(cfg, path, sizeof path)) {
         fprintf(stderr, "permd: no state directory: set state_dir (HOME is not set either)\n");
         return PD_EXIT_CONFIG;
@@ -55,6 +69,9 @@ int main(int argc, char **argv)
     char err[512] = "";
     int check_only = 0, status = PD_EXIT_OK;
     signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error return, not a signal */
+    /* Under a file-size limit (ulimit -f, systemd's LimitFSIZE) a write past it would kill permd;
+     * ignored, it fails with EFBIG and SQLite reports a full disk, which permd answers and survives. */
+    signal(SIGXFSZ, SIG_IGN);
     /* A request's scratch (a mixture's sparse fill: ~250 KiB in arrays below the mmap threshold) is
      * freed at its end; glibc would give the heap's top back to the kernel each time (past 128 KiB)
      * and fault it in again on the next request. Keep up to 4 MiB of freed top: the page faults go,

@@ -48,7 +48,9 @@ static void pd_session_on_oversize(void *session, uint32_t announced, uint32_t l
     pd_session *s = session;
     s->loop->stats.requests_total++;
     pd_metrics_request(&s->loop->metrics, PD_REQ_INVALID);
-    pd_reply_error(s, 0, PD_ETOOBIG, "frame of %u bytes exceeds max_frame (%u bytes)", announced, limit);
+    /* Until a token Hello, the limit is max_preauth_frame (pd_session_open): name the key that applied. */
+    pd_reply_error(s, 0, PD_ETOOBIG, "frame of %u bytes exceeds %s (%u bytes)", announced,
+                   s->authed ? "max_frame" : "max_preauth_frame", limit);
 }
 
 static void pd_session_on_writable(void *session)

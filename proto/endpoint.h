@@ -15,6 +15,20 @@ extern "C" {
  * /tmp/permd-<uid>/permd.sock. PD_ETOOBIG when it does not fit. */
 int pd_endpoint_default_socket(char *buf, size_t len);
 
+/* The longest Unix socket path, in bytes without its NUL: sockaddr_un.sun_path holds 108 with it
+ * on Linux. A longer path cannot be bound or connected to (libuv would truncate it silently). */
+size_t pd_endpoint_unix_path_max(void);
+
+/* Whether path lies directly in /tmp/permd-<uid>, the directory of the last default above. In a
+ * /tmp that every user may write, anyone can create that directory first: the daemon and clients
+ * accept it only when pd_endpoint_check_dir does. */
+int pd_endpoint_in_private_dir(const char *path);
+
+/* 0 when dir is a directory (not a symbolic link) owned by this user (the effective uid) that
+ * neither its group nor others may write: no one else can replace a socket in it. Else PD_EAUTH,
+ * or PD_EIO when it cannot be examined; why says which. */
+int pd_endpoint_check_dir(const char *dir, char *why, size_t why_len);
+
 /* "HOST:PORT", "[V6]:PORT" or "HOST" (default port). The host is copied
  * without brackets. PD_EINVAL on a malformed string or a port outside 1..65535. */
 int pd_endpoint_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port);

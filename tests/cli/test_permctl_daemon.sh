@@ -74,6 +74,45 @@ expect 1 "past the end of the epoch" "$PERMCTL" fetch imagenet --seed 1 --epoch 
 expect 1 "is not below the dataset size" "$PERMCTL" inverse imagenet --seed 1 --epoch 0 --world 2 1281167
 expect 1 "is permd running?" "$PERMCTL" stats --socket "$DIR/absent.sock"
 
+# A fetch --json that fails leaves stdout empty (no JSON prefix for a parser to choke on); stderr says why.
+expect 1 "past the end of the epoch" "$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --offset 2000000 --count 3 --json
+[ ! -s "$DIR/out" ] || fail "failed fetch --json printed: $(cat "$DIR/out")"
+expect 1 "NOT_FOUND" "$PERMCTL" fetch nope --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 3 --json
+[ ! -s "$DIR/out" ] || fail "failed fetch --json printed: $(cat "$DIR/out")"
+# One fetched in pieces (above max_count) is one JSON document with every id.
+"$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 3 --rank 2 --mode drop --count 2000000 --json >"$DIR/got"
+{ printf '{"ids":['
+  "$PERMCTL" rank --size 1281167 --seed 1 --epoch 0 --world 3 --rank 2 --mode drop | paste -sd, | tr -d '\n'
+  printf '],"next_offset":1281165}\n'; } >"$DIR/want"
+cmp -s "$DIR/want" "$DIR/got" || fail "fetch --json in pieces"
+
+# Locations take 16 bytes: a reply of 900000 (within max_count) fits the client's frame bound.
+printf '300000\n300000\n300000\n' >"$DIR/shards.txt"
+"$PERMCTL" datasets put sh --shards-file "$DIR/shards.txt" >/dev/null || fail "put sh"
+"$PERMCTL" fetch sh --seed 1 --epoch 0 --world 1 --rank 0 --mode exact --count 900000 --locations >"$DIR/got" \
+  || fail "fetch --locations of 900000"
+"$PERMCTL" stream sh --seed 1 --epoch 0 --world 1 --rank 0 --mode exact --batch 1000 --locations >"$DIR/want"
+cmp -s "$DIR/want" "$DIR/got" || fail "fetch --locations differs from stream"
+[ "$(wc -l <"$DIR/got")" = 900000 ] || fail "fetch --locations length"
+
+# Against a permd whose max_count is below stream's default batch, stream fits its batches to it.
+"$PERMD" --socket "$DIR/small.sock" --state-dir "$DIR/small" --metrics "" --max-count 1000 2>"$DIR/small.log" &
+SMALL=$!
+for _ in $(seq 200); do [ -S "$DIR/small.sock" ] && break; sleep 0.05; done
+"$PERMCTL" datasets put a --size 5000 --socket "$DIR/small.sock" >/dev/null || fail "put on the small permd"
+"$PERMCTL" rank --size 5000 --seed 1 --epoch 0 --world 1 --rank 0 --mode pad >"$DIR/want"
+"$PERMCTL" stream a --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --socket "$DIR/small.sock" >"$DIR/got" \
+  || fail "stream with max_count 1000"
+cmp -s "$DIR/want" "$DIR/got" || fail "stream with max_count 1000 differs from rank"
+# and inverse asks for more samples than max_count in pieces.
+samples=$(seq 0 2 2999)
+"$PERMCTL" inverse --size 5000 --seed 1 --epoch 0 $samples | sed 's/$/ 0/' >"$DIR/want"
+"$PERMCTL" inverse a --seed 1 --epoch 0 --world 1 --socket "$DIR/small.sock" $samples >"$DIR/got" \
+  || fail "inverse of 1500 samples with max_count 1000"
+cmp -s "$DIR/want" "$DIR/got" || fail "inverse in pieces differs from the offline inverse"
+kill -TERM "$SMALL"
+wait "$SMALL" || fail "the small permd exited $?"
+
 "$PERMCTL" datasets rm imagenet | grep -qx "deleted imagenet" || fail "rm"
 expect 1 "NOT_FOUND" "$PERMCTL" datasets rm imagenet
 

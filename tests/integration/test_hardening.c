@@ -250,6 +250,41 @@ static void test_partial_frames_expire(void **state)
     stop(&h);
 }
 
+/* A frame timeout answers no request: its BAD_FRAME is counted as the connection's, not under the type
+ * of the request answered before it on that connection (it was counted as a "stats" error here). */
+static void test_frame_timeout_counted_as_connection(void **state)
+{
+    (void)state;
+    harness h;
+    const char *extra[] = {"--frame-timeout-ms", "200", NULL};
+    start(&h, 0, extra);
+    int fd = raw_connect_unix(h.sock);
+    assert_true(fd >= 0);
+    send_stats(fd, 1);
+    assert_int_equal(reply_kind(fd, 5000), PERMD__V1__ENVELOPE__BODY_STATS_REPLY);
+    send_partial(fd, 50, 1);
+    assert_int_equal(reply_kind(fd, 5000), -PERMD__V1__ERROR_CODE__ERROR_CODE_BAD_FRAME);
+    assert_true(raw_wait_eof(fd, 5000));
+    close(fd);
+    permd_client *c;
+    permd_stats st;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_stats_get(c, &st), 0);
+    permd_close(c);
+    uint64_t as_conn = 0, as_stats = 0;
+    for (uint32_t i = 0; i < st.nerrors; i++) {
+        if (strcmp(st.errors[i].code, "BAD_FRAME"))
+            continue;
+        if (!strcmp(st.errors[i].type, "connection"))
+            as_conn += st.errors[i].count;
+        else if (!strcmp(st.errors[i].type, "stats"))
+            as_stats += st.errors[i].count;
+    }
+    assert_int_equal(as_conn, 1);
+    assert_int_equal(as_stats, 0);
+    stop(&h);
+}
+
 /* An HTTP GET /healthz on a fresh connection: the status, or 0. */
 static int healthz(int port)
 {
@@ -785,6 +820,7 @@ int main(void)
         cmocka_unit_test(test_tcp_peers_cannot_lock_out_unix),
         cmocka_unit_test(test_admission_is_exact),
         cmocka_unit_test(test_partial_frames_expire),
+        cmocka_unit_test(test_frame_timeout_counted_as_connection),
         cmocka_unit_test(test_healthz_under_slowloris),
         cmocka_unit_test(test_signals),
         cmocka_unit_test(test_nul_in_strings),

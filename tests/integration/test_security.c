@@ -1,6 +1,7 @@
-/* Integration: the Unix socket's mode is what admits a uid, allow_uids (SO_PEERCRED) narrows it, TCP tokens and non-loopback refusals. */
+/* Integration: the Unix socket's mode is what admits a uid, allow_uids (SO_PEERCRED) narrows it, TCP tokens and non-loopback refusals, the default socket's directory must be the user's alone. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -167,6 +168,18 @@ static void test_tcp_token(void **state)
     assert_int_equal(permd_connect_unix(h.sock, &c), 0); /* the Unix socket needs none */
     permd_close(c);
     assert_true(harness_log_contains(&h, "event=auth_fail"));
+    /* A frame above max_preauth_frame before the Hello: TOO_LARGE names that key, not max_frame. */
+    int fd = raw_connect_tcp(h.tcp);
+    assert_true(fd >= 0);
+    uint8_t len[4] = {0x88, 0x13, 0, 0}; /* 5000 bytes, above the default 4096 */
+    assert_int_equal(raw_send(fd, len, sizeof len), 0);
+    pd_envelope *rep;
+    assert_int_equal(raw_recv_env(fd, 10000, &rep), 0);
+    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(rep->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
+    assert_non_null(strstr(rep->error->message, "exceeds max_preauth_frame (4096 bytes)"));
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    close(fd);
     assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
 
     /* Non-loopback TCP without a token: refused at startup, with or without other keys. */
@@ -181,6 +194,114 @@ static void test_tcp_token(void **state)
     harness_cleanup(&h);
 }
 
+/* The default socket (no XDG_RUNTIME_DIR, no PERMD_SOCKET) lives in /tmp/permd-<uid>, a name any
+ * user can take first in /tmp. Each runs as uid in a child; the directory is made beforehand. */
+
+/* A client's permd_connect_unix(NULL) as uid: 0 connected, 1 PERMD_EAUTH (the directory refused),
+ * 2 anything else. */
+static int default_client_as(uid_t uid)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgroups(0, NULL) || setgid(uid) || setuid(uid))
+            _exit(2);
+        unsetenv("XDG_RUNTIME_DIR");
+        unsetenv("PERMD_SOCKET");
+        permd_client *c;
+        int rc = permd_connect_unix(NULL, &c);
+        if (rc == 0)
+            permd_close(c);
+        _exit(rc == 0 ? 0 : rc == PERMD_EAUTH && strstr(permd_last_error(NULL), "refusing") ? 1 : 2);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+}
+
+/* permd as uid on the default socket (its log in h->log, its registry in h->state): 1 when it exits
+ * 1 without listening; 0 when it listens at sock, *client then being default_client_as(uid) while it
+ * runs, and exits 0 on SIGTERM; 2 anything else. */
+static int default_daemon_as(const harness *h, uid_t uid, const char *sock, int *client)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(h->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd < 0 || dup2(fd, STDERR_FILENO) < 0 || setgroups(0, NULL) || setgid(uid) || setuid(uid))
+            _exit(3);
+        unsetenv("XDG_RUNTIME_DIR");
+        unsetenv("PERMD_SOCKET");
+        execl(PERMD_BIN, PERMD_BIN, "--state-dir", h->state, "--metrics", "", "--workers", "1", "--loops", "1",
+              (char *)NULL);
+        _exit(3);
+    }
+    int status, fd = -1;
+    for (int i = 0; i < 3000 && fd < 0; i++) { /* up to 30 s for a cold start under sanitizers */
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return harness_exited_with(status, 1) ? 1 : 2;
+        if ((fd = raw_connect_unix(sock)) < 0)
+            usleep(10000);
+    }
+    if (fd >= 0) {
+        close(fd);
+        *client = default_client_as(uid);
+    }
+    kill(pid, SIGTERM);
+    waitpid(pid, &status, 0);
+    return fd >= 0 && harness_exited_with(status, 0) ? 0 : 2;
+}
+
+static void test_default_socket_dir_must_be_ours(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip(); /* needs a second uid */
+    uid_t uid = 60000 + (uid_t)(getpid() % 5000); /* no one's: its /tmp/permd-<uid> is this test's alone */
+    char dir[64], sock[96];
+    snprintf(dir, sizeof dir, "/tmp/permd-%u", (unsigned)uid);
+    snprintf(sock, sizeof sock, "%s/permd.sock", dir);
+    harness h;
+    harness_init(&h);
+    chmod(h.dir, 0711);
+    assert_int_equal(mkdir(h.state, 0700), 0);
+    assert_int_equal(chown(h.state, uid, uid), 0);
+    unlink(sock);
+    rmdir(dir);
+    int client = -1;
+
+    /* Made first by another user, open to all: the daemon and clients refuse it. */
+    assert_int_equal(mkdir(dir, 0777), 0);
+    assert_int_equal(chmod(dir, 0777), 0);
+    assert_int_equal(chown(dir, NOBODY, NOBODY), 0);
+    assert_int_equal(default_daemon_as(&h, uid, sock, &client), 1);
+    assert_true(harness_log_contains(&h, "refusing the socket directory"));
+    assert_true(harness_log_contains(&h, "it is owned by uid 65534"));
+    assert_int_equal(default_client_as(uid), 1);
+    /* Another user's even when closed to others. */
+    assert_int_equal(chmod(dir, 0700), 0);
+    assert_int_equal(default_daemon_as(&h, uid, sock, &client), 1);
+    assert_int_equal(default_client_as(uid), 1);
+    /* The user's own, but others may write in it (replace the socket): refused too. */
+    assert_int_equal(chown(dir, uid, uid), 0);
+    assert_int_equal(chmod(dir, 0733), 0);
+    assert_int_equal(default_daemon_as(&h, uid, sock, &client), 1);
+    assert_true(harness_log_contains(&h, "lets group or others write in it"));
+    assert_int_equal(default_client_as(uid), 1);
+    /* The control: the user's alone, found or made by permd, is served through. */
+    assert_int_equal(chmod(dir, 0700), 0);
+    assert_int_equal(default_daemon_as(&h, uid, sock, &client), 0);
+    assert_int_equal(client, 0);
+    assert_int_equal(rmdir(dir), 0); /* the socket went with a clean exit */
+    client = -1;
+    assert_int_equal(default_daemon_as(&h, uid, sock, &client), 0);
+    assert_int_equal(client, 0);
+    struct stat st;
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(st.st_uid, uid);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    assert_int_equal(rmdir(dir), 0);
+    harness_cleanup(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -188,6 +309,7 @@ int main(void)
         cmocka_unit_test(test_allow_uids),
         cmocka_unit_test(test_allow_uids_config),
         cmocka_unit_test(test_tcp_token),
+        cmocka_unit_test(test_default_socket_dir_must_be_ours),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

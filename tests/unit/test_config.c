@@ -235,6 +235,19 @@ static void test_validate(void **state)
     assert_int_equal(pd_config_validate(&c, err, sizeof err), PD_ECONFLICT);
     pd_config_free(&c);
 
+    /* A socket path beyond sun_path (107 bytes and its NUL) could only be bound cut short. */
+    char sock[160];
+    assert_int_equal(pd_config_init(&c), 0);
+    snprintf(sock, sizeof sock, "/%0106d", 0); /* 107 bytes: the longest that fits */
+    assert_int_equal(pd_config_set(&c, "socket", sock, NULL, 0), 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), 0);
+    snprintf(sock, sizeof sock, "/%0107d", 0);
+    assert_int_equal(pd_config_set(&c, "socket", sock, NULL, 0), 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), PD_ETOOBIG);
+    assert_non_null(strstr(err, "socket: '/000"));
+    assert_non_null(strstr(err, "is 108 bytes; a Unix socket path holds at most 107"));
+    pd_config_free(&c);
+
     assert_true(pd_config_host_is_loopback("127.0.0.1"));
     assert_true(pd_config_host_is_loopback("127.200.0.9"));
     assert_true(pd_config_host_is_loopback("::1"));
@@ -327,6 +340,38 @@ static void test_allow_uids_and_metrics(void **state)
     unlink(path);
 }
 
+/* YAML's null (~, null) leaves a key unset, as if absent: state_dir: ~ had put the registry in ./~.
+ * A quoted "" stays the empty string (metrics: "" is off). */
+static void test_yaml_null_is_unset(void **state)
+{
+    (void)state;
+    pd_config c;
+    char err[256], path[64];
+    write_tmp(path, "state_dir: ~\n"
+                    "token_file: null\n"
+                    "cpu_isa: NULL\n"
+                    "gpu: Null\n"
+                    "max_count: ~\n"
+                    "allow_uids: ~\n"
+                    "tcp: \"\"\n"
+                    "metrics: \"\"\n"
+                    "datasets: ~\n");
+    assert_int_equal(pd_config_init(&c), 0);
+    assert_int_equal(pd_config_set(&c, "max_count", "77", err, sizeof err), 0); /* unset keeps what was there */
+    assert_int_equal(pd_config_load_file(&c, path, err, sizeof err), 0);
+    assert_string_equal(c.state_dir, "");
+    assert_string_equal(c.token_file, "");
+    assert_string_equal(c.cpu_isa, "auto");
+    assert_string_equal(c.gpu, "auto");
+    assert_int_equal(c.max_count, 77);
+    assert_int_equal(c.allow_uids.n, 0);
+    assert_string_equal(c.metrics, ""); /* "" is not null: off */
+    assert_int_equal(c.ndatasets, 0);
+    assert_int_equal(pd_config_validate(&c, err, sizeof err), 0);
+    pd_config_free(&c);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_state_dir),
         cmocka_unit_test(test_allow_uids_and_metrics),
+        cmocka_unit_test(test_yaml_null_is_unset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,9 @@
-/* Tests for proto/endpoint.c: HOST:PORT parsing and where the default socket lives. */
+/* Tests for proto/endpoint.c: HOST:PORT parsing, where the default socket lives, and when its directory is trusted. */
 #define _GNU_SOURCE /* setenv */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -48,11 +49,52 @@ static void test_default_socket(void **state)
     assert_int_equal(pd_endpoint_default_socket(buf, 5), PD_ETOOBIG);
 }
 
+/* /tmp/permd-<uid>, the fallback's directory, is trusted only when it is this user's alone. */
+static void test_private_dir(void **state)
+{
+    (void)state;
+    char path[128], dir[64], link[80], why[160];
+    snprintf(path, sizeof path, "/tmp/permd-%u/permd.sock", (unsigned)getuid());
+    assert_true(pd_endpoint_in_private_dir(path));
+    snprintf(path, sizeof path, "/tmp/permd-%u/sub/permd.sock", (unsigned)getuid());
+    assert_false(pd_endpoint_in_private_dir(path));
+    snprintf(path, sizeof path, "/tmp/permd-%u0/permd.sock", (unsigned)getuid());
+    assert_false(pd_endpoint_in_private_dir(path));
+    assert_false(pd_endpoint_in_private_dir("/run/user/5/permd.sock"));
+    assert_false(pd_endpoint_in_private_dir("permd.sock"));
+
+    strcpy(dir, "/tmp/permd-test-endpoint-XXXXXX");
+    assert_non_null(mkdtemp(dir)); /* mode 0700, ours */
+    assert_int_equal(pd_endpoint_check_dir(dir, why, sizeof why), 0);
+    assert_int_equal(chmod(dir, 0755), 0);
+    assert_int_equal(pd_endpoint_check_dir(dir, why, sizeof why), 0); /* others may read, not write */
+    assert_int_equal(chmod(dir, 0770), 0);
+    assert_int_equal(pd_endpoint_check_dir(dir, why, sizeof why), PD_EAUTH);
+    assert_non_null(strstr(why, "mode 0770 lets group or others write"));
+    assert_int_equal(chmod(dir, 01777), 0); /* sticky, like /tmp: still others may write */
+    assert_int_equal(pd_endpoint_check_dir(dir, why, sizeof why), PD_EAUTH);
+    assert_int_equal(chmod(dir, 0700), 0);
+    snprintf(link, sizeof link, "%s.link", dir);
+    assert_int_equal(symlink(dir, link), 0); /* a link to a good directory is not one */
+    assert_int_equal(pd_endpoint_check_dir(link, why, sizeof why), PD_EAUTH);
+    assert_non_null(strstr(why, "not a directory"));
+    assert_int_equal(unlink(link), 0);
+    if (geteuid() == 0) { /* another owner */
+        assert_int_equal(chown(dir, 65534, 65534), 0);
+        assert_int_equal(pd_endpoint_check_dir(dir, why, sizeof why), PD_EAUTH);
+        assert_non_null(strstr(why, "owned by uid 65534"));
+    }
+    assert_int_equal(rmdir(dir), 0);
+    assert_int_equal(pd_endpoint_check_dir(dir, why, sizeof why), PD_EIO);
+    assert_int_equal(pd_endpoint_unix_path_max(), 107);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostport),
         cmocka_unit_test(test_default_socket),
+        cmocka_unit_test(test_private_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
