@@ -250,15 +250,28 @@ static int default_daemon_as(const harness *h, uid_t uid, const char *sock, int 
     return fd >= 0 && harness_exited_with(status, 0) ? 0 : 2;
 }
 
+static char default_dir[64], default_sock[96];
+
+/* Whatever the test's outcome, /tmp keeps no directory of it. */
+static int default_dir_teardown(void **state)
+{
+    (void)state;
+    if (default_dir[0]) {
+        unlink(default_sock);
+        rmdir(default_dir);
+    }
+    return 0;
+}
+
 static void test_default_socket_dir_must_be_ours(void **state)
 {
     (void)state;
     if (geteuid() != 0)
         skip(); /* needs a second uid */
     uid_t uid = 60000 + (uid_t)(getpid() % 5000); /* no one's: its /tmp/permd-<uid> is this test's alone */
-    char dir[64], sock[96];
-    snprintf(dir, sizeof dir, "/tmp/permd-%u", (unsigned)uid);
-    snprintf(sock, sizeof sock, "%s/permd.sock", dir);
+    char *dir = default_dir, *sock = default_sock;
+    snprintf(default_dir, sizeof default_dir, "/tmp/permd-%u", (unsigned)uid);
+    snprintf(default_sock, sizeof default_sock, "%s/permd.sock", dir);
     harness h;
     harness_init(&h);
     chmod(h.dir, 0711);
@@ -309,7 +322,7 @@ int main(void)
         cmocka_unit_test(test_allow_uids),
         cmocka_unit_test(test_allow_uids_config),
         cmocka_unit_test(test_tcp_token),
-        cmocka_unit_test(test_default_socket_dir_must_be_ours),
+        cmocka_unit_test_teardown(test_default_socket_dir_must_be_ours, default_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
