@@ -286,7 +286,8 @@ void pd_on_put_dataset(pd_session *s, uint64_t id, const Permd__V1__PutDataset *
         pd_reply_error(s, id, PD_EINVAL, "size must be in [1, 2^63], not %llu", (unsigned long long)m->size);
         return;
     }
-    if (pd_registry_get(s->svc->reg, m->name, &d) == 0) { /* answered from memory: no disk round trip */
+    /* answered from memory, no disk round trip: unless declared in config only, whose row the job stores */
+    if (pd_registry_get(s->svc->reg, m->name, &d) == 0 && !d.from_config) {
         if (d.shards)
             pd_reply_error(s, id, PD_ECONFLICT, "dataset '%s' exists as a sharded dataset", m->name);
         else if (d.size != m->size)
