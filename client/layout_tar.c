@@ -769,8 +769,8 @@ static int pax_sparse(tar_walk *w, const pax_dict *d, const unsigned char *buf, 
 /* _proc_pax: an extended (x, X) or global (g) header's records, then the member they describe. */
 static int walk_pax(tar_walk *w, tar_info *self, tar_info *next)
 {
-    unsigned char *buf;
-    size_t len;
+    unsigned char *buf = NULL;
+    size_t len = 0; /* set by walk_read_data, as in walk_gnulong */
     int rc = walk_read_data(w, tar_blocks(self->size), &buf, &len);
     if (rc)
         return rc;
@@ -828,8 +828,8 @@ static int walk_pax(tar_walk *w, tar_info *self, tar_info *next)
 /* _proc_gnulong: a GNU long name (L) or link name (K), then the member it belongs to. */
 static int walk_gnulong(tar_walk *w, tar_info *self, tar_info *next)
 {
-    unsigned char *buf;
-    size_t len;
+    unsigned char *buf = NULL;
+    size_t len = 0; /* set by walk_read_data; a newer gcc cannot tell (-Wmaybe-uninitialized) */
     int rc = walk_read_data(w, tar_blocks(self->size), &buf, &len);
     if (rc)
         return rc;
