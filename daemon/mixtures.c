@@ -14,18 +14,13 @@
 #include "daemon/reply.h"
 
 /* The Mixture message of a definition; its arrays live in the session's arena. PD_ENOMEM. */
+static void pd_mixture_summary(const pd_mixdef *d, Permd__V1__Mixture *m);
+
 static int pd_mixture_msg(pd_session *s, const pd_mixdef *d, Permd__V1__Mixture *m)
 {
     pd_arena *a = &s->arena;
     uint32_t C = d->components, S = d->stages;
-    permd__v1__mixture__init(m);
-    m->name = (char *)d->name;
-    m->length = d->length;
-    m->block = d->block;
-    m->size = d->size;
-    m->id_width = pd_id_width(d->size);
-    m->created_unix_ms = d->created_ms;
-    m->definition = d->definition;
+    pd_mixture_summary(d, m); /* the scalars, then components and stages */
     char **names = pd_arena_alloc(a, C * sizeof *names);
     uint64_t *sizes = pd_arena_alloc(a, C * sizeof *sizes);
     uint64_t *shards = pd_arena_alloc(a, C * sizeof *shards), *windows = pd_arena_alloc(a, C * sizeof *windows);
