@@ -399,11 +399,19 @@ static int permctl_mix_build(const permctl_args *a, const char **stage_text, int
     const uint64_t block = (a->set & PERMCTL_BIT(BLOCK)) ? a->u[PERMCTL_OPT_BLOCK] : 0;
     rc = permd_mixture_new(a->u[PERMCTL_OPT_SEED], sizes, (uint32_t)ncomp, length, (uint32_t)block, starts, weights,
                            (uint32_t)nstages + 1, out);
-    if (rc == PD_EINVAL)
-        rc = permctl_usage_error("mix: not a valid mixture: the sizes must sum to at most 2^63, each stage's weights "
-                                 "to between 1 and 2^32 - 1, stages must increase and start at multiples of the "
-                                 "block (a power of two from 64 to 2048)");
-    else if (rc)
+    if (rc == PD_EINVAL) { /* the core names the rule the definition breaks; the list is for one it does not */
+        static pd_mix_component comps[PD_MIX_COMPONENTS_MAX];
+        char why[256];
+        for (size_t j = 0; j < ncomp; j++)
+            comps[j] = (pd_mix_component){.size = sizes[j]};
+        if (pd_mix_check(comps, ncomp, length, block ? block : PD_MIX_BLOCK_DEFAULT, starts, weights,
+                         (uint64_t)nstages + 1, why, sizeof why))
+            rc = permctl_usage_error("mix: not a valid mixture: %s", why);
+        else
+            rc = permctl_usage_error("mix: not a valid mixture: the sizes must sum to at most 2^63, each stage's "
+                                     "weights to between 1 and 2^32 - 1, stages must increase and start at "
+                                     "multiples of the block (a power of two from 64 to 2048)");
+    } else if (rc)
         rc = permctl_fail(rc, "mix");
     free(starts);
     free(weights);

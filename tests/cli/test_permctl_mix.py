@@ -68,13 +68,13 @@ class Mix(unittest.TestCase):
         base = mixture_args(1, [5, 7], [(0, [1, 2])])
         rank = ["--epoch", 0, "--world", 2, "--rank", 0, "--mode", "pad"]
         for args, message in [
-            (base + rank + ["--stage", "100:1,1"], "multiples of the block"),
+            (base + rank + ["--stage", "100:1,1"], "stage 1 starts at 100: stages start at increasing multiples of block (64)"),
             (base + rank + ["--stage", "128:1"], "1 weights for 2 components"),
             (base + rank + ["--stage", "128"], "is not G:W0,W1"),
-            (base + rank + ["--block", 100], "power of two"),
+            (base + rank + ["--block", 100], "block 100 is not a power of two"),
             (["--seed", 1, "--sizes", "5,x", "--weights", "1,1"] + rank, "not an unsigned decimal integer"),
             (["--seed", 1, "--sizes", "5,0", "--weights", "1,1"] + rank, "outside [1,"),
-            (["--seed", 1, "--sizes", "5,7", "--weights", "0,0"] + rank, "not a valid mixture"),
+            (["--seed", 1, "--sizes", "5,7", "--weights", "0,0"] + rank, "not a valid mixture: stage 0's weights sum to 0"),
             (base + ["--epoch", 0, "--world", 2, "--rank", 2, "--mode", "pad"], "must be below --world"),
             (base + rank[:-2], "are required"),
             (base + ["--inverse"], "at least one"),
