@@ -513,6 +513,9 @@ _EXT_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYP
               tarfile.SOLARIS_XHDTYPE)
 
 
+_PAX_LENGTH = re.compile(br"([0-9]{1,20}) ")  # a pax record's length, as tarfile's fixed _proc_pax reads it
+
+
 class _Damaged(Exception):
     """A file or compressed stream that cannot be read whole (PD_EIO)."""
 
@@ -534,6 +537,61 @@ class _TarInfo(tarfile.TarInfo):
             return super()._proc_member(tf)
         finally:
             src.depth -= 1
+
+    def _proc_pax(self, tf):
+        """tarfile's _proc_pax as fixed in 2024 (CPython gh-121285: 3.11.10, 3.12.5, 3.13), whatever this
+        interpreter's is: a tarfile before the fix stops reading records quietly at a bad one and goes on, where
+        C (and a fixed tarfile) raise. Records are framed "%d %s=%s\\n", read raw, decoded after."""
+        buf = tf.fileobj.read(self._block(self.size))
+        pax_headers = tf.pax_headers if self.type == tarfile.XGLTYPE else tf.pax_headers.copy()
+        pos, encoding, raw = 0, None, []
+        while len(buf) > pos and buf[pos] != 0:
+            m = _PAX_LENGTH.match(buf, pos)
+            if not m or int(m.group(1)) < 5 or pos + int(m.group(1)) > len(buf):  # "5 x=\n" is the shortest
+                raise tarfile.InvalidHeaderError("invalid header")
+            length = int(m.group(1))
+            end = m.start(1) + length - 1  # the record's last byte: its newline
+            keyword, eq, value = buf[m.end(1) + 1:end].partition(b"=")
+            if not keyword or eq != b"=" or buf[end] != 0x0A:
+                raise tarfile.InvalidHeaderError("invalid header")
+            raw.append((keyword, value))
+            if keyword == b"hdrcharset" and encoding is None:  # the first one counts
+                encoding = tf.encoding if value == b"BINARY" else "utf-8"
+            pos += length
+        encoding = encoding or "utf-8"
+        for keyword, value in raw:
+            keyword = self._decode_pax_field(keyword, "utf-8", "utf-8", tf.errors)
+            if keyword in tarfile.PAX_NAME_FIELDS:
+                value = self._decode_pax_field(value, encoding, tf.encoding, tf.errors)
+            else:
+                value = self._decode_pax_field(value, "utf-8", "utf-8", tf.errors)
+            pax_headers[keyword] = value
+        try:
+            nxt = self.fromtarfile(tf)
+        except tarfile.HeaderError as e:
+            raise tarfile.SubsequentHeaderError(str(e)) from None
+        if "GNU.sparse.map" in pax_headers:
+            self._proc_gnusparse_01(nxt, pax_headers)
+        elif "GNU.sparse.size" in pax_headers:  # 0.0: this header's offset and numbytes records
+            sparse = {b"GNU.sparse.offset": [], b"GNU.sparse.numbytes": []}
+            for keyword, value in raw:
+                if keyword in sparse:
+                    try:
+                        sparse[keyword].append(int(value.decode()))
+                    except ValueError:
+                        raise tarfile.InvalidHeaderError("invalid header") from None
+            nxt.sparse = list(zip(*sparse.values()))
+        elif pax_headers.get("GNU.sparse.major") == "1" and pax_headers.get("GNU.sparse.minor") == "0":
+            self._proc_gnusparse_10(nxt, pax_headers, tf)
+        if self.type in (tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE):
+            nxt._apply_pax_info(pax_headers, tf.encoding, tf.errors)
+            nxt.offset = self.offset
+            if "size" in pax_headers:  # the size was replaced: the next header moves
+                offset = nxt.offset_data
+                if nxt.isreg() or nxt.type not in tarfile.SUPPORTED_TYPES:
+                    offset += nxt._block(nxt.size)
+                tf.offset = offset
+        return nxt
 
 
 class _Feed:

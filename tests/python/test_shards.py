@@ -686,6 +686,36 @@ class TarsAsTarfile(LayoutCase):
         self.check("newline.tar", newline, sizes=[1], wds=1)  # '.' matches no newline: d.v\n/a.jpg has no key
 
     @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_pax_records_read_as_fixed_tarfile(self):
+        """A bad pax record is PD_EIO in both, whatever the interpreter: tarfile before its 2024 fix (3.11.9 and
+        older) stopped reading records quietly at one and went on, so ShardLayout counted what C refused."""
+        good = pax_records(b"path=k.jpg")
+        for name, recs in [("nonl", b"14 path=k.jpg"), ("junk", good + b"garbage"), ("long", b"99 path=k.jpg\n"),
+                           ("nokey", b"9 =k.jpg\n"), ("short", b"4 a=\n"), ("noeq", b"10 pathk.j\n"),
+                           ("digits", b"0" * 21 + b"25 path=k.jpg\n")]:
+            tar = raw_member("P", recs, b"x") + raw_member("ignored") + raw_member("b.jpg") + TAR_END
+            self.check(f"pax-{name}.tar", tar, code=layout.EIO)
+        self.check("pax-ok.tar", raw_member("P", good, b"x") + raw_member("ignored") + raw_member("b.jpg") + TAR_END,
+                   sizes=[2])
+        # GNU sparse 0.0: each GNU.sparse.offset/numbytes record of this header, int(value.decode()); a bad one
+        # is an InvalidHeaderError after the member was read (tarfile stops at the header after it)
+        sparse = pax_records(b"GNU.sparse.size=10", b"GNU.sparse.offset=x")
+        tar = raw_member("P", sparse, b"x") + raw_member("a.jpg") + raw_member("b.jpg") + TAR_END
+        self.check("pax-sparse.tar", tar, code=layout.EIO)
+        # ShardLayout parses pax records itself (as the fixed tarfile does), never with this interpreter's
+        # tarfile: an unfixed one would read the bad records above, and disagree with C, quietly
+        real = tarfile.TarInfo._proc_pax
+
+        def unfixed(*args):
+            raise AssertionError("the interpreter's tarfile parsed a pax header")
+        tarfile.TarInfo._proc_pax = unfixed
+        try:
+            self.assertEqual(layout.count_tar(self.path("pax-ok.tar")), 2)
+            self.assert_layout_error(layout.EIO, "pax-nonl.tar", layout.count_tar, self.path("pax-nonl.tar"))
+        finally:
+            tarfile.TarInfo._proc_pax = real
+
+    @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
     def test_compressed(self):
         body = b"".join(raw_member(f"k{i // 2}.{'ab'[i % 2]}", bytes(random.Random(i).getrandbits(8)
                                                                         for _ in range(3000))) for i in range(3))
