@@ -525,51 +525,60 @@ static const char *const pax_keys[PAX_NKEYS] = {"path", "GNU.sparse.name", "size
                                                 "GNU.sparse.realsize", "GNU.sparse.map", "GNU.sparse.major",
                                                 "GNU.sparse.minor"};
 
+/* One value, shared: a non-global header starts from a copy of the global dict, and a chain of 64 headers
+ * copying 8 values of up to 1 MiB each would hold half a GiB (Python's dict.copy() shares its strings too). */
+typedef struct pax_val {
+    size_t refs, len;
+    char text[]; /* len bytes and a NUL */
+} pax_val;
+
 typedef struct pax_dict {
     int order[PAX_NKEYS]; /* keys in insertion order */
     int n;
-    char *val[PAX_NKEYS]; /* NULL: absent */
-    size_t len[PAX_NKEYS];
+    pax_val *val[PAX_NKEYS]; /* NULL: absent */
 } pax_dict;
+
+static void pax_release(pax_val *v)
+{
+    if (v && --v->refs == 0)
+        free(v);
+}
 
 static void pax_free(pax_dict *d)
 {
     for (int k = 0; k < PAX_NKEYS; k++)
-        free(d->val[k]);
+        pax_release(d->val[k]);
     memset(d, 0, sizeof *d);
 }
 
 static int pax_set(pax_dict *d, int k, const char *v, size_t n)
 {
-    char *c = malloc(n + 1);
+    pax_val *c = malloc(sizeof *c + n + 1);
     if (!c)
         return PD_ENOMEM;
-    memcpy(c, v, n);
-    c[n] = '\0';
+    c->refs = 1;
+    c->len = n;
+    memcpy(c->text, v, n);
+    c->text[n] = '\0';
     if (!d->val[k])
         d->order[d->n++] = k;
-    free(d->val[k]);
+    pax_release(d->val[k]);
     d->val[k] = c;
-    d->len[k] = n;
     return 0;
 }
 
-static int pax_copy(pax_dict *to, const pax_dict *from)
+/* to = from, its values shared. */
+static void pax_copy(pax_dict *to, const pax_dict *from)
 {
-    memset(to, 0, sizeof *to);
-    for (int i = 0; i < from->n; i++) {
-        int k = from->order[i];
-        if (pax_set(to, k, from->val[k], from->len[k])) {
-            pax_free(to);
-            return PD_ENOMEM;
-        }
-    }
-    return 0;
+    *to = *from;
+    for (int k = 0; k < PAX_NKEYS; k++)
+        if (to->val[k])
+            to->val[k]->refs++;
 }
 
 static int pax_is(const pax_dict *d, int k, const char *s)
 {
-    return d->val[k] && d->len[k] == strlen(s) && !memcmp(d->val[k], s, d->len[k]);
+    return d->val[k] && d->val[k]->len == strlen(s) && !memcmp(d->val[k]->text, s, d->val[k]->len);
 }
 
 /* A member as tarfile reads it (the fields counting needs). */
@@ -664,18 +673,18 @@ static int pax_apply(tar_walk *w, const pax_dict *d, tar_info *ti)
         int64_t v;
         switch (k) {
         case PAX_SPARSE_NAME:
-            rc = name_set(ti, d->val[k], d->len[k]);
+            rc = name_set(ti, d->val[k]->text, d->val[k]->len);
             break;
         case PAX_PATH:
-            rc = name_set(ti, d->val[k], d->len[k]);
+            rc = name_set(ti, d->val[k]->text, d->val[k]->len);
             name_rstrip_slashes(ti, 1);
             break;
         case PAX_SIZE: /* int(value), 0 where that fails */
-            ti->size = py_int((const unsigned char *)d->val[k], d->len[k], PYINT_STR, 10, &v) ? v : 0;
+            ti->size = py_int((const unsigned char *)d->val[k]->text, d->val[k]->len, PYINT_STR, 10, &v) ? v : 0;
             break;
         case PAX_SPARSE_SIZE:
         case PAX_SPARSE_REALSIZE: /* int(value), raising where that fails */
-            if (!py_int((const unsigned char *)d->val[k], d->len[k], PYINT_STR, 10, &v))
+            if (!py_int((const unsigned char *)d->val[k]->text, d->val[k]->len, PYINT_STR, 10, &v))
                 return walk_raise(w, "an invalid GNU.sparse size in a pax header");
             ti->size = v;
             break;
@@ -731,7 +740,7 @@ static int pax_sparse(tar_walk *w, const pax_dict *d, const unsigned char *buf, 
 {
     int64_t v;
     if (d->val[PAX_SPARSE_MAP]) { /* [int(x) for x in map.split(",")] */
-        const char *p = d->val[PAX_SPARSE_MAP], *end = p + d->len[PAX_SPARSE_MAP];
+        const char *p = d->val[PAX_SPARSE_MAP]->text, *end = p + d->val[PAX_SPARSE_MAP]->len;
         for (;;) {
             const char *c = memchr(p, ',', (size_t)(end - p));
             if (!py_int((const unsigned char *)p, (size_t)((c ? c : end) - p), PYINT_STR, 10, &v))
@@ -776,19 +785,16 @@ static int walk_pax(tar_walk *w, tar_info *self, tar_info *next)
         return rc;
     pax_dict local, *d = &w->global;
     if (self->type != 'g') {
-        if (pax_copy(&local, &w->global)) {
-            free(buf);
-            return TAR_NOMEM;
-        }
+        pax_copy(&local, &w->global);
         d = &local;
     }
     for (size_t pos = 0; !rc && pos < len && buf[pos];) { /* "%d %s=%s\n" records */
         size_t nd = 0;
         uint64_t length = 0;
-        while (nd < 21 && pos + nd < len && buf[pos + nd] >= '0' && buf[pos + nd] <= '9') /* ([0-9]{1,20}) */
-            length = length > (UINT64_C(1) << 40) ? length : length * 10 + (uint64_t)(buf[pos + nd++] - '0');
-        while (nd < 21 && pos + nd < len && buf[pos + nd] >= '0' && buf[pos + nd] <= '9')
-            nd++; /* (the digits past saturation) */
+        while (nd < 21 && pos + nd < len && buf[pos + nd] >= '0' && buf[pos + nd] <= '9') { /* ([0-9]{1,20}) */
+            const uint64_t digit = (uint64_t)(buf[pos + nd++] - '0'); /* counted past saturation too */
+            length = length > (UINT64_C(1) << 40) ? length : length * 10 + digit; /* > any 1 MiB header */
+        }
         if (nd == 0 || nd > 20 || pos + nd >= len || buf[pos + nd] != ' ' || length < 5 || length > len - pos) {
             rc = walk_raise(w, "an invalid pax header");
             break;
