@@ -1036,61 +1036,78 @@ static int tar_member(tar_count *t, const char *name, size_t len)
     return rc;
 }
 
+/* Where tarfile raised: a read error or a first block that is no tar header (not a tar), or damage after it. */
+static int walk_failed(const tar_walk *w, int r, uint64_t members, char *err, size_t errlen)
+{
+    const tar_src *src = w->src;
+    const char *why = r == TAR_RAISE     ? w->why
+                      : r == HDR_EMPTY     ? "empty file"
+                      : r == HDR_TRUNCATED ? "truncated header"
+                                           : "invalid header";
+    if (src->failed)
+        return pd_layout_fail(PD_EIO, err, errlen, "%s: %s", src->path, src->why);
+    if (w->parsed)
+        return pd_layout_fail(PD_EIO, err, errlen, "%s: truncated or damaged after member %llu (%s)", src->path,
+                              (unsigned long long)members, why);
+    return pd_layout_fail(PD_EINVAL, err, errlen, "%s: not a tar archive (%s)", src->path, why);
+}
+
+/* HDR_LATE: tarfile stopped where its offset had moved to, past the block it failed on; the block there says how
+ * it stopped (*r: HDR_EMPTY, HDR_TRUNCATED, HDR_ZEROS or HDR_INVALID). 0 or PD_EIO. */
+static int walk_block_at_offset(tar_walk *w, int *r, char *err, size_t errlen)
+{
+    tar_src *src = w->src;
+    if (src->z && w->offset < src->pos)
+        return pd_layout_fail(PD_EIO, err, errlen, "%s: a seek backward in a compressed stream", src->path);
+    src->pos = w->offset;
+    ssize_t n = src_read(src, w->block, 512);
+    if (n < 0)
+        return pd_layout_fail(PD_EIO, err, errlen, "%s: %s", src->path, src->why);
+    size_t z = 0;
+    while (z < (size_t)n && !w->block[z])
+        z++;
+    *r = n == 0 ? HDR_EMPTY : n < 512 ? HDR_TRUNCATED : z == 512 ? HDR_ZEROS : HDR_INVALID;
+    return 0;
+}
+
+/* Where tarfile stopped quietly (r: HDR_*): cleanly only at a zero block where a header would be. */
+static int walk_stopped(const tar_walk *w, int r, uint64_t members, char *err, size_t errlen)
+{
+    if (r == HDR_ZEROS)
+        return 0;
+    if (r == HDR_EMPTY) /* every tar writer writes one: this tar was cut right after a member */
+        return pd_layout_fail(PD_EIO, err, errlen, "%s: truncated after member %llu (no end-of-archive block)",
+                              w->src->path, (unsigned long long)members);
+    return pd_layout_fail(PD_EIO, err, errlen, "%s: truncated or damaged after member %llu (%s)", w->src->path,
+                          (unsigned long long)members, r == HDR_TRUNCATED ? "truncated header" : "invalid header");
+}
+
 /* Read the tar's members and group them. */
 static int tar_walk_all(tar_src *src, tar_count *t, uint64_t *members, char *err, size_t errlen)
 {
     tar_walk w = {.src = src};
     tar_info ti = {0};
     int rc = 0;
-    const char *path = src->path;
     for (;;) {
         int r = walk_next(&w, &ti);
         if (r == TAR_NOMEM) {
-            rc = pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
+            rc = pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", src->path);
             break;
         }
         if (r == TAR_RAISE || (r != TAR_OK && r != HDR_ZEROS && r != HDR_LATE && !w.parsed)) {
-            /* a read error, or the first block no tar header: not a tar; anything after it: damage */
-            const char *why = r == TAR_RAISE ? w.why
-                              : r == HDR_EMPTY ? "empty file"
-                              : r == HDR_TRUNCATED ? "truncated header"
-                                                   : "invalid header";
-            rc = src->failed ? pd_layout_fail(PD_EIO, err, errlen, "%s: %s", path, src->why)
-                 : w.parsed ? pd_layout_fail(PD_EIO, err, errlen, "%s: truncated or damaged after member %llu (%s)",
-                                             path, (unsigned long long)*members, why)
-                            : pd_layout_fail(PD_EINVAL, err, errlen, "%s: not a tar archive (%s)", path, why);
+            rc = walk_failed(&w, r, *members, err, errlen);
             break;
         }
-        if (r == HDR_LATE) { /* tarfile stopped where its offset had moved to: permd looks at the block there */
-            if (src->z && w.offset < src->pos) {
-                rc = pd_layout_fail(PD_EIO, err, errlen, "%s: a seek backward in a compressed stream", path);
-                break;
-            }
-            src->pos = w.offset;
-            ssize_t n = src_read(src, w.block, 512);
-            if (n < 0) {
-                rc = pd_layout_fail(PD_EIO, err, errlen, "%s: %s", path, src->why);
-                break;
-            }
-            size_t z = 0;
-            while (z < (size_t)n && !w.block[z])
-                z++;
-            r = n == 0 ? HDR_EMPTY : n < 512 ? HDR_TRUNCATED : z == 512 ? HDR_ZEROS : HDR_INVALID;
-        }
-        if (r != TAR_OK) { /* tarfile stopped: cleanly only at a zero block where a header would be */
-            if (r == HDR_EMPTY) /* every tar writer writes one: this tar was cut right after a member */
-                rc = pd_layout_fail(PD_EIO, err, errlen, "%s: truncated after member %llu (no end-of-archive block)",
-                                    path, (unsigned long long)*members);
-            else if (r != HDR_ZEROS)
-                rc = pd_layout_fail(PD_EIO, err, errlen, "%s: truncated or damaged after member %llu (%s)", path,
-                                    (unsigned long long)*members,
-                                    r == HDR_TRUNCATED ? "truncated header" : "invalid header");
+        if (r == HDR_LATE && (rc = walk_block_at_offset(&w, &r, err, errlen)))
+            break;
+        if (r != TAR_OK) {
+            rc = walk_stopped(&w, r, *members, err, errlen);
             break;
         }
         ++*members;
         if (w.offset <= ti.offset) { /* a negative size: tarfile would read this header again, for ever */
-            rc = pd_layout_fail(PD_EIO, err, errlen, "%s: member %llu ('%s') does not advance the archive", path,
-                                (unsigned long long)*members, ti.name);
+            rc = pd_layout_fail(PD_EIO, err, errlen, "%s: member %llu ('%s') does not advance the archive",
+                                src->path, (unsigned long long)*members, ti.name);
             break;
         }
         /* tarfile's isreg(): regular files only; links, directories, devices and unknown types skipped */
@@ -1136,6 +1153,46 @@ static int tar_verify(tar_src *s, char *err, size_t errlen)
     return 0;
 }
 
+/* libarchive bids: gzip, bzip2, xz or lzma (layer upon layer), else the file as it is. A plain tar leaves
+ * *a NULL (its headers are read where they are); a compressed one is src->z = *a, positioned at its data, with
+ * *nested set when it holds a second layer. 0, or PD_ENOMEM / PD_EIO naming the file. */
+static int src_open_filters(tar_src *src, struct archive **a, int *nested, char *err, size_t errlen)
+{
+    const char *path = src->path;
+    if (!(*a = archive_read_new()))
+        return pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
+    archive_read_support_format_raw(*a);
+    archive_read_support_format_empty(*a); /* a stream that decompresses to nothing */
+    archive_read_support_filter_gzip(*a);
+    archive_read_support_filter_bzip2(*a);
+    archive_read_support_filter_xz(*a);
+    archive_read_support_filter_lzma(*a);
+    archive_read_set_read_callback(*a, src_fill);
+    archive_read_set_callback_data(*a, src);
+    if (archive_read_open1(*a) != ARCHIVE_OK) /* the raw format takes any bytes: a decompressor failed */
+        return pd_layout_fail(PD_EIO, err, errlen, "%s: a damaged or cut compressed stream: %s", path,
+                              archive_error_string(*a) ? archive_error_string(*a)
+                                                       : "the decompressor gave no reason");
+    if (archive_filter_code(*a, 0) == ARCHIVE_FILTER_NONE) { /* a plain tar */
+        archive_read_free(*a);
+        *a = NULL;
+        return 0;
+    }
+    struct archive_entry *e;
+    src->z = *a;
+    *nested = archive_filter_count(*a) > 2;
+    int r = archive_read_next_header(*a, &e);
+    if (r == ARCHIVE_EOF) /* the empty format: nothing inside */
+        src->z_end = 1;
+    else if (r != ARCHIVE_OK && r != ARCHIVE_WARN) { /* the verdict comes from tar_verify */
+        snprintf(src->why, sizeof src->why, "a damaged or cut compressed stream: %s",
+                 archive_error_string(*a) ? archive_error_string(*a) : "the decompressor gave no reason");
+        src->z_end = -1;
+        src->failed = 1;
+    }
+    return 0;
+}
+
 int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_read, char *err, size_t errlen)
 {
     tar_src *src = calloc(1, sizeof *src);
@@ -1161,41 +1218,8 @@ int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_rea
         rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s: an empty file (0 bytes), not a tar shard", path);
         goto done;
     }
-    /* libarchive bids: gzip, bzip2, xz or lzma (layer upon layer), else the file as it is */
-    if (!(a = archive_read_new())) {
-        rc = pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
+    if ((rc = src_open_filters(src, &a, &nested, err, errlen)))
         goto done;
-    }
-    archive_read_support_format_raw(a);
-    archive_read_support_format_empty(a); /* a stream that decompresses to nothing */
-    archive_read_support_filter_gzip(a);
-    archive_read_support_filter_bzip2(a);
-    archive_read_support_filter_xz(a);
-    archive_read_support_filter_lzma(a);
-    archive_read_set_read_callback(a, src_fill);
-    archive_read_set_callback_data(a, src);
-    if (archive_read_open1(a) != ARCHIVE_OK) { /* the raw format takes any bytes: a decompressor failed */
-        rc = pd_layout_fail(PD_EIO, err, errlen, "%s: a damaged or cut compressed stream: %s", path,
-                            archive_error_string(a) ? archive_error_string(a) : "the decompressor gave no reason");
-        goto done;
-    }
-    if (archive_filter_code(a, 0) == ARCHIVE_FILTER_NONE) { /* a plain tar: headers read where they are */
-        archive_read_free(a);
-        a = NULL;
-    } else {
-        struct archive_entry *e;
-        src->z = a;
-        nested = archive_filter_count(a) > 2;
-        int r = archive_read_next_header(a, &e);
-        if (r == ARCHIVE_EOF) /* the empty format: nothing inside */
-            src->z_end = 1;
-        else if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-            snprintf(src->why, sizeof src->why, "a damaged or cut compressed stream: %s",
-                     archive_error_string(a) ? archive_error_string(a) : "the decompressor gave no reason");
-            src->z_end = -1;
-            src->failed = 1;
-        }
-    }
     if (!nested)
         rc = tar_walk_all(src, &t, &members, err, errlen);
     if (src->z && rc != PD_ENOMEM) { /* a broken stream is the verdict, whatever was read from it */
