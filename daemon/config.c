@@ -113,8 +113,10 @@ static const pd_opt pd_opts[] = {
            "connections together (8 a shard); a part beyond it is answered TOO_LARGE and\n"
            "its upload dropped."),
     PD_OPT(layout_memory, PD_OPT_U64, "1073741824", 4096, UINT64_C(1) << 40,
-           "Bytes of shard layouts the registry keeps in memory, all sharded datasets\n"
-           "together (8 a shard); a sharded PutDataset beyond it is answered TOO_LARGE."),
+           "Bytes of shard layouts kept in memory, all sharded datasets together (8 a\n"
+           "shard). Layouts of deleted datasets count too while plans or streams still\n"
+           "hold them (until the streams end). A sharded PutDataset beyond it is answered\n"
+           "TOO_LARGE."),
     PD_OPT(max_mixture_components, PD_OPT_U64, "1024", 1, 65536,
            "Most components (datasets) one mixture may draw from."),
     PD_OPT(max_mixture_stages, PD_OPT_U64, "4096", 1, 65536,

@@ -74,8 +74,8 @@ static void pd_registry_job_run(pd_job *job)
                                         j->why, sizeof j->why);
     else if (j->is_put)
         j->rc = pd_registry_put(reg, j->name, j->size, &j->result, &j->created, j->why, sizeof j->why);
-    else
-        j->rc = pd_registry_delete(reg, j->name, j->why, sizeof j->why);
+    else if ((j->rc = pd_registry_delete(reg, j->name, j->why, sizeof j->why)) == 0)
+        pd_plans_drop_retired(j->s->svc->plans); /* its cached plans would keep its layout until evicted */
 }
 
 static void pd_registry_job_done(pd_job *job)

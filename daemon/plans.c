@@ -67,6 +67,17 @@ static void pd_plans_unlist(pd_plans *c, pd_plan **link)
     pd_plan_release(p); /* the list's reference: frees it (and its charge) when nobody else has it */
 }
 
+/* Free the table of p, which only idle holders (and perhaps the list) have: nobody reads it, and its
+ * holders build it again when they wake. Caller holds c->lock. */
+static void pd_plan_uncharge(pd_plans *c, pd_plan *p)
+{
+    free(p->mem);
+    p->mem = NULL;
+    atomic_store(&p->ready, 0);
+    p->charged = 0;
+    atomic_fetch_sub(&c->bytes, p->size);
+}
+
 /* Give way to a new charge: the least recently used plan (not keep) that nobody uses is dropped, or
  * its table freed when idle holders keep it. Returns 0 when there was none. Caller holds c->lock. */
 static int pd_plans_reclaim_one(pd_plans *c, const pd_plan *keep)
@@ -82,11 +93,7 @@ static int pd_plans_reclaim_one(pd_plans *c, const pd_plan *keep)
         pd_plans_unlist(c, victim);
         return 1;
     }
-    free(p->mem); /* nobody reads it: its holders rebuild it when they wake */
-    p->mem = NULL;
-    atomic_store(&p->ready, 0);
-    p->charged = 0;
-    atomic_fetch_sub(&c->bytes, p->size);
+    pd_plan_uncharge(c, p);
     return 1;
 }
 
@@ -141,6 +148,35 @@ void pd_plans_close(pd_plans *c)
         pd_plans_unlist(c, &c->head);
     pthread_mutex_destroy(&c->lock);
     free(c);
+}
+
+/* Whether p was made from a layout the registry has dropped since (its dataset deleted): no request
+ * finds it any more (a new one resolves the registry's current layout), so keeping it cached only
+ * keeps that layout's memory. */
+static int pd_plan_retired(const pd_plan *p)
+{
+    if (p->layout)
+        return atomic_load(&p->layout->retired);
+    for (uint32_t j = 0; p->mixdef && j < p->mixdef->components; j++)
+        if (p->layouts[j] && atomic_load(&p->layouts[j]->retired))
+            return 1;
+    return 0;
+}
+
+void pd_plans_drop_retired(pd_plans *c)
+{
+    pthread_mutex_lock(&c->lock);
+    for (pd_plan **link = &c->head; *link;) {
+        pd_plan *p = *link;
+        if (!pd_plan_retired(p)) {
+            link = &p->next;
+            continue;
+        }
+        if (p->idle && p->charged && pd_plan_unused(p))
+            pd_plan_uncharge(c, p); /* a stream waiting for credit: it ends when it wakes and finds its dataset gone */
+        pd_plans_unlist(c, link); /* in use: freed, layout and all, by its last holder */
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 uint64_t pd_plans_bytes(pd_plans *c)

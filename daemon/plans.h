@@ -21,6 +21,11 @@ void pd_plans_close(pd_plans *c);
 uint64_t pd_plans_bytes(pd_plans *c);
 /* max_bytes (plan_cache_bytes), for messages. */
 uint64_t pd_plans_limit(const pd_plans *c);
+/* Let go of the plans of layouts the registry dropped (pd_layout.retired: a dataset deleted): cached
+ * ones nobody uses are freed now, with the layout they keep (layout_memory); one a stream waiting for
+ * credit holds loses its table; one in use is freed when its last holder releases it. Call after a
+ * delete. */
+void pd_plans_drop_retired(pd_plans *c);
 
 /* A reference to the sharded plan of (layout, seed, epoch, window, lanes). Cheap and never builds,
  * so the event loop may call it. A plan not cached is admitted within max_bytes: plans nobody uses

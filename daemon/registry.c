@@ -121,6 +121,7 @@ int pd_layout_create(const uint64_t *sizes, uint64_t shards, pd_layout **out)
     }
     atomic_init(&l->refs, 1);
     atomic_init(&l->held, 0);
+    atomic_init(&l->retired, 0);
     l->shards = shards;
     l->hash = pd_shard_layout_hash(sizes, shards);
     *out = l;
@@ -195,6 +196,8 @@ static int pd_table_insert(pd_registry *r, size_t at, const pd_dataset *d, pd_la
 /* The table's reference goes; the layout stays counted until its last one does (pd_layout_release). */
 static void pd_table_remove(pd_registry *r, size_t at)
 {
+    if (r->sets[at].layout) /* before the release: the plans holding it may be all that keeps it */
+        atomic_store(&r->sets[at].layout->retired, 1);
     pd_layout_release(r->sets[at].layout);
     memmove(r->sets + at, r->sets + at + 1, (r->n - at - 1) * sizeof *r->sets);
     r->n--;

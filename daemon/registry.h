@@ -27,6 +27,7 @@ typedef struct pd_dataset {
 typedef struct pd_layout {
     _Atomic unsigned refs;
     _Atomic int held; /* a registry stored it: counted in pd_registry_layout_bytes until its last reference goes */
+    _Atomic int retired; /* the registry dropped it (its dataset deleted): caches let go of it (pd_plans_drop_retired) */
     uint64_t shards;
     uint64_t hash;    /* of the shard sizes: tells two layouts apart (a mixture's component check) */
     uint64_t start[]; /* S + 1 */

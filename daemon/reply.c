@@ -55,21 +55,34 @@ int pd_reply_fd(pd_session *s, uint64_t id, int body_case, const void *msg, int 
     return rc;
 }
 
-void pd_reply_error(pd_session *s, uint64_t id, int err, const char *fmt, ...)
+static void pd_reply_error_v(pd_session *s, uint64_t id, int slot, int err, const char *fmt, va_list ap)
 {
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     Permd__V1__Error e = PERMD__V1__ERROR__INIT;
     e.code = pd_wire_error_code(err);
     e.message = msg;
     s->loop->stats.errors_total++;
-    pd_metrics_error(&s->loop->metrics, pd_conn_request_slot(s->conn), (unsigned)e.code);
+    pd_metrics_error(&s->loop->metrics, slot, (unsigned)e.code);
     pd_log_debug("request_error", "conn=%llu id=%llu code=%s msg=\"%s\"", (unsigned long long)pd_conn_serial(s->conn),
                  (unsigned long long)id, pd_wire_error_name(e.code), msg);
     pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_ERROR, &e);
+}
+
+void pd_reply_error(pd_session *s, uint64_t id, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pd_reply_error_v(s, id, pd_conn_request_slot(s->conn), err, fmt, ap);
+    va_end(ap);
+}
+
+void pd_reply_error_as(pd_session *s, uint64_t id, int slot, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pd_reply_error_v(s, id, slot, err, fmt, ap);
+    va_end(ap);
 }
 
 int pd_reply_slice(pd_session *s, uint64_t id, const Permd__V1__Slice *m, int locations, pd_target *t)

@@ -21,6 +21,10 @@ int pd_reply_fd(pd_session *s, uint64_t id, int body_case, const void *msg, int 
 
 /* An Error reply (err: a PD_E* code, mapped to the wire's ErrorCode), counted by request type. */
 void pd_reply_error(pd_session *s, uint64_t id, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* pd_reply_error counted under metrics slot `slot`, not the connection's current request's: for an error
+ * that answers an earlier request (a stream's, sent when a later Credit or another request runs). */
+void pd_reply_error_as(pd_session *s, uint64_t id, int slot, int err, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* Resolve a request's Slice into t; when it cannot be, reply with the error and return it. */
 int pd_reply_slice(pd_session *s, uint64_t id, const Permd__V1__Slice *m, int locations, pd_target *t);

@@ -1,6 +1,8 @@
 /* Stream state machine: credits, in-order delivery of batches generated ahead on the pool, cancel and end. */
 #include "daemon/stream.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include "daemon/job.h"
 #include "daemon/log.h"
 #include "daemon/reply.h"
+#include "daemon/reqtype.h"
 #include "daemon/ring.h"
 #include "daemon/target.h"
 
@@ -121,6 +124,19 @@ static int pd_stream_stop(pd_stream *st)
     return 1;
 }
 
+/* The stream's Error: counted under Stream whatever request the connection is handling when it goes out
+ * (a Credit, another stream's batch done, a Fetch), as the stream is what failed. */
+static void pd_stream_error(pd_stream *st, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void pd_stream_error(pd_stream *st, int err, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pd_reply_error_as(st->s, st->id, pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_STREAM), err, "%s", msg);
+}
+
 static void pd_stream_send_end(pd_stream *st, Permd__V1__EndReason reason)
 {
     Permd__V1__StreamEnd e = PERMD__V1__STREAM_END__INIT;
@@ -185,9 +201,9 @@ static int pd_stream_deliver(pd_stream *st)
         st->send_seq++;
         if (b->rc) {
             if (b->msg[0])
-                pd_reply_error(s, st->id, b->rc, "%s", b->msg);
+                pd_stream_error(st, b->rc, "%s", b->msg);
             else
-                pd_reply_error(s, st->id, PD_EINTERNAL, "generation failed: %s", pd_strerror(b->rc));
+                pd_stream_error(st, PD_EINTERNAL, "generation failed: %s", pd_strerror(b->rc));
             pd_batch_free(b);
             pd_stream_stop(st);
             return 1;
@@ -329,16 +345,26 @@ static void pd_stream_maybe_idle(pd_stream *st)
 }
 
 /* Credit came for an idle stream: its plan back in use, or the stream ends OVERLOADED when its table
- * was given to other plans and those in use leave no room for it. Returns 1 when st stopped. */
+ * was given to other plans and those in use leave no room for it. Its dataset is checked first: one
+ * deleted or re-defined while it waited ends it with that error (as its next batch would), not with
+ * OVERLOADED, which asks for a retry, nor after taking another plan's room for a table it cannot use.
+ * Returns 1 when st stopped. */
 static int pd_stream_wake(pd_stream *st)
 {
+    char msg[200];
     if (!st->plan_idle)
         return 0;
+    int rc = pd_target_current(st->s->svc->reg, &st->t, msg, sizeof msg);
+    if (rc) { /* nothing in flight or ready: the error comes after every batch sent */
+        pd_stream_error(st, rc, "%s", msg);
+        pd_stream_stop(st);
+        return 1;
+    }
     if (pd_plan_wake(st->t.plan) == 0) {
         st->plan_idle = 0;
         return 0;
     }
-    pd_reply_error(st->s, st->id, PD_EBUSY,
+    pd_stream_error(st, PD_EBUSY,
                    "plan memory is full (plan_cache_bytes = %llu): the plan of '%s' was given to other streams "
                    "and requests while this stream waited for credit; open it again from offset %llu later, or "
                    "raise plan_cache_bytes",
@@ -364,13 +390,13 @@ static void pd_stream_produce(pd_stream *st)
         char msg[200];
         int rc = inl ? pd_target_current(s->svc->reg, &st->t, msg, sizeof msg) : 0; /* a job checks its own */
         if (rc) { /* nothing in flight: the error comes after every batch sent */
-            pd_reply_error(s, st->id, rc, "%s", msg);
+            pd_stream_error(st, rc, "%s", msg);
             pd_stream_stop(st);
             return;
         }
         rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
         if (rc) {
-            pd_reply_error(s, st->id, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));
+            pd_stream_error(st, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));
             pd_stream_stop(st);
             return;
         }

@@ -18,6 +18,7 @@
 #include "daemon/plans.h"
 #include "daemon/readahead.h"
 #include "daemon/registry.h"
+#include "daemon/reqtype.h"
 #include "daemon/service.h"
 #include "daemon/session.h"
 #include "daemon/stats.h"
@@ -914,6 +915,115 @@ static void test_readahead_lends_its_plan(void **state)
     pd_readahead_loop_close(&f->sl);
 }
 
+static void send_delete(fixture *f, uint64_t id, const char *name)
+{
+    Permd__V1__DeleteDataset m = PERMD__V1__DELETE_DATASET__INIT;
+    m.name = (char *)name;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_DELETE_DATASET;
+    env.delete_dataset = &m;
+    send_env(f, &env);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, id);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY);
+    free_env(r);
+}
+
+/* Deleting a dataset drops its cached plans at once, and with them its layout (permd_layout_bytes); a
+ * plan a stream uses goes, and its layout with it, when the stream ends, not when the cache evicts it. */
+static void test_delete_drops_cached_plans(void **state)
+{
+    fixture *f = *state;
+    const uint64_t before = pd_registry_layout_bytes(f->reg);
+    connect_client(f, 0);
+    put_sharded(f, "sh");
+    assert_true(pd_registry_layout_bytes(f->reg) > before);
+    for (uint64_t k = 0; k < 2; k++) { /* two cached plans, unused once answered */
+        send_sharded_fetch(f, 50 + k, 1 + k, 0);
+        pd_envelope *r = next_reply(f);
+        assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
+        free_env(r);
+    }
+    send_delete(f, 52, "sh");
+    assert_int_equal(pd_registry_layout_bytes(f->reg), before);
+    assert_int_equal(pd_plans_bytes(f->plans), 0);
+
+    /* A stream waiting for credit keeps the layout until it ends; its table goes at once. */
+    put_sharded(f, "sh");
+    const uint64_t layout = pd_registry_layout_bytes(f->reg) - before;
+    send_sharded_fetch(f, 53, 4, 0);
+    free_env(next_reply(f));
+    send_sharded_stream(f, 60, 3);
+    uint32_t ids[10];
+    stream_batch(f, 60, 0, ids);
+    send_delete(f, 61, "sh");
+    assert_int_equal(pd_registry_layout_bytes(f->reg) - before, layout);
+    assert_int_equal(pd_plans_bytes(f->plans), 0);
+    send_credit(f, 60, 1); /* the stream learns its dataset went, and ends */
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, 60);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND);
+    free_env(r);
+    assert_int_equal(pd_registry_layout_bytes(f->reg), before);
+    assert_int_equal(pd_plans_bytes(f->plans), 0);
+}
+
+/* A stream that wakes to find its dataset deleted is told so (NOT_FOUND), also when its table went to
+ * plans in use meanwhile: not OVERLOADED, which would send its client to retry a dataset that is gone. */
+static void test_woken_stream_of_deleted_dataset(void **state)
+{
+    fixture *f = *state;
+    const uint64_t size = pd_shard_plan_bytes(PLAN_SHARDS);
+    pd_plans_close(f->plans);
+    assert_int_equal(pd_plans_open(16, size, &f->plans), 0); /* room for one plan */
+    f->svc.plans = f->plans;
+    connect_client(f, 0);
+    put_sharded(f, "sh");
+    send_sharded_stream(f, 80, 1);
+    uint32_t ids[10];
+    stream_batch(f, 80, 0, ids);
+    pd_layout *l;
+    pd_plan *held;
+    assert_int_equal(pd_registry_layout(f->reg, "sh", &l), 0);
+    assert_int_equal(pd_plans_get(f->plans, l, 500, 0, 8, 1, &held), 0); /* the stream's table gives way */
+    send_delete(f, 81, "sh");
+    send_credit(f, 80, 1);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, 80);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND);
+    assert_non_null(strstr(r->error->message, "deleted"));
+    free_env(r);
+    pd_plan_release(held);
+    pd_layout_release(l);
+}
+
+/* A stream's error is counted under Stream, whatever request the connection handles when it goes out
+ * (here the Credit that lets the stream find its dataset deleted). */
+static void test_stream_error_counted_as_stream(void **state)
+{
+    fixture *f = *state;
+    const int stream = pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_STREAM);
+    const int credit = pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_CREDIT);
+    const unsigned nf = PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND;
+    connect_client(f, 0);
+    put_sharded(f, "sh");
+    send_sharded_stream(f, 70, 1);
+    uint32_t ids[10];
+    stream_batch(f, 70, 0, ids);
+    send_delete(f, 71, "sh");
+    send_credit(f, 70, 1);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, 70);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, nf);
+    free_env(r);
+    assert_int_equal(f->sl.metrics.errors[stream][nf], 1);
+    assert_int_equal(pd_metrics_slot_errors(&f->sl.metrics, credit), 0);
+}
+
 /* ---- List replies: bounded, in pages for clients that ask ----------------------------------- */
 
 static void send_list_datasets(fixture *f, uint64_t id, const char *after, int paged)
@@ -1065,6 +1175,9 @@ int main(void)
         cmocka_unit_test(test_plans_idle_reclaim),
         cmocka_unit_test_setup_teardown(test_idle_streams_release_plans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readahead_lends_its_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete_drops_cached_plans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_error_counted_as_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_woken_stream_of_deleted_dataset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_mixtures_summaries, setup, teardown),
     };
