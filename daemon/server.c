@@ -117,6 +117,7 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     v->upload_bytes = atomic_load(&s->svc.upload_bytes);
     v->datasets = s->reg ? pd_registry_count(s->reg) : 0;
     v->layout_bytes = s->reg ? pd_registry_layout_bytes(s->reg) : 0;
+    v->registry_checkpoint_failures = s->reg ? pd_registry_checkpoint_failures(s->reg) : 0;
     v->plan_bytes = pd_plans_bytes(s->plans);
     v->http_evicted = pd_http_evicted(s->http);
 }

@@ -175,6 +175,10 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 v->plan_bytes);
     pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
                 v->datasets);
+    pd_text_u64(&t, "permd_registry_checkpoint_failures_total", "counter",
+                "Registry commits whose checkpoint into registry.db failed (disk full, a reader holding the "
+                "WAL): durable in registry.db-wal, folded in by a later commit or startup.",
+                v->registry_checkpoint_failures);
     if (t.failed) {
         free(t.p);
         return PD_ENOMEM;

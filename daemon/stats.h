@@ -24,6 +24,7 @@ typedef struct pd_stats_view {
     uint64_t plan_bytes;       /* sharded epoch plans alive */
     uint64_t http_evicted;     /* metrics scrapers evicted to make room */
     uint64_t datasets;         /* registered */
+    uint64_t registry_checkpoint_failures; /* commits left in the registry's WAL by a failed checkpoint */
 } pd_stats_view;
 
 /* The Prometheus text exposition (format 0.0.4), in a malloc'd buffer. PD_ENOMEM. */
