@@ -593,6 +593,20 @@ class _TarInfo(tarfile.TarInfo):
                 tf.offset = offset
         return nxt
 
+    def _proc_gnusparse_10(self, nxt, pax_headers, tf):
+        """tarfile's, reading and checking the same numbers (int() of each line, a block read when no newline is
+        left), without keeping them: tarfile keeps each in a list, memory growing with the file (C keeps none)."""
+        buf = tf.fileobj.read(tarfile.BLOCKSIZE)
+        count, buf = buf.split(b"\n", 1)
+        left = int(count) * 2
+        while left > 0:
+            if b"\n" not in buf:
+                buf += tf.fileobj.read(tarfile.BLOCKSIZE)
+            number, buf = buf.split(b"\n", 1)
+            int(number)
+            left -= 1
+        nxt.offset_data = tf.fileobj.tell()
+
 
 class _Feed:
     """Bytes from an iterator of chunks, read ahead and consumed as libarchive's filters do: ahead(n) is n bytes or

@@ -734,6 +734,27 @@ class TarsAsTarfile(LayoutCase):
         self.assertLess(int(peak), 100 << 10, "kB")  # 240 MB copied; ~15 MB shared (~40 MB under ASan)
 
     @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_sparse_map_numbers_not_kept(self):
+        """A GNU sparse 1.0 map is checked number by number, as C checks it, and not kept: tarfile keeps every
+        number in a list, so a map of a billion "0\n" lines (2 GB of tar) would take ~8 GB in ShardLayout."""
+        sparse = raw_member("P", pax_records(b"GNU.sparse.major=1", b"GNU.sparse.minor=0", b"GNU.sparse.name=a.jpg",
+                                             b"GNU.sparse.realsize=3"), b"x")
+        body = (b"2\n0\n1\n2\n1\n").ljust(512, b"\0") + b"ab"
+        tar = sparse + raw_member("GNUSparseFile.0/a.jpg", body) + raw_member("b.jpg") + TAR_END
+        self.check("sparse10.tar", tar, sizes=[2])
+        bad = (b"2\n0\n1\nx\n1\n").ljust(512, b"\0") + b"ab"
+        self.check("sparse10-bad.tar", sparse + raw_member("GNUSparseFile.0/a.jpg", bad) + TAR_END, code=layout.EIO)
+        real = tarfile.TarInfo._proc_gnusparse_10
+
+        def keeping(*args):
+            raise AssertionError("tarfile's _proc_gnusparse_10 (it keeps every number) was used")
+        tarfile.TarInfo._proc_gnusparse_10 = keeping
+        try:
+            self.assertEqual(layout.count_tar(self.path("sparse10.tar")), 2)
+        finally:
+            tarfile.TarInfo._proc_gnusparse_10 = real
+
+    @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
     def test_compressed(self):
         body = b"".join(raw_member(f"k{i // 2}.{'ab'[i % 2]}", bytes(random.Random(i).getrandbits(8)
                                                                         for _ in range(3000))) for i in range(3))
