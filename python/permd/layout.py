@@ -607,6 +607,21 @@ class _TarInfo(tarfile.TarInfo):
             left -= 1
         nxt.offset_data = tf.fileobj.tell()
 
+    def _proc_sparse(self, tf):
+        """tarfile's, reading and checking the same extension blocks (nti() of each of their 21 pairs), without
+        keeping the pairs: tarfile keeps up to 21 from every 512-byte block, memory growing with the file."""
+        self.sparse, isextended, origsize = self._sparse_structs  # the header's own (4 at most)
+        del self._sparse_structs
+        while isextended:
+            buf = tf.fileobj.read(tarfile.BLOCKSIZE)
+            for pos in range(0, 21 * 24, 12):
+                tarfile.nti(buf[pos:pos + 12])
+            isextended = bool(buf[504])
+        self.offset_data = tf.fileobj.tell()
+        tf.offset = self.offset_data + self._block(self.size)
+        self.size = origsize
+        return self
+
 
 class _Feed:
     """Bytes from an iterator of chunks, read ahead and consumed as libarchive's filters do: ahead(n) is n bytes or

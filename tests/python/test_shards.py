@@ -755,6 +755,29 @@ class TarsAsTarfile(LayoutCase):
             tarfile.TarInfo._proc_gnusparse_10 = real
 
     @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_old_sparse_pairs_not_kept(self):
+        """An old GNU sparse member's extension blocks are checked as C checks them and their pairs not kept:
+        tarfile keeps up to 21 (offset, size) pairs from every 512-byte block, ~4x the tar's size in memory."""
+        ext = bytearray(512)
+        ext[0:24], ext[504] = b"%011o\0%011o\0" % (1, 2), 0
+        fields = {386: b"%011o\0" % 0, 398: b"%011o\0" % 2, 482: b"\1", 483: b"%011o\0" % 3}
+        sparse = raw_member("a.jpg", b"ab", typ=b"S", fields={**fields, 257: b"ustar  \0"})
+        sparse = sparse[:512] + bytes(ext) + sparse[512:]
+        self.check("oldsparse.tar", sparse + raw_member("b.jpg") + TAR_END, sizes=[2])
+        ext[24] = ord("z")  # the second pair's offset
+        bad = sparse[:512] + bytes(ext) + sparse[1024:]
+        self.check("oldsparse-bad.tar", bad + raw_member("b.jpg") + TAR_END, code=layout.EIO)
+        real = tarfile.TarInfo._proc_sparse
+
+        def keeping(*args):
+            raise AssertionError("tarfile's _proc_sparse (it keeps every pair) was used")
+        tarfile.TarInfo._proc_sparse = keeping
+        try:
+            self.assertEqual(layout.count_tar(self.path("oldsparse.tar")), 2)
+        finally:
+            tarfile.TarInfo._proc_sparse = real
+
+    @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
     def test_compressed(self):
         body = b"".join(raw_member(f"k{i // 2}.{'ab'[i % 2]}", bytes(random.Random(i).getrandbits(8)
                                                                         for _ in range(3000))) for i in range(3))
