@@ -187,6 +187,18 @@ static void free_env(pd_envelope *env)
     protobuf_c_message_free_unpacked(&env->base, NULL);
 }
 
+/* The next reply is request id's Error of code, its message naming words (NULL: not checked). */
+static void expect_error(fixture *f, uint64_t id, unsigned code, const char *words)
+{
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, id);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->error->code, code);
+    if (words && !strstr(r->error->message, words))
+        fail_msg("error '%s' does not name %s", r->error->message, words);
+    free_env(r);
+}
+
 static void put_dataset(fixture *f, const char *name, uint64_t size)
 {
     Permd__V1__PutDataset m = PERMD__V1__PUT_DATASET__INIT;
@@ -540,6 +552,57 @@ static void test_request_memory_limit(void **state)
     free_env(r);
 }
 
+/* A PutMixture of one component, "d", with `stages` stages of weight 1 (one every 64 positions): large
+ * frames, for tests of the memory a mixture's request and reply take. */
+typedef struct one_component_mixture {
+    Permd__V1__MixtureStage *st, **stp;
+    uint32_t one;
+    char *comps[1];
+    Permd__V1__Mixture mix;
+    Permd__V1__PutMixture put;
+} one_component_mixture;
+
+/* m must stay where it is until mixture_free (its messages point into it). */
+static void mixture_init(one_component_mixture *m, unsigned stages, const char *name)
+{
+    m->st = calloc(stages, sizeof *m->st);
+    m->stp = calloc(stages, sizeof *m->stp);
+    assert_non_null(m->st);
+    assert_non_null(m->stp);
+    m->one = 1;
+    m->comps[0] = "d";
+    for (unsigned k = 0; k < stages; k++) {
+        permd__v1__mixture_stage__init(&m->st[k]);
+        m->st[k].start = (uint64_t)k * 64;
+        m->st[k].n_weights = 1;
+        m->st[k].weights = &m->one;
+        m->stp[k] = &m->st[k];
+    }
+    permd__v1__mixture__init(&m->mix);
+    m->mix.name = (char *)name;
+    m->mix.n_components = 1;
+    m->mix.components = m->comps;
+    m->mix.n_stages = stages;
+    m->mix.stages = m->stp;
+    permd__v1__put_mixture__init(&m->put);
+    m->put.mixture = &m->mix;
+}
+
+static void mixture_free(one_component_mixture *m)
+{
+    free(m->st);
+    free(m->stp);
+}
+
+static void send_put_mixture(fixture *f, uint64_t id, one_component_mixture *m)
+{
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_MIXTURE;
+    env.put_mixture = &m->put;
+    send_env(f, &env);
+}
+
 /* PutMixture's reply is built on the loop after its job ran, in the session's arena: it is let go
  * there too. */
 static void test_mixture_reply_memory_released(void **state)
@@ -549,31 +612,9 @@ static void test_mixture_reply_memory_released(void **state)
     connect_client(f, 0);
     put_dataset(f, "d", 1000000);
     free_env(next_reply(f));
-    Permd__V1__MixtureStage *st = calloc(STAGES, sizeof *st), **stp = calloc(STAGES, sizeof *stp);
-    uint32_t one = 1;
-    char *comps[] = {"d"};
-    assert_non_null(st);
-    assert_non_null(stp);
-    for (unsigned k = 0; k < STAGES; k++) {
-        permd__v1__mixture_stage__init(&st[k]);
-        st[k].start = (uint64_t)k * 64;
-        st[k].n_weights = 1;
-        st[k].weights = &one;
-        stp[k] = &st[k];
-    }
-    Permd__V1__Mixture mix = PERMD__V1__MIXTURE__INIT;
-    mix.name = "m";
-    mix.n_components = 1;
-    mix.components = comps;
-    mix.n_stages = STAGES;
-    mix.stages = stp;
-    Permd__V1__PutMixture m = PERMD__V1__PUT_MIXTURE__INIT;
-    m.mixture = &mix;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = 9;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_MIXTURE;
-    env.put_mixture = &m;
-    send_env(f, &env);
+    one_component_mixture m;
+    mixture_init(&m, STAGES, "m");
+    send_put_mixture(f, 9, &m);
     pd_envelope *r = next_reply(f);
     assert_int_equal(r->id, 9);
     assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY);
@@ -581,8 +622,7 @@ static void test_mixture_reply_memory_released(void **state)
     free_env(r);
     uv_run(&f->loop, UV_RUN_NOWAIT);
     assert_int_equal(atomic_load(&f->sl.stats.request_memory), 0);
-    free(st);
-    free(stp);
+    mixture_free(&m);
 }
 
 /* An Inverse answered by a worker job keeps its request until the job is done, then lets it go; one
@@ -748,13 +788,39 @@ static void put_sharded(fixture *f, const char *name)
     free_env(r);
 }
 
-static void send_sharded_stream(fixture *f, uint64_t id, uint64_t seed)
+/* The whole epoch of dataset "sh" (one rank) for seed, from offset. */
+static Permd__V1__Slice sharded_slice(uint64_t seed, uint64_t offset)
 {
     Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
     sl.dataset = "sh";
     sl.seed = seed;
     sl.world = 1;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    sl.offset = offset;
+    return sl;
+}
+
+static void send_sharded_fetch_count(fixture *f, uint64_t id, uint64_t seed, uint64_t offset, uint64_t count)
+{
+    Permd__V1__Slice sl = sharded_slice(seed, offset);
+    Permd__V1__Fetch m = PERMD__V1__FETCH__INIT;
+    m.slice = &sl;
+    m.count = count;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
+    env.fetch = &m;
+    send_env(f, &env);
+}
+
+static void send_sharded_fetch(fixture *f, uint64_t id, uint64_t seed, uint64_t offset)
+{
+    send_sharded_fetch_count(f, id, seed, offset, 10);
+}
+
+static void send_sharded_stream(fixture *f, uint64_t id, uint64_t seed)
+{
+    Permd__V1__Slice sl = sharded_slice(seed, 0);
     Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
     m.slice = &sl;
     m.batch = 10;
@@ -808,19 +874,7 @@ static void test_idle_streams_release_plans(void **state)
     stream_batch(f, 10, 1, again);
     assert_true(pd_plans_bytes(f->plans) <= 2 * size);
     /* The same order as before it idled: its second batch continues the first one's epoch. */
-    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
-    sl.dataset = "sh";
-    sl.seed = 1;
-    sl.world = 1;
-    sl.mode = PERMD__V1__MODE__MODE_EXACT;
-    Permd__V1__Fetch fm = PERMD__V1__FETCH__INIT;
-    fm.slice = &sl;
-    fm.count = 20;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = 20;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
-    env.fetch = &fm;
-    send_env(f, &env);
+    send_sharded_fetch_count(f, 20, 1, 0, 20);
     pd_envelope *r = next_reply(f);
     assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
     assert_int_equal(r->fetch_reply->count, 20);
@@ -839,44 +893,14 @@ static void test_idle_streams_release_plans(void **state)
         assert_int_equal(pd_plans_get(f->plans, l, 500 + i, 0, 8, 1, &held[i]), 0);
     assert_true(pd_plans_bytes(f->plans) <= 2 * size);
     send_credit(f, 11, 1);
-    r = next_reply(f);
-    assert_int_equal(r->id, 11);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
-    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_OVERLOADED);
-    assert_non_null(strstr(r->error->message, "plan_cache_bytes"));
-    free_env(r);
-    /* A new plan is refused as well while they are in use (INTERNAL until target.c says OVERLOADED). */
-    sl.seed = 9;
-    env.id = 21;
-    send_env(f, &env);
-    r = next_reply(f);
-    assert_int_equal(r->id, 21);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
-    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_OVERLOADED);
-    assert_non_null(strstr(r->error->message, "plan_cache_bytes"));
-    free_env(r);
+    expect_error(f, 11, PERMD__V1__ERROR_CODE__ERROR_CODE_OVERLOADED, "plan_cache_bytes");
+    /* A new plan is refused as well while they are in use. */
+    send_sharded_fetch_count(f, 21, 9, 0, 20);
+    expect_error(f, 21, PERMD__V1__ERROR_CODE__ERROR_CODE_OVERLOADED, "plan_cache_bytes");
     assert_true(pd_plans_bytes(f->plans) <= 2 * size);
     for (unsigned i = 0; i < 2; i++)
         pd_plan_release(held[i]);
     pd_layout_release(l);
-}
-
-static void send_sharded_fetch(fixture *f, uint64_t id, uint64_t seed, uint64_t offset)
-{
-    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
-    sl.dataset = "sh";
-    sl.seed = seed;
-    sl.world = 1;
-    sl.mode = PERMD__V1__MODE__MODE_EXACT;
-    sl.offset = offset;
-    Permd__V1__Fetch m = PERMD__V1__FETCH__INIT;
-    m.slice = &sl;
-    m.count = 10;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
-    env.fetch = &m;
-    send_env(f, &env);
 }
 
 /* A connection's readahead keeps its plan for the identity of the next Fetch only: a reader that
@@ -961,11 +985,7 @@ static void test_delete_drops_cached_plans(void **state)
     assert_int_equal(pd_registry_layout_bytes(f->reg) - before, layout);
     assert_int_equal(pd_plans_bytes(f->plans), 0);
     send_credit(f, 60, 1); /* the stream learns its dataset went, and ends */
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, 60);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
-    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND);
-    free_env(r);
+    expect_error(f, 60, PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND, NULL);
     assert_int_equal(pd_registry_layout_bytes(f->reg), before);
     assert_int_equal(pd_plans_bytes(f->plans), 0);
 }
@@ -990,12 +1010,7 @@ static void test_woken_stream_of_deleted_dataset(void **state)
     assert_int_equal(pd_plans_get(f->plans, l, 500, 0, 8, 1, &held), 0); /* the stream's table gives way */
     send_delete(f, 81, "sh");
     send_credit(f, 80, 1);
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, 80);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
-    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND);
-    assert_non_null(strstr(r->error->message, "deleted"));
-    free_env(r);
+    expect_error(f, 80, PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND, "deleted");
     pd_plan_release(held);
     pd_layout_release(l);
 }
@@ -1015,11 +1030,7 @@ static void test_stream_error_counted_as_stream(void **state)
     stream_batch(f, 70, 0, ids);
     send_delete(f, 71, "sh");
     send_credit(f, 70, 1);
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, 70);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
-    assert_int_equal(r->error->code, nf);
-    free_env(r);
+    expect_error(f, 70, nf, NULL);
     assert_int_equal(f->sl.metrics.errors[stream][nf], 1);
     assert_int_equal(pd_metrics_slot_errors(&f->sl.metrics, credit), 0);
 }
@@ -1104,39 +1115,18 @@ static void test_list_mixtures_summaries(void **state)
     connect_client(f, 0);
     put_dataset(f, "d", 1000000);
     free_env(next_reply(f));
-    Permd__V1__MixtureStage *st = calloc(STAGES, sizeof *st), **stp = calloc(STAGES, sizeof *stp);
-    uint32_t one = 1;
-    char *comps[] = {"d"};
-    assert_non_null(st);
-    assert_non_null(stp);
-    for (unsigned k = 0; k < STAGES; k++) {
-        permd__v1__mixture_stage__init(&st[k]);
-        st[k].start = (uint64_t)k * 64;
-        st[k].n_weights = 1;
-        st[k].weights = &one;
-        stp[k] = &st[k];
-    }
-    Permd__V1__Mixture mix = PERMD__V1__MIXTURE__INIT;
-    mix.n_components = 1;
-    mix.components = comps;
-    mix.n_stages = STAGES;
-    mix.stages = stp;
-    Permd__V1__PutMixture m = PERMD__V1__PUT_MIXTURE__INIT;
-    m.mixture = &mix;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_MIXTURE;
-    env.put_mixture = &m;
+    one_component_mixture m;
     char name[8];
+    mixture_init(&m, STAGES, name);
     for (unsigned i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "m%u", i);
-        mix.name = name;
-        env.id = 10 + i;
-        send_env(f, &env);
+        send_put_mixture(f, 10 + i, &m);
         pd_envelope *r = next_reply(f);
         assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY);
         free_env(r);
     }
     Permd__V1__ListMixtures lm = PERMD__V1__LIST_MIXTURES__INIT;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
     env.id = 20;
     env.body_case = PERMD__V1__ENVELOPE__BODY_LIST_MIXTURES;
     env.list_mixtures = &lm;
@@ -1155,8 +1145,7 @@ static void test_list_mixtures_summaries(void **state)
     }
     assert_string_equal(lr->next, "");
     free_env(r);
-    free(st);
-    free(stp);
+    mixture_free(&m);
 }
 
 int main(void)

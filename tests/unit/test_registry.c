@@ -42,6 +42,42 @@ static pd_registry *open_reg(void)
     return r;
 }
 
+/* Setup for the tests below, which look at what the registry then does with these rows. */
+
+/* Store a flat dataset; it must succeed. */
+static void put_flat(pd_registry *r, const char *name, uint64_t size)
+{
+    pd_dataset d;
+    int created;
+    assert_int_equal(pd_registry_put(r, name, size, &d, &created, NULL, 0), 0);
+}
+
+/* Store a sharded dataset of three shards (5, 0 and 7 samples; window 2, lanes 1); it must succeed. */
+static void put_small_sharded(pd_registry *r, const char *name)
+{
+    pd_dataset d;
+    pd_layout *layout;
+    int created;
+    uint64_t sizes[3] = {5, 0, 7};
+    assert_int_equal(pd_layout_create(sizes, 3, &layout), 0);
+    assert_int_equal(pd_registry_put_sharded(r, name, layout, 2, 1, &d, &created, NULL, 0), 0);
+    pd_layout_release(layout);
+}
+
+/* Store mixture name of one component, comp, at weight 1: what the put returned. */
+static int put_one_mixture(pd_registry *r, const char *name, const char *comp, char *err, size_t errlen)
+{
+    pd_mixdef *def, *stored = NULL;
+    int created;
+    assert_int_equal(pd_mixdef_alloc(name, 1, 1, &def), 0);
+    strcpy(def->comp[0].name, comp);
+    def->weights[0] = 1;
+    int rc = pd_registry_put_mixture(r, def, &stored, &created, err, errlen);
+    pd_mixdef_release(stored);
+    pd_mixdef_release(def);
+    return rc;
+}
+
 static void test_put_get_list_delete(void **state)
 {
     (void)state;
@@ -319,12 +355,7 @@ static void test_schema_versions(void **state)
     assert_int_equal(pd_registry_get(r, "old", &d), 0);
     assert_int_equal(d.size, 1281167);
     assert_int_equal(d.created_ms, 1700000000000);
-    pd_layout *layout;
-    uint64_t sizes[3] = {5, 0, 7};
-    assert_int_equal(pd_layout_create(sizes, 3, &layout), 0);
-    int created;
-    assert_int_equal(pd_registry_put_sharded(r, "new", layout, 2, 1, &d, &created, NULL, 0), 0);
-    pd_layout_release(layout);
+    put_small_sharded(r, "new");
     pd_registry_close(r);
     r = open_reg(); /* migrated once; opens again as schema 2 */
     assert_int_equal(pd_registry_count(r), 2);
@@ -379,22 +410,13 @@ static void test_row_checksums(void **state)
     (void)state;
     pd_registry *r = open_reg();
     pd_dataset d;
+    pd_mixdef *stored;
     int created;
-    assert_int_equal(pd_registry_put(r, "flat", 100, &d, &created, NULL, 0), 0);
-    assert_int_equal(pd_registry_put(r, "older", 100, &d, &created, NULL, 0), 0);
-    assert_int_equal(pd_registry_put(r, "comp", 50, &d, &created, NULL, 0), 0);
-    pd_layout *layout;
-    uint64_t sizes[3] = {5, 0, 7};
-    assert_int_equal(pd_layout_create(sizes, 3, &layout), 0);
-    assert_int_equal(pd_registry_put_sharded(r, "sharded", layout, 2, 1, &d, &created, NULL, 0), 0);
-    pd_layout_release(layout);
-    pd_mixdef *def, *stored;
-    assert_int_equal(pd_mixdef_alloc("mx", 1, 1, &def), 0);
-    strcpy(def->comp[0].name, "comp");
-    def->weights[0] = 1;
-    assert_int_equal(pd_registry_put_mixture(r, def, &stored, &created, NULL, 0), 0);
-    pd_mixdef_release(stored);
-    pd_mixdef_release(def);
+    put_flat(r, "flat", 100);
+    put_flat(r, "older", 100);
+    put_flat(r, "comp", 50);
+    put_small_sharded(r, "sharded");
+    assert_int_equal(put_one_mixture(r, "mx", "comp", NULL, 0), 0);
     pd_registry_close(r);
 
     exec_sql("UPDATE datasets SET size = 101 WHERE name = 'flat';" /* a bit flipped in a size */
@@ -524,10 +546,11 @@ static void test_full_disk(void **state)
     full_vfs_install();
     pd_registry *r = open_reg();
     pd_dataset d;
+    pd_mixdef *stored;
     int created;
     char err[256] = "";
-    assert_int_equal(pd_registry_put(r, "gone", 3, &d, &created, NULL, 0), 0);
-    assert_int_equal(pd_registry_put(r, "other", 4, &d, &created, NULL, 0), 0);
+    put_flat(r, "gone", 3);
+    put_flat(r, "other", 4);
 
     full_main = 1; /* the main file cannot grow: commits land in the WAL, checkpoints fail */
     assert_int_equal(pd_registry_put(r, "kept", 7, &d, &created, err, sizeof err), 0);
@@ -535,13 +558,7 @@ static void test_full_disk(void **state)
     assert_int_equal(pd_registry_get(r, "kept", &d), 0);
     assert_int_equal(pd_registry_delete(r, "gone", err, sizeof err), 0);
     assert_int_equal(pd_registry_get(r, "gone", &d), PD_ENOTFOUND);
-    pd_mixdef *def, *stored;
-    assert_int_equal(pd_mixdef_alloc("mx", 1, 1, &def), 0);
-    strcpy(def->comp[0].name, "kept");
-    def->weights[0] = 1;
-    assert_int_equal(pd_registry_put_mixture(r, def, &stored, &created, err, sizeof err), 0);
-    pd_mixdef_release(stored);
-    pd_mixdef_release(def);
+    assert_int_equal(put_one_mixture(r, "mx", "kept", err, sizeof err), 0);
     assert_int_equal(pd_registry_checkpoint_failures(r), 3);
 
     full_main = 0;
@@ -573,18 +590,12 @@ static void test_unservable_names(void **state)
     (void)state;
     pd_registry *r = open_reg();
     pd_dataset d, *all;
+    pd_mixdef *stored;
     size_t n;
-    int created;
     for (const char *const *nm = (const char *const[]){"ds1", "ds2", "zz", NULL}; *nm; nm++)
-        assert_int_equal(pd_registry_put(r, *nm, 100, &d, &created, NULL, 0), 0);
-    assert_int_equal(pd_registry_put(r, "comp", 50, &d, &created, NULL, 0), 0);
-    pd_mixdef *def, *stored;
-    assert_int_equal(pd_mixdef_alloc("mx", 1, 1, &def), 0);
-    strcpy(def->comp[0].name, "comp");
-    def->weights[0] = 1;
-    assert_int_equal(pd_registry_put_mixture(r, def, &stored, &created, NULL, 0), 0);
-    pd_mixdef_release(stored);
-    pd_mixdef_release(def);
+        put_flat(r, *nm, 100);
+    put_flat(r, "comp", 50);
+    assert_int_equal(put_one_mixture(r, "mx", "comp", NULL, 0), 0);
     pd_registry_close(r);
     exec_sql("INSERT INTO datasets(name, size, created_ms, window, lanes) VALUES(x'6473310065766976', 777, 1, 0, 0);"
              "INSERT INTO datasets(name, size, created_ms, window, lanes)"
@@ -626,16 +637,9 @@ static void test_stored_types(void **state)
     int created;
     static const char *const names[] = {"a", "b", "c", "e", "f", "g", "ok"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        assert_int_equal(pd_registry_put(r, names[i], 100, &d, &created, NULL, 0), 0);
-    pd_layout *layout;
-    uint64_t sizes[3] = {5, 0, 7};
-    for (int i = 0; i < 3; i++) {
-        char nm[8];
-        snprintf(nm, sizeof nm, "s%d", i);
-        assert_int_equal(pd_layout_create(sizes, 3, &layout), 0);
-        assert_int_equal(pd_registry_put_sharded(r, nm, layout, 2, 1, &d, &created, NULL, 0), 0);
-        pd_layout_release(layout);
-    }
+        put_flat(r, names[i], 100);
+    for (const char *const *nm = (const char *const[]){"s0", "s1", "s2", NULL}; *nm; nm++)
+        put_small_sharded(r, *nm);
     pd_registry_close(r);
     exec_sql("UPDATE datasets SET sum = NULL;"
              "UPDATE datasets SET size = '12abc' WHERE name = 'a';"
