@@ -54,7 +54,7 @@ struct pd_plans {
  * c->lock: a new reference comes from the list (under the lock) or from a holder that uses it. */
 static int pd_plan_unused(pd_plan *p)
 {
-    return p->listed && atomic_load(&p->refs) == 1 + p->idle;
+    return atomic_load(&p->refs) == (p->listed ? 1u : 0u) + p->idle;
 }
 
 static void pd_plans_unlist(pd_plans *c, pd_plan **link)
@@ -218,9 +218,14 @@ void pd_plan_release(pd_plan *p)
 
 void pd_plan_idle(pd_plan *p)
 {
-    pthread_mutex_lock(&p->cache->lock);
+    pd_plans *c = p->cache;
+    pthread_mutex_lock(&c->lock);
     p->idle++;
-    pthread_mutex_unlock(&p->cache->lock);
+    /* An unlisted plan (its dataset deleted while it was in use) is never visited to give way: once only
+     * idle holders have it, its table goes now, or it would hold its charge until the holders end. */
+    if (!p->listed && p->charged && pd_plan_unused(p))
+        pd_plan_uncharge(c, p);
+    pthread_mutex_unlock(&c->lock);
 }
 
 int pd_plan_wake(pd_plan *p)

@@ -766,6 +766,49 @@ static void test_plans_idle_reclaim(void **state)
     pd_layout_release(l);
 }
 
+/* Plans of a layout the registry dropped (pd_layout.retired: its dataset deleted) leave the cache at
+ * once: an unused one is freed with its layout reference, an idle holder's loses its table, one in use
+ * goes with its last holder, and gives its table back as soon as only idle holders have it (no cache
+ * entry is left to reclaim it by). */
+static void test_plans_retired(void **state)
+{
+    (void)state;
+    const uint64_t size = pd_shard_plan_bytes(PLAN_SHARDS);
+    pd_layout *l = plan_layout(), *other = plan_layout();
+    pd_plans *c;
+    pd_plan *cached, *idle, *used, *kept;
+    const pd_shard_plan *sp;
+    assert_int_equal(pd_plans_open(16, 8 * size, &c), 0);
+    assert_int_equal(pd_plans_get(c, l, 1, 0, 8, 1, &cached), 0);
+    assert_int_equal(pd_plan_use(cached, &sp), 0);
+    pd_plan_release(cached); /* listed only */
+    assert_int_equal(pd_plans_get(c, l, 2, 0, 8, 1, &idle), 0);
+    assert_int_equal(pd_plan_use(idle, &sp), 0);
+    pd_plan_idle(idle);
+    assert_int_equal(pd_plans_get(c, l, 3, 0, 8, 1, &used), 0);
+    assert_int_equal(pd_plans_get(c, other, 1, 0, 8, 1, &kept), 0);
+    assert_int_equal(pd_plans_bytes(c), 4 * size);
+    assert_int_equal(atomic_load(&l->refs), 4); /* ours and three plans' */
+
+    atomic_store(&l->retired, 1);
+    pd_plans_drop_retired(c);
+    assert_int_equal(atomic_load(&l->refs), 3); /* the cached plan went */
+    assert_int_equal(pd_plans_bytes(c), 2 * size); /* and the idle holder's table */
+    assert_false(pd_plan_ready(idle));
+    pd_plan_idle(used); /* a stream in use at the delete now waits for credit */
+    assert_int_equal(pd_plans_bytes(c), size);
+    assert_int_equal(pd_plan_wake(used), 0); /* it may still wake (a re-put of the same definition) */
+    assert_int_equal(pd_plans_bytes(c), 2 * size);
+    pd_plan_release(used);
+    pd_plan_release_idle(idle);
+    assert_int_equal(atomic_load(&l->refs), 1);
+    assert_int_equal(pd_plans_bytes(c), size); /* the other dataset's plan stays */
+    pd_plan_release(kept);
+    pd_plans_close(c);
+    pd_layout_release(l);
+    pd_layout_release(other);
+}
+
 /* A sharded dataset of PLAN_SHARDS shards, put in one part. */
 static void put_sharded(fixture *f, const char *name)
 {
@@ -1162,6 +1205,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_inverse_memory_released, setup_no_inline, teardown),
         cmocka_unit_test(test_plans_bounded),
         cmocka_unit_test(test_plans_idle_reclaim),
+        cmocka_unit_test(test_plans_retired),
         cmocka_unit_test_setup_teardown(test_idle_streams_release_plans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readahead_lends_its_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_drops_cached_plans, setup, teardown),
