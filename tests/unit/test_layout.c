@@ -484,6 +484,13 @@ static void test_count_as_tarfile(void **state)
     put_member(f, "k.txt", "x", 1, '0', NULL, NULL, 0);
     close_raw(f, 1);
     assert_int_equal(count_ok("slash.tar"), 1); /* k.jpg and k.txt */
+    /* a pax record's length past 2^40 (14 digits) is refused: the reader looped on its 14th digit for ever */
+    f = open_raw("paxlen.tar");
+    put_member(f, "PaxHeader", "99999999999999 path=k.jpg\n", 26, 'x', NULL, NULL, 0);
+    put_member(f, "a.jpg", "x", 1, '0', NULL, NULL, 0);
+    close_raw(f, 1);
+    expect_error(pd_layout_count_tar(at("paxlen.tar"), &samples, NULL, err, sizeof err), PD_EIO,
+                 "an invalid pax header");
     /* a type no standard defines is skipped (tarfile's isreg()), its data stepped over; libarchive counted it */
     f = open_raw("types.tar");
     put_member(f, "a.jpg", "x", 1, 'Z', NULL, NULL, 0);
