@@ -610,21 +610,83 @@ int permd_get_dataset(permd_client *c, const char *name, permd_dataset *out)
     return 0;
 }
 
+/* ---- Lists, page by page (docs/protocol.md §5) ---------------------------------------- */
+
+/* Where one List call stands. A list longer than one reply comes in pages (after = the previous reply's next);
+ * names are checked as they come, so whatever is put or deleted between pages, the caller gets each name at
+ * most once and in the daemon's order, and a daemon that does not advance ends in an error, not a loop. */
+typedef struct pd_cl_pager {
+    const char *what;               /* "dataset" or "mixture", for messages */
+    char after[PERMD_NAME_MAX + 1]; /* the page asked for starts after this name ("": the first page) */
+    char last[PERMD_NAME_MAX + 1];  /* the last name taken ("": none yet) */
+    size_t n;                       /* names taken so far */
+} pd_cl_pager;
+
+/* Take one listed name. */
+static int pd_cl_page_take(permd_client *c, pd_cl_pager *pg, const char *name)
+{
+    if (!name || !*name || strlen(name) > PERMD_NAME_MAX)
+        return pd_cl_fail(c, PD_EPROTO, "permd listed a %s without a name of 1-%d characters", pg->what,
+                          PERMD_NAME_MAX);
+    const char *floor = strcmp(pg->last, pg->after) > 0 ? pg->last : pg->after; /* names come after both */
+    if (strcmp(name, floor) <= 0)
+        return pd_cl_fail(c, PD_EPROTO, "permd listed %s '%s' after '%s': a list is sorted by name, each once",
+                          pg->what, name, floor);
+    /* Each name is new and the caller's array holds what it counts: this only stops a daemon that lists
+     * without end (its names may grow for ever while each page stays within a frame). */
+    if (pg->n >= PERMD_LIST_MAX)
+        return pd_cl_fail(c, PD_ETOOBIG, "permd lists more than %d %ss (PERMD_LIST_MAX)", PERMD_LIST_MAX, pg->what);
+    memcpy(pg->last, name, strlen(name) + 1);
+    pg->n++;
+    return 0;
+}
+
+/* After a page of got names that ended with next: *more is 1 when another page is to be asked for (pg->after
+ * is then its `after`). An older daemon ignores `paged` and sends the whole list with no next: one page. */
+static int pd_cl_page_end(permd_client *c, pd_cl_pager *pg, size_t got, const char *next, int *more)
+{
+    *more = 0;
+    if (!next || !*next)
+        return 0;
+    if (strlen(next) > PERMD_NAME_MAX)
+        return pd_cl_fail(c, PD_EPROTO, "permd's next %s is longer than %d characters", pg->what, PERMD_NAME_MAX);
+    /* A page names the last entry it holds; one that holds none, or whose next is not past the page asked
+     * for, would be asked for again for ever. */
+    if (got == 0 || strcmp(next, pg->after) <= 0)
+        return pd_cl_fail(c, PD_EPROTO, "permd's page of %ss after '%s' did not advance (%zu entries, next '%s')",
+                          pg->what, pg->after, got, next);
+    memcpy(pg->after, next, strlen(next) + 1);
+    *more = 1;
+    return 0;
+}
+
 int permd_list_datasets(permd_client *c, permd_dataset *out, size_t cap, size_t *total)
 {
     if (!c || !total || (cap && !out))
         return PD_EINVAL;
+    pd_cl_pager pg = {.what = "dataset"};
     Permd__V1__ListDatasets m = PERMD__V1__LIST_DATASETS__INIT;
+    m.paged = 1;
     pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
     req.body_case = PERMD__V1__ENVELOPE__BODY_LIST_DATASETS;
     req.list_datasets = &m;
-    int rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_LIST_DATASETS_REPLY, &rep);
-    if (rc)
-        return rc;
-    const Permd__V1__ListDatasetsReply *r = rep->list_datasets_reply;
-    for (size_t i = 0; i < r->n_datasets && i < cap; i++)
-        pd_cl_dataset(r->datasets[i], &out[i]);
-    *total = r->n_datasets;
+    int rc, more;
+    do {
+        m.after = pg.after; /* the reply (in c's arena) is gone after the next call: pg holds its own copy */
+        if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_LIST_DATASETS_REPLY, &rep)))
+            return rc;
+        const Permd__V1__ListDatasetsReply *r = rep->list_datasets_reply;
+        for (size_t i = 0; i < r->n_datasets; i++) {
+            size_t at = pg.n;
+            if ((rc = pd_cl_page_take(c, &pg, r->datasets[i] ? r->datasets[i]->name : NULL)))
+                return rc;
+            if (at < cap)
+                pd_cl_dataset(r->datasets[i], &out[at]);
+        }
+        if ((rc = pd_cl_page_end(c, &pg, r->n_datasets, r->next, &more)))
+            return rc;
+    } while (more);
+    *total = pg.n;
     return 0;
 }
 
@@ -1371,17 +1433,29 @@ int permd_list_mixtures(permd_client *c, char (*names)[PERMD_NAME_MAX + 1], size
 {
     if (!c || !total || (cap && !names))
         return PD_EINVAL;
+    pd_cl_pager pg = {.what = "mixture"};
     Permd__V1__ListMixtures m = PERMD__V1__LIST_MIXTURES__INIT;
+    m.paged = 1;
     pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
     req.body_case = PERMD__V1__ENVELOPE__BODY_LIST_MIXTURES;
     req.list_mixtures = &m;
-    int rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_LIST_MIXTURES_REPLY, &rep);
-    if (rc)
-        return rc;
-    const Permd__V1__ListMixturesReply *r = rep->list_mixtures_reply;
-    for (size_t i = 0; i < r->n_mixtures && i < cap; i++)
-        snprintf(names[i], PERMD_NAME_MAX + 1, "%s", r->mixtures[i]->name);
-    *total = r->n_mixtures;
+    int rc, more;
+    do { /* pages as permd_list_datasets */
+        m.after = pg.after;
+        if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_LIST_MIXTURES_REPLY, &rep)))
+            return rc;
+        const Permd__V1__ListMixturesReply *r = rep->list_mixtures_reply;
+        for (size_t i = 0; i < r->n_mixtures; i++) {
+            size_t at = pg.n;
+            if ((rc = pd_cl_page_take(c, &pg, r->mixtures[i] ? r->mixtures[i]->name : NULL)))
+                return rc;
+            if (at < cap)
+                memcpy(names[at], pg.last, sizeof pg.last);
+        }
+        if ((rc = pd_cl_page_end(c, &pg, r->n_mixtures, r->next, &more)))
+            return rc;
+    } while (more);
+    *total = pg.n;
     return 0;
 }
 

@@ -55,6 +55,9 @@ enum {
 };
 
 #define PERMD_NAME_MAX 128
+/* permd_list_datasets / permd_list_mixtures count at most this many names: a daemon that lists more (or lists
+ * without end) gets PERMD_ETOOBIG. */
+#define PERMD_LIST_MAX 1000000
 #define PERMD_NO_RANK UINT32_MAX /* permd_inverse: a position that drop mode discards */
 
 typedef struct permd_client permd_client;
@@ -203,7 +206,15 @@ PERMD_API int permd_server_info_get(const permd_client *c, permd_server_info *ou
 PERMD_API int permd_put_dataset(permd_client *c, const char *name, uint64_t size, permd_dataset *out,
                                 int32_t *created);
 PERMD_API int permd_get_dataset(permd_client *c, const char *name, permd_dataset *out);
-/* Fill up to cap entries (sorted by name); *total gets how many exist. */
+/* Fill up to cap entries (sorted by name); *total gets how many exist (cap 0: out
+ * may be NULL, just count). The list is read in pages (ListDatasets.paged,
+ * docs/protocol.md §5), as many calls as it takes, each reply bounded by the
+ * frame bound and nothing allocated beyond it; a dataset put or deleted between
+ * pages may or may not be in the result, which still holds each name once, in
+ * the daemon's order. A daemon that ignores `paged` (older) answers in one
+ * reply, as before. PERMD_EPROTO when a page does not advance or breaks the
+ * order; PERMD_ETOOBIG above PERMD_LIST_MAX names. On an error *total is not
+ * set and out may be partly filled. */
 PERMD_API int permd_list_datasets(permd_client *c, permd_dataset *out, size_t cap, size_t *total);
 PERMD_API int permd_delete_dataset(permd_client *c, const char *name);
 
@@ -386,7 +397,8 @@ PERMD_API int permd_put_mixture(permd_client *c, const char *name, const char *c
                                 int32_t *created);
 PERMD_API int permd_get_mixture(permd_client *c, const char *name, permd_mixture_def **out);
 PERMD_API void permd_mixture_def_free(permd_mixture_def *d);
-/* Names, sorted; fill up to cap, *total gets how many exist. */
+/* Names, sorted; fill up to cap, *total gets how many exist. Read in pages as
+ * permd_list_datasets, with its errors. */
 PERMD_API int permd_list_mixtures(permd_client *c, char (*names)[PERMD_NAME_MAX + 1], size_t cap, size_t *total);
 PERMD_API int permd_delete_mixture(permd_client *c, const char *name);
 /* Where global ids `samples` of component epochs `component_epochs` are
