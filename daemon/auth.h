@@ -13,9 +13,14 @@ int pd_auth_peer_uid(int fd, uint32_t *uid);
 /* Whether uid is in the list. */
 int pd_auth_uid_allowed(const pd_uid_list *allow, uint32_t uid);
 
-/* The TCP token: the first line of the file at path, in a malloc'd string (*len its length).
- * Refuses an empty token (PD_EINVAL) and an unreadable file (PD_EIO); warns when the file is
- * readable by others. */
+#define PD_AUTH_TOKEN_MAX 1024 /* the longest token: its Hello stays far below max_preauth_frame (4096) */
+#define PD_AUTH_TOKEN_SHORT 16 /* a shorter token is warned about: peers may try tokens without bound */
+
+/* The TCP token: the first line of the file at path (without its \n or \r\n), in a malloc'd string
+ * (*len its length). Refuses a file that is not a regular file, a first line that is empty or holds a
+ * NUL byte (PD_EINVAL), one longer than PD_AUTH_TOKEN_MAX (PD_ETOOBIG), and an unreadable file
+ * (PD_EIO), each with an error line naming the file; warns when the file is readable by group or
+ * others, and when the token is shorter than PD_AUTH_TOKEN_SHORT. */
 int pd_auth_load_token(const char *path, char **token, size_t *len);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -164,7 +165,9 @@ int pd_listen_sockaddr(const char *hostport, const char *transport, struct socka
     uint16_t port;
     if (pd_endpoint_parse_hostport(hostport, host, sizeof host, &port))
         return PD_EINVAL;
-    const char *ip = strcmp(host, "localhost") ? host : "127.0.0.1";
+    /* Any case, as pd_config_validate accepts it: "LOCALHOST:7470" passed --check-config, then failed to
+     * bind with a bare EINVAL. */
+    const char *ip = strcasecmp(host, "localhost") ? host : "127.0.0.1";
     int rc = strchr(ip, ':') ? uv_ip6_addr(ip, port, (struct sockaddr_in6 *)sa)
                              : uv_ip4_addr(ip, port, (struct sockaddr_in *)sa);
     if (rc) {

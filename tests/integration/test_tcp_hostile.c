@@ -1,0 +1,184 @@
+/* Integration: the TCP token file as a careless operator writes it (binary, too long, a FIFO, short, CRLF), on
+ * startup and on SIGHUP, and listen addresses in any case. Each is refused with a line naming token_file, or
+ * works the same on both sides; none hangs permd. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "client/permd.h"
+#include "harness.h"
+
+/* Write len bytes to h->dir/name (mode 0600); its path in path. */
+static const char *write_file(harness *h, const char *name, const void *data, size_t len, char *path, size_t plen)
+{
+    snprintf(path, plen, "%s/%s", h->dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    fclose(f);
+    chmod(path, 0600);
+    return path;
+}
+
+/* permd started with --tcp and --token-file path must exit 1 at startup, its log holding msg. */
+static void expect_refused(harness *h, const char *path, const char *msg)
+{
+    int status;
+    const char *extra[] = {"--token-file", path, NULL};
+    assert_int_equal(harness_start(h, 1, extra, &status), -1);
+    assert_true(harness_exited_with(status, 1));
+    if (!harness_log_contains(h, msg))
+        fail_msg("permd's log lacks '%s'", msg);
+}
+
+/* A binary token (head -c 32 /dev/urandom) with a zero byte: permd checked only the bytes before it, so
+ * "ab" alone authenticated. Refused now, naming the byte. */
+static void test_token_with_nul(void **state)
+{
+    (void)state;
+    harness h;
+    char path[160];
+    static const char tok[] = "ab\0cdefghijklmnopqrstuvwxyz0123\n";
+    harness_init(&h);
+    expect_refused(&h, write_file(&h, "token", tok, sizeof tok - 1, path, sizeof path),
+                   "the first line holds a NUL byte at byte 2");
+    harness_cleanup(&h);
+}
+
+/* A first line past 1024 bytes was cut at 4095 and permd started, but a client's Hello carrying it
+ * whole is above max_preauth_frame: nobody could ever authenticate. Refused at startup now; the longest
+ * token accepted authenticates. */
+static void test_token_too_long(void **state)
+{
+    (void)state;
+    harness h;
+    char path[160], tok[5002];
+    memset(tok, 'x', sizeof tok - 1);
+    tok[sizeof tok - 1] = '\n';
+    harness_init(&h);
+    expect_refused(&h, write_file(&h, "token", tok, sizeof tok, path, sizeof path),
+                   "the first line is longer than 1024 bytes");
+    harness_cleanup(&h);
+
+    harness_init(&h);
+    tok[1024] = '\n';
+    const char *extra[] = {"--token-file", write_file(&h, "token", tok, 1025, path, sizeof path), NULL};
+    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
+    tok[1024] = '\0';
+    permd_client *c;
+    assert_int_equal(permd_connect_tcp(h.tcp, tok, &c), 0);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
+/* A FIFO (or a directory) as token_file: permd blocked in open() at startup, deaf to SIGTERM, and a
+ * directory read as "the first line is empty". Both are refused as not regular files. */
+static void test_token_not_a_file(void **state)
+{
+    (void)state;
+    harness h;
+    char path[160];
+    harness_init(&h);
+    snprintf(path, sizeof path, "%s/fifo", h.dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    expect_refused(&h, path, "token_file is not a regular file");
+    harness_cleanup(&h);
+
+    harness_init(&h);
+    snprintf(path, sizeof path, "%s/tokdir", h.dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    expect_refused(&h, path, "token_file is not a regular file");
+    harness_cleanup(&h);
+}
+
+/* SIGHUP reads the token file again on the event loop: rotated to a FIFO, the reload is refused and permd
+ * serves on with the last token, instead of its primary loop blocking for ever. */
+static void test_reload_to_fifo(void **state)
+{
+    (void)state;
+    harness h;
+    char cfg[160], tok[160], fifo[160];
+    harness_init(&h);
+    write_file(&h, "token", "first-token-of-32-bytes-length!!\n", 33, tok, sizeof tok);
+    snprintf(fifo, sizeof fifo, "%s/fifo", h.dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(cfg, sizeof cfg, "%s/permd.yaml", h.dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "token_file: %s\n", tok);
+    fclose(f);
+    const char *extra[] = {"--config", cfg, NULL};
+    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
+    f = fopen(cfg, "w");
+    fprintf(f, "token_file: %s\n", fifo);
+    fclose(f);
+    kill(h.pid, SIGHUP);
+    for (int i = 0; i < 3000 && !harness_log_contains(&h, "allow_uids and the token were not applied"); i++)
+        usleep(10000);
+    assert_true(harness_log_contains(&h, "token_file is not a regular file"));
+    permd_client *c;
+    assert_int_equal(permd_connect_timeout(h.sock, NULL, 10000, &c), 0); /* the loop still answers */
+    permd_close(c);
+    assert_int_equal(permd_connect_tcp(h.tcp, "first-token-of-32-bytes-length!!", &c), 0);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
+/* A short token works but is warned about (peers may try tokens without bound); CRLF line ends are not
+ * part of it, whichever ends the client's copy has. */
+static void test_token_short_and_crlf(void **state)
+{
+    (void)state;
+    harness h;
+    char path[160];
+    harness_init(&h);
+    const char *extra[] = {"--token-file", write_file(&h, "token", "s3cret\r\n", 8, path, sizeof path), NULL};
+    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
+    assert_true(harness_log_contains(&h, "the token is 6 bytes; use at least 16"));
+    permd_client *c;
+    assert_int_equal(permd_connect_tcp(h.tcp, "s3cret", &c), 0);
+    permd_close(c);
+    assert_int_equal(permd_connect_tcp(h.tcp, "s3cret\r", &c), PERMD_EAUTH);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
+/* "LOCALHOST:PORT" passes --check-config (any case is localhost), and must then bind: it failed with a
+ * bare EINVAL, for tcp and for metrics alike. */
+static void test_localhost_any_case(void **state)
+{
+    (void)state;
+    harness h;
+    char tcp[64], metrics[64];
+    harness_init(&h);
+    int port = harness_free_port();
+    snprintf(tcp, sizeof tcp, "LOCALHOST:%d", port);
+    snprintf(metrics, sizeof metrics, "LocalHost:%d", harness_free_port());
+    const char *extra[] = {"--tcp", tcp, "--metrics", metrics, NULL};
+    int status = 0;
+    if (harness_start(&h, 0, extra, &status))
+        fail_msg("permd exited (status %d) on --tcp %s --metrics %s", status, tcp, metrics);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    permd_client *c;
+    assert_int_equal(permd_connect_tcp(addr, NULL, &c), 0);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_token_with_nul),
+        cmocka_unit_test(test_token_too_long),
+        cmocka_unit_test(test_token_not_a_file),
+        cmocka_unit_test(test_reload_to_fifo),
+        cmocka_unit_test(test_token_short_and_crlf),
+        cmocka_unit_test(test_localhost_any_case),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
