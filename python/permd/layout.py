@@ -499,6 +499,24 @@ def glob_shards(pattern, max_names=MAX_SHARDS):
 # ---- Tar shards: WebDataset's grouping, from the headers -------------------------------------------------------------
 
 _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # WebDataset's base_plus_ext
+
+
+def _split_key(name):
+    """_KEY.match(name).groups(), or None, in linear time: the regex backtracks quadratically over a name of
+    many '/' (a 1 MiB GNU long name of "a/a/...": half an hour), as WebDataset's does; C's pd_wds_split reads it
+    the same way. The key ends at the first dot after the last '/' (d); it matches when some prefix P the regex
+    can take ("" or up to a '/' with no newline before it: '.' matches none) leaves a dot-free run before d."""
+    last_slash = name.rfind("/")
+    d = name.find(".", last_slash + 1)
+    if d < 1:
+        return None
+    prev_dot = name.rfind(".", 0, last_slash + 1)  # P must end after it: the run [P's end, d) has no dot
+    nl = name.find("\n")
+    hi = d - 1 if nl < 0 else min(d - 1, nl)  # P's end: before d (the run is not empty), not past a newline
+    j = name.rfind("/", 0, hi)
+    if prev_dot < 0 or (j >= 0 and j + 1 > prev_dot):  # P = "", or P up to the last '/' that may end it
+        return name[:d], name[d + 1:]
+    return None
 _META = re.compile(r"__[^/]*__($|/)")
 
 
@@ -972,10 +990,10 @@ def _tar_walk(path, src):
                 raise LayoutError(EIO, path, f"member {members} ({ti.name!r}) does not advance the archive")
             if not ti.isreg() or _is_meta(ti.name):
                 continue
-            m = _KEY.match(ti.name)
+            m = _split_key(ti.name)
             if not m:
                 continue
-            k, ext = m.group(1), m.group(2).lower()
+            k, ext = m[0], m[1].lower()
             if k != key or samples == 0:
                 key, exts = k, set()
                 samples += 1

@@ -777,6 +777,22 @@ class TarsAsTarfile(LayoutCase):
         finally:
             tarfile.TarInfo._proc_sparse = real
 
+    def test_key_split_linear(self):
+        """Member names split as WebDataset's regex splits them, without its quadratic backtracking: a name of many
+        '/' and no key (a GNU long name may be 1 MiB) took ShardLayout minutes (C: linear, pd_wds_split)."""
+        for n in range(8):  # every name of up to 7 of these characters, '\n' included ('.' matches none)
+            for chars in itertools.product("a./\n", repeat=n):
+                name = "".join(chars)
+                m = layout._KEY.match(name)
+                self.assertEqual(layout._split_key(name), m.groups() if m else None, repr(name))
+        long = ("a/" * 50000).encode()  # 100 kB, no key: the regex tried every '/' and scanned to the end
+        tar = (raw_member("././@LongLink", long, b"L") + raw_member("x") + raw_member("b.jpg") + TAR_END)
+        if PERMCTL_READS:
+            self.check("long.tar", tar, sizes=[1])
+        else:
+            self.put("long.tar", tar)
+            self.assertEqual(layout.count_tar(self.path("long.tar")), 1)
+
     @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
     def test_compressed(self):
         body = b"".join(raw_member(f"k{i // 2}.{'ab'[i % 2]}", bytes(random.Random(i).getrandbits(8)
