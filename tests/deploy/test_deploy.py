@@ -4,6 +4,7 @@ runtime libraries, and the Slurm job script run end to end with a stand-in srun.
 
 Run by ctest (label deploy) with PERMD_BIN and PERMCTL set; needs python3-yaml, systemd-analyze.
 """
+import json
 import os
 import re
 import shutil
@@ -59,6 +60,18 @@ class SystemdTest(unittest.TestCase):
         self.assertIsNotNone(m, r.stdout + r.stderr)
         print(f"systemd-analyze security: exposure {m.group(1)}")
         self.assertLessEqual(float(m.group(1)), 2.0)
+
+    def test_execstart_check_config(self):
+        # Every flag ExecStart passes exists, and with the configuration operations.md installs
+        # (config/permd.yaml) permd accepts it: systemd would restart a permd exiting 2 five times, then give up.
+        line = next(l for l in read("systemd", "permd.service").splitlines() if l.startswith("ExecStart="))
+        argv = line[len("ExecStart="):].split()
+        self.assertEqual(argv[0], "/usr/local/sbin/permd")
+        argv = [PERMD] + [a.replace("/etc/permd/permd.yaml", os.path.join(ROOT, "config", "permd.yaml"))
+                          for a in argv[1:]]
+        r = subprocess.run(argv + ["--check-config"], capture_output=True, text=True,
+                           env=dict(os.environ, STATE_DIRECTORY=self.dir))
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_notify_and_dirs(self):
         unit = read("systemd", "permd.service")
@@ -137,6 +150,12 @@ class KubernetesTest(unittest.TestCase):
                          host["permd-run"])
         self.assertIn(pod["securityContext"]["runAsGroup"], trainer["securityContext"]["supplementalGroups"])
         self.assertEqual(cfg["socket_mode"], "0660")
+        # One permd per state directory (registry.lock) and per socket: a surge pod on the node would
+        # exit 1 until the old one goes, which a surge waits on for ever. The old pod goes first.
+        rolling = ds["spec"]["updateStrategy"]["rollingUpdate"]
+        self.assertEqual((ds["spec"]["updateStrategy"]["type"], rolling.get("maxSurge"), rolling["maxUnavailable"]),
+                         ("RollingUpdate", 0, 1))
+        self.assertGreater(pod["terminationGracePeriodSeconds"] * 1000, cfg.get("shutdown_timeout_ms", 5000))
 
 
 class DockerfileTest(unittest.TestCase):
@@ -194,6 +213,19 @@ class DockerfileTest(unittest.TestCase):
             self.assertTrue(owner, f"no package owns {lib}")
             self.assertIn(f" {owner} ", f" {apt} ", f"{lib} ({owner}) is not installed in the runtime stage")
 
+    def test_command_check_config(self):
+        # The image's ENTRYPOINT and CMD, with its ENV, make a configuration permd accepts.
+        for name in ("Dockerfile", "Dockerfile.cuda"):
+            _, runtime = self.check(name)
+            cmd = json.loads(next(i for i in runtime if i.startswith("CMD "))[4:])
+            env = {}
+            for i in runtime:
+                if i.startswith("ENV "):
+                    env.update(kv.split("=", 1) for kv in i[4:].split())
+            r = subprocess.run([PERMD, *cmd, "--check-config"], capture_output=True, text=True,
+                               env=dict(os.environ, **env))
+            self.assertEqual(r.returncode, 0, f"{name}: {r.stderr}")
+
     def test_cuda(self):
         ins, runtime = self.check("Dockerfile.cuda")
         self.assertTrue(any("-DPERMD_CUDA=ON" in i for i in ins))
@@ -242,6 +274,57 @@ class SlurmTest(unittest.TestCase):
                                capture_output=True, text=True, timeout=120)
             self.assertNotEqual(r.returncode, 0)
             self.assertFalse(os.path.exists(os.path.join(tmp, "run", "permd.sock")))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class SlurmRunDirTest(unittest.TestCase):
+    """The job's run directory has a predictable name in a shared /tmp: one that is not the job user's
+    alone (another user's, writable by others, a link) is refused before permd starts or logs there."""
+
+    def run_job(self, tmp, run):
+        shim = os.path.join(tmp, "bin")
+        os.makedirs(shim, exist_ok=True)
+        with open(os.path.join(shim, "srun"), "w") as f:
+            f.write('#!/bin/bash\nwhile [[ $# -gt 0 && $1 == --* ]]; do shift; done\nexec "$@"\n')
+        os.chmod(os.path.join(shim, "srun"), 0o755)
+        env = dict(os.environ, PATH=shim + ":" + os.environ["PATH"], SLURM_JOB_ID="4243", SLURM_JOB_NUM_NODES="1",
+                   PERMD=PERMD, PERMCTL=PERMCTL, PERMD_DATASETS="toy:10", PERMD_RUN_DIR=run)
+        return subprocess.run(["bash", os.path.join(DEPLOY, "slurm", "permd-job.sbatch"), "true"], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    def test_hostile_run_dirs(self):
+        tmp = tempfile.mkdtemp(prefix="permd-slurm-")
+        try:
+            os.chmod(tmp, 0o755)
+            victim = os.path.join(tmp, "victim")
+            with open(victim, "w") as f:
+                f.write("precious\n")
+            cases = {"world-writable": 0o777, "group-writable": 0o770}
+            for what, mode in cases.items():
+                run = os.path.join(tmp, what)
+                os.mkdir(run)
+                os.chmod(run, mode)
+                os.symlink(victim, os.path.join(run, "permd.log"))  # planted: permd's log would be appended there
+            os.symlink(os.path.join(tmp, "world-writable"), os.path.join(tmp, "link"))
+            runs = list(cases) + ["link"]
+            if os.geteuid() == 0:  # another user's directory, mode 0700 as the job would make it
+                other = os.path.join(tmp, "other-user")
+                os.mkdir(other, 0o700)
+                os.chown(other, 65534, 65534)
+                runs.append("other-user")
+            for what in runs:
+                r = self.run_job(tmp, os.path.join(tmp, what))
+                self.assertNotEqual(r.returncode, 0, what)
+                self.assertIn("permd-job: refusing", r.stderr, what)
+                self.assertFalse(os.path.exists(os.path.join(tmp, what, "permd.sock")), what)
+                with open(victim) as f:
+                    self.assertEqual(f.read(), "precious\n", what)
+            # The job's own directory, made beforehand (a requeued job on the same node): used.
+            own = os.path.join(tmp, "own")
+            os.mkdir(own, 0o700)
+            r = self.run_job(tmp, own)
+            self.assertEqual(r.returncode, 0, r.stderr)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
