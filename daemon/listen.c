@@ -16,6 +16,7 @@
 #include "proto/endpoint.h"
 
 #define PD_BACKLOG 511
+#define PD_TCP_KEEPALIVE_S 60 /* idle seconds before the first probe; the kernel's interval and count follow */
 
 struct pd_listener {
     union {
@@ -188,6 +189,11 @@ int pd_listen_tcp(uv_loop_t *loop, const char *hostport, int token, pd_accept_fn
         return PD_ENOMEM;
     uv_tcp_init(loop, &l->h.tcp);
     rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&sa, 0);
+    /* Keepalive on the listener: Linux gives each accepted socket the listener's options. A peer that
+     * vanished without a FIN (its host died) while idle would otherwise keep its connection, and its
+     * max_tcp_connections place, for as long as permd runs: nothing is ever written to it. */
+    if (rc == 0)
+        rc = uv_tcp_keepalive(&l->h.tcp, 1, PD_TCP_KEEPALIVE_S);
     if (rc == 0)
         rc = uv_listen(&l->h.stream, PD_BACKLOG, pd_on_connection);
     if (rc) {

@@ -1,11 +1,14 @@
 /* Integration: the TCP token file as a careless operator writes it (binary, too long, a FIFO, short, CRLF), on
  * startup and on SIGHUP, and listen addresses in any case. Each is refused with a line naming token_file, or
- * works the same on both sides; none hangs permd. */
+ * works the same on both sides; none hangs permd. TCP connections have keepalive. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -170,6 +173,53 @@ static void test_localhost_any_case(void **state)
     assert_int_equal(harness_finish(&h), 0);
 }
 
+/* The keepalive timer ("tr" 2 in /proc/net/tcp) of permd's end of the connection from local port `mine` to
+ * permd's `port`: 1 armed, 0 not, -1 not found. */
+static int server_keepalive_armed(int port, int mine)
+{
+    char line[512], want_local[32], want_rem[32];
+    snprintf(want_local, sizeof want_local, "0100007F:%04X", port);
+    snprintf(want_rem, sizeof want_rem, "0100007F:%04X", mine);
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f)
+        return -1;
+    int found = -1;
+    while (fgets(line, sizeof line, f)) {
+        char local[64], rem[64];
+        unsigned st, tr;
+        if (sscanf(line, " %*d: %63s %63s %x %*s %x:", local, rem, &st, &tr) == 4 && !strcmp(local, want_local) &&
+            !strcmp(rem, want_rem))
+            found = tr == 2;
+    }
+    fclose(f);
+    return found;
+}
+
+/* A TCP peer that vanishes without a FIN (its host died, a partition) while its connection is idle
+ * held a max_tcp_connections place and its buffers for as long as permd ran: nothing ever wrote to it.
+ * The listener's sockets have TCP keepalive now (inherited by each accepted one), so the kernel ends
+ * such a connection and permd sees the error. */
+static void test_tcp_keepalive(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    assert_int_equal(harness_start(&h, 1, NULL, NULL), 0);
+    if (access("/proc/net/tcp", R_OK)) {
+        assert_int_equal(harness_finish(&h), 0);
+        skip();
+    }
+    int port = atoi(strrchr(h.tcp, ':') + 1);
+    int fd = raw_connect_tcp(h.tcp);
+    assert_true(fd >= 0);
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&me, &len), 0);
+    assert_int_equal(server_keepalive_armed(port, ntohs(me.sin_port)), 1);
+    close(fd);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -179,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_reload_to_fifo),
         cmocka_unit_test(test_token_short_and_crlf),
         cmocka_unit_test(test_localhost_any_case),
+        cmocka_unit_test(test_tcp_keepalive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
