@@ -8,8 +8,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 import unittest
 
 import yaml
@@ -118,6 +120,47 @@ class KubernetesTest(unittest.TestCase):
         shutil.rmtree(os.path.dirname(path))
         self.assertEqual(r.returncode, 0, r.stderr)
         return cfg
+
+    def test_liveness_survives_a_busy_permd(self):
+        # A liveness probe that fails when permd is merely busy gets a healthy permd restarted, cutting every
+        # stream: permctl stats is refused (OVERLOADED) once max_connections clients are connected.
+        for name in ("sidecar.yaml", "daemonset.yaml"):
+            docs = self.docs(name)
+            pod = next(d for d in docs if d["kind"] in ("Job", "DaemonSet") and d["metadata"]["name"].startswith(
+                ("train-with-permd", "permd")))["spec"]["template"]["spec"]
+            permd = next(c for c in pod.get("initContainers", []) + pod["containers"] if c["name"] == "permd")
+            probe = permd["livenessProbe"]
+            tmp = tempfile.mkdtemp(prefix="permd-live-")
+            sock = os.path.join(tmp, "permd.sock")
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            proc = subprocess.Popen([PERMD, "--socket", sock, "--state-dir", os.path.join(tmp, "st"), "--metrics",
+                                     f"127.0.0.1:{port}", "--max-connections", "1"], stderr=subprocess.DEVNULL)
+            held = socket.socket(socket.AF_UNIX)
+            try:
+                for _ in range(1500):
+                    if os.path.exists(sock):
+                        break
+                    time.sleep(0.02)
+                held.connect(sock)  # the one place max_connections allows: permd is busy, not broken
+                r = subprocess.run([PERMCTL, "stats", "--socket", sock], capture_output=True, text=True, timeout=30)
+                self.assertIn("OVERLOADED", r.stderr)  # the overload is real
+                if "exec" in probe:
+                    argv = [sock if a == "/run/permd/permd.sock" else a for a in probe["exec"]["command"]]
+                    argv[0] = PERMCTL if argv[0] == "permctl" else argv[0]
+                    ok = subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+                else:
+                    self.assertEqual(probe["httpGet"]["port"], "metrics")
+                    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+                        c.sendall(f"GET {probe['httpGet']['path']} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                        ok = c.recv(64).startswith(b"HTTP/1.1 200")
+                self.assertTrue(ok, f"{name}: the liveness probe fails while permd is busy")
+            finally:
+                held.close()
+                proc.terminate()
+                proc.wait(timeout=30)
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def test_sidecar(self):
         docs = self.docs("sidecar.yaml")
