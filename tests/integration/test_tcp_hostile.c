@@ -220,6 +220,49 @@ static void test_tcp_keepalive(void **state)
     assert_int_equal(harness_finish(&h), 0);
 }
 
+/* Guesses pipelined in one segment: the first wrong token closes the connection, and the frames behind it
+ * (a right token, a request) are never read, so one connection is one guess. */
+static void test_pipelined_guesses(void **state)
+{
+    (void)state;
+    harness h;
+    char path[160];
+    harness_init(&h);
+    const char *extra[] = {"--token-file", write_file(&h, "token", "right-token-right-token\n", 24, path, sizeof path),
+                           NULL};
+    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
+    const char *tokens[] = {"wrong-token", "right-token-right-token"};
+    uint8_t buf[1024];
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        Permd__V1__Hello hm = PERMD__V1__HELLO__INIT;
+        Permd__V1__Stats sm = PERMD__V1__STATS__INIT;
+        pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+        env.id = (uint64_t)i + 1;
+        if (i < 2) {
+            hm.token = (char *)tokens[i];
+            env.body_case = PERMD__V1__ENVELOPE__BODY_HELLO;
+            env.hello = &hm;
+        } else {
+            env.body_case = PERMD__V1__ENVELOPE__BODY_STATS;
+            env.stats = &sm;
+        }
+        assert_true(n + pd_frame_size(&env) <= sizeof buf);
+        n += pd_frame_pack(&env, buf + n);
+    }
+    int fd = raw_connect_tcp(h.tcp);
+    assert_true(fd >= 0);
+    assert_int_equal(raw_send(fd, buf, n), 0);
+    pd_envelope *rep;
+    assert_int_equal(raw_recv_env(fd, 10000, &rep), 0);
+    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(rep->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_UNAUTHENTICATED);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    assert_int_not_equal(raw_recv_env(fd, 10000, &rep), 0); /* EOF (or a reset): nothing else answered */
+    close(fd);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +273,7 @@ int main(void)
         cmocka_unit_test(test_token_short_and_crlf),
         cmocka_unit_test(test_localhost_any_case),
         cmocka_unit_test(test_tcp_keepalive),
+        cmocka_unit_test(test_pipelined_guesses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
