@@ -211,12 +211,20 @@ class Client:
 
     @_serialized
     def list_datasets(self):
+        arr, n = self._list(_lib.list_datasets, lambda cap: (_lib.Dataset * cap)(), "list_datasets")
+        return [_dataset_dict(arr[i]) for i in range(n)]
+
+    def _list(self, call, make, what):
+        """The whole list from call(handle, array, cap, &total): asked again with room for all while more
+        were added between the count and the read (a list cut short would drop names silently)."""
         total = ctypes.c_size_t()
-        self._check(_lib.list_datasets(self._handle(), None, 0, ctypes.byref(total)), "list_datasets")
-        cap = total.value + 16
-        arr = (_lib.Dataset * cap)()
-        self._check(_lib.list_datasets(self._c, arr, cap, ctypes.byref(total)), "list_datasets")
-        return [_dataset_dict(arr[i]) for i in range(min(cap, total.value))]
+        self._check(call(self._handle(), None, 0, ctypes.byref(total)), what)
+        while True:
+            cap = total.value + 16
+            arr = make(cap)
+            self._check(call(self._c, arr, cap, ctypes.byref(total)), what)
+            if total.value <= cap:
+                return arr, total.value
 
     @_serialized
     def delete_dataset(self, name):
@@ -269,12 +277,8 @@ class Client:
     @_serialized
     def list_mixtures(self):
         """The mixtures' names, sorted."""
-        total = ctypes.c_size_t()
-        self._check(_lib.list_mixtures(self._handle(), None, 0, ctypes.byref(total)), "list_mixtures")
-        cap = total.value + 16
-        names = ((ctypes.c_char * 129) * cap)()
-        self._check(_lib.list_mixtures(self._c, names, cap, ctypes.byref(total)), "list_mixtures")
-        return [names[i].value.decode() for i in range(min(cap, total.value))]
+        names, n = self._list(_lib.list_mixtures, lambda cap: ((ctypes.c_char * 129) * cap)(), "list_mixtures")
+        return [names[i].value.decode() for i in range(n)]
 
     @_serialized
     def delete_mixture(self, name):

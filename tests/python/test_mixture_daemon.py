@@ -40,6 +40,43 @@ class OnTheDaemon(unittest.TestCase):
     def put(self, name, weights, **kw):
         return self.c.put_mixture(name, ["web", "code", "books"], weights, **kw)
 
+    def test_lists_grow_between_count_and_read(self):
+        """Names added after the client counted and before it read: the lists still come back whole."""
+        from unittest import mock
+        from permd import _lib
+        other = permd.Client(socket=self.daemon.socket)
+        real = {"list_datasets": _lib.list_datasets, "list_mixtures": _lib.list_mixtures}
+        counted = []
+
+        def racing(kind, add):
+            def call(handle, arr, cap, total):
+                rc = real[kind](handle, arr, cap, total)
+                if not arr:  # the count: 40 more arrive before the read (16 spare slots would drop 24)
+                    counted.append(kind)
+                    for i in range(40):
+                        add(f"{kind}-late-{i:02d}")
+                return rc
+            return call
+
+        try:
+            with mock.patch.object(_lib, "list_datasets", racing("list_datasets", lambda n: other.put_dataset(n, 3))):
+                names = [d["name"] for d in self.c.list_datasets()]
+            with mock.patch.object(_lib, "list_mixtures",
+                                   racing("list_mixtures", lambda n: other.put_mixture(n, ["web"], [1]))):
+                mixtures = self.c.list_mixtures()
+        finally:
+            for i in range(40):
+                for kind, delete in (("list_mixtures", other.delete_mixture), ("list_datasets", other.delete_dataset)):
+                    try:
+                        delete(f"{kind}-late-{i:02d}")
+                    except permd.NotFound:
+                        pass
+            other.close()
+        self.assertEqual(counted, ["list_datasets", "list_mixtures"])
+        self.assertEqual(sum(n.startswith("list_datasets-late-") for n in names), 40)
+        self.assertEqual(sum(n.startswith("list_mixtures-late-") for n in mixtures), 40)
+        self.assertEqual(len(set(names)), len(names))
+
     def test_client_calls(self):
         d = self.put("calls", [3, 1, 1], length=500, stages=[(128, [1, 1, 0])])
         self.assertEqual((d["created"], d["appended"]), (True, False))
