@@ -161,6 +161,7 @@ struct pd_http {
     pd_http_routes routes;
     pd_http_limits lim;
     _Atomic uint64_t evicted;
+    _Atomic uint64_t expired; /* closed at the deadline before their request was whole */
     uv_tcp_t listener;
     uv_timer_t sweep; /* closes connections past their deadline */
     pd_http_conn *conns;
@@ -330,14 +331,22 @@ static void pd_http_on_sweep(uv_timer_t *t)
     uint64_t now = pd_clock_ms();
     for (pd_http_conn *c = h->conns, *next; c; c = next) {
         next = c->next;
-        if (now >= c->deadline_ms)
+        if (now >= c->deadline_ms) {
+            if (!c->resp) /* a slow or idle scraper, not one that was answered and lingers */
+                atomic_fetch_add(&h->expired, 1);
             pd_http_conn_close(c);
+        }
     }
 }
 
 uint64_t pd_http_evicted(const pd_http *h)
 {
     return h ? atomic_load(&h->evicted) : 0;
+}
+
+uint64_t pd_http_expired(const pd_http *h)
+{
+    return h ? atomic_load(&h->expired) : 0;
 }
 
 int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd_http_routes *routes,

@@ -45,6 +45,9 @@ int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd
                    const pd_http_limits *lim, pd_http **out);
 /* Scrapers evicted to make room for newer ones (permd_http_evicted_total); any thread. */
 uint64_t pd_http_evicted(const pd_http *h);
+/* Scrapers closed at metrics_timeout_ms before their request arrived whole (slow or idle ones; those
+ * answered and lingering are not counted); any thread. */
+uint64_t pd_http_expired(const pd_http *h);
 /* Stop listening and close scrapers' connections; the endpoint frees itself once its handles are
  * closed. NULL is a no-op. */
 void pd_http_close(pd_http *h);

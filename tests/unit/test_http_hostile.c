@@ -1,0 +1,113 @@
+/* Tests for daemon/http.c on a real loop: a scraper that never finishes its request is closed at the
+ * deadline and counted (pd_http_expired); one that was answered and lingers is closed, not counted. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "core/error.h"
+#include "daemon/http.h"
+
+static int metrics(void *ctx, char **body, size_t *len)
+{
+    (void)ctx;
+    *body = strdup("m 1\n");
+    *len = 4;
+    return *body ? 0 : PD_ENOMEM;
+}
+
+static int stopping(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static int connect_to(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* Run the loop (its sweep runs every second) until fd reads EOF, at most ~10 s. */
+static int wait_closed(uv_loop_t *loop, int fd)
+{
+    char buf[256];
+    for (int i = 0; i < 10000; i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0)
+            return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+static void test_expired_counted(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    pd_http *h;
+    char addr[32];
+    int port = free_port();
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    assert_int_equal(uv_loop_init(&loop), 0);
+    pd_http_routes routes = {.metrics = metrics, .stopping = stopping};
+    pd_http_limits lim = {.max_conns = 8, .timeout_ms = 100};
+    assert_int_equal(pd_http_listen(&loop, addr, 0, &routes, &lim, &h), 0);
+
+    /* Slowloris: half a request line, then nothing. */
+    int slow = connect_to(port);
+    assert_int_equal(send(slow, "GET /metr", 9, 0), 9);
+    assert_true(wait_closed(&loop, slow));
+    assert_int_equal(pd_http_expired(h), 1);
+    close(slow);
+
+    /* Answered, then lingering without closing: closed at the deadline too, but not a timeout. */
+    int done = connect_to(port);
+    const char *req = "GET /healthz HTTP/1.1\r\n\r\n";
+    assert_int_equal(send(done, req, strlen(req), 0), (ssize_t)strlen(req));
+    assert_true(wait_closed(&loop, done)); /* the response, then permd's FIN; it reads on until we close */
+    int gone = 0;                          /* we do not: its sweep closes it (our bytes then get a reset) */
+    for (int i = 0; i < 10000 && !gone; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        gone = send(done, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
+        usleep(1000);
+    }
+    assert_true(gone);
+    close(done);
+    assert_int_equal(pd_http_expired(h), 1);
+    assert_int_equal(pd_http_evicted(h), 0);
+
+    pd_http_close(h);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_expired_counted),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
