@@ -129,9 +129,9 @@ static const pd_opt pd_opts[] = {
            "Bytes all plans may take together (16 a shard; 12 a mixture component a\n"
            "stage): kept ones, those requests and streams use, those being built. For a\n"
            "new plan, unused ones go first (least recently used), then the tables of\n"
-           "streams waiting for credit (rebuilt when credit comes); when the plans in\n"
-           "use leave no room, the request is answered OVERLOADED. One plan alone may\n"
-           "take more."),
+           "streams waiting for credit or for their client to read (rebuilt when they\n"
+           "go on); when the plans in use leave no room, the request is answered\n"
+           "OVERLOADED. One plan alone may take more."),
     PD_OPT(output_cap, PD_OPT_U64, "4194304", 65536, UINT64_C(1) << 34,
            "Bytes queued for one connection before permd stops reading its requests and\n"
            "pauses its streams (a client that stops reading costs at most this, plus one\n"

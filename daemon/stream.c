@@ -329,22 +329,23 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
 }
 
 /*
- * A stream waiting for credit (nothing in flight or ready) tells the plan cache that it does not use
- * its plan: a client that opens streams and stops reading them would otherwise pin one plan each,
- * whatever plan_cache_bytes says. The plan stays the stream's (its identity, and its table as long as
- * no other plan needs the room); a stream that credits keep busy never lets go of it, so an active
- * reader is never rebuilt under.
+ * A stream waiting for credit, or for its client to read what was sent (the connection over
+ * output_cap), with nothing in flight or ready, tells the plan cache that it does not use its plan: a
+ * client that opens streams and stops reading them, with credits left or not, would otherwise pin one
+ * plan each, whatever plan_cache_bytes says. The plan stays the stream's (its identity, and its table
+ * as long as no other plan needs the room); a stream that credits and reads keep busy never lets go of
+ * it, so an active reader is never rebuilt under.
  */
 static void pd_stream_maybe_idle(pd_stream *st)
 {
-    if (st->t.plan && !st->plan_idle && !st->ended && st->credits == 0 && st->inflight == 0 && !st->ready &&
-        st->unscheduled) {
+    if (st->t.plan && !st->plan_idle && !st->ended && (st->credits == 0 || pd_conn_congested(st->s->conn)) &&
+        st->inflight == 0 && !st->ready && st->unscheduled) {
         pd_plan_idle(st->t.plan);
         st->plan_idle = 1;
     }
 }
 
-/* Credit came for an idle stream: its plan back in use, or the stream ends OVERLOADED when its table
+/* An idle stream may produce again (credit came, its connection drained): its plan back in use, or the stream ends OVERLOADED when its table
  * was given to other plans and those in use leave no room for it. Its dataset is checked first: one
  * deleted or re-defined while it waited ends it with that error (as its next batch would), not with
  * OVERLOADED, which asks for a retry, nor after taking another plan's room for a table it cannot use.
@@ -379,7 +380,8 @@ static void pd_stream_produce(pd_stream *st)
 {
     pd_session *s = st->s;
     pd_conn *c = s->conn;
-    if (st->credits && !st->ended && pd_stream_wake(st))
+    /* Woken only when it can produce: a congested one stays idle until pd_streams_pump on writable. */
+    if (st->credits && !st->ended && pd_conn_open(c) && !pd_conn_congested(c) && pd_stream_wake(st))
         return;
     while (!st->ended && st->credits && st->unscheduled && st->inflight < PD_STREAM_MAX_INFLIGHT &&
            (!st->ring.base || st->inflight < st->slots) && pd_conn_open(c) && !pd_conn_congested(c)) {

@@ -240,6 +240,63 @@ static void test_client_stream_with_fetch(void **state)
     permd_close(c);
 }
 
+/* A client that stops reading with credits left does not pin its stream's plan: once its connection is
+ * over output_cap with nothing in flight, the stream lends its plan, and another client's new plan finds
+ * room within plan_cache_bytes (it was refused OVERLOADED for as long as the reader stayed away). */
+static void test_unread_stream_lends_its_plan(void **state)
+{
+    (void)state;
+    enum { S = 100000 }; /* a plan of 1.6 MB: room for one */
+    harness own;
+    harness_init(&own);
+    const char *extra[] = {"--plan-cache-bytes", "2000000", "--output-cap", "65536", NULL};
+    assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(own.sock, &c), 0);
+    uint64_t *sizes = malloc(S * sizeof *sizes);
+    assert_non_null(sizes);
+    for (size_t i = 0; i < S; i++)
+        sizes[i] = 100;
+    assert_int_equal(permd_put_dataset_sharded(c, "s", sizes, S, 8, 1, NULL, NULL), 0);
+    free(sizes);
+
+    int fd = raw_connect_unix(own.sock); /* streams 256 KB batches with 64 credits, and never reads */
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "s";
+    sl.seed = 1;
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
+    m.slice = &sl;
+    m.batch = 65536;
+    m.credits = 64;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &m;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    permd_stats st = {0};
+    for (int i = 0; i < 3000 && !st.backpressure_pauses; i++) { /* its output passes output_cap */
+        assert_int_equal(permd_stats_get(c, &st), 0);
+        usleep(10000);
+    }
+    assert_true(st.backpressure_pauses > 0);
+    /* A batch still in flight when the pause came keeps the plan in use until it is done: ask until then. */
+    permd_slice other = {.dataset = "s", .seed = 2, .world = 1, .mode = PERMD_MODE_EXACT};
+    uint32_t ids[10];
+    uint64_t got, next;
+    int rc = PERMD_EBUSY;
+    for (int i = 0; i < 500 && rc == PERMD_EBUSY; i++)
+        if ((rc = permd_fetch_u32(c, &other, 10, ids, &got, &next)) == PERMD_EBUSY)
+            usleep(10000);
+    if (rc)
+        fail_msg("a new plan beside an unread stream: %s", permd_last_error(c));
+    assert_int_equal(got, 10);
+    close(fd);
+    permd_close(c);
+    assert_int_equal(harness_finish(&own), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_max_count_and_end_of_slice),
         cmocka_unit_test(test_two_streams_and_requests),
         cmocka_unit_test(test_client_stream_with_fetch),
+        cmocka_unit_test(test_unread_stream_lends_its_plan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
