@@ -75,6 +75,37 @@ class SystemdTest(unittest.TestCase):
                            env=dict(os.environ, STATE_DIRECTORY=self.dir))
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_reload_sends_sighup(self):
+        # operations.md promises that `systemctl reload permd` sends SIGHUP; a unit without ExecReload= cannot
+        # be reloaded at all. Run the unit's ExecReload (with $MAINPID) against a permd and see it reload.
+        lines = [l for l in read("systemd", "permd.service").splitlines() if l.startswith("ExecReload=")]
+        self.assertEqual(len(lines), 1, "no ExecReload=: systemctl reload permd fails")
+        cfg = os.path.join(self.dir, "permd.yaml")
+        with open(cfg, "w") as f:
+            f.write("log_level: info\n")
+        log = open(os.path.join(self.dir, "permd.log"), "w+")
+        proc = subprocess.Popen([PERMD, "--config", cfg, "--socket", os.path.join(self.dir, "s"), "--state-dir",
+                                 os.path.join(self.dir, "st"), "--metrics", ""], stderr=log)
+        try:
+            for _ in range(1500):
+                if os.path.exists(os.path.join(self.dir, "s")):
+                    break
+                time.sleep(0.02)
+            argv = [str(proc.pid) if a == "$MAINPID" else a for a in lines[0][len("ExecReload="):].split()]
+            self.assertEqual(subprocess.run(argv).returncode, 0)
+            for _ in range(1500):
+                with open(log.name) as f:
+                    if "event=reload log_level=info" in f.read():
+                        break
+                time.sleep(0.02)
+            with open(log.name) as f:
+                self.assertIn("event=reload log_level=info", f.read())
+            self.assertIsNone(proc.poll())  # reloaded, still serving
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            log.close()
+
     def test_notify_and_dirs(self):
         unit = read("systemd", "permd.service")
         for line in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "DynamicUser=yes", "ProtectSystem=strict",
