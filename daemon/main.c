@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "core/error.h"
+#include "daemon/auth.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
@@ -34,13 +35,15 @@ static int pd_reload_from_args(void *ctx, pd_config *fresh, char *err, size_t er
 static int pd_check_config(const pd_config *cfg)
 {
     char path[4096];
-    if (cfg->token_file[0]) {
-        FILE *f = fopen(cfg->token_file, "r");
-        if (!f) {
-            fprintf(stderr, "permd: token_file %s cannot be read\n", cfg->token_file);
+    if (cfg->token_file[0]) { /* as permd would load it: an empty first line or a FIFO fails here too */
+        char *token = NULL;
+        size_t len;
+        const int rc = pd_auth_load_token(cfg->token_file, &token, &len);
+        free(token);
+        if (rc) {
+            fprintf(stderr, "permd: token_file %s: %s\n", cfg->token_file, pd_strerror(rc));
             return PD_EXIT_CONFIG;
         }
-        fclose(f);
     }
     /* The socket as the environment resolves it now: pd_config_validate saw only an explicit one. */
     size_t max = pd_endpoint_unix_path_max();

@@ -100,6 +100,32 @@ static void test_token_not_a_file(void **state)
     harness_cleanup(&h);
 }
 
+/* --check-config loads the token file as startup does: it passed an empty first line (which startup then
+ * refused) and blocked for ever in fopen() on a FIFO. Both are configuration errors (2) now; a good file is
+ * OK (0). */
+static void test_check_config_token(void **state)
+{
+    (void)state;
+    harness h;
+    char path[160], cmd[600];
+    harness_init(&h);
+    static const char *const files[][2] = {{"empty", ""}, {"good", "0123456789abcdef0123\n"}};
+    for (int i = 0; i < 3; i++) {
+        if (i < 2) {
+            write_file(&h, files[i][0], files[i][1], strlen(files[i][1]), path, sizeof path);
+        } else {
+            snprintf(path, sizeof path, "%s/fifo", h.dir);
+            assert_int_equal(mkfifo(path, 0600), 0);
+        }
+        snprintf(cmd, sizeof cmd, "timeout 20 '%s' --check-config --tcp 127.0.0.1:1 --token-file '%s' >/dev/null 2>&1",
+                 PERMD_BIN, path);
+        const int status = system(cmd);
+        if (!harness_exited_with(status, i == 1 ? 0 : 2))
+            fail_msg("--check-config with token file %s: status %d", path, status);
+    }
+    harness_cleanup(&h);
+}
+
 /* SIGHUP reads the token file again on the event loop: rotated to a FIFO, the reload is refused and permd
  * serves on with the last token, instead of its primary loop blocking for ever. */
 static void test_reload_to_fifo(void **state)
@@ -269,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_token_with_nul),
         cmocka_unit_test(test_token_too_long),
         cmocka_unit_test(test_token_not_a_file),
+        cmocka_unit_test(test_check_config_token),
         cmocka_unit_test(test_reload_to_fifo),
         cmocka_unit_test(test_token_short_and_crlf),
         cmocka_unit_test(test_localhost_any_case),
