@@ -80,6 +80,36 @@ static void test_token_too_long(void **state)
     assert_int_equal(harness_finish(&h), 0);
 }
 
+/* A token that fits PD_AUTH_TOKEN_MAX but not max_preauth_frame (its least, 256) with the rest of a Hello:
+ * permd started and no client could authenticate. Refused at startup, naming both; a token with room works. */
+static void test_token_past_preauth_frame(void **state)
+{
+    (void)state;
+    harness h;
+    char path[160], tok[202];
+    memset(tok, 'y', sizeof tok - 1);
+    tok[sizeof tok - 1] = '\n';
+    harness_init(&h);
+    int status;
+    const char *big[] = {"--max-preauth-frame", "256", "--token-file",
+                         write_file(&h, "token", tok, sizeof tok, path, sizeof path), NULL};
+    assert_int_equal(harness_start(&h, 1, big, &status), -1);
+    assert_true(harness_exited_with(status, 1));
+    assert_true(harness_log_contains(&h, "leaves a client's Hello no room under max_preauth_frame (256)"));
+    harness_cleanup(&h);
+
+    harness_init(&h);
+    tok[100] = '\n';
+    const char *fits[] = {"--max-preauth-frame", "256", "--token-file",
+                          write_file(&h, "token", tok, 101, path, sizeof path), NULL};
+    assert_int_equal(harness_start(&h, 1, fits, NULL), 0);
+    tok[100] = '\0';
+    permd_client *c;
+    assert_int_equal(permd_connect_tcp(h.tcp, tok, &c), 0);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
 /* A FIFO (or a directory) as token_file: permd blocked in open() at startup, deaf to SIGTERM, and a
  * directory read as "the first line is empty". Both are refused as not regular files. */
 static void test_token_not_a_file(void **state)
@@ -294,6 +324,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_with_nul),
         cmocka_unit_test(test_token_too_long),
+        cmocka_unit_test(test_token_past_preauth_frame),
         cmocka_unit_test(test_token_not_a_file),
         cmocka_unit_test(test_check_config_token),
         cmocka_unit_test(test_reload_to_fifo),
