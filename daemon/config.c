@@ -52,9 +52,12 @@ static const pd_opt pd_opts[] = {
            "TCP listener, HOST:PORT with a numeric address or localhost ([::1]:7470 for\n"
            "IPv6). Empty: no TCP. Any address but loopback requires token_file."),
     PD_OPT(token_file, PD_OPT_STR, "", 0, 0,
-           "File whose first line is the shared secret TCP clients must send in Hello.\n"
-           "When set, every TCP connection must authenticate; Unix socket clients are\n"
-           "trusted by socket_mode."),
+           "File whose first line (without its line end) is the shared secret TCP\n"
+           "clients must send in Hello: a regular file holding 1-1024 bytes of text\n"
+           "without a NUL byte (openssl rand -hex 32; under 16 bytes is warned about),\n"
+           "with 128 bytes of max_preauth_frame to spare. When set, every TCP\n"
+           "connection must authenticate; Unix socket clients are trusted by\n"
+           "socket_mode."),
     PD_OPT(metrics, PD_OPT_STR, PD_METRICS_DEFAULT, 0, 0,
            "Prometheus endpoint, HOST:PORT: GET /metrics (text format) and GET /healthz\n"
            "over HTTP/1.1. Empty: off. When the default port is taken, permd logs a\n"

@@ -120,6 +120,7 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     v->registry_checkpoint_failures = s->reg ? pd_registry_checkpoint_failures(s->reg) : 0;
     v->plan_bytes = pd_plans_bytes(s->plans);
     v->http_evicted = pd_http_evicted(s->http);
+    v->http_expired = pd_http_expired(s->http);
 }
 
 pd_registry *pd_server_registry(pd_server *s)

@@ -91,6 +91,8 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                     pd_metrics_expire_name((pd_expire_reason)r), (unsigned long long)m->expired[r]);
     pd_text_u64(&t, "permd_http_evicted_total", "counter",
                 "Metrics scrapers closed to make room for newer ones (metrics_connections).", v->http_evicted);
+    pd_text_u64(&t, "permd_http_expired_total", "counter",
+                "Metrics scrapers closed at metrics_timeout_ms before their request arrived whole.", v->http_expired);
 
     pd_text_family(&t, "permd_requests_total", "counter", "Requests received, by type.");
     for (int k = 0; k < PD_REQ_NTYPES; k++)

@@ -61,6 +61,7 @@ static void test_render_and_stats(void **state)
     s.metrics.rejected[PD_REJECT_PEER_UID] = 3;
     s.stats.ids_served_total = 77;
     s.registry_checkpoint_failures = 4;
+    s.http_expired = 6;
     char *text;
     size_t len;
     assert_int_equal(pd_stats_render(&s, &text, &len), 0);
@@ -78,6 +79,7 @@ static void test_render_and_stats(void **state)
         "permd_connections_rejected_total{reason=\"peer_uid\"} 3\n",
         "permd_ids_served_total 77\n",
         "permd_registry_checkpoint_failures_total 4\n",
+        "permd_http_expired_total 6\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(text, want[i]))
