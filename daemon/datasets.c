@@ -103,6 +103,9 @@ static void pd_registry_job_done(pd_job *job)
             pd_reply_error(s, j->id, PD_ENOTFOUND, "dataset '%s' does not exist", j->name);
         else if (j->rc == PD_ETOOBIG)
             pd_reply_error(s, j->id, PD_ETOOBIG, "dataset '%s': %s", j->name, j->why);
+        else if (j->rc == PD_EBUSY) /* another process holds the registry locked: worth a retry, as mixtures say */
+            pd_reply_error(s, j->id, PD_EBUSY, "storing the registry failed, retry later: %s",
+                           j->why[0] ? j->why : pd_strerror(j->rc));
         else if (j->rc)
             pd_reply_error(s, j->id, PD_EINTERNAL, "storing the registry failed: %s",
                            j->why[0] ? j->why : pd_strerror(j->rc));

@@ -714,13 +714,15 @@ static void pd_registry_after_commit(pd_registry *r, const char *key, const char
                 key, name, why);
 }
 
-/* A failed commit: SQLite rolled the statement's transaction back (nothing is stored); err gets the cause. */
+/* A failed commit: SQLite rolled the statement's transaction back (nothing is stored); err gets the cause.
+ * PD_EBUSY for a lock another process holds, else PD_EIO. */
 static int pd_registry_commit_failed(pd_registry *r, const char *event, const char *key, const char *name, char *err,
                                      size_t errlen)
 {
+    const int code = pd_registry_code(r->db); /* read before anything else runs on db */
     pd_registry_why(r->db, sqlite3_errcode(r->db), err, errlen);
     pd_log_error(event, "%s=%s msg=\"%s\"", key, name, sqlite3_errmsg(r->db));
-    return PD_EIO;
+    return code == PD_EBUSY ? PD_EBUSY : PD_EIO; /* a lock another process holds passes: a retry may work */
 }
 
 /* Whether SQLite can read the whole file: quick_check reads every page and index. 0, or PD_ECORRUPT when it

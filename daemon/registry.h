@@ -88,7 +88,8 @@ int pd_registry_declare(pd_registry *r, const char *name, uint64_t size, char *e
 /* Create or confirm: *created = 1 when new. PD_ECONFLICT when it exists with
  * another size; PD_EINVAL for a bad name or size; PD_EIO when the commit failed
  * (err, when not NULL, gets the cause: "disk full", "registry read-only", …),
- * and then nothing was stored. 0 means committed (fsynced): a config dataset
+ * or PD_EBUSY when another process held it locked past the busy timeout (a
+ * retry may work), and then nothing was stored. 0 means committed (fsynced): a config dataset
  * put with its declared size is stored too (*created = 0), so it outlives its
  * declaration. Each commit is then checkpointed into the main file; a failed
  * checkpoint (disk full) leaves the commit in the write-ahead log, durable, is
@@ -104,8 +105,8 @@ int pd_registry_put_sharded(pd_registry *r, const char *name, pd_layout *layout,
 /* A reference to a sharded dataset's layout (release it). PD_ENOTFOUND, or
  * PD_EINVAL for a flat dataset. */
 int pd_registry_layout(pd_registry *r, const char *name, pd_layout **out);
-/* PD_ENOTFOUND; PD_ECONFLICT for a config dataset or one a mixture uses (err names it); PD_EIO (err
- * gets the cause). */
+/* PD_ENOTFOUND; PD_ECONFLICT for a config dataset or one a mixture uses (err names it); PD_EIO or
+ * PD_EBUSY (locked by another process) as pd_registry_put (err gets the cause). */
 int pd_registry_delete(pd_registry *r, const char *name, char *err, size_t errlen);
 /* PD_ENOTFOUND */
 int pd_registry_get(pd_registry *r, const char *name, pd_dataset *out);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
 #include <uv.h>
 
 #include "test_util.h"
@@ -251,6 +252,28 @@ static void test_put_and_get(void **state)
     assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT);
     free_env(r);
     assert_int_equal(pd_registry_count(f->reg), 1);
+}
+
+/* A registry another process holds locked (a maintenance transaction past SQLite's 5 s busy timeout) fails a put
+ * that may well work a moment later: OVERLOADED (retry), naming the lock, not INTERNAL. */
+static void test_put_on_locked_registry(void **state)
+{
+    fixture *f = *state;
+    char path[160];
+    sqlite3 *db;
+    snprintf(path, sizeof path, "%s/registry.db", f->dir);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE;", NULL, NULL, NULL), SQLITE_OK);
+    connect_client(f, 0);
+    put_dataset(f, "imagenet", 1281167);
+    expect_error(f, 1, PERMD__V1__ERROR_CODE__ERROR_CODE_OVERLOADED, "locked by another process");
+    assert_int_equal(sqlite3_exec(db, "ROLLBACK;", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    put_dataset(f, "imagenet", 1281167); /* the lock gone, the same put works */
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    assert_true(r->dataset_reply->created);
+    free_env(r);
 }
 
 static void send_fetch(fixture *f, uint64_t id, const char *name, uint32_t world, uint32_t rank, uint64_t offset,
@@ -1195,6 +1218,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_and_get, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_on_locked_registry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fetch_inline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fetch_pool, setup_no_inline, teardown),
         cmocka_unit_test_setup_teardown(test_stream_credits, setup, teardown),
