@@ -345,8 +345,8 @@ static void pd_stream_maybe_idle(pd_stream *st)
     }
 }
 
-/* An idle stream may produce again (credit came, its connection drained): its plan back in use, or the stream ends OVERLOADED when its table
- * was given to other plans and those in use leave no room for it. Its dataset is checked first: one
+/* An idle stream may produce again (credit came, its connection drained): its plan back in use, or the
+ * stream ends OVERLOADED when its table was given to other plans and those in use leave no room for it. Its dataset is checked first: one
  * deleted or re-defined while it waited ends it with that error (as its next batch would), not with
  * OVERLOADED, which asks for a retry, nor after taking another plan's room for a table it cannot use.
  * Returns 1 when st stopped. */
