@@ -23,6 +23,31 @@
 #include "client/permd.h"
 #include "proto/endpoint.h"
 
+int harness_fake_listen(char dir[64], char path[128])
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(dir, "/tmp/permd-fake-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(path, 128, "%s/fake.sock", dir);
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 4)) {
+        if (fd >= 0)
+            close(fd);
+        rmdir(dir);
+        return -1;
+    }
+    return fd;
+}
+
+void harness_fake_close(int fd, const char *dir, const char *path)
+{
+    close(fd);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

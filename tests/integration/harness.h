@@ -41,6 +41,14 @@ long harness_rss_kb(const harness *h);
 /* Whether permd's log contains s. */
 int harness_log_contains(const harness *h, const char *s);
 
+/* ---- Fake servers (a test's thread playing permd) ---- */
+
+/* Listen on a Unix socket at dir/fake.sock, dir a fresh private directory (dir and path get their names):
+ * the listening fd, or -1. */
+int harness_fake_listen(char dir[64], char path[128]);
+/* Close the listening fd and remove the socket and its directory. */
+void harness_fake_close(int fd, const char *dir, const char *path);
+
 /* ---- Raw protocol ---- */
 
 int raw_connect_unix(const char *path);

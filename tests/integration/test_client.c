@@ -173,14 +173,8 @@ static void *fake_main(void *arg)
 static void fake_start(fake *f, fake_kind kind)
 {
     memset(f, 0, sizeof *f);
-    strcpy(f->dir, "/tmp/permd-fake-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    snprintf(f->path, sizeof f->path, "%s/fake.sock", f->dir);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strcpy(sa.sun_path, f->path);
-    f->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(f->listen_fd, 4), 0);
+    f->listen_fd = harness_fake_listen(f->dir, f->path);
+    assert_true(f->listen_fd >= 0);
     f->kind = kind;
     pthread_create(&f->th, NULL, fake_main, f);
 }
@@ -188,9 +182,7 @@ static void fake_start(fake *f, fake_kind kind)
 static void fake_stop(fake *f)
 {
     pthread_join(f->th, NULL);
-    close(f->listen_fd);
-    unlink(f->path);
-    rmdir(f->dir);
+    harness_fake_close(f->listen_fd, f->dir, f->path);
 }
 
 static const permd_slice any_slice = {.dataset = "d", .world = 1, .mode = PERMD_MODE_PAD};
