@@ -119,3 +119,15 @@ fail:
     close(fd);
     return rc;
 }
+
+int pd_auth_token_fits(size_t len, uint64_t max_preauth_frame, char *err, size_t errlen)
+{
+    if (len + PD_AUTH_HELLO_RESERVE <= max_preauth_frame)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen,
+                 "a token of %zu bytes leaves a client's Hello no room under max_preauth_frame (%llu): raise "
+                 "max_preauth_frame to at least %zu, or shorten the token",
+                 len, (unsigned long long)max_preauth_frame, len + PD_AUTH_HELLO_RESERVE);
+    return PD_EINVAL;
+}

@@ -23,4 +23,10 @@ int pd_auth_uid_allowed(const pd_uid_list *allow, uint32_t uid);
  * others, and when the token is shorter than PD_AUTH_TOKEN_SHORT. */
 int pd_auth_load_token(const char *path, char **token, size_t *len);
 
+#define PD_AUTH_HELLO_RESERVE 128 /* a Hello's bytes besides its token: libpermd's are ~40 */
+
+/* Whether a token of len bytes leaves a client's Hello room under max_preauth_frame (PD_AUTH_HELLO_RESERVE
+ * bytes): 0, or PD_EINVAL with err (may be NULL) naming both and the least max_preauth_frame that fits. */
+int pd_auth_token_fits(size_t len, uint64_t max_preauth_frame, char *err, size_t errlen);
+
 #endif

@@ -37,11 +37,16 @@ static int pd_check_config(const pd_config *cfg)
     char path[4096];
     if (cfg->token_file[0]) { /* as permd would load it: an empty first line or a FIFO fails here too */
         char *token = NULL;
-        size_t len;
+        size_t len = 0;
+        char why[256];
         const int rc = pd_auth_load_token(cfg->token_file, &token, &len);
         free(token);
         if (rc) {
             fprintf(stderr, "permd: token_file %s: %s\n", cfg->token_file, pd_strerror(rc));
+            return PD_EXIT_CONFIG;
+        }
+        if (pd_auth_token_fits(len, cfg->max_preauth_frame, why, sizeof why)) {
+            fprintf(stderr, "permd: token_file %s: %s\n", cfg->token_file, why);
             return PD_EXIT_CONFIG;
         }
     }

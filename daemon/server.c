@@ -384,8 +384,6 @@ static int pd_loop_spawn(pd_server *s, pd_server_loop *l)
 
 /* ---- Access (allow_uids, the token) and SIGHUP ---------------------------------------------- */
 
-#define PD_HELLO_RESERVE 128 /* a Hello's bytes besides its token: libpermd's are ~40 */
-
 /* A new access snapshot from cfg (the token file read now), published for every loop. */
 static int pd_server_publish_access(pd_server *s, const pd_config *cfg)
 {
@@ -399,13 +397,10 @@ static int pd_server_publish_access(pd_server *s, const pd_config *cfg)
         rc = pd_auth_load_token(cfg->token_file, &n->access.token, &n->access.token_len);
     /* A client's Hello carries the token, its name and a few bytes of framing before it may send more than
      * max_preauth_frame: a token without that room would start permd and let no client in. */
-    if (!rc && n->access.token && n->access.token_len + PD_HELLO_RESERVE > cfg->max_preauth_frame) {
-        pd_log_error("token", "path=%s msg=\"a token of %zu bytes leaves a client's Hello no room under "
-                     "max_preauth_frame (%llu): raise max_preauth_frame to at least %zu, or shorten the token\"",
-                     cfg->token_file, n->access.token_len, (unsigned long long)cfg->max_preauth_frame,
-                     n->access.token_len + PD_HELLO_RESERVE);
-        rc = PD_EINVAL;
-    }
+    char why[256];
+    if (!rc && n->access.token && (rc = pd_auth_token_fits(n->access.token_len, cfg->max_preauth_frame, why,
+                                                           sizeof why)))
+        pd_log_error("token", "path=%s msg=\"%s\"", cfg->token_file, why);
     if (rc) {
         free(n->access.token);
         free(n->access.allow_uids.uids);

@@ -132,7 +132,7 @@ static void test_token_not_a_file(void **state)
 
 /* --check-config loads the token file as startup does: it passed an empty first line (which startup then
  * refused) and blocked for ever in fopen() on a FIFO. Both are configuration errors (2) now; a good file is
- * OK (0). */
+ * OK (0). A token leaving a Hello no room under max_preauth_frame is an error (2) too, as startup refuses it. */
 static void test_check_config_token(void **state)
 {
     (void)state;
@@ -153,6 +153,14 @@ static void test_check_config_token(void **state)
         if (!harness_exited_with(status, i == 1 ? 0 : 2))
             fail_msg("--check-config with token file %s: status %d", path, status);
     }
+    /* A good token with too little max_preauth_frame for its Hello, as startup refuses it. */
+    char tok[201];
+    memset(tok, 'z', sizeof tok - 1);
+    tok[sizeof tok - 1] = '\n';
+    write_file(&h, "long", tok, sizeof tok, path, sizeof path);
+    snprintf(cmd, sizeof cmd, "timeout 20 '%s' --check-config --tcp 127.0.0.1:1 --max-preauth-frame 256 "
+             "--token-file '%s' >/dev/null 2>&1", PERMD_BIN, path);
+    assert_true(harness_exited_with(system(cmd), 2));
     harness_cleanup(&h);
 }
 
