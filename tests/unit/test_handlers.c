@@ -276,6 +276,19 @@ static void test_put_on_locked_registry(void **state)
     free_env(r);
 }
 
+/* A Fetch of count ids of slice sl, as request id. */
+static void send_fetch_slice(fixture *f, uint64_t id, Permd__V1__Slice *sl, uint64_t count)
+{
+    Permd__V1__Fetch m = PERMD__V1__FETCH__INIT;
+    m.slice = sl;
+    m.count = count;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
+    env.fetch = &m;
+    send_env(f, &env);
+}
+
 static void send_fetch(fixture *f, uint64_t id, const char *name, uint32_t world, uint32_t rank, uint64_t offset,
                        uint64_t count)
 {
@@ -287,14 +300,7 @@ static void send_fetch(fixture *f, uint64_t id, const char *name, uint32_t world
     sl.rank = rank;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
     sl.offset = offset;
-    Permd__V1__Fetch m = PERMD__V1__FETCH__INIT;
-    m.slice = &sl;
-    m.count = count;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
-    env.fetch = &m;
-    send_env(f, &env);
+    send_fetch_slice(f, id, &sl, count);
 }
 
 /* The ids of a FetchReply equal the core's for the same slice. */
@@ -869,14 +875,7 @@ static Permd__V1__Slice sharded_slice(uint64_t seed, uint64_t offset)
 static void send_sharded_fetch_count(fixture *f, uint64_t id, uint64_t seed, uint64_t offset, uint64_t count)
 {
     Permd__V1__Slice sl = sharded_slice(seed, offset);
-    Permd__V1__Fetch m = PERMD__V1__FETCH__INIT;
-    m.slice = &sl;
-    m.count = count;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_FETCH;
-    env.fetch = &m;
-    send_env(f, &env);
+    send_fetch_slice(f, id, &sl, count);
 }
 
 static void send_sharded_fetch(fixture *f, uint64_t id, uint64_t seed, uint64_t offset)
