@@ -32,6 +32,22 @@ static int teardown(void **state)
     return harness_finish(&h);
 }
 
+/* A Stream of slice sl in batches of batch ids (max_count 0: none), as request id. */
+static void send_stream_slice(int fd, uint64_t id, Permd__V1__Slice *sl, uint64_t batch, uint32_t credits,
+                              uint64_t max_count)
+{
+    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
+    m.slice = sl;
+    m.batch = batch;
+    m.credits = credits;
+    m.max_count = max_count;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &m;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+}
+
 static void send_stream(int fd, uint64_t id, uint64_t batch, uint32_t credits, uint64_t max_count, uint64_t offset)
 {
     Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
@@ -42,16 +58,7 @@ static void send_stream(int fd, uint64_t id, uint64_t batch, uint32_t credits, u
     sl.rank = 2;
     sl.mode = PERMD__V1__MODE__MODE_PAD;
     sl.offset = offset;
-    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
-    m.slice = &sl;
-    m.batch = batch;
-    m.credits = credits;
-    m.max_count = max_count;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &m;
-    assert_int_equal(raw_send_env(fd, &env), 0);
+    send_stream_slice(fd, id, &sl, batch, credits, max_count);
 }
 
 static void send_credit(int fd, uint64_t id, uint32_t credits)
@@ -266,15 +273,7 @@ static void test_unread_stream_lends_its_plan(void **state)
     sl.seed = 1;
     sl.world = 1;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
-    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
-    m.slice = &sl;
-    m.batch = 65536;
-    m.credits = 64;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = 1;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &m;
-    assert_int_equal(raw_send_env(fd, &env), 0);
+    send_stream_slice(fd, 1, &sl, 65536, 64, 0);
     permd_stats st = {0};
     for (int i = 0; i < 3000 && !st.backpressure_pauses; i++) { /* its output passes output_cap */
         assert_int_equal(permd_stats_get(c, &st), 0);
