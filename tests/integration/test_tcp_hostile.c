@@ -17,6 +17,8 @@
 #include "client/permd.h"
 #include "harness.h"
 
+#define PD_TEST_TOKEN_MAX 1024 /* the longest token permd takes (daemon/auth.h's PD_AUTH_TOKEN_MAX) */
+
 /* Write len bytes to h->dir/name (mode 0600); its path in path. */
 static const char *write_file(harness *h, const char *name, const void *data, size_t len, char *path, size_t plen)
 {
@@ -29,15 +31,41 @@ static const char *write_file(harness *h, const char *name, const void *data, si
     return path;
 }
 
-/* permd started with --tcp and --token-file path must exit 1 at startup, its log holding msg. */
-static void expect_refused(harness *h, const char *path, const char *msg)
+/* permd started with --tcp, --token-file path and flag value (flag NULL: none) must exit 1 at startup, its log
+ * holding msg. */
+static void expect_refused_with(harness *h, const char *flag, const char *value, const char *path, const char *msg)
 {
     int status;
-    const char *extra[] = {"--token-file", path, NULL};
+    const char *extra[] = {"--token-file", path, flag, value, NULL};
     assert_int_equal(harness_start(h, 1, extra, &status), -1);
     assert_true(harness_exited_with(status, 1));
     if (!harness_log_contains(h, msg))
         fail_msg("permd's log lacks '%s'", msg);
+}
+
+static void expect_refused(harness *h, const char *path, const char *msg)
+{
+    expect_refused_with(h, NULL, NULL, path, msg);
+}
+
+/* permd started with --tcp, a token file holding the len bytes of tok as its line, and flag value (flag NULL:
+ * none) lets in a client that sends that token. */
+static void expect_token_works(const char *flag, const char *value, const char *tok, size_t len)
+{
+    harness h;
+    char path[160], line[PD_TEST_TOKEN_MAX + 2];
+    assert_true(len <= PD_TEST_TOKEN_MAX);
+    memcpy(line, tok, len);
+    line[len] = '\n';
+    harness_init(&h);
+    const char *extra[] = {"--token-file", write_file(&h, "token", line, len + 1, path, sizeof path), flag, value,
+                           NULL};
+    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
+    line[len] = '\0';
+    permd_client *c;
+    assert_int_equal(permd_connect_tcp(h.tcp, line, &c), 0);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
 }
 
 /* A binary token (head -c 32 /dev/urandom) with a zero byte: permd checked only the bytes before it, so
@@ -68,16 +96,7 @@ static void test_token_too_long(void **state)
     expect_refused(&h, write_file(&h, "token", tok, sizeof tok, path, sizeof path),
                    "the first line is longer than 1024 bytes");
     harness_cleanup(&h);
-
-    harness_init(&h);
-    tok[1024] = '\n';
-    const char *extra[] = {"--token-file", write_file(&h, "token", tok, 1025, path, sizeof path), NULL};
-    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
-    tok[1024] = '\0';
-    permd_client *c;
-    assert_int_equal(permd_connect_tcp(h.tcp, tok, &c), 0);
-    permd_close(c);
-    assert_int_equal(harness_finish(&h), 0);
+    expect_token_works(NULL, NULL, tok, 1024);
 }
 
 /* A token that fits PD_AUTH_TOKEN_MAX but not max_preauth_frame (its least, 256) with the rest of a Hello:
@@ -90,24 +109,10 @@ static void test_token_past_preauth_frame(void **state)
     memset(tok, 'y', sizeof tok - 1);
     tok[sizeof tok - 1] = '\n';
     harness_init(&h);
-    int status;
-    const char *big[] = {"--max-preauth-frame", "256", "--token-file",
-                         write_file(&h, "token", tok, sizeof tok, path, sizeof path), NULL};
-    assert_int_equal(harness_start(&h, 1, big, &status), -1);
-    assert_true(harness_exited_with(status, 1));
-    assert_true(harness_log_contains(&h, "leaves a client's Hello no room under max_preauth_frame (256)"));
+    expect_refused_with(&h, "--max-preauth-frame", "256", write_file(&h, "token", tok, sizeof tok, path, sizeof path),
+                        "leaves a client's Hello no room under max_preauth_frame (256)");
     harness_cleanup(&h);
-
-    harness_init(&h);
-    tok[100] = '\n';
-    const char *fits[] = {"--max-preauth-frame", "256", "--token-file",
-                          write_file(&h, "token", tok, 101, path, sizeof path), NULL};
-    assert_int_equal(harness_start(&h, 1, fits, NULL), 0);
-    tok[100] = '\0';
-    permd_client *c;
-    assert_int_equal(permd_connect_tcp(h.tcp, tok, &c), 0);
-    permd_close(c);
-    assert_int_equal(harness_finish(&h), 0);
+    expect_token_works("--max-preauth-frame", "256", tok, 100);
 }
 
 /* A FIFO (or a directory) as token_file: permd blocked in open() at startup, deaf to SIGTERM, and a
