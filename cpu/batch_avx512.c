@@ -33,10 +33,13 @@
  *
  * Word lanes (compiled with PD_BATCH_WORDS, AVX-512BW without VBMI: batch_bw.c), for batches whose
  * every τ has b ≤ 17: batch_avx2.c's word round (read its comment) on 32 lanes a register: two
- * vpmulhuw, two vpmullw, a vpshufb for the keys and four logic ops per 32 lanes, where PD_SMALL's
+ * vpmulhuw, two vpmullw, a vpermw for the keys and four logic ops per 32 lanes, where PD_SMALL's
  * round costs a vpmulld (two uops on Intel) and ~6 more per 16. A group's 128 values are packed to
  * words for its 24 rounds (vpackusdw: lanes pair up within each 128-bit lane; the per-lane values
- * are packed alike, so they still match) and unpacked after (vpunpck{l,h}wd).
+ * are packed alike, so they still match) and unpacked after (vpunpck{l,h}wd). A batch holds up to 32
+ * runs, as on byte lanes: per-run values two registers each (vpermt2d), keys one (vpermw). With 16
+ * (vpshufb's keys, vpermd's values) the drain and set-up came twice as often: uneven K = 1, G = 1 read
+ * 323-325 M ids/s where 32 runs read 342-345 (Zen 5 with VBMI turned off, 2026-11-27).
  *
  * Byte lanes (compiled with PD_BATCH_BYTES, AVX-512 VBMI: batch_vbmi.c). Windows are mostly small
  * (2^10 to 2^17 samples), and a τ on b ≤ 16 bits has halves of at most 8 bits. A round reads its
@@ -81,13 +84,14 @@ typedef struct lanes {
 typedef struct bctx {
     __m512i key[PD_ROUNDS]; /* lane r: run r's round key */
     __m512i m_lo_d, lmask, rmask, lbits, rbits, n_m1, hsh;
-    __m512i rmask_hi, rbits_hi, n_m1_hi; /* runs 16-31 (byte lanes only) */
+    __m512i rmask_hi, rbits_hi, n_m1_hi; /* runs 16-31 (byte and word lanes) */
+    __m512i m_lo_d_hi, lmask_hi, lbits_hi; /*   (word lanes only) */
     uint32_t kr[PD__BATCH_RUNS][PD_ROUNDS]; /* the same per run, for groups inside one run: */
     lanes one[PD__BATCH_RUNS];              /*   broadcast keys and values, read from memory */
     uint32_t *v;
     const uint8_t *run;
 #if PD_BATCH_WORDS
-    __m512i wkey[PD_ROUNDS];             /* byte r of each 128-bit lane: run r's round key (low byte), for vpshufb */
+    __m512i wkey[PD_ROUNDS];             /* word r: run r's round key (low byte), for vpermw */
 #endif
 #if PD_BATCH_BYTES
     __m512i bkey[PD_ROUNDS];             /* byte r: run r's round key (low byte) */
@@ -106,6 +110,17 @@ PD_AI __m512i iota16(void)
 /* small: the walk takes PD_SMALL rounds, which alone read hsh (the general walk skips its permute). */
 PD_AI lanes lanes_of(const bctx *c, __m512i run, const int small)
 {
+#if PD_BATCH_WORDS /* up to 32 runs: two registers a value (vpermt2d) */
+    (void)small;
+    return (lanes){.run = run,
+                   .m_lo_d = _mm512_permutex2var_epi32(c->m_lo_d, run, c->m_lo_d_hi),
+                   .lmask = _mm512_permutex2var_epi32(c->lmask, run, c->lmask_hi),
+                   .rmask = _mm512_permutex2var_epi32(c->rmask, run, c->rmask_hi),
+                   .lbits = _mm512_permutex2var_epi32(c->lbits, run, c->lbits_hi),
+                   .rbits = _mm512_permutex2var_epi32(c->rbits, run, c->rbits_hi),
+                   .n_m1 = _mm512_permutex2var_epi32(c->n_m1, run, c->n_m1_hi),
+                   .hsh = _mm512_setzero_si512()}; /* every field named: gcc cleared the whole struct first */
+#else
     return (lanes){.run = run,
                    .m_lo_d = _mm512_permutexvar_epi32(run, c->m_lo_d),
                    .lmask = _mm512_permutexvar_epi32(run, c->lmask),
@@ -114,6 +129,7 @@ PD_AI lanes lanes_of(const bctx *c, __m512i run, const int small)
                    .rbits = _mm512_permutexvar_epi32(run, c->rbits),
                    .n_m1 = _mm512_permutexvar_epi32(run, c->n_m1),
                    .hsh = small ? _mm512_permutexvar_epi32(run, c->hsh) : _mm512_setzero_si512()};
+#endif
 }
 
 /* lanes_of for byte lanes: up to 32 runs, and only what split, inside and the queue read. */
@@ -270,7 +286,6 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
     const __m512i ch = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 16));
     const __m512i a = _mm512_set1_epi16((short)((PD_VP_M0 >> 32) & 0xFF));
     const __m512i low16 = _mm512_set1_epi32(0xFFFF), one32 = _mm512_set1_epi32(1), sixteen = _mm512_set1_epi32(16);
-    const __m512i zero_hi = _mm512_set1_epi32(0x8000); /* vpshufb: a zero in each word's high byte */
     const int nt = hk ? 1 : NW; /* per-run values: one set (one run), or one per word vector */
     __m512i w0[BNV / 2], w1[BNV / 2], lmask[BNV / 2], rmask[BNV / 2], cld[BNV / 2], shr[BNV / 2], runi[BNV / 2];
     for (int j = 0; j < NW; j++) {
@@ -284,7 +299,7 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
         cld[j] = pack2w(_mm512_and_si512(x->m_lo_d, low16), _mm512_and_si512(y->m_lo_d, low16));
         shr[j] = pack2w(_mm512_sllv_epi32(one32, _mm512_sub_epi32(sixteen, x->lbits)),
                         _mm512_sllv_epi32(one32, _mm512_sub_epi32(sixteen, y->lbits)));
-        runi[j] = pack2w(_mm512_or_si512(x->run, zero_hi), _mm512_or_si512(y->run, zero_hi));
+        runi[j] = pack2w(x->run, y->run);
     }
     PD_UNROLL(24)
     for (int i = 0; i < PD_ROUNDS; i++) {
@@ -293,7 +308,7 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
             const int t = hk ? 0 : j;
             const __m512i hi = _mm512_add_epi16(_mm512_mulhi_epu16(w0[j], ch), _mm512_mullo_epi16(w0[j], a));
             const __m512i lo = _mm512_mullo_epi16(w0[j], cld[t]);
-            const __m512i k = hk ? hkey : _mm512_shuffle_epi8(c->wkey[i], runi[t]);
+            const __m512i k = hk ? hkey : _mm512_permutexvar_epi16(runi[t], c->wkey[i]);
             const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, w1[j], PD_TL_XOR3), lmask[t]);
             w1[j] = D ? _mm512_ternarylogic_epi32(lo, _mm512_mulhi_epu16(w1[j], shr[t]), rmask[t], PD_TL_OR_AND) : lo;
             w0[j] = n0;
@@ -519,6 +534,9 @@ static void bctx_init(bctx *c, const pd__batch *b, int small)
     c->rmask_hi = _mm512_loadu_si512(t[2] + VW);
     c->rbits_hi = _mm512_loadu_si512(t[4] + VW);
     c->n_m1_hi = _mm512_loadu_si512(t[5] + VW);
+    c->m_lo_d_hi = _mm512_loadu_si512(t[0] + VW);
+    c->lmask_hi = _mm512_loadu_si512(t[1] + VW);
+    c->lbits_hi = _mm512_loadu_si512(t[3] + VW);
     for (unsigned r = 0; r < b->nruns; r++) {
         c->one[r] = (lanes){.run = _mm512_set1_epi32((int)r), .m_lo_d = _mm512_set1_epi32((int)t[0][r]),
                             .lmask = _mm512_set1_epi32((int)t[1][r]), .rmask = _mm512_set1_epi32((int)t[2][r]),
@@ -530,14 +548,20 @@ static void bctx_init(bctx *c, const pd__batch *b, int small)
 #if !PD_BATCH_BYTES /* 32-bit rounds' keys */
     for (unsigned r = 0; r < b->nruns; r++)
         memcpy(c->kr[r], b->perm[r]->keys.k, sizeof c->kr[r]);
+#if PD_BATCH_WORDS /* word r: run r's key, low byte (up to 32 runs) */
+    uint16_t wk[PD__BATCH_RUNS];
+    memset(wk, 0, sizeof wk);
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        for (unsigned r = 0; r < b->nruns; r++)
+            wk[r] = (uint8_t)b->perm[r]->keys.k[i];
+        c->wkey[i] = _mm512_loadu_si512(wk);
+    }
+#else
     for (int i = 0; i < PD_ROUNDS; i++) {
         for (unsigned r = 0; r < b->nruns; r++)
             t[6][r] = b->perm[r]->keys.k[i];
         c->key[i] = _mm512_loadu_si512(t[6]);
     }
-#if PD_BATCH_WORDS /* each run's key byte r in every 128-bit lane (nruns ≤ 16: pd__batch_run sends words no more) */
-    for (int i = 0; i < PD_ROUNDS; i++)
-        c->wkey[i] = _mm512_broadcast_i32x4(_mm512_cvtepi32_epi8(c->key[i]));
 #endif
 #else
     uint8_t bt[PD_ROUNDS + 3][64], tab[3][256], pk[64];

@@ -188,7 +188,7 @@ void pd__gather_fix_parity(const pd__run *run);
  * drain. Item i is position v[i] under τ = perm[run[i]]; v[i] becomes τ(v[i]) without the
  * parity correction (pd__unflip). Each τ has 2 ≤ n ≤ 2^32. Items of a run need not be contiguous: mixtures
  * (cpu/mix.c) batch their reads in read order, each read on its component's order. */
-#define PD__BATCH_RUNS 32    /* on byte lanes; AVX-512F takes 16, AVX2 8: pd__batch_max_runs */
+#define PD__BATCH_RUNS 32    /* on byte and word lanes; AVX-512F takes 16, AVX2 8: pd__batch_max_runs */
 #define PD__BATCH_ITEMS 4096 /* enough that the drain costs a few per cent */
 typedef struct pd__batch {
     const pd_perm *perm[PD__BATCH_RUNS];
@@ -250,11 +250,12 @@ static inline int pd__batch_narrow(const pd_gen *g, const pd_perm *p)
     return g->isa == PD_ISA_AVX2 ? p->bits <= PD__BATCH_WORDS_AVX2 : g->isa == PD_ISA_AVX512 && p->bits <= 17;
 }
 /* The batch kernel of g's ISA, and the most runs it takes: one register of per-run values (AVX2 8,
- * AVX-512 16), two on VBMI's byte lanes (32: every τ of the batch pd__batch_narrow). */
+ * AVX-512 16), two on AVX-512BW's narrow lanes, bytes or words (32: every τ of the batch
+ * pd__batch_narrow). */
 void pd__batch_run(const pd_gen *g, const pd__batch *b);
 static inline unsigned pd__batch_max_runs(const pd_gen *g, int narrow)
 {
-    return g->isa == PD_ISA_AVX2 ? 8 : g->vbmi && narrow ? PD__BATCH_RUNS : 16;
+    return g->isa == PD_ISA_AVX2 ? 8 : (g->vbmi || g->bw) && narrow ? PD__BATCH_RUNS : 16;
 }
 
 /* ---- Sharded ids (cpu/shards.c): the slot lookup after σ of a window run.

@@ -129,10 +129,10 @@ void pd__batch_run(const pd_gen *g, const pd__batch *b)
             narrow &= pd__batch_narrow(g, b->perm[r]);
             lbits = b->perm[r]->lbits > lbits ? b->perm[r]->lbits : lbits;
         }
-        /* Words take at most 16 runs (vpshufb's keys); bytes are faster but for b of 16 or 17, whose
+        /* Bytes are faster than words but for b of 16 or 17, whose
          * 256-entry tables take four registers (uneven shards of K = 64: 5-10% faster on words, on
          * Zen 5 and on the H100 host's Xeon). */
-        const int words = narrow && g->bw && b->nruns <= PD__BATCH_RUNS / 2 && (!g->vbmi || lbits == 8);
+        const int words = narrow && g->bw && (!g->vbmi || lbits == 8);
         (void)words;
 #ifdef PD_CPU_HAVE_BW
         if (words) {
