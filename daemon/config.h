@@ -28,6 +28,7 @@ typedef struct pd_config {
     char *metrics;       /* HOST:PORT of the Prometheus endpoint; "" = off */
     uint64_t metrics_connections;
     uint64_t metrics_timeout_ms;
+    uint64_t metrics_cache_ms; /* a /metrics body is served again this long; 0 = rendered each scrape */
     char *state_dir;     /* "" = $STATE_DIRECTORY, $XDG_STATE_HOME/permd or ~/.local/state/permd */
     uint64_t fresh_registry; /* 1: move a damaged registry aside and start afresh */
     uint64_t log_level;  /* pd_log_level */

@@ -158,10 +158,15 @@ int pd_http_respond(const pd_http_routes *routes, int rc, const pd_http_request 
 typedef struct pd_http_conn pd_http_conn;
 
 struct pd_http {
-    pd_http_routes routes;
+    pd_http_routes routes; /* the owner's */
+    pd_http_routes served; /* what pd_http_respond is given: the owner's, /metrics through the cache */
     pd_http_limits lim;
     _Atomic uint64_t evicted;
     _Atomic uint64_t expired; /* closed at the deadline before their request was whole */
+    _Atomic uint64_t cache_hits;
+    char *cache;              /* the last /metrics body rendered (lim.cache_ms > 0), or NULL */
+    size_t cache_len;
+    uint64_t cache_at;        /* when it was rendered (pd_clock_ms) */
     uv_tcp_t listener;
     uv_timer_t sweep; /* closes connections past their deadline */
     pd_http_conn *conns;
@@ -186,8 +191,51 @@ struct pd_http_conn {
 
 static void pd_http_release(pd_http *h)
 {
-    if (--h->handles == 0 && h->closing)
+    if (--h->handles == 0 && h->closing) {
+        free(h->cache);
         free(h);
+    }
+}
+
+/* /metrics through the cache: a body rendered less than cache_ms ago is served again (a copy).
+ * Rendering costs ~90 us of the loop that serves this endpoint (loop 0, which also accepts every
+ * connection and takes the signals); one client scraping in a loop reached 3,000 scrapes a second,
+ * a third of that loop. With the cache, scrapers cost a copy each and one render per cache_ms.
+ * Only this loop touches the cache. */
+static int pd_http_cached_metrics(void *ctx, char **body, size_t *len)
+{
+    pd_http *h = ctx;
+    uint64_t now = pd_clock_ms();
+    if (!h->lim.cache_ms)
+        return h->routes.metrics(h->routes.ctx, body, len);
+    int hit = h->cache && now - h->cache_at < h->lim.cache_ms;
+    if (!hit) {
+        char *fresh;
+        size_t flen;
+        int rc = h->routes.metrics(h->routes.ctx, &fresh, &flen);
+        if (rc)
+            return rc;
+        free(h->cache);
+        h->cache = fresh;
+        h->cache_len = flen;
+        h->cache_at = now;
+    }
+    char *copy = malloc(h->cache_len ? h->cache_len : 1);
+    if (!copy)
+        return PD_ENOMEM;
+    memcpy(copy, h->cache, h->cache_len);
+    if (hit)
+        atomic_fetch_add(&h->cache_hits, 1);
+    *body = copy;
+    *len = h->cache_len;
+    return 0;
+}
+
+/* /healthz is never cached: it says whether permd is stopping now. */
+static int pd_http_live_stopping(void *ctx)
+{
+    pd_http *h = ctx;
+    return h->routes.stopping(h->routes.ctx);
 }
 
 static void pd_http_on_handle_close(uv_handle_t *handle)
@@ -277,7 +325,7 @@ static void pd_http_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     if (rc == 0)
         return;
     uv_read_stop(st);
-    if (pd_http_respond(&c->http->routes, rc, &req, &c->resp, &c->resp_len)) {
+    if (pd_http_respond(&c->http->served, rc, &req, &c->resp, &c->resp_len)) {
         pd_http_conn_close(c);
         return;
     }
@@ -349,6 +397,11 @@ uint64_t pd_http_expired(const pd_http *h)
     return h ? atomic_load(&h->expired) : 0;
 }
 
+uint64_t pd_http_cache_hits(const pd_http *h)
+{
+    return h ? atomic_load(&h->cache_hits) : 0;
+}
+
 int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd_http_routes *routes,
                    const pd_http_limits *lim, pd_http **out)
 {
@@ -360,6 +413,7 @@ int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd
     if (!h)
         return PD_ENOMEM;
     h->routes = *routes;
+    h->served = (pd_http_routes){.metrics = pd_http_cached_metrics, .stopping = pd_http_live_stopping, .ctx = h};
     h->lim = *lim;
     *out = NULL;
     uv_tcp_init(loop, &h->listener);

@@ -31,6 +31,7 @@ typedef struct pd_http_routes {
 typedef struct pd_http_limits {
     unsigned max_conns;  /* scrapers at once; a new one beyond evicts the oldest (metrics_connections) */
     uint64_t timeout_ms; /* a scraper's whole exchange (metrics_timeout_ms) */
+    uint64_t cache_ms;   /* a /metrics body is served again for this long (metrics_cache_ms); 0: rendered each time */
 } pd_http_limits;
 
 /* The response to a parsed request (or to a parse error `rc`) as one
@@ -45,6 +46,9 @@ int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd
                    const pd_http_limits *lim, pd_http **out);
 /* Scrapers evicted to make room for newer ones (permd_http_evicted_total); any thread. */
 uint64_t pd_http_evicted(const pd_http *h);
+/* Scrapes of /metrics (GET or HEAD) answered with a body rendered earlier, within cache_ms
+ * (permd_http_cache_hits_total); any thread. */
+uint64_t pd_http_cache_hits(const pd_http *h);
 /* Scrapers closed at metrics_timeout_ms before their request arrived whole (slow or idle ones; those
  * answered and lingering are not counted); any thread. */
 uint64_t pd_http_expired(const pd_http *h);

@@ -121,6 +121,7 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     v->plan_bytes = pd_plans_bytes(s->plans);
     v->http_evicted = pd_http_evicted(s->http);
     v->http_expired = pd_http_expired(s->http);
+    v->http_cache_hits = pd_http_cache_hits(s->http);
 }
 
 pd_registry *pd_server_registry(pd_server *s)
@@ -693,7 +694,8 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
                                            &s->tcp_listener)))
         return rc;
     pd_http_routes routes = {.metrics = pd_server_metrics_cb, .stopping = pd_server_stopping_cb, .ctx = s};
-    pd_http_limits hl = {.max_conns = (unsigned)cfg->metrics_connections, .timeout_ms = cfg->metrics_timeout_ms};
+    pd_http_limits hl = {.max_conns = (unsigned)cfg->metrics_connections, .timeout_ms = cfg->metrics_timeout_ms,
+                         .cache_ms = cfg->metrics_cache_ms};
     if (cfg->metrics[0] &&
         (rc = pd_http_listen(loop, cfg->metrics, pd_config_metrics_is_default(cfg), &routes, &hl, &s->http)))
         return rc;

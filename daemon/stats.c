@@ -93,6 +93,9 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "Metrics scrapers closed to make room for newer ones (metrics_connections).", v->http_evicted);
     pd_text_u64(&t, "permd_http_expired_total", "counter",
                 "Metrics scrapers closed at metrics_timeout_ms before their request arrived whole.", v->http_expired);
+    pd_text_u64(&t, "permd_http_cache_hits_total", "counter",
+                "Scrapes of /metrics answered with a body rendered earlier, less than metrics_cache_ms before.",
+                v->http_cache_hits);
 
     pd_text_family(&t, "permd_requests_total", "counter", "Requests received, by type.");
     for (int k = 0; k < PD_REQ_NTYPES; k++)

@@ -24,6 +24,7 @@ typedef struct pd_stats_view {
     uint64_t plan_bytes;       /* sharded epoch plans alive */
     uint64_t http_evicted;     /* metrics scrapers evicted to make room */
     uint64_t http_expired;     /* metrics scrapers closed at metrics_timeout_ms, their request unfinished */
+    uint64_t http_cache_hits;  /* scrapes answered with a body rendered earlier (metrics_cache_ms) */
     uint64_t datasets;         /* registered */
     uint64_t registry_checkpoint_failures; /* commits left in the registry's WAL by a failed checkpoint */
 } pd_stats_view;

@@ -607,7 +607,8 @@ static void test_shard_memory_bounds(void **state)
     int port = harness_free_port();
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    const char *extra[] = {"--metrics", addr, "--upload-memory", "3145728", "--layout-memory", "4194304",
+    const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", /* each scrape follows an action */
+                           "--upload-memory", "3145728", "--layout-memory", "4194304",
                            "--plan-cache-bytes", "4194304", "--max-shards", "16777216", NULL};
     start(&h, 0, extra);
     /* Uploads: 16 M shards announced, sizes held only as they arrive, 3 MiB in all. */

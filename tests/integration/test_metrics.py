@@ -126,7 +126,8 @@ def value(fams, name, **labels):
 class MetricsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.d = Permd("--max-count", "1000")
+        # metrics_cache_ms 0: these tests compare a scrape with what just happened.
+        cls.d = Permd("--max-count", "1000", "--metrics-cache-ms", "0")
 
     @classmethod
     def tearDownClass(cls):
@@ -242,6 +243,43 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(d.get("/healthz")[0], 200)
         # permd's own clients never noticed.
         self.assertEqual(d.permctl("stats").returncode, 0)
+
+
+class CacheTest(unittest.TestCase):
+    def scrape(self, d):
+        status, _, body = d.get("/metrics")
+        self.assertEqual(status, 200)
+        return body.decode()
+
+    def test_scrapes_within_the_window_share_one_render(self):
+        # An hour's window: the second scrape falls in it however slow the machine. A dataset put
+        # between the scrapes is not yet visible, nor is the first scrape counted as a hit.
+        d = Permd("--metrics-cache-ms", "3600000")
+        try:
+            first = self.scrape(d)
+            d.permctl("datasets", "put", "cached", "--size", "10")
+            second = self.scrape(d)
+            self.assertEqual(second, first)
+            self.assertEqual(value(families(second), "permd_datasets"), 0)
+            self.assertEqual(value(families(second), "permd_http_cache_hits_total"), 0)
+            self.assertEqual(d.get("/healthz")[0], 200)
+            stats = json.loads(d.permctl("stats", "--json").stdout)  # Stats is never cached
+            self.assertEqual(stats["datasets"], 1)
+        finally:
+            self.assertEqual(d.stop(), 0)
+
+    def test_no_cache_shows_every_change(self):
+        # The control: with metrics_cache_ms 0 the put is visible at the next scrape.
+        d = Permd("--metrics-cache-ms", "0")
+        try:
+            first = self.scrape(d)
+            self.assertEqual(value(families(first), "permd_datasets"), 0)
+            d.permctl("datasets", "put", "fresh", "--size", "10")
+            second = self.scrape(d)
+            self.assertEqual(value(families(second), "permd_datasets"), 1)
+            self.assertEqual(value(families(second), "permd_http_cache_hits_total"), 0)
+        finally:
+            self.assertEqual(d.stop(), 0)
 
 
 def format_le(bound_us):

@@ -1,5 +1,6 @@
 /* Tests for daemon/http.c on a real loop: a scraper that never finishes its request is closed at the
- * deadline and counted (pd_http_expired); one that was answered and lingers is closed, not counted. */
+ * deadline and counted (pd_http_expired); one that was answered and lingers is closed, not counted;
+ * /metrics bodies are served again within metrics_cache_ms, /healthz never. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -25,6 +26,27 @@ static int stopping(void *ctx)
 {
     (void)ctx;
     return 0;
+}
+
+/* A server whose figure changes between scrapes: each render says how many renders there were. */
+typedef struct counting {
+    unsigned renders;
+    int stopping;
+} counting;
+
+static int counting_metrics(void *ctx, char **body, size_t *len)
+{
+    counting *c = ctx;
+    char text[32];
+    snprintf(text, sizeof text, "renders %u\n", ++c->renders);
+    *body = strdup(text);
+    *len = strlen(text);
+    return *body ? 0 : PD_ENOMEM;
+}
+
+static int counting_stopping(void *ctx)
+{
+    return ((counting *)ctx)->stopping;
 }
 
 static int free_port(void)
@@ -104,10 +126,106 @@ static void test_expired_counted(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* One whole exchange: send req, run the loop until the response is whole (permd closes after it);
+ * the response in buf (a string). */
+static void exchange(uv_loop_t *loop, int port, const char *req, char *buf, size_t cap)
+{
+    int fd = connect_to(port);
+    assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+    size_t got = 0;
+    for (int i = 0; i < 10000; i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        ssize_t n = recv(fd, buf + got, cap - 1 - got, MSG_DONTWAIT);
+        if (n == 0)
+            break;
+        if (n > 0)
+            got += (size_t)n;
+        else
+            usleep(1000);
+    }
+    buf[got] = '\0';
+    close(fd);
+}
+
+/* The body of GET path (after the blank line). */
+static const char *get(uv_loop_t *loop, int port, const char *path, char *buf, size_t cap)
+{
+    char req[128];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\n\r\n", path);
+    exchange(loop, port, req, buf, cap);
+    const char *body = strstr(buf, "\r\n\r\n");
+    assert_non_null(body);
+    return body + 4;
+}
+
+/* A scraper asking again within metrics_cache_ms gets the body already rendered (no render on the
+ * loop), counted in pd_http_cache_hits; with 0 every scrape renders (the control). The window here
+ * is an hour, so the second scrape falls in it however slow the machine; /healthz stays live. */
+static void test_metrics_cached(void **state)
+{
+    (void)state;
+    for (int cached = 1; cached >= 0; cached--) {
+        uv_loop_t loop;
+        pd_http *h;
+        char addr[32], buf[1024];
+        int port = free_port();
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+        assert_int_equal(uv_loop_init(&loop), 0);
+        counting c = {0};
+        pd_http_routes routes = {.metrics = counting_metrics, .stopping = counting_stopping, .ctx = &c};
+        pd_http_limits lim = {.max_conns = 8, .timeout_ms = 5000, .cache_ms = cached ? 3600000 : 0};
+        assert_int_equal(pd_http_listen(&loop, addr, 0, &routes, &lim, &h), 0);
+
+        assert_string_equal(get(&loop, port, "/metrics", buf, sizeof buf), "renders 1\n");
+        assert_string_equal(get(&loop, port, "/healthz", buf, sizeof buf), "ok\n");
+        c.stopping = 1; /* liveness changed since the first scrape: /healthz says so at once */
+        assert_string_equal(get(&loop, port, "/healthz", buf, sizeof buf), "stopping\n");
+        exchange(&loop, port, "HEAD /metrics HTTP/1.1\r\n\r\n", buf, sizeof buf);
+        assert_non_null(strstr(buf, "Content-Length: 10\r\n"));
+        if (cached) {
+            assert_string_equal(get(&loop, port, "/metrics", buf, sizeof buf), "renders 1\n");
+            assert_int_equal(c.renders, 1);
+            assert_int_equal(pd_http_cache_hits(h), 2); /* the HEAD and the second GET */
+        } else {
+            assert_string_equal(get(&loop, port, "/metrics", buf, sizeof buf), "renders 3\n");
+            assert_int_equal(c.renders, 3);
+            assert_int_equal(pd_http_cache_hits(h), 0);
+        }
+        pd_http_close(h);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        assert_int_equal(uv_loop_close(&loop), 0);
+    }
+}
+
+/* Past the window the body is rendered again: a short window, and a sleep well past it (the
+ * monotonic clock only moves forward, so this holds on any machine). */
+static void test_metrics_cache_expires(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    pd_http *h;
+    char addr[32], buf[1024];
+    int port = free_port();
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    assert_int_equal(uv_loop_init(&loop), 0);
+    counting c = {0};
+    pd_http_routes routes = {.metrics = counting_metrics, .stopping = counting_stopping, .ctx = &c};
+    pd_http_limits lim = {.max_conns = 8, .timeout_ms = 5000, .cache_ms = 50};
+    assert_int_equal(pd_http_listen(&loop, addr, 0, &routes, &lim, &h), 0);
+    assert_string_equal(get(&loop, port, "/metrics", buf, sizeof buf), "renders 1\n");
+    usleep(200000);
+    assert_string_equal(get(&loop, port, "/metrics", buf, sizeof buf), "renders 2\n");
+    pd_http_close(h);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expired_counted),
+        cmocka_unit_test(test_metrics_cached),
+        cmocka_unit_test(test_metrics_cache_expires),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,6 +62,7 @@ static void test_render_and_stats(void **state)
     s.stats.ids_served_total = 77;
     s.registry_checkpoint_failures = 4;
     s.http_expired = 6;
+    s.http_cache_hits = 8;
     char *text;
     size_t len;
     assert_int_equal(pd_stats_render(&s, &text, &len), 0);
@@ -80,6 +81,7 @@ static void test_render_and_stats(void **state)
         "permd_ids_served_total 77\n",
         "permd_registry_checkpoint_failures_total 4\n",
         "permd_http_expired_total 6\n",
+        "permd_http_cache_hits_total 8\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(text, want[i]))
