@@ -82,6 +82,12 @@ static const pd_opt pd_opts[] = {
            "move its files aside (registry.db.damaged-<time>) and start with an empty\n"
            "one. 0: refuse to start, so that no dataset is lost without a word."),
     PD_OPT(log_level, PD_OPT_LEVEL, "info", 0, 0, "error, warn, info or debug; logs go to stderr."),
+    PD_OPT(peer_log_rate, PD_OPT_U64, "10", 0, 1000000,
+           "Lines a second each warning a peer can cause at will may write: auth_fail\n"
+           "(a wrong token), conn_reject (a connection refused), conn_expire (a\n"
+           "deadline passed), accept. Past it, lines are counted and not written\n"
+           "(permd_log_suppressed_total), and one log_suppressed line says how many once\n"
+           "the second is over, so a hostile peer cannot fill the log. 0: no limit."),
     PD_OPT(workers, PD_OPT_U64, "0", 0, 1024,
            "Worker threads for large generation and storage I/O; 0: one per CPU."),
     PD_OPT(loops, PD_OPT_U64, "0", 0, 256,

@@ -32,6 +32,7 @@ typedef struct pd_config {
     char *state_dir;     /* "" = $STATE_DIRECTORY, $XDG_STATE_HOME/permd or ~/.local/state/permd */
     uint64_t fresh_registry; /* 1: move a damaged registry aside and start afresh */
     uint64_t log_level;  /* pd_log_level */
+    uint64_t peer_log_rate; /* lines a second of each warning a peer can cause; 0 = no limit */
     uint64_t workers;    /* 0 = one per CPU */
     uint64_t loops;      /* event loops serving connections; 0 = min(CPUs, 4) */
     uint64_t max_frame;

@@ -32,8 +32,9 @@ void pd_on_hello(pd_session *s, uint64_t id, const Permd__V1__Hello *m)
     }
     if (pd_conn_is_tcp(s->conn) && access->token) {
         if (!pd_token_equal(m->token, access->token, access->token_len)) {
-            pd_log_warn("auth_fail", "conn=%llu peer=%s", (unsigned long long)pd_conn_serial(s->conn),
-                        pd_conn_peer(s->conn));
+            /* Rate-limited: a peer may try a token per connection, as fast as it can connect. */
+            pd_log_warn_peer("auth_fail", "conn=%llu peer=%s", (unsigned long long)pd_conn_serial(s->conn),
+                             pd_conn_peer(s->conn));
             pd_reply_error(s, id, PD_EAUTH, m->token[0] ? "wrong token" : "this listener requires a token");
             pd_conn_drain_close(s->conn);
             return;

@@ -122,6 +122,7 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     v->http_evicted = pd_http_evicted(s->http);
     v->http_expired = pd_http_expired(s->http);
     v->http_cache_hits = pd_http_cache_hits(s->http);
+    v->nlog_suppressed = pd_log_peer_suppressed(v->log_suppressed, PD_LOG_PEER_EVENTS);
 }
 
 pd_registry *pd_server_registry(pd_server *s)
@@ -153,6 +154,8 @@ static void pd_on_sweep(uv_timer_t *t)
 {
     pd_server_loop *l = t->data;
     pd_conns_sweep(l->conns, pd_clock_ms());
+    if (l->index == 0) /* the count of a flood of peer-caused warnings that stopped is said within a second or so */
+        pd_log_peer_flush();
 }
 
 static void pd_on_stop_timeout(uv_timer_t *t)
@@ -338,8 +341,8 @@ static void pd_server_on_accept(void *ctx, uv_stream_t *listener, int is_tcp)
     if (rc == 0 && uv_fileno((uv_handle_t *)tmp, &fd) == 0)
         dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     uv_close((uv_handle_t *)tmp, pd_on_handoff_closed);
-    if (dup_fd < 0) {
-        pd_log_warn("accept", "err=%s", rc ? uv_err_name(rc) : "EMFILE");
+    if (dup_fd < 0) { /* out of descriptors: a flood of connections can make it so, once per connection */
+        pd_log_warn_peer("accept", "err=%s", rc ? uv_err_name(rc) : "EMFILE");
         if (admitted)
             pd_session_release(&s->svc, is_tcp);
         return;
@@ -428,7 +431,7 @@ void pd_server_on_reload(pd_server *s, pd_reload_fn fn, void *ctx)
  * changed keys are named in a warning; they take effect on restart. */
 static void pd_server_reload(pd_server *s)
 {
-    static const char *const live[] = {"log_level", "allow_uids", "token_file"};
+    static const char *const live[] = {"log_level", "peer_log_rate", "allow_uids", "token_file"};
     char err[512] = "";
     const char *keys[128];
     pd_config fresh;
@@ -458,7 +461,9 @@ static void pd_server_reload(pd_server *s)
         pd_log_error("reload", "msg=\"allow_uids and the token were not applied: %s\"", pd_strerror(rc));
     } else {
         pd_log_set_level((pd_log_level)fresh.log_level);
-        pd_log_info("reload", "log_level=%s allow_uids=%zu token=%s", pd_log_level_name((pd_log_level)fresh.log_level),
+        pd_log_set_peer_rate(fresh.peer_log_rate);
+        pd_log_info("reload", "log_level=%s peer_log_rate=%llu allow_uids=%zu token=%s",
+                    pd_log_level_name((pd_log_level)fresh.log_level), (unsigned long long)fresh.peer_log_rate,
                     fresh.allow_uids.n, fresh.token_file[0] ? "set" : "none");
     }
     pd_config_free(&fresh);
@@ -605,6 +610,8 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
     char path[4096], err[512] = "";
     int rc;
     pd_service *svc = &s->svc;
+
+    pd_log_set_peer_rate(cfg->peer_log_rate);
 
     pd_backend_opts bo = {.cpu_isa = cfg->cpu_isa, .cpu_threads = (unsigned)cfg->cpu_threads,
                           .cpu_spin_ns = cfg->cpu_spin_us * 1000, .gpu = cfg->gpu,

@@ -92,8 +92,8 @@ static void pd_session_on_expired(void *session, int why)
     const pd_config *cfg = s->svc->cfg;
     pd_expire_reason r = why == PD_CONN_FRAME ? PD_EXPIRE_FRAME : PD_EXPIRE_HELLO;
     s->loop->metrics.expired[r]++;
-    pd_log_warn("conn_expire", "conn=%llu peer=%s reason=%s", (unsigned long long)pd_conn_serial(s->conn),
-                pd_conn_peer(s->conn), pd_metrics_expire_name(r));
+    pd_log_warn_peer("conn_expire", "conn=%llu peer=%s reason=%s", (unsigned long long)pd_conn_serial(s->conn),
+                     pd_conn_peer(s->conn), pd_metrics_expire_name(r));
     if (r == PD_EXPIRE_FRAME)
         pd_reply_error(s, 0, PD_EPROTO, "a frame did not arrive whole within frame_timeout_ms (%llu ms)",
                        (unsigned long long)cfg->frame_timeout_ms);
@@ -126,12 +126,13 @@ static int pd_session_peer_refused(pd_session *s, const pd_access *access)
         return 0;
     s->loop->metrics.rejected[PD_REJECT_PEER_UID]++;
     if (uid == UINT32_MAX) {
-        pd_log_warn("conn_reject", "conn=%llu reason=peer_uid msg=\"no peer credentials: %s\"",
-                    (unsigned long long)pd_conn_serial(s->conn), strerror(errno));
+        int err = errno; /* before the limiter's clock and lock */
+        pd_log_warn_peer("conn_reject", "conn=%llu reason=peer_uid msg=\"no peer credentials: %s\"",
+                         (unsigned long long)pd_conn_serial(s->conn), strerror(err));
         pd_reply_error(s, 0, PD_EAUTH, "permd could not read this connection's peer credentials");
     } else {
-        pd_log_warn("conn_reject", "conn=%llu reason=peer_uid uid=%u", (unsigned long long)pd_conn_serial(s->conn),
-                    uid);
+        pd_log_warn_peer("conn_reject", "conn=%llu reason=peer_uid uid=%u",
+                         (unsigned long long)pd_conn_serial(s->conn), uid);
         pd_reply_error(s, 0, PD_EAUTH, "uid %u is not in permd's allow_uids", uid);
     }
     return 1;
@@ -166,8 +167,8 @@ void pd_session_open(pd_loop *l, pd_conn *c, int admitted)
         const char *key = is_tcp ? "max_tcp_connections" : "max_connections";
         uint64_t max = is_tcp ? cfg->max_tcp_connections : cfg->max_connections;
         l->metrics.rejected[is_tcp ? PD_REJECT_MAX_TCP_CONNECTIONS : PD_REJECT_MAX_CONNECTIONS]++;
-        pd_log_warn("conn_reject", "conn=%llu peer=%s reason=%s limit=%llu", (unsigned long long)pd_conn_serial(c),
-                    pd_conn_peer(c), key, (unsigned long long)max);
+        pd_log_warn_peer("conn_reject", "conn=%llu peer=%s reason=%s limit=%llu",
+                         (unsigned long long)pd_conn_serial(c), pd_conn_peer(c), key, (unsigned long long)max);
         pd_reply_error(s, 0, PD_EBUSY, "too many connections (%s = %llu); retry later", key, (unsigned long long)max);
         pd_conn_drain_close(c);
         return;

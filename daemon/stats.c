@@ -97,6 +97,13 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "Scrapes of /metrics answered with a body rendered earlier, less than metrics_cache_ms before.",
                 v->http_cache_hits);
 
+    pd_text_family(&t, "permd_log_suppressed_total", "counter",
+                   "Log lines of warnings a peer can cause at will (auth_fail, conn_reject, ...) not written because "
+                   "they came faster than peer_log_rate a second, by event (those that occurred).");
+    for (size_t i = 0; i < v->nlog_suppressed; i++)
+        pd_text_add(&t, "permd_log_suppressed_total{event=\"%s\"} %llu\n", v->log_suppressed[i].event,
+                    (unsigned long long)v->log_suppressed[i].lines);
+
     pd_text_family(&t, "permd_requests_total", "counter", "Requests received, by type.");
     for (int k = 0; k < PD_REQ_NTYPES; k++)
         if (pd_slot_shown(m, k))

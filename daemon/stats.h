@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "proto/arena.h"
 #include "proto/frame.h"
@@ -27,6 +28,8 @@ typedef struct pd_stats_view {
     uint64_t http_cache_hits;  /* scrapes answered with a body rendered earlier (metrics_cache_ms) */
     uint64_t datasets;         /* registered */
     uint64_t registry_checkpoint_failures; /* commits left in the registry's WAL by a failed checkpoint */
+    pd_log_suppressed log_suppressed[PD_LOG_PEER_EVENTS]; /* lines of peer-caused warnings not written */
+    size_t nlog_suppressed;
 } pd_stats_view;
 
 /* The Prometheus text exposition (format 0.0.4), in a malloc'd buffer. PD_ENOMEM. */

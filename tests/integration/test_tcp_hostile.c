@@ -1,6 +1,7 @@
 /* Integration: the TCP token file as a careless operator writes it (binary, too long, a FIFO, short, CRLF), on
  * startup and on SIGHUP, and listen addresses in any case. Each is refused with a line naming token_file, or
- * works the same on both sides; none hangs permd. TCP connections have keepalive. */
+ * works the same on both sides; none hangs permd. TCP connections have keepalive. Wrong tokens write a
+ * bounded number of auth_fail lines. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -332,6 +333,65 @@ static void test_pipelined_guesses(void **state)
     assert_int_equal(harness_finish(&h), 0);
 }
 
+/* The value of the /metrics sample `series` (name and labels, as written) on 127.0.0.1:port, or -1. */
+static long long scrape(int port, const char *series)
+{
+    char hp[32], line[512];
+    snprintf(hp, sizeof hp, "127.0.0.1:%d", port);
+    int fd = raw_connect_tcp(hp);
+    if (fd < 0)
+        return -1;
+    const char *req = "GET /metrics HTTP/1.1\r\n\r\n";
+    raw_send(fd, req, strlen(req));
+    FILE *f = fdopen(fd, "r");
+    long long v = -1;
+    size_t len = strlen(series);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, series, len) && line[len] == ' ')
+            v = atoll(line + len + 1);
+    fclose(f);
+    return v;
+}
+
+/* A peer guessing tokens as fast as it can connect: each guess is refused, but auth_fail lines stop at
+ * peer_log_rate a second; every guess is either a line or counted in permd_log_suppressed_total, and the
+ * log_suppressed lines never say more than that count. (How many are suppressed depends on the
+ * machine's speed; the bound itself is tested on a fake clock in test_handlers and test_log.) */
+static void test_auth_fail_log_rate(void **state)
+{
+    (void)state;
+    enum { GUESSES = 40 };
+    harness h;
+    char path[160], metrics[32];
+    harness_init(&h);
+    int port = harness_free_port();
+    snprintf(metrics, sizeof metrics, "127.0.0.1:%d", port);
+    const char *extra[] = {"--token-file", write_file(&h, "token", "right-token-right-token\n", 24, path, sizeof path),
+                           "--peer-log-rate", "2", "--metrics", metrics, "--metrics-cache-ms", "0", NULL};
+    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
+    for (int i = 0; i < GUESSES; i++) {
+        permd_client *c;
+        assert_int_equal(permd_connect_tcp(h.tcp, "wrong-token", &c), PERMD_EAUTH);
+    }
+    /* permd logs a refusal before it answers it: every line is in the log by now. */
+    long long suppressed = scrape(port, "permd_log_suppressed_total{event=\"auth_fail\"}");
+    FILE *f = fopen(h.log, "r");
+    assert_non_null(f);
+    char line[1024];
+    long long lines = 0, reported = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "event=log_suppressed of=auth_fail lines=");
+        lines += strstr(line, "event=auth_fail ") != NULL;
+        if (p)
+            reported += atoll(p + strlen("event=log_suppressed of=auth_fail lines="));
+    }
+    fclose(f);
+    assert_true(suppressed >= 0);
+    assert_int_equal(lines + suppressed, GUESSES);
+    assert_true(reported <= suppressed);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_localhost_any_case),
         cmocka_unit_test(test_tcp_keepalive),
         cmocka_unit_test(test_pipelined_guesses),
+        cmocka_unit_test(test_auth_fail_log_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 #include "daemon/backend.h"
 #include "daemon/conn.h"
 #include "daemon/groups.h"
+#include "daemon/log.h"
 #include "daemon/plans.h"
 #include "daemon/readahead.h"
 #include "daemon/registry.h"
@@ -486,6 +487,86 @@ static void test_auth_refusal(void **state)
     r = next_reply(f);
     assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
     free_env(r);
+}
+
+static uint64_t fake_ms;
+
+static uint64_t fake_clock(void)
+{
+    return fake_ms;
+}
+
+/* One TCP peer's Hello with a wrong token: refused, and the connection drained. */
+static void wrong_hello(fixture *f)
+{
+    connect_client(f, 1);
+    Permd__V1__Hello h = PERMD__V1__HELLO__INIT;
+    h.token = "guess";
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    send_env(f, &env);
+    pd_envelope *r = take_reply(f);
+    assert_non_null(r);
+    assert_int_equal(r->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_UNAUTHENTICATED);
+    free_env(r);
+}
+
+static size_t count_of(const char *text, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what))
+        n++;
+    return n;
+}
+
+/* A burst of wrong tokens writes peer_log_rate auth_fail lines a second, then one line with the count
+ * of the others (and counts them for permd_log_suppressed_total): a peer guessing as fast as it can
+ * connect cannot fill the log. The limiter's clock is a fake one here: no timing. */
+static void test_auth_fail_log_bounded(void **state)
+{
+    fixture *f = *state;
+    f->access.token = "s3cret";
+    f->access.token_len = 6;
+    pd_log_set_peer_clock(fake_clock);
+    pd_log_set_peer_rate(5);
+    fake_ms = 1000000;
+    FILE *log = tmpfile();
+    assert_non_null(log);
+    int saved = dup(STDERR_FILENO);
+    dup2(fileno(log), STDERR_FILENO);
+    for (int i = 0; i < 25; i++)
+        wrong_hello(f);
+    fake_ms += 1000; /* the next second: the summary, then the line */
+    wrong_hello(f);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    long n = ftell(log);
+    char *text = calloc(1, (size_t)n + 1);
+    assert_non_null(text);
+    rewind(log);
+    assert_int_equal(fread(text, 1, (size_t)n, log), (size_t)n);
+    fclose(log);
+    assert_int_equal(count_of(text, "event=auth_fail "), 6);
+    assert_int_equal(count_of(text, "event=log_suppressed of=auth_fail lines=20 "), 1);
+    const char *last = text;
+    for (const char *p = text; (p = strstr(p, "event=auth_fail ")); p++)
+        last = p;
+    assert_true(strstr(text, "event=log_suppressed") < last); /* the summary comes before the next line */
+    free(text);
+    pd_log_suppressed sup[PD_LOG_PEER_EVENTS];
+    size_t k = pd_log_peer_suppressed(sup, PD_LOG_PEER_EVENTS);
+    uint64_t lines = 0;
+    for (size_t i = 0; i < k; i++)
+        if (!strcmp(sup[i].event, "auth_fail"))
+            lines = sup[i].lines;
+    assert_int_equal(lines, 20);
+    /* Every refusal is still counted where it always was. */
+    const int hello = pd_reqtype_slot(PERMD__V1__ENVELOPE__BODY_HELLO);
+    assert_int_equal(f->sl.metrics.errors[hello][PERMD__V1__ERROR_CODE__ERROR_CODE_UNAUTHENTICATED], 26);
+    pd_log_set_peer_clock(NULL);
+    pd_log_set_peer_rate(10);
 }
 
 /* Send a payload as one frame, written by hand (fields protobuf-c would not pack: unknown ones). */
@@ -1222,6 +1303,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fetch_pool, setup_no_inline, teardown),
         cmocka_unit_test_setup_teardown(test_stream_credits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auth_refusal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_fail_log_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_memory_released, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_memory_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixture_reply_memory_released, setup, teardown),

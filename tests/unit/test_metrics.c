@@ -63,6 +63,8 @@ static void test_render_and_stats(void **state)
     s.registry_checkpoint_failures = 4;
     s.http_expired = 6;
     s.http_cache_hits = 8;
+    s.log_suppressed[0] = (pd_log_suppressed){"auth_fail", 20};
+    s.nlog_suppressed = 1;
     char *text;
     size_t len;
     assert_int_equal(pd_stats_render(&s, &text, &len), 0);
@@ -82,6 +84,8 @@ static void test_render_and_stats(void **state)
         "permd_registry_checkpoint_failures_total 4\n",
         "permd_http_expired_total 6\n",
         "permd_http_cache_hits_total 8\n",
+        "# TYPE permd_log_suppressed_total counter\n",
+        "permd_log_suppressed_total{event=\"auth_fail\"} 20\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(text, want[i]))
