@@ -10,6 +10,7 @@
 #include "daemon/job.h"
 #include "daemon/log.h"
 #include "daemon/mixdef.h"
+#include "daemon/plans.h"
 #include "daemon/registry.h"
 #include "daemon/reply.h"
 
@@ -141,10 +142,21 @@ static void pd_mixture_job_run(pd_job *job)
 {
     pd_mixture_job *j = (pd_mixture_job *)job;
     pd_registry *reg = j->s->svc->reg;
-    if (j->def)
+    pd_plans *plans = j->s->svc->plans;
+    /* Plans are keyed by their definition's identity: no request finds those of a definition replaced or
+     * deleted, so they go now (as a deleted dataset's do), not when evicted; they hold plan_cache_bytes,
+     * the old definition and its components' layouts. A put or delete of the same name racing this one
+     * costs at most a cache miss: the plans it keeps are the registry's definition as this job saw it. */
+    if (j->def) {
         j->rc = pd_registry_put_mixture(reg, j->def, &j->stored, &j->created, j->why, sizeof j->why);
-    else
-        j->rc = pd_registry_delete_mixture(reg, j->name, j->why, sizeof j->why);
+        if (j->rc == 0 && j->created == 2) /* stages appended: a new definition */
+            pd_plans_drop_mixture(plans, j->name, j->stored);
+    } else if ((j->rc = pd_registry_delete_mixture(reg, j->name, j->why, sizeof j->why)) == 0) {
+        pd_mixdef *now = NULL;
+        pd_registry_mixture(reg, j->name, &now); /* put again since: its plans stay */
+        pd_plans_drop_mixture(plans, j->name, now);
+        pd_mixdef_release(now);
+    }
 }
 
 static void pd_mixture_job_done(pd_job *job)

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -163,20 +164,50 @@ static int pd_plan_retired(const pd_plan *p)
     return 0;
 }
 
-void pd_plans_drop_retired(pd_plans *c)
+/* Let go of the listed plans `gone` says no request will find again: unused ones are freed now, an
+ * idle holder's loses its table, one in use is freed by its last holder. */
+static void pd_plans_drop_if(pd_plans *c, int (*gone)(const pd_plan *p, const void *ctx), const void *ctx)
 {
     pthread_mutex_lock(&c->lock);
     for (pd_plan **link = &c->head; *link;) {
         pd_plan *p = *link;
-        if (!pd_plan_retired(p)) {
+        if (!gone(p, ctx)) {
             link = &p->next;
             continue;
         }
         if (p->idle && p->charged && pd_plan_unused(p))
-            pd_plan_uncharge(c, p); /* a stream waiting for credit: it ends when it wakes and finds its dataset gone */
+            pd_plan_uncharge(c, p); /* a stream waiting for credit: it ends when it wakes (its target gone) */
         pd_plans_unlist(c, link); /* in use: freed, layout and all, by its last holder */
     }
     pthread_mutex_unlock(&c->lock);
+}
+
+static int pd_plan_retired_cb(const pd_plan *p, const void *ctx)
+{
+    (void)ctx;
+    return pd_plan_retired(p);
+}
+
+void pd_plans_drop_retired(pd_plans *c)
+{
+    pd_plans_drop_if(c, pd_plan_retired_cb, NULL);
+}
+
+typedef struct pd_mix_key {
+    const char *name;
+    const pd_mixdef *keep;
+} pd_mix_key;
+
+static int pd_plan_replaced(const pd_plan *p, const void *ctx)
+{
+    const pd_mix_key *k = ctx;
+    return p->mixdef && p->mixdef != k->keep && !strcmp(p->mixdef->name, k->name);
+}
+
+void pd_plans_drop_mixture(pd_plans *c, const char *name, const pd_mixdef *keep)
+{
+    pd_mix_key k = {name, keep};
+    pd_plans_drop_if(c, pd_plan_replaced, &k);
 }
 
 uint64_t pd_plans_bytes(pd_plans *c)

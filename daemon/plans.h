@@ -26,6 +26,12 @@ uint64_t pd_plans_limit(const pd_plans *c);
  * credit holds loses its table; one in use is freed when its last holder releases it. Call after a
  * delete. */
 void pd_plans_drop_retired(pd_plans *c);
+/* The same for a mixture: let go of the plans of mixture `name` made from any definition but keep
+ * (the one the registry holds now; NULL after a delete). Plans are keyed by their definition's
+ * identity, so no request finds those of a definition replaced (stages appended) or deleted: cached,
+ * they only keep its plan tables, the definition and its components' layouts until evicted. Call
+ * after a delete or a put that changed the definition. */
+void pd_plans_drop_mixture(pd_plans *c, const char *name, const pd_mixdef *keep);
 
 /* A reference to the sharded plan of (layout, seed, epoch, window, lanes). Cheap and never builds,
  * so the event loop may call it. A plan not cached is admitted within max_bytes: plans nobody uses

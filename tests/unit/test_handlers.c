@@ -1136,6 +1136,147 @@ static void test_delete_drops_cached_plans(void **state)
     assert_int_equal(pd_plans_bytes(f->plans), 0);
 }
 
+/* PutMixture `name` over "sh" (sharded) and "d" (flat): stage 0 weights 1:1 from position 0, then
+ * stage 1 (when stages is 2) weights 1:9 from position 64. Waits for its reply: 1 created, 2 updated. */
+static int put_two_component_mixture(fixture *f, uint64_t id, const char *name, unsigned stages)
+{
+    static uint32_t w[2][2] = {{1, 1}, {1, 9}};
+    Permd__V1__MixtureStage st[2], *stp[2];
+    for (unsigned k = 0; k < 2; k++) {
+        permd__v1__mixture_stage__init(&st[k]);
+        st[k].start = 64 * k;
+        st[k].n_weights = 2;
+        st[k].weights = w[k];
+        stp[k] = &st[k];
+    }
+    char *comps[2] = {"sh", "d"};
+    Permd__V1__Mixture mix = PERMD__V1__MIXTURE__INIT;
+    mix.name = (char *)name;
+    mix.n_components = 2;
+    mix.components = comps;
+    mix.n_stages = stages;
+    mix.stages = stp;
+    Permd__V1__PutMixture put = PERMD__V1__PUT_MIXTURE__INIT;
+    put.mixture = &mix;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_MIXTURE;
+    env.put_mixture = &put;
+    send_env(f, &env);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, id);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY);
+    int how = r->mixture_reply->created ? 1 : r->mixture_reply->updated ? 2 : 0;
+    free_env(r);
+    return how;
+}
+
+static void send_delete_mixture(fixture *f, uint64_t id, const char *name)
+{
+    Permd__V1__DeleteMixture m = PERMD__V1__DELETE_MIXTURE__INIT;
+    m.name = (char *)name;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_DELETE_MIXTURE;
+    env.delete_mixture = &m;
+    send_env(f, &env);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, id);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY);
+    free_env(r);
+}
+
+/* The first 100 ids of mixture name's epoch 0 for seed 5 (one rank). */
+static void fetch_mixture(fixture *f, uint64_t id, const char *name, uint32_t *ids)
+{
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = (char *)name;
+    sl.seed = 5;
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    send_fetch_slice(f, id, &sl, 100);
+    pd_envelope *r = next_reply(f);
+    assert_int_equal(r->id, id);
+    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
+    assert_int_equal(r->fetch_reply->ids.len, 400);
+    for (unsigned i = 0; i < 100; i++)
+        ids[i] = pd_load_le32(r->fetch_reply->ids.data + 4 * i);
+    free_env(r);
+}
+
+/* A mixture's plans go with its definition, as a deleted dataset's do: a put that appends stages drops
+ * the old definition's cached plans (no request can find them: plans are keyed by the definition's
+ * identity, and the ids served afterwards are the new definition's), and a delete drops them all, so
+ * that deleting a component dataset afterwards gives its layout back at once. */
+static void test_mixture_plans_follow_definition(void **state)
+{
+    fixture *f = *state;
+    const uint64_t before = pd_registry_layout_bytes(f->reg);
+    uint32_t old_ids[100], new_ids[100], want[100];
+    connect_client(f, 0);
+    put_sharded(f, "sh");
+    put_dataset(f, "d", 1000);
+    free_env(next_reply(f));
+    const uint64_t layout = pd_registry_layout_bytes(f->reg) - before;
+    assert_true(layout > 0);
+
+    assert_int_equal(put_two_component_mixture(f, 10, "mx", 1), 1);
+    fetch_mixture(f, 11, "mx", old_ids);
+    assert_int_equal(pd_plans_bytes(f->plans), pd_mix_bytes(2, 1)); /* cached, unused */
+    assert_int_equal(put_two_component_mixture(f, 12, "mx", 2), 2);   /* stages appended */
+    assert_int_equal(pd_plans_bytes(f->plans), 0);                  /* the old definition's plan went */
+    fetch_mixture(f, 13, "mx", new_ids);
+    assert_int_equal(put_two_component_mixture(f, 14, "mx2", 2), 1); /* the same definition, from scratch */
+    fetch_mixture(f, 15, "mx2", want);
+    assert_memory_equal(new_ids, want, sizeof want);
+    assert_memory_not_equal(new_ids, old_ids, sizeof want); /* stage 1 starts at 64: the definitions differ */
+    assert_int_equal(pd_plans_bytes(f->plans), 2 * pd_mix_bytes(2, 2));
+
+    send_delete_mixture(f, 16, "mx");
+    assert_int_equal(pd_plans_bytes(f->plans), pd_mix_bytes(2, 2)); /* mx2's stays */
+    send_delete_mixture(f, 17, "mx2");
+    assert_int_equal(pd_plans_bytes(f->plans), 0);
+    assert_int_equal(pd_registry_layout_bytes(f->reg) - before, layout); /* "sh" is still registered */
+    send_delete(f, 18, "sh");
+    assert_int_equal(pd_registry_layout_bytes(f->reg), before);
+}
+
+/* A mixture plan a stream holds when the mixture is deleted stays until the stream learns of it;
+ * deleting a component afterwards lets go of nothing the stream still needs. */
+static void test_mixture_delete_with_stream(void **state)
+{
+    fixture *f = *state;
+    const uint64_t before = pd_registry_layout_bytes(f->reg);
+    connect_client(f, 0);
+    put_sharded(f, "sh");
+    put_dataset(f, "d", 1000);
+    free_env(next_reply(f));
+    assert_int_equal(put_two_component_mixture(f, 20, "mx", 2), 1);
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "mx";
+    sl.seed = 5;
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
+    m.slice = &sl;
+    m.batch = 10;
+    m.credits = 1;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 21;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &m;
+    send_env(f, &env);
+    uint32_t ids[10];
+    stream_batch(f, 21, 0, ids);
+    send_delete_mixture(f, 22, "mx");
+    assert_int_equal(pd_plans_bytes(f->plans), 0); /* the waiting stream's table went with the delete */
+    send_delete(f, 23, "sh");                      /* no mixture uses it now */
+    send_credit(f, 21, 1);                         /* the stream learns its mixture went, and ends */
+    expect_error(f, 21, PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND, "deleted");
+    assert_int_equal(pd_plans_bytes(f->plans), 0);
+    assert_int_equal(pd_registry_layout_bytes(f->reg), before);
+}
+
 /* A stream that wakes to find its dataset deleted is told so (NOT_FOUND), also when its table went to
  * plans in use meanwhile: not OVERLOADED, which would send its client to retry a dataset that is gone. */
 static void test_woken_stream_of_deleted_dataset(void **state)
@@ -1316,6 +1457,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_delete_drops_cached_plans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_error_counted_as_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_woken_stream_of_deleted_dataset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mixture_plans_follow_definition, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mixture_delete_with_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_mixtures_summaries, setup, teardown),
     };
