@@ -115,6 +115,46 @@ kill -TERM "$SMALL"
 wait "$SMALL" || fail "the small permd exited $?"
 trap permd_fixture_cleanup EXIT
 
+# Token files are read by permd's rules (daemon/auth.c): a regular file whose first line, without its line end,
+# is 1-1024 bytes with no NUL. Anything else is refused naming the file, before connecting; a FIFO used to
+# block permctl for ever in fopen() (timeout turns such a hang into a failure).
+mkfifo "$DIR/fifo"
+mkdir "$DIR/tokdir"
+printf 'abc\0def\n' >"$DIR/tok-nul"
+head -c 1025 /dev/zero | tr '\0' a >"$DIR/tok-long"
+printf '\nsecond line\n' >"$DIR/tok-empty"
+expect 2 "--token-file: $DIR/fifo is not a regular file" timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/fifo"
+expect 2 "$DIR/tokdir is not a regular file" timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/tokdir"
+expect 2 "/dev/zero is not a regular file" timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file /dev/zero
+expect 2 "the first line of $DIR/tok-nul holds a NUL byte at byte 3" \
+  timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/tok-nul"
+expect 2 "the first line of $DIR/tok-long is longer than 1024 bytes" \
+  timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/tok-long"
+expect 2 "the first line of $DIR/tok-empty is empty" \
+  timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/tok-empty"
+expect 2 "cannot open $DIR/absent: No such file" timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/absent"
+PERMD_TOKEN_FILE="$DIR/fifo" expect 2 "\$PERMD_TOKEN_FILE: $DIR/fifo is not a regular file" \
+  timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1
+# A good one authenticates: the first line without its \r\n, the rest ignored (as permd reads its own).
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+TCP=127.0.0.1:$(free_port)
+printf 'cli-test-token-0123456789\n' >"$DIR/token"
+printf 'cli-test-token-0123456789\r\nanything after the first line\0\n' >"$DIR/token-crlf"
+printf 'cli-test-token-0123456789-not\n' >"$DIR/token-wrong"
+chmod 600 "$DIR/token" "$DIR/token-crlf" "$DIR/token-wrong"
+"$PERMD" --socket "$DIR/tcp.sock" --state-dir "$DIR/tcp" --metrics "" --tcp "$TCP" --token-file "$DIR/token" \
+  2>"$DIR/tcp.log" &
+TCPD=$!
+trap 'kill "$TCPD" 2>/dev/null; permd_fixture_cleanup' EXIT
+for _ in $(seq 200); do "$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token" >/dev/null 2>&1 && break; sleep 0.05; done
+"$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token" | grep -q "^server " || fail "stats over TCP with a token file"
+"$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token-crlf" | grep -q "^server " || fail "a token file with CRLF"
+PERMD_TOKEN_FILE="$DIR/token" "$PERMCTL" stats --tcp "$TCP" | grep -q "^server " || fail "\$PERMD_TOKEN_FILE"
+expect 1 "UNAUTHENTICATED" "$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token-wrong"
+kill -TERM "$TCPD"
+wait "$TCPD" || fail "the TCP permd exited $?"
+trap permd_fixture_cleanup EXIT
+
 "$PERMCTL" datasets rm imagenet | grep -qx "deleted imagenet" || fail "rm"
 expect 1 "NOT_FOUND" "$PERMCTL" datasets rm imagenet
 
