@@ -4,6 +4,7 @@ import functools
 import math
 import numbers
 import os
+import stat
 import threading
 
 from . import _args, _lib
@@ -68,6 +69,54 @@ def _timeout_ms(timeout):
     return min(math.ceil(timeout * 1000), _args.U32_MAX)
 
 
+_TOKEN_MAX = 1024  # the longest token permd takes (daemon/auth.h PD_AUTH_TOKEN_MAX)
+
+
+def _read_token_file(path):
+    """The TCP token in a token file, by the rules permd reads its own token_file with (daemon/auth.c): the
+    first line without its \\n or \\r\\n (the rest is ignored), 1-1024 bytes with no NUL, in a regular file.
+    Bytes, sent as they are: permd compares bytes. Raises OSError (cannot open or read) or ValueError, naming
+    the file."""
+    name = repr(os.fsdecode(path))
+    try:
+        # O_NONBLOCK: opening a FIFO would wait for a writer, for ever when none comes; it is refused below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as e:
+        raise type(e)(e.errno, f"token_file: cannot open: {e.strerror}", os.fsdecode(path)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"token_file {name} is not a regular file (a directory, a FIFO or a device): "
+                             "write the token in a file")
+        data = b""
+        while len(data) <= _TOKEN_MAX:  # one byte more than a token: a longer line is refused, not cut
+            chunk = os.read(fd, _TOKEN_MAX + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as e:
+        raise type(e)(e.errno, f"token_file: cannot read: {e.strerror}", os.fsdecode(path)) from None
+    finally:
+        os.close(fd)
+    ends = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+    line = data[:min(ends)] if ends else data
+    if len(line) > _TOKEN_MAX:
+        raise ValueError(f"token_file {name}: the first line is longer than {_TOKEN_MAX} bytes, the longest "
+                         "token permd takes")
+    if b"\0" in line:
+        raise ValueError(f"token_file {name}: the first line holds a NUL byte at byte {line.index(0)}; a token "
+                         "is text")
+    if not line:
+        raise ValueError(f"token_file {name}: the first line is empty")
+    return line
+
+
+def _token_bytes(token):
+    """token= is a str (UTF-8 on the wire); token_file's is the file's bytes as they are."""
+    if not token:
+        return None
+    return token.encode() if isinstance(token, str) else token
+
+
 def _name(name, what="name"):
     if not isinstance(name, str) or not name:
         raise TypeError(f"{what} must be a non-empty string")
@@ -77,19 +126,29 @@ def _name(name, what="name"):
 class Client:
     """One connection (not thread-safe: one Client per thread).
 
-    Client(socket="/run/permd/permd.sock") or Client(tcp="127.0.0.1:7878", token="...");
-    with neither, $PERMD_SOCKET or the daemon's default socket.
+    Client(socket="/run/permd/permd.sock"), Client(tcp="127.0.0.1:7878", token="...") or
+    Client(tcp=..., token_file="/path/to/token"); with neither socket nor tcp, $PERMD_SOCKET or the
+    daemon's default socket.
+
+    token_file is read once, here, as permd reads its token_file: the first line without its line end,
+    1-1024 bytes, no NUL byte, in a regular file (else ValueError or OSError naming the file).
 
     A Client pickles (and deep-copies) as its address: the copy opens its own connection when it is
     first used, so a daemon-backed Sampler can be copied or sent to another process. The token, if
-    any, travels with it."""
+    any, travels with it (a token_file's token, not its path)."""
 
-    def __init__(self, socket=None, tcp=None, token=None, timeout=None):
+    def __init__(self, socket=None, tcp=None, token=None, timeout=None, token_file=None):
         if socket is not None and tcp is not None:
             raise ValueError("give socket= or tcp=, not both")
+        if token is not None and token_file is not None:
+            raise ValueError("give token= or token_file=, not both")
         for name, value in (("socket", socket), ("tcp", tcp), ("token", token)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string")
+        if token_file is not None:
+            if not isinstance(token_file, (str, bytes, os.PathLike)):
+                raise TypeError("token_file must be a path")
+            token = _read_token_file(token_file)
         ms = _timeout_ms(timeout)
         self._address = {"socket": socket, "tcp": tcp, "token": token, "timeout": timeout}
         self._ms = ms
@@ -106,7 +165,7 @@ class Client:
             else None
         handle = ctypes.c_void_p()
         rc = _lib.connect_timeout(endpoint.encode() if endpoint else None,
-                                  a["token"].encode() if a["token"] else None, self._ms or 0, ctypes.byref(handle))
+                                  _token_bytes(a["token"]), self._ms or 0, ctypes.byref(handle))
         _lib.check(rc, f"connect to {endpoint or 'the default socket'}", connecting=True)
         self._c, self._pid, self._broken = handle, os.getpid(), False
         info = _lib.ServerInfo()

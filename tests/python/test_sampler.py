@@ -3,10 +3,15 @@ offline vs daemon, copies of a daemon-backed sampler, its round trips, and bad a
 python3-torch and python3-numpy. Checkpoints are in test_checkpoints.py."""
 import copy
 import os
+import pathlib
 import pickle
+import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -589,6 +594,88 @@ class DaemonBacked(unittest.TestCase):
             self.assertEqual(requests(c, "get_dataset"), gets + 1)
             ids, nxt = c.fetch("wide", 6, 0, 3, 1, "pad", 0, 4)
             self.assertEqual((ids.dtype, ids.tolist(), nxt), (np.uint64, got[:4], 12))
+
+
+class TokenFile(unittest.TestCase):
+    """Client(token_file=) reads a token file as permd reads its token_file (daemon/auth.c): a FIFO, a directory or
+    a device is refused, not waited on; so are a NUL byte, an empty first line and one over 1024 bytes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="permd-token-")
+        cls.token = cls.write("token", b"py-test-token-0123456789\n")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            cls.tcp = f"127.0.0.1:{s.getsockname()[1]}"
+        cls.daemon = Daemon(extra=["--tcp", cls.tcp, "--token-file", cls.token, "--metrics", ""])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @classmethod
+    def write(cls, name, data):
+        path = os.path.join(cls.dir, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, 0o600)
+        return path
+
+    def connect(self, **kw):
+        # The TCP listener starts a moment after the Unix socket the Daemon waits for.
+        for _ in range(200):
+            try:
+                return permd.Client(tcp=self.tcp, **kw)
+            except permd.ConnectionFailed:
+                time.sleep(0.05)
+        return permd.Client(tcp=self.tcp, **kw)
+
+    def test_authenticates(self):
+        crlf = self.write("crlf", b"py-test-token-0123456789\r\nthe rest is ignored\0\xff\n")
+        for path in (self.token, pathlib.Path(self.token), crlf, crlf.encode()):
+            with self.connect(token_file=path) as c:
+                self.assertGreaterEqual(c.stats()["connections_total"], 1)
+                with pickle.loads(pickle.dumps(c)) as copied:  # the token travels, not the path
+                    copied.stats()
+        wrong = self.write("wrong", b"py-test-token-0123456789-not")
+        with self.assertRaises(permd.Unauthenticated):
+            self.connect(token_file=wrong)
+
+    def test_refused_naming_the_file(self):
+        fifo = os.path.join(self.dir, "fifo")
+        os.mkfifo(fifo)
+        cases = [(fifo, "is not a regular file"), (self.dir, "is not a regular file"),
+                 ("/dev/zero", "is not a regular file"),
+                 (self.write("nul", b"abc\0def\n"), "holds a NUL byte at byte 3"),
+                 (self.write("long", b"a" * 1025), "longer than 1024 bytes"),
+                 (self.write("empty", b"\ntoken on the second line\n"), "the first line is empty")]
+        # A regression would block in open() for ever on the FIFO: SIGALRM ends the wait as a failure.
+        def hang(signum, frame):
+            raise AssertionError("Client(token_file=) waited on a FIFO")
+        old = signal.signal(signal.SIGALRM, hang)
+        signal.alarm(30)
+        try:
+            for path, why in cases:
+                with self.assertRaisesRegex(ValueError, f"token_file '{re.escape(path)}'.*{why}"):
+                    permd.Client(tcp=self.tcp, token_file=path)
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+        with self.assertRaises(FileNotFoundError) as e:
+            permd.Client(tcp=self.tcp, token_file=os.path.join(self.dir, "absent"))
+        self.assertEqual(e.exception.filename, os.path.join(self.dir, "absent"))
+        self.assertIn("token_file", str(e.exception))
+        with self.assertRaisesRegex(ValueError, "not both"):
+            permd.Client(tcp=self.tcp, token="x", token_file=self.token)
+        with self.assertRaises(TypeError):
+            permd.Client(tcp=self.tcp, token_file=3)
+
+    def test_lengths(self):
+        from permd.client import _read_token_file
+        self.assertEqual(_read_token_file(self.write("max", b"t" * 1024 + b"\n" + b"x" * 5000)), b"t" * 1024)
+        self.assertEqual(_read_token_file(self.write("bare", b"t")), b"t")  # no line end
+        self.assertEqual(_read_token_file(self.write("cr", b" t \rx")), b" t ")  # blanks are the token's
 
 
 if __name__ == "__main__":
