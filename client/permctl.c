@@ -18,6 +18,7 @@ static const permctl_cmd permctl_cmds[] = {
     {"fetch", permctl_cmd_fetch, "print the next ids of a rank, fetched from permd"},
     {"stream", permctl_cmd_stream, "print all ids left to a rank, streamed from permd"},
     {"stats", permctl_cmd_stats, "print permd's counters"},
+    {"health", permctl_cmd_health, "GET /healthz on permd's metrics endpoint: exit 0 while it serves"},
     {"verify", permctl_cmd_verify, "check a rank's received ids against the epoch's digest (exactly once)"},
     {"shards", permctl_cmd_shards, "print the shard sizes of an MDS index or WebDataset tars (offline)"},
 };
@@ -178,6 +179,8 @@ static const struct {
     [PERMCTL_OPT_BLOCK] = {"block", PERMCTL_U64, 1, UINT32_MAX},
     [PERMCTL_OPT_INVERSE] = {"inverse", PERMCTL_FLAG, 0, 0},
     [PERMCTL_OPT_COMPONENTS] = {"components", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_HTTP] = {"http", PERMCTL_STR, 0, 0},
+    [PERMCTL_OPT_TIMEOUT_MS] = {"timeout-ms", PERMCTL_U64, 1, 3600000},
 };
 
 int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, const char *usage,

@@ -73,6 +73,8 @@ enum permctl_opt {
     PERMCTL_OPT_BLOCK,      /* B: a mixture's block */
     PERMCTL_OPT_INVERSE,    /* a flag: positional J:LOCAL:CEPOCH triples to find */
     PERMCTL_OPT_COMPONENTS, /* a mixture's components on the daemon: NAME0,NAME1,... */
+    PERMCTL_OPT_HTTP,       /* permd's metrics endpoint HOST:PORT (health) */
+    PERMCTL_OPT_TIMEOUT_MS, /* how long health waits for its answer */
     PERMCTL_OPT__COUNT
 };
 #define PERMCTL_BIT(o) (1u << PERMCTL_OPT_##o)
@@ -144,6 +146,7 @@ int permctl_cmd_fetch(int argc, char **argv);
 int permctl_cmd_stream(int argc, char **argv);
 int permctl_cmd_inverse_daemon(int argc, char **argv);
 int permctl_cmd_stats(int argc, char **argv);
+int permctl_cmd_health(int argc, char **argv); /* GET /healthz on the metrics endpoint, no libpermd */
 int permctl_cmd_verify(int argc, char **argv); /* offline with --size / --shards-file, else the daemon */
 int permctl_cmd_shards(int argc, char **argv); /* permctl_shards.c */
 int permctl_cmd_mixtures(int argc, char **argv); /* permctl_mixtures.c */

@@ -1,18 +1,23 @@
 /* permctl datasets | fetch | stream | inverse NAME | stats: the subcommands that talk to permd through libpermd. */
-#define _POSIX_C_SOURCE 200809L /* O_CLOEXEC */
+#define _POSIX_C_SOURCE 200809L /* O_CLOEXEC, getaddrinfo, clock_gettime */
 #include "permctl.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/permd.h"
 #include "core/error.h"
 #include "core/parse.h"
+#include "proto/endpoint.h"
 #include "proto/frame.h"
 
 static const char permctl_datasets_usage[] =
@@ -897,5 +902,164 @@ int permctl_cmd_verify(int argc, char **argv)
     printf("MISMATCH: got %llu ids (sum %llu, hash %016llx), expected %llu ids (sum %llu, hash %016llx)\n",
            (unsigned long long)got.count, (unsigned long long)got.sum, (unsigned long long)got.hash,
            (unsigned long long)want.count, (unsigned long long)want.sum, (unsigned long long)want.hash);
+    return PERMCTL_EXIT_FAIL;
+}
+
+/* ---- health: GET /healthz on the metrics endpoint ------------------------------------ */
+
+static const char permctl_health_usage[] =
+    "usage: permctl health --http HOST:PORT [--timeout-ms MS]\n"
+    "\n"
+    "Ask permd's metrics endpoint (its metrics key, e.g. 127.0.0.1:9464) for GET\n"
+    "/healthz: print its answer and exit 0 when it is 200, 1 otherwise (503 while\n"
+    "permd stops, nothing listening, no answer within --timeout-ms, default 5000).\n"
+    "A liveness or container health check: unlike stats it needs none of the\n"
+    "max_connections places, so a permd busy with clients is not reported unhealthy.\n";
+
+#define PERMCTL_HEALTH_TIMEOUT_MS 5000
+#define PERMCTL_HEALTH_ANSWER 1024 /* /healthz answers ~150 bytes; more is read as far as this */
+
+static uint64_t permctl_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left until deadline (permctl_now_ms's clock), at least 0. */
+static int permctl_ms_left(uint64_t deadline)
+{
+    uint64_t now = permctl_now_ms();
+    return now >= deadline ? 0 : deadline - now > INT32_MAX ? INT32_MAX : (int)(deadline - now);
+}
+
+/* Wait for fd to be ready for events until deadline: 0, or -1 (errno ETIMEDOUT when time ran out). */
+static int permctl_wait(int fd, short events, uint64_t deadline)
+{
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = events};
+        int ms = permctl_ms_left(deadline);
+        int r = ms ? poll(&p, 1, ms) : 0;
+        if (r > 0)
+            return 0;
+        if (r == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+/* A connected, non-blocking socket to host:port by deadline, or -1 with *why set. */
+static int permctl_http_connect(const char *host, uint16_t port, uint64_t deadline, const char **why)
+{
+    char service[8];
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
+    snprintf(service, sizeof service, "%u", port);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc) {
+        *why = gai_strerror(rc);
+        return -1;
+    }
+    int fd = -1, e = ECONNREFUSED;
+    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0) {
+            e = errno;
+            continue;
+        }
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS)
+            err = errno;
+        else if (permctl_wait(fd, POLLOUT, deadline))
+            err = errno;
+        else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len))
+            err = errno;
+        if (err) {
+            e = err;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        *why = strerror(e);
+    return fd;
+}
+
+/* One GET /healthz, its answer in buf (NUL-terminated, at most len - 1 bytes): 0, or -1 with *why set. */
+static int permctl_http_healthz(const char *hostport, const char *host, uint16_t port, uint64_t deadline, char *buf,
+                                size_t len, const char **why)
+{
+    char req[512];
+    int n = snprintf(req, sizeof req, "GET /healthz HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostport);
+    if (n < 0 || (size_t)n >= sizeof req) {
+        *why = "HOST:PORT too long";
+        return -1;
+    }
+    int fd = permctl_http_connect(host, port, deadline, why);
+    if (fd < 0)
+        return -1;
+    size_t sent = 0, got = 0;
+    while (sent < (size_t)n) {
+        ssize_t w = send(fd, req + sent, (size_t)n - sent, MSG_NOSIGNAL);
+        if (w > 0)
+            sent += (size_t)w;
+        else if ((errno != EAGAIN && errno != EINTR) || permctl_wait(fd, POLLOUT, deadline))
+            goto fail;
+    }
+    /* permd answers and closes (Connection: close): read to the end or as far as buf holds. */
+    while (got < len - 1) {
+        ssize_t r = recv(fd, buf + got, len - 1 - got, 0);
+        if (r > 0)
+            got += (size_t)r;
+        else if (r == 0)
+            break;
+        else if ((errno != EAGAIN && errno != EINTR) || permctl_wait(fd, POLLIN, deadline))
+            goto fail;
+    }
+    buf[got] = '\0';
+    close(fd);
+    return 0;
+fail:
+    *why = errno == ETIMEDOUT ? "no answer in time (--timeout-ms)" : strerror(errno);
+    close(fd);
+    return -1;
+}
+
+int permctl_cmd_health(int argc, char **argv)
+{
+    permctl_args a;
+    char host[256], answer[PERMCTL_HEALTH_ANSWER + 1];
+    uint16_t port;
+    const char *why = NULL;
+    int rc = permctl_parse(argc, argv, PERMCTL_BIT(HTTP) | PERMCTL_BIT(TIMEOUT_MS), PERMCTL_BIT(HTTP),
+                           permctl_health_usage, &a);
+    if (rc)
+        return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if (a.npos)
+        return permctl_usage_error("health: unexpected argument '%s'", a.pos[0]);
+    const char *hp = a.s[PERMCTL_OPT_HTTP], *colon = strrchr(hp, ':'), *bracket = strrchr(hp, ']');
+    /* A port is required: the endpoint's parser would default to permd's TCP port, never the metrics one. */
+    if (!colon || (bracket && colon < bracket) || pd_endpoint_parse_hostport(hp, host, sizeof host, &port))
+        return permctl_usage_error("--http: '%s' is not HOST:PORT (permd's metrics address, e.g. 127.0.0.1:9464)", hp);
+    uint64_t ms = a.set & PERMCTL_BIT(TIMEOUT_MS) ? a.u[PERMCTL_OPT_TIMEOUT_MS] : PERMCTL_HEALTH_TIMEOUT_MS;
+    uint64_t deadline = permctl_now_ms() + ms;
+    if (permctl_http_healthz(hp, host, port, deadline, answer, sizeof answer, &why)) {
+        fprintf(stderr, "permctl: health: GET http://%s/healthz: %s\n", hp, why);
+        return PERMCTL_EXIT_FAIL;
+    }
+    /* "HTTP/1.1 200 OK\r\n...\r\n\r\nok\n": the status line decides; the body says why (ok, stopping). */
+    const char *body = strstr(answer, "\r\n\r\n");
+    body = body ? body + 4 : "";
+    size_t line = strcspn(answer, "\r\n");
+    if (!strncmp(answer, "HTTP/1.", 7) && !strncmp(answer + 8, " 200 ", 5)) {
+        printf("%s", *body ? body : "ok\n");
+        return PERMCTL_EXIT_OK;
+    }
+    fprintf(stderr, "permctl: health: GET http://%s/healthz answered '%.*s'%s%.*s\n", hp, (int)line, answer,
+            *body ? ": " : "", (int)strcspn(body, "\r\n"), body);
     return PERMCTL_EXIT_FAIL;
 }

@@ -145,7 +145,7 @@ chmod 600 "$DIR/token" "$DIR/token-crlf" "$DIR/token-wrong"
 "$PERMD" --socket "$DIR/tcp.sock" --state-dir "$DIR/tcp" --metrics "" --tcp "$TCP" --token-file "$DIR/token" \
   2>"$DIR/tcp.log" &
 TCPD=$!
-trap 'kill "$TCPD" 2>/dev/null; permd_fixture_cleanup' EXIT
+trap 'kill "$TCPD" 2>/dev/null || true; permd_fixture_cleanup' EXIT
 for _ in $(seq 200); do "$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token" >/dev/null 2>&1 && break; sleep 0.05; done
 "$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token" | grep -q "^server " || fail "stats over TCP with a token file"
 "$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token-crlf" | grep -q "^server " || fail "a token file with CRLF"
@@ -154,6 +154,48 @@ expect 1 "UNAUTHENTICATED" "$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/toke
 kill -TERM "$TCPD"
 wait "$TCPD" || fail "the TCP permd exited $?"
 trap permd_fixture_cleanup EXIT
+
+# permctl health: GET /healthz on the metrics endpoint (the container HEALTHCHECK). A permd with all of its
+# max_connections taken is busy, not broken: stats is OVERLOADED there, health is not.
+MPORT=$(free_port)
+"$PERMD" --socket "$DIR/h.sock" --state-dir "$DIR/h" --metrics "127.0.0.1:$MPORT" --max-connections 1 \
+  2>"$DIR/h.log" &
+HPID=$!
+trap 'kill "$HPID" ${HOLD:+"$HOLD"} 2>/dev/null || true; permd_fixture_cleanup' EXIT
+for _ in $(seq 200); do "$PERMCTL" health --http "127.0.0.1:$MPORT" >/dev/null 2>&1 && break; sleep 0.05; done
+[ "$(timeout 20 "$PERMCTL" health --http "127.0.0.1:$MPORT")" = ok ] || fail "health of an idle permd"
+python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print("held", flush=True); time.sleep(600)' \
+  "$DIR/h.sock" >"$DIR/held" &
+HOLD=$!
+for _ in $(seq 200); do grep -q held "$DIR/held" && break; sleep 0.05; done
+expect 1 "OVERLOADED" "$PERMCTL" stats --socket "$DIR/h.sock"
+[ "$(timeout 20 "$PERMCTL" health --http "127.0.0.1:$MPORT")" = ok ] || fail "health of a busy permd"
+kill "$HOLD"
+wait "$HOLD" 2>/dev/null || true
+kill -TERM "$HPID"
+wait "$HPID" || fail "the health permd exited $?"
+trap permd_fixture_cleanup EXIT
+expect 1 "GET http://127.0.0.1:$MPORT/healthz: Connection refused" timeout 20 "$PERMCTL" health --http "127.0.0.1:$MPORT"
+# A server that answers 503 (permd stopping), and one that never answers (--timeout-ms bounds the wait).
+python3 -c 'import socket, time
+l = socket.create_server(("127.0.0.1", 0)); print(l.getsockname()[1], flush=True)
+c, _ = l.accept(); c.recv(4096)
+c.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 9\r\nConnection: close\r\n\r\nstopping\n")
+c.close(); l2 = socket.create_server(("127.0.0.1", 0)); print(l2.getsockname()[1], flush=True); time.sleep(600)' \
+  >"$DIR/fake" &
+FAKE=$!
+trap 'kill "$FAKE" 2>/dev/null || true; permd_fixture_cleanup' EXIT
+for _ in $(seq 200); do [ -s "$DIR/fake" ] && break; sleep 0.05; done
+expect 1 "answered 'HTTP/1.1 503 Service Unavailable': stopping" timeout 20 "$PERMCTL" health --http "127.0.0.1:$(head -1 "$DIR/fake")"
+for _ in $(seq 200); do [ "$(wc -l <"$DIR/fake")" = 2 ] && break; sleep 0.05; done
+expect 1 "no answer in time (--timeout-ms)" \
+  timeout 20 "$PERMCTL" health --http "127.0.0.1:$(tail -1 "$DIR/fake")" --timeout-ms 200
+kill "$FAKE"
+wait "$FAKE" 2>/dev/null || true
+trap permd_fixture_cleanup EXIT
+expect 2 "--http is required" "$PERMCTL" health
+expect 2 "'127.0.0.1' is not HOST:PORT" "$PERMCTL" health --http 127.0.0.1
 
 "$PERMCTL" datasets rm imagenet | grep -qx "deleted imagenet" || fail "rm"
 expect 1 "NOT_FOUND" "$PERMCTL" datasets rm imagenet

@@ -300,6 +300,49 @@ class DockerfileTest(unittest.TestCase):
                                env=dict(os.environ, **env))
             self.assertEqual(r.returncode, 0, f"{name}: {r.stderr}")
 
+    def test_healthcheck_survives_a_busy_permd(self):
+        # The HEALTHCHECK was permctl stats, which permd answers OVERLOADED once max_connections clients are
+        # connected: a busy permd was reported unhealthy (and restarted by whatever watches health). It must pass
+        # against the image's own command line with every place taken, as the Kubernetes liveness probe does.
+        for name in ("Dockerfile", "Dockerfile.cuda"):
+            _, runtime = self.check(name)
+            check = json.loads(re.match(r"HEALTHCHECK .*?CMD (\[.*\])$",
+                                        next(i for i in runtime if i.startswith("HEALTHCHECK "))).group(1))
+            cmd = json.loads(next(i for i in runtime if i.startswith("CMD "))[4:])
+            self.assertEqual(check[:2], ["permctl", "health"], name)
+            # The check asks the port the image's CMD binds metrics on, at an address that reaches it.
+            http = check[check.index("--http") + 1]
+            metrics = cmd[cmd.index("--metrics") + 1]
+            self.assertEqual(http.rsplit(":", 1)[1], metrics.rsplit(":", 1)[1], name)
+            self.assertIn(metrics.rsplit(":", 1)[0], ("0.0.0.0", "127.0.0.1"), name)
+            self.assertEqual(http.rsplit(":", 1)[0], "127.0.0.1", name)
+            tmp = tempfile.mkdtemp(prefix="permd-health-")
+            sock = os.path.join(tmp, "permd.sock")
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            argv = [a.replace(metrics, f"127.0.0.1:{port}") for a in cmd]  # this machine's free port, loopback
+            env = dict(os.environ, PERMD_SOCKET=sock, STATE_DIRECTORY=os.path.join(tmp, "st"))
+            proc = subprocess.Popen([PERMD, *argv, "--max-connections", "1"], env=env, stderr=subprocess.DEVNULL)
+            held = socket.socket(socket.AF_UNIX)
+            probe = [PERMCTL] + [a.replace(http, f"127.0.0.1:{port}") for a in check[1:]]
+            try:
+                for _ in range(1500):
+                    if subprocess.run(probe, capture_output=True, timeout=30).returncode == 0:
+                        break
+                    self.assertIsNone(proc.poll(), f"{name}: permd exited")
+                    time.sleep(0.02)
+                held.connect(sock)  # the one place max_connections allows: permd is busy, not broken
+                r = subprocess.run([PERMCTL, "stats", "--socket", sock], capture_output=True, text=True, timeout=30)
+                self.assertIn("OVERLOADED", r.stderr)  # the overload is real
+                r = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, f"{name}: the health check fails while permd is busy: {r.stderr}")
+            finally:
+                held.close()
+                proc.terminate()
+                proc.wait(timeout=30)
+                shutil.rmtree(tmp, ignore_errors=True)
+
     def test_cuda(self):
         ins, runtime = self.check("Dockerfile.cuda")
         self.assertTrue(any("-DPERMD_CUDA=ON" in i for i in ins))
