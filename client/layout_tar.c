@@ -165,11 +165,6 @@ static int uc_lower(const char *s, size_t n, char **out, size_t *outlen)
 
 enum { PYINT_STR, PYINT_BYTES };
 
-static int py_isspace(unsigned char c) /* Py_ISSPACE: what int() skips around a number */
-{
-    return c == ' ' || (c >= '\t' && c <= '\r');
-}
-
 static int uc_in(const uint32_t *v, size_t n, uint32_t c)
 {
     for (size_t i = 0; i < n; i++)
@@ -178,54 +173,78 @@ static int uc_in(const uint32_t *v, size_t n, uint32_t c)
     return 0;
 }
 
-/* int(s, base) for s bytes (PYINT_BYTES) or the str they decode to (PYINT_STR: UTF-8 with surrogateescape,
- * where Unicode decimal digits and blanks count as ASCII ones). 1 and *v (saturated at ±TAR_HUGE) where int()
- * returns a number, 0 where it raises ValueError. */
-static int py_int(const unsigned char *s, size_t n, int mode, int base, int64_t *v)
+/* int()'s input, one character at a time, read in place: its bytes (PYINT_BYTES), or the code points of the str
+ * they decode to (PYINT_STR: UTF-8 with surrogateescape) as _PyUnicode_TransformDecimalAndSpaceToASCII makes
+ * them: ASCII as it is, Unicode whitespace a blank, a Unicode decimal digit its ASCII one. Each code point is
+ * one character, so no copy is needed (a copy cost a malloc, and its failure read as a number int() refuses). */
+enum { PY_END = -1, PY_NOT = 256 }; /* past the end; a code point int() refuses wherever it stands */
+
+typedef struct py_text {
+    const unsigned char *s;
+    size_t n, i; /* the input and where the next character starts */
+    int mode;
+} py_text;
+
+/* The next character (PY_END at the end); *t moves past it when take. */
+static int py_next(py_text *t, int take)
 {
-    unsigned char small[64], *t = n < sizeof small ? small : malloc(n + 1);
-    size_t m = 0, i = 0;
-    int ok = 0;
-    if (!t)
-        return 0; /* (only for numbers of more than 63 bytes: refusing one is an error, never a wrong count) */
-    if (mode == PYINT_BYTES) {
-        memcpy(t, s, n);
-        m = n;
+    size_t i = t->i;
+    int ch;
+    if (i >= t->n)
+        return PY_END;
+    if (t->mode == PYINT_BYTES) {
+        ch = t->s[i++];
     } else {
-        while (i < n) { /* _PyUnicode_TransformDecimalAndSpaceToASCII */
-            uint32_t c = pd_uc_next(s, n, &i);
-            if (c < 127) {
-                t[m++] = (unsigned char)c;
-                continue;
-            }
-            if (uc_in(pd_uc_space, sizeof pd_uc_space / sizeof pd_uc_space[0], c)) {
-                t[m++] = ' ';
-                continue;
-            }
-            size_t k = 0;
-            while (k < sizeof pd_uc_digit_zero / sizeof pd_uc_digit_zero[0] &&
-                   !(c >= pd_uc_digit_zero[k] && c < pd_uc_digit_zero[k] + 10))
+        const size_t nzero = sizeof pd_uc_digit_zero / sizeof pd_uc_digit_zero[0];
+        uint32_t c = pd_uc_next(t->s, t->n, &i);
+        size_t k = 0;
+        if (c < 127) {
+            ch = (int)c;
+        } else if (uc_in(pd_uc_space, sizeof pd_uc_space / sizeof pd_uc_space[0], c)) {
+            ch = ' ';
+        } else {
+            while (k < nzero && !(c >= pd_uc_digit_zero[k] && c < pd_uc_digit_zero[k] + 10))
                 k++;
-            if (k == sizeof pd_uc_digit_zero / sizeof pd_uc_digit_zero[0] || (c & PD_UC_BYTE))
-                goto done; /* neither: int() raises */
-            t[m++] = (unsigned char)('0' + (c - pd_uc_digit_zero[k]));
+            ch = k < nzero && !(c & PD_UC_BYTE) ? '0' + (int)(c - pd_uc_digit_zero[k]) : PY_NOT; /* PY_NOT: neither */
         }
     }
+    if (take)
+        t->i = i;
+    return ch;
+}
+
+static int py_isspace(int c) /* Py_ISSPACE: what int() skips around a number */
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* int(s, base) for s bytes (PYINT_BYTES) or the str they decode to (PYINT_STR, where Unicode decimal digits and
+ * blanks count as ASCII ones). 1 and *v (saturated at ±TAR_HUGE) where int() returns a number, 0 where it raises
+ * ValueError. */
+static int py_int(const unsigned char *s, size_t n, int mode, int base, int64_t *v)
+{
     /* PyLong_FromString: blanks, a sign, base 8's optional "0o" (and one '_' after it), digits with single
      * underscores between them, blanks, and nothing else (a NUL included) */
-    i = 0;
-    while (i < m && py_isspace(t[i]))
-        i++;
-    int neg = i < m && t[i] == '-';
-    i += i < m && (t[i] == '-' || t[i] == '+');
-    if (base == 8 && i + 1 < m && t[i] == '0' && (t[i + 1] == 'o' || t[i + 1] == 'O')) {
-        i += 2;
-        i += i < m && t[i] == '_';
+    py_text t = {s, n, 0, mode};
+    while (py_isspace(py_next(&t, 0)))
+        py_next(&t, 1);
+    int c = py_next(&t, 0), neg = c == '-';
+    if (c == '-' || c == '+')
+        py_next(&t, 1);
+    if (base == 8 && py_next(&t, 0) == '0') {
+        py_text o = t;
+        py_next(&o, 1);
+        if ((c = py_next(&o, 1)) == 'o' || c == 'O') {
+            t = o;
+            if (py_next(&t, 0) == '_')
+                py_next(&t, 1);
+        }
     }
     int64_t x = 0;
     size_t digits = 0;
-    for (int under = 1; i < m; i++) { /* under: the last character was '_' (or nothing yet) */
-        unsigned char c = t[i];
+    int under = 1; /* the last character was '_' (or nothing yet) */
+    for (;; py_next(&t, 1)) {
+        c = py_next(&t, 0);
         if (c == '_' && !under && digits) {
             under = 1;
             continue;
@@ -237,18 +256,14 @@ static int py_int(const unsigned char *s, size_t n, int mode, int base, int64_t 
         digits++;
         under = 0;
     }
-    if (!digits || t[i - 1] == '_' || (base == 10 && digits > 4300)) /* 4300: int()'s limit on decimal digits */
-        goto done;
-    while (i < m && py_isspace(t[i]))
-        i++;
-    if (i == m) {
-        *v = x > TAR_HUGE ? TAR_HUGE : neg ? -x : x;
-        ok = 1;
-    }
-done:
-    if (t != small)
-        free(t);
-    return ok;
+    if (!digits || under || (base == 10 && digits > 4300)) /* 4300: int()'s limit on decimal digits */
+        return 0;
+    while (py_isspace(py_next(&t, 0)))
+        py_next(&t, 1);
+    if (py_next(&t, 0) != PY_END)
+        return 0;
+    *v = x > TAR_HUGE ? TAR_HUGE : neg ? -x : x;
+    return 1;
 }
 
 /* tarfile's nti(): a header number field. Base 256 after a 0x80 or 0xff byte, else octal text up to its first

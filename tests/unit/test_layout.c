@@ -465,6 +465,22 @@ static void test_count_as_tarfile(void **state)
     put_member(f, "a.txt", "x", 1, '0', (const char *[]){" 0o6_44 "}, (const size_t[]){100}, 1);
     close_raw(f, 1);
     assert_int_equal(count_ok("oct.tar"), 1);
+    /* a pax size is int() of a str: Unicode blanks and digits count, read in place however long the value (one
+     * over 63 bytes was copied into a malloc'd buffer, whose failure read as a size of 0) */
+    char paxsize[512], rec[512];
+    size_t sl = (size_t)sprintf(paxsize, "size=");
+    for (int i = 0; i < 30; i++)
+        sl += (size_t)sprintf(paxsize + sl, "\u3000"); /* IDEOGRAPHIC SPACE, 3 bytes */
+    sprintf(paxsize + sl, "6_0\u0660 "); /* ARABIC-INDIC DIGIT ZERO: 600, in 97 bytes */
+    static char six[600];
+    memset(six, 'x', sizeof six);
+    size_t rl = pax_record(rec, paxsize);
+    f = open_raw("paxsize.tar");
+    put_member(f, "PaxHeader", rec, rl, 'x', NULL, NULL, 0);
+    put_member(f, "a.jpg", six, sizeof six, '0', (const char *[]){"1"}, (const size_t[]){124}, 1); /* header: 1 */
+    put_member(f, "a.txt", "x", 1, '0', NULL, NULL, 0);
+    close_raw(f, 1);
+    assert_int_equal(count_ok("paxsize.tar"), 1); /* a size of 0 or 1 would read a.jpg's second block as a header */
     /* a pax global header's path applies to every later member: zzz.png twice, WebDataset raises */
     char recs[256];
     size_t n = pax_record(recs, "path=zzz.png");
