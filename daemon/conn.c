@@ -909,7 +909,7 @@ static int pd_conn_new(pd_conns *set, uv_stream_t *listener, int fd, int is_tcp,
     if (!memory)
         rc = listener ? uv_accept(listener, &c->h.stream) : is_tcp ? uv_tcp_open(&c->h.tcp, fd) : uv_pipe_open(&c->h.pipe, fd);
     if (rc || pd_frame_reader_init(&c->in, PD_READ_BASE, set->lim.max_frame)) {
-        pd_log_warn("accept", "err=%s", rc ? uv_err_name(rc) : "ENOMEM");
+        pd_log_warn_peer("accept", "err=%s", rc ? uv_err_name(rc) : "ENOMEM");
         if (rc && fd >= 0)
             close(fd); /* the handle did not take it */
         pd_frame_reader_free(&c->in);

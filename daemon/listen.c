@@ -36,7 +36,7 @@ static void pd_on_connection(uv_stream_t *listener, int status)
 {
     pd_listener *l = listener->data;
     if (status < 0) {
-        pd_log_warn("accept", "err=%s", uv_err_name(status));
+        pd_log_warn_peer("accept", "err=%s", uv_err_name(status));
         return;
     }
     if (!l->closing)
