@@ -19,6 +19,7 @@
 #include "core/parse.h"
 #include "proto/endpoint.h"
 #include "proto/frame.h"
+#include "proto/token.h"
 
 static const char permctl_datasets_usage[] =
     "usage: permctl datasets put NAME --size N [--json]\n"
@@ -72,77 +73,31 @@ static const char permctl_stats_usage[] =
 
 /* ---- Connection ------------------------------------------------------------------ */
 
-/* The longest token permd takes (PD_AUTH_TOKEN_MAX in daemon/auth.h; client/ does not include daemon/). */
-#define PERMCTL_TOKEN_MAX 1024
-
-/* Read up to len bytes of fd (fewer at its end); -1 with errno on failure. */
-static ssize_t permctl_read_fd(int fd, char *buf, size_t len)
+/* The TCP token, read by the rules permd reads its token_file with (proto/token.h), so that a file permd
+ * would refuse is refused here too, naming it (what: --token-file or $PERMD_TOKEN_FILE), instead of being
+ * sent cut or hanging on a FIFO. PERMCTL_EXIT_USAGE. */
+static int permctl_read_token(const char *what, const char *path, pd_token_file *f)
 {
-    size_t n = 0;
-    while (n < len) {
-        ssize_t r = read(fd, buf + n, len - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            break;
-        n += (size_t)r;
+    if (!pd_token_read(path, f))
+        return 0;
+    switch (f->fault) {
+    case PD_TOKEN_CANNOT_OPEN:
+        return permctl_usage_error("%s: cannot open %s: %s", what, path, strerror(f->err));
+    case PD_TOKEN_CANNOT_READ:
+        return permctl_usage_error("%s: cannot read %s: %s", what, path, strerror(f->err));
+    case PD_TOKEN_NOT_REGULAR:
+        return permctl_usage_error("%s: %s is not a regular file (a directory, a FIFO or a device): write the "
+                                   "token in a file", what, path);
+    case PD_TOKEN_TOO_LONG:
+        return permctl_usage_error("%s: the first line of %s is longer than %d bytes, the longest token permd "
+                                   "takes", what, path, PD_TOKEN_MAX);
+    case PD_TOKEN_HAS_NUL:
+        return permctl_usage_error("%s: the first line of %s holds a NUL byte at byte %zu; a token is text", what,
+                                   path, f->nul_at);
+    case PD_TOKEN_EMPTY:
+    default:
+        return permctl_usage_error("%s: the first line of %s is empty", what, path);
     }
-    return (ssize_t)n;
-}
-
-/* The TCP token: the first line of a token file without its \n or \r\n, by the rules permd reads its
- * token_file with (pd_auth_load_token), so that a file permd would refuse is refused here too, naming it
- * (what: --token-file or $PERMD_TOKEN_FILE), instead of being sent cut or hanging. PERMCTL_EXIT_USAGE. */
-static int permctl_read_token(const char *what, const char *path, char buf[PERMCTL_TOKEN_MAX + 1])
-{
-    struct stat st;
-    char line[PERMCTL_TOKEN_MAX + 1]; /* one byte more than a token: a longer line is refused, not cut */
-    int rc = PERMCTL_EXIT_USAGE;
-    /* O_NONBLOCK: opening a FIFO blocks until a writer comes, for ever when none does; it is refused below
-     * as a device is (reading either could block too, or never end). */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0)
-        return permctl_usage_error("%s: cannot open %s: %s", what, path, strerror(errno));
-    if (fstat(fd, &st)) {
-        permctl_usage_error("%s: cannot read %s: %s", what, path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        permctl_usage_error("%s: %s is not a regular file (a directory, a FIFO or a device): write the token in "
-                            "a file", what, path);
-        goto fail;
-    }
-    ssize_t n = permctl_read_fd(fd, line, sizeof line);
-    if (n < 0) {
-        permctl_usage_error("%s: cannot read %s: %s", what, path, strerror(errno));
-        goto fail;
-    }
-    size_t len = 0;
-    while (len < (size_t)n && line[len] != '\n' && line[len] != '\r')
-        len++;
-    if (len > PERMCTL_TOKEN_MAX) {
-        permctl_usage_error("%s: the first line of %s is longer than %d bytes, the longest token permd takes",
-                            what, path, PERMCTL_TOKEN_MAX);
-        goto fail;
-    }
-    const char *nul = memchr(line, '\0', len); /* C strings would end the token there: permd refuses it */
-    if (nul) {
-        permctl_usage_error("%s: the first line of %s holds a NUL byte at byte %zu; a token is text", what, path,
-                            (size_t)(nul - line));
-        goto fail;
-    }
-    if (len == 0) {
-        permctl_usage_error("%s: the first line of %s is empty", what, path);
-        goto fail;
-    }
-    memcpy(buf, line, len);
-    buf[len] = '\0';
-    rc = 0;
-fail:
-    close(fd);
-    return rc;
 }
 
 int permctl_connect(const permctl_args *a, permd_client **c)
@@ -151,12 +106,12 @@ int permctl_connect(const permctl_args *a, permd_client **c)
     if (a->s[PERMCTL_OPT_TCP] && a->s[PERMCTL_OPT_SOCKET])
         return permctl_usage_error("give --socket or --tcp, not both");
     if (a->s[PERMCTL_OPT_TCP]) {
-        char token[PERMCTL_TOKEN_MAX + 1];
+        pd_token_file token;
         const char *tf = a->s[PERMCTL_OPT_TOKEN_FILE] ? a->s[PERMCTL_OPT_TOKEN_FILE] : getenv("PERMD_TOKEN_FILE");
         if (tf && *tf &&
-            (rc = permctl_read_token(a->s[PERMCTL_OPT_TOKEN_FILE] ? "--token-file" : "$PERMD_TOKEN_FILE", tf, token)))
+            (rc = permctl_read_token(a->s[PERMCTL_OPT_TOKEN_FILE] ? "--token-file" : "$PERMD_TOKEN_FILE", tf, &token)))
             return rc;
-        rc = permd_connect_tcp(a->s[PERMCTL_OPT_TCP], tf && *tf ? token : NULL, c);
+        rc = permd_connect_tcp(a->s[PERMCTL_OPT_TCP], tf && *tf ? token.token : NULL, c);
     } else {
         if (a->s[PERMCTL_OPT_TOKEN_FILE])
             return permctl_usage_error("--token-file applies to --tcp only");

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "daemon/log.h"
+#include "proto/token.h"
 
 int pd_auth_peer_uid(int fd, uint32_t *uid)
 {
@@ -31,93 +32,48 @@ int pd_auth_uid_allowed(const pd_uid_list *allow, uint32_t uid)
     return 0;
 }
 
-/* Read up to len bytes of fd (fewer at its end). */
-static ssize_t pd_auth_read(int fd, char *buf, size_t len)
-{
-    size_t n = 0;
-    while (n < len) {
-        ssize_t r = read(fd, buf + n, len - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    return (ssize_t)n;
-}
-
 int pd_auth_load_token(const char *path, char **token, size_t *len)
 {
-    struct stat st;
-    char buf[PD_AUTH_TOKEN_MAX + 1]; /* one byte more than a token: a longer line is refused, not cut */
-    int rc = PD_EINVAL;
-    /* O_NONBLOCK: a FIFO or a device named here must be refused, not block startup (or the event loop,
-     * on SIGHUP) until some writer comes; SIGTERM could not even stop permd there. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
-        pd_log_error("token", "path=%s msg=\"token_file cannot be opened: %s\"", path, strerror(errno));
-        return PD_EIO;
-    }
-    if (fstat(fd, &st)) {
-        pd_log_error("token", "path=%s msg=\"token_file: %s\"", path, strerror(errno));
-        rc = PD_EIO;
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
+    pd_token_file f;
+    int rc = pd_token_read(path, &f);
+    switch (f.fault) {
+    case PD_TOKEN_FINE:
+        break;
+    case PD_TOKEN_CANNOT_OPEN:
+        pd_log_error("token", "path=%s msg=\"token_file cannot be opened: %s\"", path, strerror(f.err));
+        return rc;
+    case PD_TOKEN_CANNOT_READ:
+        pd_log_error("token", "path=%s msg=\"token_file cannot be read: %s\"", path, strerror(f.err));
+        return rc;
+    case PD_TOKEN_NOT_REGULAR: /* a FIFO would have blocked startup, or the event loop on SIGHUP, deaf to SIGTERM */
         pd_log_error("token", "path=%s msg=\"token_file is not a regular file (a directory, a pipe, a FIFO or a "
                      "device): write the token in a file\"", path);
-        goto fail;
-    }
-    if (st.st_mode & 0077)
-        pd_log_warn("token", "path=%s msg=\"token_file is readable by group or others (mode %04o); chmod 600 it\"",
-                    path, (unsigned)(st.st_mode & 07777));
-    ssize_t n = pd_auth_read(fd, buf, sizeof buf);
-    if (n < 0) {
-        pd_log_error("token", "path=%s msg=\"token_file cannot be read: %s\"", path, strerror(errno));
-        rc = PD_EIO;
-        goto fail;
-    }
-    size_t line = 0; /* the first line, without its \n or \r\n */
-    while (line < (size_t)n && buf[line] != '\n' && buf[line] != '\r')
-        line++;
-    if (line > PD_AUTH_TOKEN_MAX) {
-        /* It used to be cut at 4095 bytes, and clients sent it whole in a Hello that max_preauth_frame
-         * refuses: permd started, and no client could ever authenticate. */
+        return rc;
+    case PD_TOKEN_TOO_LONG:
         pd_log_error("token", "path=%s msg=\"token_file: the first line is longer than %d bytes, the longest token "
                      "(32 random bytes in hex are plenty: openssl rand -hex 32)\"", path, PD_AUTH_TOKEN_MAX);
-        rc = PD_ETOOBIG;
-        goto fail;
-    }
-    /* A NUL ends the token for C strings and for every client that reads the file as permctl does: a binary
-     * token (head -c 32 /dev/urandom) would be checked only up to its first zero byte, maybe one byte long. */
-    const char *nul = memchr(buf, '\0', line);
-    if (nul) {
+        return rc;
+    case PD_TOKEN_HAS_NUL:
         pd_log_error("token", "path=%s msg=\"token_file: the first line holds a NUL byte at byte %zu; the token "
-                     "must be text (openssl rand -hex 32)\"", path, (size_t)(nul - buf));
-        goto fail;
-    }
-    if (line == 0) {
+                     "must be text (openssl rand -hex 32)\"", path, f.nul_at);
+        return rc;
+    case PD_TOKEN_EMPTY:
         pd_log_error("token", "path=%s msg=\"token_file: the first line is empty\"", path);
-        goto fail;
+        return rc;
     }
+    if (f.mode & 0077)
+        pd_log_warn("token", "path=%s msg=\"token_file is readable by group or others (mode %04o); chmod 600 it\"",
+                    path, f.mode);
     /* Nothing bounds how many tokens a network peer may try (one per connection): the token's length is
      * the defence. */
-    if (line < PD_AUTH_TOKEN_SHORT)
+    if (f.len < PD_AUTH_TOKEN_SHORT)
         pd_log_warn("token", "path=%s msg=\"token_file: the token is %zu bytes; use at least %d random ones "
-                    "(openssl rand -hex 32): peers may try tokens without bound\"", path, line, PD_AUTH_TOKEN_SHORT);
-    if (!(*token = malloc(line + 1))) {
-        rc = PD_ENOMEM;
-        goto fail;
-    }
-    memcpy(*token, buf, line);
-    (*token)[line] = '\0';
-    *len = line;
-    rc = 0;
-fail:
-    close(fd);
-    return rc;
+                    "(openssl rand -hex 32): peers may try tokens without bound\"", path, f.len, PD_AUTH_TOKEN_SHORT);
+    if (!(*token = malloc(f.len + 1)))
+        return PD_ENOMEM;
+    memcpy(*token, f.token, f.len + 1);
+    *len = f.len;
+    return 0;
 }
 
 int pd_auth_token_fits(size_t len, uint64_t max_preauth_frame, char *err, size_t errlen)

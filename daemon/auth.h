@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "daemon/config.h"
+#include "proto/token.h"
 
 /* The uid of a Unix socket's peer, from SO_PEERCRED. PD_EIO. */
 int pd_auth_peer_uid(int fd, uint32_t *uid);
@@ -13,7 +14,7 @@ int pd_auth_peer_uid(int fd, uint32_t *uid);
 /* Whether uid is in the list. */
 int pd_auth_uid_allowed(const pd_uid_list *allow, uint32_t uid);
 
-#define PD_AUTH_TOKEN_MAX 1024 /* the longest token: its Hello stays far below max_preauth_frame (4096) */
+#define PD_AUTH_TOKEN_MAX PD_TOKEN_MAX /* the longest token (proto/token.h) */
 #define PD_AUTH_TOKEN_SHORT 16 /* a shorter token is warned about: peers may try tokens without bound */
 
 /* The TCP token: the first line of the file at path (without its \n or \r\n), in a malloc'd string
