@@ -366,3 +366,26 @@ int raw_wait_eof(int fd, int timeout_ms)
             return 0;
     }
 }
+
+long long harness_metric(int port, const char *series)
+{
+    char hp[32], line[512];
+    snprintf(hp, sizeof hp, "127.0.0.1:%d", port);
+    int fd = raw_connect_tcp(hp);
+    if (fd < 0)
+        return -1;
+    const char *req = "GET /metrics HTTP/1.1\r\n\r\n";
+    raw_send(fd, req, strlen(req));
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return -1;
+    }
+    long long v = -1;
+    size_t len = strlen(series);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, series, len) && line[len] == ' ')
+            v = atoll(line + len + 1);
+    fclose(f);
+    return v;
+}

@@ -63,5 +63,8 @@ int raw_recv_env(int fd, int timeout_ms, pd_envelope **env);
 void raw_expect_error(int fd, Permd__V1__ErrorCode code);
 /* Whether the server closes the connection (EOF) within timeout_ms. */
 int raw_wait_eof(int fd, int timeout_ms);
+/* The value of the sample `series` (a metric's name and labels, as /metrics writes them) that permd's
+ * metrics endpoint on 127.0.0.1:port serves now, or -1 when it is not there or cannot be read. */
+long long harness_metric(int port, const char *series);
 
 #endif

@@ -579,26 +579,6 @@ static int send_upload_part(int fd, const char *name, uint64_t total, uint64_t f
     return rc;
 }
 
-/* The value of a metric in permd's /metrics text, or -1. */
-static long long metric(int port, const char *name)
-{
-    char hp[32], line[512];
-    snprintf(hp, sizeof hp, "127.0.0.1:%d", port);
-    int fd = raw_connect_tcp(hp);
-    if (fd < 0)
-        return -1;
-    const char *req = "GET /metrics HTTP/1.1\r\n\r\n";
-    raw_send(fd, req, strlen(req));
-    FILE *f = fdopen(fd, "r");
-    long long v = -1;
-    size_t len = strlen(name);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, name, len) && line[len] == ' ')
-            v = atoll(line + len + 1);
-    fclose(f);
-    return v;
-}
-
 /* 8. Sharded datasets are bounded in bytes: uploads in flight, layouts kept, plans cached. */
 static void test_shard_memory_bounds(void **state)
 {
@@ -617,15 +597,15 @@ static void test_shard_memory_bounds(void **state)
     assert_int_equal(reply_kind(a, 3000), PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
     assert_int_equal(send_upload_part(b, "b", 1 << 24, 0, 100000), 0);
     assert_int_equal(reply_kind(b, 3000), PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
-    long long held = metric(port, "permd_upload_bytes");
+    long long held = harness_metric(port, "permd_upload_bytes");
     assert_true(held >= 1600000 && held <= 3145728);
     assert_int_equal(send_upload_part(b, "b", 1 << 24, 100000, 200000), 0); /* over 3 MiB together */
     assert_int_equal(reply_kind(b, 3000), -PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
-    assert_true(metric(port, "permd_upload_bytes") < held); /* b's upload was dropped */
+    assert_true(harness_metric(port, "permd_upload_bytes") < held); /* b's upload was dropped */
     close(a);
     close(b);
     usleep(200000);
-    assert_int_equal(metric(port, "permd_upload_bytes"), 0); /* a's went with its connection */
+    assert_int_equal(harness_metric(port, "permd_upload_bytes"), 0); /* a's went with its connection */
 
     /* Layouts: 4 MiB of them (8 bytes a shard). */
     permd_client *c;
@@ -637,7 +617,7 @@ static void test_shard_memory_bounds(void **state)
     assert_int_equal(permd_put_dataset_sharded(c, "s1", sizes, S, 8, 1, NULL, NULL), 0); /* 2.4 MB */
     assert_int_equal(permd_put_dataset_sharded(c, "s2", sizes, S, 8, 1, NULL, NULL), PERMD_ETOOBIG);
     assert_non_null(strstr(permd_last_error(c), "layout_memory"));
-    long long layouts = metric(port, "permd_layout_bytes");
+    long long layouts = harness_metric(port, "permd_layout_bytes");
     assert_true(layouts > 2400000 && layouts <= 4194304);
 
     /* Plans: each 16 bytes a shard (4.8 MB here): never more than the newest beyond the bound. */
@@ -646,7 +626,7 @@ static void test_shard_memory_bounds(void **state)
         uint32_t ids[10];
         uint64_t got, next;
         assert_int_equal(permd_fetch_u32(c, &sl, 10, ids, &got, &next), 0);
-        assert_true(metric(port, "permd_plan_bytes") <= 16LL * S + 4194304);
+        assert_true(harness_metric(port, "permd_plan_bytes") <= 16LL * S + 4194304);
     }
     free(sizes);
     permd_close(c);

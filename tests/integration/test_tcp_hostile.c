@@ -333,26 +333,6 @@ static void test_pipelined_guesses(void **state)
     assert_int_equal(harness_finish(&h), 0);
 }
 
-/* The value of the /metrics sample `series` (name and labels, as written) on 127.0.0.1:port, or -1. */
-static long long scrape(int port, const char *series)
-{
-    char hp[32], line[512];
-    snprintf(hp, sizeof hp, "127.0.0.1:%d", port);
-    int fd = raw_connect_tcp(hp);
-    if (fd < 0)
-        return -1;
-    const char *req = "GET /metrics HTTP/1.1\r\n\r\n";
-    raw_send(fd, req, strlen(req));
-    FILE *f = fdopen(fd, "r");
-    long long v = -1;
-    size_t len = strlen(series);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, series, len) && line[len] == ' ')
-            v = atoll(line + len + 1);
-    fclose(f);
-    return v;
-}
-
 /* A peer guessing tokens as fast as it can connect: each guess is refused, but auth_fail lines stop at
  * peer_log_rate a second; every guess is either a line or counted in permd_log_suppressed_total, and the
  * log_suppressed lines never say more than that count. (How many are suppressed depends on the
@@ -374,7 +354,7 @@ static void test_auth_fail_log_rate(void **state)
         assert_int_equal(permd_connect_tcp(h.tcp, "wrong-token", &c), PERMD_EAUTH);
     }
     /* permd logs a refusal before it answers it: every line is in the log by now. */
-    long long suppressed = scrape(port, "permd_log_suppressed_total{event=\"auth_fail\"}");
+    long long suppressed = harness_metric(port, "permd_log_suppressed_total{event=\"auth_fail\"}");
     FILE *f = fopen(h.log, "r");
     assert_non_null(f);
     char line[1024];
