@@ -290,6 +290,22 @@ static void send_fetch_slice(fixture *f, uint64_t id, Permd__V1__Slice *sl, uint
     send_env(f, &env);
 }
 
+/* A Stream of slice sl in batches of batch ids with credits credits (max_count 0: all), as request id. */
+static void send_stream_slice(fixture *f, uint64_t id, Permd__V1__Slice *sl, uint32_t batch, uint32_t credits,
+                              uint64_t max_count)
+{
+    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
+    m.slice = sl;
+    m.batch = batch;
+    m.credits = credits;
+    m.max_count = max_count;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &m;
+    send_env(f, &env);
+}
+
 static void send_fetch(fixture *f, uint64_t id, const char *name, uint32_t world, uint32_t rank, uint64_t offset,
                        uint64_t count)
 {
@@ -412,16 +428,7 @@ static void test_stream_credits(void **state)
     sl.world = 4;
     sl.rank = 1;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
-    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
-    m.slice = &sl;
-    m.batch = 10;
-    m.credits = 2;
-    m.max_count = 50;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = 5;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &m;
-    send_env(f, &env);
+    send_stream_slice(f, 5, &sl, 10, 2, 50);
     uint64_t offset = 0, seq = 0;
     assert_int_equal(take_batches(f, &offset, &seq), 2); /* two credits: two batches, then it waits */
     uv_run(&f->loop, UV_RUN_NOWAIT);
@@ -967,15 +974,7 @@ static void send_sharded_fetch(fixture *f, uint64_t id, uint64_t seed, uint64_t 
 static void send_sharded_stream(fixture *f, uint64_t id, uint64_t seed)
 {
     Permd__V1__Slice sl = sharded_slice(seed, 0);
-    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
-    m.slice = &sl;
-    m.batch = 10;
-    m.credits = 1;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &m;
-    send_env(f, &env);
+    send_stream_slice(f, id, &sl, 10, 1, 0);
 }
 
 /* The next stream batch of stream id: its 10 ids. */
@@ -1257,15 +1256,7 @@ static void test_mixture_delete_with_stream(void **state)
     sl.seed = 5;
     sl.world = 1;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
-    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
-    m.slice = &sl;
-    m.batch = 10;
-    m.credits = 1;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = 21;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &m;
-    send_env(f, &env);
+    send_stream_slice(f, 21, &sl, 10, 1, 0);
     uint32_t ids[10];
     stream_batch(f, 21, 0, ids);
     send_delete_mixture(f, 22, "mx");
