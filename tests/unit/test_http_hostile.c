@@ -158,6 +158,20 @@ static const char *get(uv_loop_t *loop, int port, const char *path, char *buf, s
     return body + 4;
 }
 
+/* An endpoint on a free loopback port of loop, serving c's counting routes with this cache window. */
+static pd_http *counting_listen(uv_loop_t *loop, counting *c, uint64_t cache_ms, int *port)
+{
+    pd_http *h;
+    char addr[32];
+    *port = free_port();
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", *port);
+    assert_int_equal(uv_loop_init(loop), 0);
+    pd_http_routes routes = {.metrics = counting_metrics, .stopping = counting_stopping, .ctx = c};
+    pd_http_limits lim = {.max_conns = 8, .timeout_ms = 5000, .cache_ms = cache_ms};
+    assert_int_equal(pd_http_listen(loop, addr, 0, &routes, &lim, &h), 0);
+    return h;
+}
+
 /* A scraper asking again within metrics_cache_ms gets the body already rendered (no render on the
  * loop), counted in pd_http_cache_hits; with 0 every scrape renders (the control). The window here
  * is an hour, so the second scrape falls in it however slow the machine; /healthz stays live. */
@@ -166,15 +180,10 @@ static void test_metrics_cached(void **state)
     (void)state;
     for (int cached = 1; cached >= 0; cached--) {
         uv_loop_t loop;
-        pd_http *h;
-        char addr[32], buf[1024];
-        int port = free_port();
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-        assert_int_equal(uv_loop_init(&loop), 0);
+        char buf[1024];
+        int port;
         counting c = {0};
-        pd_http_routes routes = {.metrics = counting_metrics, .stopping = counting_stopping, .ctx = &c};
-        pd_http_limits lim = {.max_conns = 8, .timeout_ms = 5000, .cache_ms = cached ? 3600000 : 0};
-        assert_int_equal(pd_http_listen(&loop, addr, 0, &routes, &lim, &h), 0);
+        pd_http *h = counting_listen(&loop, &c, cached ? 3600000 : 0, &port);
 
         assert_string_equal(get(&loop, port, "/metrics", buf, sizeof buf), "renders 1\n");
         assert_string_equal(get(&loop, port, "/healthz", buf, sizeof buf), "ok\n");
@@ -203,15 +212,10 @@ static void test_metrics_cache_expires(void **state)
 {
     (void)state;
     uv_loop_t loop;
-    pd_http *h;
-    char addr[32], buf[1024];
-    int port = free_port();
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    assert_int_equal(uv_loop_init(&loop), 0);
+    char buf[1024];
+    int port;
     counting c = {0};
-    pd_http_routes routes = {.metrics = counting_metrics, .stopping = counting_stopping, .ctx = &c};
-    pd_http_limits lim = {.max_conns = 8, .timeout_ms = 5000, .cache_ms = 50};
-    assert_int_equal(pd_http_listen(&loop, addr, 0, &routes, &lim, &h), 0);
+    pd_http *h = counting_listen(&loop, &c, 50, &port);
     assert_string_equal(get(&loop, port, "/metrics", buf, sizeof buf), "renders 1\n");
     usleep(200000);
     assert_string_equal(get(&loop, port, "/metrics", buf, sizeof buf), "renders 2\n");
