@@ -111,10 +111,16 @@ def _read_token_file(path):
 
 
 def _token_bytes(token):
-    """token= is a str (UTF-8 on the wire); token_file's is the file's bytes as they are."""
+    """token= is a str (UTF-8 on the wire); token_file's is the file's bytes as they are.
+
+    A NUL byte is refused, as permd refuses it in its token_file: libpermd takes a C string and would
+    send only the bytes before it."""
     if not token:
         return None
-    return token.encode() if isinstance(token, str) else token
+    data = token.encode() if isinstance(token, str) else token
+    if b"\0" in data:
+        raise ValueError(f"token holds a NUL byte at byte {data.index(0)}; a token is text")
+    return data
 
 
 def _name(name, what="name"):
@@ -149,6 +155,7 @@ class Client:
             if not isinstance(token_file, (str, bytes, os.PathLike)):
                 raise TypeError("token_file must be a path")
             token = _read_token_file(token_file)
+        _token_bytes(token)  # a NUL in token= is refused here, not cut at the first connect
         ms = _timeout_ms(timeout)
         self._address = {"socket": socket, "tcp": tcp, "token": token, "timeout": timeout}
         self._ms = ms

@@ -631,6 +631,13 @@ class TokenFile(unittest.TestCase):
                 time.sleep(0.05)
         return permd.Client(tcp=self.tcp, **kw)
 
+    def test_token_with_nul(self):
+        # libpermd takes a C string: "py-test-token" alone would be sent, and refused; say why instead.
+        with self.assertRaisesRegex(ValueError, "NUL byte at byte 13"):
+            permd.Client(tcp=self.tcp, token="py-test-token\x000123456789")
+        with self.connect(token="py-test-token-0123456789") as c:  # the control: a good token= connects
+            self.assertGreaterEqual(c.stats()["connections_total"], 1)
+
     def test_authenticates(self):
         crlf = self.write("crlf", b"py-test-token-0123456789\r\nthe rest is ignored\0\xff\n")
         for path in (self.token, pathlib.Path(self.token), crlf, crlf.encode()):
