@@ -1,10 +1,9 @@
 /* permctl datasets | fetch | stream | inverse NAME | stats: the subcommands that talk to permd through libpermd. */
-#define _POSIX_C_SOURCE 200809L /* O_CLOEXEC, getaddrinfo, clock_gettime */
+#define _POSIX_C_SOURCE 200809L /* O_CLOEXEC, clock_gettime */
 #include "permctl.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -906,44 +905,6 @@ static int permctl_wait(int fd, short events, uint64_t deadline)
     }
 }
 
-/* A connected, non-blocking socket to host:port by deadline, or -1 with *why set. */
-static int permctl_http_connect(const char *host, uint16_t port, uint64_t deadline, const char **why)
-{
-    char service[8];
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
-    snprintf(service, sizeof service, "%u", port);
-    int rc = getaddrinfo(host, service, &hints, &res);
-    if (rc) {
-        *why = gai_strerror(rc);
-        return -1;
-    }
-    int fd = -1, e = ECONNREFUSED;
-    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-        if (fd < 0) {
-            e = errno;
-            continue;
-        }
-        int err = 0;
-        socklen_t len = sizeof err;
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS)
-            err = errno;
-        else if (permctl_wait(fd, POLLOUT, deadline))
-            err = errno;
-        else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len))
-            err = errno;
-        if (err) {
-            e = err;
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    if (fd < 0)
-        *why = strerror(e);
-    return fd;
-}
-
 /* One GET /healthz, its answer in buf (NUL-terminated, at most len - 1 bytes): 0, or -1 with *why set. */
 static int permctl_http_healthz(const char *hostport, const char *host, uint16_t port, uint64_t deadline, char *buf,
                                 size_t len, const char **why)
@@ -954,9 +915,13 @@ static int permctl_http_healthz(const char *hostport, const char *host, uint16_t
         *why = "HOST:PORT too long";
         return -1;
     }
-    int fd = permctl_http_connect(host, port, deadline, why);
-    if (fd < 0)
+    static char connect_why[320];
+    const int left = permctl_ms_left(deadline);
+    int fd;
+    if (pd_endpoint_connect_tcp(host, port, left ? (uint32_t)left : 1, 1, &fd, connect_why, sizeof connect_why)) {
+        *why = errno == ETIMEDOUT ? "no answer in time (--timeout-ms)" : connect_why;
         return -1;
+    }
     size_t sent = 0, got = 0;
     while (sent < (size_t)n) {
         ssize_t w = send(fd, req + sent, (size_t)n - sent, MSG_NOSIGNAL);

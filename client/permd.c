@@ -385,18 +385,14 @@ static int pd_cl_connect_unix(const char *path, uint32_t ms, permd_client **out)
     }
     if (strlen(path) >= sizeof sa.sun_path)
         return pd_cl_fail(NULL, PD_EINVAL, "socket path too long: %s", path);
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return pd_cl_fail(NULL, PD_EIO, "socket: %s", strerror(errno));
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
-        int e = errno;
-        close(fd);
-        return pd_cl_fail(NULL, PD_EIO, "cannot connect to %s: %s%s", path, strerror(e),
-                          e == ENOENT || e == ECONNREFUSED ? " (is permd running? see --socket / PERMD_SOCKET)"
-                                                           : "");
+    char why[160];
+    int fd, rc = pd_endpoint_connect_unix(path, ms ? ms : PD_CL_HELLO_TIMEOUT_MS, 0, &fd, why, sizeof why);
+    if (rc) {
+        const int absent = rc == PD_EIO && (errno == ENOENT || errno == ECONNREFUSED);
+        return pd_cl_fail(NULL, rc, "cannot connect to %s: %s%s", path, why,
+                          absent ? " (is permd running? see --socket / PERMD_SOCKET)" : "");
     }
-    int rc = pd_cl_start(fd, NULL, ms, out);
+    rc = pd_cl_start(fd, NULL, ms, out);
     if (rc == 0)
         (*out)->is_unix = 1;
     return rc;
@@ -409,29 +405,14 @@ int permd_connect_unix(const char *path, permd_client **out)
 
 static int pd_cl_connect_tcp(const char *host_port, const char *token, uint32_t ms, permd_client **out)
 {
-    char host[256], port[8];
+    char host[256];
     uint16_t p;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
     if (!out || pd_endpoint_parse_hostport(host_port, host, sizeof host, &p))
         return pd_cl_fail(NULL, PD_EINVAL, "'%s' is not HOST:PORT", host_port ? host_port : "(null)");
-    snprintf(port, sizeof port, "%u", p);
-    int rc = getaddrinfo(host, port, &hints, &res);
+    char why[320];
+    int fd, rc = pd_endpoint_connect_tcp(host, p, ms ? ms : PD_CL_HELLO_TIMEOUT_MS, 0, &fd, why, sizeof why);
     if (rc)
-        return pd_cl_fail(NULL, PD_EIO, "cannot resolve %s: %s", host, gai_strerror(rc));
-    int fd = -1, e = 0;
-    for (ai = res; ai; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0)
-            continue;
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-            break;
-        e = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0)
-        return pd_cl_fail(NULL, PD_EIO, "cannot connect to %s: %s", host_port, strerror(e));
+        return pd_cl_fail(NULL, rc, "cannot connect to %s: %s", host_port, why);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* requests are small and latency-bound */
     return pd_cl_start(fd, token, ms, out);

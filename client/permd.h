@@ -186,9 +186,10 @@ PERMD_API unsigned permd_abi_version(void);
 PERMD_API int permd_connect(const char *endpoint, const char *token, permd_client **out);
 PERMD_API int permd_connect_unix(const char *path, permd_client **out);
 PERMD_API int permd_connect_tcp(const char *host_port, const char *token, permd_client **out);
-/* permd_connect with a timeout of ms milliseconds for the Hello and then for every reply, as
- * permd_set_timeout sets it (0: the Hello waits 10 s, replies forever, as permd_connect).
- * PERMD_ETIMEDOUT when the Hello is not answered in time. */
+/* permd_connect with a timeout of ms milliseconds for the connection, for the Hello, and then for every
+ * reply, as permd_set_timeout sets it (0: the connection and the Hello wait 10 s each, replies forever,
+ * as permd_connect). PERMD_ETIMEDOUT when the connection is not made in time (a TCP peer that drops
+ * SYNs, a Unix socket whose backlog stays full) or the Hello is not answered in time. */
 PERMD_API int permd_connect_timeout(const char *endpoint, const char *token, uint32_t ms, permd_client **out);
 /* Close the connection (and any open stream's resources). NULL is fine. */
 PERMD_API void permd_close(permd_client *c);

@@ -1,4 +1,4 @@
-/* Where clients find the daemon: the default Unix socket path and HOST:PORT parsing. */
+/* Where clients find the daemon: the default Unix socket path, HOST:PORT parsing, connecting by a deadline. */
 #ifndef PD_ENDPOINT_H
 #define PD_ENDPOINT_H
 
@@ -32,6 +32,18 @@ int pd_endpoint_check_dir(const char *dir, char *why, size_t why_len);
 /* "HOST:PORT", "[V6]:PORT" or "HOST" (default port). The host is copied
  * without brackets. PD_EINVAL on a malformed string or a port outside 1..65535. */
 int pd_endpoint_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port);
+
+/* A stream socket connected to host:port over TCP in *fd, within ms milliseconds (0: no limit but the
+ * kernel's, which waits minutes for a peer that drops SYNs), each address the name resolves to tried
+ * in turn under that one deadline. *fd is close-on-exec, and blocking unless nonblock. PD_ETIMEDOUT
+ * when the deadline passed, PD_EIO otherwise (the name does not resolve, refused, unreachable); why
+ * says which, and errno holds the cause (ETIMEDOUT, ECONNREFUSED, ...). */
+int pd_endpoint_connect_tcp(const char *host, uint16_t port, uint32_t ms, int nonblock, int *fd, char *why,
+                            size_t why_len);
+
+/* The same for the Unix socket at path, whose connect waits while the listener's backlog is full:
+ * retried until ms (0: until it is not full). PD_EINVAL for a path too long for sun_path. */
+int pd_endpoint_connect_unix(const char *path, uint32_t ms, int nonblock, int *fd, char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

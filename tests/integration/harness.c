@@ -54,6 +54,30 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+int harness_full_tcp_listener(uint16_t *port, int fillers[HARNESS_FILLERS])
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 0) || getsockname(l, (struct sockaddr *)&a, &len))
+        return -1;
+    *port = ntohs(a.sin_port);
+    for (int i = 0; i < HARNESS_FILLERS; i++) { /* the first fills the queue; the others' SYNs wait already */
+        fillers[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (fillers[i] < 0 || (connect(fillers[i], (struct sockaddr *)&a, sizeof a) && errno != EINPROGRESS))
+            return -1;
+    }
+    sleep_ms(50); /* their handshakes */
+    return l;
+}
+
+void harness_full_close(int fd, const int fillers[HARNESS_FILLERS])
+{
+    for (int i = 0; i < HARNESS_FILLERS; i++)
+        close(fillers[i]);
+    close(fd);
+}
+
 void harness_init(harness *h)
 {
     memset(h, 0, sizeof *h);

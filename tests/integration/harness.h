@@ -43,11 +43,18 @@ int harness_log_contains(const harness *h, const char *s);
 
 /* ---- Fake servers (a test's thread playing permd) ---- */
 
+#define HARNESS_FILLERS 3
+
 /* Listen on a Unix socket at dir/fake.sock, dir a fresh private directory (dir and path get their names):
  * the listening fd, or -1. */
 int harness_fake_listen(char dir[64], char path[128]);
 /* Close the listening fd and remove the socket and its directory. */
 void harness_fake_close(int fd, const char *dir, const char *path);
+/* A loopback TCP listener whose accept queue is full (backlog 0, filled by connections no one accepts), so
+ * the kernel drops a further connect's SYNs and the connect waits for minutes: a peer that never answers.
+ * The listening fd (its port in *port) and the fillers' fds in fillers; harness_full_close closes them. */
+int harness_full_tcp_listener(uint16_t *port, int fillers[HARNESS_FILLERS]);
+void harness_full_close(int fd, const int fillers[HARNESS_FILLERS]);
 
 /* ---- Raw protocol ---- */
 

@@ -278,6 +278,28 @@ static void test_connect_timeout(void **state)
     unlink(path);
 }
 
+/* permd_connect_timeout bounds the TCP connect too: a peer that drops SYNs (a full accept queue here, a
+ * firewall or a dead host in life) fails in about the timeout, where connect alone waits minutes. */
+static void test_connect_timeout_tcp(void **state)
+{
+    (void)state;
+    uint16_t port;
+    int fillers[HARNESS_FILLERS];
+    int lfd = harness_full_tcp_listener(&port, fillers);
+    assert_true(lfd >= 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp:127.0.0.1:%u", (unsigned)port);
+    permd_client *c;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(permd_connect_timeout(ep, NULL, 300, &c), PERMD_ETIMEDOUT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    assert_true(s >= 0.25 && s < 5);
+    assert_non_null(strstr(permd_last_error(NULL), "no connection within 300 ms"));
+    harness_full_close(lfd, fillers);
+}
+
 static int open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -371,6 +393,7 @@ int main(void)
         cmocka_unit_test(test_garbage_reply),
         cmocka_unit_test(test_handshake_refusals),
         cmocka_unit_test(test_connect_timeout),
+        cmocka_unit_test(test_connect_timeout_tcp),
         cmocka_unit_test(test_bad_stream_replies),
         cmocka_unit_test(test_endpoints_and_arguments),
     };

@@ -472,6 +472,28 @@ class ClientRobustness(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 5)
         mute.close()
 
+    def test_tcp_connect_honours_the_timeout(self):
+        # a TCP listener whose accept queue is full: the kernel drops further SYNs, so connect alone would
+        # wait minutes (a firewalled or dead host in life); Timeout in about the timeout, ConnectionFailed
+        # where nothing listens (the control)
+        full = socket.socket()
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        fillers = [socket.socket() for _ in range(3)]
+        for f in fillers:
+            f.setblocking(False)
+            f.connect_ex(("127.0.0.1", port))
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        with self.assertRaisesRegex(permd.Timeout, "no connection within 300 ms"):
+            permd.Client(tcp=f"127.0.0.1:{port}", timeout=0.3)
+        self.assertLess(time.monotonic() - t0, 5)
+        for s in fillers + [full]:
+            s.close()
+        with self.assertRaises(permd.ConnectionFailed):
+            permd.Client(tcp=f"127.0.0.1:{port}", timeout=0.3)
+
     def test_connect_errors_say_why(self):
         with self.assertRaisesRegex(permd.ConnectionFailed, "No such file or directory"):
             permd.Client(socket=os.path.join(self.daemon.dir, "nothing.sock"))
