@@ -1,4 +1,4 @@
-/* Helpers shared by the C tests: cmocka's required includes and a seeded generator for sampled inputs. */
+/* Helpers shared by the C tests: cmocka's required includes, a seeded generator for sampled inputs, a clock. */
 #ifndef PERMD_TEST_UTIL_H
 #define PERMD_TEST_UTIL_H
 
@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <cmocka.h>
 
 /* splitmix64: reproducible inputs for sampled tests (never used by permd itself). */
@@ -30,5 +31,15 @@ static inline int test_quick(void)
     const char *q = getenv("PERMD_TEST_QUICK");
     return q && *q && *q != '0';
 }
+
+#ifdef CLOCK_MONOTONIC /* the includer defined _POSIX_C_SOURCE or _GNU_SOURCE first */
+/* Seconds on the monotonic clock, for tests that bound how long something took (never to time speed). */
+static inline double test_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+#endif
 
 #endif

@@ -143,13 +143,6 @@ static void test_client_adds_parts(void **state)
     permd_close(c);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A permd of its own (extra: its options) with dataset "huge" of 2^40 samples, and a client connected to it. */
 static permd_client *start_huge(harness *hh, const char *const *extra)
 {
@@ -173,13 +166,13 @@ static void test_stop_cancels_digest(void **state)
     int fd = raw_connect_unix(big.sock);
     send_digest(fd, 2, "huge", 1, 0, 0, 0);
     usleep(300 * 1000); /* the worker has started */
-    double t0 = now_s();
+    double t0 = test_now_s();
     kill(big.pid, SIGTERM);
     raw_expect_error(fd, PERMD__V1__ERROR_CODE__ERROR_CODE_UNAVAILABLE);
     close(fd);
     int st = harness_stop(&big, SIGTERM); /* waits 30 s, then SIGKILL */
     assert_true(harness_exited_with(st, 0));
-    assert_true(now_s() - t0 < 25);
+    assert_true(test_now_s() - t0 < 25);
     harness_cleanup(&big);
 }
 

@@ -51,24 +51,17 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A fresh client gets correct ids, and quickly. */
 static void assert_served_quickly(void)
 {
     permd_client *c;
     uint32_t ids[64];
     uint64_t got, want[64], wgot;
-    double t0 = now_s();
+    double t0 = test_now_s();
     assert_int_equal(permd_connect_unix(h.sock, &c), 0);
     permd_slice s = {.dataset = "big", .seed = 9, .epoch = 1, .world = 3, .rank = 2, .mode = PERMD_MODE_PAD};
     assert_int_equal(permd_fetch_u32(c, &s, 64, ids, &got, NULL), 0);
-    double took = now_s() - t0;
+    double took = test_now_s() - t0;
     permd_close(c);
     pd_perm p;
     pd_slice sl = {3, 2, PD_MODE_PAD, 0};

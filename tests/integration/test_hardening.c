@@ -20,13 +20,6 @@
 #include "client/permd.h"
 #include "harness.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void start(harness *h, int with_tcp, const char *const *extra)
 {
     harness_init(h);
@@ -127,7 +120,7 @@ static void test_tcp_peers_cannot_lock_out_unix(void **state)
     }
     assert_int_equal(overloaded, IDLE - 24);
     /* ...and the 24 admitted ones are closed with UNAUTHENTICATED once hello_timeout_ms passes. */
-    double t0 = now_s();
+    double t0 = test_now_s();
     int expired = 0;
     for (int i = 0; i < IDLE; i++) {
         pd_envelope *env;
@@ -140,7 +133,7 @@ static void test_tcp_peers_cannot_lock_out_unix(void **state)
         close(idle[i]);
     }
     assert_int_equal(expired, 24);
-    assert_true(now_s() - t0 < 3.0);
+    assert_true(test_now_s() - t0 < 3.0);
     /* Before Hello, a frame may announce at most max_preauth_frame bytes. */
     int fd = raw_connect_tcp(h.tcp);
     send_partial(fd, 100000, 16);
@@ -216,13 +209,13 @@ static void test_partial_frames_expire(void **state)
     }
     usleep(200000);
     long rss_held = harness_rss_kb(&h);
-    double t0 = now_s();
+    double t0 = test_now_s();
     for (int i = 0; i < N; i++) {
         assert_int_equal(reply_kind(fds[i], 5000), -PERMD__V1__ERROR_CODE__ERROR_CODE_BAD_FRAME);
         assert_true(raw_wait_eof(fds[i], 5000));
         close(fds[i]);
     }
-    assert_true(now_s() - t0 < 3.0);
+    assert_true(test_now_s() - t0 < 3.0);
     usleep(300000);
     long rss_after = harness_rss_kb(&h);
     print_message("partial frames: RSS %ld KiB idle, %ld KiB with %d x 1 MiB held, %ld KiB after they expired\n",
@@ -659,16 +652,16 @@ static double put_latency_under_digests(const char *slice_ids, double *digest_s)
     start(&h, 0, extra);
     assert_int_equal(harness_put(&h, "big", UINT64_C(1) << 40), 0);
     int d1 = raw_connect_unix(h.sock), d2 = raw_connect_unix(h.sock);
-    double t0 = now_s();
+    double t0 = test_now_s();
     send_digest(d1, 1, UINT64_C(1) << 27);
     send_digest(d2, 2, UINT64_C(1) << 27);
     usleep(100000);
-    double p0 = now_s();
+    double p0 = test_now_s();
     assert_int_equal(harness_put(&h, "during", 7), 0);
-    double put = now_s() - p0;
+    double put = test_now_s() - p0;
     assert_int_equal(reply_kind(d1, 120000), PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY);
     assert_int_equal(reply_kind(d2, 120000), PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY);
-    *digest_s = now_s() - t0;
+    *digest_s = test_now_s() - t0;
     close(d1);
     close(d2);
     stop(&h);
@@ -786,9 +779,9 @@ static void test_auth_log_and_quick_shutdown(void **state)
     assert_true(harness_log_contains(&h, "peer=127.0.0.1:"));
     int idle = raw_connect_unix(h.sock); /* connected, never says anything */
     usleep(100000);
-    double t0 = now_s();
+    double t0 = test_now_s();
     assert_true(harness_exited_with(harness_stop(&h, SIGTERM), 0));
-    double took = now_s() - t0;
+    double took = test_now_s() - t0;
     print_message("shutdown with an idle client: %.3f s\n", took);
     assert_true(took < 1.5); /* shutdown_timeout_ms is 5 s */
     close(idle);

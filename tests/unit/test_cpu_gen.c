@@ -575,13 +575,6 @@ static void pool_shared_by_threads(void **state)
  * the other has started: so a helper takes part in each request, and each request ends right after the
  * helper's chunk, while it polls. The next request, sent at once, is then caught by a polling helper, and
  * never by one that does not poll. Timing-free: the chunks' work is nothing, whatever the build. */
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 typedef struct spin_probe {
     _Atomic int started;
     _Atomic int stuck; /* chunk 0 gave up waiting for the other */
@@ -595,9 +588,9 @@ static void spin_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t coun
     atomic_fetch_add(&p->started, 1);
     if (begin)
         return;
-    const double end = now_s() + 10;
+    const double end = test_now_s() + 10;
     while (atomic_load(&p->started) < 2) {
-        if (now_s() > end) {
+        if (test_now_s() > end) {
             atomic_store(&p->stuck, 1);
             return;
         }
