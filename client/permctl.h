@@ -124,7 +124,7 @@ int permctl_mix_stages(const permctl_args *a, const char **stage_text, int nstag
                        uint32_t **weights);
 
 /* Options every daemon subcommand accepts. */
-#define PERMCTL_CONN_OPTS (PERMCTL_BIT(SOCKET) | PERMCTL_BIT(TCP) | PERMCTL_BIT(TOKEN_FILE))
+#define PERMCTL_CONN_OPTS (PERMCTL_BIT(SOCKET) | PERMCTL_BIT(TCP) | PERMCTL_BIT(TOKEN_FILE) | PERMCTL_BIT(TIMEOUT_MS))
 
 /* The offline subcommands (no daemon needed). */
 int permctl_cmd_perm(int argc, char **argv);

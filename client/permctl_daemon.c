@@ -37,7 +37,7 @@ static const char permctl_datasets_usage[] =
     "Its default window K (shards per window, default 8) and lanes G (default 1;\n"
     "set it to the usual world size) apply to its epochs. permctl shards prints the\n"
     "shard order the sample ids follow.\n"
-    "Connection: [--socket PATH | --tcp HOST:PORT [--token-file FILE]].\n";
+    "Connection: [--socket PATH | --tcp HOST:PORT [--token-file FILE]] [--timeout-ms MS].\n";
 
 static const char permctl_fetch_usage[] =
     "usage: permctl fetch NAME --seed S --epoch E --world W --rank R --mode pad|drop|exact\n"
@@ -102,6 +102,10 @@ static int permctl_read_token(const char *what, const char *path, pd_token_file 
 int permctl_connect(const permctl_args *a, permd_client **c)
 {
     int rc;
+    /* --timeout-ms bounds the connection, the Hello and each reply (libpermd's timeout); without it the
+     * first two wait 10 s each and replies as long as they take, as before the option existed. */
+    const uint32_t ms = a->set & PERMCTL_BIT(TIMEOUT_MS) ? (uint32_t)a->u[PERMCTL_OPT_TIMEOUT_MS] : 0;
+    char endpoint[512];
     if (a->s[PERMCTL_OPT_TCP] && a->s[PERMCTL_OPT_SOCKET])
         return permctl_usage_error("give --socket or --tcp, not both");
     if (a->s[PERMCTL_OPT_TCP]) {
@@ -110,11 +114,18 @@ int permctl_connect(const permctl_args *a, permd_client **c)
         if (tf && *tf &&
             (rc = permctl_read_token(a->s[PERMCTL_OPT_TOKEN_FILE] ? "--token-file" : "$PERMD_TOKEN_FILE", tf, &token)))
             return rc;
-        rc = permd_connect_tcp(a->s[PERMCTL_OPT_TCP], tf && *tf ? token.token : NULL, c);
+        const int n = snprintf(endpoint, sizeof endpoint, "tcp:%s", a->s[PERMCTL_OPT_TCP]);
+        if (n < 0 || (size_t)n >= sizeof endpoint)
+            return permctl_usage_error("--tcp: '%s' is not HOST:PORT", a->s[PERMCTL_OPT_TCP]);
+        rc = permd_connect_timeout(endpoint, tf && *tf ? token.token : NULL, ms, c);
     } else {
         if (a->s[PERMCTL_OPT_TOKEN_FILE])
             return permctl_usage_error("--token-file applies to --tcp only");
-        rc = permd_connect_unix(a->s[PERMCTL_OPT_SOCKET], c);
+        const char *path = a->s[PERMCTL_OPT_SOCKET];
+        const int n = path ? snprintf(endpoint, sizeof endpoint, "unix:%s", path) : 0;
+        if (n < 0 || (size_t)n >= sizeof endpoint)
+            return permctl_usage_error("--socket: path too long: %s", path);
+        rc = permd_connect_timeout(path ? endpoint : NULL, NULL, ms, c);
     }
     if (rc) {
         fprintf(stderr, "permctl: %s\n", permd_last_error(NULL));

@@ -14,7 +14,7 @@ static const char permctl_mixtures_usage[] =
     "       permctl mixtures get NAME [--json]\n"
     "       permctl mixtures list [--json]\n"
     "       permctl mixtures rm NAME\n"
-    "       (and --socket PATH | --tcp HOST:PORT [--token-file F])\n"
+    "       (and --socket PATH | --tcp HOST:PORT [--token-file F], --timeout-ms MS)\n"
     "\n"
     "A mixture draws from registered datasets (its components) in proportion to integer weights;\n"
     "each --stage G:W0,W1,... re-weights from run position G (a multiple of the block, 64 by\n"

@@ -195,6 +195,25 @@ kill "$FAKE"
 wait "$FAKE" 2>/dev/null || true
 trap permd_fixture_cleanup EXIT
 expect 2 "--http is required" "$PERMCTL" health
+
+# --timeout-ms on daemon commands: a socket that accepts and never answers fails in about that time (the
+# Hello alone would wait 10 s); a real permd answers within it (the control); 0 is not a timeout.
+python3 -c 'import socket, sys, time
+l = socket.socket(socket.AF_UNIX); l.bind(sys.argv[1]); l.listen(4); print("up", flush=True); time.sleep(600)' \
+  "$DIR/mute.sock" >"$DIR/mute" &
+MUTE=$!
+trap 'kill "$MUTE" 2>/dev/null || true; permd_fixture_cleanup' EXIT
+for _ in $(seq 200); do [ -s "$DIR/mute" ] && break; sleep 0.05; done
+start=$(date +%s)
+expect 1 "no answer from permd within 300 ms" timeout 20 "$PERMCTL" stats --socket "$DIR/mute.sock" --timeout-ms 300
+[ $(($(date +%s) - start)) -lt 5 ] || fail "stats --timeout-ms 300 took $(($(date +%s) - start)) s"
+kill "$MUTE"
+wait "$MUTE" 2>/dev/null || true
+trap permd_fixture_cleanup EXIT
+"$PERMCTL" stats --timeout-ms 5000 | grep -qE "^ids_served_total +[1-9]" || fail "stats --timeout-ms on a live permd"
+"$PERMCTL" fetch imagenet --seed 42 --epoch 3 --world 8 --rank 5 --mode pad --count 3 --timeout-ms 5000 \
+  | tr '\n' ' ' | grep -qx "1211840 1011015 420903 " || fail "fetch --timeout-ms on a live permd"
+expect 2 "--timeout-ms" "$PERMCTL" stats --timeout-ms 0
 expect 2 "'127.0.0.1' is not HOST:PORT" "$PERMCTL" health --http 127.0.0.1
 
 "$PERMCTL" datasets rm imagenet | grep -qx "deleted imagenet" || fail "rm"
