@@ -74,11 +74,16 @@ static const char permctl_stats_usage[] =
 
 /* The TCP token, read by the rules permd reads its token_file with (proto/token.h), so that a file permd
  * would refuse is refused here too, naming it (what: --token-file or $PERMD_TOKEN_FILE), instead of being
- * sent cut or hanging on a FIFO. PERMCTL_EXIT_USAGE. */
+ * sent cut or hanging on a FIFO. PERMCTL_EXIT_USAGE. A file that group or others may open is used, with a
+ * warning. */
 static int permctl_read_token(const char *what, const char *path, pd_token_file *f)
 {
-    if (!pd_token_read(path, f))
+    if (!pd_token_read(path, f)) {
+        if (f->mode & 0077) /* as permd warns of its own: anyone who can read the file can be permd's client */
+            fprintf(stderr, "permctl: warning: %s: %s is open to group or others (mode %04o); chmod 600 it\n", what,
+                    path, f->mode);
         return 0;
+    }
     switch (f->fault) {
     case PD_TOKEN_CANNOT_OPEN:
         return permctl_usage_error("%s: cannot open %s: %s", what, path, strerror(f->err));

@@ -14,7 +14,7 @@ from .errors import (Conflict, ConnectionFailed, InvalidArgument, NoProcessGroup
                      Overloaded, PermdError, ProtocolError, ServerError, Timeout, Unauthenticated, Unavailable,
                      Unsupported)
 from .permutation import Permutation
-from .client import Client
+from .client import Client, TokenFileWarning
 from .sampler import Sampler
 from .shards import ShardPlan, digest
 from .layout import LayoutError, ShardLayout
@@ -23,4 +23,5 @@ from .mixture import Mixture, Sharded, reweight_stage  # noqa: F401 (docs/mixtur
 __version__ = "0.1.0"
 __all__ = ["Permutation", "Sampler", "Client", "ShardPlan", "digest", "Mixture", "reweight_stage", "PermdError",
            "NotFound", "Conflict", "InvalidArgument", "OutOfRange", "Unauthenticated", "Overloaded", "ConnectionFailed",
-           "Timeout", "OutOfMemory", "ProtocolError", "Unsupported", "ServerError", "Unavailable", "NoProcessGroup"]
+           "Timeout", "OutOfMemory", "ProtocolError", "Unsupported", "ServerError", "Unavailable", "NoProcessGroup",
+           "TokenFileWarning"]

@@ -6,6 +6,7 @@ import numbers
 import os
 import stat
 import threading
+import warnings
 
 from . import _args, _lib
 from .errors import ConnectionFailed, InvalidArgument
@@ -72,11 +73,15 @@ def _timeout_ms(timeout):
 _TOKEN_MAX = 1024  # the longest token permd takes (daemon/auth.h PD_AUTH_TOKEN_MAX)
 
 
+class TokenFileWarning(UserWarning):
+    """A token file that group or others may open (permd warns of its own token_file alike)."""
+
+
 def _read_token_file(path):
     """The TCP token in a token file, by the rules permd reads its own token_file with (daemon/auth.c): the
     first line without its \\n or \\r\\n (the rest is ignored), 1-1024 bytes with no NUL, in a regular file.
     Bytes, sent as they are: permd compares bytes. Raises OSError (cannot open or read) or ValueError, naming
-    the file."""
+    the file; warns (TokenFileWarning) when group or others may open it."""
     name = repr(os.fsdecode(path))
     try:
         # O_NONBLOCK: opening a FIFO would wait for a writer, for ever when none comes; it is refused below.
@@ -84,9 +89,13 @@ def _read_token_file(path):
     except OSError as e:
         raise type(e)(e.errno, f"token_file: cannot open: {e.strerror}", os.fsdecode(path)) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"token_file {name} is not a regular file (a directory, a FIFO or a device): "
                              "write the token in a file")
+        if st.st_mode & 0o077:  # as permd and permctl warn: anyone who can read it can be permd's client
+            warnings.warn(f"token_file {name} is open to group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                          "chmod 600 it", TokenFileWarning, stacklevel=3)
         data = b""
         while len(data) <= _TOKEN_MAX:  # one byte more than a token: a longer line is refused, not cut
             chunk = os.read(fd, _TOKEN_MAX + 1 - len(data))

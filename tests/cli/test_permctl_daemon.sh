@@ -147,7 +147,14 @@ chmod 600 "$DIR/token" "$DIR/token-crlf" "$DIR/token-wrong"
 TCPD=$!
 trap 'kill "$TCPD" 2>/dev/null || true; permd_fixture_cleanup' EXIT
 for _ in $(seq 200); do "$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token" >/dev/null 2>&1 && break; sleep 0.05; done
-"$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token" | grep -q "^server " || fail "stats over TCP with a token file"
+"$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token" 2>"$DIR/err" | grep -q "^server " \
+  || fail "stats over TCP with a token file"
+[ ! -s "$DIR/err" ] || fail "a token file of mode 600 drew a warning: $(cat "$DIR/err")"
+cp "$DIR/token" "$DIR/token-open" && chmod 644 "$DIR/token-open" # used, with a warning
+"$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token-open" 2>"$DIR/err" | grep -q "^server " \
+  || fail "stats with a token file of mode 644"
+grep -qF -- "--token-file: $DIR/token-open is open to group or others (mode 0644); chmod 600 it" "$DIR/err" \
+  || fail "no warning for a token file of mode 644: $(cat "$DIR/err")"
 "$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token-crlf" | grep -q "^server " || fail "a token file with CRLF"
 PERMD_TOKEN_FILE="$DIR/token" "$PERMCTL" stats --tcp "$TCP" | grep -q "^server " || fail "\$PERMD_TOKEN_FILE"
 expect 1 "UNAUTHENTICATED" "$PERMCTL" stats --tcp "$TCP" --token-file "$DIR/token-wrong"

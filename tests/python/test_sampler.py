@@ -671,6 +671,19 @@ class TokenFile(unittest.TestCase):
         with self.assertRaises(permd.Unauthenticated):
             self.connect(token_file=wrong)
 
+    def test_open_token_file_warns(self):
+        # used, with a warning naming the file and its mode, as permd and permctl warn; mode 600 is quiet
+        import warnings
+        opened = self.write("opened", b"py-test-token-0123456789\n")
+        os.chmod(opened, 0o644)
+        with self.assertWarnsRegex(permd.TokenFileWarning, "open to group or others \\(mode 0644\\); chmod 600 it"):
+            with self.connect(token_file=opened) as c:
+                c.stats()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # any warning fails
+            with self.connect(token_file=self.token) as c:
+                c.stats()
+
     def test_refused_naming_the_file(self):
         fifo = os.path.join(self.dir, "fifo")
         os.mkfifo(fifo)
