@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import unittest
+import warnings
 
 import numpy as np
 import torch
@@ -673,7 +674,6 @@ class TokenFile(unittest.TestCase):
 
     def test_open_token_file_warns(self):
         # used, with a warning naming the file and its mode, as permd and permctl warn; mode 600 is quiet
-        import warnings
         opened = self.write("opened", b"py-test-token-0123456789\n")
         os.chmod(opened, 0o644)
         with self.assertWarnsRegex(permd.TokenFileWarning, "open to group or others \\(mode 0644\\); chmod 600 it"):
