@@ -189,12 +189,27 @@ static void free_env(pd_envelope *env)
     protobuf_c_message_free_unpacked(&env->base, NULL);
 }
 
-/* The next reply is request id's Error of code, its message naming words (NULL: not checked). */
-static void expect_error(fixture *f, uint64_t id, unsigned code, const char *words)
+/* The next reply, running the loop until it comes: request id's, of kind body_case. The caller frees it. */
+static pd_envelope *expect_reply(fixture *f, uint64_t id, Permd__V1__Envelope__BodyCase body_case)
 {
     pd_envelope *r = next_reply(f);
     assert_int_equal(r->id, id);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r->body_case, body_case);
+    return r;
+}
+
+/* A reply's n u32 ids (its bytes must be exactly those) into ids. */
+static void load_ids(const ProtobufCBinaryData *bytes, uint32_t *ids, unsigned n)
+{
+    assert_int_equal(bytes->len, 4 * (size_t)n);
+    for (unsigned i = 0; i < n; i++)
+        ids[i] = pd_load_le32(bytes->data + 4 * i);
+}
+
+/* The next reply is request id's Error of code, its message naming words (NULL: not checked). */
+static void expect_error(fixture *f, uint64_t id, unsigned code, const char *words)
+{
+    pd_envelope *r = expect_reply(f, id, PERMD__V1__ENVELOPE__BODY_ERROR);
     assert_int_equal(r->error->code, code);
     if (words && !strstr(r->error->message, words))
         fail_msg("error '%s' does not name %s", r->error->message, words);
@@ -221,9 +236,7 @@ static void test_put_and_get(void **state)
     /* The commit runs on the pool: no reply until the loop runs it, and the connection waits. */
     assert_null(take_reply(f));
     assert_int_equal(pd_conns_jobs(f->conns), 1);
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, 1);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    pd_envelope *r = expect_reply(f, 1, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
     assert_true(r->dataset_reply->created);
     assert_string_equal(r->dataset_reply->dataset->name, "imagenet");
     assert_int_equal(r->dataset_reply->dataset->size, 1281167);
@@ -732,9 +745,7 @@ static void test_mixture_reply_memory_released(void **state)
     one_component_mixture m;
     mixture_init(&m, STAGES, "m");
     send_put_mixture(f, 9, &m);
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, 9);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY);
+    pd_envelope *r = expect_reply(f, 9, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY);
     assert_int_equal(r->mixture_reply->mixture->n_stages, STAGES);
     free_env(r);
     uv_run(&f->loop, UV_RUN_NOWAIT);
@@ -769,9 +780,7 @@ static void test_inverse_memory_released(void **state)
     send_env(f, &env); /* no inline budget in this fixture: a job */
     assert_int_equal(pd_conns_jobs(f->conns), 1);
     assert_true(atomic_load(&f->sl.stats.request_memory) > 0); /* the job reads it */
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, 12);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY);
+    pd_envelope *r = expect_reply(f, 12, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY);
     assert_int_equal(r->inverse_reply->count, COUNT);
     free_env(r);
     uv_run(&f->loop, UV_RUN_NOWAIT);
@@ -980,13 +989,9 @@ static void send_sharded_stream(fixture *f, uint64_t id, uint64_t seed)
 /* The next stream batch of stream id: its 10 ids. */
 static void stream_batch(fixture *f, uint64_t id, uint64_t seq, uint32_t *ids)
 {
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, id);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+    pd_envelope *r = expect_reply(f, id, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
     assert_int_equal(r->stream_batch->seq, seq);
-    assert_int_equal(r->stream_batch->ids.len, 40);
-    for (unsigned i = 0; i < 10; i++)
-        ids[i] = pd_load_le32(r->stream_batch->ids.data + 4 * i);
+    load_ids(&r->stream_batch->ids, ids, 10);
     free_env(r);
 }
 
@@ -1084,19 +1089,28 @@ static void test_readahead_lends_its_plan(void **state)
     pd_readahead_loop_close(&f->sl);
 }
 
-static void send_delete(fixture *f, uint64_t id, const char *name)
+/* Delete dataset name (or, with mixture, mixture name) as request id: both answer DeleteDatasetReply. */
+static void delete_named(fixture *f, uint64_t id, const char *name, int mixture)
 {
-    Permd__V1__DeleteDataset m = PERMD__V1__DELETE_DATASET__INIT;
-    m.name = (char *)name;
+    Permd__V1__DeleteDataset d = PERMD__V1__DELETE_DATASET__INIT;
+    Permd__V1__DeleteMixture m = PERMD__V1__DELETE_MIXTURE__INIT;
+    d.name = m.name = (char *)name;
     pd_envelope env = PERMD__V1__ENVELOPE__INIT;
     env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_DELETE_DATASET;
-    env.delete_dataset = &m;
+    if (mixture) {
+        env.body_case = PERMD__V1__ENVELOPE__BODY_DELETE_MIXTURE;
+        env.delete_mixture = &m;
+    } else {
+        env.body_case = PERMD__V1__ENVELOPE__BODY_DELETE_DATASET;
+        env.delete_dataset = &d;
+    }
     send_env(f, &env);
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, id);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY);
-    free_env(r);
+    free_env(expect_reply(f, id, PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY));
+}
+
+static void send_delete(fixture *f, uint64_t id, const char *name)
+{
+    delete_named(f, id, name, 0);
 }
 
 /* Deleting a dataset drops its cached plans at once, and with them its layout (permd_layout_bytes); a
@@ -1162,9 +1176,7 @@ static int put_two_component_mixture(fixture *f, uint64_t id, const char *name, 
     env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_MIXTURE;
     env.put_mixture = &put;
     send_env(f, &env);
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, id);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY);
+    pd_envelope *r = expect_reply(f, id, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY);
     int how = r->mixture_reply->created ? 1 : r->mixture_reply->updated ? 2 : 0;
     free_env(r);
     return how;
@@ -1172,17 +1184,7 @@ static int put_two_component_mixture(fixture *f, uint64_t id, const char *name, 
 
 static void send_delete_mixture(fixture *f, uint64_t id, const char *name)
 {
-    Permd__V1__DeleteMixture m = PERMD__V1__DELETE_MIXTURE__INIT;
-    m.name = (char *)name;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_DELETE_MIXTURE;
-    env.delete_mixture = &m;
-    send_env(f, &env);
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, id);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY);
-    free_env(r);
+    delete_named(f, id, name, 1);
 }
 
 /* The first 100 ids of mixture name's epoch 0 for seed 5 (one rank). */
@@ -1194,12 +1196,8 @@ static void fetch_mixture(fixture *f, uint64_t id, const char *name, uint32_t *i
     sl.world = 1;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
     send_fetch_slice(f, id, &sl, 100);
-    pd_envelope *r = next_reply(f);
-    assert_int_equal(r->id, id);
-    assert_int_equal(r->body_case, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
-    assert_int_equal(r->fetch_reply->ids.len, 400);
-    for (unsigned i = 0; i < 100; i++)
-        ids[i] = pd_load_le32(r->fetch_reply->ids.data + 4 * i);
+    pd_envelope *r = expect_reply(f, id, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
+    load_ids(&r->fetch_reply->ids, ids, 100);
     free_env(r);
 }
 
