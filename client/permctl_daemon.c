@@ -1,5 +1,5 @@
 /* permctl datasets | fetch | stream | inverse NAME | stats: the subcommands that talk to permd through libpermd. */
-#define _POSIX_C_SOURCE 200809L /* O_CLOEXEC, clock_gettime */
+#define _POSIX_C_SOURCE 200809L /* O_CLOEXEC */
 #include "permctl.h"
 
 #include <errno.h>
@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client/permd.h"
@@ -889,38 +888,6 @@ static const char permctl_health_usage[] =
 #define PERMCTL_HEALTH_TIMEOUT_MS 5000
 #define PERMCTL_HEALTH_ANSWER 1024 /* /healthz answers ~150 bytes; more is read as far as this */
 
-static uint64_t permctl_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* Milliseconds left until deadline (permctl_now_ms's clock), at least 0. */
-static int permctl_ms_left(uint64_t deadline)
-{
-    uint64_t now = permctl_now_ms();
-    return now >= deadline ? 0 : deadline - now > INT32_MAX ? INT32_MAX : (int)(deadline - now);
-}
-
-/* Wait for fd to be ready for events until deadline: 0, or -1 (errno ETIMEDOUT when time ran out). */
-static int permctl_wait(int fd, short events, uint64_t deadline)
-{
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = events};
-        int ms = permctl_ms_left(deadline);
-        int r = ms ? poll(&p, 1, ms) : 0;
-        if (r > 0)
-            return 0;
-        if (r == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        if (errno != EINTR)
-            return -1;
-    }
-}
-
 /* One GET /healthz, its answer in buf (NUL-terminated, at most len - 1 bytes): 0, or -1 with *why set. */
 static int permctl_http_healthz(const char *hostport, const char *host, uint16_t port, uint64_t deadline, char *buf,
                                 size_t len, const char **why)
@@ -932,7 +899,7 @@ static int permctl_http_healthz(const char *hostport, const char *host, uint16_t
         return -1;
     }
     static char connect_why[320];
-    const int left = permctl_ms_left(deadline);
+    const int left = pd_endpoint_ms_left(deadline);
     int fd;
     if (pd_endpoint_connect_tcp(host, port, left ? (uint32_t)left : 1, 1, &fd, connect_why, sizeof connect_why)) {
         *why = errno == ETIMEDOUT ? "no answer in time (--timeout-ms)" : connect_why;
@@ -943,7 +910,7 @@ static int permctl_http_healthz(const char *hostport, const char *host, uint16_t
         ssize_t w = send(fd, req + sent, (size_t)n - sent, MSG_NOSIGNAL);
         if (w > 0)
             sent += (size_t)w;
-        else if ((errno != EAGAIN && errno != EINTR) || permctl_wait(fd, POLLOUT, deadline))
+        else if ((errno != EAGAIN && errno != EINTR) || pd_endpoint_wait(fd, POLLOUT, deadline))
             goto fail;
     }
     /* permd answers and closes (Connection: close): read to the end or as far as buf holds. */
@@ -953,7 +920,7 @@ static int permctl_http_healthz(const char *hostport, const char *host, uint16_t
             got += (size_t)r;
         else if (r == 0)
             break;
-        else if ((errno != EAGAIN && errno != EINTR) || permctl_wait(fd, POLLIN, deadline))
+        else if ((errno != EAGAIN && errno != EINTR) || pd_endpoint_wait(fd, POLLIN, deadline))
             goto fail;
     }
     buf[got] = '\0';
@@ -982,7 +949,7 @@ int permctl_cmd_health(int argc, char **argv)
     if (!colon || (bracket && colon < bracket) || pd_endpoint_parse_hostport(hp, host, sizeof host, &port))
         return permctl_usage_error("--http: '%s' is not HOST:PORT (permd's metrics address, e.g. 127.0.0.1:9464)", hp);
     uint64_t ms = a.set & PERMCTL_BIT(TIMEOUT_MS) ? a.u[PERMCTL_OPT_TIMEOUT_MS] : PERMCTL_HEALTH_TIMEOUT_MS;
-    uint64_t deadline = permctl_now_ms() + ms;
+    uint64_t deadline = pd_endpoint_now_ms() + ms;
     if (permctl_http_healthz(hp, host, port, deadline, answer, sizeof answer, &why)) {
         fprintf(stderr, "permctl: health: GET http://%s/healthz: %s\n", hp, why);
         return PERMCTL_EXIT_FAIL;

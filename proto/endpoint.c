@@ -114,15 +114,14 @@ int pd_endpoint_parse_hostport(const char *s, char *host, size_t host_len, uint1
 
 /* ---- Connecting by a deadline ---------------------------------------------------------------- */
 
-static uint64_t pd_endpoint_now_ms(void)
+uint64_t pd_endpoint_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Milliseconds left until deadline (0: none, -1 for poll), at least 0. */
-static int pd_endpoint_left(uint64_t deadline)
+int pd_endpoint_ms_left(uint64_t deadline)
 {
     if (!deadline)
         return -1;
@@ -130,20 +129,28 @@ static int pd_endpoint_left(uint64_t deadline)
     return now >= deadline ? 0 : deadline - now > INT32_MAX ? INT32_MAX : (int)(deadline - now);
 }
 
+int pd_endpoint_wait(int fd, short events, uint64_t deadline)
+{
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = events};
+        const int left = pd_endpoint_ms_left(deadline);
+        const int n = left ? poll(&p, 1, left) : 0;
+        if (n > 0)
+            return 0;
+        if (n == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
 /* fd's connect, started non-blocking, completed by deadline: 0, or the errno that ended it (ETIMEDOUT). */
 static int pd_endpoint_finish(int fd, uint64_t deadline)
 {
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        const int left = pd_endpoint_left(deadline);
-        const int n = left ? poll(&p, 1, left) : 0;
-        if (n > 0)
-            break;
-        if (n == 0)
-            return ETIMEDOUT;
-        if (errno != EINTR)
-            return errno;
-    }
+    if (pd_endpoint_wait(fd, POLLOUT, deadline))
+        return errno;
     int err = 0;
     socklen_t len = sizeof err;
     return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) ? errno : err;
@@ -229,7 +236,7 @@ int pd_endpoint_connect_unix(const char *path, uint32_t ms, int nonblock, int *f
             err = pd_endpoint_finish(s, deadline);
         if (!err)
             return pd_endpoint_done(s, nonblock, fd, why, why_len);
-        const int left = pd_endpoint_left(deadline);
+        const int left = pd_endpoint_ms_left(deadline);
         if ((err != EAGAIN && err != EINTR) || left == 0) {
             close(s);
             return pd_endpoint_fail(err == EAGAIN ? ETIMEDOUT : err, ms, why, why_len);

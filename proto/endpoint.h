@@ -33,6 +33,16 @@ int pd_endpoint_check_dir(const char *dir, char *why, size_t why_len);
  * without brackets. PD_EINVAL on a malformed string or a port outside 1..65535. */
 int pd_endpoint_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port);
 
+/* Milliseconds on the monotonic clock: what the deadlines below count in. */
+uint64_t pd_endpoint_now_ms(void);
+
+/* Milliseconds left until deadline, at least 0; -1 (poll's "no limit") for deadline 0, none. */
+int pd_endpoint_ms_left(uint64_t deadline);
+
+/* Wait until fd is ready for events (poll's) or deadline passes: 0, or -1 with errno set (ETIMEDOUT when the
+ * deadline passed). EINTR is retried. */
+int pd_endpoint_wait(int fd, short events, uint64_t deadline);
+
 /* A stream socket connected to host:port over TCP in *fd, within ms milliseconds (0: no limit but the
  * kernel's, which waits minutes for a peer that drops SYNs), each address the name resolves to tried
  * in turn under that one deadline. *fd is close-on-exec, and blocking unless nonblock. PD_ETIMEDOUT
