@@ -119,18 +119,16 @@ static int pd_cl_fail(permd_client *c, int err, const char *fmt, ...)
 
 /* ---- Socket I/O -------------------------------------------------------------- */
 
+/* Wait for the socket to be ready for events, at most the client's timeout (a signal does not restart it). */
 static int pd_cl_poll(permd_client *c, short events)
 {
     if (!c->timeout_ms)
         return 0;
-    struct pollfd p = {.fd = c->fd, .events = events};
-    int n;
-    do
-        n = poll(&p, 1, (int)c->timeout_ms);
-    while (n < 0 && errno == EINTR);
-    if (n == 0)
+    if (pd_endpoint_wait(c->fd, events, pd_endpoint_now_ms() + c->timeout_ms) == 0)
+        return 0;
+    if (errno == ETIMEDOUT)
         return pd_cl_fail(c, PD_ETIMEDOUT, "no answer from permd within %u ms", c->timeout_ms);
-    return n < 0 ? pd_cl_fail(c, PD_EIO, "poll: %s", strerror(errno)) : 0;
+    return pd_cl_fail(c, PD_EIO, "poll: %s", strerror(errno));
 }
 
 static int pd_cl_write_all(permd_client *c, const uint8_t *p, size_t len)
