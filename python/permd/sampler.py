@@ -223,8 +223,11 @@ class Sampler(_Base):
                 return
             self._loaded, self._named, self._named_last, self._next_epoch = p.undo
             p.dropped, self._dropped, self._pass = True, p, None
-        elif p is not None and (p.done or p.epoch != epoch):
+        elif p is not None and p.epoch != epoch:
             self._pass = None
+        # set_epoch() of the pass's own epoch leaves it what state_dict() describes, also once its ids have all
+        # been handed out (DataLoader workers may take them all while training is mid-epoch): a second call, as
+        # DistributedSampler's, changes nothing there. The next pass runs that epoch again.
         self._named, self._named_last = epoch, True
 
     def __len__(self):
@@ -438,7 +441,8 @@ class Sampler(_Base):
         ahead of training when a DataLoader prefetches: then give consumed, the samples this rank has
         trained on since this pass began (e.g. steps * batch_size, steps counted since its iter(),
         so after a resume it counts from the resumed offset, not from the epoch's start). Once a pass
-        has run out, the offset is the epoch's end. A resumed pass never says less than the state it
+        has run out, the offset is the epoch's end, and a consumed past its ids (steps * batch_size over
+        a short last batch) means all of them. A resumed pass never says less than the state it
         resumed (which this world may round down, or past its shorter epoch in drop mode): a state
         saved here and resumed elsewhere repeats nothing that the first state had trained.
 
@@ -459,8 +463,11 @@ class Sampler(_Base):
             if consumed is None:
                 offset = t if p.done else min(p.start + p.yielded * self.num_replicas, t)
             else:
+                # Once the pass has run out, more than it handed out is steps × batch_size over a short last
+                # batch: the whole pass. Before, it is a miscount.
                 k = _args.integer("consumed (at most the ids this pass has handed out)", consumed, 0,
-                                  p.handed + p.yielded)
+                                  _args.U64_MAX if p.done else p.handed + p.yielded)
+                k = min(k, p.handed + p.yielded)
                 offset = min(p.start + max(0, k - p.handed) * self.num_replicas, t)
             offset = max(offset, p.floor)
         state = {"version": STATE_VERSION, "seed": self.seed, "epoch": epoch, "offset": offset,

@@ -368,6 +368,47 @@ class Consumed(unittest.TestCase):
             s.state_dict(consumed=1.0)
         self.assertEqual(s.state_dict(consumed=1)["offset"], 4)
 
+    def test_a_short_last_batch(self):
+        """steps × batch_size over-counts an epoch's short last batch: once the pass has run out, that means the
+        whole pass (the recipe of docs/python.md checkpoints there without a crash); before, it is refused."""
+        n, bs = 10, 4  # one rank: batches of 4, 4, 2
+        s = sampler(1, 0, n)
+        s.set_epoch(0)
+        trained = []
+        for step, batch in enumerate(DataLoader(range(n), batch_size=bs, sampler=s)):
+            trained += batch.tolist()
+            if step == 1:
+                with self.assertRaisesRegex(ValueError, "at most the ids this pass has handed out"):
+                    s.state_dict(consumed=(step + 2) * bs)  # one batch more than trained, mid-pass
+        state = s.state_dict(consumed=(step + 1) * bs)
+        self.assertEqual(state["offset"], n)
+        self.assertEqual(resume(state, 3, n, epoch=0), [])  # nothing of epoch 0 left to train
+
+    def test_set_epoch_again_after_the_workers_took_every_id(self):
+        """A second set_epoch(e) of the running epoch changes nothing (DistributedSampler's does nothing), also
+        once DataLoader workers have taken all of its ids while training is mid-epoch; set_epoch of another
+        epoch still ends the pass."""
+        n, bs = 16, 2
+        for again, offset in ((0, 4), (1, 0)):
+            s = sampler(1, 0, n)
+            s.set_epoch(0)
+            it = iter(DataLoader(range(n), batch_size=bs, sampler=s, num_workers=2, prefetch_factor=8))
+            trained = next(it).tolist() + next(it).tolist()
+            for _ in range(200):  # until the workers' prefetch has run the pass out
+                if s.state_dict()["offset"] == n:
+                    break
+                __import__("time").sleep(0.01)
+            self.assertEqual(s.state_dict()["offset"], n)
+            s.set_epoch(again)
+            if again == 0:
+                state = s.state_dict(consumed=len(trained))
+                self.assertEqual((state["epoch"], state["offset"]), (0, offset))
+                self.assertEqual(sorted(trained + resume(state, 3, n, epoch=0)), list(range(n)))
+            else:
+                self.assertEqual(s.state_dict()["epoch"], 1)
+                self.assertEqual(s.state_dict()["offset"], offset)
+            del it
+
 
 class Resume(unittest.TestCase):
     def resume(self, n, w1, w2, steps, consumed_arg):
