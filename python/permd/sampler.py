@@ -194,6 +194,7 @@ class Sampler(_Base):
         self._loaded = None       # (epoch, start, floor) of a loaded state that no pass has begun from yet
         self._pass = None         # the pass state_dict() describes; None: the one about to begin
         self._dropped = None      # a provisional pass set_epoch() dropped, until another pass begins
+        self._reading = set()     # passes whose iterators are begun and neither ran out nor were closed
 
     # ---- DistributedSampler's protocol
 
@@ -270,27 +271,38 @@ class Sampler(_Base):
         if self._named != epoch:  # no set_epoch() named it (yet): provisional, undone if one names another
             undo = (self._loaded, self._named, self._named_last, self._next_epoch)
         p = _Pass(epoch, start, self._remaining(start), floor, handed, undo)
+        busy = [q for q in self._reading if q.yielded and not (q.done or q.dropped)]
+        if busy:
+            warnings.warn(f"permd.Sampler: a pass of epoch {epoch} began while another iterator of this sampler "
+                          f"(epoch {busy[0].epoch}, {busy[0].yielded} ids read) is still being read; state_dict() "
+                          "describes the new one from now on. Give a peek or an evaluation loop a sampler of its "
+                          "own (docs/python.md, \"Passes and epochs\").", RuntimeWarning, stacklevel=4)
+        self._reading.add(p)
         self._pass, self._dropped, self._next_epoch = p, None, epoch
         self._loaded, self._named, self._named_last = None, None, False
         return p
 
     def _run(self):
         p = self._begin()
-        while True:
-            retarget = False
-            for chunk in self._chunks(p.epoch, p.start, p.count):
-                for i in chunk:
-                    if p.dropped:
-                        retarget = True
+        try:
+            while True:
+                retarget = False
+                for chunk in self._chunks(p.epoch, p.start, p.count):
+                    for i in chunk:
+                        if p.dropped:
+                            retarget = True
+                            break
+                        p.yielded += 1  # before the yield: a state_dict() taken after the k-th next() counts k
+                        yield i
+                    if retarget:
                         break
-                    p.yielded += 1  # before the yield: a state_dict() taken after the k-th next() counts k
-                    yield i
-                if retarget:
-                    break
-            if not (retarget or p.dropped):
-                p.done = True
-                return
-            p = self._retarget(p)
+                if not (retarget or p.dropped):
+                    p.done = True
+                    return
+                dropped, p = p, self._retarget(p)
+                self._reading.discard(dropped)
+        finally:  # ran out, or the iterator was closed (a loop's break, a peek's iterator let go)
+            self._reading.discard(p)
 
     def _retarget(self, p):
         """The pass this iterator goes on with after set_epoch() dropped its provisional pass p and it is read
@@ -620,6 +632,7 @@ class Sampler(_Base):
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_plan"] = state["_mix_at"] = None  # C handles; rebuilt on first use
+        state["_reading"] = set()  # a copy has no iterators
         return state
 
 

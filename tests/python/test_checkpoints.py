@@ -2,8 +2,10 @@
 set_epoch, after iter() before next(), mid-epoch, at the last id, after the epoch ends, after a resume and more
 steps; set_epoch and load_state_dict in either order; consumed= through a DataLoader that prefetches. Each
 resume runs on another world size and must train every sample of the epoch exactly once."""
+import copy
 import itertools
 import unittest
+import warnings
 
 from torch.utils.data import DataLoader
 
@@ -408,6 +410,44 @@ class Consumed(unittest.TestCase):
                 self.assertEqual(s.state_dict()["epoch"], 1)
                 self.assertEqual(s.state_dict()["offset"], offset)
             del it
+
+
+class OtherIterators(unittest.TestCase):
+    """state_dict() describes the last pass that began, as torchdata's StatefulDistributedSampler does; a pass
+    begun while another iterator of the sampler is still being read (a peek, an evaluation loop over the training
+    loader) says so with a RuntimeWarning. A loop that breaks and lets its iterator go warns nothing."""
+
+    def test_a_peek_mid_epoch_warns(self):
+        s = sampler(1, 0, 40)
+        s.set_epoch(0)
+        loader = DataLoader(range(40), batch_size=2, sampler=s)
+        training = iter(loader)
+        next(training)
+        with self.assertWarnsRegex(RuntimeWarning, "while another iterator of this sampler"):
+            next(iter(loader))
+        self.assertEqual(s.state_dict()["offset"], 2)  # the peek's pass, as documented
+        del training
+
+    def test_a_broken_loop_then_a_new_pass_is_quiet(self):
+        s = sampler(1, 0, 40)
+        for epoch in (0, 1, 1):  # the last: the same epoch again, as DistributedSampler runs it
+            s.set_epoch(epoch)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                for step, batch in enumerate(DataLoader(range(40), batch_size=2, sampler=s)):
+                    if step == 3:
+                        break
+            self.assertEqual(s.state_dict(), s.state_dict(consumed=8))
+
+    def test_a_copy_has_no_iterators(self):
+        s = sampler(1, 0, 40)
+        it = iter(s)
+        next(it)
+        c = copy.deepcopy(s)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            next(iter(c))
+        del it
 
 
 class Resume(unittest.TestCase):
