@@ -213,7 +213,12 @@ int pd_mixdef_decode(const char *name, const uint8_t *buf, size_t len, pd_mixdef
     b.left -= 4;
     uint32_t version = (uint32_t)pd_get(&b, 4);
     uint32_t components = (uint32_t)pd_get(&b, 4), stages = (uint32_t)pd_get(&b, 4);
-    if (b.bad || version != PD_MIXDEF_VERSION)
+    if (b.bad || version != PD_MIXDEF_VERSION || components == 0 || components > PD_MIX_COMPONENTS_MAX ||
+        stages == 0 || stages > PD_MIX_STAGES_MAX)
+        return PD_EINVAL;
+    /* The counts come from the blob: a damaged one must not size an allocation it cannot fill. Each
+     * component takes at least 39 bytes (a one-byte name), each stage 8 and each weight 4. */
+    if (b.left < 12 + (uint64_t)components * 39 + (uint64_t)stages * 8 + (uint64_t)stages * components * 4)
         return PD_EINVAL;
     pd_mixdef *d;
     int rc = pd_mixdef_alloc(name, components, stages, &d);
@@ -239,9 +244,9 @@ int pd_mixdef_decode(const char *name, const uint8_t *buf, size_t len, pd_mixdef
         c->layout_hash = pd_get(&b, 8);
         b.bad |= pd_name_check(c->name) != 0;
     }
-    for (uint32_t k = 0; k < stages; k++)
+    for (uint32_t k = 0; k < stages && !b.bad; k++)
         d->starts[k] = pd_get(&b, 8);
-    for (size_t i = 0; i < (size_t)stages * components; i++)
+    for (size_t i = 0; i < (size_t)stages * components && !b.bad; i++)
         d->weights[i] = (uint32_t)pd_get(&b, 4);
     if (b.bad || b.left || pd_mixdef_check(d, NULL, 0)) {
         pd_mixdef_release(d);
