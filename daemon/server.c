@@ -388,8 +388,10 @@ static int pd_loop_spawn(pd_server *s, pd_server_loop *l)
 
 /* ---- Access (allow_uids, the token) and SIGHUP ---------------------------------------------- */
 
-/* A new access snapshot from cfg (the token file read now), published for every loop. */
-static int pd_server_publish_access(pd_server *s, const pd_config *cfg)
+/* A new access snapshot from cfg (the token file read now), published for every loop. The token must fit
+ * preauth_frame, the max_preauth_frame the sessions use: the running one on a reload (a new value takes
+ * effect on restart), or a rotated token longer than it would let no TCP client in. */
+static int pd_server_publish_access(pd_server *s, const pd_config *cfg, uint64_t preauth_frame)
 {
     pd_access_node *n = calloc(1, sizeof *n);
     if (!n)
@@ -402,9 +404,10 @@ static int pd_server_publish_access(pd_server *s, const pd_config *cfg)
     /* A client's Hello carries the token, its name and a few bytes of framing before it may send more than
      * max_preauth_frame: a token without that room would start permd and let no client in. */
     char why[256];
-    if (!rc && n->access.token && (rc = pd_auth_token_fits(n->access.token_len, cfg->max_preauth_frame, why,
-                                                           sizeof why)))
-        pd_log_error("token", "path=%s msg=\"%s\"", cfg->token_file, why);
+    if (!rc && n->access.token && (rc = pd_auth_token_fits(n->access.token_len, preauth_frame, why, sizeof why)))
+        pd_log_error("token", "path=%s msg=\"%s%s\"", cfg->token_file, why,
+                     preauth_frame != cfg->max_preauth_frame ? " (the running max_preauth_frame: a new one takes effect "
+                                                              "on restart)" : "");
     if (rc) {
         free(n->access.token);
         free(n->access.allow_uids.uids);
@@ -456,7 +459,7 @@ static void pd_server_reload(pd_server *s)
         if (!applies)
             pd_log_warn("reload", "key=%s msg=\"changed; restart permd to apply it\"", keys[i]);
     }
-    int rc = pd_server_publish_access(s, &fresh);
+    int rc = pd_server_publish_access(s, &fresh, s->cfg->max_preauth_frame);
     if (rc) {
         pd_log_error("reload", "msg=\"allow_uids and the token were not applied: %s\"", pd_strerror(rc));
     } else {
@@ -657,7 +660,7 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
             return rc;
         }
     }
-    if ((rc = pd_server_publish_access(s, cfg)))
+    if ((rc = pd_server_publish_access(s, cfg, cfg->max_preauth_frame)))
         return rc;
 
     svc->cfg = cfg;

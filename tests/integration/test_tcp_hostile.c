@@ -202,6 +202,39 @@ static void test_reload_to_fifo(void **state)
     assert_int_equal(harness_finish(&h), 0);
 }
 
+/* A rotated token longer than the running max_preauth_frame leaves room for (a new max_preauth_frame in the same
+ * file takes effect on restart): the reload applied it and locked every TCP client out. Now it is refused, naming
+ * the running value, and permd serves on with the last token. */
+static void test_reload_token_past_running_preauth_frame(void **state)
+{
+    (void)state;
+    harness h;
+    char cfg[160], tok[160], longer[160], line[1002];
+    harness_init(&h);
+    write_file(&h, "token", "first-token-of-32-bytes-length!!\n", 33, tok, sizeof tok);
+    memset(line, 'w', sizeof line - 1);
+    line[sizeof line - 1] = '\n';
+    write_file(&h, "longer", line, sizeof line, longer, sizeof longer);
+    snprintf(cfg, sizeof cfg, "%s/permd.yaml", h.dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "token_file: %s\nmax_preauth_frame: 256\n", tok);
+    fclose(f);
+    const char *extra[] = {"--config", cfg, NULL};
+    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
+    f = fopen(cfg, "w");
+    fprintf(f, "token_file: %s\nmax_preauth_frame: 2048\n", longer);
+    fclose(f);
+    kill(h.pid, SIGHUP);
+    for (int i = 0; i < 3000 && !harness_log_contains(&h, "allow_uids and the token were not applied"); i++)
+        usleep(10000);
+    assert_true(harness_log_contains(&h, "under max_preauth_frame (256)"));
+    assert_true(harness_log_contains(&h, "the running max_preauth_frame"));
+    permd_client *c;
+    assert_int_equal(permd_connect_tcp(h.tcp, "first-token-of-32-bytes-length!!", &c), 0);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
 /* A short token works but is warned about (peers may try tokens without bound); CRLF line ends are not
  * part of it, whichever ends the client's copy has. */
 static void test_token_short_and_crlf(void **state)
@@ -381,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_token_not_a_file),
         cmocka_unit_test(test_check_config_token),
         cmocka_unit_test(test_reload_to_fifo),
+        cmocka_unit_test(test_reload_token_past_running_preauth_frame),
         cmocka_unit_test(test_token_short_and_crlf),
         cmocka_unit_test(test_localhost_any_case),
         cmocka_unit_test(test_tcp_keepalive),
