@@ -397,10 +397,17 @@ void pd_conn_maybe_resume(pd_conn *c)
     }
 }
 
+/* A uv_buf_t's length is an unsigned int: longer writes go as several buffers of at most this. */
+#define PD_CONN_BUF_MAX ((size_t)1 << 30)
+
 /* Hand data inside the block base to libuv; base is released when written. */
 static void pd_conn_queue(pd_conn *c, void *base, size_t cap, const uint8_t *data, size_t len)
 {
-    pd_write *w = malloc(sizeof *w);
+    uv_buf_t bufs[64]; /* 64 GiB: far above output_cap and any one reply */
+    unsigned nb = 0;
+    for (size_t at = 0; at < len && nb < sizeof bufs / sizeof bufs[0]; at += PD_CONN_BUF_MAX, nb++)
+        bufs[nb] = uv_buf_init((char *)data + at, (unsigned)(len - at < PD_CONN_BUF_MAX ? len - at : PD_CONN_BUF_MAX));
+    pd_write *w = len <= (size_t)nb * PD_CONN_BUF_MAX ? malloc(sizeof *w) : NULL;
     if (!w) {
         free(base);
         pd_conn_close(c);
@@ -408,26 +415,33 @@ static void pd_conn_queue(pd_conn *c, void *base, size_t cap, const uint8_t *dat
     }
     w->base = base;
     w->cap = cap;
-    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
-    if (uv_write(&w->req, &c->h.stream, &b, 1, pd_on_write)) {
+    if (uv_write(&w->req, &c->h.stream, bufs, nb, pd_on_write)) {
         free(base);
         free(w);
         pd_conn_close(c);
     }
 }
 
-/* Write what the socket takes now; 0..len, or a negative libuv error. A memory connection takes all. */
-static int pd_conn_try_write(pd_conn *c, const uint8_t *data, size_t len)
+/* Write what the socket takes now, its bytes (0..len) in *written: 0, or a negative libuv error. A memory
+ * connection takes all. */
+static int pd_conn_try_write(pd_conn *c, const uint8_t *data, size_t len, size_t *written)
 {
+    *written = 0;
     if (c->sink) {
         c->sink(c->sink_ctx, data, len);
-        return (int)len;
+        *written = len;
+        return 0;
     }
     if (c->h.stream.write_queue_size) /* keep order behind queued writes */
         return 0;
-    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)(len < PD_CONN_BUF_MAX ? len : PD_CONN_BUF_MAX));
     int n = uv_try_write(&c->h.stream, &b, 1);
-    return n == UV_EAGAIN || n == UV_ENOSYS ? 0 : n;
+    if (n == UV_EAGAIN || n == UV_ENOSYS)
+        return 0;
+    if (n < 0)
+        return n;
+    *written = (size_t)n;
+    return 0;
 }
 
 void pd_conn_flush(pd_conn *c)
@@ -435,13 +449,14 @@ void pd_conn_flush(pd_conn *c)
     if (c->closing || c->out_len == 0)
         return;
     c->set->stats->bytes_out_total += c->out_len;
-    int n = pd_conn_try_write(c, c->out + c->out_start, c->out_len);
-    if (n < 0) {
-        pd_log_debug("conn_write", "conn=%llu err=%s", (unsigned long long)c->serial, uv_err_name(n));
+    size_t n;
+    int rc = pd_conn_try_write(c, c->out + c->out_start, c->out_len, &n);
+    if (rc < 0) {
+        pd_log_debug("conn_write", "conn=%llu err=%s", (unsigned long long)c->serial, uv_err_name(rc));
         pd_conn_close(c);
         return;
     }
-    if ((size_t)n == c->out_len) {
+    if (n == c->out_len) {
         c->out_start = c->out_len = 0;
         if (c->out_cap > PD_OUT_KEEP) { /* do not keep a burst's buffer per idle connection */
             free(c->out);
@@ -452,7 +467,7 @@ void pd_conn_flush(pd_conn *c)
     }
     /* The rest leaves with the buffer itself; the next reply starts a new one. */
     uint8_t *base = c->out;
-    size_t cap = c->out_cap, at = c->out_start + (size_t)n, len = c->out_len - (size_t)n;
+    size_t cap = c->out_cap, at = c->out_start + n, len = c->out_len - n;
     c->out = NULL;
     c->out_cap = c->out_start = c->out_len = 0;
     pd_conn_queue(c, base, cap, base + at, len);
@@ -470,17 +485,17 @@ void pd_conn_write_owned(pd_conn *c, void *base, const uint8_t *data, size_t len
         return;
     }
     c->set->stats->bytes_out_total += len;
-    int n = pd_conn_try_write(c, data, len);
-    if (n < 0) {
+    size_t n;
+    if (pd_conn_try_write(c, data, len, &n) < 0) {
         free(base);
         pd_conn_close(c);
         return;
     }
-    if ((size_t)n == len) {
+    if (n == len) {
         free(base);
         return;
     }
-    pd_conn_queue(c, base, 0, data + n, len - (size_t)n);
+    pd_conn_queue(c, base, 0, data + n, len - n);
 }
 
 int pd_conn_send_fd(pd_conn *c, const uint8_t *data, size_t len, int fd)

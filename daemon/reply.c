@@ -118,7 +118,10 @@ int pd_reply_bulk_header(pd_session *s, uint64_t id, int body_case, const Protob
 {
     /* FetchReply.ids and StreamBatch.ids are both field 15. */
     int rc = pd_frame_bulk_header(hdr, PD_BULK_HDR_MAX, id, (uint32_t)body_case, head, 15, bytes, hlen);
-    if (rc)
+    if (rc == PD_ETOOBIG) /* max_count ids of 16 bytes (locations) may pass a frame's 2^31 - 1 bytes */
+        pd_reply_error(s, id, PD_ETOOBIG, "a reply of %llu bytes would exceed a frame's %u; ask in pieces",
+                       (unsigned long long)bytes, PD_FRAME_MAX_LIMIT);
+    else if (rc)
         pd_reply_error(s, id, PD_EINTERNAL, "reply header does not fit");
     return rc;
 }

@@ -191,6 +191,35 @@ static void restart_keeps_layout(void **state)
     free(r.mem);
 }
 
+/* max_count ids of 16 bytes (locations) may be more than a frame holds (2^31 - 1 bytes): such a Fetch is
+ * TOO_LARGE, naming the limit, not INTERNAL "reply header does not fit". Nothing is generated, so the
+ * buffers are never touched. */
+static void locations_past_a_frame(void **state)
+{
+    (void)state;
+    assert_int_equal(WEXITSTATUS(harness_stop(&h, SIGTERM)), 0);
+    const char *extra[] = {"--max-count", "134217728", NULL};
+    assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
+    const uint64_t n = UINT64_C(1) << 27, two[2] = {n, n};
+    permd_client *c;
+    permd_dataset d;
+    int32_t created;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_put_dataset_sharded(c, "big", two, 2, 1, 1, &d, &created), 0);
+    uint64_t *shards = malloc(n * sizeof *shards), *offs = malloc(n * sizeof *offs), k;
+    assert_non_null(shards);
+    assert_non_null(offs);
+    permd_slice s = {.dataset = "big", .seed = 1, .epoch = 0, .world = 1, .rank = 0, .mode = PERMD_MODE_EXACT};
+    assert_int_equal(permd_fetch_locations(c, &s, n, shards, offs, &k, NULL), PERMD_ETOOBIG);
+    if (!strstr(permd_last_error(c), "exceed a frame"))
+        fail_msg("error: %s", permd_last_error(c));
+    assert_int_equal(permd_fetch_locations(c, &s, 4, shards, offs, &k, NULL), 0); /* the connection serves on */
+    assert_int_equal(k, 4);
+    free(shards);
+    free(offs);
+    permd_close(c);
+}
+
 /* Raw PutDataset parts that break the upload rules each get a typed error. */
 static void bad_uploads(void **state)
 {
@@ -292,6 +321,7 @@ int main(void)
         cmocka_unit_test(put_and_serve),
         cmocka_unit_test(restart_keeps_layout),
         cmocka_unit_test(bad_uploads),
+        cmocka_unit_test(locations_past_a_frame),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
