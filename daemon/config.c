@@ -107,7 +107,8 @@ static const pd_opt pd_opts[] = {
            "good Hello within this is answered UNAUTHENTICATED and closed."),
     PD_OPT(max_preauth_frame, PD_OPT_U64, "4096", 256, PD_FRAME_MAX_LIMIT,
            "Largest frame read from a connection that has not authenticated yet (a\n"
-           "Hello with its token is far smaller); larger ones get TOO_LARGE and close it."),
+           "Hello with its token is far smaller); larger ones get TOO_LARGE and close it.\n"
+           "At most max_frame."),
     PD_OPT(frame_timeout_ms, PD_OPT_U64, "10000", 100, 3600000,
            "How long a frame may take to arrive, from its first byte (while permd reads\n"
            "from the connection): a client that stops mid-frame holds its buffer no\n"
@@ -215,8 +216,8 @@ static const pd_opt pd_opts[] = {
            "Bytes one request may take decoded (its fields as permd reads them),\n"
            "freed once it is answered; a request past it is answered TOO_LARGE and its\n"
            "connection stays open. A request decodes to 1 to 4 times its frame; many\n"
-           "small or unknown fields cost more (tens of bytes each). Keep it at least\n"
-           "4 x max_frame."),
+           "small or unknown fields cost more (tens of bytes each). At least max_frame;\n"
+           "keep it at least 4 x max_frame."),
 };
 #define PD_NOPTS (sizeof pd_opts / sizeof pd_opts[0])
 
@@ -628,6 +629,19 @@ int pd_config_validate(const pd_config *c, char *err, size_t errlen)
     }
     if (strcmp(c->gpu, "auto") && strcmp(c->gpu, "off")) {
         pd_errf(err, errlen, "gpu: '%s' is not auto or off", c->gpu);
+        return PD_EINVAL;
+    }
+    /* Limits that contradict each other: each is in its own range, but together they refuse what they allow. */
+    if (c->max_preauth_frame > c->max_frame) {
+        pd_errf(err, errlen, "max_preauth_frame (%llu) exceeds max_frame (%llu): a peer would be allowed larger frames "
+                "before it authenticates than after", (unsigned long long)c->max_preauth_frame,
+                (unsigned long long)c->max_frame);
+        return PD_EINVAL;
+    }
+    if (c->max_request_memory < c->max_frame) {
+        pd_errf(err, errlen, "max_request_memory (%llu) is below max_frame (%llu): a request of a frame that size "
+                "could never be decoded (keep it at least 4 x max_frame)", (unsigned long long)c->max_request_memory,
+                (unsigned long long)c->max_frame);
         return PD_EINVAL;
     }
     for (size_t i = 0; i < c->ndatasets; i++)

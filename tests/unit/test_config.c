@@ -235,6 +235,25 @@ static void test_validate(void **state)
     assert_int_equal(pd_config_validate(&c, err, sizeof err), PD_ECONFLICT);
     pd_config_free(&c);
 
+    /* Limits in range alone that contradict each other. */
+    static const char *const contradictions[][4] = {
+        {"max_frame", "65536", "max_preauth_frame", "65537"},   /* more before a Hello than after */
+        {"max_frame", "1048576", "max_request_memory", "1048575"}, /* a full frame could never be decoded */
+    };
+    for (size_t i = 0; i < sizeof contradictions / sizeof contradictions[0]; i++) {
+        assert_int_equal(pd_config_init(&c), 0);
+        assert_int_equal(pd_config_set(&c, contradictions[i][0], contradictions[i][1], NULL, 0), 0);
+        assert_int_equal(pd_config_set(&c, contradictions[i][2], contradictions[i][3], NULL, 0), 0);
+        assert_int_equal(pd_config_validate(&c, err, sizeof err), PD_EINVAL);
+        if (!strstr(err, contradictions[i][2]) || !strstr(err, "max_frame"))
+            fail_msg("case %zu: '%s'", i, err);
+        char ok[32];
+        snprintf(ok, sizeof ok, "%llu", strtoull(contradictions[i][3], NULL, 10) + (i == 0 ? -1 : 1));
+        assert_int_equal(pd_config_set(&c, contradictions[i][2], ok, NULL, 0), 0); /* the boundary itself is fine */
+        assert_int_equal(pd_config_validate(&c, err, sizeof err), 0);
+        pd_config_free(&c);
+    }
+
     /* A socket path beyond sun_path (107 bytes and its NUL) could only be bound cut short. */
     char sock[160];
     assert_int_equal(pd_config_init(&c), 0);
