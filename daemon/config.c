@@ -128,6 +128,10 @@ static const pd_opt pd_opts[] = {
            "Bytes of shard sizes that unfinished sharded uploads may hold, all\n"
            "connections together (8 a shard); a part beyond it is answered TOO_LARGE and\n"
            "its upload dropped."),
+    PD_OPT(upload_timeout_ms, PD_OPT_U64, "60000", 100, 86400000,
+           "An unfinished sharded upload whose next part does not come within this is\n"
+           "dropped and its memory (upload_memory) freed; its connection stays open, and\n"
+           "a later part of it is answered INVALID_ARGUMENT saying so."),
     PD_OPT(layout_memory, PD_OPT_U64, "1073741824", 4096, UINT64_C(1) << 40,
            "Bytes of shard layouts kept in memory, all sharded datasets together (8 a\n"
            "shard). Layouts of deleted datasets count too while plans or streams still\n"

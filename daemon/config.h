@@ -45,6 +45,7 @@ typedef struct pd_config {
     uint64_t max_digest;
     uint64_t max_shards;
     uint64_t upload_memory;
+    uint64_t upload_timeout_ms;
     uint64_t layout_memory;
     uint64_t max_mixture_components;
     uint64_t max_mixture_stages;

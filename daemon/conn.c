@@ -69,6 +69,7 @@ struct pd_conn {
     unsigned refs;     /* the handle, plus one per job in flight */
     uint64_t linger_until; /* after an error: when to give up waiting for the peer's EOF */
     uint64_t deadline;     /* pd_conn_set_deadline's; 0: none */
+    uint64_t alarm;        /* pd_conn_set_alarm's; 0: none */
     uint64_t partial_since; /* when the first byte of the frame being read arrived; 0: none pending */
     uv_shutdown_t shutdown_req;
 
@@ -239,6 +240,11 @@ void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame)
 void pd_conn_set_deadline(pd_conn *c, uint64_t at_ms)
 {
     c->deadline = at_ms;
+}
+
+void pd_conn_set_alarm(pd_conn *c, uint64_t at_ms)
+{
+    c->alarm = at_ms;
 }
 
 uv_loop_t *pd_conn_loop(const pd_conn *c)
@@ -890,6 +896,11 @@ void pd_conns_sweep(pd_conns *set, uint64_t now_ms)
         else if (frame_ms && c->reading && c->partial_since && now_ms - c->partial_since >= frame_ms &&
                  pd_frame_reader_pending(&c->in))
             pd_conn_expire(c, PD_CONN_FRAME);
+        else if (c->alarm && now_ms >= c->alarm) {
+            c->alarm = 0;
+            if (c->started && c->ops->alarm)
+                c->ops->alarm(c->session);
+        }
         c = next;
     }
 }

@@ -46,6 +46,8 @@ typedef struct pd_conn_ops {
     /* A deadline passed (why: PD_CONN_DEADLINE, set with pd_conn_set_deadline, or PD_CONN_FRAME, a
      * frame not complete within frame_timeout_ms): reply; the connection then drains and closes. */
     void (*expired)(void *session, int why);
+    /* The alarm set with pd_conn_set_alarm went off (once); the connection stays open. May be NULL. */
+    void (*alarm)(void *session);
 } pd_conn_ops;
 
 enum { PD_CONN_DEADLINE = 1, PD_CONN_FRAME = 2 };
@@ -120,6 +122,9 @@ int pd_conn_peer_gone(pd_conn *c);
 void pd_conn_set_max_frame(pd_conn *c, uint32_t max_frame);
 /* Expire the connection at at_ms (pd_clock_ms; 0: never), e.g. until it authenticates. */
 void pd_conn_set_deadline(pd_conn *c, uint64_t at_ms);
+/* Call ops->alarm once at at_ms (pd_clock_ms; 0: never), as pd_conns_sweep finds it passed (within its
+ * period); unlike a deadline it closes nothing. One alarm a connection: a new one replaces it. */
+void pd_conn_set_alarm(pd_conn *c, uint64_t at_ms);
 
 /* ---- Requests --------------------------------------------------------------------------------- */
 

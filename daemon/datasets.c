@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "core/perm.h"
+#include "daemon/clock.h"
+#include "daemon/conn.h"
 #include "daemon/job.h"
 #include "daemon/log.h"
 #include "daemon/registry.h"
@@ -154,16 +156,44 @@ struct pd_upload {
     uint64_t total, received, size, window;
     uint32_t lanes;
     uint64_t *sizes;
-    uint64_t cap;    /* sizes allocated, counted in svc->upload_bytes (8 bytes each) */
+    uint64_t cap;        /* sizes allocated, counted in svc->upload_bytes (8 bytes each) */
+    uint64_t expires_ms; /* upload_timeout_ms after its last part */
+    int expired;         /* dropped at expires_ms: sizes freed, the rest kept to answer its next part */
 };
+
+/* Free the sizes and stop counting them in upload_memory. */
+static void pd_upload_drop_sizes(struct pd_upload *u)
+{
+    atomic_fetch_sub(&u->svc->upload_bytes, u->cap * sizeof *u->sizes);
+    free(u->sizes);
+    u->sizes = NULL;
+    u->cap = 0;
+}
 
 void pd_upload_free(struct pd_upload *u)
 {
     if (u) {
-        atomic_fetch_sub(&u->svc->upload_bytes, u->cap * sizeof *u->sizes);
-        free(u->sizes);
+        pd_upload_drop_sizes(u);
         free(u);
     }
+}
+
+void pd_datasets_on_alarm(pd_session *s)
+{
+    struct pd_upload *u = s->upload;
+    if (!u || u->expired)
+        return;
+    const uint64_t now = pd_clock_ms();
+    if (now < u->expires_ms) { /* another alarm of the connection's went off first */
+        pd_conn_set_alarm(s->conn, u->expires_ms);
+        return;
+    }
+    pd_log_warn_peer("upload_expired", "conn=%llu peer=%s name=%s received=%llu total=%llu",
+                     (unsigned long long)pd_conn_serial(s->conn), pd_conn_peer(s->conn), pd_name_printable(u->name),
+                     (unsigned long long)u->received, (unsigned long long)u->total);
+    s->loop->stats.uploads_expired++;
+    pd_upload_drop_sizes(u);
+    u->expired = 1;
 }
 
 /* Room for n more sizes: grown as parts arrive (a client that announces 16 M shards and sends few
@@ -218,6 +248,15 @@ static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDa
         u->window = m->window ? m->window : PD_DEFAULT_WINDOW;
         u->lanes = m->lanes ? m->lanes : 1;
         s->upload = u;
+    } else if (u && u->expired && !strcmp(u->name, m->name)) {
+        pd_reply_error(s, id, PD_EINVAL,
+                       "the upload of '%s' was dropped after %llu of %llu shard sizes: no part came within "
+                       "upload_timeout_ms (%llu ms); send it again from shards_first 0", pd_name_printable(u->name),
+                       (unsigned long long)u->received, (unsigned long long)u->total,
+                       (unsigned long long)cfg->upload_timeout_ms);
+        pd_upload_free(u);
+        s->upload = NULL;
+        return;
     } else if (!u || strcmp(u->name, m->name) || u->total != m->shards_total || u->received != m->shards_first) {
         pd_reply_error(s, id, PD_EINVAL,
                            "shards_first %llu does not continue an upload of '%s' on this connection (%s)",
@@ -249,6 +288,8 @@ static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDa
         memcpy(u->sizes + u->received, m->shard_sizes, m->n_shard_sizes * sizeof *u->sizes);
     u->received += m->n_shard_sizes;
     if (u->received < u->total) {
+        u->expires_ms = pd_clock_ms() + cfg->upload_timeout_ms;
+        pd_conn_set_alarm(s->conn, u->expires_ms);
         Permd__V1__DatasetReply r = PERMD__V1__DATASET_REPLY__INIT;
         r.shards_received = u->received;
         pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY, &r);

@@ -20,5 +20,8 @@ size_t pd_list_entry_bytes(size_t packed);
 
 /* Free a session's unfinished sharded upload (at teardown). NULL is a no-op. */
 void pd_upload_free(struct pd_upload *u);
+/* The connection's alarm went off: drop its unfinished upload if no part came within upload_timeout_ms
+ * (its memory freed; its next part is answered INVALID_ARGUMENT saying so). */
+void pd_datasets_on_alarm(pd_session *s);
 
 #endif

@@ -74,6 +74,7 @@ void pd_stats_add(pd_stats *into, const pd_stats *what)
     into->backpressure_pauses += what->backpressure_pauses;
     into->readahead_hits += what->readahead_hits;
     into->stream_rings_total += what->stream_rings_total;
+    into->uploads_expired += what->uploads_expired;
     into->connections += what->connections;
     into->streams_active += what->streams_active;
     into->request_memory += what->request_memory;

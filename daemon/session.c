@@ -102,6 +102,11 @@ static void pd_session_on_expired(void *session, int why)
                        (unsigned long long)cfg->hello_timeout_ms);
 }
 
+static void pd_session_on_alarm(void *session)
+{
+    pd_datasets_on_alarm(session); /* the only alarm a session sets: its upload's */
+}
+
 static const pd_conn_ops pd_session_ops = {
     .frame = pd_session_on_frame,
     .oversize = pd_session_on_oversize,
@@ -110,6 +115,7 @@ static const pd_conn_ops pd_session_ops = {
     .stop = pd_session_on_stop,
     .free = pd_session_on_free,
     .expired = pd_session_on_expired,
+    .alarm = pd_session_on_alarm,
 };
 
 /* ---- Opening ------------------------------------------------------------------------------- */

@@ -172,6 +172,9 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_u64(&t, "permd_stream_ring_bytes", "gauge",
                 "Bytes of shared-memory stream rings alive (in use or kept by a connection for its next stream).",
                 v->ring_bytes);
+    pd_text_u64(&t, "permd_uploads_expired_total", "counter",
+                "Unfinished sharded uploads dropped, with their memory, because no part came within upload_timeout_ms.",
+                st->uploads_expired);
     pd_text_u64(&t, "permd_upload_bytes", "gauge",
                 "Bytes of shard sizes held by unfinished sharded uploads (bounded by upload_memory).",
                 v->upload_bytes);

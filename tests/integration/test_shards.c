@@ -220,6 +220,68 @@ static void locations_past_a_frame(void **state)
     permd_close(c);
 }
 
+/* Part i of a raw sharded upload of `name`: n sizes of 1 from `first`, of `total`; the reply's envelope. */
+static pd_envelope *upload_part(int fd, const char *name, uint64_t first, uint64_t n, uint64_t total)
+{
+    uint64_t *ones = malloc(n * sizeof *ones);
+    assert_non_null(ones);
+    for (uint64_t i = 0; i < n; i++)
+        ones[i] = 1;
+    Permd__V1__PutDataset m = PERMD__V1__PUT_DATASET__INIT;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT, *rep;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_DATASET;
+    env.put_dataset = &m;
+    m.name = (char *)name;
+    m.shards_total = total;
+    m.shards_first = first;
+    m.shard_sizes = ones;
+    m.n_shard_sizes = n;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    assert_int_equal(raw_recv_env(fd, 5000, &rep), 0);
+    free(ones);
+    return rep;
+}
+
+/* An upload left unfinished holds its share of upload_memory only until upload_timeout_ms passes without a
+ * part: it blocked every other sharded upload for as long as its connection stayed open. Then its memory goes,
+ * its connection stays open, and its next part says why it is refused. */
+static void idle_upload_expires(void **state)
+{
+    (void)state;
+    assert_int_equal(WEXITSTATUS(harness_stop(&h, SIGTERM)), 0);
+    const char *extra[] = {"--upload-memory", "65536", "--upload-timeout-ms", "300", NULL};
+    assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
+    int idle = raw_connect_unix(h.sock), other = raw_connect_unix(h.sock);
+    pd_envelope *rep = upload_part(idle, "idle", 0, 6000, 10000); /* 48 KB of 64 */
+    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    int tries = 0, done = 0;
+    for (; tries < 100 && !done; tries++) { /* 32 KB more: refused while the idle upload holds its share */
+        rep = upload_part(other, "other", 0, 4000, 4000);
+        done = rep->body_case == PERMD__V1__ENVELOPE__BODY_DATASET_REPLY;
+        if (!done) {
+            assert_int_equal(rep->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
+            usleep(50000);
+        }
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    }
+    assert_true(done);
+    assert_true(tries > 1); /* the first try came before the timeout */
+    rep = upload_part(idle, "idle", 6000, 4000, 10000);
+    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_ERROR);
+    assert_int_equal(rep->error->code, PERMD__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT);
+    if (!strstr(rep->error->message, "upload_timeout_ms (300 ms)"))
+        fail_msg("error: %s", rep->error->message);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    rep = upload_part(idle, "idle", 0, 4000, 4000); /* the connection serves on: a new upload works */
+    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    assert_non_null(rep->dataset_reply->dataset);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    assert_true(harness_log_contains(&h, "upload_expired"));
+    close(idle);
+    close(other);
+}
+
 /* Raw PutDataset parts that break the upload rules each get a typed error. */
 static void bad_uploads(void **state)
 {
@@ -322,6 +384,7 @@ int main(void)
         cmocka_unit_test(restart_keeps_layout),
         cmocka_unit_test(bad_uploads),
         cmocka_unit_test(locations_past_a_frame),
+        cmocka_unit_test(idle_upload_expires),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
