@@ -216,6 +216,14 @@ static const pd_opt pd_opts[] = {
            "which go out in one NCCL group), may take before permd aborts the group's\n"
            "communicator (a trainer that died or hung)."),
     PD_OPT(max_group_members, PD_OPT_U64, "256", 1, 65535, "Most trainers in one delivery group."),
+    PD_OPT(max_groups, PD_OPT_U64, "64", 1, 4096,
+           "Most delivery groups at once, all connections together (each has a thread and\n"
+           "an NCCL communicator); a JoinGroup that would start another is answered\n"
+           "OVERLOADED."),
+    PD_OPT(max_group_sends, PD_OPT_U64, "256", 1, 1000000,
+           "Most Delivers queued in one group and not yet sent (a trainer that does not\n"
+           "post its receives holds them until delivery_timeout_ms); a Deliver beyond it\n"
+           "is answered OVERLOADED."),
     PD_OPT(max_request_memory, PD_OPT_U64, "16777216", 65536, UINT64_C(1) << 40,
            "Bytes one request may take decoded (its fields as permd reads them),\n"
            "freed once it is answered; a request past it is answered TOO_LARGE and its\n"

@@ -69,6 +69,8 @@ typedef struct pd_config {
     char *delivery_library;
     uint64_t delivery_timeout_ms;
     uint64_t max_group_members;
+    uint64_t max_groups;
+    uint64_t max_group_sends;
     uint64_t max_request_memory; /* bytes one request may take decoded */
     pd_config_dataset *datasets;
     size_t ndatasets;

@@ -48,6 +48,7 @@ typedef struct pd_group {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pd_send *head, *tail;
+    uint64_t queued;                /* sends in head..tail (max_group_sends) */
     int ready, failed, closing, exited;
     char why[256];
 } pd_group;
@@ -58,6 +59,7 @@ struct pd_groups {
      * fields. Recursive, because a reply that fails closes its connection, which leaves its groups. */
     pthread_mutex_t lock;
     pd_group *list;
+    unsigned count;                 /* groups in list (max_groups) */
     int loaded; /* 1: api usable; -1: failed (why says) */
     char why[256];
     void *dl;
@@ -188,6 +190,7 @@ static void *pd_group_main(void *arg)
             g->head = job->next;
             batch[n++] = job->job;
             free(job);
+            g->queued--;
         }
         if (!g->head)
             g->tail = NULL;
@@ -236,6 +239,7 @@ static void pd_group_on_async(uv_async_t *a)
     for (pd_group **p = &g->table->list; *p; p = &(*p)->next) {
         if (*p == g) {
             *p = g->next;
+            g->table->count--;
             break;
         }
     }
@@ -317,6 +321,19 @@ static int pd_group_check_failed(pd_session *c, uint64_t id, pd_group *g)
     return failed;
 }
 
+void pd_groups_counts(pd_groups *t, uint64_t *groups, uint64_t *sends)
+{
+    pthread_mutex_lock(&t->lock);
+    *groups = t->count;
+    *sends = 0;
+    for (pd_group *g = t->list; g; g = g->next) {
+        pthread_mutex_lock(&g->lock);
+        *sends += g->queued;
+        pthread_mutex_unlock(&g->lock);
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
 static pd_group *pd_group_create(pd_groups *t, uv_loop_t *loop, const char *name, uint32_t members, int *rc)
 {
     pd_group *g = calloc(1, sizeof *g);
@@ -346,6 +363,7 @@ static pd_group *pd_group_create(pd_groups *t, uv_loop_t *loop, const char *name
     }
     g->next = t->list;
     t->list = g;
+    t->count++;
     pd_log_info("group_new", "group=%s members=%u", name, members);
     return g;
 }
@@ -386,6 +404,9 @@ static void pd_on_join_group_locked(pd_session *c, uint64_t id, const Permd__V1_
             pd_reply_error(c, id, PD_ECONFLICT, "group '%s' is full (%u members)", g->name, g->members);
             return;
         }
+    } else if (t->count >= cfg->max_groups) {
+        pd_reply_error(c, id, PD_EBUSY, "%u delivery groups exist (max_groups); retry once one has ended", t->count);
+        return;
     } else if (!(g = pd_group_create(t, c->loop->uv, m->group, m->members, &rc))) {
         pd_reply_error(c, id, rc == PD_ENOMEM ? PD_EINTERNAL : PD_EUNAVAILABLE, "cannot create group '%s': %s",
                            m->group, pd_strerror(rc));
@@ -439,6 +460,16 @@ static void pd_on_deliver_locked(pd_session *c, uint64_t id, const Permd__V1__De
         pd_target_release(&t);
         return;
     }
+    const uint64_t max_sends = c->svc->groups->cfg->max_group_sends;
+    pthread_mutex_lock(&g->lock);
+    const uint64_t queued = g->queued;
+    pthread_mutex_unlock(&g->lock);
+    if (queued >= max_sends) { /* a member not posting its receives: its sends wait for delivery_timeout_ms */
+        pd_target_release(&t);
+        pd_reply_error(c, id, PD_EBUSY, "group '%s' has %llu sends queued (max_group_sends); retry once they are "
+                       "received", g->name, (unsigned long long)queued);
+        return;
+    }
     uint64_t got = m->count < t.remaining ? m->count : t.remaining;
     pd_send *job = got ? calloc(1, sizeof *job) : NULL;
     if (got && !job) {
@@ -460,6 +491,7 @@ static void pd_on_deliver_locked(pd_session *c, uint64_t id, const Permd__V1__De
     else
         g->head = job;
     g->tail = job;
+    g->queued++;
     pthread_cond_signal(&g->wake);
     pthread_mutex_unlock(&g->lock);
     c->loop->stats.ids_served_total += got;

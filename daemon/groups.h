@@ -22,6 +22,9 @@ void pd_on_join_group(pd_session *s, uint64_t id, const Permd__V1__JoinGroup *m)
 void pd_on_deliver(pd_session *s, uint64_t id, const Permd__V1__Deliver *m);
 void pd_on_leave_group(pd_session *s, uint64_t id, const Permd__V1__LeaveGroup *m);
 
+/* Groups alive and the sends queued in all of them, for metrics (any thread). */
+void pd_groups_counts(pd_groups *g, uint64_t *groups, uint64_t *sends);
+
 /* A session went away: a member that did not leave aborts its group. */
 void pd_groups_conn_gone(pd_groups *g, pd_session *s);
 

@@ -115,6 +115,8 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     }
     v->ring_bytes = atomic_load(&s->svc.ring_bytes);
     v->upload_bytes = atomic_load(&s->svc.upload_bytes);
+    if (s->groups)
+        pd_groups_counts(s->groups, &v->groups, &v->group_sends);
     v->datasets = s->reg ? pd_registry_count(s->reg) : 0;
     v->layout_bytes = s->reg ? pd_registry_layout_bytes(s->reg) : 0;
     v->registry_checkpoint_failures = s->reg ? pd_registry_checkpoint_failures(s->reg) : 0;

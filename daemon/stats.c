@@ -175,6 +175,10 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_u64(&t, "permd_uploads_expired_total", "counter",
                 "Unfinished sharded uploads dropped, with their memory, because no part came within upload_timeout_ms.",
                 st->uploads_expired);
+    pd_text_u64(&t, "permd_delivery_groups", "gauge", "NCCL delivery groups alive (at most max_groups).", v->groups);
+    pd_text_u64(&t, "permd_delivery_sends_queued", "gauge",
+                "Delivers queued in the delivery groups, not yet sent (at most max_group_sends a group).",
+                v->group_sends);
     pd_text_u64(&t, "permd_upload_bytes", "gauge",
                 "Bytes of shard sizes held by unfinished sharded uploads (bounded by upload_memory).",
                 v->upload_bytes);

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -51,10 +52,55 @@ static void unavailable_and_unharmed(void **state)
     assert_true(harness_log_contains(&h, "event=nccl state=unavailable"));
 }
 
+/* Delivery groups are bounded (max_groups) and so are the sends queued in one whose trainer does not receive
+ * (max_group_sends): each start a thread and an NCCL communicator, and queued sends were held without limit
+ * until delivery_timeout_ms. With a stand-in delivery library whose sends never complete. */
+static void groups_and_their_queues_are_bounded(void **state)
+{
+    (void)state;
+    harness g;
+    harness_init(&g);
+    const char *extra[] = {"--delivery-library", PERMD_FAKE_DELIVERY, "--max-groups", "2", "--max-group-sends", "3",
+                           "--delivery-timeout-ms", "600000", NULL};
+    assert_int_equal(harness_start(&g, 0, extra, NULL), 0);
+    permd_client *c[3];
+    uint8_t id[PERMD_NCCL_ID_BYTES];
+    uint32_t rank, nranks, width;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(permd_connect_unix(g.sock, &c[i]), 0);
+    assert_int_equal(permd_group_join(c[0], "g0", 1, id, &rank, &nranks), 0);
+    assert_int_equal(permd_group_join(c[1], "g1", 1, id, &rank, &nranks), 0);
+    assert_int_equal(permd_group_join(c[2], "g2", 1, id, &rank, &nranks), PERMD_EBUSY);
+    assert_non_null(strstr(permd_last_error(c[2]), "max_groups"));
+
+    /* The first sends go to the group's thread, which waits on them; the rest queue up to max_group_sends. */
+    assert_int_equal(permd_put_dataset(c[0], "d", 1000, NULL, NULL), 0);
+    permd_slice s = {.dataset = "d", .world = 1, .mode = PERMD_MODE_EXACT};
+    uint64_t got;
+    int accepted = 0, rc = 0;
+    for (int i = 0; i < 40 && rc == 0; i++) {
+        rc = permd_group_deliver(c[0], "g0", &s, 4, &got, &width, &s.offset);
+        accepted += rc == 0;
+    }
+    assert_int_equal(rc, PERMD_EBUSY);
+    assert_non_null(strstr(permd_last_error(c[0]), "max_group_sends"));
+    assert_true(accepted >= 3 && accepted <= 6); /* 3 queued, and at most as many taken by the thread */
+
+    /* A group that ends makes room for another. */
+    assert_int_equal(permd_group_leave(c[1], "g1"), 0);
+    for (int i = 0; i < 500 && (rc = permd_group_join(c[2], "g2", 1, id, &rank, &nranks)) == PERMD_EBUSY; i++)
+        usleep(10000);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 3; i++)
+        permd_close(c[i]); /* members gone: their groups abort, the stand-in's waiting sends end */
+    assert_int_equal(harness_finish(&g), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(unavailable_and_unharmed),
+        cmocka_unit_test(groups_and_their_queues_are_bounded),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
