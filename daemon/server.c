@@ -83,6 +83,7 @@ struct pd_server {
     pd_listener *unix_listener, *tcp_listener;
     char socket_path[4096];
     pd_http *http;
+    pthread_mutex_t http_lock; /* a Stats on another loop reads http's counters while loop 0 may close it */
     uv_signal_t signals[PD_NSIGNALS];
     int signals_on;
     sigset_t caller_mask;  /* pd_server_create's caller's, given back by pd_server_free */
@@ -121,9 +122,11 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     v->layout_bytes = s->reg ? pd_registry_layout_bytes(s->reg) : 0;
     v->registry_checkpoint_failures = s->reg ? pd_registry_checkpoint_failures(s->reg) : 0;
     v->plan_bytes = pd_plans_bytes(s->plans);
+    pthread_mutex_lock(&s->http_lock);
     v->http_evicted = pd_http_evicted(s->http);
     v->http_expired = pd_http_expired(s->http);
     v->http_cache_hits = pd_http_cache_hits(s->http);
+    pthread_mutex_unlock(&s->http_lock);
     v->nlog_suppressed = pd_log_peer_suppressed(v->log_suppressed, PD_LOG_PEER_EVENTS);
 }
 
@@ -530,8 +533,10 @@ void pd_server_stop(pd_server *s)
     pd_listener_close(s->tcp_listener);
     s->unix_listener = s->tcp_listener = NULL;
     pd_groups_stop(s->groups);
+    pthread_mutex_lock(&s->http_lock); /* freed later on this loop: no other loop may still hold it */
     pd_http_close(s->http);
     s->http = NULL;
+    pthread_mutex_unlock(&s->http_lock);
     for (unsigned i = 1; i < s->nloops; i++)
         pd_loop_post(s->loops[i], NULL, 1);
     pd_loop_stop(s->loops[0]);
@@ -598,6 +603,7 @@ void pd_server_free(pd_server *s)
         free(n);
     }
     sigset_t mask = s->caller_mask;
+    pthread_mutex_destroy(&s->http_lock);
     free(s);
     pd_sigmask_restore(&mask);
 }
@@ -746,6 +752,7 @@ int pd_server_create(uv_loop_t *loop, const pd_config *cfg, unsigned workers, pd
     if (!s)
         return PD_ENOMEM;
     s->cfg = cfg;
+    pthread_mutex_init(&s->http_lock, NULL);
     /* Every thread started from here on (loops, the CPU pool, libuv's workers, the GPU library's)
      * inherits the block; pd_server_run lifts it on this thread alone. */
     pd_sigmask_block(&s->caller_mask);
