@@ -273,6 +273,7 @@ int pd_mix_cursor_init(pd_mix_cursor *c, const pd_mix *m, void *mem, size_t mem_
         return PD_ERANGE;
     c->mix = m;
     c->orders = mem;
+    c->built = 0;
     char *plans = (char *)mem + 2 * m->components * sizeof(pd_mix_order);
     for (uint64_t i = 0; i < 2 * m->components; i++) {
         pd_mix_order *o = &c->orders[i];
@@ -295,10 +296,11 @@ const pd_mix_order *pd_mix_order_get(pd_mix_cursor *c, uint64_t component, uint6
     if (o->valid && o->epoch == epoch)
         return o;
     const uint64_t seed = m->comp_seed[component];
-    if (comp->shard_start) /* validated by pd_mix_init: cannot fail */
+    if (comp->shard_start) { /* validated by pd_mix_init: cannot fail */
         pd_shard_plan_init(&o->plan, comp->shard_start, comp->shards, seed, epoch, comp->window, comp->lanes, o->mem,
                            pd_shard_plan_bytes(comp->shards));
-    else
+        c->built++;
+    } else
         pd_perm_init(&o->perm, seed, epoch, PD_STREAM_SAMPLES, comp->size);
     o->epoch = epoch;
     o->valid = 1;

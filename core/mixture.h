@@ -101,6 +101,8 @@ typedef struct pd_mix_order {
 typedef struct pd_mix_cursor {
     const pd_mix *mix;
     pd_mix_order *orders; /* 2·C */
+    uint64_t built;       /* sharded orders built (O(S_j) each) since pd_mix_cursor_init: lets a caller that
+                           * keeps cursors warm see what each use cost */
 } pd_mix_cursor;
 
 /* Bytes a cursor needs: 2·C orders and, per sharded component, two plans. 0 for a NULL plan. */

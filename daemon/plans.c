@@ -8,6 +8,16 @@
 
 #include "core/error.h"
 
+/* How many idle cursors a mixture plan keeps for the next requests (more given back are freed). */
+#define PD_PLAN_CURSORS_KEPT 4
+
+/* A mixture's cursor and its orders, kept with its plan between requests. */
+typedef struct pd_plan_cursor {
+    pd_mix_cursor cur;           /* first: a pd_mix_cursor * handed out is one of these */
+    size_t bytes;                /* charged: this struct and the orders */
+    struct pd_plan_cursor *next; /* the plan's idle list */
+} pd_plan_cursor;
+
 struct pd_plan {
     _Atomic unsigned refs;   /* the cache's list holds one while listed */
     pd_plans *cache;         /* whose byte count its table is in */
@@ -30,13 +40,20 @@ struct pd_plan {
     pd_layout **layouts;     /* C, NULL for flat components */
     pd_mix_component *comps; /* C */
     pd_mix mix;
+    /* Under the cache's lock: a mixture's cursors (their orders are not in size). */
+    pd_plan_cursor *cursors; /* idle, most recently given first */
+    unsigned ncursors;       /* idle ones */
+    uint64_t cursor_bytes;   /* charged for its cursors, idle or taken */
+    int sharded;             /* a component is sharded: a cold cursor builds O(S_j) orders */
     pd_plan *next;           /* LRU order, most recent first */
 };
 
 /*
  * What bounds plan memory: every plan alive is charged its table's size from the moment it is
  * admitted (pd_plans_get making it, or pd_plan_wake needing its table again) until its last reference
- * goes, and `bytes`, all the charges, stays within max_bytes. To admit one, the least recently used
+ * goes, and a mixture plan's cursors theirs while they live (taken by a request or idle on its list),
+ * and `bytes`, all the charges, stays within max_bytes. Idle cursors give way first, least recently
+ * used plan first. To admit one, the least recently used
  * plans nobody uses give way first: a plan only the list holds is dropped, and one held only by
  * holders that said they are idle (a stream waiting for credit) loses its table, which its holder
  * rebuilds when it wakes. When what remains is in use, the new plan is refused (PD_EBUSY), unless it
@@ -47,7 +64,8 @@ struct pd_plans {
     pd_plan *head;
     unsigned n, max;
     uint64_t max_bytes;
-    _Atomic uint64_t bytes; /* charged: tables built or admitted to be, cached or in use */
+    _Atomic uint64_t bytes; /* charged: tables built or admitted to be, cached or in use, and cursors */
+    _Atomic uint64_t cursor_bytes; /* of bytes, mixtures' cursors' */
     uint64_t next_id;
 };
 
@@ -56,6 +74,26 @@ struct pd_plans {
 static int pd_plan_unused(pd_plan *p)
 {
     return atomic_load(&p->refs) == (p->listed ? 1u : 0u) + p->idle;
+}
+
+/* A cursor of p's (bytes) is freed: its charge goes. Caller holds c->lock (or has p's last reference). */
+static void pd_plans_uncharge_cursor(pd_plans *c, pd_plan *p, uint64_t bytes)
+{
+    p->cursor_bytes -= bytes;
+    atomic_fetch_sub(&c->bytes, bytes);
+    atomic_fetch_sub(&c->cursor_bytes, bytes);
+}
+
+/* Free p's idle cursors. Caller holds c->lock (or has the last reference). */
+static void pd_plan_free_cursors(pd_plans *c, pd_plan *p)
+{
+    while (p->cursors) {
+        pd_plan_cursor *k = p->cursors;
+        p->cursors = k->next;
+        p->ncursors--;
+        pd_plans_uncharge_cursor(c, p, k->bytes);
+        free(k);
+    }
 }
 
 static void pd_plans_unlist(pd_plans *c, pd_plan **link)
@@ -72,6 +110,7 @@ static void pd_plans_unlist(pd_plans *c, pd_plan **link)
  * holders build it again when they wake. Caller holds c->lock. */
 static void pd_plan_uncharge(pd_plans *c, pd_plan *p)
 {
+    pd_plan_free_cursors(c, p); /* nobody uses p: every cursor is idle */
     free(p->mem);
     p->mem = NULL;
     atomic_store(&p->ready, 0);
@@ -98,14 +137,40 @@ static int pd_plans_reclaim_one(pd_plans *c, const pd_plan *keep)
     return 1;
 }
 
+/* Give way to a new charge by freeing one idle cursor, of the least recently used plan that has one.
+ * Returns 0 when there was none. Caller holds c->lock. */
+static int pd_plans_shed_cursor(pd_plans *c)
+{
+    pd_plan *victim = NULL;
+    for (pd_plan *p = c->head; p; p = p->next)
+        if (p->cursors)
+            victim = p;
+    if (!victim)
+        return 0;
+    pd_plan_cursor *k = victim->cursors;
+    victim->cursors = k->next;
+    victim->ncursors--;
+    pd_plans_uncharge_cursor(c, victim, k->bytes);
+    free(k);
+    return 1;
+}
+
+/* Make room for size more bytes: idle cursors go first, then plans nobody uses (not keep). Returns
+ * whether they fit. Caller holds c->lock. */
+static int pd_plans_room(pd_plans *c, const pd_plan *keep, uint64_t size)
+{
+    while (atomic_load(&c->bytes) + size > c->max_bytes && (pd_plans_shed_cursor(c) || pd_plans_reclaim_one(c, keep)))
+        ;
+    return atomic_load(&c->bytes) + size <= c->max_bytes;
+}
+
 /* Count p's table in the cache's bytes, making room first. PD_EBUSY when the plans in use leave no
  * room (p would not be alone). Caller holds c->lock. */
 static int pd_plans_charge(pd_plans *c, pd_plan *p)
 {
     if (p->charged)
         return 0;
-    while (atomic_load(&c->bytes) + p->size > c->max_bytes && pd_plans_reclaim_one(c, p))
-        ;
+    pd_plans_room(c, p, p->size);
     uint64_t bytes = atomic_load(&c->bytes);
     if (bytes && bytes + p->size > c->max_bytes)
         return PD_EBUSY;
@@ -215,6 +280,11 @@ uint64_t pd_plans_bytes(pd_plans *c)
     return c ? atomic_load(&c->bytes) : 0;
 }
 
+uint64_t pd_plans_cursor_bytes(pd_plans *c)
+{
+    return c ? atomic_load(&c->cursor_bytes) : 0;
+}
+
 uint64_t pd_plans_limit(const pd_plans *c)
 {
     return c->max_bytes;
@@ -234,6 +304,7 @@ void pd_plan_release(pd_plan *p)
     /* The last reference: not listed (the list holds one), so nobody else reads charged. */
     if (p->charged)
         atomic_fetch_sub(&p->cache->bytes, p->size);
+    pd_plan_free_cursors(p->cache, p); /* every one was given back before its taker released p */
     pd_layout_release(p->layout);
     if (p->mixdef) {
         for (uint32_t j = 0; j < p->mixdef->components; j++)
@@ -387,6 +458,7 @@ int pd_plans_get_mix(pd_plans *c, pd_mixdef *def, pd_layout *const *layouts, uin
             if (refs[j]) {
                 comps[j].shard_start = refs[j]->start;
                 comps[j].shards = refs[j]->shards;
+                p->sharded = 1;
             }
         }
         p->layouts = refs;
@@ -455,4 +527,75 @@ int pd_plan_use_mix(pd_plan *p, const pd_mix **out)
     int rc = p->mixdef ? pd_plan_build(p) : PD_EINVAL;
     *out = rc ? NULL : &p->mix;
     return rc;
+}
+
+int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out)
+{
+    pd_plans *c = p->cache;
+    const pd_mix *mix;
+    *out = NULL;
+    int rc = pd_plan_use_mix(p, &mix);
+    if (rc)
+        return rc;
+    const size_t bytes = sizeof(pd_plan_cursor) + pd_mix_cursor_bytes(mix);
+    pthread_mutex_lock(&c->lock);
+    pd_plan_cursor *k = p->cursors;
+    if (k) { /* the most recently given: its orders are the likeliest to serve this request */
+        p->cursors = k->next;
+        p->ncursors--;
+    } else if (!pd_plans_room(c, p, bytes) && atomic_load(&c->bytes) != (p->charged ? p->size : 0) + p->cursor_bytes) {
+        rc = PD_EBUSY; /* the plans in use fill max_bytes, and not with p's alone */
+    } else {
+        atomic_fetch_add(&c->bytes, bytes);
+        atomic_fetch_add(&c->cursor_bytes, bytes);
+        p->cursor_bytes += bytes;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (k || rc) {
+        *out = k ? &k->cur : NULL;
+        return rc;
+    }
+    if (!(k = malloc(bytes))) {
+        rc = PD_ENOMEM;
+        goto fail;
+    }
+    k->bytes = bytes;
+    k->next = NULL;
+    if ((rc = pd_mix_cursor_init(&k->cur, mix, k + 1, bytes - sizeof *k)))
+        goto fail;
+    *out = &k->cur;
+    return 0;
+fail:
+    free(k);
+    pthread_mutex_lock(&c->lock);
+    pd_plans_uncharge_cursor(c, p, bytes);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+void pd_plan_cursor_give(pd_plan *p, pd_mix_cursor *cur)
+{
+    if (!cur)
+        return;
+    pd_plans *c = p->cache;
+    pd_plan_cursor *k = (pd_plan_cursor *)cur;
+    pthread_mutex_lock(&c->lock);
+    if (p->ncursors < PD_PLAN_CURSORS_KEPT) {
+        k->next = p->cursors;
+        p->cursors = k;
+        p->ncursors++;
+        k = NULL;
+    } else {
+        pd_plans_uncharge_cursor(c, p, k->bytes);
+    }
+    pthread_mutex_unlock(&c->lock);
+    free(k);
+}
+
+int pd_plan_cursor_warm(pd_plan *p)
+{
+    pthread_mutex_lock(&p->cache->lock);
+    int warm = !p->sharded || p->cursors != NULL;
+    pthread_mutex_unlock(&p->cache->lock);
+    return warm;
 }

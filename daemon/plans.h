@@ -17,8 +17,11 @@ typedef struct pd_plan pd_plan;
  * kept listed (least recently used go first; the most recent is always kept). PD_ENOMEM. */
 int pd_plans_open(unsigned max_entries, uint64_t max_bytes, pd_plans **out);
 void pd_plans_close(pd_plans *c);
-/* Bytes of plan tables alive or admitted to be built (permd_plan_bytes): at most max_bytes, or one plan. */
+/* Bytes of plan tables alive or admitted to be built, and of mixture cursors kept with their plans
+ * (permd_plan_bytes): at most max_bytes, or one plan and its cursors. */
 uint64_t pd_plans_bytes(pd_plans *c);
+/* Of pd_plans_bytes, those of mixtures' cursors (pd_plan_cursor_take), idle or taken. */
+uint64_t pd_plans_cursor_bytes(pd_plans *c);
 /* max_bytes (plan_cache_bytes), for messages. */
 uint64_t pd_plans_limit(const pd_plans *c);
 /* Let go of the plans of layouts the registry dropped (pd_layout.retired: a dataset deleted): cached
@@ -67,6 +70,21 @@ int pd_plan_ready(pd_plan *p);
  * the other kind of plan. */
 int pd_plan_use(pd_plan *p, const pd_shard_plan **out);
 int pd_plan_use_mix(pd_plan *p, const pd_mix **out);
+
+/* A cursor over mixture plan p (built first if needed, as pd_plan_use_mix), for one thread until
+ * pd_plan_cursor_give: one given back earlier, with the component orders it built (a sharded
+ * component's O(S_j) plan for each of its last two component epochs), else a new one. A new cursor's
+ * bytes (pd_mix_cursor_bytes) are admitted within max_bytes as a plan's are, idle cursors giving way
+ * first: PD_EBUSY when the plans in use leave no room, unless p and its cursors would be alone.
+ * PD_ENOMEM; PD_EINVAL for a sharded epoch's plan. The caller must hold a reference it uses (not idle). */
+int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out);
+/* Give the cursor back to p (before releasing p): kept for the next request while p has few idle ones
+ * and stays cached (freed with p, with its table, or when the cache needs room), else freed. NULL is a
+ * no-op. */
+void pd_plan_cursor_give(pd_plan *p, pd_mix_cursor *cur);
+/* Whether a cursor taken now would build no component order from scratch: p has no sharded component,
+ * or an idle cursor (which may still need other component epochs). Cheap: the event loop may call it. */
+int pd_plan_cursor_warm(pd_plan *p);
 
 pd_plan *pd_plan_ref(pd_plan *p);
 void pd_plan_release(pd_plan *p);

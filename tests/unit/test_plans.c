@@ -1,0 +1,193 @@
+/* Tests for daemon/plans.c's mixture cursors: kept warm with their plan, charged against the cache's bytes, given up for room. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#include "core/error.h"
+#include "daemon/plans.h"
+
+enum { SHARDS = 4096 };
+
+/* A mixture of a flat dataset (1000 samples) and a sharded one (SHARDS shards of 3), with layouts[1]
+ * the sharded one's layout (the caller releases both). */
+static pd_mixdef *mix_def(pd_layout **layouts)
+{
+    uint64_t *sizes = malloc(SHARDS * sizeof *sizes);
+    assert_non_null(sizes);
+    for (int i = 0; i < SHARDS; i++)
+        sizes[i] = 3;
+    layouts[0] = NULL;
+    assert_int_equal(pd_layout_create(sizes, SHARDS, &layouts[1]), 0);
+    free(sizes);
+    pd_mixdef *d;
+    assert_int_equal(pd_mixdef_alloc("mx", 2, 1, &d), 0);
+    strcpy(d->comp[0].name, "flat");
+    d->comp[0].size = 1000;
+    strcpy(d->comp[1].name, "sharded");
+    d->comp[1].size = 3 * SHARDS;
+    d->comp[1].shards = SHARDS;
+    d->comp[1].window = 4;
+    d->comp[1].lanes = 2;
+    d->comp[1].layout_hash = layouts[1]->hash;
+    d->starts[0] = 0;
+    d->weights[0] = 1;
+    d->weights[1] = 1;
+    assert_int_equal(pd_mixdef_check(d, NULL, 0), 0);
+    return d;
+}
+
+/* The first `count` ids of mixture epoch `epoch` (world 1) through cursor c. */
+static void fill(pd_mix_cursor *c, uint64_t epoch, uint64_t offset, uint64_t count, uint64_t *out)
+{
+    pd_slice s = {.world = 1, .rank = 0, .mode = PD_MODE_EXACT, .offset = offset};
+    uint64_t written;
+    assert_int_equal(pd_mix_slice_fill_u64(c, epoch, &s, count, out, &written), 0);
+    assert_int_equal(written, count);
+}
+
+/* A cursor given back is the next one taken: it keeps its orders (no sharded order built again), its
+ * ids are those of a fresh cursor, and its bytes are charged until its plan goes. */
+static void test_cursor_reused(void **state)
+{
+    (void)state;
+    pd_layout *layouts[2];
+    pd_mixdef *d = mix_def(layouts);
+    pd_plans *c;
+    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &c), 0);
+    pd_plan *p;
+    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    assert_false(pd_plan_cursor_warm(p));
+
+    pd_mix_cursor *cur, *again;
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    const uint64_t table = pd_plans_bytes(c) - pd_mix_cursor_bytes(cur->mix);
+    assert_true(pd_plans_bytes(c) > pd_mix_cursor_bytes(cur->mix)); /* the plan's table and the cursor */
+    uint64_t a[200], b[200];
+    fill(cur, 0, 0, 100, a);
+    const uint64_t built = cur->built;
+    assert_true(built >= 1); /* the sharded component's order for its epoch 0 */
+    pd_plan_cursor_give(p, cur);
+    assert_true(pd_plan_cursor_warm(p));
+
+    assert_int_equal(pd_plan_cursor_take(p, &again), 0);
+    assert_ptr_equal(again, cur);
+    fill(again, 0, 100, 100, a + 100);
+    assert_int_equal(again->built, built); /* same component epochs: nothing rebuilt */
+    pd_plan_cursor_give(p, again);
+
+    /* The same ids as a cursor of its own. */
+    const pd_mix *mix;
+    assert_int_equal(pd_plan_use_mix(p, &mix), 0);
+    size_t bytes = pd_mix_cursor_bytes(mix);
+    void *mem = malloc(bytes);
+    pd_mix_cursor own;
+    assert_int_equal(pd_mix_cursor_init(&own, mix, mem, bytes), 0);
+    fill(&own, 0, 0, 200, b);
+    assert_memory_equal(a, b, sizeof a);
+    free(mem);
+
+    /* Two at once: a second cursor, charged too. */
+    pd_mix_cursor *x, *y;
+    assert_int_equal(pd_plan_cursor_take(p, &x), 0);
+    assert_int_equal(pd_plan_cursor_take(p, &y), 0);
+    assert_ptr_not_equal(x, y);
+    assert_true(pd_plans_bytes(c) > table + bytes);
+    pd_plan_cursor_give(p, x);
+    pd_plan_cursor_give(p, y);
+
+    pd_plan_release(p);
+    pd_plans_close(c); /* frees the plan with its cursors */
+    pd_layout_release(layouts[1]);
+    pd_mixdef_release(d);
+}
+
+/* With the cache full of plans in use, a new cursor is PD_EBUSY; idle cursors give way to a new plan
+ * before any table does; a plan and its cursors alone may pass the bound. */
+static void test_cursor_bounded(void **state)
+{
+    (void)state;
+    pd_layout *layouts[2];
+    pd_mixdef *d = mix_def(layouts);
+    pd_plans *c;
+    pd_plan *p, *q;
+    pd_mix_cursor *cur, *cur2;
+    /* Room for the mixture's table and one cursor, a little more, and not a second cursor. */
+    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &c), 0);
+    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    const uint64_t one = pd_plans_bytes(c);
+    pd_plan_cursor_give(p, cur);
+    pd_plan_release(p);
+    pd_plans_close(c);
+
+    const uint64_t shard_plan = pd_shard_plan_bytes(SHARDS);
+    assert_int_equal(pd_plans_open(4, one + shard_plan, &c), 0);
+    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    assert_int_equal(pd_plans_bytes(c), one);
+    /* A sharded epoch's plan fits beside it. */
+    assert_int_equal(pd_plans_get(c, layouts[1], 1, 0, 4, 2, &q), 0);
+    /* Now a second cursor does not, and every plan is in use. */
+    assert_int_equal(pd_plan_cursor_take(p, &cur2), PD_EBUSY);
+    assert_null(cur2);
+    pd_plan_release(q);
+    /* The unused sharded plan gives way to it. */
+    assert_int_equal(pd_plan_cursor_take(p, &cur2), 0);
+    pd_plan_cursor_give(p, cur2);
+    pd_plan_cursor_give(p, cur);
+    pd_plan_release(p);
+    /* The idle cursors give way to a new sharded plan; the mixture's table stays cached. */
+    assert_int_equal(pd_plans_get(c, layouts[1], 1, 1, 4, 2, &q), 0);
+    assert_true(pd_plans_bytes(c) <= one + shard_plan);
+    pd_plan_release(q);
+    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    assert_true(pd_plan_ready(p)); /* its table was not freed */
+    pd_plan_release(p);
+    pd_plans_close(c);
+
+    /* Alone, a plan and its cursor may pass the bound. */
+    assert_int_equal(pd_plans_open(4, 1, &c), 0);
+    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    assert_int_equal(pd_plans_bytes(c), one);
+    pd_plan_cursor_give(p, cur);
+    pd_plan_release(p);
+    pd_plans_close(c);
+
+    pd_layout_release(layouts[1]);
+    pd_mixdef_release(d);
+}
+
+/* A mixture whose plan loses its table (a dataset deleted under it) frees its cursors and their
+ * charge; a plan released for the last time does too. */
+static void test_cursor_freed_with_plan(void **state)
+{
+    (void)state;
+    pd_layout *layouts[2];
+    pd_mixdef *d = mix_def(layouts);
+    pd_plans *c;
+    pd_plan *p;
+    pd_mix_cursor *cur;
+    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &c), 0);
+    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    pd_plan_cursor_give(p, cur);
+    pd_plan_release(p);
+    assert_true(pd_plans_bytes(c) > 0);
+    pd_plans_drop_mixture(c, "mx", NULL); /* deleted: unused, so freed now */
+    assert_int_equal(pd_plans_bytes(c), 0);
+    pd_plans_close(c);
+    pd_layout_release(layouts[1]);
+    pd_mixdef_release(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cursor_reused),
+        cmocka_unit_test(test_cursor_bounded),
+        cmocka_unit_test(test_cursor_freed_with_plan),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
