@@ -41,8 +41,10 @@ static void pd_fetch_job_done(pd_job *job)
     if (!pd_conn_open(s->conn)) {
         free(j->bulk.base);
     } else if (j->rc) {
+        char msg[256];
+        int code = pd_target_error(s->svc->plans, j->rc, msg, sizeof msg);
         free(j->bulk.base);
-        pd_reply_error(s, j->id, PD_EINTERNAL, "generation failed: %s", pd_strerror(j->rc));
+        pd_reply_error(s, j->id, code, "%s", msg);
     } else {
         s->loop->stats.ids_served_total += j->count;
         pd_conn_write_owned(s->conn, j->bulk.base, j->bulk.frame, j->bulk.frame_len);
@@ -86,7 +88,9 @@ void pd_on_fetch(pd_session *s, uint64_t id, const Permd__V1__Fetch *m)
             s->loop->stats.readahead_hits += ahead != NULL;
             pd_readahead_note(s, &t, count, got, head.remaining);
         } else {
-            pd_reply_error(s, id, PD_EINTERNAL, "generation failed: %s", pd_strerror(rc));
+            char msg[256];
+            int code = pd_target_error(s->svc->plans, rc, msg, sizeof msg);
+            pd_reply_error(s, id, code, "%s", msg);
         }
         pd_target_release(&t);
         return;
@@ -162,6 +166,9 @@ static void pd_digest_job_done(pd_job *job)
     if (pd_conn_open(s->conn)) {
         if (j->rc == PD_ECLOSED) {
             pd_reply_error(s, j->id, PD_EUNAVAILABLE, "digest cancelled: permd is stopping");
+        } else if (j->rc == PD_EBUSY) { /* no room for a mixture's cursor */
+            char msg[256];
+            pd_reply_error(s, j->id, pd_target_error(s->svc->plans, j->rc, msg, sizeof msg), "%s", msg);
         } else if (j->rc) {
             pd_reply_error(s, j->id, PD_EINTERNAL, "digest failed: %s", pd_strerror(j->rc));
         } else {
@@ -229,31 +236,44 @@ typedef struct pd_inverse {
     uint64_t count;
     uint8_t *positions, *ranks;
     uint64_t *epochs;            /* a mixture's: the mixture epoch that draws each */
-    int rc;                      /* a mixture's cursor could not be made */
+    uint64_t cost;               /* in flat ids (the inline budget's unit): count, plus a mixture's order builds */
+    pd_counter *orders_built;    /* a mixture's: the loop's mix_orders_built */
+    const pd_job *job;           /* on a worker: the job, to notice cancellation; NULL inline */
+    int rc;                      /* a mixture's: no cursor (PD_EBUSY, PD_ENOMEM), or cancelled (PD_ECLOSED) */
 } pd_inverse;
 
-/* A mixture's inverse (spec §7): each global id and component epoch to (mixture epoch, position). */
+/* Samples between two checks for cancellation when no order is built meanwhile (a build, O(S_j),
+ * is always followed by one). */
+#define PD_INVERSE_CHECK_EVERY 4096
+
+/* A mixture's inverse (spec §7): each global id and component epoch to (mixture epoch, position),
+ * through a cursor kept with the plan. On a worker it stops when the job is cancelled (v->rc). */
 static void pd_inverse_compute_mix(pd_inverse *v)
 {
     const pd_mix *mix;
-    pd_mix_cursor cur;
-    void *mem = NULL;
-    if ((v->rc = pd_plan_use_mix(v->plan, &mix)) || !(mem = malloc(pd_mix_cursor_bytes(mix))) ||
-        (v->rc = pd_mix_cursor_init(&cur, mix, mem, pd_mix_cursor_bytes(mix)))) {
-        v->rc = v->rc ? v->rc : PD_ENOMEM;
-        free(mem);
+    pd_mix_cursor *cur;
+    if ((v->rc = pd_plan_use_mix(v->plan, &mix)) || (v->rc = pd_plan_cursor_take(v->plan, &cur)))
         return;
-    }
+    uint64_t built = cur->built, checked = cur->built;
     for (uint64_t i = 0; i < v->count; i++) {
+        if (v->job && (cur->built != checked || i % PD_INVERSE_CHECK_EVERY == 0)) {
+            checked = cur->built;
+            if (pd_job_cancelled(v->job)) { /* the connection closed, or permd is stopping */
+                v->rc = PD_ECLOSED;
+                break;
+            }
+        }
         uint64_t g = v->width == 4 ? pd_load_le32(v->samples + 4 * i) : pd_load_le64(v->samples + 8 * i);
         uint64_t j = pd__last_at_most(mix->offset, 1, 0, mix->components, g), e = UINT64_MAX, p = UINT64_MAX;
-        if (pd_mix_position(&cur, j, g - mix->offset[j], v->comp_epochs[i], &e, &p)) /* never drawn */
+        if (pd_mix_position(cur, j, g - mix->offset[j], v->comp_epochs[i], &e, &p)) /* never drawn */
             e = p = UINT64_MAX;
         v->epochs[i] = e;
         pd_store_le64(v->positions + 8 * i, p);
         pd_store_le32(v->ranks + 4 * i, p < v->keep ? (uint32_t)(p % v->world) : UINT32_MAX);
     }
-    free(mem);
+    if (v->orders_built)
+        *v->orders_built += cur->built - built;
+    pd_plan_cursor_give(v->plan, cur);
 }
 
 static void pd_inverse_compute(pd_inverse *v)
@@ -281,6 +301,15 @@ static void pd_inverse_compute(pd_inverse *v)
 
 static void pd_send_inverse(pd_session *s, uint64_t id, const pd_inverse *v)
 {
+    char msg[256];
+    if (v->rc == PD_ECLOSED) {
+        pd_reply_error(s, id, PD_EUNAVAILABLE, "inverse cancelled: permd is stopping");
+        return;
+    }
+    if (v->rc == PD_EBUSY) { /* no room for the mixture's cursor */
+        pd_reply_error(s, id, pd_target_error(s->svc->plans, v->rc, msg, sizeof msg), "%s", msg);
+        return;
+    }
     if ((v->plan && !pd_plan_ready(v->plan)) || v->rc) {
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory building the %s plan", v->mixture ? "mixture" : "shard");
         return;
@@ -312,7 +341,38 @@ typedef struct pd_inverse_job {
 
 static void pd_inverse_job_run(pd_job *job)
 {
-    pd_inverse_compute(&((pd_inverse_job *)job)->v);
+    pd_inverse_job *j = (pd_inverse_job *)job;
+    j->v.job = job;
+    pd_inverse_compute(&j->v);
+}
+
+/* What a mixture's inverse of v's samples (checked below def->size) costs, in flat ids, into v->cost: one
+ * a sample, plus S_j for each sharded order a cold cursor would build (a cursor keeps two component
+ * epochs a component, one of each parity), so that requests naming many component epochs of a sharded
+ * component go to a worker. Scratch in arena. O(count·log C). PD_ENOMEM. */
+static int pd_inverse_mix_cost(const pd_mixdef *def, pd_inverse *v, pd_arena *arena)
+{
+    const uint32_t n = def->components;
+    uint64_t *offset = pd_arena_alloc(arena, (size_t)(n + 1) * sizeof *offset); /* o_j, then N */
+    uint64_t *held = pd_arena_alloc(arena, (size_t)2 * n * sizeof *held);        /* epoch + 1 per slot, 0: none */
+    if (!offset || !held)
+        return PD_ENOMEM;
+    offset[0] = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        offset[j + 1] = offset[j] + def->comp[j].size;
+        held[2 * j] = held[2 * j + 1] = 0;
+    }
+    v->cost = v->count;
+    for (uint64_t i = 0; i < v->count; i++) {
+        uint64_t g = v->width == 4 ? pd_load_le32(v->samples + 4 * i) : pd_load_le64(v->samples + 8 * i);
+        uint64_t j = pd__last_at_most(offset, 1, 0, n, g), e = v->comp_epochs[i];
+        uint64_t *slot = &held[2 * j + (e & 1)];
+        if (!def->comp[j].shards || *slot == e + 1)
+            continue;
+        *slot = e + 1; /* e = 2^64 − 1 is refused later (PD_ERANGE), so never held: counted, harmlessly */
+        v->cost = v->cost > UINT64_MAX - def->comp[j].shards ? UINT64_MAX : v->cost + def->comp[j].shards;
+    }
+    return 0;
 }
 
 /* Inverse on a mixture: samples are global ids, each with its component epoch. */
@@ -351,6 +411,10 @@ static int pd_inverse_mix_setup(pd_session *s, uint64_t id, const Permd__V1__Inv
                            (unsigned long long)i, (unsigned long long)g, (unsigned long long)def->size);
             return PD_EINVAL;
         }
+    }
+    if (pd_inverse_mix_cost(def, v, &s->arena)) {
+        pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
+        return PD_ENOMEM;
     }
     int rc = pd_target_mix_plan(svc->reg, svc->plans, def, m->seed, &v->plan, msg, sizeof msg);
     if (rc) {
@@ -459,7 +523,10 @@ void pd_on_inverse(pd_session *s, uint64_t id, const Permd__V1__Inverse *m)
         return;
     }
 run:
-    if ((!v.plan || pd_plan_ready(v.plan)) && pd_loop_take_inline(s->loop, v.count)) {
+    if (!v.mixture)
+        v.cost = v.count;
+    v.orders_built = &s->loop->stats.mix_orders_built;
+    if ((!v.plan || pd_plan_ready(v.plan)) && pd_loop_take_inline(s->loop, v.cost)) {
         pd_inverse_compute(&v);
         pd_send_inverse(s, id, &v);
         pd_plan_release(v.plan);

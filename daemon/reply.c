@@ -100,6 +100,8 @@ int pd_reply_slice(pd_session *s, uint64_t id, const Permd__V1__Slice *m, int lo
     q.mode = pd_wire_mode_to_pd(m->mode, &mode) ? -1 : mode;
     if ((rc = pd_target_resolve(s->svc->reg, s->svc->plans, &q, t, msg, sizeof msg)))
         pd_reply_error(s, id, rc, "%s", msg);
+    else
+        t->orders_built = &s->loop->stats.mix_orders_built;
     return rc;
 }
 

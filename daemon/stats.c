@@ -159,6 +159,10 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_u64(&t, "permd_workers", "gauge", "Worker-pool threads.", v->workers);
     pd_text_u64(&t, "permd_streams_open", "gauge", "Streams running now.", st->streams_active);
     pd_text_u64(&t, "permd_streams_opened_total", "counter", "Streams opened.", st->streams_total);
+    pd_text_u64(&t, "permd_mix_orders_built_total", "counter",
+                "Sharded component orders built for mixtures (O(shards) each); a mixture plan's cursors keep "
+                "those of their last two component epochs for the next requests.",
+                st->mix_orders_built);
     pd_text_u64(&t, "permd_backpressure_pauses_total", "counter",
                 "Times a connection was paused because its unread output exceeded output_cap.",
                 st->backpressure_pauses);

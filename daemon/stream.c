@@ -200,10 +200,9 @@ static int pd_stream_deliver(pd_stream *st)
         st->ready = b->next;
         st->send_seq++;
         if (b->rc) {
-            if (b->msg[0])
-                pd_stream_error(st, b->rc, "%s", b->msg);
-            else
-                pd_stream_error(st, PD_EINTERNAL, "generation failed: %s", pd_strerror(b->rc));
+            if (!b->msg[0])
+                b->rc = pd_target_error(s->svc->plans, b->rc, b->msg, sizeof b->msg);
+            pd_stream_error(st, b->rc, "%s", b->msg);
             pd_batch_free(b);
             pd_stream_stop(st);
             return 1;
@@ -397,7 +396,11 @@ static void pd_stream_produce(pd_stream *st)
             return;
         }
         rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
-        if (rc) {
+        if (rc == PD_EBUSY && inl) { /* no room for a mixture's cursor */
+            pd_stream_error(st, pd_target_error(s->svc->plans, rc, msg, sizeof msg), "%s", msg);
+            pd_stream_stop(st);
+            return;
+        } else if (rc) {
             pd_stream_error(st, PD_EINTERNAL, "stream batch failed: %s", pd_strerror(rc));
             pd_stream_stop(st);
             return;

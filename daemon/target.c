@@ -56,25 +56,31 @@ uint64_t pd_target_cost(const pd_target *t, uint64_t count)
 
 int pd_target_may_block(const pd_target *t)
 {
-    return t->plan && !pd_plan_ready(t->plan);
+    return t->plan && (!pd_plan_ready(t->plan) || (t->mixture && !pd_plan_cursor_warm(t->plan)));
 }
 
-/* A mixture's ids: a cursor of the caller's (it caches component orders) over the shared plan. */
+int pd_target_error(pd_plans *plans, int rc, char *msg, size_t len)
+{
+    if (rc == PD_EBUSY)
+        return pd_target_plans_full(plans, msg, len);
+    snprintf(msg, len, "generation failed: %s", pd_strerror(rc));
+    return PD_EINTERNAL;
+}
+
+/* A mixture's ids through a cursor kept with the shared plan: its component orders (a sharded one's
+ * O(S_j) plan) serve the next request of the same component epochs. */
 static int pd_target_generate_mix(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count,
                                   void *out, uint64_t *written)
 {
-    const pd_mix *mix;
-    int rc = pd_plan_use_mix(t->plan, &mix);
+    pd_mix_cursor *cur;
+    int rc = pd_plan_cursor_take(t->plan, &cur);
     if (rc)
         return rc;
-    size_t bytes = pd_mix_cursor_bytes(mix);
-    void *mem = malloc(bytes);
-    pd_mix_cursor cur;
-    if (!mem)
-        return PD_ENOMEM;
-    if ((rc = pd_mix_cursor_init(&cur, mix, mem, bytes)) == 0)
-        rc = pd_backend_mix_slice(b, &cur, t->epoch, slice, count, t->width, out, written);
-    free(mem);
+    const uint64_t built = cur->built;
+    rc = pd_backend_mix_slice(b, cur, t->epoch, slice, count, t->width, out, written);
+    if (t->orders_built)
+        *t->orders_built += cur->built - built;
+    pd_plan_cursor_give(t->plan, cur);
     return rc;
 }
 
@@ -185,6 +191,7 @@ int pd_target_resolve(pd_registry *reg, pd_plans *plans, const pd_slice_req *q, 
     pd_mixdef *def = NULL;
     int rc = PD_EINVAL;
     t->plan = NULL;
+    t->orders_built = NULL;
     t->definition = 0;
     t->mixture = 0;
     t->epoch = q->epoch;

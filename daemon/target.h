@@ -7,6 +7,7 @@
 
 #include "core/rank.h"
 #include "daemon/backend.h"
+#include "daemon/metrics.h"
 #include "daemon/plans.h"
 #include "daemon/registry.h"
 
@@ -36,6 +37,8 @@ typedef struct pd_target {
     uint64_t epoch_len;     /* T */
     uint64_t remaining;     /* ids the rank has left after slice.offset */
     uint64_t definition;    /* the resolved definition's hash, for a stream's later checks (pd_target_current) */
+    pd_counter *orders_built; /* a mixture's: where its cursors count the sharded orders they build (a loop's
+                               * mix_orders_built), or NULL; set by the caller after resolve */
 } pd_target;
 
 /* Resolve q: a dataset, or a mixture (docs/mixtures.md). PD_EINVAL, PD_ENOTFOUND or PD_ECONFLICT
@@ -66,13 +69,20 @@ void pd_target_release(pd_target *t);
  * cost several each (cpu/mix.h's PD_MIX_COST_*), others one. */
 uint64_t pd_target_cost(const pd_target *t, uint64_t count);
 
-/* Whether generating for t may block on building its plan (then: the pool, not the loop). */
+/* Whether generating for t may block on building its plan, or a mixture's on building a sharded
+ * component's order from scratch (no warm cursor, pd_plan_cursor_warm): then the pool, not the loop. */
 int pd_target_may_block(const pd_target *t);
 
 /* The rank's next min(count, remaining) items of slice (t's dataset, epoch and layout) into out, as
- * the wire wants them. Builds a sharded plan if needed: off the loop unless !pd_target_may_block. */
+ * the wire wants them. Builds a sharded plan if needed: off the loop unless !pd_target_may_block. A
+ * mixture's ids come through a cursor kept with its plan (pd_plan_cursor_take): PD_EBUSY when the
+ * plan cache has no room for a new one (pd_target_error words it). */
 int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
                        uint64_t *written);
+
+/* The wire code and message for a generation that failed with rc (pd_target_generate's): PD_EBUSY is
+ * "plan memory is full", anything else PD_EINTERNAL "generation failed". Returns the code. */
+int pd_target_error(pd_plans *plans, int rc, char *msg, size_t len);
 
 /* The offset that continues after `got` more ids of the rank (clamped to T). */
 uint64_t pd_target_next_offset(const pd_target *t, uint64_t offset, uint64_t got);
