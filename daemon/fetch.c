@@ -239,37 +239,39 @@ typedef struct pd_inverse {
     uint64_t cost;               /* in flat ids (the inline budget's unit): count, plus a mixture's order builds */
     pd_counter *orders_built;    /* a mixture's: the loop's mix_orders_built */
     const pd_job *job;           /* on a worker: the job, to notice cancellation; NULL inline */
+    uint64_t slice;              /* a mixture's on a worker: the cost one turn may spend (0: no limit) */
+    uint64_t next;               /* a mixture's: samples done (the turns so far) */
     int rc;                      /* a mixture's: no cursor (PD_EBUSY, PD_ENOMEM), or cancelled (PD_ECLOSED) */
 } pd_inverse;
 
-/* Samples between two checks for cancellation when no order is built meanwhile (a build, O(S_j),
- * is always followed by one). */
-#define PD_INVERSE_CHECK_EVERY 4096
-
 /* A mixture's inverse (spec §7): each global id and component epoch to (mixture epoch, position),
- * through a cursor kept with the plan. On a worker it stops when the job is cancelled (v->rc). */
+ * through a cursor kept with the plan, from sample v->next on until all are done or this turn has
+ * spent v->slice (a sample costs 1, an order built S_j: pd_inverse_mix_cost's units); v->next says
+ * where it stopped. On a worker it stops (v->rc = PD_ECLOSED) when the job is cancelled, checked
+ * after each order built. */
 static void pd_inverse_compute_mix(pd_inverse *v)
 {
     const pd_mix *mix;
     pd_mix_cursor *cur;
     if ((v->rc = pd_plan_use_mix(v->plan, &mix)) || (v->rc = pd_plan_cursor_take(v->plan, &cur)))
         return;
-    uint64_t built = cur->built, checked = cur->built;
-    for (uint64_t i = 0; i < v->count; i++) {
-        if (v->job && (cur->built != checked || i % PD_INVERSE_CHECK_EVERY == 0)) {
-            checked = cur->built;
-            if (pd_job_cancelled(v->job)) { /* the connection closed, or permd is stopping */
-                v->rc = PD_ECLOSED;
-                break;
-            }
-        }
+    uint64_t built = cur->built, spent = 0;
+    for (uint64_t i = v->next; i < v->count; i++, v->next = i) {
+        if (v->slice && spent >= v->slice)
+            break; /* the job goes on in another turn (pd_job_continue), behind others' work */
         uint64_t g = v->width == 4 ? pd_load_le32(v->samples + 4 * i) : pd_load_le64(v->samples + 8 * i);
         uint64_t j = pd__last_at_most(mix->offset, 1, 0, mix->components, g), e = UINT64_MAX, p = UINT64_MAX;
+        const uint64_t before = cur->built;
         if (pd_mix_position(cur, j, g - mix->offset[j], v->comp_epochs[i], &e, &p)) /* never drawn */
             e = p = UINT64_MAX;
         v->epochs[i] = e;
         pd_store_le64(v->positions + 8 * i, p);
         pd_store_le32(v->ranks + 4 * i, p < v->keep ? (uint32_t)(p % v->world) : UINT32_MAX);
+        spent += 1 + (cur->built != before ? mix->comp[j].shards : 0);
+        if (v->job && cur->built != before && pd_job_cancelled(v->job)) { /* permd is stopping */
+            v->rc = PD_ECLOSED;
+            break;
+        }
     }
     if (v->orders_built)
         *v->orders_built += cur->built - built;
@@ -308,6 +310,10 @@ static void pd_send_inverse(pd_session *s, uint64_t id, const pd_inverse *v)
     }
     if (v->rc == PD_EBUSY) { /* no room for the mixture's cursor */
         pd_reply_error(s, id, pd_target_error(s->svc->plans, v->rc, msg, sizeof msg), "%s", msg);
+        return;
+    }
+    if (v->rc && v->rc != PD_ENOMEM) { /* a turn could not be queued */
+        pd_reply_error(s, id, PD_EINTERNAL, "inverse failed: %s", pd_strerror(v->rc));
         return;
     }
     if ((v->plan && !pd_plan_ready(v->plan)) || v->rc) {
@@ -440,6 +446,11 @@ static void pd_inverse_job_done(pd_job *job)
 {
     pd_inverse_job *j = (pd_inverse_job *)job;
     pd_session *s = j->s;
+    /* A mixture's inverse goes in turns: the next one is queued behind what others asked meanwhile,
+     * unless the peer has left (pd_job_continue closes the connection: nobody to answer). */
+    if (j->v.mixture && j->v.rc == 0 && j->v.next < j->v.count && pd_conn_open(s->conn) &&
+        (j->v.rc = pd_job_continue(job)) == 0)
+        return;
     if (pd_conn_open(s->conn))
         pd_send_inverse(s, j->id, &j->v);
     pd_plan_release(j->v.plan);
@@ -541,6 +552,7 @@ run:
     j->s = s;
     j->id = id;
     j->v = v;
+    j->v.slice = svc->cfg->job_slice_ids;
     if (pd_job_submit_request(&j->job, s->conn, pd_inverse_job_run, pd_inverse_job_done,
                               (size_t)v.count * (v.width + 4))) {
         pd_plan_release(v.plan);

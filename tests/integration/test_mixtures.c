@@ -1,6 +1,8 @@
 /* Integration: mixtures on the daemon give the offline mixture's ids through Fetch, Stream, Digest, Inverse and locations; definitions persist, extend and refuse what would give wrong ids. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +356,156 @@ static void test_sharded_component(void **state)
     assert_int_equal(harness_finish(&h), 0);
 }
 
+/* A mixture over a sharded dataset of many shards keeps its component orders warm between requests, and an
+ * Inverse naming many component epochs runs on a worker and stops when its connection closes. */
+enum { BIG_SHARDS = 1 << 17, MANY_EPOCHS = 300, CANCEL_EPOCHS = 20000 };
+
+typedef struct inverse_call {
+    permd_client *c;
+    uint64_t samples[MANY_EPOCHS], comp_epochs[MANY_EPOCHS], epochs[MANY_EPOCHS], positions[MANY_EPOCHS];
+    _Atomic int done;
+    int rc;
+} inverse_call;
+
+static void *inverse_main(void *arg)
+{
+    inverse_call *x = arg;
+    x->rc = permd_inverse_mixture(x->c, "mb", SEED, 1, -1, x->samples, x->comp_epochs, MANY_EPOCHS, x->epochs,
+                                  x->positions, NULL);
+    atomic_store(&x->done, 1);
+    return NULL;
+}
+
+static long long built(int port)
+{
+    long long n = harness_metric(port, "permd_mix_orders_built_total");
+    assert_true(n >= 0);
+    return n;
+}
+
+static void test_sharded_component_warm(void **state)
+{
+    (void)state;
+    harness h;
+    permd_client *c, *d;
+    int port = harness_free_port();
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", NULL}; /* each scrape follows an action */
+    harness_init(&h);
+    assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_connect_unix(h.sock, &d), 0);
+    uint64_t *sizes = malloc(BIG_SHARDS * sizeof *sizes);
+    assert_non_null(sizes);
+    for (int i = 0; i < BIG_SHARDS; i++)
+        sizes[i] = 1 + i % 3;
+    assert_int_equal(permd_put_dataset(c, "a", 1000, NULL, NULL), 0);
+    assert_int_equal(permd_put_dataset_sharded(c, "big", sizes, BIG_SHARDS, 8, 4, NULL, NULL), 0);
+    static const char *const comps[] = {"a", "big"};
+    static const uint32_t even[] = {1, 1};
+    assert_int_equal(permd_put_mixture(c, "mb", comps, 2, starts1, even, 1, 0, 0, NULL, NULL), 0);
+    permd_mix_component oc[2] = {{.size = 1000}, {.shard_sizes = sizes, .nshards = BIG_SHARDS, .window = 8, .lanes = 4}};
+    permd_mixture *off;
+    assert_int_equal(permd_mixture_new_ex(SEED, oc, 2, 0, 0, starts1, even, 1, &off), 0);
+
+    /* Ten Fetches in mixture epoch 0 (which draws from big's component epoch 0 only): the offline ids,
+     * and big's order built once, not once a Fetch. */
+    const long long before = built(port);
+    permd_slice sl = {.dataset = "mb", .seed = SEED, .epoch = 0, .world = 1, .rank = 0, .mode = PERMD_MODE_EXACT};
+    for (int i = 0; i < 10; i++) {
+        uint32_t got_ids[50], want[50];
+        uint64_t got, next, wgot;
+        assert_int_equal(permd_fetch_u32(c, &sl, 50, got_ids, &got, &next), 0);
+        assert_int_equal(permd_mixture_rank_fill(off, 0, 1, 0, PERMD_MODE_EXACT, sl.offset, 50, want, 4, &wgot), 0);
+        assert_int_equal(got, 50);
+        assert_memory_equal(got_ids, want, sizeof want);
+        sl.offset = next;
+    }
+    assert_int_equal(built(port) - before, 1);
+
+    /* An Inverse of MANY_EPOCHS samples of big, each of another component epoch: MANY_EPOCHS orders to
+     * build, which the cost model sends to a worker. While it runs the loop answers another connection's
+     * Stats, which then counts it among the jobs; inline, every Stats would come after it with none. */
+    inverse_call *x = calloc(1, sizeof *x);
+    assert_non_null(x);
+    x->c = c;
+    for (int i = 0; i < MANY_EPOCHS; i++) {
+        x->samples[i] = 1000 + (uint64_t)i * 7;
+        x->comp_epochs[i] = 1000 + (uint64_t)i;
+    }
+    const long long before_inverse = built(port);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, inverse_main, x), 0);
+    int seen_job = 0;
+    while (!seen_job && !atomic_load(&x->done)) {
+        permd_stats st;
+        assert_int_equal(permd_stats_get(d, &st), 0);
+        seen_job = st.queue_depth > 0;
+    }
+    pthread_join(th, NULL);
+    assert_int_equal(x->rc, 0);
+    assert_true(seen_job);
+    assert_int_equal(built(port) - before_inverse, MANY_EPOCHS); /* each distinct epoch once */
+    for (int i = 0; i < MANY_EPOCHS; i += 37) {
+        uint64_t e, p;
+        assert_int_equal(permd_mixture_position(off, 1, x->samples[i] - 1000, x->comp_epochs[i], &e, &p), 0);
+        assert_int_equal(x->epochs[i], e);
+        assert_int_equal(x->positions[i], p);
+    }
+    free(x);
+
+    /* One naming CANCEL_EPOCHS component epochs, whose connection closes while it runs: it stops at the
+     * end of its turn (job_slice_ids' worth of builds) rather than building them all. */
+    uint64_t *samples = malloc(CANCEL_EPOCHS * 8), *epochs = malloc(CANCEL_EPOCHS * sizeof *epochs);
+    assert_non_null(samples);
+    assert_non_null(epochs);
+    for (uint64_t i = 0; i < CANCEL_EPOCHS; i++) {
+        samples[i] = 1000 + i % 1000; /* little-endian u32s would do too: N < 2^32 makes id_width 4 */
+        epochs[i] = 5000 + i;
+    }
+    uint32_t *ids = malloc(CANCEL_EPOCHS * 4);
+    assert_non_null(ids);
+    for (uint64_t i = 0; i < CANCEL_EPOCHS; i++)
+        ids[i] = (uint32_t)samples[i];
+    Permd__V1__Inverse inv = PERMD__V1__INVERSE__INIT;
+    inv.dataset = "mb";
+    inv.seed = SEED;
+    inv.world = 1;
+    inv.samples.data = (uint8_t *)ids;
+    inv.samples.len = CANCEL_EPOCHS * 4;
+    inv.n_component_epochs = CANCEL_EPOCHS;
+    inv.component_epochs = epochs;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_INVERSE;
+    env.inverse = &inv;
+    const long long before_cancel = built(port);
+    int fd = raw_connect_unix(h.sock);
+    assert_true(fd >= 0);
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    permd_stats st;
+    do /* until the job runs */
+        assert_int_equal(permd_stats_get(d, &st), 0);
+    while (st.queue_depth == 0);
+    close(fd);
+    do /* until it has stopped: without cancellation, after CANCEL_EPOCHS builds */
+        assert_int_equal(permd_stats_get(d, &st), 0);
+    while (st.queue_depth > 0);
+    const long long cancelled = built(port) - before_cancel;
+    print_message("cancelled inverse built %lld of %d orders\n", cancelled, CANCEL_EPOCHS);
+    assert_true(cancelled < CANCEL_EPOCHS);
+    free(ids);
+    free(samples);
+    free(epochs);
+
+    permd_mixture_free(off);
+    free(sizes);
+    permd_close(d);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -363,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_component_changed_under_it),
         cmocka_unit_test(test_definitions),
         cmocka_unit_test(test_sharded_component),
+        cmocka_unit_test(test_sharded_component_warm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
