@@ -170,35 +170,55 @@ static void test_check_config_token(void **state)
     harness_cleanup(&h);
 }
 
+#define FIRST_TOKEN "first-token-of-32-bytes-length!!"
+
+/* Start permd (with --tcp) from a config file in h->dir holding first_yaml; its path in cfg. */
+static void start_with_config(harness *h, const char *first_yaml, char *cfg, size_t len)
+{
+    snprintf(cfg, len, "%s/permd.yaml", h->dir);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fputs(first_yaml, f);
+    fclose(f);
+    const char *extra[] = {"--config", cfg, NULL};
+    assert_int_equal(harness_start(h, 1, extra, NULL), 0);
+}
+
+/* Rewrite the config to next_yaml and SIGHUP: the reload must refuse the token (the log says why, and permd
+ * serves on with FIRST_TOKEN). */
+static void reload_refused(harness *h, const char *cfg, const char *next_yaml, const char *why)
+{
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fputs(next_yaml, f);
+    fclose(f);
+    kill(h->pid, SIGHUP);
+    for (int i = 0; i < 3000 && !harness_log_contains(h, "allow_uids and the token were not applied"); i++)
+        usleep(10000);
+    if (!harness_log_contains(h, why))
+        fail_msg("permd's log lacks '%s'", why);
+    permd_client *c;
+    assert_int_equal(permd_connect_timeout(h->sock, NULL, 10000, &c), 0); /* the loop still answers */
+    permd_close(c);
+    assert_int_equal(permd_connect_tcp(h->tcp, FIRST_TOKEN, &c), 0);
+    permd_close(c);
+}
+
 /* SIGHUP reads the token file again on the event loop: rotated to a FIFO, the reload is refused and permd
  * serves on with the last token, instead of its primary loop blocking for ever. */
 static void test_reload_to_fifo(void **state)
 {
     (void)state;
     harness h;
-    char cfg[160], tok[160], fifo[160];
+    char cfg[160], tok[160], fifo[160], yaml[400];
     harness_init(&h);
-    write_file(&h, "token", "first-token-of-32-bytes-length!!\n", 33, tok, sizeof tok);
+    write_file(&h, "token", FIRST_TOKEN "\n", 33, tok, sizeof tok);
     snprintf(fifo, sizeof fifo, "%s/fifo", h.dir);
     assert_int_equal(mkfifo(fifo, 0600), 0);
-    snprintf(cfg, sizeof cfg, "%s/permd.yaml", h.dir);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f, "token_file: %s\n", tok);
-    fclose(f);
-    const char *extra[] = {"--config", cfg, NULL};
-    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
-    f = fopen(cfg, "w");
-    fprintf(f, "token_file: %s\n", fifo);
-    fclose(f);
-    kill(h.pid, SIGHUP);
-    for (int i = 0; i < 3000 && !harness_log_contains(&h, "allow_uids and the token were not applied"); i++)
-        usleep(10000);
-    assert_true(harness_log_contains(&h, "token_file is not a regular file"));
-    permd_client *c;
-    assert_int_equal(permd_connect_timeout(h.sock, NULL, 10000, &c), 0); /* the loop still answers */
-    permd_close(c);
-    assert_int_equal(permd_connect_tcp(h.tcp, "first-token-of-32-bytes-length!!", &c), 0);
-    permd_close(c);
+    snprintf(yaml, sizeof yaml, "token_file: %s\n", tok);
+    start_with_config(&h, yaml, cfg, sizeof cfg);
+    snprintf(yaml, sizeof yaml, "token_file: %s\n", fifo);
+    reload_refused(&h, cfg, yaml, "token_file is not a regular file");
     assert_int_equal(harness_finish(&h), 0);
 }
 
@@ -209,29 +229,17 @@ static void test_reload_token_past_running_preauth_frame(void **state)
 {
     (void)state;
     harness h;
-    char cfg[160], tok[160], longer[160], line[1002];
+    char cfg[160], tok[160], longer[160], line[1002], yaml[400];
     harness_init(&h);
-    write_file(&h, "token", "first-token-of-32-bytes-length!!\n", 33, tok, sizeof tok);
+    write_file(&h, "token", FIRST_TOKEN "\n", 33, tok, sizeof tok);
     memset(line, 'w', sizeof line - 1);
     line[sizeof line - 1] = '\n';
     write_file(&h, "longer", line, sizeof line, longer, sizeof longer);
-    snprintf(cfg, sizeof cfg, "%s/permd.yaml", h.dir);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f, "token_file: %s\nmax_preauth_frame: 256\n", tok);
-    fclose(f);
-    const char *extra[] = {"--config", cfg, NULL};
-    assert_int_equal(harness_start(&h, 1, extra, NULL), 0);
-    f = fopen(cfg, "w");
-    fprintf(f, "token_file: %s\nmax_preauth_frame: 2048\n", longer);
-    fclose(f);
-    kill(h.pid, SIGHUP);
-    for (int i = 0; i < 3000 && !harness_log_contains(&h, "allow_uids and the token were not applied"); i++)
-        usleep(10000);
-    assert_true(harness_log_contains(&h, "under max_preauth_frame (256)"));
-    assert_true(harness_log_contains(&h, "the running max_preauth_frame"));
-    permd_client *c;
-    assert_int_equal(permd_connect_tcp(h.tcp, "first-token-of-32-bytes-length!!", &c), 0);
-    permd_close(c);
+    snprintf(yaml, sizeof yaml, "token_file: %s\nmax_preauth_frame: 256\n", tok);
+    start_with_config(&h, yaml, cfg, sizeof cfg);
+    snprintf(yaml, sizeof yaml, "token_file: %s\nmax_preauth_frame: 2048\n", longer);
+    reload_refused(&h, cfg, yaml, "the running max_preauth_frame: a new one takes effect on restart");
+    assert_true(harness_log_contains(&h, "no room under max_preauth_frame (256)"));
     assert_int_equal(harness_finish(&h), 0);
 }
 
