@@ -54,6 +54,10 @@ int pd_frame_reader_space(pd_frame_reader *r, uint8_t **buf, size_t *len)
     size_t pending = r->end - r->start;
     size_t want = pd_frame_reader_want(r);
     size_t need = want > pending ? want - pending : 0;
+    /* Room for as much again as has arrived, not for all that is announced: a peer that announces a
+     * large frame and sends little holds little (the buffer doubles as its bytes come). */
+    if (need > pending + PD_READER_MIN_FREE)
+        need = pending + PD_READER_MIN_FREE;
     if (need < PD_READER_MIN_FREE)
         need = PD_READER_MIN_FREE;
 

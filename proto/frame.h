@@ -21,7 +21,9 @@ typedef Permd__V1__Envelope pd_envelope;
  * Bytes arrive in arbitrary pieces; the reader hands out space to read into
  * (so a socket reads straight into it), then returns each complete frame's
  * payload without copying. A length above max_frame is reported before any
- * of the payload is buffered, so a hostile peer cannot make it allocate. */
+ * of the payload is buffered, and the buffer grows with the bytes that
+ * arrive, not with the length announced: a hostile peer cannot make it
+ * allocate more than about twice what it has sent. */
 typedef struct pd_frame_reader {
     uint8_t *buf;
     size_t cap;        /* allocated bytes */
@@ -33,9 +35,9 @@ typedef struct pd_frame_reader {
 int pd_frame_reader_init(pd_frame_reader *r, size_t base_cap, uint32_t max_frame);
 void pd_frame_reader_free(pd_frame_reader *r);
 
-/* Space for the next read: the buffer compacts, and grows to fit a frame
- * whose length is already known. Invalidates payload pointers returned
- * earlier. PD_ENOMEM. */
+/* Space for the next read: the buffer compacts, and grows (doubling, as the
+ * frame's bytes arrive) towards a frame whose length is already known.
+ * Invalidates payload pointers returned earlier. PD_ENOMEM. */
 int pd_frame_reader_space(pd_frame_reader *r, uint8_t **buf, size_t *len);
 /* Account n bytes just read into the space. */
 void pd_frame_reader_commit(pd_frame_reader *r, size_t n);

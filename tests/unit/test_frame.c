@@ -127,6 +127,26 @@ static void test_reader_grows_and_shrinks(void **state)
     pd_frame_reader_free(&r);
 }
 
+/* A peer that announces a large frame and sends a few bytes of it holds little: the buffer grows with what
+ * arrives (it was sized for the whole frame, twice over, as soon as the length came). */
+static void test_reader_grows_with_what_arrives(void **state)
+{
+    (void)state;
+    pd_frame_reader r;
+    assert_int_equal(pd_frame_reader_init(&r, 16384, 1u << 20), 0);
+    uint8_t head[4 + 10] = {0};
+    pd_store_le32(head, 1u << 20);
+    feed(&r, head, sizeof head);
+    const uint8_t *payload;
+    uint32_t len;
+    assert_int_equal(pd_frame_reader_next(&r, &payload, &len), 0);
+    uint8_t *space;
+    size_t room;
+    assert_int_equal(pd_frame_reader_space(&r, &space, &room), 0);
+    assert_true(r.cap <= 32768);
+    pd_frame_reader_free(&r);
+}
+
 static void test_bulk_header_roundtrip(void **state)
 {
     (void)state;
@@ -342,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_reader_byte_by_byte),
         cmocka_unit_test(test_reader_oversize_before_payload),
         cmocka_unit_test(test_reader_grows_and_shrinks),
+        cmocka_unit_test(test_reader_grows_with_what_arrives),
         cmocka_unit_test(test_bulk_header_roundtrip),
         cmocka_unit_test(test_bulk_header_short_buffer),
         cmocka_unit_test(test_scan_other_body_and_malformed),
