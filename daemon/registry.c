@@ -665,6 +665,12 @@ static int pd_registry_load_mixtures(pd_registry *r, char *err, size_t errlen)
             continue;
         }
         d->created_ms = sqlite3_column_int64(st, 2);
+        pd_table_find(r, name, &found); /* datasets and mixtures share one namespace: a put never makes both */
+        if (found) {
+            pd_mixdef_release(d);
+            pd_registry_skip(r, 1, name, "a dataset has this name", "");
+            continue;
+        }
         size_t at = pd_mix_find(r, name, &found); /* rows arrive sorted; a duplicate would mean the file lies */
         if (found) {
             pd_mixdef_release(d);

@@ -601,11 +601,15 @@ static void test_unservable_names(void **state)
              "INSERT INTO datasets(name, size, created_ms, window, lanes)"
              " VALUES(CAST(x'647332006576696c' AS TEXT), 778, 1, 0, 0);" /* TEXT 'ds2\0evil' */
              "INSERT INTO datasets(name, size, created_ms, window, lanes) VALUES('bad name', 779, 1, 0, 0);"
-             "INSERT INTO mixtures(name, def, created_ms) SELECT x'6d78', def, created_ms FROM mixtures;");
+             "INSERT INTO mixtures(name, def, created_ms) SELECT x'6d78', def, created_ms FROM mixtures;"
+             /* a mixture row under a dataset's name (one namespace: no put makes both) */
+             "INSERT INTO mixtures(name, def, created_ms) SELECT 'zz', def, created_ms FROM mixtures WHERE name = 'mx';");
     r = open_reg();
-    assert_int_equal(pd_registry_skipped(r), 4);
+    assert_int_equal(pd_registry_skipped(r), 5);
     assert_int_equal(pd_registry_mixture(r, "mx", &stored), 0); /* the TEXT one */
     pd_mixdef_release(stored);
+    assert_int_equal(pd_registry_mixture(r, "zz", &stored), PD_ENOTFOUND); /* the dataset keeps the name */
+    assert_int_equal(pd_registry_get(r, "zz", &d), 0);
     assert_int_equal(pd_registry_list(r, &all, &n), 0);
     assert_int_equal(n, 4);
     assert_string_equal(all[0].name, "comp");
@@ -623,7 +627,7 @@ static void test_unservable_names(void **state)
     assert_string_equal(v, "1"); /* kept on disk for the operator; the documented DELETE removes it */
     exec_sql("DELETE FROM datasets WHERE hex(name) = '6473310065766976';");
     r = open_reg();
-    assert_int_equal(pd_registry_skipped(r), 3);
+    assert_int_equal(pd_registry_skipped(r), 4);
     pd_registry_close(r);
 }
 
