@@ -555,17 +555,31 @@ static int pd_registry_version(pd_registry *r, const char *path, int *version, c
  * table is there already (a user_version set back), so a migration never fails on what it would add. */
 static int pd_registry_migrate(pd_registry *r, const char *path, int version, char *err, size_t errlen)
 {
+    static const char v3[] = "CREATE TABLE IF NOT EXISTS mixtures ("
+                             "  name TEXT PRIMARY KEY NOT NULL,"
+                             "  def BLOB NOT NULL,"
+                             "  created_ms INTEGER NOT NULL) WITHOUT ROWID;";
     if (version == PD_REGISTRY_SCHEMA) {
+        /* A schema-3 file whose mixtures' table was dropped by hand: its datasets are intact, and what it
+         * lost is gone either way. Created empty, said once, rather than refusing the whole registry as an
+         * I/O error that fresh_registry would not move aside. */
+        sqlite3_stmt *st;
+        int named = 1;
+        if (sqlite3_prepare_v2(r->db, "SELECT count(*) FROM sqlite_master WHERE name = 'mixtures'", -1, &st,
+                               NULL) == SQLITE_OK) {
+            if (sqlite3_step(st) == SQLITE_ROW)
+                named = sqlite3_column_int(st, 0) > 0;
+            sqlite3_finalize(st);
+        }
+        if (!named && sqlite3_exec(r->db, v3, NULL, NULL, NULL) == SQLITE_OK)
+            pd_log_warn("registry", "path=%s msg=\"schema 3 without its mixtures table (dropped by hand?): created "
+                        "empty; the datasets are kept\"", path);
         if (pd_registry_add_column(r->db, "datasets", "sum", "INTEGER") &&
             pd_registry_add_column(r->db, "mixtures", "sum", "INTEGER"))
             return 0;
         pd_errf(err, errlen, "%s: adding the row checksums' column: %s", path, sqlite3_errmsg(r->db));
         return pd_registry_code(r->db);
     }
-    static const char v3[] = "CREATE TABLE IF NOT EXISTS mixtures ("
-                             "  name TEXT PRIMARY KEY NOT NULL,"
-                             "  def BLOB NOT NULL,"
-                             "  created_ms INTEGER NOT NULL) WITHOUT ROWID;";
     int ok = sqlite3_exec(r->db, "BEGIN;", NULL, NULL, NULL) == SQLITE_OK &&
              pd_registry_add_column(r->db, "datasets", "shards", "BLOB") &&
              pd_registry_add_column(r->db, "datasets", "window", "INTEGER NOT NULL DEFAULT 0") &&
