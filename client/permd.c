@@ -77,8 +77,6 @@ struct permd_client {
     size_t wcap;
     permd_server_info info;
     permd_stream *stream;
-    char cached_name[PERMD_NAME_MAX + 1]; /* the last dataset inverse looked up */
-    uint32_t cached_width;
     char err[512];
 };
 
@@ -102,6 +100,11 @@ unsigned permd_abi_version(void)
 const char *permd_last_error(const permd_client *c)
 {
     return c ? c->err : pd_cl_tls_err;
+}
+
+int permd_usable(const permd_client *c)
+{
+    return c && !c->broken;
 }
 
 static int pd_cl_fail(permd_client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1146,42 +1149,15 @@ int permd_stream_close(permd_stream *st)
 
 /* ---- Inverse and stats ------------------------------------------------------------------ */
 
-int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world, int32_t mode,
-                  const uint64_t *samples, size_t n, uint64_t *positions, uint32_t *ranks)
+/* One Inverse request of n samples at id width w (the dataset's). */
+static int pd_cl_inverse_part(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world,
+                              int32_t mode, unsigned w, const uint64_t *samples, size_t n, uint64_t *positions,
+                              uint32_t *ranks)
 {
-    int rc = pd_cl_check_name(c, dataset);
-    if (rc)
-        return rc;
-    if (n && (!samples || !positions))
-        return pd_cl_fail(c, PD_EINVAL, "samples and positions are required");
-    if (mode > PERMD_MODE_EXACT)
-        return pd_cl_fail(c, PD_EINVAL, "mode %d is not a PERMD_MODE_* (or negative for none)", mode);
-    if (strcmp(c->cached_name, dataset)) { /* samples travel at the dataset's id width */
-        permd_dataset d;
-        if ((rc = permd_get_dataset(c, dataset, &d))) {
-            permd_mixture_def *m;
-            if (rc != PERMD_ENOTFOUND)
-                return rc;
-            if ((rc = permd_get_mixture(c, dataset, &m))) /* one namespace: say which it is not */
-                return rc == PERMD_ENOTFOUND ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", dataset)
-                                             : rc;
-            permd_mixture_def_free(m);
-            return pd_cl_fail(c, PD_EINVAL, "'%s' is a mixture: its inverse takes component epochs "
-                              "(permd_inverse_mixture)", dataset);
-        }
-        snprintf(c->cached_name, sizeof c->cached_name, "%s", dataset);
-        c->cached_width = d.id_width;
-    }
-    unsigned w = c->cached_width;
     uint8_t *buf = malloc(n * w + 1);
     if (!buf)
         return pd_cl_fail(c, PD_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        if (w == 4 && samples[i] > UINT32_MAX) {
-            free(buf);
-            return pd_cl_fail(c, PD_EINVAL, "samples[%zu] = %llu is not a sample id of '%s'", i,
-                              (unsigned long long)samples[i], dataset);
-        }
         if (w == 4)
             pd_store_le32(buf + 4 * i, (uint32_t)samples[i]);
         else
@@ -1198,13 +1174,10 @@ int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t 
     pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
     req.body_case = PERMD__V1__ENVELOPE__BODY_INVERSE;
     req.inverse = &m;
-    rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &rep);
+    int rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &rep);
     free(buf);
-    if (rc) {
-        if (rc == PD_ENOTFOUND)
-            c->cached_name[0] = '\0';
+    if (rc)
         return rc;
-    }
     const Permd__V1__InverseReply *r = rep->inverse_reply;
     if (r->count != n || r->positions.len != n * r->id_width || r->ranks.len != n * 4 ||
         (r->id_width != 4 && r->id_width != 8))
@@ -1212,6 +1185,52 @@ int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t 
     pd_cl_copy_ids(positions, 8, r->positions.data, r->id_width, n);
     for (size_t i = 0; ranks && i < n; i++)
         ranks[i] = pd_load_le32(r->ranks.data + 4 * i);
+    return 0;
+}
+
+int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world, int32_t mode,
+                  const uint64_t *samples, size_t n, uint64_t *positions, uint32_t *ranks)
+{
+    int rc = pd_cl_check_name(c, dataset);
+    if (rc)
+        return rc;
+    if (n && (!samples || !positions))
+        return pd_cl_fail(c, PD_EINVAL, "samples and positions are required");
+    if (mode > PERMD_MODE_EXACT)
+        return pd_cl_fail(c, PD_EINVAL, "mode %d is not a PERMD_MODE_* (or negative for none)", mode);
+    /* Samples travel at the dataset's id width, looked up at every call: a name deleted and put again with
+     * another size (by any client) has another width. */
+    permd_dataset d;
+    if ((rc = permd_get_dataset(c, dataset, &d))) {
+        permd_mixture_def *mx;
+        if (rc != PERMD_ENOTFOUND)
+            return rc;
+        if ((rc = permd_get_mixture(c, dataset, &mx))) /* one namespace: say which it is not */
+            return rc == PERMD_ENOTFOUND ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", dataset)
+                                         : rc;
+        permd_mixture_def_free(mx);
+        return pd_cl_fail(c, PD_EINVAL, "'%s' is a mixture: its inverse takes component epochs "
+                          "(permd_inverse_mixture)", dataset);
+    }
+    const unsigned w = d.id_width;
+    for (size_t i = 0; w == 4 && i < n; i++)
+        if (samples[i] > UINT32_MAX)
+            return pd_cl_fail(c, PD_EINVAL, "samples[%zu] = %llu is not a sample id of '%s'", i,
+                              (unsigned long long)samples[i], dataset);
+    /* More samples than one request may carry (max_frame, max_count) go in pieces. */
+    permd_server_info info;
+    permd_server_info_get(c, &info);
+    size_t chunk = info.max_frame > 8192 ? (info.max_frame - 4096) / w : 128;
+    if (info.max_count && chunk > info.max_count)
+        chunk = (size_t)info.max_count;
+    size_t at = 0;
+    do {
+        const size_t k = n - at < chunk ? n - at : chunk;
+        if ((rc = pd_cl_inverse_part(c, dataset, seed, epoch, world, mode, w, n ? samples + at : samples, k,
+                                     n ? positions + at : positions, ranks && n ? ranks + at : ranks)))
+            return rc;
+        at += k;
+    } while (at < n);
     return 0;
 }
 

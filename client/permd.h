@@ -199,6 +199,10 @@ PERMD_API void permd_close(permd_client *c);
 PERMD_API int permd_set_timeout(permd_client *c, uint32_t ms);
 /* The message of the last failure on c (the server's text when it sent one). */
 PERMD_API const char *permd_last_error(const permd_client *c);
+/* 1 while c may still be used; 0 once a failure ended its connection (a timeout, an I/O error, a
+ * malformed reply, or an error permd sent before closing it, e.g. a frame above its max_frame): close it
+ * and connect again. */
+PERMD_API int permd_usable(const permd_client *c);
 /* What the server said in Hello. */
 PERMD_API int permd_server_info_get(const permd_client *c, permd_server_info *out);
 
@@ -250,7 +254,9 @@ PERMD_API int permd_stream_shared(const permd_stream *st);
 /* Positions of samples: positions[i] = σ⁻¹(samples[i]) (global position in
  * the epoch), ranks[i] = the rank that reads it (position mod W), or
  * PERMD_NO_RANK when mode is PERMD_MODE_DROP and the position is dropped.
- * mode < 0: no mode (no position is dropped). ranks may be NULL. */
+ * mode < 0: no mode (no position is dropped). ranks may be NULL. More samples
+ * than one request may carry (the server's max_frame and max_count) go in
+ * several; the dataset's id width is looked up at each call. */
 PERMD_API int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world,
                             int32_t mode, const uint64_t *samples, size_t n, uint64_t *positions, uint32_t *ranks);
 

@@ -151,6 +151,7 @@ connect_timeout = _sig("permd_connect_timeout", [ctypes.c_char_p, ctypes.c_char_
 close = _sig("permd_close", [p], None)
 set_timeout = _sig("permd_set_timeout", [p, u32])
 last_error = _sig("permd_last_error", [p], ctypes.c_char_p)
+usable = _sig("permd_usable", [p])
 server_info_get = _sig("permd_server_info_get", [p, ctypes.POINTER(ServerInfo)])
 put_dataset = _sig("permd_put_dataset", [p, ctypes.c_char_p, u64, ctypes.POINTER(Dataset), ctypes.POINTER(i32)])
 put_dataset_sharded = _sig("permd_put_dataset_sharded", [p, ctypes.c_char_p, P64, u64, u64, u32,

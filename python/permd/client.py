@@ -53,7 +53,6 @@ def _serialized(method):
     return call
 
 
-_BROKEN = (-5, -13, -14)  # PERMD_EIO, PERMD_ECLOSED, PERMD_ETIMEDOUT: libpermd will not use the connection again
 
 
 def _timeout_ms(timeout):
@@ -133,13 +132,18 @@ def _token_bytes(token):
 
 
 def _name(name, what="name"):
+    """A name's bytes for libpermd. A NUL byte is refused: libpermd takes a C string, so "victim\\0-typo"
+    would name (and delete) the dataset "victim"."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"{what} must be a non-empty string")
+    if "\0" in name:
+        raise ValueError(f"{what} {name!r} holds a NUL byte")
     return name.encode()
 
 
 class Client:
-    """One connection (not thread-safe: one Client per thread).
+    """One connection. Threads may share one: its calls, and its streams' reads and closes, take turns (one
+    Client per thread still avoids the waiting).
 
     Client(socket="/run/permd/permd.sock"), Client(tcp="127.0.0.1:7878", token="...") or
     Client(tcp=..., token_file="/path/to/token"); with neither socket nor tcp, $PERMD_SOCKET or the
@@ -210,10 +214,14 @@ class Client:
         self._lock = threading.RLock()
 
     def close(self):
-        if getattr(self, "_c", None) and self._pid == os.getpid():  # a forked child leaves the parent's alone
-            _lib.close(self._c)
-        self._c = None
-        self._closed = True
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before there was anything to close
+            return
+        with lock:  # not while another thread's call is inside libpermd with the handle
+            if getattr(self, "_c", None) and self._pid == os.getpid():  # a forked child leaves the parent's alone
+                _lib.close(self._c)
+            self._c = None
+            self._closed = True
 
     def __enter__(self):
         return self
@@ -241,7 +249,7 @@ class Client:
 
     def _check(self, rc, what):
         """_lib.check with this connection's error; a failed connection is replaced at the next call."""
-        if rc in _BROKEN:
+        if rc and self._c and not _lib.usable(self._c):
             self._broken = True
         _lib.check(rc, what, self._c)
 
@@ -263,7 +271,7 @@ class Client:
                 raise ValueError("a sharded dataset needs at least one shard")
             if size is not None and _args.integer("size", size) != sum(int(x) for x in shards):
                 raise ValueError("size must be the sum of the shard sizes")
-            rc = _lib.put_dataset_sharded(self._handle(), name.encode(), ptr, n,
+            rc = _lib.put_dataset_sharded(self._handle(), _name(name), ptr, n,
                                           _args.integer("window", window or 8, 1),
                                           _args.integer("lanes", lanes or 1, 1, _args.U32_MAX), ctypes.byref(d),
                                           ctypes.byref(created))
@@ -274,14 +282,14 @@ class Client:
         if size is None:
             raise TypeError("put_dataset needs size= or shards=")
         size = _args.integer("size", size, 1, _args.N_MAX)
-        rc = _lib.put_dataset(self._handle(), name.encode(), size, ctypes.byref(d), ctypes.byref(created))
+        rc = _lib.put_dataset(self._handle(), _name(name), size, ctypes.byref(d), ctypes.byref(created))
         self._check(rc, f"put_dataset {name!r}")
         return dict(_dataset_dict(d), created=bool(created.value))
 
     @_serialized
     def get_dataset(self, name):
         d = _lib.Dataset()
-        self._check(_lib.get_dataset(self._handle(), name.encode(), ctypes.byref(d)), f"get_dataset {name!r}")
+        self._check(_lib.get_dataset(self._handle(), _name(name), ctypes.byref(d)), f"get_dataset {name!r}")
         return _dataset_dict(d)
 
     @_serialized
@@ -304,7 +312,7 @@ class Client:
     @_serialized
     def delete_dataset(self, name):
         self._wide.pop(name, None)
-        self._check(_lib.delete_dataset(self._handle(), name.encode()), f"delete_dataset {name!r}")
+        self._check(_lib.delete_dataset(self._handle(), _name(name)), f"delete_dataset {name!r}")
 
     # ---- mixtures (docs/mixtures.md): fetch, stream, digest and Sampler(client=, name=) take their names
 
@@ -404,7 +412,7 @@ class Client:
         if not isinstance(name, str) or not name:
             raise TypeError("dataset name must be a non-empty string")
         world = _args.integer("world", world, 1, _args.U32_MAX)
-        return _lib.Slice(name.encode(), _args.integer("seed", seed), _args.integer("epoch", epoch), world,
+        return _lib.Slice(_name(name), _args.integer("seed", seed), _args.integer("epoch", epoch), world,
                           _args.integer("rank", rank, 0, world - 1), _lib.MODES[_args.mode(mode)],
                           _args.integer("offset", offset), _args.integer("window", window or 0),
                           _args.integer("lanes", lanes or 0, 0, _args.U32_MAX),
@@ -487,7 +495,7 @@ class Client:
         arr = (ctypes.c_uint64 * max(n, 1))(*values)
         pos, ranks = (ctypes.c_uint64 * max(n, 1))(), (ctypes.c_uint32 * max(n, 1))()
         m = -1 if mode is None else _lib.MODES[_args.mode(mode)]
-        rc = _lib.inverse(self._handle(), name.encode(), _args.integer("seed", seed), _args.integer("epoch", epoch),
+        rc = _lib.inverse(self._handle(), _name(name), _args.integer("seed", seed), _args.integer("epoch", epoch),
                           world, m, arr, n, pos, ranks)
         self._check(rc, "inverse")
         return [pos[i] for i in range(n)], [None if ranks[i] == 0xFFFFFFFF else ranks[i] for i in range(n)]
@@ -591,10 +599,12 @@ class _Stream:
 
     def close(self):
         if getattr(self, "_st", None) and self._pid == os.getpid():
-            self._final = _lib.stream_offset(self._st)
-            self._shared = bool(_lib.stream_shared(self._st))
-            _lib.stream_close(self._st)
-            self._st = None
+            with self._client._lock:  # closing reads the connection to the stream's end: not beside another call
+                if self._st:
+                    self._final = _lib.stream_offset(self._st)
+                    self._shared = bool(_lib.stream_shared(self._st))
+                    _lib.stream_close(self._st)
+                    self._st = None
 
     def __del__(self):
         self.close()

@@ -441,6 +441,68 @@ class ClientRobustness(unittest.TestCase):
         shared.close()
         self.assertEqual(errors, [])
 
+    def test_streams_and_calls_sharing_a_client(self):
+        # A stream's close reads the connection to the stream's end: it ran beside another thread's call on the
+        # same socket, and both hung (for ever without a timeout). Closing a Client waits for a call in flight.
+        shared, errors = permd.Client(socket=self.daemon.socket, timeout=30), []
+
+        def fetcher():
+            try:
+                for _ in range(60):
+                    ids, nxt = shared.fetch("forked", 1, 0, 1, 0, count=1000)
+                    self.assertEqual((len(ids), nxt), (1000, 1000))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(repr(e))
+
+        def streamer():
+            try:
+                for _ in range(60):
+                    st = shared.stream("forked", 1, 0, 1, 0, batch=1000)
+                    next(st)
+                    st.close()
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=fetcher), threading.Thread(target=streamer)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        shared.close()
+        self.assertEqual(errors, [])
+
+    def test_inverse_in_pieces(self):
+        # more samples than one request takes (max_count 1000 here; max_frame elsewhere) go in pieces
+        samples = list(range(0, 100_000, 28))  # 3572
+        positions, ranks = self.c.inverse("forked", 3, 1, 2, samples)
+        order = permd.Permutation(3, 1, 100_000)
+        self.assertEqual([order[p] for p in positions], samples)
+        self.assertEqual(ranks, [p % 2 for p in positions])
+
+    def test_inverse_after_a_name_is_put_again_wider(self):
+        # the id width was cached per connection: samples of the new, wider dataset went out 4 bytes wide
+        self.c.put_dataset("regrown", 10)
+        self.assertEqual(len(self.c.inverse("regrown", 1, 0, 1, [3])[0]), 1)
+        self.c.delete_dataset("regrown")
+        self.c.put_dataset("regrown", 1 << 33)
+        sample = (1 << 32) + 5
+        positions, _ = self.c.inverse("regrown", 1, 0, 1, [sample])
+        self.assertEqual(permd.Permutation(1, 0, 1 << 33)[positions[0]], sample)
+        self.c.delete_dataset("regrown")
+
+    def test_names_with_a_nul_byte_are_refused(self):
+        # ctypes cut them at the NUL: delete_dataset("victim\0-typo") deleted "victim"
+        self.c.put_dataset("victim", 10)
+        for call in (lambda: self.c.delete_dataset("victim\0-typo"), lambda: self.c.get_dataset("victim\0x"),
+                     lambda: self.c.put_dataset("victim\0x", 10),
+                     lambda: self.c.fetch("victim\0x", 1, 0, 1, 0, count=1),
+                     lambda: self.c.inverse("victim\0x", 1, 0, 1, [1])):
+            with self.assertRaisesRegex(ValueError, "NUL"):
+                call()
+        self.assertEqual(self.c.get_dataset("victim")["size"], 10)
+        with self.assertRaises(TypeError):
+            self.c.get_dataset(5)
+
     def test_stream_batches_fit_max_count(self):
         batches = list(self.c.stream("forked", 1, 0, 1, 0, max_count=2500))
         self.assertEqual([len(b) for b in batches], [1000, 1000, 500])
