@@ -372,8 +372,10 @@ int permctl_cmd_fetch(int argc, char **argv)
     uint64_t cap = chunk, have = 0, *ids = NULL, *offs = NULL;
     static permctl_out out;
     permctl_out_init(&out, stdout);
-    /* Counts above the server's max_count are fetched in pieces; the output is the same. */
-    while (want) {
+    /* Counts above the server's max_count are fetched in pieces; the output is the same. --count 0 still asks
+     * once: permd checks the name and the offset (it printed an empty answer for a dataset that does not
+     * exist, and a next_offset past the epoch's end). */
+    do {
         uint64_t n = want < chunk ? want : chunk, got;
         if ((!ids || have + n > cap) && permctl_fetch_room(&ids, locations ? &offs : NULL, have + n, &cap)) {
             free(ids);
@@ -399,7 +401,7 @@ int permctl_cmd_fetch(int argc, char **argv)
         want -= got;
         if (got < n)
             break; /* the rank's slice ended */
-    }
+    } while (want);
     if (json) {
         char tmp[64];
         permctl_out_str(&out, locations ? "{\"locations\":[" : "{\"ids\":[");
@@ -435,10 +437,17 @@ int permctl_cmd_stream(int argc, char **argv)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
     if ((rc = permctl_slice("stream", &a, &s)))
         return rc;
-    if ((a.set & PERMCTL_BIT(COUNT)) && a.u[PERMCTL_OPT_COUNT] == 0)
-        return PERMCTL_EXIT_OK; /* nothing asked, nothing printed (0 means "all" on the wire) */
     if ((rc = permctl_connect(&a, &c)))
         return rc;
+    if ((a.set & PERMCTL_BIT(COUNT)) && a.u[PERMCTL_OPT_COUNT] == 0) {
+        /* Nothing asked, nothing printed (0 means "all" on the wire), but the slice is checked as a Fetch of 0
+         * ids checks it: a name that does not exist, or an offset past the end, fails as it would with more. */
+        uint64_t none, got;
+        rc = permd_fetch_u64(c, &s, 0, &none, &got, NULL) ? permctl_call_failed(c, "stream") : PERMCTL_EXIT_OK;
+        if (!rc)
+            permd_close(c);
+        return rc;
+    }
     uint64_t batch = (a.set & PERMCTL_BIT(BATCH)) ? a.u[PERMCTL_OPT_BATCH] : PERMCTL_DEFAULT_BATCH;
     permd_server_info info;
     permd_server_info_get(c, &info);
@@ -501,11 +510,17 @@ static int permctl_inverse_mixture(const permctl_args *a)
         rc = permctl_fail(PD_ENOMEM, "inverse");
         goto done;
     }
-    for (size_t i = 0; i < n && !rc; i++) {
-        size_t got;
-        rc = permctl_u64_list("inverse", a->pos[i + 1], ':', 0, UINT64_MAX, q + 2 * i, 2, &got);
-        if (!rc && got != 2)
-            rc = permctl_usage_error("inverse: '%s' is not SAMPLE:COMPONENT_EPOCH", a->pos[i + 1]);
+    for (size_t i = 0; i < n && !rc; i++) { /* SAMPLE:COMPONENT_EPOCH, a positional argument (no option to name) */
+        const char *t = a->pos[i + 1], *colon = strchr(t, ':');
+        char head[32];
+        const size_t len = colon ? (size_t)(colon - t) : 0;
+        const int fits = len > 0 && len < sizeof head;
+        if (fits) {
+            memcpy(head, t, len);
+            head[len] = '\0';
+        }
+        if (!fits || pd_parse_u64(head, &q[2 * i]) || pd_parse_u64(colon + 1, &q[2 * i + 1]))
+            rc = permctl_usage_error("inverse: '%s' is not SAMPLE:COMPONENT_EPOCH (two unsigned decimal integers)", t);
     }
     if (rc || (rc = permctl_connect(a, &c)))
         goto done;
@@ -772,7 +787,8 @@ static const char permctl_verify_usage[] =
     "what rank R reads from offset O to the end of the epoch — no id missing,\n"
     "repeated or foreign, in any order — by comparing order-independent digests\n"
     "(count, sum, hash). The expected digest comes from permd (NAME) or is computed\n"
-    "here (--size, or the shards). Exit 0 when they match, 1 when not.\n";
+    "here (--size, or the shards). Exit 0 when they match, 1 when not, 2 when FILE\n"
+    "cannot be read or a line of it is not a sample id (nothing was compared).\n";
 
 /* Digest the ids in a file (or stdin): one decimal id per line. */
 static int permctl_digest_file(const char *path, permd_digest *d)
@@ -786,6 +802,12 @@ static int permctl_digest_file(const char *path, permd_digest *d)
     while (fgets(line, sizeof line, f)) {
         uint64_t id;
         lineno++;
+        if (!strchr(line, '\n') && !feof(f)) { /* fgets stopped at the buffer: the rest would count as another id */
+            if (f != stdin)
+                fclose(f);
+            return permctl_usage_error("verify: %s:%llu: a line longer than %zu bytes is not a sample id",
+                                       path ? path : "-", (unsigned long long)lineno, sizeof line - 2);
+        }
         line[strcspn(line, "\r\n")] = '\0';
         if (!line[0])
             continue;

@@ -74,6 +74,16 @@ expect 1 "past the end of the epoch" "$PERMCTL" fetch imagenet --seed 1 --epoch 
 expect 1 "is not below the dataset size" "$PERMCTL" inverse imagenet --seed 1 --epoch 0 --world 2 1281167
 expect 1 "is permd running?" "$PERMCTL" stats --socket "$DIR/absent.sock"
 
+# --count 0 still asks permd, which checks the name and the offset (it printed an empty answer and exited 0).
+expect 1 "NOT_FOUND" "$PERMCTL" fetch nope --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 0 --json
+expect 1 "past the end of the epoch" "$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --offset 2000000 --count 0
+expect 1 "NOT_FOUND" "$PERMCTL" stream nope --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 0
+[ "$("$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 0 --json)" = '{"ids":[],"next_offset":0}' ] \
+  || fail "fetch --count 0"
+# verify: a line too long for an id is refused (it was read as two ids); exit 2, nothing compared.
+"$PERMCTL" perm --seed 1 --epoch 0 --size 3 | sed 's/^0$/0000000000000000000000000000000000000000000000000000000000000000000000/' >"$DIR/long"
+expect 2 "a line longer than" "$PERMCTL" verify --size 3 --seed 1 --epoch 0 --world 1 --rank 0 --mode exact "$DIR/long"
+
 # A fetch --json that fails leaves stdout empty (no JSON prefix for a parser to choke on); stderr says why.
 expect 1 "past the end of the epoch" "$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --offset 2000000 --count 3 --json
 [ ! -s "$DIR/out" ] || fail "failed fetch --json printed: $(cat "$DIR/out")"

@@ -36,6 +36,8 @@ read -r comp local cepoch < <("$PERMCTL" mix --sizes 3000,1000 --weights 3,1 --s
   --world 1 --rank 0 --mode exact --offset 2000 --count 1 --locations)
 global=$(( comp == 0 ? local : 3000 + local ))
 [ "$("$PERMCTL" inverse mix --seed 5 --world 4 "$global:$cepoch")" = "1 2000 0" ] || fail "inverse on a mixture"
+rc=0; "$PERMCTL" inverse mix --seed 5 --world 4 5:1:2 2>"$DIR/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "'5:1:2' is not SAMPLE:COMPONENT_EPOCH" "$DIR/err" || fail "inverse 5:1:2 (rc $rc): $(cat "$DIR/err")"
 
 "$PERMCTL" mixtures get mix --json | grep -qF '"stages":[{"start":0,"weights":[3,1]},{"start":5056,"weights":[1,1]}]' \
   || fail "get --json"
