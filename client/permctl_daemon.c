@@ -980,7 +980,7 @@ int permctl_cmd_health(int argc, char **argv)
     const char *body = strstr(answer, "\r\n\r\n");
     body = body ? body + 4 : "";
     size_t line = strcspn(answer, "\r\n");
-    if (!strncmp(answer, "HTTP/1.", 7) && !strncmp(answer + 8, " 200 ", 5)) {
+    if (strlen(answer) >= 13 && !strncmp(answer, "HTTP/1.", 7) && !strncmp(answer + 8, " 200 ", 5)) {
         printf("%s", *body ? body : "ok\n");
         return PERMCTL_EXIT_OK;
     }

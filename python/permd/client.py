@@ -272,8 +272,9 @@ class Client:
             if size is not None and _args.integer("size", size) != sum(int(x) for x in shards):
                 raise ValueError("size must be the sum of the shard sizes")
             rc = _lib.put_dataset_sharded(self._handle(), _name(name), ptr, n,
-                                          _args.integer("window", window or 8, 1),
-                                          _args.integer("lanes", lanes or 1, 1, _args.U32_MAX), ctypes.byref(d),
+                                          _args.integer("window", 8 if window is None else window, 1),
+                                          _args.integer("lanes", 1 if lanes is None else lanes, 1, _args.U32_MAX),
+                                          ctypes.byref(d),
                                           ctypes.byref(created))
             self._check(rc, f"put_dataset {name!r}")
             return dict(_dataset_dict(d), created=bool(created.value))

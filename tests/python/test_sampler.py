@@ -503,6 +503,12 @@ class ClientRobustness(unittest.TestCase):
         with self.assertRaises(TypeError):
             self.c.get_dataset(5)
 
+    def test_sharded_window_and_lanes_of_0_are_refused(self):
+        # `window or 8` read 0 as the default; permctl refuses 0
+        for kw in ({"window": 0}, {"lanes": 0}):
+            with self.assertRaises(ValueError):
+                self.c.put_dataset("zero", shards=[1, 2], **kw)
+
     def test_stream_batches_fit_max_count(self):
         batches = list(self.c.stream("forked", 1, 0, 1, 0, max_count=2500))
         self.assertEqual([len(b) for b in batches], [1000, 1000, 500])
