@@ -421,55 +421,50 @@ class ClientRobustness(unittest.TestCase):
         off.set_epoch(1)
         self.assertEqual(list(s), list(off))
 
-    def test_threads_sharing_a_client(self):
-        # one per thread is the advice; a shared one serializes its calls (they hung, or timed out)
+    def _run_on_a_shared_client(self, *workers):
+        """Each worker(client) in a thread of its own, all on one Client; the errors they raised (none expected)."""
         shared, errors = permd.Client(socket=self.daemon.socket, timeout=30), []
 
-        def work(i):
+        def run(work):
             try:
-                for e in range(10):
-                    ids, _ = shared.fetch("forked", 3, 4 * e + i, 1, 0, count=500)
-                    self.assertEqual(ids.tolist(), permd.Permutation(3, 4 * e + i, 100_000)[:500].tolist())
-            except Exception as e:  # noqa: BLE001 (reported below, in the main thread)
+                work(shared)
+            except Exception as e:  # noqa: BLE001 (reported in the main thread)
                 errors.append(repr(e))
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        threads = [threading.Thread(target=run, args=(w,)) for w in workers]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         shared.close()
-        self.assertEqual(errors, [])
+        return errors
+
+    def test_threads_sharing_a_client(self):
+        # one per thread is the advice; a shared one serializes its calls (they hung, or timed out)
+        def fetcher(i):
+            def work(c):
+                for e in range(10):
+                    ids, _ = c.fetch("forked", 3, 4 * e + i, 1, 0, count=500)
+                    self.assertEqual(ids.tolist(), permd.Permutation(3, 4 * e + i, 100_000)[:500].tolist())
+            return work
+
+        self.assertEqual(self._run_on_a_shared_client(*(fetcher(i) for i in range(4))), [])
 
     def test_streams_and_calls_sharing_a_client(self):
         # A stream's close reads the connection to the stream's end: it ran beside another thread's call on the
         # same socket, and both hung (for ever without a timeout). Closing a Client waits for a call in flight.
-        shared, errors = permd.Client(socket=self.daemon.socket, timeout=30), []
+        def fetcher(c):
+            for _ in range(60):
+                ids, nxt = c.fetch("forked", 1, 0, 1, 0, count=1000)
+                self.assertEqual((len(ids), nxt), (1000, 1000))
 
-        def fetcher():
-            try:
-                for _ in range(60):
-                    ids, nxt = shared.fetch("forked", 1, 0, 1, 0, count=1000)
-                    self.assertEqual((len(ids), nxt), (1000, 1000))
-            except Exception as e:  # noqa: BLE001 (reported below)
-                errors.append(repr(e))
+        def streamer(c):
+            for _ in range(60):
+                st = c.stream("forked", 1, 0, 1, 0, batch=1000)
+                next(st)
+                st.close()
 
-        def streamer():
-            try:
-                for _ in range(60):
-                    st = shared.stream("forked", 1, 0, 1, 0, batch=1000)
-                    next(st)
-                    st.close()
-            except Exception as e:  # noqa: BLE001
-                errors.append(repr(e))
-
-        threads = [threading.Thread(target=fetcher), threading.Thread(target=streamer)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        shared.close()
-        self.assertEqual(errors, [])
+        self.assertEqual(self._run_on_a_shared_client(fetcher, streamer), [])
 
     def test_inverse_in_pieces(self):
         # more samples than one request takes (max_count 1000 here; max_frame elsewhere) go in pieces
