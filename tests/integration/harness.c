@@ -310,6 +310,28 @@ int raw_send(int fd, const void *buf, size_t len)
     return 0;
 }
 
+int raw_send_upload_part(int fd, const char *name, uint64_t total, uint64_t first, size_t n)
+{
+    uint64_t *sizes = malloc(n * sizeof *sizes + 1);
+    if (!sizes)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        sizes[i] = 1;
+    Permd__V1__PutDataset m = PERMD__V1__PUT_DATASET__INIT;
+    m.name = (char *)name;
+    m.shards_total = total;
+    m.shards_first = first;
+    m.n_shard_sizes = n;
+    m.shard_sizes = sizes;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 5;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_DATASET;
+    env.put_dataset = &m;
+    int rc = raw_send_env(fd, &env);
+    free(sizes);
+    return rc;
+}
+
 int raw_send_env(int fd, const pd_envelope *env)
 {
     uint8_t *buf = malloc(pd_frame_size(env));

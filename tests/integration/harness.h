@@ -63,6 +63,8 @@ int raw_connect_tcp(const char *hostport);
 /* Write all bytes; 0 or -1. */
 int raw_send(int fd, const void *buf, size_t len);
 int raw_send_env(int fd, const pd_envelope *env);
+/* A sharded PutDataset part of `name` (request id 5): shards [first, first + n) of total, all of size 1. */
+int raw_send_upload_part(int fd, const char *name, uint64_t total, uint64_t first, size_t n);
 /* Read one frame (waiting at most timeout_ms) and unpack it: 0, 1 on EOF,
  * -1 on error or timeout. Free *env with protobuf_c_message_free_unpacked. */
 int raw_recv_env(int fd, int timeout_ms, pd_envelope **env);

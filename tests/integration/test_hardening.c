@@ -551,27 +551,6 @@ static void test_cancelled_streams_free_their_place(void **state)
     stop(&h);
 }
 
-/* A sharded PutDataset part: shards [first, first + n) of total, all of size 1. */
-static int send_upload_part(int fd, const char *name, uint64_t total, uint64_t first, size_t n)
-{
-    uint64_t *sizes = malloc(n * sizeof *sizes);
-    for (size_t i = 0; i < n; i++)
-        sizes[i] = 1;
-    Permd__V1__PutDataset m = PERMD__V1__PUT_DATASET__INIT;
-    m.name = (char *)name;
-    m.shards_total = total;
-    m.shards_first = first;
-    m.n_shard_sizes = n;
-    m.shard_sizes = sizes;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = 5;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_DATASET;
-    env.put_dataset = &m;
-    int rc = raw_send_env(fd, &env);
-    free(sizes);
-    return rc;
-}
-
 /* 8. Sharded datasets are bounded in bytes: uploads in flight, layouts kept, plans cached. */
 static void test_shard_memory_bounds(void **state)
 {
@@ -586,13 +565,13 @@ static void test_shard_memory_bounds(void **state)
     start(&h, 0, extra);
     /* Uploads: 16 M shards announced, sizes held only as they arrive, 3 MiB in all. */
     int a = raw_connect_unix(h.sock), b = raw_connect_unix(h.sock);
-    assert_int_equal(send_upload_part(a, "a", 1 << 24, 0, 100000), 0); /* 800 KB */
+    assert_int_equal(raw_send_upload_part(a, "a", 1 << 24, 0, 100000), 0); /* 800 KB */
     assert_int_equal(reply_kind(a, 3000), PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
-    assert_int_equal(send_upload_part(b, "b", 1 << 24, 0, 100000), 0);
+    assert_int_equal(raw_send_upload_part(b, "b", 1 << 24, 0, 100000), 0);
     assert_int_equal(reply_kind(b, 3000), PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
     long long held = harness_metric(port, "permd_upload_bytes");
     assert_true(held >= 1600000 && held <= 3145728);
-    assert_int_equal(send_upload_part(b, "b", 1 << 24, 100000, 200000), 0); /* over 3 MiB together */
+    assert_int_equal(raw_send_upload_part(b, "b", 1 << 24, 100000, 200000), 0); /* over 3 MiB together */
     assert_int_equal(reply_kind(b, 3000), -PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
     assert_true(harness_metric(port, "permd_upload_bytes") < held); /* b's upload was dropped */
     close(a);

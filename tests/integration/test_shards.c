@@ -220,25 +220,12 @@ static void locations_past_a_frame(void **state)
     permd_close(c);
 }
 
-/* Part i of a raw sharded upload of `name`: n sizes of 1 from `first`, of `total`; the reply's envelope. */
+/* A raw sharded upload's part of `name`: n sizes of 1 from `first`, of `total`; the reply's envelope. */
 static pd_envelope *upload_part(int fd, const char *name, uint64_t first, uint64_t n, uint64_t total)
 {
-    uint64_t *ones = malloc(n * sizeof *ones);
-    assert_non_null(ones);
-    for (uint64_t i = 0; i < n; i++)
-        ones[i] = 1;
-    Permd__V1__PutDataset m = PERMD__V1__PUT_DATASET__INIT;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT, *rep;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_PUT_DATASET;
-    env.put_dataset = &m;
-    m.name = (char *)name;
-    m.shards_total = total;
-    m.shards_first = first;
-    m.shard_sizes = ones;
-    m.n_shard_sizes = n;
-    assert_int_equal(raw_send_env(fd, &env), 0);
+    pd_envelope *rep;
+    assert_int_equal(raw_send_upload_part(fd, name, total, first, n), 0);
     assert_int_equal(raw_recv_env(fd, 5000, &rep), 0);
-    free(ones);
     return rep;
 }
 
