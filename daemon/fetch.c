@@ -15,6 +15,14 @@
 
 /* ---- Fetch ------------------------------------------------------------------------------------ */
 
+/* Reply to request id with the typed error of a failed generation (pd_target_error: plans full, or internal). */
+static void pd_reply_generation_error(pd_session *s, uint64_t id, int rc)
+{
+    char msg[256];
+    const int code = pd_target_error(s->svc->plans, rc, msg, sizeof msg);
+    pd_reply_error(s, id, code, "%s", msg);
+}
+
 /* A Fetch too large for the loop: the frame is built in its own buffer and leaves as one owned write. */
 typedef struct pd_fetch_job {
     pd_job job;
@@ -41,10 +49,8 @@ static void pd_fetch_job_done(pd_job *job)
     if (!pd_conn_open(s->conn)) {
         free(j->bulk.base);
     } else if (j->rc) {
-        char msg[256];
-        int code = pd_target_error(s->svc->plans, j->rc, msg, sizeof msg);
         free(j->bulk.base);
-        pd_reply_error(s, j->id, code, "%s", msg);
+        pd_reply_generation_error(s, j->id, j->rc);
     } else {
         s->loop->stats.ids_served_total += j->count;
         pd_conn_write_owned(s->conn, j->bulk.base, j->bulk.frame, j->bulk.frame_len);
@@ -88,9 +94,7 @@ void pd_on_fetch(pd_session *s, uint64_t id, const Permd__V1__Fetch *m)
             s->loop->stats.readahead_hits += ahead != NULL;
             pd_readahead_note(s, &t, count, got, head.remaining);
         } else {
-            char msg[256];
-            int code = pd_target_error(s->svc->plans, rc, msg, sizeof msg);
-            pd_reply_error(s, id, code, "%s", msg);
+            pd_reply_generation_error(s, id, rc);
         }
         pd_target_release(&t);
         return;
@@ -167,8 +171,7 @@ static void pd_digest_job_done(pd_job *job)
         if (j->rc == PD_ECLOSED) {
             pd_reply_error(s, j->id, PD_EUNAVAILABLE, "digest cancelled: permd is stopping");
         } else if (j->rc == PD_EBUSY) { /* no room for a mixture's cursor */
-            char msg[256];
-            pd_reply_error(s, j->id, pd_target_error(s->svc->plans, j->rc, msg, sizeof msg), "%s", msg);
+            pd_reply_generation_error(s, j->id, j->rc);
         } else if (j->rc) {
             pd_reply_error(s, j->id, PD_EINTERNAL, "digest failed: %s", pd_strerror(j->rc));
         } else {
@@ -303,13 +306,12 @@ static void pd_inverse_compute(pd_inverse *v)
 
 static void pd_send_inverse(pd_session *s, uint64_t id, const pd_inverse *v)
 {
-    char msg[256];
     if (v->rc == PD_ECLOSED) {
         pd_reply_error(s, id, PD_EUNAVAILABLE, "inverse cancelled: permd is stopping");
         return;
     }
     if (v->rc == PD_EBUSY) { /* no room for the mixture's cursor */
-        pd_reply_error(s, id, pd_target_error(s->svc->plans, v->rc, msg, sizeof msg), "%s", msg);
+        pd_reply_generation_error(s, id, v->rc);
         return;
     }
     if (v->rc && v->rc != PD_ENOMEM) { /* a turn could not be queued */
