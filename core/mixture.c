@@ -288,6 +288,18 @@ int pd_mix_cursor_init(pd_mix_cursor *c, const pd_mix *m, void *mem, size_t mem_
     return PD_OK;
 }
 
+int pd_mix_cursor_share(pd_mix_cursor *c, const pd_mix_cursor *from)
+{
+    if (!c || !from || c->mix != from->mix)
+        return PD_EINVAL;
+    for (uint64_t i = 0; i < 2 * c->mix->components; i++) {
+        void *own = c->orders[i].mem; /* where c builds: a shared order's tables stay from's */
+        c->orders[i] = from->orders[i];
+        c->orders[i].mem = own;
+    }
+    return PD_OK;
+}
+
 const pd_mix_order *pd_mix_order_get(pd_mix_cursor *c, uint64_t component, uint64_t epoch)
 {
     const pd_mix *m = c->mix;

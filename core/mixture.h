@@ -110,6 +110,12 @@ size_t pd_mix_cursor_bytes(const pd_mix *m);
 /* PD_EINVAL for NULL arguments; PD_ERANGE if mem is too small. */
 int pd_mix_cursor_init(pd_mix_cursor *c, const pd_mix *m, void *mem, size_t mem_bytes);
 
+/* Make c, initialized over from's plan, a view of from: each order from holds now serves c too (its tables
+ * shared, read-only), and an order c builds goes to c's own memory. Threads may each take a view of one
+ * cursor, so a sharded order built once serves them all, as long as from itself does not change until the
+ * views are done. PD_EINVAL for NULL arguments or cursors of different plans. */
+int pd_mix_cursor_share(pd_mix_cursor *c, const pd_mix_cursor *from);
+
 /* Component j's order for component epoch e (built on first use: O(1) flat, O(S_j) sharded). */
 const pd_mix_order *pd_mix_order_get(pd_mix_cursor *c, uint64_t component, uint64_t epoch);
 

@@ -69,6 +69,8 @@ void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx);
  * that coarser ones would take out of the cache (a mixture's: cpu/mix.h). */
 void pd__pool_run_parts(pd_pool *pool, uint64_t count, uint64_t min_part, uint64_t max_part, pd__chunk_fn *fn,
                         void *ctx);
+/* Whether pd__pool_run_parts with these arguments runs more than one part (else fn runs once, on the caller). */
+int pd__pool_splits(const pd_pool *pool, uint64_t count, uint64_t min_part, uint64_t max_part);
 
 /* The generator a pool's threads run. */
 const pd_gen *pd__pool_gen(const pd_pool *pool);

@@ -35,7 +35,9 @@
  *     reads in read order through the batch kernel (pd__batch_*), each lane on its (component, component
  *     epoch)'s keys: no grouping and no scatter;
  *   - otherwise the reads are grouped by component and component epoch, and σ is gathered at their draws
- *     (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd per round, loses to this).
+ *     (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd per round, loses to this);
+ *     a sharded component's draws of spans dense in reads on the shard kernel, else one locate each
+ *     (pd_mix_shard_positions).
  */
 
 #define PD_MIX_DENSE_CHUNK 32768u /* run positions per dense chunk; a multiple of every B */
@@ -44,6 +46,8 @@
 #define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 without VBMI (pd_mix_by_groups) */
 #define PD_MIX_GROUPS_WORLD_VBMI 2u   /* with VBMI (its block-slot kernel wins from W = 4) */
 #define PD_MIX_GROUPS_WORLD_AVX2 4u   /* on AVX2 (W = 64: its per-read kernel runs 2× the groups) */
+#define PD_MIX_SHARD_SPAN 4096u  /* sparse: consecutive positions of a sharded order computed at once */
+#define PD_MIX_SHARD_DENSE 16u   /* sparse: ... where they hold a read per this many positions or more */
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
@@ -118,6 +122,7 @@ typedef struct pd_mix_work {
     uint64_t batches;    /* by runs: batches flushed so far, in every chunk (pd_mix_last's ids stay unique) */
     uint32_t *bv;        /* by runs: a batch's positions, then samples (PD__BATCH_ITEMS) */
     uint8_t *brun;       /* by runs: each item's run */
+    uint64_t *shard_ids; /* sparse, sharded components: the samples of PD_MIX_SHARD_SPAN consecutive positions */
 } pd_mix_work;
 
 static void pd_mix_work_free(pd_mix_work *w)
@@ -143,6 +148,7 @@ static void pd_mix_work_free(pd_mix_work *w)
     free(w->last);
     free(w->bv);
     free(w->brun);
+    free(w->shard_ids);
 }
 
 /* For `reads` reads at stride `world`: dense chunks span the blocks they touch, at most PD_MIX_DENSE_CHUNK
@@ -197,6 +203,9 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
         w->by_runs = g->isa != PD_ISA_AVX2; /* AVX2's batch kernel (8 runs, vpermd per round) loses to its gather */
         for (uint64_t j = 0; j < C; j++)
             w->by_runs &= !m->comp[j].shard_start && m->comp[j].size >= 2 && m->comp[j].size <= UINT64_C(1) << 32;
+        for (uint64_t j = 0; j < C && !w->shard_ids; j++)
+            if (m->comp[j].shard_start && !(w->shard_ids = malloc(PD_MIX_SHARD_SPAN * sizeof *w->shard_ids)))
+                ok = 0;
         if (w->by_runs) {
             w->last = calloc(C, sizeof *w->last);
             w->bv = malloc(PD__BATCH_ITEMS * sizeof *w->bv);
@@ -595,6 +604,41 @@ static uint64_t pd_mix_dense_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_wor
 
 /* ---- Sparse chunks */
 
+/* Positions at[0, n) of a sharded order (a component's draws in read order: ascending from block to block,
+ * in slot order within one) to their samples, in place. Where a span of at most PD_MIX_SHARD_SPAN positions
+ * holds a read per PD_MIX_SHARD_DENSE or more (a few ranks), the span's every sample comes from the SIMD
+ * kernel (pd_gen_shard_slice_fill_u64, one reader) at a few ns each and each read takes its own: fewer
+ * than PD_MIX_SHARD_DENSE evaluations a read, where locating one alone (its window's τ, then its stream)
+ * costs tens. Elsewhere, one locate per read. */
+static void pd_mix_shard_positions(const pd_gen *g, const pd_shard_plan *plan, uint64_t *at, uint64_t n,
+                                   uint64_t *span_ids)
+{
+    for (uint64_t i = 0, k; i < n; i = k) {
+        uint64_t lo = at[i], hi = at[i];
+        for (k = i + 1; k < n; k++) { /* the reads whose positions fit one span */
+            const uint64_t l = at[k] < lo ? at[k] : lo, h = at[k] > hi ? at[k] : hi;
+            if (h - l >= PD_MIX_SHARD_SPAN)
+                break;
+            lo = l;
+            hi = h;
+        }
+        const uint64_t span = hi - lo + 1;
+        const pd_slice one = {.world = 1, .mode = PD_MODE_EXACT, .offset = lo};
+        uint64_t got;
+        if (span <= (k - i) * PD_MIX_SHARD_DENSE && pd_gen_shard_slice_fill_u64(g, plan, &one, span, span_ids, &got) == 0 &&
+            got == span) {
+            for (uint64_t t = i; t < k; t++)
+                at[t] = span_ids[at[t] - lo];
+            continue;
+        }
+        for (uint64_t t = i; t < k; t++) {
+            pd_shard_loc loc;
+            pd_shard_locate(plan, at[t], &loc);
+            at[t] = loc.sample;
+        }
+    }
+}
+
 /* The ids of component j's reads order[a, b) (all of one component epoch e): gathered, then stored. */
 static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t j, uint64_t e,
                                 uint64_t n, void *out, unsigned width)
@@ -602,11 +646,7 @@ static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
     const pd_mix *m = c->mix;
     const pd_mix_order *o = pd_mix_order_get(c, j, e);
     if (m->comp[j].shard_start) {
-        pd_shard_loc loc;
-        for (uint64_t i = 0; i < n; i++) {
-            pd_shard_locate(&o->plan, w->at[i], &loc);
-            w->at[i] = loc.sample;
-        }
+        pd_mix_shard_positions(g, &o->plan, w->at, n, w->shard_ids);
     } else {
         pd_mix_gather(g, &o->perm, w->at, n, w->at); /* in place: each lane reads its position first */
     }
@@ -968,12 +1008,13 @@ uint64_t pd_mix_id_cost(uint64_t world)
 }
 
 typedef struct pd_mix_pool_ctx {
-    pd_mix_cursor *caller; /* the caller's: the part at begin 0 uses it (one part: never two threads at once) */
+    const pd_mix_cursor *caller; /* the caller's: each part reads through a view of it (none changes it) */
     uint64_t epoch;
     pd_slice slice;
     void *out;
     unsigned width;
-    _Atomic int rc; /* the first error of a part (PD_ENOMEM: a cursor) */
+    _Atomic uint64_t built; /* sharded orders the parts' views built (each request's own, none shared) */
+    _Atomic int rc;         /* the first error of a part (PD_ENOMEM: a cursor) */
 } pd_mix_pool_ctx;
 
 /* Keep the first error of any part. */
@@ -983,28 +1024,59 @@ static void pd_mix_pool_fail(pd_mix_pool_ctx *x, int rc)
     atomic_compare_exchange_strong(&x->rc, &none, rc);
 }
 
-/* Reads [begin, begin + count) of the request: the slice moved on by begin reads. */
+/* Reads [begin, begin + count) of the request: the slice moved on by begin reads, through a view of the
+ * caller's cursor (pd_mix_cursor_share): the orders it holds serve every part, so a sharded component's
+ * O(S_j) order is built once per request at most, not once per part. */
 static void pd_mix_pool_chunk(const pd_gen *g, void *arg, uint64_t begin, uint64_t count)
 {
     pd_mix_pool_ctx *x = arg;
-    pd_mix_cursor own, *c = x->caller;
-    void *mem = NULL;
-    if (begin) { /* another thread's part may run at the same time: a cursor of its own */
-        const size_t bytes = pd_mix_cursor_bytes(x->caller->mix);
-        if (!(mem = malloc(bytes)) || pd_mix_cursor_init(&own, x->caller->mix, mem, bytes)) {
-            pd_mix_pool_fail(x, PD_ENOMEM);
-            free(mem);
-            return;
-        }
-        c = &own;
+    pd_mix_cursor view;
+    const size_t bytes = pd_mix_cursor_bytes(x->caller->mix);
+    void *mem = malloc(bytes);
+    if (!mem || pd_mix_cursor_init(&view, x->caller->mix, mem, bytes) || pd_mix_cursor_share(&view, x->caller)) {
+        pd_mix_pool_fail(x, PD_ENOMEM);
+        free(mem);
+        return;
     }
     pd_slice part = x->slice;
     part.offset += begin * part.world;
     uint64_t got;
-    const int rc = pd_gen_mix_fill(g, c, x->epoch, &part, count, (char *)x->out + begin * x->width, x->width, &got);
+    const int rc = pd_gen_mix_fill(g, &view, x->epoch, &part, count, (char *)x->out + begin * x->width, x->width, &got);
     if (rc)
         pd_mix_pool_fail(x, rc);
+    atomic_fetch_add(&x->built, view.built);
     free(mem);
+}
+
+/* Build into c, before the parts share it, the orders of sharded components whose draws the request's
+ * positions [first, last] of epoch E (run positions E·L + ...) reach, where they span at most the two
+ * component epochs a cursor holds: the views then build nothing (a component cycled more than twice by one
+ * request is small, and each view builds what it needs of it). */
+static void pd_mix_pool_prebuild(pd_mix_cursor *c, uint64_t epoch, uint64_t first, uint64_t last)
+{
+    const pd_mix *m = c->mix;
+    const uint64_t C = m->components, base = epoch * m->length;
+    uint64_t sharded = 0;
+    for (uint64_t j = 0; j < C; j++)
+        sharded += m->comp[j].shard_start != NULL;
+    if (!sharded)
+        return;
+    uint64_t *lo = malloc(2 * C * sizeof *lo), *hi = lo + C;
+    if (!lo || pd_mix_draws_before(m, base + first, lo) || pd_mix_draws_before(m, base + last + 1, hi)) {
+        free(lo); /* then each view builds what it needs */
+        return;
+    }
+    for (uint64_t j = 0; j < C; j++) {
+        const uint64_t n = m->comp[j].size;
+        if (!m->comp[j].shard_start || hi[j] == lo[j])
+            continue;
+        const uint64_t e0 = lo[j] / n, e1 = (hi[j] - 1) / n;
+        if (e1 - e0 <= 1) {
+            pd_mix_order_get(c, j, e0);
+            pd_mix_order_get(c, j, e1);
+        }
+    }
+    free(lo);
 }
 
 static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
@@ -1019,10 +1091,18 @@ static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, con
         return pd_gen_mix_fill(pd__pool_gen(pool), c, epoch, s, count, out, width, written); /* its checks, its errors */
     if (count > left)
         count = left;
+    const uint64_t min_part = s->world <= PD_MIX_DENSE_WORLD ? PD_MIX_POOL_PART_MIN_DENSE : PD_MIX_POOL_PART_MIN_SPARSE;
+    if (!pd__pool_splits(pool, count, min_part, PD_MIX_POOL_PART_MAX)) /* one part: the caller's cursor itself */
+        return pd_gen_mix_fill(pd__pool_gen(pool), c, epoch, s, count, out, width, written);
+    /* The body's positions (a pad-mode wrap past L adds one read, which its part's view resolves). */
+    const uint64_t L = c->mix->length, first = s->offset + s->rank, last = first + (count - 1) * s->world;
+    if (first < L)
+        pd_mix_pool_prebuild(c, epoch, first, last < L ? last : L - 1);
     pd_mix_pool_ctx x = {.caller = c, .epoch = epoch, .slice = *s, .out = out, .width = width};
     atomic_init(&x.rc, PD_OK);
-    const uint64_t min_part = s->world <= PD_MIX_DENSE_WORLD ? PD_MIX_POOL_PART_MIN_DENSE : PD_MIX_POOL_PART_MIN_SPARSE;
+    atomic_init(&x.built, 0);
     pd__pool_run_parts(pool, count, min_part, PD_MIX_POOL_PART_MAX, pd_mix_pool_chunk, &x);
+    c->built += atomic_load(&x.built);
     const int rc = atomic_load(&x.rc);
     if (rc == PD_OK)
         *written = count;

@@ -16,8 +16,9 @@ extern "C" {
  * a time, for small W; a kernel keying each read for larger W), its component and draw (a walk of the
  * weight tree per block, or a descent per read) and its component's σ (over whole ranges for W = 1;
  * else gathered by component, or, on AVX-512 with flat components of ≤ 2^32 samples, in read order with
- * every lane on its component's keys). Sharded components resolve
- * each draw through their cursor's plan. The cursor is the caller's (one per thread). */
+ * every lane on its component's keys). A sharded component's draws come from its cursor's plan: over
+ * whole ranges (W = 1) or spans dense in reads on the SIMD kernel, else a locate per read. The cursor is
+ * the caller's (one per thread). */
 int pd_gen_mix_fill_u64(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
                         uint64_t *out, uint64_t *written);
 int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
@@ -25,11 +26,14 @@ int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
 
 /* The same, split across the pool: one part per thread, each of PD_MIX_POOL_PART_MIN_* to _MAX reads. A
  * part has a fixed cost (each component's σ run ends in a latency-bound drain of its walks, and parts
- * past the first set up a cursor): ~5 µs at W = 1 on Zen 5, a thousand ids' work, so finer parts lose
- * (one thread, 8192 ids at W = 1 on an EPYC: 40 µs in one part, 45 in 2, 72 in 8). Longer parts would
- * not gain, and their scratch (4 or 8 bytes a position) would leave the L2 cache. The caller's cursor
- * serves the part at the request's start, and each other part gets a cursor of its own (mixtures whose
- * cursor is over PD_MIX_POOL_CURSOR_MAX bytes run on the caller alone). Same results and errors. */
+ * set up a cursor): ~5 µs at W = 1 on Zen 5, a thousand ids' work, so finer parts lose (one thread,
+ * 8192 ids at W = 1 on an EPYC: 40 µs in one part, 45 in 2, 72 in 8). Longer parts would not gain, and
+ * their scratch (4 or 8 bytes a position) would leave the L2 cache. A request of one part runs on the
+ * caller's cursor. Else the caller's cursor first builds the orders of sharded components the request
+ * reaches (two component epochs each at most), and every part reads through a view of it
+ * (pd_mix_cursor_share): an O(S_j) order is built once, not once per part, and the views' own builds
+ * count in c->built. Mixtures whose cursor is over PD_MIX_POOL_CURSOR_MAX bytes run on the caller
+ * alone (each view may build into memory of that size). Same results and errors. */
 #define PD_MIX_POOL_PART_MIN_DENSE 2048 /* W = 1 */
 #define PD_MIX_POOL_PART_MIN_SPARSE 512 /* W > 1: a part's fixed cost is lower (8192 reads at W = 8 on one
                                            thread: 69 µs in 1 part, 80 in 8); 16 threads share 8192 reads */

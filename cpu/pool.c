@@ -301,13 +301,24 @@ void pd__pool_run(pd_pool *pool, uint64_t count, pd__chunk_fn *fn, void *ctx)
     pd_pool_run_chunks(pool, count, (chunk + 63) & ~UINT64_C(63), fn, ctx);
 }
 
-void pd__pool_run_parts(pd_pool *pool, uint64_t count, uint64_t min_part, uint64_t max_part, pd__chunk_fn *fn,
-                        void *ctx)
+/* The chunk of pd__pool_run_parts: a part per thread, within [min_part, max_part], a multiple of 64. */
+static uint64_t pd_pool_part(const pd_pool *pool, uint64_t count, uint64_t min_part, uint64_t max_part)
 {
     uint64_t chunk = (count + pool->nthreads - 1) / pool->nthreads;
     chunk = chunk > max_part ? max_part : chunk;
     chunk = chunk < min_part ? min_part : chunk;
-    pd_pool_run_chunks(pool, count, (chunk + 63) & ~UINT64_C(63), fn, ctx);
+    return (chunk + 63) & ~UINT64_C(63);
+}
+
+void pd__pool_run_parts(pd_pool *pool, uint64_t count, uint64_t min_part, uint64_t max_part, pd__chunk_fn *fn,
+                        void *ctx)
+{
+    pd_pool_run_chunks(pool, count, pd_pool_part(pool, count, min_part, max_part), fn, ctx);
+}
+
+int pd__pool_splits(const pd_pool *pool, uint64_t count, uint64_t min_part, uint64_t max_part)
+{
+    return pool->nthreads > 1 && count >= 2 * pd_pool_part(pool, count, min_part, max_part); /* pd_pool_run_chunks */
 }
 
 const pd_gen *pd__pool_gen(const pd_pool *pool)

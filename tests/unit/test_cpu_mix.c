@@ -205,6 +205,46 @@ static void long_sparse_fills_match_core(void **state)
     mix_free(&o);
 }
 
+/* A large sharded component beside flat ones, read by a few ranks (its reads dense enough that spans of its
+ * positions go through the SIMD kernel and each read takes its own) and by many (a locate per read); the
+ * pool's parts share the caller's orders: once they hold a request's component epochs, no part builds. */
+static void sharded_sparse_fills_match_core(void **state)
+{
+    (void)state;
+    enum { SHARDS = 3000 };
+    static uint64_t shard_sizes[SHARDS];
+    uint64_t rng = 31, total = 0;
+    for (int i = 0; i < SHARDS; i++)
+        total += shard_sizes[i] = 100 + test_below(&rng, 200);
+    const uint64_t *shards[3] = {shard_sizes, NULL, NULL};
+    const uint64_t sizes[3] = {total, 400000, 123457}, nshards[3] = {SHARDS, 0, 0}, windows[3] = {8, 0, 0},
+                   lanes[3] = {3, 0, 0}, starts[1] = {0};
+    const uint32_t weights[3] = {5, 3, 2};
+    static const uint32_t worlds[] = {2, 8, 64, 1000};
+    owned_mix o;
+    assert_int_equal(mix_make_ex(&o, 12, sizes, shards, nshards, windows, lanes, 3, 0, 64, starts, weights, 1), PD_OK);
+    for (size_t w = 0; w < 4; w++) {
+        const pd_slice s = {.world = worlds[w], .rank = worlds[w] / 2, .mode = PD_MODE_PAD, .offset = 11 * worlds[w]};
+        compare_all(&o, 1, &s, 40000);
+    }
+    pd_pool *pool;
+    assert_int_equal(pd_pool_create(4, NULL, &pool), PD_OK);
+    const pd_slice s = {.world = 8, .rank = 3, .mode = PD_MODE_EXACT, .offset = 800};
+    uint64_t *ids = malloc(40000 * sizeof *ids), got;
+    assert_non_null(ids);
+    /* 40000 reads: parts of at most PD_MIX_POOL_PART_MAX, so at least 5. The first request builds each
+     * component epoch it reaches once (≤ 2, prebuilt on the caller's cursor); the parts build nothing. */
+    const uint64_t built = o.cur.built;
+    assert_int_equal(pd_pool_mix_fill_u64(pool, &o.cur, 2, &s, 40000, ids, &got), PD_OK);
+    assert_true(o.cur.built - built >= 1 && o.cur.built - built <= 2);
+    const uint64_t warm = o.cur.built;
+    assert_int_equal(pd_pool_mix_fill_u64(pool, &o.cur, 2, &s, 40000, ids, &got), PD_OK);
+    assert_int_equal(o.cur.built, warm); /* counted from every part's view: none built */
+    pd_pool_destroy(pool);
+    free(ids);
+    mix_free(&o);
+}
+
 /* Sparse fills a block at a time (W small, blocks with more reads than components) over many small
  * components: their component epochs turn every few blocks, so a block's parts often need more runs than
  * the batch has left (a flush while they are resolved: resolved again) or cross a component epoch (the
@@ -448,6 +488,7 @@ int main(void)
         cmocka_unit_test(long_sparse_fills_match_core),
         cmocka_unit_test(heavy_weights_match_core),
         cmocka_unit_test(block_runs_match_core),
+        cmocka_unit_test(sharded_sparse_fills_match_core),
         cmocka_unit_test(block_slots_match_core),
         cmocka_unit_test(block_groups_match_core),
     };

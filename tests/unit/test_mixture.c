@@ -434,6 +434,50 @@ static void sharded_components(void **state)
     mix_free(&o);
 }
 
+/* A view (pd_mix_cursor_share) reads the orders its source holds, tables and all, without building them;
+ * what it builds goes to its own memory and leaves the source's orders as they were. */
+static void cursor_views_share_orders(void **state)
+{
+    (void)state;
+    const uint64_t shards0[7] = {3, 0, 5, 1, 0, 7, 2};
+    const uint64_t *shards[2] = {shards0, NULL};
+    const uint64_t sizes[2] = {18, 25}, nshards[2] = {7, 0}, windows[2] = {2, 0}, lanes[2] = {1, 0};
+    const uint64_t starts[1] = {0};
+    const uint32_t weights[2] = {1, 1};
+    owned_mix o, other;
+    assert_int_equal(mix_make_ex(&o, 8, sizes, shards, nshards, windows, lanes, 2, 0, 64, starts, weights, 1), PD_OK);
+    assert_int_equal(mix_make(&other, 8, sizes, 2, 0, 64, starts, weights, 1), PD_OK);
+    const pd_mix_order *held = pd_mix_order_get(&o.cur, 0, 4);
+    uint64_t before[18];
+    for (uint64_t u = 0; u < 18; u++) {
+        pd_shard_loc loc;
+        assert_int_equal(pd_shard_locate(&held->plan, u, &loc), PD_OK);
+        before[u] = loc.sample;
+    }
+    const size_t bytes = pd_mix_cursor_bytes(&o.mix);
+    void *mem = malloc(bytes);
+    pd_mix_cursor view;
+    assert_int_equal(pd_mix_cursor_init(&view, &o.mix, mem, bytes), PD_OK);
+    assert_int_equal(pd_mix_cursor_share(&view, &other.cur), PD_EINVAL); /* another plan's cursor */
+    assert_int_equal(pd_mix_cursor_share(NULL, &o.cur), PD_EINVAL);
+    assert_int_equal(pd_mix_cursor_share(&view, &o.cur), PD_OK);
+    const pd_mix_order *seen = pd_mix_order_get(&view, 0, 4);
+    assert_int_equal(view.built, 0); /* held by the source: shared, not built */
+    assert_ptr_equal(seen->plan.slot_shard, held->plan.slot_shard);
+    const pd_mix_order *next = pd_mix_order_get(&view, 0, 6); /* the same slot (parity), another epoch */
+    assert_int_equal(view.built, 1);
+    assert_true(next->plan.slot_shard != held->plan.slot_shard);
+    for (uint64_t u = 0; u < 18; u++) { /* the source's order of epoch 4 is untouched */
+        pd_shard_loc loc;
+        assert_int_equal(pd_shard_locate(&o.cur.orders[0].plan, u, &loc), PD_OK);
+        assert_int_equal(o.cur.orders[0].epoch, 4);
+        assert_int_equal(loc.sample, before[u]);
+    }
+    free(mem);
+    mix_free(&o);
+    mix_free(&other);
+}
+
 static void bad_input(void **state)
 {
     (void)state;
@@ -531,6 +575,7 @@ int main(void)
         cmocka_unit_test(elastic_resume_over_stage),
         cmocka_unit_test(ranks_modes_and_digests),
         cmocka_unit_test(sharded_components),
+        cmocka_unit_test(cursor_views_share_orders),
         cmocka_unit_test(bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
