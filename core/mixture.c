@@ -300,6 +300,85 @@ int pd_mix_cursor_share(pd_mix_cursor *c, const pd_mix_cursor *from)
     return PD_OK;
 }
 
+/* drawn[j] and drawn[C + j]: component j's draws before the blocks that hold positions first and last of
+ * epoch E begin and end (0 for both where no component is sharded: nothing to reach). A block hands its
+ * draws out in slot order, so the draws of part of one lie between those, and no closer bound is cheap. */
+static int pd_mix_reach(const pd_mix *m, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn)
+{
+    const uint64_t C = m->components;
+    if (first > last || last >= m->length || !pd_mix_epoch_ok(m, epoch))
+        return PD_EINVAL;
+    uint64_t sharded = 0;
+    for (uint64_t j = 0; j < C; j++)
+        sharded |= m->comp[j].shard_start != NULL;
+    if (!sharded) {
+        memset(drawn, 0, 2 * C * sizeof *drawn);
+        return PD_OK;
+    }
+    /* (E + 1)·L ≤ 2^63, a multiple of B: no overflow, and the last block ends at 2^63 at most */
+    const uint64_t g0 = (epoch * m->length + first) & ~(m->block - 1);
+    const uint64_t g1 = ((epoch * m->length + last) | (m->block - 1)) + 1;
+    int rc = pd_mix_draws_before(m, g0, drawn);
+    if (rc == PD_OK && g1 < PD_MIX_RUN_END) {
+        rc = pd_mix_draws_before(m, g1, drawn + C);
+    } else if (rc == PD_OK) { /* the run's last block: the draws before its last position, and that one's */
+        pd_mix_draw d;
+        if ((rc = pd_mix_draws_before(m, g1 - 1, drawn + C)) == PD_OK && (rc = pd_mix_draw_at(m, g1 - 1, &d)) == PD_OK)
+            drawn[C + d.component]++;
+    }
+    return rc;
+}
+
+int pd_mix_cursor_missing(const pd_mix_cursor *c, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn,
+                          uint64_t *shards)
+{
+    if (!c || !drawn || !shards)
+        return PD_EINVAL;
+    const pd_mix *m = c->mix;
+    const uint64_t C = m->components;
+    int rc = pd_mix_reach(m, epoch, first, last, drawn);
+    if (rc)
+        return rc;
+    uint64_t sum = 0;
+    for (uint64_t j = 0; j < C; j++) {
+        const pd_mix_component *comp = &m->comp[j];
+        if (!comp->shard_start || drawn[C + j] == drawn[j])
+            continue;
+        const uint64_t e0 = drawn[j] / comp->size, e1 = (drawn[C + j] - 1) / comp->size;
+        /* Read in order, each epoch is built once unless held when reached: only e0 and e0 + 1 can be (a
+         * later one's slot is rebuilt for an earlier epoch of its parity first). */
+        uint64_t builds = e1 - e0 + 1;
+        for (uint64_t slot = 0; slot < 2; slot++) {
+            const pd_mix_order *o = &c->orders[2 * j + slot];
+            builds -= o->valid && o->epoch >= e0 && o->epoch <= e1 && o->epoch - e0 <= 1;
+        }
+        const uint64_t cost = builds > UINT64_MAX / comp->shards ? UINT64_MAX : builds * comp->shards;
+        sum = sum > UINT64_MAX - cost ? UINT64_MAX : sum + cost;
+    }
+    *shards = sum;
+    return PD_OK;
+}
+
+int pd_mix_cursor_prepare(pd_mix_cursor *c, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn)
+{
+    if (!c || !drawn)
+        return PD_EINVAL;
+    const pd_mix *m = c->mix;
+    const uint64_t C = m->components;
+    int rc = pd_mix_reach(m, epoch, first, last, drawn);
+    for (uint64_t j = 0; rc == PD_OK && j < C; j++) {
+        const pd_mix_component *comp = &m->comp[j];
+        if (!comp->shard_start || drawn[C + j] == drawn[j])
+            continue;
+        const uint64_t e0 = drawn[j] / comp->size, e1 = (drawn[C + j] - 1) / comp->size;
+        if (e1 - e0 <= 1) {
+            pd_mix_order_get(c, j, e0);
+            pd_mix_order_get(c, j, e1);
+        }
+    }
+    return rc;
+}
+
 const pd_mix_order *pd_mix_order_get(pd_mix_cursor *c, uint64_t component, uint64_t epoch)
 {
     const pd_mix *m = c->mix;

@@ -1048,37 +1048,6 @@ static void pd_mix_pool_chunk(const pd_gen *g, void *arg, uint64_t begin, uint64
     free(mem);
 }
 
-/* Build into c, before the parts share it, the orders of sharded components whose draws the request's
- * positions [first, last] of epoch E (run positions E·L + ...) reach, where they span at most the two
- * component epochs a cursor holds: the views then build nothing (a component cycled more than twice by one
- * request is small, and each view builds what it needs of it). */
-static void pd_mix_pool_prebuild(pd_mix_cursor *c, uint64_t epoch, uint64_t first, uint64_t last)
-{
-    const pd_mix *m = c->mix;
-    const uint64_t C = m->components, base = epoch * m->length;
-    uint64_t sharded = 0;
-    for (uint64_t j = 0; j < C; j++)
-        sharded += m->comp[j].shard_start != NULL;
-    if (!sharded)
-        return;
-    uint64_t *lo = malloc(2 * C * sizeof *lo), *hi = lo + C;
-    if (!lo || pd_mix_draws_before(m, base + first, lo) || pd_mix_draws_before(m, base + last + 1, hi)) {
-        free(lo); /* then each view builds what it needs */
-        return;
-    }
-    for (uint64_t j = 0; j < C; j++) {
-        const uint64_t n = m->comp[j].size;
-        if (!m->comp[j].shard_start || hi[j] == lo[j])
-            continue;
-        const uint64_t e0 = lo[j] / n, e1 = (hi[j] - 1) / n;
-        if (e1 - e0 <= 1) {
-            pd_mix_order_get(c, j, e0);
-            pd_mix_order_get(c, j, e1);
-        }
-    }
-    free(lo);
-}
-
 static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
                             void *out, unsigned width, uint64_t *written)
 {
@@ -1096,8 +1065,10 @@ static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, con
         return pd_gen_mix_fill(pd__pool_gen(pool), c, epoch, s, count, out, width, written);
     /* The body's positions (a pad-mode wrap past L adds one read, which its part's view resolves). */
     const uint64_t L = c->mix->length, first = s->offset + s->rank, last = first + (count - 1) * s->world;
-    if (first < L)
-        pd_mix_pool_prebuild(c, epoch, first, last < L ? last : L - 1);
+    uint64_t *drawn = malloc(2 * c->mix->components * sizeof *drawn);
+    if (drawn && first < L) /* else each part's view builds what it needs */
+        pd_mix_cursor_prepare(c, epoch, first, last < L ? last : L - 1, drawn);
+    free(drawn);
     pd_mix_pool_ctx x = {.caller = c, .epoch = epoch, .slice = *s, .out = out, .width = width};
     atomic_init(&x.rc, PD_OK);
     atomic_init(&x.built, 0);

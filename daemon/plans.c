@@ -599,3 +599,22 @@ int pd_plan_cursor_warm(pd_plan *p)
     pthread_mutex_unlock(&p->cache->lock);
     return warm;
 }
+
+uint64_t pd_plan_cursor_missing(pd_plan *p, uint64_t epoch, uint64_t first, uint64_t last)
+{
+    if (!p->mixdef || !pd_plan_ready(p))
+        return UINT64_MAX;
+    const pd_mix *mix = &p->mix;
+    if (!p->sharded || first >= mix->length) /* positions past L: a pad-mode wrap, one read */
+        return 0;
+    uint64_t *drawn = malloc(2 * mix->components * sizeof *drawn), missing = UINT64_MAX;
+    if (!drawn)
+        return UINT64_MAX;
+    pthread_mutex_lock(&p->cache->lock); /* the idle cursor stays as it is while listed */
+    if (p->cursors && pd_mix_cursor_missing(&p->cursors->cur, epoch, first, last < mix->length ? last : mix->length - 1,
+                                            drawn, &missing) != PD_OK)
+        missing = UINT64_MAX;
+    pthread_mutex_unlock(&p->cache->lock);
+    free(drawn);
+    return missing;
+}

@@ -103,7 +103,13 @@ static void pd_on_readahead(uv_idle_t *h)
     while (q->head) {
         pd_session *s = q->head;
         struct pd_readahead *ra = s->ra;
-        if (!pd_loop_take_inline(q->loop, pd_target_cost(&ra->t, ra->got)))
+        const uint64_t cost = pd_target_cost(&ra->t, ra->got);
+        if (cost > q->loop->svc->cfg->inline_ids) { /* never fits (a mixture's order to build): the pool's */
+            pd_ra_unqueue(q, s);
+            pd_ra_plan_idle(ra);
+            continue;
+        }
+        if (!pd_loop_take_inline(q->loop, cost))
             return; /* this iteration's budget is spent: the next one refills it */
         pd_ra_unqueue(q, s);
         uint64_t w = 0;

@@ -51,7 +51,12 @@ uint64_t pd_target_cost(const pd_target *t, uint64_t count)
     if (!t->mixture)
         return count;
     const uint64_t each = pd_mix_id_cost(t->slice.world);
-    return count > UINT64_MAX / each ? UINT64_MAX : count * each;
+    const uint64_t ids = count > UINT64_MAX / each ? UINT64_MAX : count * each;
+    if (count == 0 || ids == UINT64_MAX)
+        return ids;
+    const uint64_t first = t->slice.offset + t->slice.rank, reads = (count - 1) * t->slice.world; /* ≤ T: no overflow */
+    const uint64_t orders = pd_plan_cursor_missing(t->plan, t->epoch, first, first + reads);
+    return orders > UINT64_MAX - ids ? UINT64_MAX : ids + orders;
 }
 
 int pd_target_may_block(const pd_target *t)

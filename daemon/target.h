@@ -65,8 +65,10 @@ int pd_target_current(pd_registry *reg, const pd_target *t, char *msg, size_t le
 /* Drop what resolve acquired (the plan reference). */
 void pd_target_release(pd_target *t);
 
-/* What count of t's ids costs to generate, in flat ids (the unit of the inline budget): a mixture's
- * cost several each (cpu/mix.h's PD_MIX_COST_*), others one. */
+/* What count of t's ids from t->slice on costs to generate, in flat ids (the unit of the inline budget):
+ * a mixture's cost several each (cpu/mix.h's PD_MIX_COST_*), others one; a mixture's besides, each
+ * sharded component order its warm cursor lacks for them, S_j (pd_plan_cursor_missing: a component epoch
+ * crossed at a million shards would hold the loop ~60 ms). */
 uint64_t pd_target_cost(const pd_target *t, uint64_t count);
 
 /* Whether generating for t may block on building its plan, or a mixture's on building a sharded

@@ -376,6 +376,24 @@ static void *inverse_main(void *arg)
     return NULL;
 }
 
+typedef struct fetch_call {
+    permd_client *c;
+    permd_slice sl;
+    uint32_t ids[20000];
+    uint64_t got;
+    _Atomic int done;
+    int rc;
+} fetch_call;
+
+static void *fetch_main(void *arg)
+{
+    fetch_call *x = arg;
+    uint64_t next;
+    x->rc = permd_fetch_u32(x->c, &x->sl, 20000, x->ids, &x->got, &next);
+    atomic_store(&x->done, 1);
+    return NULL;
+}
+
 static long long built(int port)
 {
     long long n = harness_metric(port, "permd_mix_orders_built_total");
@@ -423,6 +441,40 @@ static void test_sharded_component_warm(void **state)
         sl.offset = next;
     }
     assert_int_equal(built(port) - before, 1);
+
+    /* A Fetch of mixture epoch 1's last 20000 positions reaches big's component epoch 1, whose order the warm
+     * cursor lacks: within the inline budget by its ids (20000 at 3 each), but its order of BIG_SHARDS
+     * shards sends it to a worker instead of holding the loop while it is built, as another connection's
+     * Stats sees. Inline, no Stats would ever see a job. Its ids are the offline ones. */
+    fetch_call *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->c = c;
+    f->sl = sl;
+    f->sl.epoch = 1;
+    f->sl.offset = permd_mixture_size(off) - 20000; /* L = N */
+    const long long before_cross = built(port);
+    pthread_t ft;
+    assert_int_equal(pthread_create(&ft, NULL, fetch_main, f), 0);
+    int fetch_job = 0;
+    while (!fetch_job && !atomic_load(&f->done)) {
+        permd_stats st;
+        assert_int_equal(permd_stats_get(d, &st), 0);
+        fetch_job = st.queue_depth > 0;
+    }
+    pthread_join(ft, NULL);
+    assert_int_equal(f->rc, 0);
+    assert_true(fetch_job);
+    assert_int_equal(built(port) - before_cross, 1);
+    {
+        uint32_t *want = malloc(20000 * sizeof *want);
+        uint64_t wgot;
+        assert_non_null(want);
+        assert_int_equal(permd_mixture_rank_fill(off, 1, 1, 0, PERMD_MODE_EXACT, f->sl.offset, 20000, want, 4, &wgot), 0);
+        assert_int_equal(f->got, 20000);
+        assert_memory_equal(f->ids, want, 20000 * sizeof *want);
+        free(want);
+    }
+    free(f);
 
     /* An Inverse of MANY_EPOCHS samples of big, each of another component epoch: MANY_EPOCHS orders to
      * build, which the cost model sends to a worker. While it runs the loop answers another connection's

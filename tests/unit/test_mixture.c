@@ -478,6 +478,56 @@ static void cursor_views_share_orders(void **state)
     mix_free(&other);
 }
 
+/* pd_mix_cursor_missing says what reading the blocks that hold positions through a cursor would build,
+ * exactly (the test reads every position of those blocks in order and counts), from any state the cursor
+ * was left in; after pd_mix_cursor_prepare nothing is missing; bad ranges and epochs are refused. */
+static void cursor_missing_and_prepare(void **state)
+{
+    (void)state;
+    enum { SHARDS = 40 };
+    uint64_t shard_sizes[SHARDS], rng = 5, total = 0;
+    for (int i = 0; i < SHARDS; i++)
+        total += shard_sizes[i] = 60 + test_below(&rng, 80); /* above B: one block reaches two epochs at most */
+    const uint64_t *shards[2] = {shard_sizes, NULL};
+    const uint64_t sizes[2] = {total, 3000}, nshards[2] = {SHARDS, 0}, windows[2] = {4, 0}, lanes[2] = {2, 0};
+    const uint64_t starts[2] = {0, 6400};
+    const uint32_t weights[4] = {3, 1, 1, 4};
+    owned_mix o;
+    assert_int_equal(mix_make_ex(&o, 3, sizes, shards, nshards, windows, lanes, 2, 4096, 64, starts, weights, 2),
+                     PD_OK);
+    uint64_t drawn[4], missing;
+    for (int t = 0; t < 300; t++) {
+        const uint64_t epoch = test_below(&rng, 4), first = test_below(&rng, 4096);
+        const uint64_t last = first + test_below(&rng, 4096 - first);
+        assert_int_equal(pd_mix_cursor_missing(&o.cur, epoch, first, last, drawn, &missing), PD_OK);
+        const uint64_t built = o.cur.built;
+        if (t % 3 == 0) {
+            assert_int_equal(pd_mix_cursor_prepare(&o.cur, epoch, first, last, drawn), PD_OK);
+            assert_int_equal((o.cur.built - built) * SHARDS, missing); /* a reach of two epochs at most here */
+            assert_int_equal(pd_mix_cursor_missing(&o.cur, epoch, first, last, drawn, &missing), PD_OK);
+            assert_int_equal(missing, 0);
+            continue;
+        }
+        for (uint64_t p = first & ~UINT64_C(63); p <= (last | 63); p++) { /* L = 4096: whole blocks of 64 */
+            pd_mix_loc loc;
+            assert_int_equal(pd_mix_locate(&o.cur, epoch, p, &loc), PD_OK);
+        }
+        assert_int_equal((o.cur.built - built) * SHARDS, missing);
+    }
+    assert_int_equal(pd_mix_cursor_missing(&o.cur, 0, 10, 9, drawn, &missing), PD_EINVAL);   /* out of order */
+    assert_int_equal(pd_mix_cursor_missing(&o.cur, 0, 0, 4096, drawn, &missing), PD_EINVAL); /* past L */
+    assert_int_equal(pd_mix_cursor_prepare(&o.cur, PD_MIX_RUN_END / 4096, 0, 1, drawn), PD_EINVAL); /* no epoch */
+    const uint64_t last_epoch = PD_MIX_RUN_END / 4096 - 1; /* its last position is the run's last, 2^63 − 1 */
+    const uint64_t built = o.cur.built;
+    assert_int_equal(pd_mix_cursor_missing(&o.cur, last_epoch, 4000, 4095, drawn, &missing), PD_OK);
+    for (uint64_t p = 4000; p < 4096; p++) {
+        pd_mix_loc loc;
+        assert_int_equal(pd_mix_locate(&o.cur, last_epoch, p, &loc), PD_OK);
+    }
+    assert_int_equal((o.cur.built - built) * SHARDS, missing);
+    mix_free(&o);
+}
+
 static void bad_input(void **state)
 {
     (void)state;
@@ -576,6 +626,7 @@ int main(void)
         cmocka_unit_test(ranks_modes_and_digests),
         cmocka_unit_test(sharded_components),
         cmocka_unit_test(cursor_views_share_orders),
+        cmocka_unit_test(cursor_missing_and_prepare),
         cmocka_unit_test(bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -182,12 +182,79 @@ static void test_cursor_freed_with_plan(void **state)
     pd_mixdef_release(d);
 }
 
+/* What a request would build, as the event loop asks before running it inline: nothing in the component
+ * epochs the idle cursor holds, the sharded component's SHARDS for a range reaching another one,
+ * UINT64_MAX while the plan is not built or no cursor is idle; a mixture without sharded components: 0. */
+static void test_cursor_missing(void **state)
+{
+    (void)state;
+    pd_layout *layouts[2];
+    pd_mixdef *d = mix_def(layouts);
+    pd_plans *c;
+    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &c), 0);
+    pd_plan *p;
+    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    assert_int_equal(pd_plan_cursor_missing(p, 0, 0, 10), UINT64_MAX); /* not built */
+    const pd_mix *mix;
+    assert_int_equal(pd_plan_use_mix(p, &mix), 0);
+    assert_int_equal(pd_plan_cursor_missing(p, 0, 0, 10), UINT64_MAX); /* no idle cursor */
+    /* Where the sharded component's epochs 1 and 2 begin: mixture epoch e[k], position o[k]; b1: where the
+     * block holding epoch 1's first draw begins (blocks count run positions E·L + p, and L = N is not a
+     * multiple of B here). */
+    const uint64_t L = mix->length, n = 3 * SHARDS, B = mix->block;
+    uint64_t e[3] = {0}, o[3] = {0}, g1 = 0;
+    for (int k = 1; k < 3; k++) {
+        uint64_t g;
+        assert_int_equal(pd_mix_draw_position(mix, 1, k * n, &g), 0);
+        e[k] = g / L;
+        o[k] = g % L;
+        g1 = k == 1 ? g : g1;
+        assert_true(o[k] + 10 < L);
+    }
+    const uint64_t b1 = (g1 & ~(B - 1)) - e[1] * L;
+    assert_true(b1 >= B && b1 < L);
+    pd_mix_cursor *cur;
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    uint64_t ids[100];
+    fill(cur, 0, 0, 100, ids); /* the sharded component's epoch 0 */
+    pd_plan_cursor_give(p, cur);
+    assert_int_equal(pd_plan_cursor_missing(p, 0, 0, 10), 0);
+    assert_int_equal(pd_plan_cursor_missing(p, e[1], b1 - B, b1 - 1), 0);            /* still epoch 0 */
+    assert_int_equal(pd_plan_cursor_missing(p, e[1], b1 - 5, b1), SHARDS);           /* into epoch 1 */
+    assert_int_equal(pd_plan_cursor_missing(p, e[1], o[1], L + 100), SHARDS);       /* past L: to L − 1 */
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    fill(cur, e[1], o[1], 11, ids); /* builds epoch 1 */
+    assert_int_equal(pd_plan_cursor_missing(p, e[1], o[1], o[1] + 10), UINT64_MAX); /* the warm one is taken */
+    pd_plan_cursor_give(p, cur);
+    assert_int_equal(pd_plan_cursor_missing(p, e[1], b1 - 5, o[1] + 10), 0); /* both held: two slots */
+    assert_int_equal(pd_plan_cursor_missing(p, e[2], o[2], o[2] + 10), SHARDS);
+    pd_plan_release(p);
+
+    pd_mixdef *flat;
+    assert_int_equal(pd_mixdef_alloc("fl", 1, 1, &flat), 0);
+    strcpy(flat->comp[0].name, "flat");
+    flat->comp[0].size = 1000;
+    flat->starts[0] = 0;
+    flat->weights[0] = 1;
+    assert_int_equal(pd_mixdef_check(flat, NULL, 0), 0);
+    pd_layout *none[1] = {NULL};
+    assert_int_equal(pd_plans_get_mix(c, flat, none, 7, &p), 0);
+    assert_int_equal(pd_plan_use_mix(p, &mix), 0);
+    assert_int_equal(pd_plan_cursor_missing(p, 5, 0, 999), 0);
+    pd_plan_release(p);
+    pd_mixdef_release(flat);
+    pd_plans_close(c);
+    pd_mixdef_release(d);
+    pd_layout_release(layouts[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cursor_reused),
         cmocka_unit_test(test_cursor_bounded),
         cmocka_unit_test(test_cursor_freed_with_plan),
+        cmocka_unit_test(test_cursor_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
