@@ -37,13 +37,17 @@ for c in 0:20000000 1:17000000 2:3000000 3:10000000; do
 done
 ctl datasets put flat --size 50000000
 ctl mixtures put mix --components "$(IFS=,; echo "${names[*]}")" --weights 4,3,2,1
+# The same with its first component sharded: 10,000 shards of 1000-3000 samples (20,003,725 in all).
+awk 'BEGIN { for (i = 0; i < 10000; i++) print 1000 + (i * 7919) % 2001 }' >"$tmp/shards"
+ctl datasets put part0sh --shards-file "$tmp/shards"
+ctl mixtures put mixsh --components "part0sh,$(IFS=,; echo "${names[*]:1}")" --weights 4,3,2,1
 
 kv() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 declare -A V
 for rep in $(seq "$reps"); do # rounds interleave the two names, so other load hits both alike
   for count in 1024 8192 65536; do
     for world in 1 8; do
-      for name in flat mix; do
+      for name in flat mix mixsh; do
         line=$("$build/bench/serve" fetch --socket "$tmp/permd.sock" --dataset "$name" --world "$world" \
           --count "$count" --seconds "$run_s")
         V[$name.$count.$world]+="$(kv "$line" rps) $(kv "$line" p50_us) $(kv "$line" p99_us);"
@@ -96,6 +100,20 @@ best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
       read -r fr fp50 _ <<<"$(best "${V[flat.$count.$world]}")"
       read -r mr mp50 mp99 <<<"$(best "${V[mix.$count.$world]}")"
       echo "| $world | $count | $fr | $fp50 | $mr | $mp50 | $mp99 | $(awk -v a="$mr" -v b="$fr" 'BEGIN{printf "%.2f", a / b}') | $(awk -v a="$fp50" -v b="$mp50" 'BEGIN{printf "%.2f", a / b}') |"
+    done
+  done
+  echo
+  echo "\`mixsh\` is \`mix\` with its first component a sharded dataset of about its size (20,003,725 samples"
+  echo "in 10,000 shards of 1000-3000, default window and lanes), in the same rounds:"
+  echo
+  echo "| W | ids per Fetch | flat: Fetch/s | mixsh: Fetch/s | mixsh p50 µs | mixsh p99 µs | mixsh / flat (rate) | mixsh / mix (rate) |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for count in 1024 8192 65536; do
+    for world in 1 8; do
+      read -r fr _ _ <<<"$(best "${V[flat.$count.$world]}")"
+      read -r mr _ _ <<<"$(best "${V[mix.$count.$world]}")"
+      read -r sr sp50 sp99 <<<"$(best "${V[mixsh.$count.$world]}")"
+      echo "| $world | $count | $fr | $sr | $sp50 | $sp99 | $(awk -v a="$sr" -v b="$fr" 'BEGIN{printf "%.2f", a / b}') | $(awk -v a="$sr" -v b="$mr" 'BEGIN{printf "%.2f", a / b}') |"
     done
   done
   echo

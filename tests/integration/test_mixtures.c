@@ -394,6 +394,22 @@ static void *fetch_main(void *arg)
     return NULL;
 }
 
+/* Run fn(arg) on a thread, which sets *done at its end, while connection d polls Stats: whether one of them
+ * saw a worker-pool job. A request the loop ran inline would leave no job to see. */
+static int ran_as_job(permd_client *d, void *(*fn)(void *), void *arg, _Atomic int *done)
+{
+    pthread_t th;
+    int seen = 0;
+    assert_int_equal(pthread_create(&th, NULL, fn, arg), 0);
+    while (!seen && !atomic_load(done)) {
+        permd_stats st;
+        assert_int_equal(permd_stats_get(d, &st), 0);
+        seen = st.queue_depth > 0;
+    }
+    pthread_join(th, NULL);
+    return seen;
+}
+
 static long long built(int port)
 {
     long long n = harness_metric(port, "permd_mix_orders_built_total");
@@ -453,17 +469,8 @@ static void test_sharded_component_warm(void **state)
     f->sl.epoch = 1;
     f->sl.offset = permd_mixture_size(off) - 20000; /* L = N */
     const long long before_cross = built(port);
-    pthread_t ft;
-    assert_int_equal(pthread_create(&ft, NULL, fetch_main, f), 0);
-    int fetch_job = 0;
-    while (!fetch_job && !atomic_load(&f->done)) {
-        permd_stats st;
-        assert_int_equal(permd_stats_get(d, &st), 0);
-        fetch_job = st.queue_depth > 0;
-    }
-    pthread_join(ft, NULL);
+    assert_true(ran_as_job(d, fetch_main, f, &f->done));
     assert_int_equal(f->rc, 0);
-    assert_true(fetch_job);
     assert_int_equal(built(port) - before_cross, 1);
     {
         uint32_t *want = malloc(20000 * sizeof *want);
@@ -487,17 +494,8 @@ static void test_sharded_component_warm(void **state)
         x->comp_epochs[i] = 1000 + (uint64_t)i;
     }
     const long long before_inverse = built(port);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, inverse_main, x), 0);
-    int seen_job = 0;
-    while (!seen_job && !atomic_load(&x->done)) {
-        permd_stats st;
-        assert_int_equal(permd_stats_get(d, &st), 0);
-        seen_job = st.queue_depth > 0;
-    }
-    pthread_join(th, NULL);
+    assert_true(ran_as_job(d, inverse_main, x, &x->done));
     assert_int_equal(x->rc, 0);
-    assert_true(seen_job);
     assert_int_equal(built(port) - before_inverse, MANY_EPOCHS); /* each distinct epoch once */
     for (int i = 0; i < MANY_EPOCHS; i += 37) {
         uint64_t e, p;
