@@ -86,7 +86,8 @@ struct pd_conn {
     unsigned busy : 1;     /* a request's job is in flight: later requests wait (replies stay in order) */
     unsigned draining : 1; /* closing once queued output is written */
     unsigned closing : 1;  /* uv_close called */
-    unsigned paused : 1;   /* stopped reading because of the output cap */
+    unsigned paused : 1;   /* stopped reading, or its streams stopped producing, because of the output cap */
+    unsigned resuming : 1; /* pd_conn_maybe_resume is running (an inner call leaves it to the outer one) */
     unsigned eof : 1;      /* the peer will send nothing more */
     unsigned shut : 1;     /* uv_shutdown sent: discarding input until EOF or linger_until */
     unsigned started : 1;  /* pd_conn_start ran: ops are set */
@@ -388,19 +389,28 @@ static void pd_on_write(uv_write_t *req, int status)
 
 void pd_conn_maybe_resume(pd_conn *c)
 {
-    /* Resume below half the cap, so a slow reader does not flap on every write. */
-    if (!pd_conn_open(c) || pd_conn_pending(c) > c->set->lim.output_cap / 2)
+    if (c->resuming)
         return;
-    /* Requests first: a Cancel or Credit waiting behind the pause should
-     * count before the streams produce again. */
-    if (c->paused || c->eof || c->set->stopping) {
-        c->paused = 0;
-        pd_conn_process(c);
-    }
-    if (c->started && pd_conn_open(c)) {
+    c->resuming = 1;
+    /* Resume below half the cap, so a slow reader does not flap on every write. */
+    while (pd_conn_open(c) && pd_conn_pending(c) <= c->set->lim.output_cap / 2) {
+        /* Requests first: a Cancel or Credit waiting behind the pause should
+         * count before the streams produce again. */
+        if (c->paused || c->eof || c->set->stopping) {
+            c->paused = 0;
+            pd_conn_process(c);
+        }
+        if (!c->started || !pd_conn_open(c))
+            break;
         c->ops->writable(c->session);
         pd_conn_flush(c); /* a batch generated inline waits in the output buffer */
+        /* Streams that filled the cap again (paused) have no write completion to wake them if the kernel
+         * took everything at once (the loop's test): go on here. A stream stopped by its credits, its
+         * batches ahead or the inline budget's jobs waits for a request or a job instead. */
+        if (!c->paused)
+            break;
     }
+    c->resuming = 0;
 }
 
 /* A uv_buf_t's length is an unsigned int: longer writes go as several buffers of at most this. */
@@ -736,6 +746,10 @@ again:
     if (congested && pd_conn_open(c) && !c->busy && !pd_conn_congested(c))
         goto again;
     pd_conn_update_reading(c);
+    /* Streams stopped at the cap by what this pass generated: if the flush took it all, no write
+     * completion will come to resume them. */
+    if (c->paused && pd_conn_open(c) && pd_conn_pending(c) <= c->set->lim.output_cap / 2)
+        pd_conn_maybe_resume(c);
 }
 
 /* ---- Jobs ----------------------------------------------------------------------------------- */

@@ -382,8 +382,11 @@ static void pd_stream_produce(pd_stream *st)
     /* Woken only when it can produce: a congested one stays idle until pd_streams_pump on writable. */
     if (st->credits && !st->ended && pd_conn_open(c) && !pd_conn_congested(c) && pd_stream_wake(st))
         return;
-    while (!st->ended && st->credits && st->unscheduled && st->inflight < PD_STREAM_MAX_INFLIGHT &&
-           (!st->ring.base || st->inflight < st->slots) && pd_conn_open(c) && !pd_conn_congested(c)) {
+    /* Batches not sent yet, running or done out of order and waiting for an earlier one (those no longer
+     * count toward the cap): at most PD_STREAM_MAX_INFLIGHT, and on a ring fewer than its slots, so that
+     * two never share one. */
+    while (!st->ended && st->credits && st->unscheduled && st->next_seq - st->send_seq < PD_STREAM_MAX_INFLIGHT &&
+           (!st->ring.base || st->next_seq - st->send_seq < st->slots) && pd_conn_open(c) && !pd_conn_congested(c)) {
         uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
         /* Inline only in order (nothing in flight) and within the loop's budget. */
         int inl = st->inflight == 0 && !st->ready && count <= PD_STREAM_INLINE_MAX && !pd_target_may_block(&st->t) &&

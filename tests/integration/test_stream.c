@@ -296,6 +296,79 @@ static void test_unread_stream_lends_its_plan(void **state)
     assert_int_equal(harness_finish(&own), 0);
 }
 
+/* A stream whose inline batches fill output_cap in one pass pauses; when the flush that ends the pass
+ * hands everything to the kernel at once, no write completion comes to resume it, so permd must go on
+ * itself: every credited batch arrives (before, the stream stopped after 4 of 64, for good). */
+static void test_cap_filled_inline_resumes(void **state)
+{
+    (void)state;
+    harness own;
+    harness_init(&own);
+    const char *extra[] = {"--output-cap", "65536", NULL}; /* inline_ids 65536: 4096-id batches inline */
+    assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
+    assert_int_equal(harness_put(&own, "d", N), 0);
+    int fd = raw_connect_unix(own.sock);
+    send_stream(fd, 4, 500, 64, 0, 0); /* 2 KB batches: 32 fill the cap; the rank has 33334 ids */
+    for (uint64_t seq = 0; seq < 64; seq++)
+        expect_batch(fd, 4, seq, 0, seq * 500, 500);
+    expect_silence(fd); /* credits spent */
+    send_cancel(fd, 4);
+    expect_end(fd, 4, PERMD__V1__END_REASON__END_REASON_CANCELLED, 32000, 3 * 32000);
+    close(fd);
+    assert_int_equal(harness_finish(&own), 0);
+}
+
+/* Batches that finish out of order wait for the earlier ones, no longer counted as a job's output: they
+ * must stay few. One batch job is held (a GPU library whose first request stalls, then fails over to the
+ * CPU) while the client, with 64 credits, reads nothing: at most PD_STREAM_MAX_INFLIGHT (4) batches are
+ * generated ahead of the one it waits for (before, all 63 were, and more with each Credit), and every
+ * batch then arrives in order. */
+static void test_out_of_order_batches_bounded(void **state)
+{
+    (void)state;
+    enum { BATCH = 65536, CREDITS = 64 };
+    const uint64_t n = UINT64_C(1) << 24;
+    setenv("PERMD_FAKE_GPU_STALL_MS", "3000", 1);
+    harness own;
+    harness_init(&own);
+    const char *extra[] = {"--gpu-library", PERMD_FAKE_GPU, "--gpu-min-ids", "65536", NULL};
+    assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
+    unsetenv("PERMD_FAKE_GPU_STALL_MS");
+    assert_int_equal(harness_put(&own, "big", n), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(own.sock, &c), 0);
+    int fd = raw_connect_unix(own.sock);
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "big";
+    sl.seed = 3;
+    sl.epoch = 1;
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    send_stream_slice(fd, 1, &sl, BATCH, CREDITS, 0);
+    usleep(500000); /* batch 0 is held for 3 s; the others would take a few ms */
+    permd_stats st;
+    assert_int_equal(permd_stats_get(c, &st), 0);
+    if (st.cpu_ids_total > 3 * BATCH)
+        fail_msg("%llu ids generated ahead of the held batch: more than 3 batches",
+                 (unsigned long long)st.cpu_ids_total);
+    pd_perm p;
+    pd_perm_init(&p, 3, 1, PD_STREAM_SAMPLES, n);
+    for (uint64_t seq = 0; seq < CREDITS; seq++) {
+        pd_envelope *env;
+        assert_int_equal(raw_recv_env(fd, 10000, &env), 0);
+        assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+        const Permd__V1__StreamBatch *b = env->stream_batch;
+        assert_int_equal(b->seq, seq);
+        assert_int_equal(b->count, BATCH);
+        for (uint64_t i = 0; i < BATCH; i += 4099)
+            assert_int_equal(pd_load_le32(b->ids.data + 4 * i), pd_stream_sample(&p, seq * BATCH + i));
+        protobuf_c_message_free_unpacked(&env->base, NULL);
+    }
+    close(fd);
+    permd_close(c);
+    assert_int_equal(harness_finish(&own), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +377,8 @@ int main(void)
         cmocka_unit_test(test_two_streams_and_requests),
         cmocka_unit_test(test_client_stream_with_fetch),
         cmocka_unit_test(test_unread_stream_lends_its_plan),
+        cmocka_unit_test(test_cap_filled_inline_resumes),
+        cmocka_unit_test(test_out_of_order_batches_bounded),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
