@@ -300,11 +300,10 @@ int pd_mix_cursor_share(pd_mix_cursor *c, const pd_mix_cursor *from)
     return PD_OK;
 }
 
-/* drawn[j] and drawn[C + j]: component j's draws before the blocks that hold positions first and last of
- * epoch E begin and end (0 for both where no component is sharded: nothing to reach). A block hands its
- * draws out in slot order, so the draws of part of one lie between those, and no closer bound is cheap. */
-static int pd_mix_reach(const pd_mix *m, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn)
+int pd_mix_reach(const pd_mix *m, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn)
 {
+    if (!m || !drawn)
+        return PD_EINVAL;
     const uint64_t C = m->components;
     if (first > last || last >= m->length || !pd_mix_epoch_ok(m, epoch))
         return PD_EINVAL;
@@ -329,16 +328,10 @@ static int pd_mix_reach(const pd_mix *m, uint64_t epoch, uint64_t first, uint64_
     return rc;
 }
 
-int pd_mix_cursor_missing(const pd_mix_cursor *c, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn,
-                          uint64_t *shards)
+uint64_t pd_mix_cursor_missing(const pd_mix_cursor *c, const uint64_t *drawn)
 {
-    if (!c || !drawn || !shards)
-        return PD_EINVAL;
     const pd_mix *m = c->mix;
     const uint64_t C = m->components;
-    int rc = pd_mix_reach(m, epoch, first, last, drawn);
-    if (rc)
-        return rc;
     uint64_t sum = 0;
     for (uint64_t j = 0; j < C; j++) {
         const pd_mix_component *comp = &m->comp[j];
@@ -355,18 +348,14 @@ int pd_mix_cursor_missing(const pd_mix_cursor *c, uint64_t epoch, uint64_t first
         const uint64_t cost = builds > UINT64_MAX / comp->shards ? UINT64_MAX : builds * comp->shards;
         sum = sum > UINT64_MAX - cost ? UINT64_MAX : sum + cost;
     }
-    *shards = sum;
-    return PD_OK;
+    return sum;
 }
 
-int pd_mix_cursor_prepare(pd_mix_cursor *c, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn)
+void pd_mix_cursor_prepare(pd_mix_cursor *c, const uint64_t *drawn)
 {
-    if (!c || !drawn)
-        return PD_EINVAL;
     const pd_mix *m = c->mix;
     const uint64_t C = m->components;
-    int rc = pd_mix_reach(m, epoch, first, last, drawn);
-    for (uint64_t j = 0; rc == PD_OK && j < C; j++) {
+    for (uint64_t j = 0; j < C; j++) {
         const pd_mix_component *comp = &m->comp[j];
         if (!comp->shard_start || drawn[C + j] == drawn[j])
             continue;
@@ -376,7 +365,6 @@ int pd_mix_cursor_prepare(pd_mix_cursor *c, uint64_t epoch, uint64_t first, uint
             pd_mix_order_get(c, j, e1);
         }
     }
-    return rc;
 }
 
 const pd_mix_order *pd_mix_order_get(pd_mix_cursor *c, uint64_t component, uint64_t epoch)

@@ -116,17 +116,18 @@ int pd_mix_cursor_init(pd_mix_cursor *c, const pd_mix *m, void *mem, size_t mem_
  * views are done. PD_EINVAL for NULL arguments or cursors of different plans. */
 int pd_mix_cursor_share(pd_mix_cursor *c, const pd_mix_cursor *from);
 
-/* The sharded component orders that the blocks holding mixture epoch E's positions [first, last] (first ≤
- * last < L) draw from (a superset of what those positions draw: a block's partial range is not cheaper to
- * bound), against what c holds. drawn: scratch of 2·C values. PD_EINVAL for NULL arguments, an epoch that
- * does not exist, or positions out of order or past L. O(C + B·log C).
- * pd_mix_cursor_missing: *shards = Σ S_j over those orders c lacks (what reading those blocks in order
- *   through c would build; saturating), 0 for a mixture without sharded components.
- * pd_mix_cursor_prepare: build them into c, for each component whose reach is at most the two component
- *   epochs a cursor holds (one cycled more often by these positions is small: its reader builds as it goes). */
-int pd_mix_cursor_missing(const pd_mix_cursor *c, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn,
-                          uint64_t *shards);
-int pd_mix_cursor_prepare(pd_mix_cursor *c, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn);
+/* Where mixture epoch E's positions [first, last] (first ≤ last < L) reach: drawn[j] and drawn[C + j], component
+ * j's draws before the blocks that hold them begin and end (a superset of what those positions draw: a
+ * block's partial range is not cheaper to bound), for a mixture with a sharded component; all 0 for one
+ * without (nothing to build). drawn: 2·C values. PD_EINVAL for NULL arguments, an epoch that does not
+ * exist, or positions out of order or past L. O(C + B·log C); reads the plan only. */
+int pd_mix_reach(const pd_mix *m, uint64_t epoch, uint64_t first, uint64_t last, uint64_t *drawn);
+/* The shards (Σ S_j, saturating) of the sharded component orders a reach needs that c lacks: what reading
+ * those blocks in order through c would build. */
+uint64_t pd_mix_cursor_missing(const pd_mix_cursor *c, const uint64_t *drawn);
+/* Build them into c, for each component whose reach is at most the two component epochs a cursor holds
+ * (one cycled more often is built as its reader goes, possibly again by each reader). */
+void pd_mix_cursor_prepare(pd_mix_cursor *c, const uint64_t *drawn);
 
 /* Component j's order for component epoch e (built on first use: O(1) flat, O(S_j) sharded). */
 const pd_mix_order *pd_mix_order_get(pd_mix_cursor *c, uint64_t component, uint64_t epoch);

@@ -47,7 +47,7 @@
 #define PD_MIX_GROUPS_WORLD_VBMI 2u   /* with VBMI (its block-slot kernel wins from W = 4) */
 #define PD_MIX_GROUPS_WORLD_AVX2 4u   /* on AVX2 (W = 64: its per-read kernel runs 2× the groups) */
 #define PD_MIX_SHARD_SPAN 4096u  /* sparse: consecutive positions of a sharded order computed at once */
-#define PD_MIX_SHARD_DENSE 16u   /* sparse: ... where they hold a read per this many positions or more */
+#define PD_MIX_SHARD_DENSE 16u   /* sparse: ... where they hold at least one read per this many positions */
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
@@ -953,11 +953,31 @@ static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, co
     if (count > left)
         count = left;
     const uint64_t W = s->world, first = s->offset + s->rank, base = epoch * m->length;
-    /* Pad mode may wrap the last read past L (v1 §5: only one can): the core resolves it. */
-    uint64_t body = count;
-    if (count && first + (count - 1) * W >= m->length) {
+    /* Pad mode may wrap the last read past L (v1 §5: only one can): the core resolves it, after the body,
+     * so that an order it needs cannot evict one the body's reads need. */
+    const uint64_t body = count && first + (count - 1) * W >= m->length ? count - 1 : count;
+    if (body) {
+        pd_mix_work w;
+        const int dense = W <= PD_MIX_DENSE_WORLD;
+        const uint64_t cap = body < PD_MIX_SPARSE_CHUNK ? body : PD_MIX_SPARSE_CHUNK;
+        if ((rc = pd_mix_work_alloc(&w, g, m, dense, body, W, width)))
+            return rc;
+        uint64_t k = pd__mix_stage_of(m, base + first);
+        for (uint64_t done = 0, chunk = 1; done < body; chunk++) {
+            const uint64_t g0 = base + first + done * W, todo = body - done;
+            char *at = (char *)out + done * width;
+            if (dense) {
+                done += pd_mix_dense_chunk(g, c, &w, chunk, &k, g0, W, todo, at, width);
+            } else {
+                const uint64_t n = todo < cap ? todo : cap;
+                pd_mix_sparse_chunk(g, c, &w, chunk, &k, g0, W, n, at, width);
+                done += n;
+            }
+        }
+        pd_mix_work_free(&w);
+    }
+    if (body < count) {
         pd_mix_loc loc;
-        body--;
         pd_mix_locate(c, epoch, (first + body * W) % m->length, &loc);
         if (width == 4)
             ((uint32_t *)out)[body] = (uint32_t)loc.sample;
@@ -965,26 +985,6 @@ static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, co
             ((uint64_t *)out)[body] = loc.sample;
     }
     *written = count;
-    if (body == 0)
-        return PD_OK;
-    pd_mix_work w;
-    const int dense = W <= PD_MIX_DENSE_WORLD;
-    const uint64_t cap = body < PD_MIX_SPARSE_CHUNK ? body : PD_MIX_SPARSE_CHUNK;
-    if ((rc = pd_mix_work_alloc(&w, g, m, dense, body, W, width)))
-        return rc;
-    uint64_t k = pd__mix_stage_of(m, base + first);
-    for (uint64_t done = 0, chunk = 1; done < body; chunk++) {
-        const uint64_t g0 = base + first + done * W, todo = body - done;
-        char *at = (char *)out + done * width;
-        if (dense) {
-            done += pd_mix_dense_chunk(g, c, &w, chunk, &k, g0, W, todo, at, width);
-        } else {
-            const uint64_t n = todo < cap ? todo : cap;
-            pd_mix_sparse_chunk(g, c, &w, chunk, &k, g0, W, n, at, width);
-            done += n;
-        }
-    }
-    pd_mix_work_free(&w);
     return PD_OK;
 }
 
@@ -1013,7 +1013,7 @@ typedef struct pd_mix_pool_ctx {
     pd_slice slice;
     void *out;
     unsigned width;
-    _Atomic uint64_t built; /* sharded orders the parts' views built (each request's own, none shared) */
+    _Atomic uint64_t built; /* sharded orders the parts' views built into their own memory */
     _Atomic int rc;         /* the first error of a part (PD_ENOMEM: a cursor) */
 } pd_mix_pool_ctx;
 
@@ -1066,8 +1066,8 @@ static int pd_pool_mix_fill(pd_pool *pool, pd_mix_cursor *c, uint64_t epoch, con
     /* The body's positions (a pad-mode wrap past L adds one read, which its part's view resolves). */
     const uint64_t L = c->mix->length, first = s->offset + s->rank, last = first + (count - 1) * s->world;
     uint64_t *drawn = malloc(2 * c->mix->components * sizeof *drawn);
-    if (drawn && first < L) /* else each part's view builds what it needs */
-        pd_mix_cursor_prepare(c, epoch, first, last < L ? last : L - 1, drawn);
+    if (drawn && first < L && pd_mix_reach(c->mix, epoch, first, last < L ? last : L - 1, drawn) == PD_OK)
+        pd_mix_cursor_prepare(c, drawn); /* else each part's view builds what it needs */
     free(drawn);
     pd_mix_pool_ctx x = {.caller = c, .epoch = epoch, .slice = *s, .out = out, .width = width};
     atomic_init(&x.rc, PD_OK);

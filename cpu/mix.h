@@ -30,9 +30,10 @@ int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
  * 8192 ids at W = 1 on an EPYC: 40 µs in one part, 45 in 2, 72 in 8). Longer parts would not gain, and
  * their scratch (4 or 8 bytes a position) would leave the L2 cache. A request of one part runs on the
  * caller's cursor. Else the caller's cursor first builds the orders of sharded components the request
- * reaches (two component epochs each at most), and every part reads through a view of it
- * (pd_mix_cursor_share): an O(S_j) order is built once, not once per part, and the views' own builds
- * count in c->built. Mixtures whose cursor is over PD_MIX_POOL_CURSOR_MAX bytes run on the caller
+ * reaches, where a component's reach is two component epochs at most, and every part reads through a
+ * view of it (pd_mix_cursor_share): such an O(S_j) order is built once, not once per part. (A component
+ * the request cycles more often, small for its W, is built by each part that reaches it.) The views' own
+ * builds count in c->built. Mixtures whose cursor is over PD_MIX_POOL_CURSOR_MAX bytes run on the caller
  * alone (each view may build into memory of that size). Same results and errors. */
 #define PD_MIX_POOL_PART_MIN_DENSE 2048 /* W = 1 */
 #define PD_MIX_POOL_PART_MIN_SPARSE 512 /* W > 1: a part's fixed cost is lower (8192 reads at W = 8 on one

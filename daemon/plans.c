@@ -605,16 +605,22 @@ uint64_t pd_plan_cursor_missing(pd_plan *p, uint64_t epoch, uint64_t first, uint
     if (!p->mixdef || !pd_plan_ready(p))
         return UINT64_MAX;
     const pd_mix *mix = &p->mix;
-    if (!p->sharded || first >= mix->length) /* positions past L: a pad-mode wrap, one read */
+    const uint64_t C = mix->components, L = mix->length;
+    if (!p->sharded)
         return 0;
-    uint64_t *drawn = malloc(2 * mix->components * sizeof *drawn), missing = UINT64_MAX;
-    if (!drawn)
-        return UINT64_MAX;
-    pthread_mutex_lock(&p->cache->lock); /* the idle cursor stays as it is while listed */
-    if (p->cursors && pd_mix_cursor_missing(&p->cursors->cur, epoch, first, last < mix->length ? last : mix->length - 1,
-                                            drawn, &missing) != PD_OK)
-        missing = UINT64_MAX;
-    pthread_mutex_unlock(&p->cache->lock);
-    free(drawn);
+    if (last >= L) { /* a pad-mode wrap: the last read at last mod L, near the start: reach it all */
+        first = first < last % L ? first : last % L;
+        last = L - 1;
+    }
+    uint64_t small[128], *drawn = 2 * C <= 128 ? small : malloc(2 * C * sizeof *drawn);
+    uint64_t missing = UINT64_MAX;
+    if (drawn && pd_mix_reach(mix, epoch, first, last, drawn) == PD_OK) { /* the plan alone: no lock */
+        pthread_mutex_lock(&p->cache->lock); /* the idle cursor stays as it is while listed */
+        if (p->cursors)
+            missing = pd_mix_cursor_missing(&p->cursors->cur, drawn);
+        pthread_mutex_unlock(&p->cache->lock);
+    }
+    if (drawn != small)
+        free(drawn);
     return missing;
 }

@@ -86,9 +86,10 @@ void pd_plan_cursor_give(pd_plan *p, pd_mix_cursor *cur);
  * or an idle cursor (which may still need other component epochs). Cheap: the event loop may call it. */
 int pd_plan_cursor_warm(pd_plan *p);
 /* What the cursor pd_plan_cursor_take would give now must build to read mixture epoch E's positions
- * [first, last] (last past L: to L − 1): the shards of the sharded component orders it lacks
- * (pd_mix_cursor_missing). 0 without sharded components; UINT64_MAX when p is not built or has no idle
- * cursor, or out of memory. Never builds; O(C + B·log C): the event loop may call it. */
+ * [first, last]: the shards of the sharded component orders it lacks (pd_mix_cursor_missing). A last
+ * past L (pad mode's wrapped read, at last mod L) counts positions from that one to L − 1. 0 without
+ * sharded components; UINT64_MAX when p is not built or has no idle cursor, or out of memory. Never
+ * builds; O(C + B·log C), under the plans' lock only to read the idle cursor: the event loop may call it. */
 uint64_t pd_plan_cursor_missing(pd_plan *p, uint64_t epoch, uint64_t first, uint64_t last);
 
 pd_plan *pd_plan_ref(pd_plan *p);

@@ -499,13 +499,13 @@ static void cursor_missing_and_prepare(void **state)
     for (int t = 0; t < 300; t++) {
         const uint64_t epoch = test_below(&rng, 4), first = test_below(&rng, 4096);
         const uint64_t last = first + test_below(&rng, 4096 - first);
-        assert_int_equal(pd_mix_cursor_missing(&o.cur, epoch, first, last, drawn, &missing), PD_OK);
+        assert_int_equal(pd_mix_reach(&o.mix, epoch, first, last, drawn), PD_OK);
+        missing = pd_mix_cursor_missing(&o.cur, drawn);
         const uint64_t built = o.cur.built;
         if (t % 3 == 0) {
-            assert_int_equal(pd_mix_cursor_prepare(&o.cur, epoch, first, last, drawn), PD_OK);
+            pd_mix_cursor_prepare(&o.cur, drawn);
             assert_int_equal((o.cur.built - built) * SHARDS, missing); /* a reach of two epochs at most here */
-            assert_int_equal(pd_mix_cursor_missing(&o.cur, epoch, first, last, drawn, &missing), PD_OK);
-            assert_int_equal(missing, 0);
+            assert_int_equal(pd_mix_cursor_missing(&o.cur, drawn), 0);
             continue;
         }
         for (uint64_t p = first & ~UINT64_C(63); p <= (last | 63); p++) { /* L = 4096: whole blocks of 64 */
@@ -514,12 +514,14 @@ static void cursor_missing_and_prepare(void **state)
         }
         assert_int_equal((o.cur.built - built) * SHARDS, missing);
     }
-    assert_int_equal(pd_mix_cursor_missing(&o.cur, 0, 10, 9, drawn, &missing), PD_EINVAL);   /* out of order */
-    assert_int_equal(pd_mix_cursor_missing(&o.cur, 0, 0, 4096, drawn, &missing), PD_EINVAL); /* past L */
-    assert_int_equal(pd_mix_cursor_prepare(&o.cur, PD_MIX_RUN_END / 4096, 0, 1, drawn), PD_EINVAL); /* no epoch */
+    assert_int_equal(pd_mix_reach(&o.mix, 0, 10, 9, drawn), PD_EINVAL);                   /* out of order */
+    assert_int_equal(pd_mix_reach(&o.mix, 0, 0, 4096, drawn), PD_EINVAL);                  /* past L */
+    assert_int_equal(pd_mix_reach(&o.mix, PD_MIX_RUN_END / 4096, 0, 1, drawn), PD_EINVAL); /* no epoch */
+    assert_int_equal(pd_mix_reach(NULL, 0, 0, 1, drawn), PD_EINVAL);
     const uint64_t last_epoch = PD_MIX_RUN_END / 4096 - 1; /* its last position is the run's last, 2^63 − 1 */
     const uint64_t built = o.cur.built;
-    assert_int_equal(pd_mix_cursor_missing(&o.cur, last_epoch, 4000, 4095, drawn, &missing), PD_OK);
+    assert_int_equal(pd_mix_reach(&o.mix, last_epoch, 4000, 4095, drawn), PD_OK);
+    missing = pd_mix_cursor_missing(&o.cur, drawn);
     for (uint64_t p = 4000; p < 4096; p++) {
         pd_mix_loc loc;
         assert_int_equal(pd_mix_locate(&o.cur, last_epoch, p, &loc), PD_OK);

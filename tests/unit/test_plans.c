@@ -221,7 +221,8 @@ static void test_cursor_missing(void **state)
     assert_int_equal(pd_plan_cursor_missing(p, 0, 0, 10), 0);
     assert_int_equal(pd_plan_cursor_missing(p, e[1], b1 - B, b1 - 1), 0);            /* still epoch 0 */
     assert_int_equal(pd_plan_cursor_missing(p, e[1], b1 - 5, b1), SHARDS);           /* into epoch 1 */
-    assert_int_equal(pd_plan_cursor_missing(p, e[1], o[1], L + 100), SHARDS);       /* past L: to L − 1 */
+    assert_true(e[2] > e[1]); /* so the reach from 100 to L − 1 of e[1] ends before epoch 2 */
+    assert_int_equal(pd_plan_cursor_missing(p, e[1], o[1], L + 100), SHARDS); /* a wrap: from 100 to L − 1 */
     assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
     fill(cur, e[1], o[1], 11, ids); /* builds epoch 1 */
     assert_int_equal(pd_plan_cursor_missing(p, e[1], o[1], o[1] + 10), UINT64_MAX); /* the warm one is taken */
