@@ -757,6 +757,7 @@ again:
 void pd_conn_job_begin(pd_conn *c, size_t out_bytes, int request)
 {
     c->set->jobs++;
+    c->set->stats->jobs_total++;
     c->job_bytes += out_bytes;
     c->refs++;
     if (request)
@@ -772,6 +773,7 @@ void pd_conn_job_settle(pd_conn *c, size_t out_bytes)
 void pd_conn_job_hold(pd_conn *c, size_t out_bytes)
 {
     c->set->jobs++;
+    c->set->stats->jobs_total++;
     c->job_bytes += out_bytes;
 }
 

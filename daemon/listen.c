@@ -37,10 +37,12 @@ static void pd_on_connection(uv_stream_t *listener, int status)
     pd_listener *l = listener->data;
     if (status < 0) {
         pd_log_warn_peer("accept", "err=%s", uv_err_name(status));
+        if (!l->closing)
+            l->fn(l->ctx, listener, l->is_tcp, status);
         return;
     }
     if (!l->closing)
-        l->fn(l->ctx, listener, l->is_tcp);
+        l->fn(l->ctx, listener, l->is_tcp, 0);
 }
 
 static void pd_on_listener_closed(uv_handle_t *h)

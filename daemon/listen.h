@@ -4,8 +4,9 @@
 
 #include <uv.h>
 
-/* A connection is waiting on listener: accept it (uv_accept) now. */
-typedef void (*pd_accept_fn)(void *ctx, uv_stream_t *listener, int is_tcp);
+/* A connection is waiting on listener: accept it (uv_accept) now. status < 0: accepting failed (libuv's
+ * error, logged already: out of descriptors, say), nothing to accept. */
+typedef void (*pd_accept_fn)(void *ctx, uv_stream_t *listener, int is_tcp, int status);
 
 typedef struct pd_listener pd_listener;
 

@@ -76,6 +76,8 @@ void pd_stats_add(pd_stats *into, const pd_stats *what)
     into->readahead_hits += what->readahead_hits;
     into->stream_rings_total += what->stream_rings_total;
     into->uploads_expired += what->uploads_expired;
+    into->jobs_total += what->jobs_total;
+    into->accept_errors += what->accept_errors;
     into->connections += what->connections;
     into->streams_active += what->streams_active;
     into->request_memory += what->request_memory;

@@ -50,6 +50,8 @@ typedef struct pd_stats {
     pd_counter readahead_hits;     /* Fetches answered from a readahead (daemon/readahead.c) */
     pd_counter stream_rings_total; /* streams delivered through a shared-memory ring (daemon/ring.c) */
     pd_counter uploads_expired;    /* sharded uploads dropped at upload_timeout_ms (daemon/datasets.c) */
+    pd_counter jobs_total;         /* worker-pool jobs queued, each turn of a long one (daemon/conn.c) */
+    pd_counter accept_errors;      /* connections that could not be accepted: descriptors, memory */
     pd_counter connections;
     pd_counter streams_active;
     pd_counter request_memory;     /* gauge: heap the connections' request arenas hold (proto/arena.h) */

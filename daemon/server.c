@@ -6,8 +6,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -115,6 +117,7 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
         pd_backend_pool_counts(s->backend, &v->pool_caught, &v->pool_slept);
     }
     v->ring_bytes = atomic_load(&s->svc.ring_bytes);
+    v->ring_fds = atomic_load(&s->svc.ring_fds);
     v->upload_bytes = atomic_load(&s->svc.upload_bytes);
     if (s->groups)
         pd_groups_counts(s->groups, &v->groups, &v->group_sends);
@@ -240,6 +243,7 @@ static void pd_loop_serve(pd_server_loop *l, uv_stream_t *listener, int fd, int 
     pd_conn *c;
     int rc = listener ? pd_conn_accept(l->conns, listener, is_tcp, &c) : pd_conn_adopt(l->conns, fd, is_tcp, &c);
     if (rc) {
+        l->sl.stats.accept_errors++;
         if (admitted)
             pd_session_release(&l->srv->svc, is_tcp);
         return;
@@ -316,9 +320,13 @@ static void pd_on_handoff_closed(uv_handle_t *h)
 
 /* A listener of the primary has a connection: admit it (or not) here, where every accept passes,
  * so the count is exact; then serve it on the next loop in turn. */
-static void pd_server_on_accept(void *ctx, uv_stream_t *listener, int is_tcp)
+static void pd_server_on_accept(void *ctx, uv_stream_t *listener, int is_tcp, int status)
 {
     pd_server *s = ctx;
+    if (status < 0) { /* logged by the listener */
+        s->loops[0]->sl.stats.accept_errors++; /* this is loop 0's thread */
+        return;
+    }
     if (s->stopping)
         return;
     int admitted = pd_session_admit(&s->svc, is_tcp);
@@ -348,6 +356,7 @@ static void pd_server_on_accept(void *ctx, uv_stream_t *listener, int is_tcp)
     uv_close((uv_handle_t *)tmp, pd_on_handoff_closed);
     if (dup_fd < 0) { /* out of descriptors: a flood of connections can make it so, once per connection */
         pd_log_warn_peer("accept", "err=%s", rc ? uv_err_name(rc) : "EMFILE");
+        s->loops[0]->sl.stats.accept_errors++; /* this is loop 0's thread */
         if (admitted)
             pd_session_release(&s->svc, is_tcp);
         return;
@@ -610,6 +619,24 @@ void pd_server_free(pd_server *s)
 
 /* ---- Startup -------------------------------------------------------------------------------- */
 
+/* The descriptors stream rings may hold (each ring keeps its own): RLIMIT_NOFILE less what connections
+ * (max_connections, max_tcp_connections, metrics_connections) and permd itself (listeners, the registry,
+ * loops' and workers' handles: PD_FDS_OWN) may need, so that rings never stop permd accepting. */
+#define PD_FDS_OWN 64
+static unsigned long long pd_ring_fds_max(const pd_config *cfg)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) || r.rlim_cur == RLIM_INFINITY)
+        return ULLONG_MAX;
+    const unsigned long long others = cfg->max_connections + cfg->max_tcp_connections + cfg->metrics_connections + PD_FDS_OWN;
+    const unsigned long long left = r.rlim_cur > others ? r.rlim_cur - others : 0;
+    if (left < cfg->max_connections)
+        pd_log_warn("startup", "msg=\"few descriptors: stream rings limited to %llu, past which streams send ids through "
+                    "the socket; raise RLIMIT_NOFILE (LimitNOFILE) above %llu\" nofile=%llu",
+                    left, others + cfg->max_connections * (cfg->max_streams + 1), (unsigned long long)r.rlim_cur);
+    return left;
+}
+
 static void pd_warm_work(uv_work_t *w)
 {
     (void)w;
@@ -678,6 +705,7 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
     svc->groups = s->groups;
     svc->workers = workers;
     svc->started_ms = pd_clock_ms();
+    svc->ring_fds_max = pd_ring_fds_max(cfg);
     svc->totals = pd_server_totals_cb;
     svc->totals_ctx = s;
 

@@ -48,6 +48,8 @@ typedef struct pd_service {
     unsigned workers;
     uint64_t started_ms;        /* pd_clock_ms() at startup */
     _Atomic unsigned long long ring_bytes; /* stream rings alive on every loop (stream_ring_total) */
+    _Atomic unsigned long long ring_fds;   /* their descriptors, which permd keeps (a spare is sent again) */
+    unsigned long long ring_fds_max;       /* past it new rings are declined: RLIMIT_NOFILE less the rest */
     _Atomic unsigned conns_open[2];        /* admitted connections on every loop: Unix, TCP (their caps) */
     _Atomic unsigned long long upload_bytes; /* shard sizes held by unfinished uploads (upload_memory) */
     /* From the wiring, for Stats: every loop's counters added up. */

@@ -156,6 +156,10 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_u64(&t, "permd_bytes_received_total", "counter", "Bytes of requests read from the sockets.",
                 m->bytes_in);
     pd_text_u64(&t, "permd_worker_queue_depth", "gauge", "Worker-pool jobs queued or running.", v->jobs);
+    pd_text_u64(&t, "permd_worker_jobs_total", "counter",
+                "Worker-pool jobs queued (requests too large for the loop's inline budget, stream batches, "
+                "each turn of a long Digest or Inverse).",
+                st->jobs_total);
     pd_text_u64(&t, "permd_workers", "gauge", "Worker-pool threads.", v->workers);
     pd_text_u64(&t, "permd_streams_open", "gauge", "Streams running now.", st->streams_active);
     pd_text_u64(&t, "permd_streams_opened_total", "counter", "Streams opened.", st->streams_total);
@@ -170,6 +174,14 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "Fetches answered from a readahead: generated while the loop was idle, because the "
                 "connection reads its slice in order.",
                 st->readahead_hits);
+    pd_text_u64(&t, "permd_accept_errors_total", "counter",
+                "Connections permd could not accept: out of descriptors (RLIMIT_NOFILE) or memory. Each is "
+                "logged (accept, warn).",
+                st->accept_errors);
+    pd_text_u64(&t, "permd_stream_ring_fds", "gauge",
+                "Descriptors of stream rings permd holds (one a ring, kept to send a spare ring again); new "
+                "rings are declined past RLIMIT_NOFILE less the connections' share.",
+                v->ring_fds);
     pd_text_u64(&t, "permd_stream_rings_total", "counter",
                 "Streams whose batches went through a shared-memory ring instead of the socket.",
                 st->stream_rings_total);

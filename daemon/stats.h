@@ -20,6 +20,7 @@ typedef struct pd_stats_view {
     uint64_t cpu_ids, gpu_ids; /* ids each backend generated */
     uint64_t pool_caught, pool_slept; /* CPU pool helpers: work found polling, sleeps (cpu_spin_us) */
     uint64_t ring_bytes;       /* shared-memory stream rings alive */
+    uint64_t ring_fds;         /* their descriptors permd holds */
     uint64_t upload_bytes;     /* shard sizes held by unfinished uploads */
     uint64_t groups;           /* delivery groups alive (max_groups) */
     uint64_t group_sends;      /* Delivers queued in them, not yet sent (max_group_sends each) */

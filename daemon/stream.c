@@ -432,7 +432,8 @@ void pd_streams_pump(pd_session *s)
 /* ---- Rings ---------------------------------------------------------------------------------- */
 
 /* A ring of at least size bytes: the session's spare (its last ring stream's, so a stream per epoch
- * costs no new memory), else a new one within stream_ring_total. */
+ * costs no new memory), else a new one within stream_ring_total (PD_EBUSY) and the descriptors left to
+ * rings (PD_ETOOBIG: each ring keeps one, and connections must still be accepted). */
 static int pd_stream_ring_get(pd_session *s, uint64_t size, pd_ring *out)
 {
     struct pd_streams *all = s->streams;
@@ -442,13 +443,20 @@ static int pd_stream_ring_get(pd_session *s, uint64_t size, pd_ring *out)
         return 0;
     }
     pd_service *svc = s->svc;
+    if (atomic_fetch_add(&svc->ring_fds, 1) >= svc->ring_fds_max) {
+        atomic_fetch_sub(&svc->ring_fds, 1);
+        return PD_ETOOBIG;
+    }
     if (atomic_fetch_add(&svc->ring_bytes, size) + size > svc->cfg->stream_ring_total) {
         atomic_fetch_sub(&svc->ring_bytes, size);
+        atomic_fetch_sub(&svc->ring_fds, 1);
         return PD_EBUSY;
     }
     int rc = pd_ring_create(out, (size_t)size);
-    if (rc)
+    if (rc) {
         atomic_fetch_sub(&svc->ring_bytes, size);
+        atomic_fetch_sub(&svc->ring_fds, 1);
+    }
     return rc;
 }
 
@@ -458,6 +466,7 @@ static void pd_stream_ring_release(pd_session *s, pd_ring *r)
     if (!r->base)
         return;
     atomic_fetch_sub(&s->svc->ring_bytes, r->size);
+    atomic_fetch_sub(&s->svc->ring_fds, 1);
     pd_ring_free(r);
 }
 
@@ -489,7 +498,7 @@ static void pd_stream_ring_setup(pd_stream *st, uint32_t slots)
     else if (size > max)
         why = max ? "stream_ring_max" : "off";
     else if ((rc = pd_stream_ring_get(s, size, &st->ring)))
-        why = rc == PD_EBUSY ? "stream_ring_total" : "memory";
+        why = rc == PD_EBUSY ? "stream_ring_total" : rc == PD_ETOOBIG ? "descriptors" : "memory";
     if (!why) {
         Permd__V1__StreamRing m = PERMD__V1__STREAM_RING__INIT;
         m.size = st->ring.size;

@@ -1,11 +1,13 @@
 /* Integration: half-written frames, clients that vanish mid-stream, slow readers and connection floods cost bounded memory, get typed errors, and leave others served. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -262,6 +264,56 @@ static void test_connection_flood(void **state)
     assert_served_quickly();
 }
 
+/* Out of descriptors: connections permd cannot take are counted (permd_accept_errors_total) and logged,
+ * permd goes on serving those it has, and accepts again once descriptors are back. The limit is lowered on
+ * the running permd (prlimit) to what it holds plus one; with two loops, a connection accepted on the
+ * first and handed to the second needs a second descriptor. (Those libuv itself cannot accept it closes at
+ * once, without telling permd: no count sees them.) */
+static void test_out_of_descriptors(void **state)
+{
+    (void)state;
+    harness own;
+    harness_init(&own);
+    const int port = harness_free_port();
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", "--loops", "2", NULL};
+    assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
+    permd_client *held;
+    assert_int_equal(permd_connect_unix(own.sock, &held), 0);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)own.pid);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    rlim_t open_fds = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        open_fds += e->d_name[0] != '.';
+    closedir(d);
+    struct rlimit was, low;
+    assert_int_equal(prlimit(own.pid, RLIMIT_NOFILE, NULL, &was), 0);
+    low = was;
+    low.rlim_cur = open_fds + 1; /* room for one more descriptor */
+    assert_int_equal(prlimit(own.pid, RLIMIT_NOFILE, &low, NULL), 0);
+    int fds[8];
+    for (int i = 0; i < 8; i++) /* each either accepted, or refused for want of a descriptor */
+        fds[i] = raw_connect_unix(own.sock);
+    sleep_ms(300);
+    permd_stats st;
+    assert_int_equal(permd_stats_get(held, &st), 0); /* the connection it has is served */
+    assert_int_equal(prlimit(own.pid, RLIMIT_NOFILE, &was, NULL), 0);
+    for (int i = 0; i < 8; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    assert_true(harness_metric(port, "permd_accept_errors_total") > 0);
+    assert_true(harness_log_contains(&own, "accept"));
+    permd_client *fresh; /* descriptors are back: accepted again */
+    assert_int_equal(permd_connect_unix(own.sock, &fresh), 0);
+    assert_int_equal(permd_stats_get(fresh, &st), 0);
+    permd_close(fresh);
+    permd_close(held);
+    assert_int_equal(harness_finish(&own), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -269,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_vanish_mid_stream),
         cmocka_unit_test(test_slow_reader),
         cmocka_unit_test(test_connection_flood),
+        cmocka_unit_test(test_out_of_descriptors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -376,24 +376,6 @@ static void *inverse_main(void *arg)
     return NULL;
 }
 
-typedef struct fetch_call {
-    permd_client *c;
-    permd_slice sl;
-    uint32_t ids[20000];
-    uint64_t got;
-    _Atomic int done;
-    int rc;
-} fetch_call;
-
-static void *fetch_main(void *arg)
-{
-    fetch_call *x = arg;
-    uint64_t next;
-    x->rc = permd_fetch_u32(x->c, &x->sl, 20000, x->ids, &x->got, &next);
-    atomic_store(&x->done, 1);
-    return NULL;
-}
-
 /* Run fn(arg) on a thread, which sets *done at its end, while connection d polls Stats: whether one of them
  * saw a worker-pool job. A request the loop ran inline would leave no job to see. */
 static int ran_as_job(permd_client *d, void *(*fn)(void *), void *arg, _Atomic int *done)
@@ -460,28 +442,28 @@ static void test_sharded_component_warm(void **state)
 
     /* A Fetch of mixture epoch 1's last 20000 positions reaches big's component epoch 1, whose order the warm
      * cursor lacks: within the inline budget by its ids (20000 at 3 each), but its order of BIG_SHARDS
-     * shards sends it to a worker instead of holding the loop while it is built, as another connection's
-     * Stats sees. Inline, no Stats would ever see a job. Its ids are the offline ones. */
-    fetch_call *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    f->c = c;
-    f->sl = sl;
-    f->sl.epoch = 1;
-    f->sl.offset = permd_mixture_size(off) - 20000; /* L = N */
+     * shards sends it to a worker (permd_worker_jobs_total) instead of holding the loop while it is built;
+     * a Fetch of 50 in the component epoch the cursor holds stays on the loop. Their ids are the offline
+     * ones. */
+    uint32_t *cross = malloc(20000 * sizeof *cross), *want = malloc(20000 * sizeof *want);
+    assert_non_null(cross);
+    assert_non_null(want);
+    permd_slice late = sl;
+    late.epoch = 1;
+    late.offset = permd_mixture_size(off) - 20000; /* L = N */
+    uint64_t got, next, wgot;
+    long long jobs = harness_metric(port, "permd_worker_jobs_total");
+    assert_int_equal(permd_fetch_u32(c, &sl, 50, cross, &got, &next), 0); /* warm: inline */
+    assert_int_equal(harness_metric(port, "permd_worker_jobs_total"), jobs);
     const long long before_cross = built(port);
-    assert_true(ran_as_job(d, fetch_main, f, &f->done));
-    assert_int_equal(f->rc, 0);
+    assert_int_equal(permd_fetch_u32(c, &late, 20000, cross, &got, &next), 0);
+    assert_true(harness_metric(port, "permd_worker_jobs_total") > jobs);
     assert_int_equal(built(port) - before_cross, 1);
-    {
-        uint32_t *want = malloc(20000 * sizeof *want);
-        uint64_t wgot;
-        assert_non_null(want);
-        assert_int_equal(permd_mixture_rank_fill(off, 1, 1, 0, PERMD_MODE_EXACT, f->sl.offset, 20000, want, 4, &wgot), 0);
-        assert_int_equal(f->got, 20000);
-        assert_memory_equal(f->ids, want, 20000 * sizeof *want);
-        free(want);
-    }
-    free(f);
+    assert_int_equal(permd_mixture_rank_fill(off, 1, 1, 0, PERMD_MODE_EXACT, late.offset, 20000, want, 4, &wgot), 0);
+    assert_int_equal(got, 20000);
+    assert_memory_equal(cross, want, 20000 * sizeof *want);
+    free(cross);
+    free(want);
 
     /* An Inverse of MANY_EPOCHS samples of big, each of another component epoch: MANY_EPOCHS orders to
      * build, which the cost model sends to a worker. While it runs the loop answers another connection's

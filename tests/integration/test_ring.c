@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -407,6 +408,48 @@ static void test_ring_no_leaks(void **state)
     assert_int_equal(wait_rings(0), 0);
 }
 
+/* Each ring keeps a descriptor: permd gives rings only what RLIMIT_NOFILE leaves beside its connections
+ * (max_connections + max_tcp_connections + metrics_connections + 64), so that they never stop it accepting.
+ * Here that leaves 2: two streams get rings, a third sends its ids through the socket, and new connections
+ * are still accepted. */
+static void test_ring_descriptors(void **state)
+{
+    (void)state;
+    struct rlimit was, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+    low = was;
+    low.rlim_cur = 10 + 10 + 4 + 64 + 2; /* permd inherits it */
+    harness own;
+    harness_init(&own);
+    const int port = harness_free_port();
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const char *extra[] = {"--max-connections", "10", "--max-tcp-connections", "10", "--metrics-connections", "4",
+                           "--metrics", addr, "--metrics-cache-ms", "0", NULL};
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    const int started = harness_start(&own, 0, extra, NULL);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+    assert_int_equal(started, 0);
+    assert_int_equal(harness_put(&own, "d", N), 0);
+    permd_client *c[4];
+    permd_stream *st[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(permd_connect_unix(own.sock, &c[i]), 0);
+        assert_int_equal(permd_stream_open(c[i], &slice_d, 1000, 0, &st[i]), 0);
+        assert_int_equal(permd_stream_shared(st[i]), i < 2);
+        assert_int_equal(check_stream(st[i], &slice_d, N, 3), 3000);
+    }
+    assert_int_equal(permd_connect_unix(own.sock, &c[3]), 0); /* still accepted */
+    assert_int_equal(rings_total(c[3]), 2);
+    assert_int_equal(harness_metric(port, "permd_stream_ring_fds"), 2);
+    assert_true(harness_log_contains(&own, "few descriptors: stream rings limited to 2"));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(permd_stream_close(st[i]), 0);
+    for (int i = 0; i < 4; i++)
+        permd_close(c[i]);
+    assert_int_equal(harness_finish(&own), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -415,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_ring_raw_protocol),
         cmocka_unit_test(test_ring_total),
         cmocka_unit_test(test_ring_no_leaks),
+        cmocka_unit_test(test_ring_descriptors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
