@@ -620,15 +620,18 @@ void pd_server_free(pd_server *s)
 /* ---- Startup -------------------------------------------------------------------------------- */
 
 /* The descriptors stream rings may hold (each ring keeps its own): RLIMIT_NOFILE less what connections
- * (max_connections, max_tcp_connections, metrics_connections) and permd itself (listeners, the registry,
- * loops' and workers' handles: PD_FDS_OWN) may need, so that rings never stop permd accepting. */
+ * (max_connections, max_tcp_connections, metrics_connections) and permd itself may need: listeners, the
+ * registry, libuv's own (PD_FDS_OWN), and each loop's epoll and wake-up descriptors (PD_FDS_LOOP), so
+ * that rings never stop permd accepting. */
 #define PD_FDS_OWN 64
-static unsigned long long pd_ring_fds_max(const pd_config *cfg)
+#define PD_FDS_LOOP 4
+static unsigned long long pd_ring_fds_max(const pd_config *cfg, unsigned nloops)
 {
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r) || r.rlim_cur == RLIM_INFINITY)
         return ULLONG_MAX;
-    const unsigned long long others = cfg->max_connections + cfg->max_tcp_connections + cfg->metrics_connections + PD_FDS_OWN;
+    const unsigned long long others = cfg->max_connections + cfg->max_tcp_connections + cfg->metrics_connections +
+                                      PD_FDS_OWN + (unsigned long long)PD_FDS_LOOP * nloops;
     const unsigned long long left = r.rlim_cur > others ? r.rlim_cur - others : 0;
     if (left < cfg->max_connections)
         pd_log_warn("startup", "msg=\"few descriptors: stream rings limited to %llu, past which streams send ids through "
@@ -705,7 +708,6 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
     svc->groups = s->groups;
     svc->workers = workers;
     svc->started_ms = pd_clock_ms();
-    svc->ring_fds_max = pd_ring_fds_max(cfg);
     svc->totals = pd_server_totals_cb;
     svc->totals_ctx = s;
 
@@ -714,6 +716,7 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
         nloops = PD_AUTO_LOOPS_MAX;
     if (nloops < 1)
         nloops = 1;
+    svc->ring_fds_max = pd_ring_fds_max(cfg, nloops);
     if (!(s->loops = calloc(nloops, sizeof *s->loops)) || !(s->loops[0] = calloc(1, sizeof *s->loops[0]))) {
         pd_log_error("startup", "msg=\"out of memory\"");
         return PD_ENOMEM;

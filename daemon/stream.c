@@ -456,6 +456,7 @@ static int pd_stream_ring_get(pd_session *s, uint64_t size, pd_ring *out)
     if (rc) {
         atomic_fetch_sub(&svc->ring_bytes, size);
         atomic_fetch_sub(&svc->ring_fds, 1);
+        *out = PD_RING_NONE; /* no size left behind: it would displace the session's spare at the stream's end */
     }
     return rc;
 }
@@ -474,7 +475,7 @@ static void pd_stream_ring_release(pd_session *s, pd_ring *r)
 static void pd_stream_ring_put(pd_session *s, pd_ring *r)
 {
     struct pd_streams *all = s->streams;
-    if (pd_conn_open(s->conn) && r->size > all->spare_ring.size) {
+    if (pd_conn_open(s->conn) && r->base && r->size > all->spare_ring.size) {
         pd_ring t = all->spare_ring;
         all->spare_ring = *r;
         *r = t;
