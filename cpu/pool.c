@@ -254,9 +254,15 @@ void pd_pool_counts(const pd_pool *pool, uint64_t *caught, uint64_t *slept)
 }
 
 /* ids [0, count) in chunks of `chunk` (a multiple of 64: whole vectors for every SIMD kernel). */
+/* Whether count ids in chunks of chunk run on the caller alone: one thread, or fewer than two chunks. */
+static int pd_pool_alone(const pd_pool *pool, uint64_t count, uint64_t chunk)
+{
+    return pool->nthreads == 1 || count < 2 * chunk;
+}
+
 static void pd_pool_run_chunks(pd_pool *pool, uint64_t count, uint64_t chunk, pd__chunk_fn *fn, void *ctx)
 {
-    if (pool->nthreads == 1 || count < 2 * chunk) {
+    if (pd_pool_alone(pool, count, chunk)) {
         if (count)
             fn(&pool->gen, ctx, 0, count);
         return;
@@ -318,7 +324,7 @@ void pd__pool_run_parts(pd_pool *pool, uint64_t count, uint64_t min_part, uint64
 
 int pd__pool_splits(const pd_pool *pool, uint64_t count, uint64_t min_part, uint64_t max_part)
 {
-    return pool->nthreads > 1 && count >= 2 * pd_pool_part(pool, count, min_part, max_part); /* pd_pool_run_chunks */
+    return !pd_pool_alone(pool, count, pd_pool_part(pool, count, min_part, max_part));
 }
 
 const pd_gen *pd__pool_gen(const pd_pool *pool)

@@ -37,6 +37,20 @@ static pd_mixdef *mix_def(pd_layout **layouts)
     return d;
 }
 
+/* A cache of max_bytes with mixture d's plan (seed 7) in *p. */
+static void open_mix(pd_mixdef *d, pd_layout **layouts, uint64_t max_bytes, pd_plans **c, pd_plan **p)
+{
+    assert_int_equal(pd_plans_open(4, max_bytes, c), 0);
+    assert_int_equal(pd_plans_get_mix(*c, d, layouts, 7, p), 0);
+}
+
+/* Release what mix_def made. */
+static void free_def(pd_mixdef *d, pd_layout **layouts)
+{
+    pd_layout_release(layouts[1]);
+    pd_mixdef_release(d);
+}
+
 /* The first `count` ids of mixture epoch `epoch` (world 1) through cursor c. */
 static void fill(pd_mix_cursor *c, uint64_t epoch, uint64_t offset, uint64_t count, uint64_t *out)
 {
@@ -54,9 +68,8 @@ static void test_cursor_reused(void **state)
     pd_layout *layouts[2];
     pd_mixdef *d = mix_def(layouts);
     pd_plans *c;
-    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &c), 0);
     pd_plan *p;
-    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    open_mix(d, layouts, UINT64_C(1) << 30, &c, &p);
     assert_false(pd_plan_cursor_warm(p));
 
     pd_mix_cursor *cur, *again;
@@ -98,8 +111,7 @@ static void test_cursor_reused(void **state)
 
     pd_plan_release(p);
     pd_plans_close(c); /* frees the plan with its cursors */
-    pd_layout_release(layouts[1]);
-    pd_mixdef_release(d);
+    free_def(d, layouts);
 }
 
 /* With the cache full of plans in use, a new cursor is PD_EBUSY; idle cursors give way to a new plan
@@ -113,8 +125,7 @@ static void test_cursor_bounded(void **state)
     pd_plan *p, *q;
     pd_mix_cursor *cur, *cur2;
     /* Room for the mixture's table and one cursor, a little more, and not a second cursor. */
-    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &c), 0);
-    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    open_mix(d, layouts, UINT64_C(1) << 30, &c, &p);
     assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
     const uint64_t one = pd_plans_bytes(c);
     pd_plan_cursor_give(p, cur);
@@ -122,8 +133,7 @@ static void test_cursor_bounded(void **state)
     pd_plans_close(c);
 
     const uint64_t shard_plan = pd_shard_plan_bytes(SHARDS);
-    assert_int_equal(pd_plans_open(4, one + shard_plan, &c), 0);
-    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    open_mix(d, layouts, one + shard_plan, &c, &p);
     assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
     assert_int_equal(pd_plans_bytes(c), one);
     /* A sharded epoch's plan fits beside it. */
@@ -147,16 +157,14 @@ static void test_cursor_bounded(void **state)
     pd_plans_close(c);
 
     /* Alone, a plan and its cursor may pass the bound. */
-    assert_int_equal(pd_plans_open(4, 1, &c), 0);
-    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    open_mix(d, layouts, 1, &c, &p);
     assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
     assert_int_equal(pd_plans_bytes(c), one);
     pd_plan_cursor_give(p, cur);
     pd_plan_release(p);
     pd_plans_close(c);
 
-    pd_layout_release(layouts[1]);
-    pd_mixdef_release(d);
+    free_def(d, layouts);
 }
 
 /* A mixture whose plan loses its table (a dataset deleted under it) frees its cursors and their
@@ -169,8 +177,7 @@ static void test_cursor_freed_with_plan(void **state)
     pd_plans *c;
     pd_plan *p;
     pd_mix_cursor *cur;
-    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &c), 0);
-    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    open_mix(d, layouts, UINT64_C(1) << 30, &c, &p);
     assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
     pd_plan_cursor_give(p, cur);
     pd_plan_release(p);
@@ -178,8 +185,7 @@ static void test_cursor_freed_with_plan(void **state)
     pd_plans_drop_mixture(c, "mx", NULL); /* deleted: unused, so freed now */
     assert_int_equal(pd_plans_bytes(c), 0);
     pd_plans_close(c);
-    pd_layout_release(layouts[1]);
-    pd_mixdef_release(d);
+    free_def(d, layouts);
 }
 
 /* What a request would build, as the event loop asks before running it inline: nothing in the component
@@ -191,9 +197,8 @@ static void test_cursor_missing(void **state)
     pd_layout *layouts[2];
     pd_mixdef *d = mix_def(layouts);
     pd_plans *c;
-    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &c), 0);
     pd_plan *p;
-    assert_int_equal(pd_plans_get_mix(c, d, layouts, 7, &p), 0);
+    open_mix(d, layouts, UINT64_C(1) << 30, &c, &p);
     assert_int_equal(pd_plan_cursor_missing(p, 0, 0, 10), UINT64_MAX); /* not built */
     const pd_mix *mix;
     assert_int_equal(pd_plan_use_mix(p, &mix), 0);
@@ -245,8 +250,7 @@ static void test_cursor_missing(void **state)
     pd_plan_release(p);
     pd_mixdef_release(flat);
     pd_plans_close(c);
-    pd_mixdef_release(d);
-    pd_layout_release(layouts[1]);
+    free_def(d, layouts);
 }
 
 int main(void)
