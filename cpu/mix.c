@@ -31,13 +31,14 @@
  *     C); each read then finds its slot's part (no division);
  *   - otherwise one descent of the tree per read (⌈log2 C⌉ levels, two divisions each).
  * Their σ, two ways:
- *   - by runs (pd_mix_sparse_runs; AVX-512 and scalar, every component flat of 2 to 2^32 samples): the
- *     reads in read order through the batch kernel (pd__batch_*), each lane on its (component, component
- *     epoch)'s keys: no grouping and no scatter;
- *   - otherwise the reads are grouped by component and component epoch, and σ is gathered at their draws
- *     (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd per round, loses to this);
- *     a sharded component's draws of spans dense in reads on the shard kernel, else one locate each
- *     (pd_mix_shard_positions).
+ *   - by runs (pd_mix_sparse_runs; AVX-512 and scalar, components flat of 2 to 2^32 samples): the reads in
+ *     read order through the batch kernel (pd__batch_*), each lane on its (component, component epoch)'s
+ *     keys: no grouping and no scatter;
+ *   - by groups (AVX2, and the other components' reads beside runs: sharded ones, flat ones outside 2 to
+ *     2^32): the reads are grouped by component and component epoch (pd_mix_sparse_groups), and σ is
+ *     gathered at their draws (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd
+ *     per round, loses to this); a sharded component's draws of spans dense in reads on the shard kernel,
+ *     else one locate each (pd_mix_shard_positions).
  */
 
 #define PD_MIX_DENSE_CHUNK 32768u /* run positions per dense chunk; a multiple of every B */
@@ -117,7 +118,12 @@ typedef struct pd_mix_work {
     uint64_t *y;         /* flat: what each node receives at PD_MIX_COUNTS + 1 block starts (node-major) */
     uint64_t cnt_x;      /* flat: the stage position of y's first block start (UINT64_MAX: none), in node_stage */
     pd_divisor *size;    /* the components' sizes as divisors (sparse; set when first touched) */
-    int by_runs;         /* sparse: every component flat, of 2 to 2^32 samples: σ through batches of runs */
+    int by_runs;         /* sparse: σ of flat components of 2 to 2^32 samples through batches of runs */
+    uint8_t *grouped;    /* by runs: 1 for each component whose reads go by groups instead (sharded, or flat
+                            outside 2 to 2^32); NULL where there is none */
+    uint32_t *pick;      /* by runs, grouped: the chunk's reads of those components */
+    uint32_t npick;
+    uint32_t *bidx;      /* by runs, grouped: each batch item's read */
     pd_mix_last *last;   /* by runs: each component's latest run (C) */
     uint64_t batches;    /* by runs: batches flushed so far, in every chunk (pd_mix_last's ids stay unique) */
     uint32_t *bv;        /* by runs: a batch's positions, then samples (PD__BATCH_ITEMS) */
@@ -148,7 +154,16 @@ static void pd_mix_work_free(pd_mix_work *w)
     free(w->last);
     free(w->bv);
     free(w->brun);
+    free(w->grouped);
+    free(w->pick);
+    free(w->bidx);
     free(w->shard_ids);
+}
+
+/* Whether the batch kernel runs a component's σ: flat, of 2 to 2^32 samples. */
+static int pd_mix_runnable(const pd_mix_component *comp)
+{
+    return !comp->shard_start && comp->size >= 2 && comp->size <= UINT64_C(1) << 32;
 }
 
 /* For `reads` reads at stride `world`: dense chunks span the blocks they touch, at most PD_MIX_DENSE_CHUNK
@@ -200,9 +215,21 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
         w->size = calloc(C, sizeof *w->size);
         w->parts = malloc((C < B ? C : B) * sizeof *w->parts);
         ok = ok && w->comp && w->draw && w->order && w->at && w->index && w->size && w->parts;
-        w->by_runs = g->isa != PD_ISA_AVX2; /* AVX2's batch kernel (8 runs, vpermd per round) loses to its gather */
+        /* Components the batch kernel runs (flat, 2 to 2^32 samples) by runs, the others by groups, where
+         * there is at least one of the former. AVX2's batch kernel (8 runs, vpermd per round) loses to its
+         * gather. */
+        uint64_t runnable = 0;
         for (uint64_t j = 0; j < C; j++)
-            w->by_runs &= !m->comp[j].shard_start && m->comp[j].size >= 2 && m->comp[j].size <= UINT64_C(1) << 32;
+            runnable += pd_mix_runnable(&m->comp[j]);
+        w->by_runs = g->isa != PD_ISA_AVX2 && runnable;
+        if (w->by_runs && runnable < C) {
+            w->grouped = malloc(C);
+            w->pick = malloc(reads * sizeof *w->pick);
+            w->bidx = malloc(PD__BATCH_ITEMS * sizeof *w->bidx);
+            ok = ok && w->grouped && w->pick && w->bidx;
+            for (uint64_t j = 0; ok && j < C; j++)
+                w->grouped[j] = !pd_mix_runnable(&m->comp[j]);
+        }
         for (uint64_t j = 0; j < C && !w->shard_ids; j++)
             if (m->comp[j].shard_start && !(w->shard_ids = malloc(PD_MIX_SHARD_SPAN * sizeof *w->shard_ids)))
                 ok = 0;
@@ -721,12 +748,16 @@ static inline __attribute__((always_inline)) void pd_mix_read(const pd_mix *m, p
     *d += m->drawn[*k * m->components + *j];
 }
 
-/* A batch of runs: reads [start, start + count) of the chunk, item i = read start + i. */
+/* A batch of runs: count items, item i read start + i of the chunk, or read idx[i] where some components go
+ * by groups (w->bidx). */
 typedef struct pd_mix_runs {
     pd__batch b;
     uint64_t comp[PD__BATCH_RUNS], epoch[PD__BATCH_RUNS];
     uint64_t start, count, id; /* id: this batch's number (+ 1), for pd_mix_last */
+    const uint32_t *idx;
 } pd_mix_runs;
+
+#define PD_MIX_RUN_GROUPED 0xffu /* pd_mix_runs_block: a part of a component that goes by groups */
 
 /* σ of the batch's items in place (every lane its own component order), then each read's global id. */
 static void pd_mix_runs_flush(const pd_gen *g, const pd_mix *m, pd_mix_runs *r, void *out, unsigned width)
@@ -742,7 +773,8 @@ static void pd_mix_runs_flush(const pd_gen *g, const pd_mix *m, pd_mix_runs *r, 
     }
     for (uint64_t i = 0; i < r->count; i++) {
         const uint32_t v = r->b.v[i], run = r->b.run[i];
-        pd_mix_store(out, width, r->start + i, offset[run] + (v ^ (flip[run] & (v < 2)))); /* pd__unflip */
+        pd_mix_store(out, width, r->idx ? r->idx[i] : r->start + i,
+                     offset[run] + (v ^ (flip[run] & (v < 2)))); /* pd__unflip */
     }
     r->start += r->count;
     r->count = 0;
@@ -792,11 +824,21 @@ pd_mix_runs_of(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, pd_mix_runs *r
     return last;
 }
 
+/* Read t, of component j at run draw d, left for the groups (pd_mix_sparse_groups) after the runs. */
+static inline void pd_mix_pick(pd_mix_work *w, uint64_t t, uint64_t j, uint64_t d)
+{
+    w->comp[t] = (uint32_t)j;
+    w->draw[t] = d;
+    w->pick[w->npick++] = (uint32_t)t;
+}
+
 /* The nb reads from t on, all in the block whose parts rd holds: each part's run resolved once (again if
  * that flushed the batch, which then holds this block's runs only), then a lookup per read. 0, adding
  * nothing, where a part's draws cross a component epoch or the block has more parts than a batch runs. */
-static int pd_mix_runs_block(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, pd_mix_runs *r,
-                             const pd_mix_reader *rd, uint64_t t, uint64_t nb, void *out, unsigned width)
+static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w,
+                                                                   pd_mix_runs *r, const int grouped,
+                                                                   const pd_mix_reader *rd, uint64_t t, uint64_t nb,
+                                                                   void *out, unsigned width)
 {
     uint32_t base[PD__BATCH_RUNS];
     uint8_t run[PD__BATCH_RUNS];
@@ -808,6 +850,10 @@ static int pd_mix_runs_block(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, 
         const uint64_t id = r->id;
         for (uint32_t p = 0; p < rd->nparts; p++) {
             const pd_mix_part *part = &w->parts[p];
+            if (grouped && w->grouped[part->component]) {
+                run[p] = PD_MIX_RUN_GROUPED;
+                continue;
+            }
             const pd_mix_last *last = pd_mix_runs_of(g, c, w, r, part->component, part->draw, out, width);
             if (part->draw + part->count > last->hi)
                 return 0;
@@ -824,6 +870,21 @@ static int pd_mix_runs_block(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, 
     const uint32_t *slot = w->slot + t, nparts = rd->nparts;
     uint32_t *bv = w->bv + r->count;
     uint8_t *brun = w->brun + r->count;
+    if (grouped) {
+        uint32_t *bidx = w->bidx + r->count, added = 0;
+        for (uint64_t i = 0; i < nb; i++) {
+            const uint32_t q = slot[i], p = pd_mix_part_index(parts, nparts, q);
+            if (run[p] == PD_MIX_RUN_GROUPED) {
+                pd_mix_pick(w, t + i, parts[p].component, parts[p].draw + (q - parts[p].slot));
+                continue;
+            }
+            bv[added] = base[p] + q;
+            brun[added] = run[p];
+            bidx[added++] = (uint32_t)(t + i);
+        }
+        r->count += added;
+        return 1;
+    }
     for (uint64_t i = 0; i < nb; i++) {
         const uint32_t q = slot[i], p = pd_mix_part_index(parts, nparts, q);
         bv[i] = base[p] + q;
@@ -835,70 +896,80 @@ static int pd_mix_runs_block(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, 
 
 /* Read t (at run position g) into the batch: its component and draw, its run, its position. */
 static inline __attribute__((always_inline)) void pd_mix_runs_read(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w,
-                                                                   pd_mix_runs *r, pd_mix_reader *rd, int by_parts,
-                                                                   uint64_t *k, uint64_t gpos, uint64_t t, void *out,
+                                                                   pd_mix_runs *r, const int grouped,
+                                                                   pd_mix_reader *rd, int by_parts, uint64_t *k,
+                                                                   uint64_t gpos, uint64_t t, void *out,
                                                                    unsigned width)
 {
     uint64_t j, d;
     if (r->count == PD__BATCH_ITEMS)
         pd_mix_runs_flush(g, c->mix, r, out, width);
     pd_mix_read(c->mix, w, rd, by_parts, k, gpos, w->slot[t], &j, &d);
+    if (grouped && w->grouped[j]) {
+        pd_mix_pick(w, t, j, d);
+        return;
+    }
     const pd_mix_last *last = pd_mix_runs_of(g, c, w, r, j, d, out, width);
+    if (grouped)
+        w->bidx[r->count] = (uint32_t)t;
     w->bv[r->count] = (uint32_t)(d - last->lo);
     w->brun[r->count++] = (uint8_t)last->run;
 }
 
-/* The rest of a sparse chunk whose slots are in w->slot, when every component is flat, of 2 to 2^32 samples:
- * each read's component and draw, then its σ in read order through the batch kernel, whose lanes each carry
+/* The rest of a sparse chunk whose slots are in w->slot (w->by_runs): each read's component and draw, then,
+ * for a component the batch kernel runs, its σ in read order through that kernel, whose lanes each carry
  * their own component's keys: no grouping by component, no scatter. Where blocks have more reads than C, a
- * block at a time (its parts' runs resolved once). */
-static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t *k, uint64_t g_first,
-                               uint64_t world, uint64_t n, void *out, unsigned width)
+ * block at a time (its parts' runs resolved once). With `grouped` (w->grouped: some components are not
+ * run), their reads are picked for pd_mix_sparse_groups instead. Inlined twice, so that mixtures of runnable
+ * components alone test nothing per read. */
+static inline __attribute__((always_inline)) void pd_mix_sparse_runs_as(const pd_gen *g, pd_mix_cursor *c,
+                                                                        pd_mix_work *w, const int grouped, uint64_t *k,
+                                                                        uint64_t g_first, uint64_t world, uint64_t n,
+                                                                        void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
     const int by_parts = pd_mix_by_parts(m, world);
     pd_mix_reader rd = {.block = UINT64_MAX};
-    pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = w->batches + 1};
+    pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = w->batches + 1, .idx = grouped ? w->bidx : NULL};
     if (by_parts && m->block / world > m->components) {
         for (uint64_t t = 0; t < n;) {
             const uint64_t g0 = g_first + t * world, nb = pd_mix_block_count(m, g0, world, n - t);
             uint64_t j, d; /* the block's parts into rd */
             pd_mix_read(m, w, &rd, 1, k, g0, w->slot[t], &j, &d);
-            if (pd_mix_runs_block(g, c, w, &r, &rd, t, nb, out, width)) {
+            if (pd_mix_runs_block(g, c, w, &r, grouped, &rd, t, nb, out, width)) {
                 t += nb;
                 continue;
             }
             for (const uint64_t end = t + nb; t < end; t++) /* a part crosses a component epoch */
-                pd_mix_runs_read(g, c, w, &r, &rd, 1, k, g_first + t * world, t, out, width);
+                pd_mix_runs_read(g, c, w, &r, grouped, &rd, 1, k, g_first + t * world, t, out, width);
         }
     } else {
         for (uint64_t t = 0; t < n; t++)
-            pd_mix_runs_read(g, c, w, &r, &rd, by_parts, k, g_first + t * world, t, out, width);
+            pd_mix_runs_read(g, c, w, &r, grouped, &rd, by_parts, k, g_first + t * world, t, out, width);
     }
     pd_mix_runs_flush(g, m, &r, out, width);
     w->batches = r.id - 1; /* the next chunk's first batch is new to every pd_mix_last */
 }
 
-/* One sparse chunk: n reads at run positions g_first + t·W. */
-static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t chunk, uint64_t *k,
-                                uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
+static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t *k, uint64_t g_first,
+                               uint64_t world, uint64_t n, void *out, unsigned width)
+{
+    w->npick = 0;
+    if (w->grouped)
+        pd_mix_sparse_runs_as(g, c, w, 1, k, g_first, world, n, out, width);
+    else
+        pd_mix_sparse_runs_as(g, c, w, 0, k, g_first, world, n, out, width);
+}
+
+/* The ids of n reads of a sparse chunk whose component and draw are in w->comp and w->draw: the reads pick[i]
+ * (or i where pick is NULL), grouped by component and component epoch, each group's σ gathered. */
+static void pd_mix_sparse_groups(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t chunk,
+                                 const uint32_t *pick, uint64_t n, void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
-    pd_mix_slots(g, m, g_first, world, n, w->slot);
-    if (w->by_runs) {
-        pd_mix_sparse_runs(g, c, w, k, g_first, world, n, out, width);
-        return;
-    }
-    const int by_parts = pd_mix_by_parts(m, world);
-    pd_mix_reader rd = {.block = UINT64_MAX};
     w->npresent = 0;
-    for (uint64_t t = 0; t < n; t++) { /* component and draw of each read; count the reads per component */
-        uint64_t j, d;
-        pd_mix_read(m, w, &rd, by_parts, k, g_first + t * world, w->slot[t], &j, &d);
-        w->comp[t] = (uint32_t)j;
-        w->draw[t] = d;
-        pd_mix_seen_touch(w, chunk, j, 0)->hi++;
-    }
+    for (uint64_t i = 0; i < n; i++) /* count the reads per component */
+        pd_mix_seen_touch(w, chunk, w->comp[pick ? pick[i] : i], 0)->hi++;
     uint64_t at = 0;
     for (uint32_t p = 0; p < w->npresent; p++) { /* buckets: [lo, hi) of order; hi counts the bucket's fill */
         pd_mix_seen *s = &w->seen[w->present[p]];
@@ -906,8 +977,10 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
         s->lo = s->hi = at;
         at += size;
     }
-    for (uint64_t t = 0; t < n; t++)
-        w->order[w->seen[w->comp[t]].hi++] = (uint32_t)t;
+    for (uint64_t i = 0; i < n; i++) {
+        const uint32_t t = pick ? pick[i] : (uint32_t)i;
+        w->order[w->seen[w->comp[t]].hi++] = t;
+    }
     for (uint32_t p = 0; p < w->npresent; p++) { /* per component, batches of one component epoch each */
         const uint32_t j = w->present[p];
         const pd_mix_seen *s = &w->seen[j];
@@ -929,6 +1002,29 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
         if (nb)
             pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
     }
+}
+
+/* One sparse chunk: n reads at run positions g_first + t·W. */
+static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t chunk, uint64_t *k,
+                                uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
+{
+    const pd_mix *m = c->mix;
+    pd_mix_slots(g, m, g_first, world, n, w->slot);
+    if (w->by_runs) {
+        pd_mix_sparse_runs(g, c, w, k, g_first, world, n, out, width);
+        if (w->npick) /* reads of components the batch kernel does not run */
+            pd_mix_sparse_groups(g, c, w, chunk, w->pick, w->npick, out, width);
+        return;
+    }
+    const int by_parts = pd_mix_by_parts(m, world);
+    pd_mix_reader rd = {.block = UINT64_MAX};
+    for (uint64_t t = 0; t < n; t++) { /* component and draw of each read */
+        uint64_t j, d;
+        pd_mix_read(m, w, &rd, by_parts, k, g_first + t * world, w->slot[t], &j, &d);
+        w->comp[t] = (uint32_t)j;
+        w->draw[t] = d;
+    }
+    pd_mix_sparse_groups(g, c, w, chunk, NULL, n, out, width);
 }
 
 static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,

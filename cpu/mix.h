@@ -15,10 +15,10 @@ extern "C" {
  * How: cpu/mix.c's opening comment. In short, a read costs its block's slot (tables of whole blocks, 8 at
  * a time, for small W; a kernel keying each read for larger W), its component and draw (a walk of the
  * weight tree per block, or a descent per read) and its component's σ (over whole ranges for W = 1;
- * else gathered by component, or, on AVX-512 with flat components of ≤ 2^32 samples, in read order with
- * every lane on its component's keys). A sharded component's draws come from its cursor's plan: over
- * whole ranges (W = 1) or spans dense in reads on the SIMD kernel, else a locate per read. The cursor is
- * the caller's (one per thread). */
+ * else, on AVX-512, the reads of flat components of 2 to 2^32 samples in read order with every lane on its
+ * component's keys, and the others', or all on AVX2, gathered by component). A sharded component's draws
+ * come from its cursor's plan: over whole ranges (W = 1) or spans dense in reads on the SIMD kernel, else
+ * a locate per read. The cursor is the caller's (one per thread). */
 int pd_gen_mix_fill_u64(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
                         uint64_t *out, uint64_t *written);
 int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
