@@ -77,8 +77,10 @@ PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m256i *s0, __m256i *
     const __m256i e = _mm256_mul_epu32(*s0, m_lo);
     const __m256i o = _mm256_mul_epu32(_mm256_srli_epi64(*s0, 32), m_lo);
     __m256i hi = _mm256_blend_epi32(_mm256_srli_epi64(e, 32), o, 0xAA);
-    hi = _mm256_add_epi32(hi, _mm256_mullo_epi32(*s0, m_hi));
-    __m256i lo = _mm256_mullo_epi32(*s0, p->m_lo_d);
+    /* b ≤ 32: of lo32(m_hi·s0) and lo32(M0·s0) << d the round reads the low 16 bits, which vpmullw gives
+     * (s0 < 2^16) in one uop where vpmulld takes two (kernel_avx2.c's pd_mul_lo) */
+    hi = _mm256_add_epi32(hi, _mm256_mullo_epi16(*s0, m_hi));
+    __m256i lo = _mm256_mullo_epi16(*s0, p->m_lo_d);
     if (d)
         lo = _mm256_or_si256(lo, _mm256_srlv_epi32(*s1, p->lbits));
     const __m256i k = hk ? _mm256_set1_epi32((int)hk[i]) : _mm256_permutevar8x32_epi32(c->key[i], p->run);

@@ -1,4 +1,4 @@
-/* σ of several windows' short runs at once on AVX-512F: every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; τ of ≤ 17 bits with one multiply a round, with PD_BATCH_WORDS (batch_bw.c) on 16-bit lanes, or with PD_BATCH_BYTES (batch_vbmi.c) on byte lanes. */
+/* σ of several windows' short runs at once on AVX-512 (F and BW): every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; τ of ≤ 17 bits with one multiply a round, with PD_BATCH_WORDS (batch_bw.c) on 16-bit lanes, or with PD_BATCH_BYTES (batch_vbmi.c) on byte lanes. */
 #include "cpu/kernel.h"
 
 #include <string.h>
@@ -153,8 +153,10 @@ PD_AI void vp_round(const bctx *c, int i, const lanes *p, __m512i *s0, __m512i *
         const __m512i e = _mm512_mul_epu32(*s0, m_lo);
         const __m512i o = _mm512_mul_epu32(_mm512_srli_epi64(*s0, 32), m_lo);
         hi = _mm512_mask_shuffle_epi32(o, 0x5555, e, _MM_PERM_DDBB);
-        hi = _mm512_add_epi32(hi, _mm512_mullo_epi32(*s0, m_hi));
-        lo = _mm512_mullo_epi32(*s0, p->m_lo_d);
+        /* b ≤ 32: of lo32(m_hi·s0) and lo32(M0·s0) << d the round reads the low 16 bits, which vpmullw
+         * gives (s0 < 2^16) in one uop where vpmulld takes two (kernel_avx512.c's pd_mul_lo) */
+        hi = _mm512_add_epi32(hi, _mm512_mullo_epi16(*s0, m_hi));
+        lo = _mm512_mullo_epi16(*s0, p->m_lo_d);
     }
     const __m512i k = hk ? _mm512_set1_epi32((int)hk[i]) : _mm512_permutexvar_epi32(p->run, c->key[i]);
     *s0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, *s1, PD_TL_XOR3), p->lmask);

@@ -50,12 +50,10 @@ static unsigned pd_cpu_probe(void)
         set |= PD_ISA_BIT(PD_ISA_AVX2);
 #endif
 #ifdef PD_CPU_HAVE_AVX512
-    if (((b >> 16) & 1) && (xcr0 & 0xE6) == 0xE6) { /* AVX-512F; opmask, ZMM upper halves, ZMM16-31 */
-        set |= PD_ISA_BIT(PD_ISA_AVX512);
-#ifdef PD_CPU_HAVE_BW
-        if ((b >> 30) & 1) /* AVX-512BW */
-            set |= PD_CPU_BW;
-#endif
+    /* AVX-512F and BW (pd_mul_lo's vpmullw; every AVX-512 CPU but the Xeon Phi); opmask, ZMM upper halves,
+     * ZMM16-31 */
+    if (((b >> 16) & 1) && ((b >> 30) & 1) && (xcr0 & 0xE6) == 0xE6) {
+        set |= PD_ISA_BIT(PD_ISA_AVX512) | PD_CPU_BW;
 #ifdef PD_CPU_HAVE_VBMI
         if (((b >> 30) & 1) && ((c >> 1) & 1)) /* AVX-512BW, AVX-512 VBMI */
             set |= PD_CPU_VBMI;

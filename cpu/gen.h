@@ -17,7 +17,7 @@ typedef enum pd_isa {
     PD_ISA_AUTO = 0,   /* the best one this CPU (and OS) can run */
     PD_ISA_SCALAR = 1, /* the core's loop: always available */
     PD_ISA_AVX2 = 2,   /* 8 lanes of 32 bits */
-    PD_ISA_AVX512 = 3, /* 16 lanes of 32 bits (AVX-512F) */
+    PD_ISA_AVX512 = 3, /* 16 lanes of 32 bits (AVX-512F and BW) */
 } pd_isa;
 
 /* How a SIMD kernel cycle-walks (spec §4): lanes whose value is still ≥ n
@@ -40,9 +40,9 @@ typedef struct pd_gen {
     pd_isa isa;   /* never PD_ISA_AUTO after pd_gen_init */
     pd_walk walk; /* PD_WALK_AUTO unless pd_gen_set_walk chose one */
     int vbmi;     /* AVX-512 only, set by pd_gen_init where the CPU has AVX-512 VBMI: small τ
-                     (sharded windows, b ≤ 17) walk on byte lanes. Clear it to run AVX-512F alone. */
-    int bw;       /* AVX-512 only, set where the CPU has AVX-512BW: without vbmi, small τ walk on 16-bit
-                     lanes. Clear both to run AVX-512F alone (PD_SMALL's 32-bit lanes). */
+                     (sharded windows, b ≤ 17) walk on byte lanes. */
+    int bw;       /* AVX-512 only, set by pd_gen_init: without vbmi, small τ walk on 16-bit lanes. Clear
+                     both to walk them on 32-bit lanes (PD_SMALL), the way before word lanes. */
 } pd_gen;
 
 /* ---- Instruction sets */

@@ -56,18 +56,26 @@ static const __m256i *pd_avx2_iota(void)
 
 /* ---- One evaluation of VariablePhilox */
 
-PD_AI void vp_round(const avx2_ctx *c, int i, __m256i *s0, __m256i *s1, const int d)
+/* a·m mod 2^32 in each lane, or, but for shape WIDE, only its low 16 bits (0 above) where a < 2^16: with
+ * b ≤ 32 a round reads no more of either product (halves of at most 16 bits, masked by lmask and rmask).
+ * vpmullw is one uop where vpmulld is two, with 10 cycles' latency on Intel. */
+PD_AI __m256i pd_mul_lo(__m256i a, __m256i m, const int shape)
+{
+    return shape == WIDE ? _mm256_mullo_epi32(a, m) : _mm256_mullo_epi16(a, m);
+}
+
+PD_AI void vp_round(const avx2_ctx *c, int i, __m256i *s0, __m256i *s1, const int d, const int shape)
 {
     /* M0·s0 is a 64 × 31-bit product; AVX2 only multiplies 32 × 32 → 64
      * (vpmuludq, even lanes) or keeps the low 32 bits (vpmulld). Since
      * hi32(M0·s0) = hi32(m_lo·s0) + lo32(m_hi·s0) mod 2^32, the high word
      * costs two vpmuludq (even lanes, then odd lanes shifted down), a blend
-     * that puts each lane's high word in place, and one vpmulld. */
+     * that puts each lane's high word in place, and one multiply (pd_mul_lo). */
     const __m256i e = _mm256_mul_epu32(*s0, c->m_lo);
     const __m256i o = _mm256_mul_epu32(_mm256_srli_epi64(*s0, 32), c->m_lo);
     __m256i hi = _mm256_blend_epi32(_mm256_srli_epi64(e, 32), o, 0xAA);
-    hi = _mm256_add_epi32(hi, _mm256_mullo_epi32(*s0, c->m_hi));
-    __m256i lo = _mm256_mullo_epi32(*s0, c->m_lo_d); /* lo32(M0·s0) << d */
+    hi = _mm256_add_epi32(hi, pd_mul_lo(*s0, c->m_hi, shape));
+    __m256i lo = pd_mul_lo(*s0, c->m_lo_d, shape); /* lo32(M0·s0) << d */
     if (d) /* s1 >> lbits is s1's top bit: s1 is kept masked when d = 1 */
         lo = _mm256_or_si256(lo, _mm256_srl_epi32(*s1, c->lbits));
     *s0 = _mm256_and_si256(_mm256_xor_si256(_mm256_xor_si256(hi, c->k[i]), *s1), c->lmask);
@@ -77,13 +85,13 @@ PD_AI void vp_round(const avx2_ctx *c, int i, __m256i *s0, __m256i *s1, const in
 }
 
 /* The 24 rounds on nv vectors, interleaved round by round. */
-PD_AI void vp_eval_n(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, const int d)
+PD_AI void vp_eval_n(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, const int d, const int shape)
 {
 #pragma GCC unroll 24
     for (int i = 0; i < PD_ROUNDS; i++) {
 #pragma GCC unroll 8
         for (int v = 0; v < nv; v++)
-            vp_round(c, i, &s0[v], &s1[v], d);
+            vp_round(c, i, &s0[v], &s1[v], d, shape);
     }
     if (!d) {
         for (int v = 0; v < nv; v++)
@@ -91,9 +99,9 @@ PD_AI void vp_eval_n(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, 
     }
 }
 
-PD_AI void vp_eval(const avx2_ctx *c, __m256i s0[NV], __m256i s1[NV], const int d)
+PD_AI void vp_eval(const avx2_ctx *c, __m256i s0[NV], __m256i s1[NV], const int d, const int shape)
 {
-    vp_eval_n(c, s0, s1, NV, d);
+    vp_eval_n(c, s0, s1, NV, d, shape);
 }
 
 /* ---- Positions in, ids out */
@@ -194,7 +202,7 @@ PD_AI void walk_none(const avx2_ctx *c, const int d, const int shape)
             const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(i + VW * v)), *pd_avx2_iota());
             positions(c, idx, &s0[v], &s1[v], shape);
         }
-        vp_eval_n(c, s0, s1, CNV, d);
+        vp_eval_n(c, s0, s1, CNV, d, shape);
         for (int v = 0; v < CNV; v++) {
             if (shape == WIDE)
                 store_wide(c, i + VW * v, s0[v], s1[v]);
@@ -222,7 +230,7 @@ PD_AI void walk_lockstep(const avx2_ctx *c, const int d, const int shape)
             r0[v] = r1[v] = fin[v] = _mm256_setzero_si256();
         }
         for (;;) {
-            vp_eval(c, s0, s1, d);
+            vp_eval(c, s0, s1, d, shape);
             int all = 1;
             for (int v = 0; v < NV; v++) {
                 if (shape == WIDE) {
@@ -333,7 +341,7 @@ typedef struct lanes {
  * in the drain, lanes past the end idle until the last walk finishes. */
 PD_AI void refill_step(const avx2_ctx *c, lanes *L, outbuf *buf, const int d, const int shape, const int drain)
 {
-    vp_eval(c, L->s0, L->s1, d);
+    vp_eval(c, L->s0, L->s1, d, shape);
     for (int v = 0; v < NV; v++) {
         __m256i val = L->s0[v], done;
         if (shape == WIDE)
@@ -453,7 +461,7 @@ PD_AI void compact_first(const avx2_ctx *c, queue *q, uint32_t i, const int d, c
             positions(c, idx[v], &s0[v], &s1[v], shape);
         }
     }
-    vp_eval_n(c, s0, s1, CNV, d);
+    vp_eval_n(c, s0, s1, CNV, d, shape);
     for (int v = 0; v < CNV; v++) {
         __m256i in, val = s0[v];
         if (shape == WIDE) {
@@ -478,7 +486,7 @@ PD_AI void compact_pass(const avx2_ctx *c, queue *q, outbuf *buf, const int d, c
         __m256i s0[CNV], s1[CNV], idx[CNV];
         for (int v = 0; v < CNV; v++)
             queue_get(c, q, r + VW * v, &s0[v], &s1[v], &idx[v], shape);
-        vp_eval_n(c, s0, s1, CNV, d);
+        vp_eval_n(c, s0, s1, CNV, d, shape);
         for (int v = 0; v < CNV; v++) {
             __m256i val = s0[v], in;
             if (shape == WIDE)
@@ -574,7 +582,7 @@ PD_AI void walk_refill_scalar(const avx2_ctx *c, const int d, const int shape)
             s0[v] = _mm256_load_si256((const __m256i *)(S0 + VW * v));
             s1[v] = _mm256_load_si256((const __m256i *)(S1 + VW * v));
         }
-        vp_eval(c, s0, s1, d);
+        vp_eval(c, s0, s1, d, shape);
         uint32_t mask = 0;
         for (int v = 0; v < NV; v++) {
             const __m256i live = _mm256_cmpgt_epi32(c->count, _mm256_load_si256((const __m256i *)(I + VW * v)));
