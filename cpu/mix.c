@@ -34,8 +34,9 @@
  *   - by runs (pd_mix_sparse_runs; AVX-512 and scalar, components flat of 2 to 2^32 samples): the reads in
  *     read order through the batch kernel (pd__batch_*), each lane on its (component, component epoch)'s
  *     keys: no grouping and no scatter;
- *   - by groups (AVX2, and the other components' reads beside runs: sharded ones, flat ones outside 2 to
- *     2^32): the reads are grouped by component and component epoch (pd_mix_sparse_groups), and σ is
+ *   - by groups (AVX2; the other components' reads beside runs, sharded ones or flat ones outside 2 to
+ *     2^32, where blocks go a block at a time, and every read of such a mixture otherwise): the reads
+ *     are grouped by component and component epoch (pd_mix_sparse_groups), and σ is
  *     gathered at their draws (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd
  *     per round, loses to this); a sharded component's draws of spans dense in reads on the shard kernel,
  *     else one locate each (pd_mix_shard_positions).
@@ -718,6 +719,13 @@ static inline const pd_mix_part *pd_mix_part_of(const pd_mix_part *parts, uint32
     return &parts[pd_mix_part_index(parts, n, q)];
 }
 
+/* Whether sparse runs go a block at a time (pd_mix_runs_block): by parts, with more reads a block than
+ * components. */
+static int pd_mix_blockwise(const pd_mix *m, int by_parts, uint64_t world)
+{
+    return by_parts && m->block / world > m->components;
+}
+
 /* How sparse reads find their component and draw: in their block's parts (pd_mix_by_parts), walked once per
  * block, or by a descent of the tree per read. */
 typedef struct pd_mix_reader {
@@ -852,6 +860,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
             const pd_mix_part *part = &w->parts[p];
             if (grouped && w->grouped[part->component]) {
                 run[p] = PD_MIX_RUN_GROUPED;
+                base[p] = 0;
                 continue;
             }
             const pd_mix_last *last = pd_mix_runs_of(g, c, w, r, part->component, part->draw, out, width);
@@ -870,18 +879,22 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
     const uint32_t *slot = w->slot + t, nparts = rd->nparts;
     uint32_t *bv = w->bv + r->count;
     uint8_t *brun = w->brun + r->count;
-    if (grouped) {
-        uint32_t *bidx = w->bidx + r->count, added = 0;
+    if (grouped) { /* each read stored both ways, kept by one: the components interleave at random */
+        uint32_t *bidx = w->bidx + r->count, *pick = w->pick, added = 0, npick = w->npick;
+        uint32_t *comp = w->comp;
+        uint64_t *draw = w->draw;
         for (uint64_t i = 0; i < nb; i++) {
-            const uint32_t q = slot[i], p = pd_mix_part_index(parts, nparts, q);
-            if (run[p] == PD_MIX_RUN_GROUPED) {
-                pd_mix_pick(w, t + i, parts[p].component, parts[p].draw + (q - parts[p].slot));
-                continue;
-            }
+            const uint32_t q = slot[i], p = pd_mix_part_index(parts, nparts, q), by_groups = run[p] == PD_MIX_RUN_GROUPED;
+            comp[t + i] = parts[p].component;
+            draw[t + i] = parts[p].draw + (q - parts[p].slot);
+            pick[npick] = (uint32_t)(t + i);
+            npick += by_groups;
             bv[added] = base[p] + q;
             brun[added] = run[p];
-            bidx[added++] = (uint32_t)(t + i);
+            bidx[added] = (uint32_t)(t + i);
+            added += !by_groups;
         }
+        w->npick = npick;
         r->count += added;
         return 1;
     }
@@ -931,7 +944,7 @@ static inline __attribute__((always_inline)) void pd_mix_sparse_runs_as(const pd
     const int by_parts = pd_mix_by_parts(m, world);
     pd_mix_reader rd = {.block = UINT64_MAX};
     pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = w->batches + 1, .idx = grouped ? w->bidx : NULL};
-    if (by_parts && m->block / world > m->components) {
+    if (pd_mix_blockwise(m, by_parts, world)) {
         for (uint64_t t = 0; t < n;) {
             const uint64_t g0 = g_first + t * world, nb = pd_mix_block_count(m, g0, world, n - t);
             uint64_t j, d; /* the block's parts into rd */
@@ -1009,14 +1022,17 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
                                 uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
+    const int by_parts = pd_mix_by_parts(m, world);
     pd_mix_slots(g, m, g_first, world, n, w->slot);
-    if (w->by_runs) {
+    /* Some components not run (w->grouped): runs for the others only where blocks go a block at a time,
+     * whose reads are sorted out without a branch; read by read, the branch on each read's component
+     * cost more than runs gain (10,000-shard mixture, W = 64, 2-core Xeon: 9.5 against 10.5 M ids/s). */
+    if (w->by_runs && (!w->grouped || pd_mix_blockwise(m, by_parts, world))) {
         pd_mix_sparse_runs(g, c, w, k, g_first, world, n, out, width);
         if (w->npick) /* reads of components the batch kernel does not run */
             pd_mix_sparse_groups(g, c, w, chunk, w->pick, w->npick, out, width);
         return;
     }
-    const int by_parts = pd_mix_by_parts(m, world);
     pd_mix_reader rd = {.block = UINT64_MAX};
     for (uint64_t t = 0; t < n; t++) { /* component and draw of each read */
         uint64_t j, d;
