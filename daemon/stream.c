@@ -38,6 +38,7 @@ typedef struct pd_stream {
     pd_ring ring;
     uint32_t slots;
     uint64_t slot_bytes;
+    uint64_t served;        /* the session's turn (pd_streams.turn) of its last batch scheduled; 0: none */
 } pd_stream;
 
 /* A session's streams, and the ring its last ring stream used (kept for the next one). */
@@ -45,6 +46,7 @@ struct pd_streams {
     pd_stream *head;
     unsigned n;    /* linked: live ones, and ended ones whose last batch is still generated */
     unsigned live; /* not ended: what max_streams bounds */
+    uint64_t turn; /* batches scheduled so far, all streams: each stream's served is one of these */
     pd_ring spare_ring;
 };
 
@@ -374,19 +376,26 @@ static int pd_stream_wake(pd_stream *st)
     return 1;
 }
 
-/* Produce as far as credits, the in-flight bound and the output cap allow. */
-static void pd_stream_produce(pd_stream *st)
+/* Whether st may schedule a batch now: credit and ids left, and room under the bounds. Batches not sent
+ * yet, running or done out of order and waiting for an earlier one (those no longer count toward the
+ * cap): at most PD_STREAM_MAX_INFLIGHT, and on a ring fewer than its slots, so that two never share one. */
+static int pd_stream_can_produce(const pd_stream *st)
+{
+    const pd_conn *c = st->s->conn;
+    return !st->ended && st->credits && st->unscheduled && st->next_seq - st->send_seq < PD_STREAM_MAX_INFLIGHT &&
+           (!st->ring.base || st->next_seq - st->send_seq < st->slots) && pd_conn_open(c) && !pd_conn_congested(c);
+}
+
+/* Produce up to `most` batches, as far as credits, the in-flight bound and the output cap allow (st may
+ * be freed when it returns). Each batch either is scheduled, or ends the stream with an error. */
+static void pd_stream_produce(pd_stream *st, uint64_t most)
 {
     pd_session *s = st->s;
     pd_conn *c = s->conn;
     /* Woken only when it can produce: a congested one stays idle until pd_streams_pump on writable. */
     if (st->credits && !st->ended && pd_conn_open(c) && !pd_conn_congested(c) && pd_stream_wake(st))
         return;
-    /* Batches not sent yet, running or done out of order and waiting for an earlier one (those no longer
-     * count toward the cap): at most PD_STREAM_MAX_INFLIGHT, and on a ring fewer than its slots, so that
-     * two never share one. */
-    while (!st->ended && st->credits && st->unscheduled && st->next_seq - st->send_seq < PD_STREAM_MAX_INFLIGHT &&
-           (!st->ring.base || st->next_seq - st->send_seq < st->slots) && pd_conn_open(c) && !pd_conn_congested(c)) {
+    for (uint64_t made = 0; made < most && pd_stream_can_produce(st); made++) {
         uint64_t count = st->unscheduled < st->batch ? st->unscheduled : st->batch;
         /* Inline only in order (nothing in flight) and within the loop's budget. */
         int inl = st->inflight == 0 && !st->ready && count <= PD_STREAM_INLINE_MAX && !pd_target_may_block(&st->t) &&
@@ -411,6 +420,7 @@ static void pd_stream_produce(pd_stream *st)
         st->credits--;
         st->unscheduled -= count;
         st->t.slice.offset = pd_target_next_offset(&st->t, st->t.slice.offset, count);
+        st->served = ++s->streams->turn;
     }
     if (!st->ended && st->credits && st->unscheduled && pd_conn_open(c))
         pd_conn_note_congestion(c); /* stopped by the cap, not by credits */
@@ -418,13 +428,26 @@ static void pd_stream_produce(pd_stream *st)
     pd_stream_maybe_complete(st);
 }
 
+/* The connection has room: its streams take it a batch at a time, the one served longest ago first, so
+ * that under output_cap no stream takes every freed place from the others (the newest did, when each
+ * pump ran the streams in order, each as far as it could). O(streams) a batch. Then every stream settles
+ * as after producing (idle plans, completion, the connection's pause). */
 void pd_streams_pump(pd_session *s)
 {
+    for (;;) {
+        pd_stream *next = NULL;
+        for (pd_stream *st = s->streams ? s->streams->head : NULL; st; st = st->next)
+            if (pd_stream_can_produce(st) && (!next || st->served < next->served))
+                next = st;
+        if (!next)
+            break;
+        pd_stream_produce(next, 1); /* a batch scheduled, or the stream ended: no pass repeats forever */
+    }
     pd_stream *st = s->streams ? s->streams->head : NULL;
     while (st) {
         pd_stream *next = st->next; /* st may be freed */
         if (!st->ended)
-            pd_stream_produce(st);
+            pd_stream_produce(st, 0);
         st = next;
     }
 }
@@ -586,7 +609,7 @@ static int pd_stream_start(pd_session *s, uint64_t id, const Permd__V1__Stream *
     pd_log_debug("stream_open", "conn=%llu id=%llu dataset=%s ids=%llu batch=%llu",
                  (unsigned long long)pd_conn_serial(s->conn), (unsigned long long)id, t.ds.name,
                  (unsigned long long)st->unscheduled, (unsigned long long)st->batch);
-    pd_stream_produce(st);
+    pd_stream_produce(st, UINT64_MAX);
     return 0;
 }
 
@@ -607,7 +630,7 @@ void pd_on_credit(pd_session *s, uint64_t id, const Permd__V1__Credit *m)
     uint64_t total = (uint64_t)st->credits + m->credits;
     uint64_t cap = st->ring.base ? st->slots : s->svc->cfg->max_credits; /* a ring has no room for more */
     st->credits = (uint32_t)(total < cap ? total : cap);
-    pd_stream_produce(st);
+    pd_stream_produce(st, UINT64_MAX);
 }
 
 void pd_on_cancel(pd_session *s, uint64_t id, const Permd__V1__Cancel *m)

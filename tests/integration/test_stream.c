@@ -369,6 +369,60 @@ static void test_out_of_order_batches_bounded(void **state)
     assert_int_equal(harness_finish(&own), 0);
 }
 
+/* Streams of one connection share it under output_cap: each pass over them gives a batch to the one
+ * served longest ago. Stream 1 fills the connection first; stream 2 opens behind it; the client then
+ * reads. Before, every pass began at the newest stream, which took each freed place: stream 2 sent all
+ * its 64 batches in one run while stream 1 waited. Now the two alternate. */
+static void test_streams_share_the_cap(void **state)
+{
+    (void)state;
+    enum { BATCH = 4096, CREDITS = 64 };
+    harness own;
+    harness_init(&own);
+    const char *extra[] = {"--output-cap", "65536", NULL}; /* 4 batches of 16 KiB; inline_ids: batches inline */
+    assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
+    assert_int_equal(harness_put(&own, "wide", UINT64_C(1) << 22), 0);
+    int fd = raw_connect_unix(own.sock);
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "wide";
+    sl.seed = 8;
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    send_stream_slice(fd, 1, &sl, BATCH, CREDITS, 0);
+    usleep(200000); /* stream 1 fills the socket's buffer and output_cap */
+    sl.epoch = 1;
+    send_stream_slice(fd, 2, &sl, BATCH, CREDITS, 0);
+    usleep(200000);
+    pd_perm p[2];
+    pd_perm_init(&p[0], 8, 0, PD_STREAM_SAMPLES, UINT64_C(1) << 22);
+    pd_perm_init(&p[1], 8, 1, PD_STREAM_SAMPLES, UINT64_C(1) << 22);
+    uint64_t got[2] = {0, 0}, run = 0, longest = 0, last = 0;
+    while (got[0] < CREDITS && got[1] < CREDITS) { /* while both still have credit */
+        pd_envelope *env;
+        assert_int_equal(raw_recv_env(fd, 10000, &env), 0);
+        assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+        const uint64_t k = env->id - 1;
+        assert_true(k < 2);
+        const Permd__V1__StreamBatch *b = env->stream_batch;
+        assert_int_equal(b->seq, got[k]);
+        assert_int_equal(b->count, BATCH);
+        for (uint64_t i = 0; i < BATCH; i += 1021)
+            assert_int_equal(pd_load_le32(b->ids.data + 4 * i), pd_stream_sample(&p[k], got[k] * BATCH + i));
+        got[k]++;
+        if (got[1]) { /* stream 2 has begun: how long does one stream keep the connection? */
+            run = env->id == last ? run + 1 : 1;
+            longest = run > longest ? run : longest;
+        }
+        last = env->id;
+        protobuf_c_message_free_unpacked(&env->base, NULL);
+    }
+    if (longest > 8)
+        fail_msg("one stream sent %llu batches in a row while the other had credit (stream 1: %llu, 2: %llu)",
+                 (unsigned long long)longest, (unsigned long long)got[0], (unsigned long long)got[1]);
+    close(fd);
+    assert_int_equal(harness_finish(&own), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -379,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_unread_stream_lends_its_plan),
         cmocka_unit_test(test_cap_filled_inline_resumes),
         cmocka_unit_test(test_out_of_order_batches_bounded),
+        cmocka_unit_test(test_streams_share_the_cap),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
