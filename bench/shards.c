@@ -110,7 +110,7 @@ static void cpu_table(const layout *l, uint64_t count)
     if (nb > 1 && gens[nb - 1].vbmi) { /* what AVX-512 CPUs without VBMI (Skylake-X, Cascade Lake) run */
         gens[nb] = gens[nb - 1];
         gens[nb].vbmi = 0;
-        const char *f_only = getenv("PERMD_BENCH_AVX512F"); /* 1: AVX-512F's 32-bit lanes, not BW's words */
+        const char *f_only = getenv("PERMD_BENCH_AVX512F"); /* 1: PD_SMALL's 32-bit lanes, not BW's words */
         if (f_only && strcmp(f_only, "1") == 0)
             gens[nb].bw = 0;
         backends[nb] = &gens[nb];

@@ -23,10 +23,11 @@
  * that lies inside one run (a shard batch's runs are contiguous, so most of its groups do) reads that
  * run's keys and values broadcast from memory instead, as kernel_avx512.c does.
  *
- * Small windows on 32-bit lanes (PD_SMALL: every run of the batch has b ≤ 17, on AVX-512 CPUs without
- * VBMI, whose byte lanes need it): a round's product is one vpmulld by a per-run multiplier
+ * Small windows on 32-bit lanes (PD_SMALL: every run of the batch has b ≤ 17, where the generator has
+ * neither vbmi nor bw: before the word lanes, what CPUs without VBMI ran; now tests and bench/shards
+ * clear both to run it): a round's product is one vpmulld by a per-run multiplier
  * (core/perm.h's pd__vp_small_mult_d: lo << d in the low bits, the high part in the top lbits, taken
- * by a vpsrlvd) instead of two vpmuludq, a shuffle, two vpmulld and an add: ~7 instructions per 16
+ * by a vpsrlvd) instead of two vpmuludq, a shuffle, two 16-bit multiplies and an add: ~7 instructions per 16
  * lanes where the general round costs ~11-12. It took uneven shards from 0.33-0.46 to 0.34-0.53 of
  * flat σ and uniform ones from 0.56-0.75 to 0.71-1.06 (Zen 5 with VBMI turned off: bench/shards'
  * "avx512 no-VBMI" column; the H100 host's Xeon, whose vpmulld costs more: 0.40-0.62, 0.81-1.09).

@@ -242,8 +242,8 @@ void pd__batch_bw(const pd__batch *b);
 void pd__batch_vbmi(const pd__batch *b);
 #endif
 /* Whether g walks τ on narrow lanes (AVX-512 VBMI and b ≤ 17: bytes; AVX-512BW without VBMI, b ≤ 17:
- * 16-bit words; AVX2: bytes for b ≤ 11, words for b ≤ 17) or, on AVX-512F alone, b ≤ 17 on 32-bit
- * lanes with one multiply a round (batch_avx512.c's PD_SMALL): faster than the σ kernels' general
+ * 16-bit words; AVX2: bytes for b ≤ 11, words for b ≤ 17) or, with both vbmi and bw cleared (tests,
+ * bench), b ≤ 17 on 32-bit lanes with one multiply a round (batch_avx512.c's PD_SMALL): faster than the σ kernels' general
  * rounds, so even a batch of one run takes the batch kernel then. */
 #define PD__BATCH_BYTES_AVX2 11
 #define PD__BATCH_WORDS_AVX2 17

@@ -184,8 +184,8 @@ static const pd_opt pd_opts[] = {
            "On SIGTERM or SIGINT, how long in-flight replies may take before the\n"
            "remaining connections are closed."),
     PD_OPT(cpu_isa, PD_OPT_STR, "auto", 0, 0,
-           "CPU kernels: auto (the best this CPU runs), scalar, avx2 or avx512. Every\n"
-           "choice gives the same ids."),
+           "CPU kernels: auto (the best this CPU runs), scalar, avx2 or avx512 (AVX-512F\n"
+           "and BW: Skylake-SP, Zen 4 and later). Every choice gives the same ids."),
     PD_OPT(cpu_threads, PD_OPT_U64, "0", 0, 1024,
            "Threads one large request is split over (the worker that took it\n"
            "included); 0: one per CPU."),

@@ -609,7 +609,7 @@ static int pd_stream_start(pd_session *s, uint64_t id, const Permd__V1__Stream *
     pd_log_debug("stream_open", "conn=%llu id=%llu dataset=%s ids=%llu batch=%llu",
                  (unsigned long long)pd_conn_serial(s->conn), (unsigned long long)id, t.ds.name,
                  (unsigned long long)st->unscheduled, (unsigned long long)st->batch);
-    pd_stream_produce(st, UINT64_MAX);
+    pd_streams_pump(s); /* in turn with the session's other streams */
     return 0;
 }
 
@@ -630,7 +630,7 @@ void pd_on_credit(pd_session *s, uint64_t id, const Permd__V1__Credit *m)
     uint64_t total = (uint64_t)st->credits + m->credits;
     uint64_t cap = st->ring.base ? st->slots : s->svc->cfg->max_credits; /* a ring has no room for more */
     st->credits = (uint32_t)(total < cap ? total : cap);
-    pd_stream_produce(st, UINT64_MAX);
+    pd_streams_pump(s); /* in turn with the session's other streams */
 }
 
 void pd_on_cancel(pd_session *s, uint64_t id, const Permd__V1__Cancel *m)

@@ -369,10 +369,35 @@ static void test_out_of_order_batches_bounded(void **state)
     assert_int_equal(harness_finish(&own), 0);
 }
 
-/* Streams of one connection share it under output_cap: each pass over them gives a batch to the one
- * served longest ago. Stream 1 fills the connection first; stream 2 opens behind it; the client then
- * reads. Before, every pass began at the newest stream, which took each freed place: stream 2 sent all
- * its 64 batches in one run while stream 1 waited. Now the two alternate. */
+/* Receive a batch of `count` ids of stream `id` (0: either of streams 1 and 2, whose orders are p[0], p[1]
+ * and next seqs seq[0], seq[1]; else stream id of order *p, seq 0), checked against the order at a
+ * sample of its ids; returns its stream. */
+static uint64_t expect_batch_of(int fd, uint64_t id, const pd_perm *p, const uint64_t *seq, uint64_t count)
+{
+    pd_envelope *env;
+    assert_int_equal(raw_recv_env(fd, 10000, &env), 0);
+    assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+    const uint64_t got = env->id;
+    if (id)
+        assert_int_equal(got, id);
+    else
+        assert_true(got == 1 || got == 2);
+    const pd_perm *order = id ? p : &p[got - 1];
+    const uint64_t want_seq = id ? 0 : seq[got - 1];
+    const Permd__V1__StreamBatch *b = env->stream_batch;
+    assert_int_equal(b->seq, want_seq);
+    assert_int_equal(b->count, count);
+    for (uint64_t i = 0; i < count; i += 1021)
+        assert_int_equal(pd_load_le32(b->ids.data + 4 * i), pd_stream_sample(order, want_seq * count + i));
+    protobuf_c_message_free_unpacked(&env->base, NULL);
+    return got;
+}
+
+/* Streams of one connection share it under output_cap: freed room goes a batch at a time to the stream
+ * served longest ago. Two streams open with one credit each; then each gets 64: stream 1's fill the connection
+ * (output_cap and the socket's buffer) before stream 2's Credit is read; the client then reads. Before,
+ * stream 2's Credit made it produce as far as it could, and every pass began at the newest stream,
+ * stream 2, which took each freed place: it sent its 64 batches in one run while stream 1 waited. */
 static void test_streams_share_the_cap(void **state)
 {
     (void)state;
@@ -388,33 +413,25 @@ static void test_streams_share_the_cap(void **state)
     sl.seed = 8;
     sl.world = 1;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
-    send_stream_slice(fd, 1, &sl, BATCH, CREDITS, 0);
-    usleep(200000); /* stream 1 fills the socket's buffer and output_cap */
+    send_stream_slice(fd, 1, &sl, BATCH, 1, 0);
     sl.epoch = 1;
-    send_stream_slice(fd, 2, &sl, BATCH, CREDITS, 0);
-    usleep(200000);
+    send_stream_slice(fd, 2, &sl, BATCH, 1, 0);
     pd_perm p[2];
     pd_perm_init(&p[0], 8, 0, PD_STREAM_SAMPLES, UINT64_C(1) << 22);
     pd_perm_init(&p[1], 8, 1, PD_STREAM_SAMPLES, UINT64_C(1) << 22);
-    uint64_t got[2] = {0, 0}, run = 0, longest = 0, last = 0;
-    while (got[0] < CREDITS && got[1] < CREDITS) { /* while both still have credit */
-        pd_envelope *env;
-        assert_int_equal(raw_recv_env(fd, 10000, &env), 0);
-        assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
-        const uint64_t k = env->id - 1;
-        assert_true(k < 2);
-        const Permd__V1__StreamBatch *b = env->stream_batch;
-        assert_int_equal(b->seq, got[k]);
-        assert_int_equal(b->count, BATCH);
-        for (uint64_t i = 0; i < BATCH; i += 1021)
-            assert_int_equal(pd_load_le32(b->ids.data + 4 * i), pd_stream_sample(&p[k], got[k] * BATCH + i));
-        got[k]++;
-        if (got[1]) { /* stream 2 has begun: how long does one stream keep the connection? */
-            run = env->id == last ? run + 1 : 1;
-            longest = run > longest ? run : longest;
-        }
-        last = env->id;
-        protobuf_c_message_free_unpacked(&env->base, NULL);
+    for (int k = 0; k < 2; k++) /* each stream's first batch */
+        expect_batch_of(fd, k + 1, &p[k], 0, BATCH);
+    expect_silence(fd);
+    send_credit(fd, 1, CREDITS);
+    send_credit(fd, 2, CREDITS);
+    usleep(200000); /* both Credits sent: stream 1's batches fill the connection */
+    uint64_t got[2] = {1, 1}, run = 0, longest = 0, last = 0;
+    while (got[0] <= CREDITS && got[1] <= CREDITS) { /* while both still have credit */
+        const uint64_t id = expect_batch_of(fd, 0, p, got, BATCH);
+        got[id - 1]++;
+        run = id == last ? run + 1 : 1; /* how long does one stream keep the connection? */
+        longest = run > longest ? run : longest;
+        last = id;
     }
     if (longest > 8)
         fail_msg("one stream sent %llu batches in a row while the other had credit (stream 1: %llu, 2: %llu)",
