@@ -934,14 +934,14 @@ static inline __attribute__((always_inline)) void pd_mix_runs_read(const pd_gen 
  * their own component's keys: no grouping by component, no scatter. Where blocks have more reads than C, a
  * block at a time (its parts' runs resolved once). With `grouped` (w->grouped: some components are not
  * run), their reads are picked for pd_mix_sparse_groups instead. Inlined twice, so that mixtures of runnable
- * components alone test nothing per read. */
+ * components alone test nothing per read. by_parts: pd_mix_by_parts(m, world), as the chunk found it. */
 static inline __attribute__((always_inline)) void pd_mix_sparse_runs_as(const pd_gen *g, pd_mix_cursor *c,
-                                                                        pd_mix_work *w, const int grouped, uint64_t *k,
-                                                                        uint64_t g_first, uint64_t world, uint64_t n,
-                                                                        void *out, unsigned width)
+                                                                        pd_mix_work *w, const int grouped,
+                                                                        int by_parts, uint64_t *k, uint64_t g_first,
+                                                                        uint64_t world, uint64_t n, void *out,
+                                                                        unsigned width)
 {
     const pd_mix *m = c->mix;
-    const int by_parts = pd_mix_by_parts(m, world);
     pd_mix_reader rd = {.block = UINT64_MAX};
     pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = w->batches + 1, .idx = grouped ? w->bidx : NULL};
     if (pd_mix_blockwise(m, by_parts, world)) {
@@ -964,14 +964,14 @@ static inline __attribute__((always_inline)) void pd_mix_sparse_runs_as(const pd
     w->batches = r.id - 1; /* the next chunk's first batch is new to every pd_mix_last */
 }
 
-static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t *k, uint64_t g_first,
-                               uint64_t world, uint64_t n, void *out, unsigned width)
+static void pd_mix_sparse_runs(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, int by_parts, uint64_t *k,
+                               uint64_t g_first, uint64_t world, uint64_t n, void *out, unsigned width)
 {
     w->npick = 0;
     if (w->grouped)
-        pd_mix_sparse_runs_as(g, c, w, 1, k, g_first, world, n, out, width);
+        pd_mix_sparse_runs_as(g, c, w, 1, by_parts, k, g_first, world, n, out, width);
     else
-        pd_mix_sparse_runs_as(g, c, w, 0, k, g_first, world, n, out, width);
+        pd_mix_sparse_runs_as(g, c, w, 0, by_parts, k, g_first, world, n, out, width);
 }
 
 /* The ids of n reads of a sparse chunk whose component and draw are in w->comp and w->draw: the reads pick[i]
@@ -1028,7 +1028,7 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
      * whose reads are sorted out without a branch; read by read, the branch on each read's component
      * cost more than runs gain (10,000-shard mixture, W = 64, 2-core Xeon: 9.5 against 10.5 M ids/s). */
     if (w->by_runs && (!w->grouped || pd_mix_blockwise(m, by_parts, world))) {
-        pd_mix_sparse_runs(g, c, w, k, g_first, world, n, out, width);
+        pd_mix_sparse_runs(g, c, w, by_parts, k, g_first, world, n, out, width);
         if (w->npick) /* reads of components the batch kernel does not run */
             pd_mix_sparse_groups(g, c, w, chunk, w->pick, w->npick, out, width);
         return;
