@@ -56,6 +56,7 @@ for rep in $(seq "$reps"); do # rounds interleave the two names, so other load h
   done
 done
 best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a / b}'; } # a / b, two decimals
 
 {
   echo "# Mixtures vs a flat dataset, and against what users build today"
@@ -99,7 +100,7 @@ best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
     for world in 1 8; do
       read -r fr fp50 _ <<<"$(best "${V[flat.$count.$world]}")"
       read -r mr mp50 mp99 <<<"$(best "${V[mix.$count.$world]}")"
-      echo "| $world | $count | $fr | $fp50 | $mr | $mp50 | $mp99 | $(awk -v a="$mr" -v b="$fr" 'BEGIN{printf "%.2f", a / b}') | $(awk -v a="$fp50" -v b="$mp50" 'BEGIN{printf "%.2f", a / b}') |"
+      echo "| $world | $count | $fr | $fp50 | $mr | $mp50 | $mp99 | $(ratio "$mr" "$fr") | $(ratio "$fp50" "$mp50") |"
     done
   done
   echo
@@ -113,7 +114,7 @@ best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
       read -r fr _ _ <<<"$(best "${V[flat.$count.$world]}")"
       read -r mr _ _ <<<"$(best "${V[mix.$count.$world]}")"
       read -r sr sp50 sp99 <<<"$(best "${V[mixsh.$count.$world]}")"
-      echo "| $world | $count | $fr | $sr | $sp50 | $sp99 | $(awk -v a="$sr" -v b="$fr" 'BEGIN{printf "%.2f", a / b}') | $(awk -v a="$sr" -v b="$mr" 'BEGIN{printf "%.2f", a / b}') |"
+      echo "| $world | $count | $fr | $sr | $sp50 | $sp99 | $(ratio "$sr" "$fr") | $(ratio "$sr" "$mr") |"
     done
   done
   echo
