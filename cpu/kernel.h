@@ -299,4 +299,15 @@ void pd__slots_map_avx512(const pd__slots *t, const uint32_t *u, uint64_t count,
                           int reverse);
 #endif
 
+/* A step of subsequences walked side by side (cpu/shards.c), staged a row each, into the output: out[t·m + c] =
+ * stage[c·step + t] for t < full and c < m ≤ 16, width-byte ids. Returns the columns written, from 0 on
+ * (the kernels take whole vectors, AVX2 only m = 2, 4, 8, 16; the caller writes the rest). */
+#if defined(PD_CPU_HAVE_AVX2)
+uint64_t pd__interleave_avx2(const void *stage, uint64_t step, unsigned m, uint64_t full, void *out, unsigned width);
+#endif
+#if defined(PD_CPU_HAVE_AVX512)
+uint64_t pd__interleave_avx512(const void *stage, uint64_t step, unsigned m, uint64_t full, void *out,
+                               unsigned width);
+#endif
+
 #endif

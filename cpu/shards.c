@@ -1,6 +1,7 @@
 /* Sharded ids in bulk: a rank's positions cut into runs inside one window, σ of batches of runs by the SIMD kernels, then a vector slot lookup. */
 #include "cpu/kernel.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /*
@@ -77,9 +78,12 @@ typedef struct pd_sub {
 
 /* Up to this many subsequences are walked side by side, PD_SHARD_STEP of their indices at a
  * time, so that their interleaved outputs are written while in cache (W = 1 reading G lanes
- * would otherwise write every output line once per lane). */
+ * would otherwise write every output line once per lane). Where g has a vector interleave
+ * (pd_interleaves), a step's ids go to a stage a row per subsequence, then into the output by
+ * whole vectors (pd_interleave): id by id, m apart, the stores cost 17% of a W = 1, G = 8 read. */
 #define PD_SHARD_SUBS 16
 #define PD_SHARD_STEP 1024
+#define PD_SHARD_STAGE_MIN 64 /* subsequences at least this long stage their ids (pd_interleave) */
 /* Key caches: subsequences side by side are in different lanes, far apart in windows, so one cache
  * shared by all was refilled (16 windows' keys, one used) at every window a subsequence entered: 5% of
  * a G = 3, W = 8 read. Subsequence c uses cache c mod 4. */
@@ -420,6 +424,42 @@ static void pd_sub_walk(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch
     }
 }
 
+/* Whether g has a vector interleave for m > 1 subsequences: staging pays for its extra pass only then (a
+ * scalar interleave stores as many times as the strided stores it replaces). */
+static int pd_interleaves(const pd_gen *g, uint64_t m)
+{
+    return m > 1 && (g->isa == PD_ISA_AVX512 || (g->isa == PD_ISA_AVX2 && !(m & (m - 1))));
+}
+
+/* A step's staged ids into the output: out[t·m + c] = stage[c·step + t] (row c: subsequence c's ids of
+ * the step), for t < full on every row, then t = full on rows c < extra (the subsequences one longer). */
+static void pd_interleave(const pd_gen *g, const void *stage, uint64_t step, uint64_t m, uint64_t full,
+                          uint64_t extra, void *out, unsigned width)
+{
+    uint64_t t = 0;
+    switch (g->isa) {
+#ifdef PD_CPU_HAVE_AVX2
+    case PD_ISA_AVX2:
+        t = pd__interleave_avx2(stage, step, (unsigned)m, full, out, width);
+        break;
+#endif
+#ifdef PD_CPU_HAVE_AVX512
+    case PD_ISA_AVX512:
+        t = pd__interleave_avx512(stage, step, (unsigned)m, full, out, width);
+        break;
+#endif
+    default:
+        break;
+    }
+    for (; t < full + (extra > 0); t++)
+        for (uint64_t c = 0; c < (t < full ? m : extra); c++) {
+            if (width == 4)
+                ((uint32_t *)out)[t * m + c] = ((const uint32_t *)stage)[c * step + t];
+            else
+                ((uint64_t *)out)[t * m + c] = ((const uint64_t *)stage)[c * step + t];
+        }
+}
+
 /* Body ids [begin, begin + count) of a request (a pd__chunk_fn). */
 static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t count)
 {
@@ -439,12 +479,32 @@ static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t 
         for (uint64_t c = 0; c < subs; c++)
             pd_sub_init(plan, &sc.subs[c], f + c * W, (count - c - 1) / m + 1, (unsigned)(c % PD_SHARD_KEYSETS));
         const uint64_t longest = sc.subs[0].n, step = subs == 1 ? longest : PD_SHARD_STEP;
-        for (uint64_t i = 0; i < longest; i += step)
+        pd_shard_req staged = *r; /* m > 1: each step's ids staged a subsequence a row, then interleaved */
+        staged.out = longest >= PD_SHARD_STAGE_MIN && pd_interleaves(g, subs) ? malloc(subs * step * r->width) : NULL;
+        for (uint64_t i = 0; i < longest; i += step) {
+            if (staged.out) /* the step's output lines, written after its σ (as pd_prefetch_out's) */
+                pd_prefetch_out(r, begin + i * m, (longest - i < step ? longest - i : step) * m, 1);
             for (uint64_t c = 0; c < subs; c++) {
                 pd_sub *sub = &sc.subs[c];
-                if (i < sub->n) /* subsequences differ in length by one at most */
-                    pd_sub_walk(g, r, &sc, sub, begin + c, m, d, i, sub->n - i < step ? sub->n : i + step);
+                const uint64_t end = sub->n - i < step ? sub->n : i + step;
+                if (i >= sub->n) /* subsequences differ in length by one at most */
+                    continue;
+                if (staged.out) /* row c of the stage, index i at column 0 */
+                    pd_sub_walk(g, &staged, &sc, sub, c * step - i, 1, d, i, end);
+                else
+                    pd_sub_walk(g, r, &sc, sub, begin + c, m, d, i, end);
             }
+            if (staged.out) {
+                pd_batch_flush(g, &staged, &sc);
+                const uint64_t full = sc.subs[subs - 1].n - i < step ? sc.subs[subs - 1].n - i : step;
+                uint64_t extra = 0; /* rows one longer than the last (a final step only) */
+                while (extra < subs && sc.subs[extra].n - i > full && full < step)
+                    extra++;
+                pd_interleave(g, staged.out, step, subs, full, extra, (char *)r->out + (begin + i * m) * r->width,
+                              r->width);
+            }
+        }
+        free(staged.out);
     } else { /* one after the other (each has few positions per output line anyway) */
         for (uint64_t c = 0; c < subs; c++) {
             pd_sub_init(plan, &sc.subs[0], f + c * W, (count - c - 1) / m + 1, 0);

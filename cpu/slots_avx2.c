@@ -197,3 +197,70 @@ void pd__slots_map_avx2(const pd__slots *t, const uint32_t *u, uint64_t count, v
     const int k = t->size <= 8 ? 1 : t->size <= 16 ? 2 : t->size <= 32 ? 3 : t->size <= 64 ? 4 : 0;
     by_size[width == 8][k](t, u, count, out, reverse);
 }
+
+/* cpu/shards.c's interleave (kernel.h, pd__interleave_avx2) for m a power of 2, as slots_avx512.c's: a tile of
+ * L = 32 / width columns, log2(m) perfect shuffles of its m row vectors. A shuffle of two vectors is an
+ * unpack of each 128-bit lane's low and high halves and two vperm2i128 that put the lanes in order. */
+PD_AI void zip(__m256i a, __m256i b, __m256i *lo, __m256i *hi, const unsigned width)
+{
+    const __m256i l = width == 4 ? _mm256_unpacklo_epi32(a, b) : _mm256_unpacklo_epi64(a, b);
+    const __m256i h = width == 4 ? _mm256_unpackhi_epi32(a, b) : _mm256_unpackhi_epi64(a, b);
+    *lo = _mm256_permute2x128_si256(l, h, 0x20);
+    *hi = _mm256_permute2x128_si256(l, h, 0x31);
+}
+
+PD_AI uint64_t interleave_pow2(const void *stage, uint64_t step, uint64_t full, void *out, const unsigned m,
+                               const unsigned width)
+{
+    const unsigned L = 32 / width;
+    uint64_t t = 0;
+    for (; t + L <= full; t += L) {
+        __m256i x[16], y[16];
+#pragma GCC unroll 16
+        for (unsigned c = 0; c < m; c++)
+            x[c] = _mm256_loadu_si256((const __m256i *)((const char *)stage + (c * step + t) * width));
+        for (unsigned pass = 1; pass < m; pass *= 2) {
+#pragma GCC unroll 16
+            for (unsigned i = 0; i < m / 2; i++)
+                zip(x[i], x[i + m / 2], &y[2 * i], &y[2 * i + 1], width);
+#pragma GCC unroll 16
+            for (unsigned i = 0; i < m; i++)
+                x[i] = y[i];
+        }
+        char *o = (char *)out + t * m * width;
+#pragma GCC unroll 16
+        for (unsigned k = 0; k < m; k++)
+            _mm256_storeu_si256((__m256i *)(o + k * 32), x[k]);
+    }
+    return t;
+}
+
+#define PD_INTERLEAVE_INSTANCES(w)                                                                          \
+    static uint64_t interleave2_##w(const void *s, uint64_t step, uint64_t full, void *out)                \
+    {                                                                                                      \
+        return interleave_pow2(s, step, full, out, 2, w);                                                  \
+    }                                                                                                      \
+    static uint64_t interleave4_##w(const void *s, uint64_t step, uint64_t full, void *out)                \
+    {                                                                                                      \
+        return interleave_pow2(s, step, full, out, 4, w);                                                  \
+    }                                                                                                      \
+    static uint64_t interleave8_##w(const void *s, uint64_t step, uint64_t full, void *out)                \
+    {                                                                                                      \
+        return interleave_pow2(s, step, full, out, 8, w);                                                  \
+    }                                                                                                      \
+    static uint64_t interleave16_##w(const void *s, uint64_t step, uint64_t full, void *out)               \
+    {                                                                                                      \
+        return interleave_pow2(s, step, full, out, 16, w);                                                 \
+    }
+PD_INTERLEAVE_INSTANCES(4)
+PD_INTERLEAVE_INSTANCES(8)
+
+uint64_t pd__interleave_avx2(const void *stage, uint64_t step, unsigned m, uint64_t full, void *out, unsigned width)
+{
+    typedef uint64_t pow2_fn(const void *, uint64_t, uint64_t, void *);
+    static pow2_fn *const pow2[2][4] = {{interleave2_4, interleave4_4, interleave8_4, interleave16_4},
+                                        {interleave2_8, interleave4_8, interleave8_8, interleave16_8}};
+    if (m >= 2 && m <= 16 && !(m & (m - 1)))
+        return pow2[width == 8][__builtin_ctz(m) - 1](stage, step, full, out);
+    return 0; /* other m: the caller's loop */
+}

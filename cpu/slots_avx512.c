@@ -118,3 +118,117 @@ void pd__slots_map_avx512(const pd__slots *t, const uint32_t *u, uint64_t count,
     const int k = t->size <= 16 ? 1 : t->size <= 32 ? 2 : t->size <= 64 ? 3 : 0;
     by_regs[width == 8][k](t, u, count, out, reverse);
 }
+
+/* cpu/shards.c's interleave of a step's staged ids (kernel.h, pd__interleave_avx512), a tile of L columns at
+ * a time (L = 64 / width lanes): the m rows' vectors are loaded once and become m output vectors.
+ *
+ * m a power of 2: a transpose by log2(m) perfect shuffles. Each pairs vector i with vector i + m/2 and
+ * interleaves their lanes (vpermt2d: the low halves, then the high halves), m vpermt2d a pass, log2(m)/L a
+ * column. Any other m: output vector k takes lane e from row (kL + e) mod m at column (kL + e) / m, one
+ * masked vpermd (vpermq) per row, m/L a column. */
+PD_AI void shuffle_tile(__m512i *x, const unsigned m, const unsigned width)
+{
+    const __m512i lo = width == 4 ? _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0)
+                                  : _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
+    const __m512i hi = width == 4 ? _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8)
+                                  : _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
+    for (unsigned pass = 1; pass < m; pass *= 2) {
+        __m512i y[16];
+#pragma GCC unroll 16
+        for (unsigned i = 0; i < m / 2; i++) {
+            y[2 * i] = width == 4 ? _mm512_permutex2var_epi32(x[i], lo, x[i + m / 2])
+                                  : _mm512_permutex2var_epi64(x[i], lo, x[i + m / 2]);
+            y[2 * i + 1] = width == 4 ? _mm512_permutex2var_epi32(x[i], hi, x[i + m / 2])
+                                      : _mm512_permutex2var_epi64(x[i], hi, x[i + m / 2]);
+        }
+#pragma GCC unroll 16
+        for (unsigned i = 0; i < m; i++)
+            x[i] = y[i];
+    }
+}
+
+PD_AI uint64_t interleave_pow2(const void *stage, uint64_t step, uint64_t full, void *out, const unsigned m,
+                               const unsigned width)
+{
+    const unsigned L = 64 / width;
+    uint64_t t = 0;
+    for (; t + L <= full; t += L) {
+        __m512i x[16];
+#pragma GCC unroll 16
+        for (unsigned c = 0; c < m; c++)
+            x[c] = _mm512_loadu_si512((const char *)stage + (c * step + t) * width);
+        shuffle_tile(x, m, width);
+        char *o = (char *)out + t * m * width;
+#pragma GCC unroll 16
+        for (unsigned k = 0; k < m; k++)
+            _mm512_storeu_si512(o + k * 64, x[k]);
+    }
+    return t;
+}
+
+PD_AI uint64_t interleave_any(const void *stage, uint64_t step, unsigned m, uint64_t full, void *out,
+                              const unsigned width)
+{
+    const unsigned L = 64 / width;
+    __m512i col[16];
+    __mmask16 mask[16][16];
+    for (unsigned k = 0; k < m; k++) {
+        uint32_t c32[16];
+        uint64_t c64[8];
+        for (unsigned c = 0; c < m; c++)
+            mask[k][c] = 0;
+        for (unsigned e = 0; e < L; e++) {
+            const unsigned o = k * L + e;
+            mask[k][o % m] |= (__mmask16)(1u << e);
+            c32[e] = o / m;
+            c64[e % 8] = o / m;
+        }
+        col[k] = width == 4 ? _mm512_loadu_si512(c32) : _mm512_loadu_si512(c64);
+    }
+    uint64_t t = 0;
+    for (; t + L <= full; t += L) {
+        __m512i row[16];
+        for (unsigned c = 0; c < m; c++)
+            row[c] = _mm512_loadu_si512((const char *)stage + (c * step + t) * width);
+        char *o = (char *)out + t * m * width;
+        for (unsigned k = 0; k < m; k++) {
+            __m512i v = _mm512_setzero_si512();
+            for (unsigned c = 0; c < m; c++)
+                v = width == 4 ? _mm512_mask_permutexvar_epi32(v, mask[k][c], col[k], row[c])
+                               : _mm512_mask_permutexvar_epi64(v, (__mmask8)mask[k][c], col[k], row[c]);
+            _mm512_storeu_si512(o + k * 64, v);
+        }
+    }
+    return t;
+}
+
+#define PD_INTERLEAVE_INSTANCES(w)                                                                          \
+    static uint64_t interleave2_##w(const void *s, uint64_t step, uint64_t full, void *out)                \
+    {                                                                                                      \
+        return interleave_pow2(s, step, full, out, 2, w);                                                  \
+    }                                                                                                      \
+    static uint64_t interleave4_##w(const void *s, uint64_t step, uint64_t full, void *out)                \
+    {                                                                                                      \
+        return interleave_pow2(s, step, full, out, 4, w);                                                  \
+    }                                                                                                      \
+    static uint64_t interleave8_##w(const void *s, uint64_t step, uint64_t full, void *out)                \
+    {                                                                                                      \
+        return interleave_pow2(s, step, full, out, 8, w);                                                  \
+    }                                                                                                      \
+    static uint64_t interleave16_##w(const void *s, uint64_t step, uint64_t full, void *out)               \
+    {                                                                                                      \
+        return interleave_pow2(s, step, full, out, 16, w);                                                 \
+    }
+PD_INTERLEAVE_INSTANCES(4)
+PD_INTERLEAVE_INSTANCES(8)
+
+uint64_t pd__interleave_avx512(const void *stage, uint64_t step, unsigned m, uint64_t full, void *out,
+                               unsigned width)
+{
+    typedef uint64_t pow2_fn(const void *, uint64_t, uint64_t, void *);
+    static pow2_fn *const pow2[2][4] = {{interleave2_4, interleave4_4, interleave8_4, interleave16_4},
+                                        {interleave2_8, interleave4_8, interleave8_8, interleave16_8}};
+    if (m >= 2 && m <= 16 && !(m & (m - 1)))
+        return pow2[width == 8][__builtin_ctz(m) - 1](stage, step, full, out);
+    return width == 4 ? interleave_any(stage, step, m, full, out, 4) : interleave_any(stage, step, m, full, out, 8);
+}

@@ -301,8 +301,10 @@ static void uniform_layouts(void **state)
 }
 
 /* A rank that reads several lanes (m = G / gcd(G, W) subsequences) walks them side by side, 1024
- * indices at a time (up to 16 of them; more one after the other): counts that end on and just
- * past those steps, where some subsequences are one shorter than the rest. */
+ * indices at a time (up to 16 of them; more one after the other), each step's ids staged a row per
+ * subsequence and interleaved (AVX-512: perfect shuffles for m = 2, 4, 8, 16, masked permutes for
+ * other m): counts that end on and just past those steps, where some subsequences are one shorter
+ * than the rest, and counts too short to stage. */
 static void interleaved_lanes(void **state)
 {
     (void)state;
@@ -312,12 +314,18 @@ static void interleaved_lanes(void **state)
     static const struct {
         uint64_t lanes;
         uint32_t world;
-    } shapes[] = {{2, 1}, {8, 1}, {8, 3}, {16, 1}, {17, 1}, {12, 8}};
+    } shapes[] = {{2, 1}, {4, 1}, {8, 1}, {8, 3}, {16, 1}, {17, 1}, {12, 8}, {7, 1}, {10, 4}, {15, 2}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         pd_shard_plan plan;
         plan_for(&plan, &l, 21, i, 4, shapes[i].lanes);
-        const uint64_t m = shapes[i].lanes / (shapes[i].lanes % 2 == 0 && shapes[i].world % 2 == 0 ? 4 : 1);
-        const uint64_t counts[] = {m * 1024, m * 1024 + 1, m * 1024 + m - 1, 2 * m * 1024 + 1, 3};
+        uint64_t gcd = shapes[i].lanes, r = shapes[i].world;
+        while (r) {
+            const uint64_t t = gcd % r;
+            gcd = r;
+            r = t;
+        }
+        const uint64_t m = shapes[i].lanes / gcd;
+        const uint64_t counts[] = {m * 1024, m * 1024 + 1, m * 1024 + m - 1, 2 * m * 1024 + 1, 3, m * 63 + 2};
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
             pd_slice s = {.world = shapes[i].world, .rank = 0, .mode = PD_MODE_EXACT};
             check_slice(&plan, &s, counts[c], NULL);
