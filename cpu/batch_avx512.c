@@ -727,6 +727,45 @@ void pd__batch_avx512(const pd__batch *b)
         (any_d ? walk_d1 : walk_d0)(b);
 }
 
+/* ---- A mixture batch's ids (kernel.h, pd__batch_ids_avx512): 16 items a vector, the run's offset and
+ * parity bit read from two 16-entry tables by vpermd (offsets of u64 ids: their halves, joined after) */
+
+void pd__batch_ids_avx512(const pd__batch_ids *x)
+{
+    uint32_t lo[16] = {0}, hi[16] = {0}, fl[16] = {0};
+    for (unsigned r = 0; r < x->nruns; r++) {
+        lo[r] = (uint32_t)x->add[r];
+        hi[r] = (uint32_t)(x->add[r] >> 32);
+        fl[r] = x->flip[r];
+    }
+    const __m512i tlo = _mm512_loadu_si512(lo), thi = _mm512_loadu_si512(hi), tfl = _mm512_loadu_si512(fl);
+    const __m512i one = _mm512_set1_epi32(1);
+    uint64_t i = 0;
+    for (; i + VW <= x->count; i += VW) {
+        const __m512i run = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->run + i)));
+        __m512i v = _mm512_loadu_si512(x->v + i);
+        const __mmask16 small = _mm512_cmple_epu32_mask(v, one); /* pd__unflip: v < 2 takes v ^ flip */
+        v = _mm512_mask_xor_epi32(v, small, v, _mm512_permutexvar_epi32(run, tfl));
+        const __m512i add_lo = _mm512_permutexvar_epi32(run, tlo);
+        if (x->width == 4) {
+            _mm512_storeu_si512((uint32_t *)x->out + i, _mm512_add_epi32(v, add_lo));
+            continue;
+        }
+        const __m512i add_hi = _mm512_permutexvar_epi32(run, thi);
+        for (int h = 0; h < 2; h++) { /* 8 items a half: v + (hi:lo) in 64 bits */
+            const __m512i v64 = _mm512_cvtepu32_epi64(h ? _mm512_extracti64x4_epi64(v, 1) : _mm512_castsi512_si256(v));
+            const __m512i a64 = _mm512_or_si512(
+                _mm512_cvtepu32_epi64(h ? _mm512_extracti64x4_epi64(add_lo, 1) : _mm512_castsi512_si256(add_lo)),
+                _mm512_slli_epi64(_mm512_cvtepu32_epi64(h ? _mm512_extracti64x4_epi64(add_hi, 1)
+                                                          : _mm512_castsi512_si256(add_hi)),
+                                  32));
+            _mm512_storeu_si512((uint64_t *)x->out + i + 8 * h, _mm512_add_epi64(v64, a64));
+        }
+    }
+    for (; i < x->count; i++)
+        pd__batch_id_store(x, i);
+}
+
 /* ---- Keys of 16 windows: Philox4x32-10 with one window per lane, block by block (core/keys.h) */
 
 /* hi32 and lo32 of m·c for every lane. */

@@ -202,6 +202,33 @@ typedef struct pd__batch {
 
 void pd__batch_scalar(const pd__batch *b);
 
+/* A mixture's batch after σ (cpu/mix.c): out[i] = add[run[i]] + v[i] with τ's parity correction (pd__unflip,
+ * flip[run]) for i < count, as width-byte ids (u32: mod 2^32). nruns ≤ 16. Only AVX-512 runs a mixture's
+ * reads through the batch kernel (AVX2 gathers them by component), so only it has a kernel for this. */
+typedef struct pd__batch_ids {
+    const uint32_t *v;
+    const uint8_t *run;
+    uint64_t count;
+    const uint64_t *add;
+    const uint32_t *flip;
+    unsigned nruns;
+    void *out;
+    unsigned width;
+} pd__batch_ids;
+
+static inline void pd__batch_id_store(const pd__batch_ids *x, uint64_t i)
+{
+    const uint32_t v = x->v[i], run = x->run[i];
+    const uint64_t id = x->add[run] + (v ^ (x->flip[run] & (v < 2)));
+    if (x->width == 4)
+        ((uint32_t *)x->out)[i] = (uint32_t)id;
+    else
+        ((uint64_t *)x->out)[i] = id;
+}
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__batch_ids_avx512(const pd__batch_ids *x);
+#endif
+
 /* Whether run[0, n) (n a multiple of 8) are all one run: the kernels then broadcast that run's keys. Runs may
  * come in any order (a mixture's interleave), so every item is compared, 8 at a time. */
 static inline int pd__batch_one_run(const uint8_t *run, unsigned n)

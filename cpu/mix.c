@@ -767,6 +767,21 @@ typedef struct pd_mix_runs {
 
 #define PD_MIX_RUN_GROUPED 0xffu /* pd_mix_runs_block: a part of a component that goes by groups */
 
+/* The batch's ids (pd__batch_ids) by g's kernel. */
+static void pd_batch_ids(const pd_gen *g, const pd__batch_ids *x)
+{
+    switch (g->isa) {
+#if defined(PD_CPU_HAVE_AVX512)
+    case PD_ISA_AVX512:
+        pd__batch_ids_avx512(x);
+        return;
+#endif
+    default:
+        for (uint64_t i = 0; i < x->count; i++)
+            pd__batch_id_store(x, i);
+    }
+}
+
 /* σ of the batch's items in place (every lane its own component order), then each read's global id. */
 static void pd_mix_runs_flush(const pd_gen *g, const pd_mix *m, pd_mix_runs *r, void *out, unsigned width)
 {
@@ -779,10 +794,15 @@ static void pd_mix_runs_flush(const pd_gen *g, const pd_mix *m, pd_mix_runs *r, 
         offset[i] = m->offset[r->comp[i]];
         flip[i] = r->b.perm[i]->keys.flip;
     }
-    for (uint64_t i = 0; i < r->count; i++) {
-        const uint32_t v = r->b.v[i], run = r->b.run[i];
-        pd_mix_store(out, width, r->idx ? r->idx[i] : r->start + i,
-                     offset[run] + (v ^ (flip[run] & (v < 2)))); /* pd__unflip */
+    if (r->idx) { /* reads of some components left for the groups: each id to its read */
+        for (uint64_t i = 0; i < r->count; i++) {
+            const uint32_t v = r->b.v[i], run = r->b.run[i];
+            pd_mix_store(out, width, r->idx[i], offset[run] + (v ^ (flip[run] & (v < 2)))); /* pd__unflip */
+        }
+    } else {
+        const pd__batch_ids ids = {.v = r->b.v, .run = r->b.run, .count = r->count, .add = offset, .flip = flip,
+                                   .nruns = r->b.nruns, .out = (char *)out + r->start * width, .width = width};
+        pd_batch_ids(g, &ids);
     }
     r->start += r->count;
     r->count = 0;

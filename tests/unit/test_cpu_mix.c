@@ -267,6 +267,23 @@ static void block_runs_match_core(void **state)
     mix_free(&o);
 }
 
+/* Components the batch kernel runs (2 to 2^32 samples each) whose global ids pass 2^32: the batch's ids
+ * (pd__batch_ids) add offsets of 33 bits, their high halves joined to the low ones, against the core. */
+static void wide_offsets_match_core(void **state)
+{
+    (void)state;
+    const uint64_t sizes[4] = {UINT32_MAX, 7000, UINT32_MAX - 2, 5000}, starts[1] = {0};
+    const uint32_t weights[4] = {3, 2, 3, 1};
+    static const uint32_t worlds[] = {2, 8, 64};
+    owned_mix o;
+    assert_int_equal(mix_make(&o, 12, sizes, 4, 0, 64, starts, weights, 1), PD_OK);
+    for (size_t w = 0; w < 3; w++) {
+        const pd_slice s = {.world = worlds[w], .rank = 1, .mode = PD_MODE_EXACT, .offset = 7 * worlds[w]};
+        compare_all(&o, 2, &s, 20000);
+    }
+    mix_free(&o);
+}
+
 /* Weights summing to 2^32 − 1 (node weights near 2^32, where y·a nears 2^64) at run positions from 2^32 to
  * near 2^63, and from just below a multiple of the root's weight (y − q·S crosses 2^32 inside a batch of
  * blocks): the fills' counts of whole blocks at once (one division a node, on a base) against the core. */
@@ -487,6 +504,7 @@ int main(void)
         cmocka_unit_test(matches_core),
         cmocka_unit_test(long_sparse_fills_match_core),
         cmocka_unit_test(heavy_weights_match_core),
+        cmocka_unit_test(wide_offsets_match_core),
         cmocka_unit_test(block_runs_match_core),
         cmocka_unit_test(sharded_sparse_fills_match_core),
         cmocka_unit_test(block_slots_match_core),
