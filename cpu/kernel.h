@@ -229,6 +229,22 @@ static inline void pd__batch_id_store(const pd__batch_ids *x, uint64_t i)
 void pd__batch_ids_avx512(const pd__batch_ids *x);
 #endif
 
+/* A mixture block's reads into its batch (cpu/mix.c, pd_mix_runs_block): read i, of slot q = slot[i], is in
+ * the last part p whose first slot start[p] ≤ q (start[0] = 0, ascending); v[i] = base[p] + q, run[i] = runs[p];
+ * i < count, nparts ≤ 16. */
+typedef struct pd__block_reads {
+    const uint32_t *slot;
+    uint64_t count;
+    const uint32_t *start, *base;
+    const uint8_t *runs;
+    unsigned nparts;
+    uint32_t *v;
+    uint8_t *run;
+} pd__block_reads;
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__block_reads_avx512(const pd__block_reads *x);
+#endif
+
 /* Whether run[0, n) (n a multiple of 8) are all one run: the kernels then broadcast that run's keys. Runs may
  * come in any order (a mixture's interleave), so every item is compared, 8 at a time. */
 static inline int pd__batch_one_run(const uint8_t *run, unsigned n)

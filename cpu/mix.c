@@ -868,7 +868,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
                                                                    const pd_mix_reader *rd, uint64_t t, uint64_t nb,
                                                                    void *out, unsigned width)
 {
-    uint32_t base[PD__BATCH_RUNS];
+    uint32_t base[PD__BATCH_RUNS], start[PD__BATCH_RUNS];
     uint8_t run[PD__BATCH_RUNS];
     if (rd->nparts > pd__batch_max_runs(g, 0))
         return 0;
@@ -888,6 +888,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
                 return 0;
             run[p] = (uint8_t)last->run;
             base[p] = (uint32_t)(part->draw - last->lo) - part->slot; /* + the slot: the draw's position */
+            start[p] = part->slot;
         }
         if (r->id == id)
             break;
@@ -918,6 +919,15 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
         r->count += added;
         return 1;
     }
+#if defined(PD_CPU_HAVE_AVX512)
+    if (g->isa == PD_ISA_AVX512) { /* (the batch kernel runs a mixture's reads on AVX-512 only) */
+        const pd__block_reads x = {.slot = slot, .count = nb, .start = start, .base = base, .runs = run,
+                                   .nparts = nparts, .v = bv, .run = brun};
+        pd__block_reads_avx512(&x);
+        r->count += nb;
+        return 1;
+    }
+#endif
     for (uint64_t i = 0; i < nb; i++) {
         const uint32_t q = slot[i], p = pd_mix_part_index(parts, nparts, q);
         bv[i] = base[p] + q;
