@@ -216,10 +216,15 @@ typedef struct pd__batch_ids {
     unsigned width;
 } pd__batch_ids;
 
-static inline void pd__batch_id_store(const pd__batch_ids *x, uint64_t i)
+static inline uint64_t pd__batch_id(const pd__batch_ids *x, uint64_t i)
 {
     const uint32_t v = x->v[i], run = x->run[i];
-    const uint64_t id = x->add[run] + (v ^ (x->flip[run] & (v < 2)));
+    return x->add[run] + (v ^ (x->flip[run] & (v < 2)));
+}
+
+static inline void pd__batch_id_store(const pd__batch_ids *x, uint64_t i)
+{
+    const uint64_t id = pd__batch_id(x, i);
     if (x->width == 4)
         ((uint32_t *)x->out)[i] = (uint32_t)id;
     else

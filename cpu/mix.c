@@ -794,16 +794,13 @@ static void pd_mix_runs_flush(const pd_gen *g, const pd_mix *m, pd_mix_runs *r, 
         offset[i] = m->offset[r->comp[i]];
         flip[i] = r->b.perm[i]->keys.flip;
     }
-    if (r->idx) { /* reads of some components left for the groups: each id to its read */
-        for (uint64_t i = 0; i < r->count; i++) {
-            const uint32_t v = r->b.v[i], run = r->b.run[i];
-            pd_mix_store(out, width, r->idx[i], offset[run] + (v ^ (flip[run] & (v < 2)))); /* pd__unflip */
-        }
-    } else {
-        const pd__batch_ids ids = {.v = r->b.v, .run = r->b.run, .count = r->count, .add = offset, .flip = flip,
-                                   .nruns = r->b.nruns, .out = (char *)out + r->start * width, .width = width};
+    const pd__batch_ids ids = {.v = r->b.v, .run = r->b.run, .count = r->count, .add = offset, .flip = flip,
+                               .nruns = r->b.nruns, .out = (char *)out + r->start * width, .width = width};
+    if (r->idx) /* reads of some components left for the groups: each id to its read */
+        for (uint64_t i = 0; i < r->count; i++)
+            pd_mix_store(out, width, r->idx[i], pd__batch_id(&ids, i));
+    else
         pd_batch_ids(g, &ids);
-    }
     r->start += r->count;
     r->count = 0;
     r->b.nruns = 0;

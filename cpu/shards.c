@@ -486,9 +486,9 @@ static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t 
                 pd_prefetch_out(r, begin + i * m, (longest - i < step ? longest - i : step) * m, 1);
             for (uint64_t c = 0; c < subs; c++) {
                 pd_sub *sub = &sc.subs[c];
-                const uint64_t end = sub->n - i < step ? sub->n : i + step;
                 if (i >= sub->n) /* subsequences differ in length by one at most */
                     continue;
+                const uint64_t end = sub->n - i < step ? sub->n : i + step;
                 if (staged.out) /* row c of the stage, index i at column 0 */
                     pd_sub_walk(g, &staged, &sc, sub, c * step - i, 1, d, i, end);
                 else
