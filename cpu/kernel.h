@@ -350,6 +350,28 @@ void pd__slots_map_avx512(const pd__slots *t, const uint32_t *u, uint64_t count,
 /* A step of subsequences walked side by side (cpu/shards.c), staged a row each, into the output: out[t·m + c] =
  * stage[c·step + t] for t < full and c < m ≤ 16, width-byte ids. Returns the columns written, from 0 on
  * (the kernels take whole vectors, AVX2 only m = 2, 4, 8, 16; the caller writes the rest). */
+/* The interleave kernels' instances (slots_avx2.c, slots_avx512.c), over the file's own always-inline
+ * interleave_pow2(stage, step, full, out, m, width): m and width constants, so its loops unroll into
+ * registers. Defines interleave_pow2_of(stage, step, m, full, out, width): the columns written, 0 for m
+ * not a power of 2 in [2, 16]. */
+#define PD__INTERLEAVE_POW2_OF                                                                              \
+    typedef uint64_t pd_pow2_fn(const void *, uint64_t, uint64_t, void *);                                 \
+    PD__INTERLEAVE_POW2(2, 4) PD__INTERLEAVE_POW2(4, 4) PD__INTERLEAVE_POW2(8, 4) PD__INTERLEAVE_POW2(16, 4) \
+    PD__INTERLEAVE_POW2(2, 8) PD__INTERLEAVE_POW2(4, 8) PD__INTERLEAVE_POW2(8, 8) PD__INTERLEAVE_POW2(16, 8) \
+    static uint64_t interleave_pow2_of(const void *stage, uint64_t step, unsigned m, uint64_t full, void *out, \
+                                       unsigned width)                                                     \
+    {                                                                                                      \
+        static pd_pow2_fn *const fn[2][4] = {{pow2_2_4, pow2_4_4, pow2_8_4, pow2_16_4},                    \
+                                             {pow2_2_8, pow2_4_8, pow2_8_8, pow2_16_8}};                   \
+        if (m < 2 || m > 16 || (m & (m - 1)))                                                              \
+            return 0;                                                                                      \
+        return fn[width == 8][__builtin_ctz(m) - 1](stage, step, full, out);                               \
+    }
+#define PD__INTERLEAVE_POW2(m, w)                                                                           \
+    static uint64_t pow2_##m##_##w(const void *s, uint64_t step, uint64_t full, void *out)                 \
+    {                                                                                                      \
+        return interleave_pow2(s, step, full, out, m, w);                                                  \
+    }
 #if defined(PD_CPU_HAVE_AVX2)
 uint64_t pd__interleave_avx2(const void *stage, uint64_t step, unsigned m, uint64_t full, void *out, unsigned width);
 #endif

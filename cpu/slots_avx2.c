@@ -235,32 +235,9 @@ PD_AI uint64_t interleave_pow2(const void *stage, uint64_t step, uint64_t full, 
     return t;
 }
 
-#define PD_INTERLEAVE_INSTANCES(w)                                                                          \
-    static uint64_t interleave2_##w(const void *s, uint64_t step, uint64_t full, void *out)                \
-    {                                                                                                      \
-        return interleave_pow2(s, step, full, out, 2, w);                                                  \
-    }                                                                                                      \
-    static uint64_t interleave4_##w(const void *s, uint64_t step, uint64_t full, void *out)                \
-    {                                                                                                      \
-        return interleave_pow2(s, step, full, out, 4, w);                                                  \
-    }                                                                                                      \
-    static uint64_t interleave8_##w(const void *s, uint64_t step, uint64_t full, void *out)                \
-    {                                                                                                      \
-        return interleave_pow2(s, step, full, out, 8, w);                                                  \
-    }                                                                                                      \
-    static uint64_t interleave16_##w(const void *s, uint64_t step, uint64_t full, void *out)               \
-    {                                                                                                      \
-        return interleave_pow2(s, step, full, out, 16, w);                                                 \
-    }
-PD_INTERLEAVE_INSTANCES(4)
-PD_INTERLEAVE_INSTANCES(8)
+PD__INTERLEAVE_POW2_OF
 
 uint64_t pd__interleave_avx2(const void *stage, uint64_t step, unsigned m, uint64_t full, void *out, unsigned width)
 {
-    typedef uint64_t pow2_fn(const void *, uint64_t, uint64_t, void *);
-    static pow2_fn *const pow2[2][4] = {{interleave2_4, interleave4_4, interleave8_4, interleave16_4},
-                                        {interleave2_8, interleave4_8, interleave8_8, interleave16_8}};
-    if (m >= 2 && m <= 16 && !(m & (m - 1)))
-        return pow2[width == 8][__builtin_ctz(m) - 1](stage, step, full, out);
-    return 0; /* other m: the caller's loop */
+    return interleave_pow2_of(stage, step, m, full, out, width); /* other m: the caller's loop */
 }

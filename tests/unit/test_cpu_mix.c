@@ -186,6 +186,21 @@ static void matches_core(void **state)
     free(got32);
 }
 
+/* A mixture of four flat components (B = 64, one stage) read by rank 1 of each of three worlds from offset
+ * 7·W of mixture epoch 2, count reads, by every generator against the core. */
+static void four_components_match_core(uint64_t seed, const uint64_t sizes[4], const uint32_t weights[4],
+                                       const uint32_t worlds[3], uint64_t count)
+{
+    const uint64_t starts[1] = {0};
+    owned_mix o;
+    assert_int_equal(mix_make(&o, seed, sizes, 4, 0, 64, starts, weights, 1), PD_OK);
+    for (size_t w = 0; w < 3; w++) {
+        const pd_slice s = {.world = worlds[w], .rank = 1, .mode = PD_MODE_EXACT, .offset = 7 * worlds[w]};
+        compare_all(&o, 2, &s, count);
+    }
+    mix_free(&o);
+}
+
 /* Long sparse fills (many chunks, each of a batch or a few) where one component is rare: it misses whole
  * chunks, and the run it was given in an earlier chunk's batch must never be taken for a run of the current
  * one (a bug once: batch numbers restarted at each chunk, and a rare component's read took the run another
@@ -193,16 +208,9 @@ static void matches_core(void **state)
 static void long_sparse_fills_match_core(void **state)
 {
     (void)state;
-    const uint64_t sizes[4] = {1000000, 3000000, 2000000, 500000}, starts[1] = {0};
-    const uint32_t weights[4] = {300, 300, 1, 300};
-    static const uint32_t worlds[] = {3, 8, 64};
-    owned_mix o;
-    assert_int_equal(mix_make(&o, 5, sizes, 4, 0, 64, starts, weights, 1), PD_OK);
-    for (size_t w = 0; w < 3; w++) {
-        const pd_slice s = {.world = worlds[w], .rank = 1, .mode = PD_MODE_EXACT, .offset = 7 * worlds[w]};
-        compare_all(&o, 2, &s, 150000);
-    }
-    mix_free(&o);
+    const uint64_t sizes[4] = {1000000, 3000000, 2000000, 500000};
+    const uint32_t weights[4] = {300, 300, 1, 300}, worlds[3] = {3, 8, 64};
+    four_components_match_core(5, sizes, weights, worlds, 150000);
 }
 
 /* A large sharded component beside flat ones, read by a few ranks (its reads dense enough that spans of its
@@ -272,16 +280,9 @@ static void block_runs_match_core(void **state)
 static void wide_offsets_match_core(void **state)
 {
     (void)state;
-    const uint64_t sizes[4] = {UINT32_MAX, 7000, UINT32_MAX - 2, 5000}, starts[1] = {0};
-    const uint32_t weights[4] = {3, 2, 3, 1};
-    static const uint32_t worlds[] = {2, 8, 64};
-    owned_mix o;
-    assert_int_equal(mix_make(&o, 12, sizes, 4, 0, 64, starts, weights, 1), PD_OK);
-    for (size_t w = 0; w < 3; w++) {
-        const pd_slice s = {.world = worlds[w], .rank = 1, .mode = PD_MODE_EXACT, .offset = 7 * worlds[w]};
-        compare_all(&o, 2, &s, 20000);
-    }
-    mix_free(&o);
+    const uint64_t sizes[4] = {UINT32_MAX, 7000, UINT32_MAX - 2, 5000};
+    const uint32_t weights[4] = {3, 2, 3, 1}, worlds[3] = {2, 8, 64};
+    four_components_match_core(12, sizes, weights, worlds, 20000);
 }
 
 /* Weights summing to 2^32 − 1 (node weights near 2^32, where y·a nears 2^64) at run positions from 2^32 to
