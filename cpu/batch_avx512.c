@@ -770,12 +770,9 @@ void pd__batch_ids_avx512(const pd__batch_ids *x)
  * part counted by one compare per part start, its run and base read by vpermd. */
 void pd__block_reads_avx512(const pd__block_reads *x)
 {
-    uint32_t base[16] = {0}, run[16] = {0};
-    for (unsigned p = 0; p < x->nparts; p++) {
-        base[p] = x->base[p];
-        run[p] = x->runs[p];
-    }
-    const __m512i tb = _mm512_loadu_si512(base), tr = _mm512_loadu_si512(run), one = _mm512_set1_epi32(1);
+    const __mmask16 parts = (__mmask16)((1u << x->nparts) - 1);
+    const __m512i tb = _mm512_maskz_loadu_epi32(parts, x->base), tr = _mm512_maskz_loadu_epi32(parts, x->runs);
+    const __m512i one = _mm512_set1_epi32(1);
     for (uint64_t i = 0; i < x->count; i += VW) {
         const uint64_t n = x->count - i < VW ? x->count - i : VW;
         const __mmask16 live = (__mmask16)((1u << n) - 1);
@@ -784,9 +781,7 @@ void pd__block_reads_avx512(const pd__block_reads *x)
         for (unsigned k = 1; k < x->nparts; k++) /* parts in slot order: the part of q is how many start ≤ q */
             p = _mm512_mask_add_epi32(p, _mm512_cmpge_epu32_mask(q, _mm512_set1_epi32((int)x->start[k])), p, one);
         _mm512_mask_storeu_epi32(x->v + i, live, _mm512_add_epi32(_mm512_permutexvar_epi32(p, tb), q));
-        uint8_t bytes[VW];
-        _mm_storeu_si128((__m128i *)bytes, _mm512_cvtepi32_epi8(_mm512_permutexvar_epi32(p, tr)));
-        memcpy(x->run + i, bytes, n);
+        _mm_storeu_si128((__m128i *)(x->run + i), _mm512_cvtepi32_epi8(_mm512_permutexvar_epi32(p, tr)));
     }
 }
 

@@ -236,12 +236,11 @@ void pd__batch_ids_avx512(const pd__batch_ids *x);
 
 /* A mixture block's reads into its batch (cpu/mix.c, pd_mix_runs_block): read i, of slot q = slot[i], is in
  * the last part p whose first slot start[p] ≤ q (start[0] = 0, ascending); v[i] = base[p] + q, run[i] = runs[p];
- * i < count, nparts ≤ 16. */
+ * i < count, nparts ≤ 16. run[] has 16 bytes of room past count (whole vectors are stored). */
 typedef struct pd__block_reads {
     const uint32_t *slot;
     uint64_t count;
-    const uint32_t *start, *base;
-    const uint8_t *runs;
+    const uint32_t *start, *base, *runs;
     unsigned nparts;
     uint32_t *v;
     uint8_t *run;

@@ -237,7 +237,7 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
         if (w->by_runs) {
             w->last = calloc(C, sizeof *w->last);
             w->bv = malloc(PD__BATCH_ITEMS * sizeof *w->bv);
-            w->brun = malloc(PD__BATCH_ITEMS * sizeof *w->brun);
+            w->brun = malloc(PD__BATCH_ITEMS + 16); /* + 16: pd__block_reads_avx512 stores whole vectors */
             ok = ok && w->last && w->bv && w->brun;
         }
     }
@@ -865,8 +865,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
                                                                    const pd_mix_reader *rd, uint64_t t, uint64_t nb,
                                                                    void *out, unsigned width)
 {
-    uint32_t base[PD__BATCH_RUNS], start[PD__BATCH_RUNS];
-    uint8_t run[PD__BATCH_RUNS];
+    uint32_t base[PD__BATCH_RUNS], start[PD__BATCH_RUNS], run[PD__BATCH_RUNS];
     if (rd->nparts > pd__batch_max_runs(g, 0))
         return 0;
     if (r->count + nb > PD__BATCH_ITEMS)
@@ -883,7 +882,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
             const pd_mix_last *last = pd_mix_runs_of(g, c, w, r, part->component, part->draw, out, width);
             if (part->draw + part->count > last->hi)
                 return 0;
-            run[p] = (uint8_t)last->run;
+            run[p] = last->run;
             base[p] = (uint32_t)(part->draw - last->lo) - part->slot; /* + the slot: the draw's position */
             start[p] = part->slot;
         }
@@ -908,7 +907,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
             pick[npick] = (uint32_t)(t + i);
             npick += by_groups;
             bv[added] = base[p] + q;
-            brun[added] = run[p];
+            brun[added] = (uint8_t)run[p];
             bidx[added] = (uint32_t)(t + i);
             added += !by_groups;
         }
@@ -928,7 +927,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
     for (uint64_t i = 0; i < nb; i++) {
         const uint32_t q = slot[i], p = pd_mix_part_index(parts, nparts, q);
         bv[i] = base[p] + q;
-        brun[i] = run[p];
+        brun[i] = (uint8_t)run[p];
     }
     r->count += nb;
     return 1;
