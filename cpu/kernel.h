@@ -346,9 +346,6 @@ void pd__slots_map_avx512(const pd__slots *t, const uint32_t *u, uint64_t count,
                           int reverse);
 #endif
 
-/* A step of subsequences walked side by side (cpu/shards.c), staged a row each, into the output: out[t·m + c] =
- * stage[c·step + t] for t < full and c < m ≤ 16, width-byte ids. Returns the columns written, from 0 on
- * (the kernels take whole vectors, AVX2 only m = 2, 4, 8, 16; the caller writes the rest). */
 /* The interleave kernels' instances (slots_avx2.c, slots_avx512.c), over the file's own always-inline
  * interleave_pow2(stage, step, full, out, m, width): m and width constants, so its loops unroll into
  * registers. Defines interleave_pow2_of(stage, step, m, full, out, width): the columns written, 0 for m
@@ -371,6 +368,10 @@ void pd__slots_map_avx512(const pd__slots *t, const uint32_t *u, uint64_t count,
     {                                                                                                      \
         return interleave_pow2(s, step, full, out, m, w);                                                  \
     }
+
+/* A step of subsequences walked side by side (cpu/shards.c), staged a row each, into the output: out[t·m + c] =
+ * stage[c·step + t] for t < full and c < m ≤ 16, width-byte ids. Returns the columns written, from 0 on
+ * (the kernels take whole vectors, AVX2 only m = 2, 4, 8, 16; the caller writes the rest). */
 #if defined(PD_CPU_HAVE_AVX2)
 uint64_t pd__interleave_avx2(const void *stage, uint64_t step, unsigned m, uint64_t full, void *out, unsigned width);
 #endif
