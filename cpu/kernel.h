@@ -203,8 +203,8 @@ typedef struct pd__batch {
 void pd__batch_scalar(const pd__batch *b);
 
 /* A mixture's batch after σ (cpu/mix.c): out[i] = add[run[i]] + v[i] with τ's parity correction (pd__unflip,
- * flip[run]) for i < count, as width-byte ids (u32: mod 2^32). nruns ≤ 16. Only AVX-512 runs a mixture's
- * reads through the batch kernel (AVX2 gathers them by component), so only it has a kernel for this. */
+ * flip[run]) for i < count, as width-byte ids (u32: mod 2^32). nruns ≤ 16. AVX2 gathers a mixture's reads by
+ * component and never makes such a batch, so AVX-512 alone has a kernel for this (scalar: pd__batch_id_store). */
 typedef struct pd__batch_ids {
     const uint32_t *v;
     const uint8_t *run;

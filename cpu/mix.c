@@ -916,7 +916,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
         return 1;
     }
 #if defined(PD_CPU_HAVE_AVX512)
-    if (g->isa == PD_ISA_AVX512) { /* (the batch kernel runs a mixture's reads on AVX-512 only) */
+    if (g->isa == PD_ISA_AVX512) { /* (AVX2 never comes here: it gathers reads by component) */
         const pd__block_reads x = {.slot = slot, .count = nb, .start = start, .base = base, .runs = run,
                                    .nparts = nparts, .v = bv, .run = brun};
         pd__block_reads_avx512(&x);
