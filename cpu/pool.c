@@ -4,6 +4,7 @@
 #include "cpu/kernel.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -38,10 +39,12 @@ struct pd_pool {
     pd_pool_job *head, *tail;
     int stop;
     /* Spinning (pd_pool_set_spin): readable without mu. pending is 1 while head is set or the pool stops.
-     * interval: how far apart split requests have been arriving (an average, ns; 0: unknown), which
-     * decides whether an idle helper polls at all. */
-    _Atomic uint64_t pending, spin_ns, interval;
-    uint64_t last_queued; /* when the last split request was queued (ns), under mu */
+     * gap: how long after one split request ended the next has been arriving (an average, ns, plus 1; 0:
+     * unknown), which decides whether an idle helper polls at all. It is the gap a helper would poll
+     * through: split requests' own lengths do not count (a 65536-id mixture Fetch takes ~500 µs on 2
+     * vCPUs, so arrivals of a client reading back to back were 500+ µs apart and its helpers slept). */
+    _Atomic uint64_t pending, spin_ns, gap;
+    uint64_t last_done; /* when the last split request's chunks had all finished (ns), under mu */
     unsigned sleepers;                /* helpers in cond_wait(work), under mu: only then is a wake-up sent */
     _Atomic uint64_t caught, slept;   /* pd_pool_counts */
     unsigned nthreads; /* per request, the caller included */
@@ -77,12 +80,14 @@ static void pd_pool_run_chunk(const pd_pool *pool, const pd_pool_job *job, uint6
     job->fn(&pool->gen, job->ctx, begin, job->count - begin < job->chunk ? job->count - begin : job->chunk);
 }
 
-/* Report a chunk finished. Under mu. */
-static void pd_pool_finish(pd_pool *pool, pd_pool_job *job)
+/* Report a chunk finished; whether it was the job's last. Under mu. */
+static int pd_pool_finish(pd_pool *pool, pd_pool_job *job)
 {
     const uint64_t n = job->nchunks; /* the job lives while the caller waits: for mu, if it saw this add */
-    if (atomic_fetch_add_explicit(&job->finished, 1, memory_order_release) + 1 == n)
-        pthread_cond_broadcast(&pool->done);
+    if (atomic_fetch_add_explicit(&job->finished, 1, memory_order_release) + 1 != n)
+        return 0;
+    pthread_cond_broadcast(&pool->done);
+    return 1;
 }
 
 static uint64_t pd_pool_now_ns(void)
@@ -97,13 +102,13 @@ static uint64_t pd_pool_now_ns(void)
 #define PD_POOL_WAIT_SPIN_NS UINT64_C(50000)
 
 /* How long an idle helper polls for the next request: spin_ns while split requests have been arriving at
- * most that far apart (a client reading back to back), else 0. A trainer asking every few ms or seconds
- * costs no polling at all. */
+ * most that long after the last one ended (a client reading back to back), else 0. A trainer asking every
+ * few ms or seconds costs no polling at all. */
 static uint64_t pd_pool_idle_spin(const pd_pool *pool)
 {
     const uint64_t cap = atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
-    const uint64_t iv = atomic_load_explicit(&pool->interval, memory_order_relaxed);
-    return iv && iv <= cap ? cap : 0;
+    const uint64_t gap = atomic_load_explicit(&pool->gap, memory_order_relaxed);
+    return gap && gap - 1 <= cap ? cap : 0;
 }
 
 /* Poll *flag until it reaches want, for at most ns; whether it did. Outside mu. A thread that sleeps on
@@ -129,6 +134,7 @@ static int pd_pool_spin(const _Atomic uint64_t *flag, uint64_t want, uint64_t ns
 static void *pd_pool_helper(void *arg)
 {
     pd_pool *pool = arg;
+    int yielded = 0; /* after a request's last chunk, to its caller (below) */
     pthread_mutex_lock(&pool->mu);
     for (;;) {
         if (!pool->head && !pool->stop) { /* stay awake a moment: a client's next request often follows */
@@ -137,7 +143,10 @@ static void *pd_pool_helper(void *arg)
             pthread_mutex_lock(&pool->mu);
             if (work && pool->head)
                 atomic_fetch_add_explicit(&pool->caught, 1, memory_order_relaxed);
+        } else if (yielded && pool->head) { /* the caller's next request came while this helper yielded */
+            atomic_fetch_add_explicit(&pool->caught, 1, memory_order_relaxed);
         }
+        yielded = 0;
         while (!pool->head && !pool->stop) {
             atomic_fetch_add_explicit(&pool->slept, 1, memory_order_relaxed);
             pool->sleepers++;
@@ -152,7 +161,15 @@ static void *pd_pool_helper(void *arg)
         pthread_mutex_unlock(&pool->mu);
         pd_pool_run_chunk(pool, job, c);
         pthread_mutex_lock(&pool->mu);
-        pd_pool_finish(pool, job);
+        if (pd_pool_finish(pool, job) && pd_pool_idle_spin(pool)) {
+            /* The caller may sleep on done, and the scheduler often wakes it on this CPU: were this helper
+             * to poll there at once, the caller would wait out the poll (a 2-vCPU VM: up to the whole
+             * cpu_spin_us, while the other CPU idled). A yield lets it run first. */
+            pthread_mutex_unlock(&pool->mu);
+            sched_yield();
+            pthread_mutex_lock(&pool->mu);
+            yielded = 1;
+        }
     }
     pthread_mutex_unlock(&pool->mu);
     return NULL;
@@ -276,10 +293,11 @@ static void pd_pool_run_chunks(pd_pool *pool, uint64_t count, uint64_t chunk, pd
         pool->head = &job;
     pool->tail = &job;
     atomic_store_explicit(&pool->pending, 1, memory_order_relaxed);
-    const uint64_t now = pd_pool_now_ns(), iv = pool->last_queued ? now - pool->last_queued : 0,
-                   avg = atomic_load_explicit(&pool->interval, memory_order_relaxed);
-    atomic_store_explicit(&pool->interval, avg ? (avg + iv) / 2 : iv, memory_order_relaxed);
-    pool->last_queued = now;
+    if (pool->last_done) { /* another caller's request may have ended after this one came: a gap of 0 */
+        const uint64_t now = pd_pool_now_ns(), gap = (now > pool->last_done ? now - pool->last_done : 0) + 1,
+                       avg = atomic_load_explicit(&pool->gap, memory_order_relaxed);
+        atomic_store_explicit(&pool->gap, avg ? (avg + gap) / 2 : gap, memory_order_relaxed);
+    }
     /* Wake only the sleepers this request has chunks for (polling helpers see pending without a wake-up). */
     for (uint64_t n = 0; n < pool->sleepers && n + 1 < job.nchunks; n++)
         pthread_cond_signal(&pool->work);
@@ -297,6 +315,7 @@ static void pd_pool_run_chunks(pd_pool *pool, uint64_t count, uint64_t chunk, pd
     }
     while (atomic_load(&job.finished) < job.nchunks)
         pthread_cond_wait(&pool->done, &pool->mu);
+    pool->last_done = pd_pool_now_ns();
     pthread_mutex_unlock(&pool->mu);
 }
 

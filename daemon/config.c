@@ -191,8 +191,9 @@ static const pd_opt pd_opts[] = {
            "included); 0: one per CPU."),
     PD_OPT(cpu_spin_us, PD_OPT_U64, "500", 0, 100000,
            "Microseconds a helper of the split polls for the next request before it\n"
-           "sleeps, while split requests have been arriving at most this far apart (a\n"
-           "client reading back to back; one asking every few ms costs no polling). The\n"
+           "sleeps, while split requests have been arriving at most this long after\n"
+           "the last one ended (a client reading back to back, however long each\n"
+           "request takes; one asking every few ms costs no polling). The\n"
            "splitting thread polls at most 50 of them for its helpers' parts. Waking a\n"
            "sleeper costs tens of microseconds on some VMs, as much as a mixture Fetch's\n"
            "part. 0: sleep at once."),

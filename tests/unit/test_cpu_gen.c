@@ -574,10 +574,12 @@ static void pool_shared_by_threads(void **state)
 /* Polling (pd_pool_set_spin). Requests of two trivial chunks, the first of which waits (up to 10 s) until
  * the other has started: so a helper takes part in each request, and each request ends right after the
  * helper's chunk, while it polls. The next request, sent at once, is then caught by a polling helper, and
- * never by one that does not poll. Timing-free: the chunks' work is nothing, whatever the build. */
+ * never by one that does not poll. Timing-free: the chunks' work is nothing, whatever the build (hold_ns:
+ * the helper's chunk sleeps that long, so that requests last longer than the helpers poll). */
 typedef struct spin_probe {
     _Atomic int started;
     _Atomic int stuck; /* chunk 0 gave up waiting for the other */
+    long hold_ns;
 } spin_probe;
 
 static void spin_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t count)
@@ -586,8 +588,11 @@ static void spin_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t coun
     (void)count;
     spin_probe *p = ctx;
     atomic_fetch_add(&p->started, 1);
-    if (begin)
+    if (begin) {
+        if (p->hold_ns)
+            nanosleep(&(struct timespec){.tv_nsec = p->hold_ns}, NULL);
         return;
+    }
     const double end = test_now_s() + 10;
     while (atomic_load(&p->started) < 2) {
         if (test_now_s() > end) {
@@ -611,8 +616,10 @@ static void pool_spin(void **state)
     assert_int_equal(pd_pool_set_spin(NULL, 0), PD_EINVAL);
     pd_pool_counts(NULL, &caught, &slept);
     assert_true(caught == 0 && slept == 0);
-    /* Modes: 0 no polling; 1 polling, requests back to back; 2 polling up to 1 ms, requests 5 ms apart. */
-    for (int mode = 0; mode < 3; mode++) {
+    /* Modes: 0 no polling; 1 polling, requests back to back; 2 polling up to 1 ms, requests 5 ms apart;
+     * 3 polling up to 1 ms, requests of 3 ms back to back (each comes 3 ms after the last came, but at
+     * once after it ended: the gap the helper polls through). */
+    for (int mode = 0; mode < 4; mode++) {
         assert_int_equal(pd_pool_create(2, NULL, &pool), PD_OK);
         assert_int_equal(pd_pool_set_spin(pool, PD_POOL_SPIN_MAX_NS + 1), PD_EINVAL);
         const uint64_t spin = mode == 0 ? 0 : mode == 1 ? PD_POOL_SPIN_MAX_NS : 1000000;
@@ -623,12 +630,13 @@ static void pool_spin(void **state)
                 nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
             atomic_init(&probe[r].started, 0);
             atomic_init(&probe[r].stuck, 0);
+            probe[r].hold_ns = mode == 3 ? 3000000 : 0;
             pd__pool_run(pool, 2 * PD_POOL_CHUNK_MIN, spin_chunk, &probe[r]); /* two chunks */
         }
         for (int r = 0; r < 4; r++)
             assert_true(atomic_load(&probe[r].started) == 2 && !atomic_load(&probe[r].stuck));
         pd_pool_counts(pool, &caught, &slept);
-        if (mode != 1) /* no polling, or requests further apart than it would poll: every one wakes it */
+        if (mode == 0 || mode == 2) /* no polling, or requests further apart than it would poll: every one wakes it */
             assert_int_equal(caught, 0);
         else if (!test_quick()) /* (valgrind runs one thread at a time: its 100 ms may pass unpolled) */
             assert_true(caught >= 2); /* requests 3-4 (from 2 on, the pool knows they come back to back) */
