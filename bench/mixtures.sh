@@ -74,9 +74,10 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a / b}'; } # a / b, two 
   echo
   echo "A mixture id costs the block's slot (v1's f on log2 B bits under the block's packed keys), the"
   echo "component and draw of that slot (the weight tree), and the component's σ. Slots: for small W"
-  echo "(B ≤ 256; W ≤ 2 with AVX-512 VBMI, W ≤ 4 without it and on AVX2) every slot of 8 blocks at once,"
-  echo "one byte per slot, the round function a pshufb and one Philox per block; otherwise each read keyed"
-  echo "by its block (VBMI: bytes, 64 reads a register, one Philox per block; AVX2: bytes, a Philox a read)"
+  echo "(B ≤ 256; W = 1 with AVX-512 VBMI, W ≤ 4 without it and on AVX2) every slot of 8 blocks at once,"
+  echo "one byte per slot, a round a vpermb and an xor (VBMI) or a pshufb and six more, one Philox per"
+  echo "block; otherwise each read keyed by its block (VBMI: bytes, 64 reads a register, one Philox per"
+  echo "block; AVX2: bytes, a Philox a read)"
   echo "or the core. Components and draws (C ≤ 64): every component's count at each block boundary, 32"
   echo "blocks at once; else a walk of the tree per block or a descent per read. With W = 1 the fill is"
   echo "dense: every draw of each component's contiguous range runs on the σ kernel and each read picks its"

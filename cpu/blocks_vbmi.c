@@ -1,4 +1,4 @@
-/* Mixture block slots on AVX-512 VBMI: 64 reads per register as bytes, each on its own block's keys, looked up with vpermb. */
+/* Mixture block slots on AVX-512 VBMI as bytes: 64 reads a register, each on its own block's keys looked up with vpermb, or every slot of 8 blocks (block groups). */
 #include "cpu/kernel.h"
 
 #ifdef PD_CPU_AVX512_EMULATED /* tests on CPUs without VBMI: see avx512_emu.h */
@@ -80,9 +80,10 @@ typedef struct tables {
     __m512i key[PD_ROUNDS], flip;
 } tables;
 
-/* The tables of the blocks whose counters' words 2 and 3 are lo[v], hi[v] (16 blocks a register, nv ≤ 4). */
+/* The tables of the blocks whose counters' words 2 and 3 are lo[v], hi[v] (16 blocks a register, nv ≤ 4); keys
+ * shifted left by shift (whole bytes: rbits, else 0). */
 static void block_tables(uint64_t seed, const __m512i *lo, const __m512i *hi, unsigned nv, unsigned lbits,
-                         tables *t)
+                         unsigned shift, tables *t)
 {
     __m512i x[4][4];
     const __m512i lmask = _mm512_set1_epi32((int)((1u << lbits) - 1)), one = _mm512_set1_epi32(1);
@@ -94,13 +95,33 @@ static void block_tables(uint64_t seed, const __m512i *lo, const __m512i *hi, un
         if (v < nv)
             philox16(x[v], (uint32_t)seed, (uint32_t)(seed >> 32));
     }
-    for (unsigned i = 0; i < PD_ROUNDS; i++)
-        t->key[i] = pack_bytes(packed_key(x[0], 5 * i, lmask), packed_key(x[1], 5 * i, lmask),
-                               packed_key(x[2], 5 * i, lmask), packed_key(x[3], 5 * i, lmask));
+    for (unsigned i = 0; i < PD_ROUNDS; i++) {
+        __m512i k[4];
+        for (unsigned v = 0; v < 4; v++) /* registers past nv stay zero: their blocks are never read */
+            k[v] = v < nv ? _mm512_slli_epi32(packed_key(x[v], 5 * i, lmask), shift) : _mm512_setzero_si512();
+        t->key[i] = pack_bytes(k[0], k[1], k[2], k[3]);
+    }
     t->flip = pack_bytes(_mm512_and_si512(_mm512_srli_epi32(x[0][3], 24), one), /* bit 120 */
                          _mm512_and_si512(_mm512_srli_epi32(x[1][3], 24), one),
                          _mm512_and_si512(_mm512_srli_epi32(x[2][3], 24), one),
                          _mm512_and_si512(_mm512_srli_epi32(x[3][3], 24), one));
+}
+
+/* The tables of the n ≤ 64 consecutive blocks from beta0: entry e is block beta0 + e. */
+static void range_tables(uint64_t seed, uint64_t beta0, uint64_t n, unsigned lbits, unsigned shift, tables *t)
+{
+    const __m512i lane16 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i lo[4], hi[4];
+    const unsigned nv = (unsigned)((n + 15) / 16);
+    for (unsigned v = 0; v < nv; v++) {
+        const uint64_t base = beta0 + 16 * v;
+        const __m512i l = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)base), lane16);
+        const __mmask16 wrap = _mm512_cmplt_epu32_mask(l, _mm512_set1_epi32((int)(uint32_t)base));
+        const __m512i h = _mm512_set1_epi32((int)(uint32_t)(base >> 32));
+        lo[v] = l;
+        hi[v] = _mm512_mask_add_epi32(h, wrap, h, _mm512_set1_epi32(1));
+    }
+    block_tables(seed, lo, hi, nv, lbits, shift, t);
 }
 
 /* NV registers of 64 reads through the 24 rounds side by side (one register's rounds form a chain of
@@ -108,13 +129,13 @@ static void block_tables(uint64_t seed, const __m512i *lo, const __m512i *hi, un
  * t[v], then their blocks' transposition of 0 and 1; d = rbits − lbits. */
 #define NV 4
 
-PD_AI void rounds(__m512i s0[NV], __m512i s1[NV], const __m512i idx[NV], const tables t[NV], __m512i thi, __m512i tlo,
-                  unsigned lbits, const int d)
+PD_AI void rounds(__m512i s0[NV], __m512i s1[NV], const __m512i idx[NV], const tables *const t[NV], __m512i thi,
+                  __m512i tlo, unsigned lbits, const int d)
 {
     const __m512i lmask = _mm512_set1_epi8((char)((1u << lbits) - 1)), one = _mm512_set1_epi8(1);
     for (int i = 0; i < PD_ROUNDS; i++) {
         for (int v = 0; v < NV; v++) {
-            const __m512i k = _mm512_permutexvar_epi8(idx[v], t[v].key[i]);
+            const __m512i k = _mm512_permutexvar_epi8(idx[v], t[v]->key[i]);
             const __m512i hi = _mm512_permutexvar_epi8(s0[v], thi), lo = _mm512_permutexvar_epi8(s0[v], tlo);
             if (d) { /* s1 has lbits + 1 bits: its top one moves to s1' (a 16-bit shift: bit 0 of each byte is right) */
                 const __m512i top = _mm512_srli_epi16(s1[v], (int)lbits);
@@ -129,21 +150,98 @@ PD_AI void rounds(__m512i s0[NV], __m512i s1[NV], const __m512i idx[NV], const t
     for (int v = 0; v < NV; v++) {
         const __mmask64 low = _mm512_cmpeq_epi8_mask(s0[v], _mm512_setzero_si512()) &
                               _mm512_cmpeq_epi8_mask(_mm512_andnot_si512(one, s1[v]), _mm512_setzero_si512()) &
-                              _mm512_test_epi8_mask(_mm512_permutexvar_epi8(idx[v], t[v].flip), one);
+                              _mm512_test_epi8_mask(_mm512_permutexvar_epi8(idx[v], t[v]->flip), one);
         s1[v] = _mm512_mask_blend_epi8(low, s1[v], _mm512_xor_si512(s1[v], one));
     }
 }
 
-static void rounds_d0(__m512i s0[NV], __m512i s1[NV], const __m512i idx[NV], const tables t[NV], __m512i thi,
+static void rounds_d0(__m512i s0[NV], __m512i s1[NV], const __m512i idx[NV], const tables *const t[NV], __m512i thi,
                       __m512i tlo, unsigned lbits)
 {
     rounds(s0, s1, idx, t, thi, tlo, lbits, 0);
 }
 
-static void rounds_d1(__m512i s0[NV], __m512i s1[NV], const __m512i idx[NV], const tables t[NV], __m512i thi,
+static void rounds_d1(__m512i s0[NV], __m512i s1[NV], const __m512i idx[NV], const tables *const t[NV], __m512i thi,
                       __m512i tlo, unsigned lbits)
 {
     rounds(s0, s1, idx, t, thi, tlo, lbits, 1);
+}
+
+/* ---- Whole bytes (B ≤ 256, b ≤ 8): a slot v = s0·2^rbits + s1 fits one byte, and a round is
+ *
+ *     v' = T[v] ^ K_i,   T[v] = (HI[s0] ^ (s1 & lmask)) << rbits | (LO[s0] ^ (d ? s1 >> lbits : 0)),
+ *                        K_i  = (k_i & lmask) << rbits,
+ *
+ * since the key enters s0' only through an xor, which the mask keeps apart: one table lookup of 2^b entries
+ * (a vpermb for b = 6, vpermi2b for 7, two and a blend for 8) and an xor per 64 slots, where the halves
+ * take three permutes (key, HI, LO) and one to three logic ops. */
+
+typedef struct vtable {
+    __m512i t[4]; /* T[0 … 2^b), 64 entries a register */
+    unsigned b;
+} vtable;
+
+static void vtable_init(const pd_perm *shape, vtable *vt)
+{
+    uint8_t hi[LANES], lo[LANES], T[4 * LANES];
+    pd__block_round_tables(shape, hi, lo, LANES);
+    const unsigned b = shape->lbits + shape->rbits, d = shape->rbits - shape->lbits;
+    for (uint32_t v = 0; v < (1u << b); v++) {
+        const uint32_t s0 = v >> shape->rbits, s1 = v & shape->rmask;
+        T[v] = (uint8_t)((hi[s0] ^ (s1 & shape->lmask)) << shape->rbits | (lo[s0] ^ (d ? s1 >> shape->lbits : 0)));
+    }
+    vt->b = b;
+    for (unsigned q = 0; q < 4; q++)
+        vt->t[q] = q < (1u << b) / LANES ? _mm512_loadu_si512(T + LANES * q) : _mm512_setzero_si512();
+}
+
+PD_AI __m512i vlookup(const vtable *vt, __m512i v, const unsigned b)
+{
+    if (b <= 6)
+        return _mm512_permutexvar_epi8(v, vt->t[0]);
+    const __m512i a = _mm512_permutex2var_epi8(vt->t[0], v, vt->t[1]);
+    if (b == 7)
+        return a;
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), a, _mm512_permutex2var_epi8(vt->t[2], v, vt->t[3]));
+}
+
+/* The block's transposition of 0 and 1 where the flip byte's bit 0 is set. */
+PD_AI __m512i vflip(__m512i v, __m512i flip)
+{
+    const __m512i one = _mm512_set1_epi8(1);
+    const __mmask64 low = _mm512_cmple_epu8_mask(v, one) & _mm512_test_epi8_mask(flip, one);
+    return _mm512_mask_blend_epi8(low, v, _mm512_xor_si512(v, one));
+}
+
+/* NV registers of 64 reads on whole bytes (b: 6, 7 or 8), read l of register v on byte idx[v][l] of t[v]. */
+PD_AI void vrounds(__m512i v[NV], const __m512i idx[NV], const tables *const t[NV], const vtable *vt, const unsigned b)
+{
+    for (int i = 0; i < PD_ROUNDS; i++)
+        for (int r = 0; r < NV; r++)
+            v[r] = _mm512_xor_si512(vlookup(vt, v[r], b), _mm512_permutexvar_epi8(idx[r], t[r]->key[i]));
+    for (int r = 0; r < NV; r++)
+        v[r] = vflip(v[r], _mm512_permutexvar_epi8(idx[r], t[r]->flip));
+}
+
+#define VROUNDS(B)                                                                                 \
+    static void vrounds_##B(__m512i v[NV], const __m512i idx[NV], const tables *const t[NV], const vtable *vt) \
+    {                                                                                              \
+        vrounds(v, idx, t, vt, B);                                                                 \
+    }
+VROUNDS(6)
+VROUNDS(7)
+VROUNDS(8)
+
+/* out[0, n) (n ≤ 64) = the bytes of v, as u32. */
+static void store_bytes(uint32_t *out, uint64_t n, __m512i v)
+{
+    uint8_t b[LANES];
+    _mm512_storeu_si512(b, v);
+    for (uint64_t q = 0; q < 4 && 16 * q < n; q++) {
+        const uint64_t m = n - 16 * q;
+        const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + 16 * q)));
+        _mm512_mask_storeu_epi32(out + 16 * q, m >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1), w);
+    }
 }
 
 /* out[0, n) (n ≤ 64) = s0 << rbits | s1 of lanes 0 … n − 1, as u32. */
@@ -169,61 +267,89 @@ typedef struct consts {
     __m512i thi, tlo, pos, words, rmask16, bmask16, stride16;
 } consts;
 
-/* One register: the reads t0 … t0 + 63 (their first at run position g0): their blocks' tables, each read's
- * table byte, and its halves. */
-static void prepare(const pd__block_slots *s, uint64_t g0, unsigned b, unsigned rbits, unsigned lbits, tables *t,
-                    __m512i *idx, __m512i *s0, __m512i *s1, const consts *c)
+/* Table bytes of 64 reads of consecutive blocks: read l (run position g + l·stride, g mod B = off + t0·stride)
+ * is in entry (off + (t0 + l)·stride) >> b < 64 of tables whose entry 0 is g's block (32-bit products:
+ * stride < 64·B then). */
+static __m512i consecutive_idx(const consts *c, uint64_t off, uint64_t t0, uint64_t stride, unsigned b)
 {
     const __m512i lane16 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const uint64_t beta0 = g0 >> b;
-    const uint64_t span = ((g0 & (s->block - 1)) + (LANES - 1) * s->stride) >> b; /* last read's block − beta0 */
-    __m512i lo[4], hi[4];
-    unsigned nv;
-    if (span < LANES) { /* consecutive blocks: entry e = block beta0 + e */
-        nv = (unsigned)(span / 16 + 1);
-        for (unsigned v = 0; v < nv; v++) {
-            const uint64_t base = beta0 + 16 * v;
-            const __m512i l = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)base), lane16);
-            const __mmask16 wrap = _mm512_cmplt_epu32_mask(l, _mm512_set1_epi32((int)(uint32_t)base));
-            const __m512i h = _mm512_set1_epi32((int)(uint32_t)(base >> 32));
-            lo[v] = l;
-            hi[v] = _mm512_mask_add_epi32(h, wrap, h, _mm512_set1_epi32(1));
-        }
-        /* read l's entry (g0 mod B + l·stride) >> b < 64 (then stride < 2^17: 32-bit products) */
-        const __m512i off = _mm512_set1_epi32((int)(g0 & (s->block - 1))), st = _mm512_set1_epi32((int)s->stride);
-        __m512i ent[4];
-        for (int q = 0; q < 4; q++) {
-            const __m512i l = _mm512_add_epi32(lane16, _mm512_set1_epi32(16 * q));
-            ent[q] = _mm512_srli_epi32(_mm512_add_epi32(off, _mm512_mullo_epi32(l, st)), (int)b);
-        }
-        const __m512i natural = _mm512_permutexvar_epi8(c->pos, pack_bytes(ent[0], ent[1], ent[2], ent[3]));
-        *idx = _mm512_permutexvar_epi8(natural, c->pos);
-    } else { /* every read its own block: entry l = read l's block */
-        nv = 4;
-        const __m512i lane8 = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
-        const __m512i first = _mm512_set1_epi64((long long)g0), stride = _mm512_set1_epi64((long long)s->stride);
-        for (unsigned v = 0; v < 4; v++) {
-            const __m512i l0 = _mm512_add_epi64(lane8, _mm512_set1_epi64(16 * v));
-            const __m512i l1 = _mm512_add_epi64(l0, _mm512_set1_epi64(8));
-            const __m512i b0 = _mm512_srli_epi64(_mm512_add_epi64(first, _mm512_mul_epu32(l0, stride)), b);
-            const __m512i b1 = _mm512_srli_epi64(_mm512_add_epi64(first, _mm512_mul_epu32(l1, stride)), b);
-            lo[v] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(b0)), _mm512_cvtepi64_epi32(b1), 1);
-            hi[v] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_srli_epi64(b0, 32))),
-                                       _mm512_cvtepi64_epi32(_mm512_srli_epi64(b1, 32)), 1);
-        }
-        *idx = c->pos;
+    const __m512i o = _mm512_set1_epi32((int)(off + t0 * stride)), st = _mm512_set1_epi32((int)stride);
+    __m512i ent[4];
+    for (int q = 0; q < 4; q++) {
+        const __m512i l = _mm512_add_epi32(lane16, _mm512_set1_epi32(16 * q));
+        ent[q] = _mm512_srli_epi32(_mm512_add_epi32(o, _mm512_mullo_epi32(l, st)), (int)b);
     }
-    block_tables(s->seed, lo, hi, nv, lbits, t);
-    /* r = (g0 + l·stride) mod B in words (B divides 2^16), then the halves as bytes */
-    const __m512i r0 = _mm512_set1_epi16((short)(g0 & (s->block - 1)));
+    const __m512i natural = _mm512_permutexvar_epi8(c->pos, pack_bytes(ent[0], ent[1], ent[2], ent[3]));
+    return _mm512_permutexvar_epi8(natural, c->pos);
+}
+
+/* The tables of 64 reads from run position g0 that each have a block of their own (stride ≥ B): entry l is
+ * read l's block. */
+static void own_tables(const pd__block_slots *s, uint64_t g0, unsigned b, unsigned lbits, unsigned shift, tables *t)
+{
+    __m512i lo[4], hi[4];
+    const __m512i lane8 = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512i first = _mm512_set1_epi64((long long)g0), stride = _mm512_set1_epi64((long long)s->stride);
+    for (unsigned v = 0; v < 4; v++) {
+        const __m512i l0 = _mm512_add_epi64(lane8, _mm512_set1_epi64(16 * v));
+        const __m512i l1 = _mm512_add_epi64(l0, _mm512_set1_epi64(8));
+        const __m512i b0 = _mm512_srli_epi64(_mm512_add_epi64(first, _mm512_mul_epu32(l0, stride)), b);
+        const __m512i b1 = _mm512_srli_epi64(_mm512_add_epi64(first, _mm512_mul_epu32(l1, stride)), b);
+        lo[v] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(b0)), _mm512_cvtepi64_epi32(b1), 1);
+        hi[v] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_srli_epi64(b0, 32))),
+                                   _mm512_cvtepi64_epi32(_mm512_srli_epi64(b1, 32)), 1);
+    }
+    block_tables(s->seed, lo, hi, 4, lbits, shift, t);
+}
+
+/* The offsets r = (g0 + l·stride) mod B of 64 reads as bytes (whole: B ≤ 256), else their halves as bytes. */
+static void read_offsets(const pd__block_slots *s, uint64_t g0, unsigned rbits, const consts *c, const int whole,
+                         __m512i *s0, __m512i *s1)
+{
+    const __m512i r0 = _mm512_set1_epi16((short)(g0 & (s->block - 1))); /* in words: B divides 2^16 */
     const __m512i ra = _mm512_and_si512(_mm512_add_epi16(r0, _mm512_mullo_epi16(c->words, c->stride16)), c->bmask16);
     const __m512i rb = _mm512_and_si512(
         _mm512_add_epi16(r0, _mm512_mullo_epi16(_mm512_add_epi16(c->words, _mm512_set1_epi16(32)), c->stride16)),
         c->bmask16);
+    if (whole) {
+        *s0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(ra)), _mm512_cvtepi16_epi8(rb), 1);
+        return;
+    }
     *s0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(ra, (int)rbits))),
                              _mm512_cvtepi16_epi8(_mm512_srli_epi16(rb, (int)rbits)), 1);
     *s1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_and_si512(ra, c->rmask16))),
                              _mm512_cvtepi16_epi8(_mm512_and_si512(rb, c->rmask16)), 1);
+}
+
+/* The tables and table bytes of the NV registers of reads from t00 on. Where all NV·64 reads lie in at most 64
+ * consecutive blocks (stride ≤ B/4), one set of tables serves every register: with W = 8 and B = 64, 256 reads
+ * share 32 blocks' keys, where a set per register built 8 blocks' each in a 16-lane Philox and four 16-lane
+ * key packs a round (the tables were 17% of a W = 8 mixture read; the rounds 2%). Else a set per register, of
+ * consecutive blocks or of each read's own. */
+static void prepare(const pd__block_slots *s, uint64_t t00, unsigned b, unsigned lbits, unsigned shift,
+                    const consts *c, tables t[NV], const tables *tp[NV], __m512i idx[NV])
+{
+    const uint64_t B = s->block, g00 = s->first + t00 * s->stride;
+    const uint64_t span = ((g00 & (B - 1)) + (NV * LANES - 1) * s->stride) >> b; /* last read's block − first's */
+    if (span < LANES) {
+        range_tables(s->seed, g00 >> b, span + 1, lbits, shift, &t[0]);
+        for (int v = 0; v < NV; v++) {
+            idx[v] = consecutive_idx(c, g00 & (B - 1), (uint64_t)v * LANES, s->stride, b);
+            tp[v] = &t[0];
+        }
+        return;
+    }
+    for (int v = 0; v < NV; v++) { /* registers past the count compute reads never stored */
+        const uint64_t g0 = g00 + (uint64_t)v * LANES * s->stride, span0 = ((g0 & (B - 1)) + (LANES - 1) * s->stride) >> b;
+        if (span0 < LANES) {
+            range_tables(s->seed, g0 >> b, span0 + 1, lbits, shift, &t[v]);
+            idx[v] = consecutive_idx(c, g0 & (B - 1), 0, s->stride, b);
+        } else {
+            own_tables(s, g0, b, lbits, shift, &t[v]);
+            idx[v] = c->pos;
+        }
+        tp[v] = &t[v];
+    }
 }
 
 void pd__block_slots_vbmi(const pd__block_slots *s)
@@ -231,11 +357,12 @@ void pd__block_slots_vbmi(const pd__block_slots *s)
     pd_perm shape;
     pd__perm_shape(&shape, s->block, PD_MIN_BITS);
     const unsigned b = shape.lbits + shape.rbits, lbits = shape.lbits, rbits = shape.rbits;
+    const int whole = b <= 8;
     uint8_t hi_tab[LANES], lo_tab[LANES], pos_tab[LANES];
     pd__block_round_tables(&shape, hi_tab, lo_tab, LANES);
     for (unsigned e = 0; e < LANES; e++)
         pos_tab[e] = pos(e);
-    consts cs = {
+    const consts cs = {
         .thi = _mm512_loadu_si512(hi_tab),
         .tlo = _mm512_loadu_si512(lo_tab),
         .pos = _mm512_loadu_si512(pos_tab),
@@ -245,20 +372,87 @@ void pd__block_slots_vbmi(const pd__block_slots *s)
         .bmask16 = _mm512_set1_epi16((short)(s->block - 1)),
         .stride16 = _mm512_set1_epi16((short)(s->stride & (s->block - 1))),
     };
-    const consts *c = &cs;
+    vtable vt;
+    if (whole)
+        vtable_init(&shape, &vt);
+    void (*const vrun)(__m512i *, const __m512i *, const tables *const *, const vtable *) =
+        b == 6 ? vrounds_6 : b == 7 ? vrounds_7 : vrounds_8;
     tables t[NV];
+    const tables *tp[NV];
     __m512i s0[NV], s1[NV], idx[NV];
     for (uint64_t t00 = 0; t00 < s->count; t00 += NV * LANES) {
-        for (int v = 0; v < NV; v++) { /* registers past the count compute reads never stored */
-            const uint64_t t0 = t00 + (uint64_t)v * LANES;
-            const uint64_t g0 = s->first + t0 * s->stride;
-            prepare(s, g0, b, rbits, lbits, &t[v], &idx[v], &s0[v], &s1[v], c);
-        }
-        (rbits != lbits ? rounds_d1 : rounds_d0)(s0, s1, idx, t, c->thi, c->tlo, lbits);
+        prepare(s, t00, b, lbits, whole ? rbits : 0, &cs, t, tp, idx);
+        for (int v = 0; v < NV; v++)
+            read_offsets(s, s->first + (t00 + (uint64_t)v * LANES) * s->stride, rbits, &cs, whole, &s0[v], &s1[v]);
+        if (whole)
+            vrun(s0, idx, tp, &vt);
+        else
+            (rbits != lbits ? rounds_d1 : rounds_d0)(s0, s1, idx, tp, cs.thi, cs.tlo, lbits);
         for (int v = 0; v < NV; v++) {
             const uint64_t t0 = t00 + (uint64_t)v * LANES;
-            if (t0 < s->count)
-                store_slots(s->out + t0, s->count - t0 < LANES ? s->count - t0 : LANES, s0[v], s1[v], rbits);
+            if (t0 >= s->count)
+                break;
+            const uint64_t n = s->count - t0 < LANES ? s->count - t0 : LANES;
+            if (whole)
+                store_bytes(s->out + t0, n, s0[v]);
+            else
+                store_slots(s->out + t0, n, s0[v], s1[v], rbits);
         }
+    }
+}
+
+/* ---- Block groups (pd__block_group_vbmi): every slot of 8 blocks on whole bytes, in kernel.h's layout
+ * (register j: slots 8j … 8j + 7 of each block, four of block l at bytes 4l … 4l + 3 of each half), so each
+ * round's keys are one register for every register of the group, and a round is a lookup and an xor per 64
+ * slots (blocks_avx2.c's group kernel: seven operations per 32). */
+
+#define GV 8 /* registers in flight: the lookup's latency is hidden by the others' */
+
+PD_AI void group_rounds(__m512i v[GV], const __m512i key[PD_ROUNDS], __m512i flip, const vtable *vt, const unsigned b)
+{
+    for (int i = 0; i < PD_ROUNDS; i++)
+        for (int r = 0; r < GV; r++)
+            v[r] = _mm512_xor_si512(vlookup(vt, v[r], b), key[i]);
+    for (int r = 0; r < GV; r++)
+        v[r] = vflip(v[r], flip);
+}
+
+#define GROUP_ROUNDS(B)                                                                                       \
+    static void group_rounds_##B(__m512i v[GV], const __m512i key[PD_ROUNDS], __m512i flip, const vtable *vt) \
+    {                                                                                                         \
+        group_rounds(v, key, flip, vt, B);                                                                    \
+    }
+GROUP_ROUNDS(6)
+GROUP_ROUNDS(7)
+GROUP_ROUNDS(8)
+
+void pd__block_group_vbmi(const pd__block_group *t)
+{
+    pd_perm shape;
+    pd__perm_shape(&shape, t->block, PD_MIN_BITS);
+    const unsigned b = shape.lbits + shape.rbits;
+    vtable vt;
+    vtable_init(&shape, &vt);
+    tables tb;
+    range_tables(t->seed, t->first, PD__BLOCK_GROUP, shape.lbits, shape.rbits, &tb);
+    uint8_t gi[LANES], base[LANES];
+    for (unsigned p = 0; p < LANES; p++) {
+        gi[p] = pos((p % 32) / 4);              /* byte p holds a slot of block (p mod 32) / 4 */
+        base[p] = (uint8_t)(4 * (p / 32) + p % 4); /* register 0's slot there */
+    }
+    const __m512i gidx = _mm512_loadu_si512(gi), first = _mm512_loadu_si512(base);
+    __m512i key[PD_ROUNDS];
+    for (int i = 0; i < PD_ROUNDS; i++)
+        key[i] = _mm512_permutexvar_epi8(gidx, tb.key[i]);
+    const __m512i flip = _mm512_permutexvar_epi8(gidx, tb.flip);
+    void (*const run)(__m512i *, const __m512i *, __m512i, const vtable *) =
+        b == 6 ? group_rounds_6 : b == 7 ? group_rounds_7 : group_rounds_8;
+    for (uint32_t j0 = 0; j0 < t->block / 8; j0 += GV) {
+        __m512i v[GV];
+        for (uint32_t j = 0; j < GV; j++)
+            v[j] = _mm512_add_epi8(first, _mm512_set1_epi8((char)(8 * (j0 + j))));
+        run(v, key, flip, &vt);
+        for (uint32_t j = 0; j < GV; j++)
+            _mm512_storeu_si512(t->out + 64 * (j0 + j), v[j]);
     }
 }

@@ -78,15 +78,21 @@ void pd__block_group_scalar(const pd__block_group *t)
     }
 }
 
-void pd__block_group_run(pd_isa isa, const pd__block_group *t)
+void pd__block_group_run(const pd_gen *g, const pd__block_group *t)
 {
+#if defined(PD_CPU_HAVE_VBMI)
+    if (g->isa == PD_ISA_AVX512 && g->vbmi) {
+        pd__block_group_vbmi(t);
+        return;
+    }
+#endif
 #if defined(PD_CPU_HAVE_AVX2)
-    if (isa == PD_ISA_AVX2 || isa == PD_ISA_AVX512) {
+    if (g->isa == PD_ISA_AVX2 || g->isa == PD_ISA_AVX512) {
         pd__block_group_avx2(t);
         return;
     }
 #endif
-    (void)isa;
+    (void)g;
     pd__block_group_scalar(t);
 }
 

@@ -10,11 +10,12 @@
 
 /*
  * A request is cut into chunks. In a chunk, the slots of all the rank's reads come first, one of two ways:
- *   - small W (pd_mix_by_groups): every slot of 8 blocks at once (pd__block_group_*: bytes, a pshufb per
- *     round, one Philox per block), then each read picks its own: W·(slots per read) work, no multiply;
+ *   - small W (pd_mix_by_groups): every slot of 8 blocks at once (pd__block_group_*: bytes, a round a
+ *     vpermb and an xor with VBMI, else a pshufb and six more; one Philox per block), then each read picks
+ *     its own: W·(slots per read) work, no multiply;
  *   - larger W: a kernel keying each read by its block (pd__block_slots_run: with VBMI, bytes, 64 reads a
- *     register and one Philox per block; AVX2, bytes, 32 a register and a Philox per read; AVX-512 without
- *     VBMI, 16 lanes each with its own Philox).
+ *     register, one Philox per block and the keys of the blocks of 256 reads built once; AVX2, bytes, 32 a
+ *     register and a Philox per read; AVX-512 without VBMI, 16 lanes each with its own Philox).
  * Then, two ways:
  *
  * Dense (W ≤ PD_MIX_DENSE_WORLD; a chunk is PD_MIX_DENSE_CHUNK run positions of whole blocks):
@@ -46,7 +47,7 @@
 #define PD_MIX_SPARSE_CHUNK 4096u /* reads per sparse chunk: their arrays stay in L1 */
 #define PD_MIX_DENSE_WORLD 1u   /* dense up to this W: W = 2 measured faster sparse (AVX-512 and AVX2, bench/mixtures) */
 #define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 without VBMI (pd_mix_by_groups) */
-#define PD_MIX_GROUPS_WORLD_VBMI 2u   /* with VBMI (its block-slot kernel wins from W = 4) */
+#define PD_MIX_GROUPS_WORLD_VBMI 1u   /* with VBMI (its block-slot kernel wins from W = 2: 120 against 107 M ids/s) */
 #define PD_MIX_GROUPS_WORLD_AVX2 4u   /* on AVX2 (W = 64: its per-read kernel runs 2× the groups) */
 #define PD_MIX_SHARD_SPAN 4096u  /* sparse: consecutive positions of a sharded order computed at once */
 #define PD_MIX_SHARD_DENSE 16u   /* sparse: ... where they hold at least one read per this many positions */
@@ -248,8 +249,9 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
 }
 
 /* Whether the slots come from whole-block groups (pd__block_group_*): they compute every slot of the blocks
- * the rank reads, so they pay while a block has many reads (W small). Measured (bench/mixtures): the kernels
- * keying each read win from W = 4 with VBMI, from W = 8 on AVX-512 without it and on AVX2. */
+ * the rank reads, so they pay while a block has many reads (W small). Measured (bench/mixtures, and one core of
+ * the 2-vCPU Xeon): the kernels keying each read win from W = 2 with VBMI, from W = 8 on AVX-512 without it
+ * and on AVX2. */
 static int pd_mix_by_groups(const pd_gen *g, const pd_mix *m, uint64_t world)
 {
     if (m->block > PD__BLOCK_GROUP_MAX_B)
@@ -275,7 +277,7 @@ static void pd_mix_slots_by_groups(const pd_gen *g, const pd_mix *m, uint64_t g0
     const uint64_t B = m->block;
     for (uint64_t t = 0; t < n;) {
         const pd__block_group grp = {.seed = m->seed, .block = B, .first = (g0 + t * world) >> m->block_bits, .out = tab};
-        pd__block_group_run(g->isa, &grp);
+        pd__block_group_run(g, &grp);
         const uint64_t base = grp.first * B, span = PD__BLOCK_GROUP * B; /* the run positions it covers */
         for (uint64_t at = g0 + t * world - base; t < n && at < span;) {
             if (world == 1 && (at & (B - 1)) == 0 && n - t >= B) { /* a whole block: its slots four by four */
