@@ -178,7 +178,6 @@ static void rounds_d1(__m512i s0[NV], __m512i s1[NV], const __m512i idx[NV], con
 
 typedef struct vtable {
     __m512i t[4]; /* T[0 … 2^b), 64 entries a register */
-    unsigned b;
 } vtable;
 
 static void vtable_init(const pd_perm *shape, vtable *vt)
@@ -190,7 +189,6 @@ static void vtable_init(const pd_perm *shape, vtable *vt)
         const uint32_t s0 = v >> shape->rbits, s1 = v & shape->rmask;
         T[v] = (uint8_t)((hi[s0] ^ (s1 & shape->lmask)) << shape->rbits | (lo[s0] ^ (d ? s1 >> shape->lbits : 0)));
     }
-    vt->b = b;
     for (unsigned q = 0; q < 4; q++)
         vt->t[q] = q < (1u << b) / LANES ? _mm512_loadu_si512(T + LANES * q) : _mm512_setzero_si512();
 }
