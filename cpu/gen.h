@@ -108,7 +108,8 @@ unsigned pd_pool_threads(const pd_pool *pool);
 
 /* How long a pool thread polls before it sleeps: a helper after its last chunk, for the next request, while
  * split requests have been arriving at most ns after the last one ended (else it sleeps at once: a client
- * asking every few ms costs no polling); and a caller whose chunks are done, for its helpers', at most min(ns, 50 µs).
+ * asking every few ms costs no polling); and a caller whose chunks are done, for its helpers', at most
+ * min(ns, 50 µs).
  * Sleeping costs a wake-up through the kernel, several µs and on VMs tens (cpu/pool.c), which split
  * requests of tens of µs cannot afford. 0 (the default): sleep at once. PD_EINVAL for a NULL pool or
  * ns > PD_POOL_SPIN_MAX_NS. Any thread, any time. */

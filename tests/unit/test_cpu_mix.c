@@ -365,8 +365,9 @@ static void block_slots_match_core(void **state)
     }
 }
 
-/* The block-group kernel (every slot of 8 blocks, interleaved) equals the core's π_β, and the scalar
- * reference the SIMD one, for each B it takes, blocks whose number carries into its high word included. */
+/* The block-group kernels (every slot of 8 blocks, interleaved) equal the core's π_β: the scalar reference,
+ * and the SIMD ones (VBMI's where the CPU has it, and AVX2's) against it, for each B they take, blocks whose
+ * number carries into its high word included. */
 static void block_groups_match_core(void **state)
 {
     (void)state;
