@@ -116,8 +116,9 @@ unsigned pd_pool_threads(const pd_pool *pool);
 #define PD_POOL_SPIN_MAX_NS UINT64_C(100000000) /* 100 ms */
 int pd_pool_set_spin(pd_pool *pool, uint64_t ns);
 
-/* Times a helper found a request's work while polling (*caught; a request counts once per helper that
- * catches it), and times a helper went to sleep (*slept). Zeros for NULL. */
+/* Times a helper found a request's work while polling, or in the yield it makes before polling after a
+ * request's last chunk (*caught; a request counts once per helper that catches it), and times a helper went
+ * to sleep (*slept). Zeros for NULL. */
 void pd_pool_counts(const pd_pool *pool, uint64_t *caught, uint64_t *slept);
 
 /* The pd_gen_* fills, split across the pool; same results and errors

@@ -144,8 +144,8 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_add(&t, "permd_ids_generated_total{backend=\"cpu\"} %llu\n", (unsigned long long)v->cpu_ids);
     pd_text_add(&t, "permd_ids_generated_total{backend=\"gpu\"} %llu\n", (unsigned long long)v->gpu_ids);
     pd_text_u64(&t, "permd_cpu_pool_spin_catches_total", "counter",
-                "Times a CPU pool helper found a split request's work while polling (cpu_spin_us), "
-                "without a wake-up (one request can count once per helper).",
+                "Times a CPU pool helper found a split request's work while polling (cpu_spin_us) or "
+                "in the yield before it, without a wake-up (one request can count once per helper).",
                 v->pool_caught);
     pd_text_u64(&t, "permd_cpu_pool_sleeps_total", "counter",
                 "Times a CPU pool helper went to sleep (to be woken by a split request, which may find "
