@@ -11,6 +11,7 @@
 #include <string.h>
 
 typedef simde__mmask16 __mmask16;
+typedef simde__mmask32 __mmask32;
 typedef simde__mmask64 __mmask64;
 typedef simde__mmask8 __mmask8;
 #define _MM_PERM_DDBB 0xF5
@@ -137,5 +138,6 @@ static inline __m512i pd_emu_maskz_loadu_epi32(__mmask16 k, const void *p)
 #define _mm512_i32gather_epi64(idx, base, scale) pd_emu_i32gather_epi64(idx, base, scale)
 #define _mm512_cmplt_epu32_mask(a, b) ((__mmask16)~_mm512_cmpge_epu32_mask(a, b))
 #define _mm512_cmplt_epi32_mask(a, b) _mm512_cmpgt_epi32_mask(b, a)
+#define _mm512_cmplt_epu16_mask(a, b) ((__mmask32)~_mm512_cmpge_epu16_mask(a, b))
 
 #endif

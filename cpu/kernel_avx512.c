@@ -31,7 +31,7 @@
 #define VW 16        /* lanes per vector */
 #define NV 4         /* vectors in flight in the refill walks (32 zmm registers leave room) */
 #define LANES (VW * NV)
-#define CNV 4        /* vectors per group where groups are independent */
+#define CNV 8        /* vectors per group where groups are independent (4 word vectors: vp_eval_words) */
 #define CLANES (VW * CNV)
 #define OBUF 1024
 
@@ -43,6 +43,9 @@ typedef struct avx512_ctx {
     __m512i k[PD_ROUNDS];
     __m512i m_lo, m_hi, m_lo_d;
     __m512i lmask, rmask;
+    __m512i kw[PD_ROUNDS];           /* word lanes (vp_eval_words): the key's low 16 bits in every word */
+    __m512i lmask_w, rmask_w, top_w; /*   the masks, and 2^lbits (s1's bit that d = 1 shifts in) */
+    __m512i m_lo_d_w;                /*   lo16(M0) << d */
     __m128i lbits, rbits;
     __m512i n_m1;       /* narrow: n - 1 */
     __m512i n_hi, n_lo; /* wide: n >> rbits, n & rmask */
@@ -84,8 +87,60 @@ PD_AI void vp_round(const avx512_ctx *c, int i, __m512i *s0, __m512i *s1, const 
         *s1 = lo;
 }
 
+/* Word lanes: b ≤ 32, so both halves fit 16 bits, and a round reads only the low 16 bits of hi32(M0·s0) and of
+ * lo32(M0·s0) << d. With M0's low word m_lo = A·2^16 + Bc and its high word's low 16 bits H (s0 < 2^16):
+ *     lo16(hi32(M0·s0)) = lo16(H·s0) + hi16(A·s0) + carry(lo16(A·s0) + hi16(Bc·s0))   (mod 2^16)
+ *     lo16(lo32(M0·s0) << d) = lo16((Bc << d)·s0)
+ * five 16-bit multiplies per 32 lanes where 32-bit lanes take four per 16 (two vpmuludq, two vpmullw), on the
+ * one port both use on Intel. For d = 1, s1 >> lbits is s1's bit lbits: a test and a masked add (lo's bit 0 is
+ * 0), s1 masked by rmask once at the end. nv 32-bit vectors (even) are packed to nv / 2 word vectors
+ * (vpackusdw: lanes pair up within each 128-bit lane, and unpack puts them back). Four word vectors in flight
+ * hide the round's ~12-cycle chain; with two, flat σ ran no faster than on 32-bit lanes. */
+PD_AI void vp_eval_words(const avx512_ctx *c, __m512i *s0, __m512i *s1, const int nv, const int d)
+{
+    const __m512i A = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 16));
+    const __m512i Bc = _mm512_set1_epi16((short)(uint16_t)PD_VP_M0);
+    const __m512i H = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 32));
+    const __m512i one = _mm512_set1_epi16(1);
+    __m512i w0[CNV / 2], w1[CNV / 2];
+    for (int j = 0; j < nv / 2; j++) {
+        w0[j] = _mm512_packus_epi32(s0[2 * j], s0[2 * j + 1]);
+        w1[j] = _mm512_packus_epi32(s1[2 * j], s1[2 * j + 1]);
+    }
+    PD_UNROLL(24)
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        for (int j = 0; j < nv / 2; j++) {
+            const __m512i al = _mm512_mullo_epi16(w0[j], A);
+            const __m512i x = _mm512_add_epi16(al, _mm512_mulhi_epu16(w0[j], Bc));
+            __m512i hi = _mm512_add_epi16(_mm512_mulhi_epu16(w0[j], A), _mm512_mullo_epi16(w0[j], H));
+            hi = _mm512_mask_add_epi16(hi, _mm512_cmplt_epu16_mask(x, al), hi, one); /* the carry */
+            const __m512i lo = _mm512_mullo_epi16(w0[j], c->m_lo_d_w);
+            const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, c->kw[i], w1[j], PD_TL_XOR3), c->lmask_w);
+            w1[j] = d ? _mm512_mask_add_epi16(lo, _mm512_test_epi16_mask(w1[j], c->top_w), lo, one) : lo;
+            w0[j] = n0;
+        }
+    }
+    for (int j = 0; j < nv / 2; j++) {
+        w1[j] = _mm512_and_si512(w1[j], c->rmask_w);
+        s0[2 * j] = _mm512_unpacklo_epi16(w0[j], _mm512_setzero_si512());
+        s0[2 * j + 1] = _mm512_unpackhi_epi16(w0[j], _mm512_setzero_si512());
+        s1[2 * j] = _mm512_unpacklo_epi16(w1[j], _mm512_setzero_si512());
+        s1[2 * j + 1] = _mm512_unpackhi_epi16(w1[j], _mm512_setzero_si512());
+    }
+}
+
+/* nv vectors: on word lanes unless wide (b > 32) or nv is odd; wide, at most 4 at a time (8 would spill). */
 PD_AI void vp_eval_n(const avx512_ctx *c, __m512i *s0, __m512i *s1, const int nv, const int d, const int wide)
 {
+    if (!wide && nv % 2 == 0) {
+        vp_eval_words(c, s0, s1, nv, d);
+        return;
+    }
+    if (nv > 4) {
+        vp_eval_n(c, s0, s1, 4, d, wide);
+        vp_eval_n(c, s0 + 4, s1 + 4, nv - 4, d, wide);
+        return;
+    }
     PD_UNROLL(24)
     for (int i = 0; i < PD_ROUNDS; i++) {
         PD_UNROLL(8)
@@ -242,7 +297,7 @@ PD_AI void walk_lockstep(const avx512_ctx *c, const int d, const int wide)
 /* ---- Finished ids waiting to be scattered (see kernel_avx2.c, outbuf) */
 
 typedef struct outbuf {
-    uint32_t v[OBUF + 64], v1[OBUF + 64], idx[OBUF + 64];
+    uint32_t v[OBUF + CLANES], v1[OBUF + CLANES], idx[OBUF + CLANES];
     uint32_t n;
 } outbuf;
 
@@ -443,6 +498,12 @@ static void avx512_ctx_init(avx512_ctx *c, const pd__run *r)
     const uint32_t d = p->rbits - p->lbits;
     for (int i = 0; i < PD_ROUNDS; i++)
         c->k[i] = _mm512_set1_epi32((int)p->keys.k[i]);
+    for (int i = 0; i < PD_ROUNDS; i++)
+        c->kw[i] = _mm512_set1_epi16((short)(uint16_t)p->keys.k[i]);
+    c->lmask_w = _mm512_set1_epi16((short)(uint16_t)p->lmask);
+    c->rmask_w = _mm512_set1_epi16((short)(uint16_t)p->rmask);
+    c->top_w = _mm512_set1_epi16((short)(uint16_t)(1u << p->lbits));
+    c->m_lo_d_w = _mm512_set1_epi16((short)(uint16_t)((uint32_t)PD_VP_M0 << d));
     c->m_lo = _mm512_set1_epi32((int)(uint32_t)PD_VP_M0);
     c->m_hi = _mm512_set1_epi32((int)(uint32_t)(PD_VP_M0 >> 32));
     c->m_lo_d = _mm512_set1_epi32((int)((uint32_t)PD_VP_M0 << d));
