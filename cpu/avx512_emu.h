@@ -123,6 +123,17 @@ static inline __m512i pd_emu_maskz_loadu_epi32(__mmask16 k, const void *p)
     return _mm512_loadu_si512(r);
 }
 
+static inline __mmask32 pd_emu_test_epi16_mask(__m512i a, __m512i b)
+{
+    uint16_t x[32], y[32];
+    uint32_t r = 0;
+    _mm512_storeu_si512(x, a);
+    _mm512_storeu_si512(y, b);
+    for (int j = 0; j < 32; j++) /* SIMDe 0.7's shifts a signed 1 into bit 31 (UBSan) */
+        r |= (uint32_t)((x[j] & y[j]) != 0) << j;
+    return r;
+}
+
 #define _mm512_mask_shuffle_epi32(src, k, a, imm) pd_emu_mask_shuffle_epi32(src, k, a, imm)
 #define _mm512_maskz_expand_epi32(k, a) pd_emu_maskz_expand_epi32(k, a)
 #define _mm512_cvtepu32_epi64(a) pd_emu_cvtepu32_epi64(a)
@@ -134,6 +145,8 @@ static inline __m512i pd_emu_maskz_loadu_epi32(__mmask16 k, const void *p)
 #define _mm512_mask_storeu_epi64(p, k, a) pd_emu_mask_storeu_epi64(p, k, a)
 #define _mm512_maskz_loadu_epi32(k, p) pd_emu_maskz_loadu_epi32(k, p)
 #define _mm512_mulhi_epu16(a, b) pd_emu_mulhi_epu16(a, b)
+#undef _mm512_test_epi16_mask
+#define _mm512_test_epi16_mask(a, b) pd_emu_test_epi16_mask(a, b)
 #define _mm512_i32gather_epi32(idx, base, scale) pd_emu_i32gather_epi32(idx, base, scale)
 #define _mm512_i32gather_epi64(idx, base, scale) pd_emu_i32gather_epi64(idx, base, scale)
 #define _mm512_cmplt_epu32_mask(a, b) ((__mmask16)~_mm512_cmpge_epu32_mask(a, b))

@@ -1,4 +1,4 @@
-/* σ of several windows' short runs at once on AVX-512 (F and BW): every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; τ of ≤ 17 bits with one multiply a round, with PD_BATCH_WORDS (batch_bw.c) on 16-bit lanes, or with PD_BATCH_BYTES (batch_vbmi.c) on byte lanes. */
+/* σ of several windows' short runs at once on AVX-512 (F and BW): every lane carries its own τ (keys and shape by its run number), cycle-walked by compaction; τ of ≤ 32 bits on 16-bit lanes (eval_w16), of ≤ 17 bits with one multiply a round, with PD_BATCH_WORDS (batch_bw.c) on 16-bit lanes, or with PD_BATCH_BYTES (batch_vbmi.c) on byte lanes. */
 #include "cpu/kernel.h"
 
 #include <string.h>
@@ -22,6 +22,10 @@
  * batch whose runs all have d = 0 takes the lighter d = 0 round. A first evaluation of a group
  * that lies inside one run (a shard batch's runs are contiguous, so most of its groups do) reads that
  * run's keys and values broadcast from memory instead, as kernel_avx512.c does.
+ *
+ * Runs of b ≤ 32 (a mixture's components, windows of 2^18 and more) take word lanes (eval_w16, the walk's L = 32):
+ * kernel_avx512.c's 16-bit round, 8 vectors of u32 a group as 4 of words, every lane's values read by vpermw.
+ * A mixture's σ at W = 8 (the bench's four components, one core of the 2-vCPU Xeon) took 102 → 125 M ids/s.
  *
  * Small windows on 32-bit lanes (PD_SMALL: every run of the batch has b ≤ 17, where the generator has
  * neither vbmi nor bw: before the word lanes, what CPUs without VBMI ran; now tests and bench/shards
@@ -59,6 +63,8 @@
 #ifndef PD_BATCH_WORDS
 #define PD_BATCH_WORDS 0
 #endif
+/* The plain build's word lanes for runs of b ≤ 32 (eval_w16); the byte and word builds take only narrow batches. */
+#define PD_W16 (!PD_BATCH_BYTES && !PD_BATCH_WORDS)
 
 #define PD_AI static inline __attribute__((always_inline))
 #define VW 16
@@ -93,6 +99,10 @@ typedef struct bctx {
     const uint8_t *run;
 #if PD_BATCH_WORDS
     __m512i wkey[PD_ROUNDS];             /* word r: run r's round key (low byte), for vpermw */
+#endif
+#if PD_W16
+    __m512i wk16[PD_ROUNDS];             /* word r: run r's round key (low 16 bits), for vpermw (eval_w16) */
+    __m512i wlmask, wtop, wmult;         /* word r: run r's lmask; 2^lbits where d = 1, else 0; lo16(M0) << d */
 #endif
 #if PD_BATCH_BYTES
     __m512i bkey[PD_ROUNDS];             /* byte r: run r's round key (low byte) */
@@ -327,6 +337,53 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
 }
 #endif
 
+#if PD_W16
+/* eval on word lanes for batches whose every run has b ≤ 32 (the walk's L = 32): kernel_avx512.c's vp_eval_words
+ * (read its comment: five 16-bit multiplies and a carry per 32 lanes), with each lane's values by its run: its
+ * lmask, 2^lbits where d = 1 (else 0: no bit shifted in) and multiplier lo16(M0) << d read once per evaluation
+ * by vpermw, and its key each round (or broadcast: hk, the keys of the one run all lanes belong to). D: some run
+ * has d = 1. nv (even) vectors of u32 as nv / 2 of words. */
+PD_AI void eval_w16(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *s1, const int D, const uint32_t *hk,
+                    const int nv)
+{
+    const __m512i A = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 16));
+    const __m512i Bc = _mm512_set1_epi16((short)(uint16_t)PD_VP_M0);
+    const __m512i H = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 32));
+    const __m512i one = _mm512_set1_epi16(1);
+    __m512i w0[BNV / 2], w1[BNV / 2], runi[BNV / 2], lmask[BNV / 2], top[BNV / 2], mult[BNV / 2];
+    for (int j = 0; j < nv / 2; j++) {
+        w0[j] = _mm512_packus_epi32(s0[2 * j], s0[2 * j + 1]);
+        w1[j] = _mm512_packus_epi32(s1[2 * j], s1[2 * j + 1]);
+        runi[j] = _mm512_packus_epi32(p[2 * j]->run, p[2 * j + 1]->run);
+        lmask[j] = _mm512_permutexvar_epi16(runi[j], c->wlmask);
+        top[j] = D ? _mm512_permutexvar_epi16(runi[j], c->wtop) : _mm512_setzero_si512();
+        mult[j] = _mm512_permutexvar_epi16(runi[j], c->wmult);
+    }
+    PD_UNROLL(24)
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        for (int j = 0; j < nv / 2; j++) {
+            const __m512i al = _mm512_mullo_epi16(w0[j], A);
+            const __m512i x = _mm512_add_epi16(al, _mm512_mulhi_epu16(w0[j], Bc));
+            __m512i hi = _mm512_add_epi16(_mm512_mulhi_epu16(w0[j], A), _mm512_mullo_epi16(w0[j], H));
+            hi = _mm512_mask_add_epi16(hi, _mm512_cmplt_epu16_mask(x, al), hi, one); /* the carry */
+            const __m512i lo = _mm512_mullo_epi16(w0[j], mult[j]);
+            const __m512i k = hk ? _mm512_set1_epi16((short)(uint16_t)hk[i]) : _mm512_permutexvar_epi16(runi[j], c->wk16[i]);
+            const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, w1[j], PD_TL_XOR3), lmask[j]);
+            w1[j] = D ? _mm512_mask_add_epi16(lo, _mm512_test_epi16_mask(w1[j], top[j]), lo, one) : lo;
+            w0[j] = n0;
+        }
+    }
+    for (int j = 0; j < nv / 2; j++) {
+        s0[2 * j] = _mm512_unpacklo_epi16(w0[j], _mm512_setzero_si512());
+        s0[2 * j + 1] = _mm512_unpackhi_epi16(w0[j], _mm512_setzero_si512());
+        s1[2 * j] = _mm512_unpacklo_epi16(w1[j], _mm512_setzero_si512());
+        s1[2 * j + 1] = _mm512_unpackhi_epi16(w1[j], _mm512_setzero_si512());
+    }
+    for (int v = 0; v < nv; v++)
+        s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);
+}
+#endif
+
 PD_AI void split(const lanes *p, __m512i x, __m512i *s0, __m512i *s1)
 {
     *s0 = _mm512_srlv_epi32(x, p->rbits);
@@ -409,6 +466,13 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
         eval_bytes(c, p, runb, s0, s1, L, d, BNB);
     } else
 #endif
+#if PD_W16
+    if (L && one)
+        eval_w16(c, p, s0, s1, d, c->kr[r], BNV);
+    else if (L)
+        eval_w16(c, p, s0, s1, d, NULL, BNV);
+    else
+#endif
     if (one)
         eval(c, p, s0, s1, CNV, d, c->kr[r]);
     else
@@ -478,6 +542,11 @@ PD_AI void compact_group(const bctx *c, queue *q, outbuf *buf, uint32_t r, uint3
             runb[j] = pack4(c, run + CNV * j);
         eval_bytes(c, p, runb, s0, s1, L, d, nv / CNV);
     } else
+#endif
+#if PD_W16
+    if (L)
+        eval_w16(c, p, s0, s1, d, NULL, nv);
+    else
 #endif
         eval(c, p, s0, s1, CNV, d, NULL);
     for (int v = 0; v < nv; v++) {
@@ -565,6 +634,25 @@ static void bctx_init(bctx *c, const pd__batch *b, int small)
             t[6][r] = b->perm[r]->keys.k[i];
         c->key[i] = _mm512_loadu_si512(t[6]);
     }
+#if PD_W16
+    uint16_t w16[4][32];
+    memset(w16, 0, sizeof w16);
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        for (unsigned r = 0; r < b->nruns; r++)
+            w16[0][r] = (uint16_t)b->perm[r]->keys.k[i];
+        c->wk16[i] = _mm512_loadu_si512(w16[0]);
+    }
+    for (unsigned r = 0; r < b->nruns; r++) {
+        const pd_perm *p = b->perm[r];
+        const uint32_t d = p->rbits - p->lbits;
+        w16[1][r] = (uint16_t)p->lmask;
+        w16[2][r] = (uint16_t)(d ? 1u << p->lbits : 0);
+        w16[3][r] = (uint16_t)((uint32_t)PD_VP_M0 << d);
+    }
+    c->wlmask = _mm512_loadu_si512(w16[1]);
+    c->wtop = _mm512_loadu_si512(w16[2]);
+    c->wmult = _mm512_loadu_si512(w16[3]);
+#endif
 #endif
 #else
     uint8_t bt[PD_ROUNDS + 3][64], tab[3][256], pk[64];
@@ -714,15 +802,28 @@ static void walk_small_d1(const pd__batch *b)
     walk(b, PD_SMALL | 1, 0);
 }
 
+static void walk_w16_d0(const pd__batch *b)
+{
+    walk(b, 0, 32);
+}
+
+static void walk_w16_d1(const pd__batch *b)
+{
+    walk(b, 1, 32);
+}
+
 void pd__batch_avx512(const pd__batch *b)
 {
-    int any_d = 0, small = 1; /* the lighter round when every run has d = 0; one multiply when b ≤ 17 */
+    int any_d = 0, small = 1, w16 = 1; /* the lighter round when every run has d = 0; one multiply when b ≤ 17 */
     for (unsigned r = 0; r < b->nruns; r++) {
         any_d |= b->perm[r]->rbits != b->perm[r]->lbits;
         small &= b->perm[r]->lbits <= PD_VP_SMALL_LBITS;
+        w16 &= b->perm[r]->bits <= 32;
     }
     if (small)
         (any_d ? walk_small_d1 : walk_small_d0)(b);
+    else if (w16)
+        (any_d ? walk_w16_d1 : walk_w16_d0)(b);
     else
         (any_d ? walk_d1 : walk_d0)(b);
 }

@@ -129,21 +129,12 @@ PD_AI void vp_eval_words(const avx512_ctx *c, __m512i *s0, __m512i *s1, const in
     }
 }
 
-/* nv vectors: on word lanes unless wide (b > 32) or nv is odd; wide, at most 4 at a time (8 would spill). */
-PD_AI void vp_eval_n(const avx512_ctx *c, __m512i *s0, __m512i *s1, const int nv, const int d, const int wide)
+/* 32-bit lanes, at most 4 vectors (8 would spill). */
+PD_AI void vp_eval_32(const avx512_ctx *c, __m512i *s0, __m512i *s1, const int nv, const int d, const int wide)
 {
-    if (!wide && nv % 2 == 0) {
-        vp_eval_words(c, s0, s1, nv, d);
-        return;
-    }
-    if (nv > 4) {
-        vp_eval_n(c, s0, s1, 4, d, wide);
-        vp_eval_n(c, s0 + 4, s1 + 4, nv - 4, d, wide);
-        return;
-    }
     PD_UNROLL(24)
     for (int i = 0; i < PD_ROUNDS; i++) {
-        PD_UNROLL(8)
+        PD_UNROLL(4)
         for (int v = 0; v < nv; v++)
             vp_round(c, i, &s0[v], &s1[v], d, wide);
     }
@@ -151,6 +142,17 @@ PD_AI void vp_eval_n(const avx512_ctx *c, __m512i *s0, __m512i *s1, const int nv
         for (int v = 0; v < nv; v++)
             s1[v] = _mm512_and_si512(s1[v], c->rmask);
     }
+}
+
+/* nv vectors: on word lanes unless wide (b > 32) or nv is odd, else 4 at a time on 32-bit lanes. */
+PD_AI void vp_eval_n(const avx512_ctx *c, __m512i *s0, __m512i *s1, const int nv, const int d, const int wide)
+{
+    if (!wide && nv % 2 == 0) {
+        vp_eval_words(c, s0, s1, nv, d);
+        return;
+    }
+    for (int v = 0; v < nv; v += 4)
+        vp_eval_32(c, s0 + v, s1 + v, nv - v < 4 ? nv - v : 4, d, wide);
 }
 
 /* ---- Positions in, ids out */
