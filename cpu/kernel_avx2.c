@@ -24,7 +24,7 @@
 #define VW 8          /* lanes per vector */
 #define NV 3          /* vectors in flight in the refill walks (each evaluation waits for the last) */
 #define LANES (VW * NV)
-#define CNV 4         /* vectors per group where groups are independent (no walk, compaction) */
+#define CNV 8         /* vectors per group where groups are independent (no walk, compaction): 4 of words */
 #define CLANES (VW * CNV)
 #define OBUF 512     /* finished (id, index) pairs buffered before they are scattered */
 
@@ -39,6 +39,8 @@ typedef struct avx2_ctx {
     __m256i m_lo_d;            /* m_lo << d: folds the round's "lo << d" into the multiply */
     __m256i lmask, rmask;
     __m128i lbits, rbits;      /* shift counts */
+    __m256i kw[PD_ROUNDS];     /* word lanes (vp_eval_words): the key's low 16 bits in every word */
+    __m256i lmask_w, rmask_w, m_lo_d_w; /*   the masks and lo16(M0) << d in every word */
     __m256i n32, n_m1;         /* narrow: n and n - 1 (ids fit 32 bits) */
     __m256i n_hi, n_lo_x;      /* wide: n >> rbits, and (n & rmask) with its sign bit flipped */
     __m256i first32, stride32; /* narrow: position = first + i·stride, exact mod 2^32 */
@@ -84,12 +86,50 @@ PD_AI void vp_round(const avx2_ctx *c, int i, __m256i *s0, __m256i *s1, const in
     *s1 = d ? _mm256_and_si256(lo, c->rmask) : lo;
 }
 
-/* The 24 rounds on nv vectors, interleaved round by round. */
-PD_AI void vp_eval_n(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, const int d, const int shape)
+/* Word lanes for b ≤ 32 (kernel_avx512.c's vp_eval_words: read its comment), 16 lanes a register. AVX2 has no
+ * unsigned 16-bit compare: the carry of al + bh is a signed compare with both sides' top bits flipped (al ^ 2^15,
+ * and al ^ 2^15 + bh = (al + bh) ^ 2^15). With d = 1, s1 is kept masked and s1 >> lbits is one vpsrlw. */
+PD_AI void vp_eval_words(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, const int d)
+{
+    const __m256i A = _mm256_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 16));
+    const __m256i Bc = _mm256_set1_epi16((short)(uint16_t)PD_VP_M0);
+    const __m256i H = _mm256_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 32));
+    const __m256i top = _mm256_set1_epi16((short)0x8000);
+    __m256i w0[CNV / 2], w1[CNV / 2];
+    for (int j = 0; j < nv / 2; j++) {
+        w0[j] = _mm256_packus_epi32(s0[2 * j], s0[2 * j + 1]);
+        w1[j] = _mm256_packus_epi32(s1[2 * j], s1[2 * j + 1]);
+    }
+#pragma GCC unroll 24
+    for (int i = 0; i < PD_ROUNDS; i++) {
+        for (int j = 0; j < nv / 2; j++) {
+            const __m256i al = _mm256_xor_si256(_mm256_mullo_epi16(w0[j], A), top);
+            const __m256i x = _mm256_add_epi16(al, _mm256_mulhi_epu16(w0[j], Bc));
+            __m256i hi = _mm256_add_epi16(_mm256_mulhi_epu16(w0[j], A), _mm256_mullo_epi16(w0[j], H));
+            hi = _mm256_sub_epi16(hi, _mm256_cmpgt_epi16(al, x)); /* + the carry (all ones: −1) */
+            __m256i lo = _mm256_mullo_epi16(w0[j], c->m_lo_d_w);
+            if (d)
+                lo = _mm256_and_si256(_mm256_or_si256(lo, _mm256_srl_epi16(w1[j], c->lbits)), c->rmask_w);
+            w0[j] = _mm256_and_si256(_mm256_xor_si256(_mm256_xor_si256(hi, c->kw[i]), w1[j]), c->lmask_w);
+            w1[j] = lo;
+        }
+    }
+    for (int j = 0; j < nv / 2; j++) {
+        if (!d)
+            w1[j] = _mm256_and_si256(w1[j], c->rmask_w);
+        s0[2 * j] = _mm256_unpacklo_epi16(w0[j], _mm256_setzero_si256());
+        s0[2 * j + 1] = _mm256_unpackhi_epi16(w0[j], _mm256_setzero_si256());
+        s1[2 * j] = _mm256_unpacklo_epi16(w1[j], _mm256_setzero_si256());
+        s1[2 * j + 1] = _mm256_unpackhi_epi16(w1[j], _mm256_setzero_si256());
+    }
+}
+
+/* The 24 rounds on nv ≤ 4 vectors of 32-bit lanes, interleaved round by round. */
+PD_AI void vp_eval_32(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, const int d, const int shape)
 {
 #pragma GCC unroll 24
     for (int i = 0; i < PD_ROUNDS; i++) {
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int v = 0; v < nv; v++)
             vp_round(c, i, &s0[v], &s1[v], d, shape);
     }
@@ -97,6 +137,17 @@ PD_AI void vp_eval_n(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, 
         for (int v = 0; v < nv; v++)
             s1[v] = _mm256_and_si256(s1[v], c->rmask);
     }
+}
+
+/* nv vectors: on word lanes unless WIDE or nv is odd, else 4 at a time on 32-bit lanes. */
+PD_AI void vp_eval_n(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, const int d, const int shape)
+{
+    if (shape != WIDE && nv % 2 == 0) {
+        vp_eval_words(c, s0, s1, nv, d);
+        return;
+    }
+    for (int v = 0; v < nv; v += 4)
+        vp_eval_32(c, s0 + v, s1 + v, nv - v < 4 ? nv - v : 4, d, shape);
 }
 
 PD_AI void vp_eval(const avx2_ctx *c, __m256i s0[NV], __m256i s1[NV], const int d, const int shape)
@@ -304,7 +355,7 @@ PD_AI __m256i table_vec(const uint64_t *tab, unsigned m)
 
 /* Finished ids waiting to be scattered: v (narrow) or (v, v1) = (s0, s1) (wide). */
 typedef struct outbuf { /* filled up to OBUF, plus one group of lanes of slack */
-    uint32_t v[OBUF + 64], v1[OBUF + 64], idx[OBUF + 64];
+    uint32_t v[OBUF + CLANES], v1[OBUF + CLANES], idx[OBUF + CLANES];
     uint32_t n;
 } outbuf;
 
@@ -647,6 +698,11 @@ static void avx2_ctx_init(avx2_ctx *c, const pd__run *r)
     const uint32_t d = p->rbits - p->lbits;
     for (int i = 0; i < PD_ROUNDS; i++)
         c->k[i] = _mm256_set1_epi32((int)p->keys.k[i]);
+    for (int i = 0; i < PD_ROUNDS; i++)
+        c->kw[i] = _mm256_set1_epi16((short)(uint16_t)p->keys.k[i]);
+    c->lmask_w = _mm256_set1_epi16((short)(uint16_t)p->lmask);
+    c->rmask_w = _mm256_set1_epi16((short)(uint16_t)p->rmask);
+    c->m_lo_d_w = _mm256_set1_epi16((short)(uint16_t)((uint32_t)PD_VP_M0 << d));
     c->m_lo = _mm256_set1_epi32((int)(uint32_t)PD_VP_M0);
     c->m_hi = _mm256_set1_epi32((int)(uint32_t)(PD_VP_M0 >> 32));
     c->m_lo_d = _mm256_set1_epi32((int)((uint32_t)PD_VP_M0 << d));
