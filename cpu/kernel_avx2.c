@@ -529,16 +529,16 @@ PD_AI void compact_first(const avx2_ctx *c, queue *q, uint32_t i, const int d, c
     }
 }
 
-/* One pass over the queue's whole groups of CLANES; a shorter rest stays queued. */
-PD_AI void compact_pass(const avx2_ctx *c, queue *q, outbuf *buf, const int d, const int shape)
+/* One pass over the queue's whole groups of nv vectors (CNV, or 2 in the drain); a shorter rest stays queued. */
+PD_AI void compact_pass(const avx2_ctx *c, queue *q, outbuf *buf, const int d, const int shape, const int nv)
 {
     uint32_t r = 0, w = 0;
-    for (; r + CLANES <= q->n; r += CLANES) {
+    for (; r + VW * nv <= q->n; r += VW * nv) {
         __m256i s0[CNV], s1[CNV], idx[CNV];
-        for (int v = 0; v < CNV; v++)
+        for (int v = 0; v < nv; v++)
             queue_get(c, q, r + VW * v, &s0[v], &s1[v], &idx[v], shape);
-        vp_eval_n(c, s0, s1, CNV, d, shape);
-        for (int v = 0; v < CNV; v++) {
+        vp_eval_n(c, s0, s1, nv, d, shape);
+        for (int v = 0; v < nv; v++) {
             __m256i val = s0[v], in;
             if (shape == WIDE)
                 in = inside_wide(c, s0[v], s1[v]);
@@ -579,7 +579,7 @@ PD_AI void walk_compact_from(const avx2_ctx *c, const int d, const int shape, co
         for (; i < end; i += CLANES)
             compact_first(c, &q, i, d, shape, list);
         while (q.n > BLOCK / 2)
-            compact_pass(c, &q, &buf, d, shape);
+            compact_pass(c, &q, &buf, d, shape, CNV);
     }
     for (; i < count; i++) { /* fewer than CLANES positions left: queue them unevaluated */
         const uint64_t pos = list ? c->list[i] : r->first + i * r->stride;
@@ -587,13 +587,17 @@ PD_AI void walk_compact_from(const avx2_ctx *c, const int d, const int shape, co
         q.v1[q.n] = (uint32_t)pos & r->perm->rmask;
         q.idx[q.n++] = i;
     }
+    /* The drain: whole groups while the queue holds one, then the rest padded with copies of its last entry to
+     * groups of 2 vectors, not of CNV (whole groups of 64 lanes made a mixture's gathers evaluate up to 63). */
+    while (q.n >= CLANES)
+        compact_pass(c, &q, &buf, d, shape, CNV);
     while (q.n) {
-        for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) { /* pad with copies of the last entry */
+        for (uint32_t last = q.n - 1; q.n % (2 * VW); q.n++) { /* pad with copies of the last entry */
             q.v[q.n] = q.v[last];
             q.v1[q.n] = q.v1[last];
             q.idx[q.n] = q.idx[last];
         }
-        compact_pass(c, &q, &buf, d, shape);
+        compact_pass(c, &q, &buf, d, shape, 2);
     }
     outbuf_flush(c, &buf, shape);
 }

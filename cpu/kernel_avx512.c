@@ -417,18 +417,19 @@ PD_AI void compact_first(const avx512_ctx *c, queue *q, uint32_t i, const int d,
     }
 }
 
-PD_AI void compact_pass(const avx512_ctx *c, queue *q, outbuf *buf, const int d, const int wide)
+/* One pass over the queue's whole groups of nv vectors (CNV, or 2 in the drain); a shorter rest stays queued. */
+PD_AI void compact_pass(const avx512_ctx *c, queue *q, outbuf *buf, const int d, const int wide, const int nv)
 {
     uint32_t r = 0, w = 0;
-    for (; r + CLANES <= q->n; r += CLANES) {
+    for (; r + VW * nv <= q->n; r += VW * nv) {
         __m512i s0[CNV], s1[CNV], idx[CNV];
-        for (int v = 0; v < CNV; v++) {
+        for (int v = 0; v < nv; v++) {
             s0[v] = _mm512_loadu_si512(q->s0 + r + VW * v);
             s1[v] = _mm512_loadu_si512(q->s1 + r + VW * v);
             idx[v] = _mm512_loadu_si512(q->idx + r + VW * v);
         }
-        vp_eval_n(c, s0, s1, CNV, d, wide);
-        for (int v = 0; v < CNV; v++) {
+        vp_eval_n(c, s0, s1, nv, d, wide);
+        for (int v = 0; v < nv; v++) {
             __m512i val;
             const __mmask16 in = inside(c, s0[v], s1[v], &val, wide);
             outbuf_push(buf, in, val, s1[v], idx[v], wide);
@@ -446,6 +447,25 @@ PD_AI void compact_pass(const avx512_ctx *c, queue *q, outbuf *buf, const int d,
     q->n = w;
 }
 
+/* Empty the queue: whole groups while it holds one, then the rest padded with copies of its last entry (a copy
+ * walks the same way and writes the same id to the same place) to groups of 2 vectors, not of CNV: with
+ * groups of 128 lanes, padding whole groups made short runs and gathers (a mixture's per-component reads)
+ * evaluate up to 127 copies. */
+PD_AI void compact_drain(const avx512_ctx *c, queue *q, outbuf *buf, const int d, const int wide)
+{
+    while (q->n >= CLANES)
+        compact_pass(c, q, buf, d, wide, CNV);
+    while (q->n) {
+        for (uint32_t last = q->n - 1; q->n % (2 * VW); q->n++) {
+            q->s0[q->n] = q->s0[last];
+            q->s1[q->n] = q->s1[last];
+            q->idx[q->n] = q->idx[last];
+        }
+        compact_pass(c, q, buf, d, wide, 2);
+    }
+    outbuf_flush(c, buf, wide);
+}
+
 PD_AI void walk_compact(const avx512_ctx *c, const int d, const int wide)
 {
     const pd__run *r = c->run;
@@ -459,7 +479,7 @@ PD_AI void walk_compact(const avx512_ctx *c, const int d, const int wide)
         for (; i < end; i += CLANES)
             compact_first(c, &q, i, d, wide);
         while (q.n > BLOCK / 2)
-            compact_pass(c, &q, &buf, d, wide);
+            compact_pass(c, &q, &buf, d, wide, CNV);
     }
     for (; i < count; i++) {
         const uint64_t pos = r->first + i * r->stride;
@@ -467,15 +487,7 @@ PD_AI void walk_compact(const avx512_ctx *c, const int d, const int wide)
         q.s1[q.n] = (uint32_t)pos & r->perm->rmask;
         q.idx[q.n++] = i;
     }
-    while (q.n) {
-        for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) {
-            q.s0[q.n] = q.s0[last];
-            q.s1[q.n] = q.s1[last];
-            q.idx[q.n] = q.idx[last];
-        }
-        compact_pass(c, &q, &buf, d, wide);
-    }
-    outbuf_flush(c, &buf, wide);
+    compact_drain(c, &q, &buf, d, wide);
 }
 
 /* ---- Instances and dispatch */
@@ -680,22 +692,14 @@ PD_AI void walk_gather(const avx512_ctx *c, const uint64_t *pos, const int d, co
         for (; i < end; i += CLANES)
             gather_first(c, &q, pos, i, d, wide);
         while (q.n > BLOCK / 2)
-            compact_pass(c, &q, &buf, d, wide);
+            compact_pass(c, &q, &buf, d, wide, CNV);
     }
     for (; i < count; i++) {
         q.s0[q.n] = (uint32_t)(pos[i] >> r->perm->rbits);
         q.s1[q.n] = (uint32_t)pos[i] & r->perm->rmask;
         q.idx[q.n++] = i;
     }
-    while (q.n) {
-        for (uint32_t last = q.n - 1; q.n % CLANES; q.n++) {
-            q.s0[q.n] = q.s0[last];
-            q.s1[q.n] = q.s1[last];
-            q.idx[q.n] = q.idx[last];
-        }
-        compact_pass(c, &q, &buf, d, wide);
-    }
-    outbuf_flush(c, &buf, wide);
+    compact_drain(c, &q, &buf, d, wide);
 }
 
 typedef void gather_fn(const avx512_ctx *c, const uint64_t *pos);
