@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #define PD_UNROLL(n) _Pragma(PD_STR(GCC unroll n))
 #endif
+#include "cpu/words_avx512.h"
 #define PD_STR(x) #x
 
 /*
@@ -274,19 +275,6 @@ PD_AI void eval_bytes(const bctx *c, const lanes *const *p, const __m512i *runb,
 #endif
 
 #if PD_BATCH_WORDS
-/* Two vectors of u32 lanes below 2^16 as one of 16-bit lanes (per 128-bit lane: a0's four, then
- * a1's), and back. */
-PD_AI __m512i pack2w(__m512i a0, __m512i a1)
-{
-    return _mm512_packus_epi32(a0, a1);
-}
-
-PD_AI void unpack2w(__m512i w, __m512i *a)
-{
-    a[0] = _mm512_unpacklo_epi16(w, _mm512_setzero_si512());
-    a[1] = _mm512_unpackhi_epi16(w, _mm512_setzero_si512());
-}
-
 /* eval on word lanes (batch_avx2.c's eval_words): every lane's b ≤ 17, so s0 < 2^8 and s1 < 2^9; D = 0
  * (every lane d = 0: s1 unmasked until the end) or 1 (some lane d = 1: s1 masked each round, so
  * s1 >> lbits is 0 where d = 0). hk: the keys of the one run all lanes belong to, or NULL. With one run
@@ -302,17 +290,17 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
     const int nt = hk ? 1 : NW; /* per-run values: one set (one run), or one per word vector */
     __m512i w0[BNV / 2], w1[BNV / 2], lmask[BNV / 2], rmask[BNV / 2], cld[BNV / 2], shr[BNV / 2], runi[BNV / 2];
     for (int j = 0; j < NW; j++) {
-        w0[j] = pack2w(s0[2 * j], s0[2 * j + 1]);
-        w1[j] = pack2w(s1[2 * j], s1[2 * j + 1]);
+        w0[j] = pd__w16_pack(s0[2 * j], s0[2 * j + 1]);
+        w1[j] = pd__w16_pack(s1[2 * j], s1[2 * j + 1]);
     }
     for (int j = 0; j < nt; j++) {
         const lanes *x = p[2 * j], *y = p[2 * j + 1];
-        lmask[j] = pack2w(x->lmask, y->lmask);
-        rmask[j] = pack2w(x->rmask, y->rmask);
-        cld[j] = pack2w(_mm512_and_si512(x->m_lo_d, low16), _mm512_and_si512(y->m_lo_d, low16));
-        shr[j] = pack2w(_mm512_sllv_epi32(one32, _mm512_sub_epi32(sixteen, x->lbits)),
+        lmask[j] = pd__w16_pack(x->lmask, y->lmask);
+        rmask[j] = pd__w16_pack(x->rmask, y->rmask);
+        cld[j] = pd__w16_pack(_mm512_and_si512(x->m_lo_d, low16), _mm512_and_si512(y->m_lo_d, low16));
+        shr[j] = pd__w16_pack(_mm512_sllv_epi32(one32, _mm512_sub_epi32(sixteen, x->lbits)),
                         _mm512_sllv_epi32(one32, _mm512_sub_epi32(sixteen, y->lbits)));
-        runi[j] = pack2w(x->run, y->run);
+        runi[j] = pd__w16_pack(x->run, y->run);
     }
     PD_UNROLL(24)
     for (int i = 0; i < PD_ROUNDS; i++) {
@@ -328,8 +316,8 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
         }
     }
     for (int j = 0; j < NW; j++) {
-        unpack2w(w0[j], s0 + 2 * j);
-        unpack2w(w1[j], s1 + 2 * j);
+        pd__w16_unpack(w0[j], s0 + 2 * j);
+        pd__w16_unpack(w1[j], s1 + 2 * j);
     }
     if (!D)
         for (int v = 0; v < nv; v++)
@@ -338,23 +326,19 @@ PD_AI void eval_words(const bctx *c, const lanes *const *p, __m512i *s0, __m512i
 #endif
 
 #if PD_W16
-/* eval on word lanes for batches whose every run has b ≤ 32 (the walk's L = 32): kernel_avx512.c's vp_eval_words
- * (read its comment: five 16-bit multiplies and a carry per 32 lanes), with each lane's values by its run: its
- * lmask, 2^lbits where d = 1 (else 0: no bit shifted in) and multiplier lo16(M0) << d read once per evaluation
- * by vpermw, and its key each round (or broadcast: hk, the keys of the one run all lanes belong to). D: some run
- * has d = 1. nv (even) vectors of u32 as nv / 2 of words. */
+/* eval on word lanes for batches whose every run has b ≤ 32 (the walk's L = 32): words_avx512.h's round (read its
+ * comment: five 16-bit multiplies and a carry per 32 lanes), with each lane's values by its run: its lmask,
+ * 2^lbits where d = 1 (else 0: no bit shifted in) and multiplier lo16(M0) << d read once per evaluation by vpermw,
+ * and its key each round (or broadcast: hk, the keys of the one run all lanes belong to). D: some run has d = 1.
+ * nv (even) vectors of u32 as nv / 2 of words. */
 PD_AI void eval_w16(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *s1, const int D, const uint32_t *hk,
                     const int nv)
 {
-    const __m512i A = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 16));
-    const __m512i Bc = _mm512_set1_epi16((short)(uint16_t)PD_VP_M0);
-    const __m512i H = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 32));
-    const __m512i one = _mm512_set1_epi16(1);
     __m512i w0[BNV / 2], w1[BNV / 2], runi[BNV / 2], lmask[BNV / 2], top[BNV / 2], mult[BNV / 2];
     for (int j = 0; j < nv / 2; j++) {
-        w0[j] = _mm512_packus_epi32(s0[2 * j], s0[2 * j + 1]);
-        w1[j] = _mm512_packus_epi32(s1[2 * j], s1[2 * j + 1]);
-        runi[j] = _mm512_packus_epi32(p[2 * j]->run, p[2 * j + 1]->run);
+        w0[j] = pd__w16_pack(s0[2 * j], s0[2 * j + 1]);
+        w1[j] = pd__w16_pack(s1[2 * j], s1[2 * j + 1]);
+        runi[j] = pd__w16_pack(p[2 * j]->run, p[2 * j + 1]->run);
         lmask[j] = _mm512_permutexvar_epi16(runi[j], c->wlmask);
         top[j] = D ? _mm512_permutexvar_epi16(runi[j], c->wtop) : _mm512_setzero_si512();
         mult[j] = _mm512_permutexvar_epi16(runi[j], c->wmult);
@@ -362,22 +346,13 @@ PD_AI void eval_w16(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *
     PD_UNROLL(24)
     for (int i = 0; i < PD_ROUNDS; i++) {
         for (int j = 0; j < nv / 2; j++) {
-            const __m512i al = _mm512_mullo_epi16(w0[j], A);
-            const __m512i x = _mm512_add_epi16(al, _mm512_mulhi_epu16(w0[j], Bc));
-            __m512i hi = _mm512_add_epi16(_mm512_mulhi_epu16(w0[j], A), _mm512_mullo_epi16(w0[j], H));
-            hi = _mm512_mask_add_epi16(hi, _mm512_cmplt_epu16_mask(x, al), hi, one); /* the carry */
-            const __m512i lo = _mm512_mullo_epi16(w0[j], mult[j]);
             const __m512i k = hk ? _mm512_set1_epi16((short)(uint16_t)hk[i]) : _mm512_permutexvar_epi16(runi[j], c->wk16[i]);
-            const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, w1[j], PD_TL_XOR3), lmask[j]);
-            w1[j] = D ? _mm512_mask_add_epi16(lo, _mm512_test_epi16_mask(w1[j], top[j]), lo, one) : lo;
-            w0[j] = n0;
+            pd__w16_round(&w0[j], &w1[j], k, lmask[j], mult[j], top[j], D);
         }
     }
     for (int j = 0; j < nv / 2; j++) {
-        s0[2 * j] = _mm512_unpacklo_epi16(w0[j], _mm512_setzero_si512());
-        s0[2 * j + 1] = _mm512_unpackhi_epi16(w0[j], _mm512_setzero_si512());
-        s1[2 * j] = _mm512_unpacklo_epi16(w1[j], _mm512_setzero_si512());
-        s1[2 * j + 1] = _mm512_unpackhi_epi16(w1[j], _mm512_setzero_si512());
+        pd__w16_unpack(w0[j], s0 + 2 * j);
+        pd__w16_unpack(w1[j], s1 + 2 * j);
     }
     for (int v = 0; v < nv; v++)
         s1[v] = _mm512_and_si512(s1[v], p[v]->rmask);

@@ -6,6 +6,7 @@
 #else
 #include <immintrin.h>
 #endif
+#include "cpu/words_avx512.h"
 
 /*
  * Same plan as kernel_avx2.c (read its opening comment and its walks'
@@ -87,45 +88,21 @@ PD_AI void vp_round(const avx512_ctx *c, int i, __m512i *s0, __m512i *s1, const 
         *s1 = lo;
 }
 
-/* Word lanes: b ≤ 32, so both halves fit 16 bits, and a round reads only the low 16 bits of hi32(M0·s0) and of
- * lo32(M0·s0) << d. With M0's low word m_lo = A·2^16 + Bc and its high word's low 16 bits H (s0 < 2^16):
- *     lo16(hi32(M0·s0)) = lo16(H·s0) + hi16(A·s0) + carry(lo16(A·s0) + hi16(Bc·s0))   (mod 2^16)
- *     lo16(lo32(M0·s0) << d) = lo16((Bc << d)·s0)
- * five 16-bit multiplies per 32 lanes where 32-bit lanes take four per 16 (two vpmuludq, two vpmullw), on the
- * one port both use on Intel. For d = 1, s1 >> lbits is s1's bit lbits: a test and a masked add (lo's bit 0 is
- * 0), s1 masked by rmask once at the end. nv 32-bit vectors (even) are packed to nv / 2 word vectors
- * (vpackusdw: lanes pair up within each 128-bit lane, and unpack puts them back). Four word vectors in flight
- * hide the round's ~12-cycle chain; with two, flat σ ran no faster than on 32-bit lanes. */
+/* Word lanes (b ≤ 32): words_avx512.h's round, nv (even) vectors of u32 as nv / 2 of words. */
 PD_AI void vp_eval_words(const avx512_ctx *c, __m512i *s0, __m512i *s1, const int nv, const int d)
 {
-    const __m512i A = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 16));
-    const __m512i Bc = _mm512_set1_epi16((short)(uint16_t)PD_VP_M0);
-    const __m512i H = _mm512_set1_epi16((short)(uint16_t)(PD_VP_M0 >> 32));
-    const __m512i one = _mm512_set1_epi16(1);
     __m512i w0[CNV / 2], w1[CNV / 2];
     for (int j = 0; j < nv / 2; j++) {
-        w0[j] = _mm512_packus_epi32(s0[2 * j], s0[2 * j + 1]);
-        w1[j] = _mm512_packus_epi32(s1[2 * j], s1[2 * j + 1]);
+        w0[j] = pd__w16_pack(s0[2 * j], s0[2 * j + 1]);
+        w1[j] = pd__w16_pack(s1[2 * j], s1[2 * j + 1]);
     }
     PD_UNROLL(24)
-    for (int i = 0; i < PD_ROUNDS; i++) {
-        for (int j = 0; j < nv / 2; j++) {
-            const __m512i al = _mm512_mullo_epi16(w0[j], A);
-            const __m512i x = _mm512_add_epi16(al, _mm512_mulhi_epu16(w0[j], Bc));
-            __m512i hi = _mm512_add_epi16(_mm512_mulhi_epu16(w0[j], A), _mm512_mullo_epi16(w0[j], H));
-            hi = _mm512_mask_add_epi16(hi, _mm512_cmplt_epu16_mask(x, al), hi, one); /* the carry */
-            const __m512i lo = _mm512_mullo_epi16(w0[j], c->m_lo_d_w);
-            const __m512i n0 = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, c->kw[i], w1[j], PD_TL_XOR3), c->lmask_w);
-            w1[j] = d ? _mm512_mask_add_epi16(lo, _mm512_test_epi16_mask(w1[j], c->top_w), lo, one) : lo;
-            w0[j] = n0;
-        }
-    }
+    for (int i = 0; i < PD_ROUNDS; i++)
+        for (int j = 0; j < nv / 2; j++)
+            pd__w16_round(&w0[j], &w1[j], c->kw[i], c->lmask_w, c->m_lo_d_w, c->top_w, d);
     for (int j = 0; j < nv / 2; j++) {
-        w1[j] = _mm512_and_si512(w1[j], c->rmask_w);
-        s0[2 * j] = _mm512_unpacklo_epi16(w0[j], _mm512_setzero_si512());
-        s0[2 * j + 1] = _mm512_unpackhi_epi16(w0[j], _mm512_setzero_si512());
-        s1[2 * j] = _mm512_unpacklo_epi16(w1[j], _mm512_setzero_si512());
-        s1[2 * j + 1] = _mm512_unpackhi_epi16(w1[j], _mm512_setzero_si512());
+        pd__w16_unpack(w0[j], s0 + 2 * j);
+        pd__w16_unpack(_mm512_and_si512(w1[j], c->rmask_w), s1 + 2 * j);
     }
 }
 
