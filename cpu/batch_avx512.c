@@ -25,7 +25,7 @@
  * run's keys and values broadcast from memory instead, as kernel_avx512.c does.
  *
  * Runs of b ≤ 32 (a mixture's components, windows of 2^18 and more) take word lanes (eval_w16, the walk's L = 32):
- * kernel_avx512.c's 16-bit round, 8 vectors of u32 a group as 4 of words, every lane's values read by vpermw.
+ * words_avx512.h's 16-bit round, 8 vectors of u32 a group as 4 of words, every lane's values read by vpermw.
  * A mixture's σ at W = 8 (the bench's four components, one core of the 2-vCPU Xeon) took 102 → 125 M ids/s.
  *
  * Small windows on 32-bit lanes (PD_SMALL: every run of the batch has b ≤ 17, where the generator has

@@ -1,4 +1,4 @@
-/* The AVX2 kernel: VariablePhilox on 8 lanes of 32 bits per register, cycle-walked four ways (lockstep, table refill, scalar refill, compaction). */
+/* The AVX2 kernel: VariablePhilox on 16 lanes of 16 bits per register for b ≤ 32 (8 of 32 bits above), cycle-walked four ways (lockstep, table refill, scalar refill, compaction). */
 #include "cpu/kernel.h"
 
 #include <immintrin.h>
@@ -86,7 +86,7 @@ PD_AI void vp_round(const avx2_ctx *c, int i, __m256i *s0, __m256i *s1, const in
     *s1 = d ? _mm256_and_si256(lo, c->rmask) : lo;
 }
 
-/* Word lanes for b ≤ 32 (kernel_avx512.c's vp_eval_words: read its comment), 16 lanes a register. AVX2 has no
+/* Word lanes for b ≤ 32 (the round of cpu/words_avx512.h: read its comment), 16 lanes a register. AVX2 has no
  * unsigned 16-bit compare: the carry of al + bh is a signed compare with both sides' top bits flipped (al ^ 2^15,
  * and al ^ 2^15 + bh = (al + bh) ^ 2^15). With d = 1, s1 is kept masked and s1 >> lbits is one vpsrlw. */
 PD_AI void vp_eval_words(const avx2_ctx *c, __m256i *s0, __m256i *s1, const int nv, const int d)

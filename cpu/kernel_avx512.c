@@ -1,4 +1,4 @@
-/* The AVX-512 kernel (F and BW): VariablePhilox on 16 lanes of 32 bits per register, cycle-walked in lockstep, by compress/expand refill, or by compaction. */
+/* The AVX-512 kernel (F and BW): VariablePhilox on 32 lanes of 16 bits per register for b ≤ 32 (16 of 32 bits above), cycle-walked in lockstep, by compress/expand refill, or by compaction. */
 #include "cpu/kernel.h"
 
 #ifdef PD_CPU_AVX512_EMULATED /* tests on CPUs without AVX-512: see avx512_emu.h */
