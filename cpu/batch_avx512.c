@@ -359,6 +359,13 @@ PD_AI void eval_w16(const bctx *c, const lanes *const *p, __m512i *s0, __m512i *
 }
 #endif
 
+/* The word build's eval on word lanes (b ≤ 17), or the plain build's (b ≤ 32): the same arguments. */
+#if PD_BATCH_WORDS
+#define eval_word_lanes eval_words
+#elif PD_W16
+#define eval_word_lanes eval_w16
+#endif
+
 PD_AI void split(const lanes *p, __m512i x, __m512i *s0, __m512i *s1)
 {
     *s0 = _mm512_srlv_epi32(x, p->rbits);
@@ -426,11 +433,11 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
         }
         split(p[v], _mm512_loadu_si512(c->v + i + VW * v), &s0[v], &s1[v]);
     }
-#if PD_BATCH_WORDS
+#if PD_BATCH_WORDS || PD_W16
     if (L && one) /* two calls: each inlined with hk known NULL or not */
-        eval_words(c, p, s0, s1, d, c->kr[r], BNV);
+        eval_word_lanes(c, p, s0, s1, d, c->kr[r], BNV);
     else if (L)
-        eval_words(c, p, s0, s1, d, NULL, BNV);
+        eval_word_lanes(c, p, s0, s1, d, NULL, BNV);
     else
 #endif
 #if PD_BATCH_BYTES
@@ -440,13 +447,6 @@ PD_AI void compact_first(const bctx *c, queue *q, uint32_t i, const int d, const
             runb[j] = _mm512_loadu_si512(c->run + i + 64 * j);
         eval_bytes(c, p, runb, s0, s1, L, d, BNB);
     } else
-#endif
-#if PD_W16
-    if (L && one)
-        eval_w16(c, p, s0, s1, d, c->kr[r], BNV);
-    else if (L)
-        eval_w16(c, p, s0, s1, d, NULL, BNV);
-    else
 #endif
     if (one)
         eval(c, p, s0, s1, CNV, d, c->kr[r]);
@@ -520,7 +520,7 @@ PD_AI void compact_group(const bctx *c, queue *q, outbuf *buf, uint32_t r, uint3
 #endif
 #if PD_W16
     if (L)
-        eval_w16(c, p, s0, s1, d, NULL, nv);
+        eval_word_lanes(c, p, s0, s1, d, NULL, nv);
     else
 #endif
         eval(c, p, s0, s1, CNV, d, NULL);
