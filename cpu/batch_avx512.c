@@ -861,6 +861,35 @@ void pd__block_reads_avx512(const pd__block_reads *x)
     }
 }
 
+/* A segment's reads into a mixture's batch (kernel.h, pd__segment_reads_avx512): 16 reads a vector, each read's
+ * block from its index, then per component one compare with that block's first slot (vpermt2d from the
+ * component's 32 entries) and its base taken where it holds: the starts grow with j, so the last one taken is
+ * the read's component. */
+void pd__segment_reads_avx512(const pd__segment_reads *x)
+{
+    const __m512i tr = _mm512_maskz_loadu_epi32((__mmask16)((1u << x->ncomp) - 1), x->runs);
+    const __m512i one = _mm512_set1_epi32(1), step = _mm512_set1_epi32((int)(VW * x->world));
+    const __m128i bits = _mm_cvtsi32_si128((int)x->bits);
+    __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)x->rel), _mm512_mullo_epi32(iota16(), _mm512_set1_epi32((int)x->world)));
+    for (uint64_t i = 0; i < x->count; i += VW, at = _mm512_add_epi32(at, step)) {
+        const uint64_t n = x->count - i < VW ? x->count - i : VW;
+        const __mmask16 live = (__mmask16)((1u << n) - 1);
+        const __m512i q = _mm512_maskz_loadu_epi32(live, x->slot + i), b = _mm512_srl_epi32(at, bits);
+        __m512i base = _mm512_permutex2var_epi32(_mm512_loadu_si512(x->base), b, _mm512_loadu_si512(x->base + 16));
+        __m512i p = _mm512_setzero_si512();
+        for (unsigned j = 1; j < x->ncomp; j++) {
+            const uint32_t *s = x->start + 32 * j, *t = x->base + 32 * j;
+            const __mmask16 m = _mm512_cmpge_epu32_mask(
+                q, _mm512_permutex2var_epi32(_mm512_loadu_si512(s), b, _mm512_loadu_si512(s + 16)));
+            p = _mm512_mask_add_epi32(p, m, p, one);
+            base = _mm512_mask_mov_epi32(base, m,
+                                         _mm512_permutex2var_epi32(_mm512_loadu_si512(t), b, _mm512_loadu_si512(t + 16)));
+        }
+        _mm512_mask_storeu_epi32(x->v + i, live, _mm512_add_epi32(base, q));
+        _mm_storeu_si128((__m128i *)(x->run + i), _mm512_cvtepi32_epi8(_mm512_permutexvar_epi32(p, tr)));
+    }
+}
+
 /* ---- Keys of 16 windows: Philox4x32-10 with one window per lane, block by block (core/keys.h) */
 
 /* hi32 and lo32 of m·c for every lane. */

@@ -253,6 +253,34 @@ typedef struct pd__block_reads {
 void pd__block_reads_avx512(const pd__block_reads *x);
 #endif
 
+/* A segment's reads into a mixture's batch (cpu/mix.c, pd_mix_runs_segment): up to 32 consecutive blocks of one
+ * stage, each component's draws there inside one component epoch. Read i lies in block b = (rel + i·world) >> bits
+ * of the segment (b < 32) and has slot q = slot[i]; its component j is the last whose first slot in that block,
+ * start[32j + b], is ≤ q (start[b] = 0, non-decreasing in j); v[i] = base[32j + b] + q (mod 2^32), run[i] =
+ * runs[j]; i < count, ncomp ≤ 16. run[] has 16 bytes of room past count. */
+typedef struct pd__segment_reads {
+    const uint32_t *slot;
+    uint64_t count;
+    uint32_t rel, world, bits;
+    const uint32_t *start, *base, *runs;
+    unsigned ncomp;
+    uint32_t *v;
+    uint8_t *run;
+} pd__segment_reads;
+
+static inline void pd__segment_read(const pd__segment_reads *x, uint64_t i)
+{
+    const uint32_t b = (x->rel + (uint32_t)i * x->world) >> x->bits, q = x->slot[i];
+    unsigned j = 0;
+    for (unsigned c = 1; c < x->ncomp; c++)
+        j = x->start[32 * c + b] <= q ? c : j;
+    x->v[i] = x->base[32 * j + b] + q;
+    x->run[i] = (uint8_t)x->runs[j];
+}
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__segment_reads_avx512(const pd__segment_reads *x);
+#endif
+
 /* Whether run[0, n) (n a multiple of 8) are all one run: the kernels then broadcast that run's keys. Runs may
  * come in any order (a mixture's interleave), so every item is compared, 8 at a time. */
 static inline int pd__batch_one_run(const uint8_t *run, unsigned n)

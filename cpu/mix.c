@@ -935,6 +935,87 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
     return 1;
 }
 
+#define PD_MIX_SEGMENT_COMPONENTS 16u /* pd_mix_runs_segment: every component a run of one batch */
+
+/* Whether sparse runs go a segment at a time (pd_mix_runs_segment): blockwise, with every component's count
+ * (w->flat), no component by groups, and every component a run of one batch. */
+static int pd_mix_segmentwise(const pd_gen *g, const pd_mix *m, const pd_mix_work *w, int blockwise)
+{
+    return blockwise && w->flat && !w->grouped && m->components <= PD_MIX_SEGMENT_COMPONENTS &&
+           m->components <= pd__batch_max_runs(g, 0);
+}
+
+/* The reads from t on (at most n − t) in the segment of up to PD_MIX_COUNTS blocks of one stage that starts with
+ * read t's block, into the batch at once: the blocks' counts (pd_mix_counts), then per component its run and,
+ * per block, its first slot and the base of its positions, then the reads (pd__segment_reads), with no work per
+ * block. Returns how many reads it took, or 0 (taking none) where a component's draws in the segment cross a
+ * component epoch: then the caller goes a block at a time. */
+static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, pd_mix_runs *r, uint64_t *k,
+                                    uint64_t g_first, uint64_t world, uint64_t t, uint64_t n, void *out,
+                                    unsigned width)
+{
+    const pd_mix *m = c->mix;
+    const uint64_t C = m->components, B = m->block, R = PD_MIX_COUNTS + 1, g0 = g_first + t * world;
+    const uint64_t first = g0 & ~(B - 1);
+    uint32_t start[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], base[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS];
+    uint32_t runs[PD_MIX_SEGMENT_COMPONENTS], slot[PD_MIX_COUNTS];
+    uint64_t lo[PD_MIX_SEGMENT_COMPONENTS];
+    pd_mix_stage_at(m, w, k, g0);
+    uint64_t blocks = PD_MIX_COUNTS;
+    if (*k + 1 < m->stages && (m->start[*k + 1] - first) / B < blocks)
+        blocks = (m->start[*k + 1] - first) / B;
+    uint64_t reads = (first + blocks * B - g0 + world - 1) / world;
+    reads = reads < n - t ? reads : n - t;
+    reads = reads < PD__BATCH_ITEMS ? reads : PD__BATCH_ITEMS;
+    const uint64_t x0 = first - m->start[*k], *P = m->drawn + *k * C;
+    if (w->cnt_x != x0)
+        pd_mix_counts(m, w, x0);
+    if (r->count + reads > PD__BATCH_ITEMS)
+        pd_mix_runs_flush(g, m, r, out, width);
+    for (int pass = 0;; pass++) { /* each component's run; again if adding one flushed the batch */
+        const uint64_t id = r->id;
+        for (uint64_t j = 0; j < C; j++) {
+            const uint64_t *leaf = w->y + w->leaf[j] * R, d0 = P[j] + leaf[0], d1 = P[j] + leaf[blocks];
+            runs[j] = 0;
+            lo[j] = 0;
+            if (d1 == d0)
+                continue;
+            const pd_mix_last *last = pd_mix_runs_of(g, c, w, r, j, d0, out, width);
+            if (d1 > last->hi) /* the segment's draws cross a component epoch */
+                return 0;
+            runs[j] = last->run;
+            lo[j] = last->lo;
+        }
+        if (r->id == id)
+            break;
+        if (pass) /* cannot happen: a fresh batch takes every component */
+            return 0;
+    }
+    for (uint64_t i = 0; i < blocks; i++)
+        slot[i] = 0;
+    for (uint64_t j = 0; j < C; j++) { /* block i's slots of j: [slot, slot + count_j(end) − count_j(start)) */
+        const uint64_t *leaf = w->y + w->leaf[j] * R, off = P[j] - lo[j];
+        for (uint64_t i = 0; i < blocks; i++) {
+            start[PD_MIX_COUNTS * j + i] = slot[i];
+            base[PD_MIX_COUNTS * j + i] = (uint32_t)(off + leaf[i]) - slot[i]; /* + the slot: the draw's position */
+            slot[i] += (uint32_t)(leaf[i + 1] - leaf[i]);
+        }
+    }
+    const pd__segment_reads x = {.slot = w->slot + t, .count = reads, .rel = (uint32_t)(g0 - first),
+                                 .world = (uint32_t)world, .bits = m->block_bits, .start = start, .base = base,
+                                 .runs = runs, .ncomp = (unsigned)C, .v = w->bv + r->count,
+                                 .run = w->brun + r->count};
+#if defined(PD_CPU_HAVE_AVX512)
+    if (g->isa == PD_ISA_AVX512)
+        pd__segment_reads_avx512(&x);
+    else
+#endif
+        for (uint64_t i = 0; i < reads; i++)
+            pd__segment_read(&x, i);
+    r->count += reads;
+    return reads;
+}
+
 /* Read t (at run position g) into the batch: its component and draw, its run, its position. */
 static inline __attribute__((always_inline)) void pd_mix_runs_read(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w,
                                                                    pd_mix_runs *r, const int grouped,
@@ -972,8 +1053,15 @@ static inline __attribute__((always_inline)) void pd_mix_sparse_runs_as(const pd
     const pd_mix *m = c->mix;
     pd_mix_reader rd = {.block = UINT64_MAX};
     pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = w->batches + 1, .idx = grouped ? w->bidx : NULL};
-    if (pd_mix_blockwise(m, by_parts, world)) {
+    const int blockwise = pd_mix_blockwise(m, by_parts, world);
+    if (blockwise) {
+        const int segments = !grouped && pd_mix_segmentwise(g, m, w, blockwise);
         for (uint64_t t = 0; t < n;) {
+            const uint64_t took = segments ? pd_mix_runs_segment(g, c, w, &r, k, g_first, world, t, n, out, width) : 0;
+            if (took) {
+                t += took;
+                continue;
+            }
             const uint64_t g0 = g_first + t * world, nb = pd_mix_block_count(m, g0, world, n - t);
             uint64_t j, d; /* the block's parts into rd */
             pd_mix_read(m, w, &rd, 1, k, g0, w->slot[t], &j, &d);

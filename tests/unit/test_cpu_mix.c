@@ -275,6 +275,40 @@ static void block_runs_match_core(void **state)
     mix_free(&o);
 }
 
+/* Sparse fills a segment at a time (pd_mix_runs_segment: C ≤ 16 flat components, more reads a block than
+ * components): up to 32 blocks' counts at once, each read's component found among them. Stages start every few
+ * blocks (a segment ends at the next stage), components are large enough that most segments stay in one
+ * component epoch and small enough that some cross one (that segment goes a block at a time), and W does not
+ * divide B (reads fall at every offset of a block). */
+static void segment_runs_match_core(void **state)
+{
+    (void)state;
+    uint64_t rng = 41;
+    static const uint64_t blocks[] = {64, 128, 256};
+    const int trials = test_quick() ? 4 : 12;
+    for (int t = 0; t < trials; t++) {
+        const uint64_t C = 2 + test_below(&rng, 15), B = blocks[test_below(&rng, 3)], S = 1 + test_below(&rng, 4);
+        uint64_t sizes[16], starts[4];
+        uint32_t weights[64];
+        for (uint64_t j = 0; j < C; j++)
+            sizes[j] = 2 + test_below(&rng, 200000);
+        for (uint64_t k = 0, at = 0; k < S; k++) {
+            starts[k] = at;
+            at += B * (1 + test_below(&rng, 70));
+            for (uint64_t j = 0; j < C; j++)
+                weights[k * C + j] = test_below(&rng, 4) ? 1 + (uint32_t)test_below(&rng, 1000) : 0;
+            weights[k * C + test_below(&rng, C)] += 1;
+        }
+        owned_mix o;
+        assert_int_equal(mix_make(&o, test_rand(&rng), sizes, C, 0, B, starts, weights, S), PD_OK);
+        const uint64_t world = 2 + test_below(&rng, B / C - 1); /* B / W > C */
+        const pd_slice s = {.world = world, .rank = (uint32_t)test_below(&rng, world), .mode = PD_MODE_PAD,
+                            .offset = test_below(&rng, 1000) * world};
+        compare_all(&o, test_below(&rng, 3), &s, 20000 + test_below(&rng, 20000));
+        mix_free(&o);
+    }
+}
+
 /* Components the batch kernel runs (2 to 2^32 samples each) whose global ids pass 2^32: the batch's ids
  * (pd__batch_ids) add offsets of 33 bits, their high halves joined to the low ones, against the core. */
 static void wide_offsets_match_core(void **state)
@@ -513,6 +547,7 @@ int main(void)
         cmocka_unit_test(heavy_weights_match_core),
         cmocka_unit_test(wide_offsets_match_core),
         cmocka_unit_test(block_runs_match_core),
+        cmocka_unit_test(segment_runs_match_core),
         cmocka_unit_test(sharded_sparse_fills_match_core),
         cmocka_unit_test(block_slots_match_core),
         cmocka_unit_test(block_groups_match_core),
