@@ -890,6 +890,35 @@ void pd__segment_reads_avx512(const pd__segment_reads *x)
     }
 }
 
+/* A dense block of 64 slots (kernel.h, pd__layout64_avx512): its ids in four registers, each part's by a masked
+ * load per register it touches (no store to reload: a scalar layout's stores stalled the loads after them), then 16
+ * reads a vector by two vpermt2d and a blend on the slot's bit 5. */
+void pd__layout64_avx512(const pd__layout_part *parts, unsigned nparts, const uint32_t *slot, uint64_t reads,
+                         uint32_t *out)
+{
+    __m512i z[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (unsigned p = 0; p < nparts; p++) {
+        const uint32_t lo = parts[p].slot, hi = lo + parts[p].count;
+        const uint64_t held = (hi == 64 ? ~UINT64_C(0) : (UINT64_C(1) << hi) - 1) & ~((UINT64_C(1) << lo) - 1);
+        const __m512i add = _mm512_set1_epi32((int)parts[p].add);
+        const uint32_t *from = parts[p].ids - lo; /* register v's lane l: from[16v + l] (only the part's lanes read) */
+        PD_UNROLL(4)
+        for (int v = 0; v < 4; v++) { /* unrolled: z stays in registers */
+            const __mmask16 m = (__mmask16)(held >> (VW * v));
+            if (m)
+                z[v] = _mm512_mask_add_epi32(z[v], m, _mm512_maskz_loadu_epi32(m, from + VW * v), add);
+        }
+    }
+    const __m512i bit5 = _mm512_set1_epi32(32);
+    for (uint64_t i = 0; i < reads; i += VW) {
+        const uint64_t n = reads - i < VW ? reads - i : VW;
+        const __mmask16 live = (__mmask16)((1u << n) - 1);
+        const __m512i q = _mm512_maskz_loadu_epi32(live, slot + i);
+        const __m512i low = _mm512_permutex2var_epi32(z[0], q, z[1]), high = _mm512_permutex2var_epi32(z[2], q, z[3]);
+        _mm512_mask_storeu_epi32(out + i, live, _mm512_mask_mov_epi32(low, _mm512_test_epi32_mask(q, bit5), high));
+    }
+}
+
 /* ---- Keys of 16 windows: Philox4x32-10 with one window per lane, block by block (core/keys.h) */
 
 /* hi32 and lo32 of m·c for every lane. */

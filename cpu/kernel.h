@@ -281,6 +281,18 @@ static inline void pd__segment_read(const pd__segment_reads *x, uint64_t i)
 void pd__segment_reads_avx512(const pd__segment_reads *x);
 #endif
 
+/* A dense mixture block of 64 slots laid out and read (cpu/mix.c, pd_mix_layout_u32): part p holds slots [slot,
+ * slot + count), whose global ids are ids[0, count) + add; read i takes slot[i]'s id into out[i], i < reads ≤ 64.
+ * The parts cover the block's 64 slots. */
+typedef struct pd__layout_part {
+    const uint32_t *ids;
+    uint32_t slot, count, add;
+} pd__layout_part;
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__layout64_avx512(const pd__layout_part *parts, unsigned nparts, const uint32_t *slot, uint64_t reads,
+                         uint32_t *out);
+#endif
+
 /* Whether run[0, n) (n a multiple of 8) are all one run: the kernels then broadcast that run's keys. Runs may
  * come in any order (a mixture's interleave), so every item is compared, 8 at a time. */
 static inline int pd__batch_one_run(const uint8_t *run, unsigned n)

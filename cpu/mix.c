@@ -106,6 +106,7 @@ typedef struct pd_mix_work {
     void *scratch;       /* dense: the ids of each component's range, `sw` bytes each */
     void *by_slot;       /* dense: one block's global ids in slot order, `sw` bytes each */
     unsigned sw;         /* dense: 4 where the output is u32 (every id fits), else 8: σ writes half the bytes */
+    int layout64;        /* dense, u32, B = 64 on AVX-512: blocks laid out in registers (pd__layout64_avx512) */
     uint64_t align;      /* dense: each component's range in the scratch starts at a multiple of this many ids */
     uint32_t *comp;      /* sparse: each read's component */
     uint64_t *draw;      /* sparse: its run draw */
@@ -201,6 +202,7 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
         w->parts = malloc(blocks * (C < B ? C : B) * sizeof *w->parts);
         w->first = malloc((blocks + 1) * sizeof *w->first);
         w->sw = width;
+        w->layout64 = g->isa == PD_ISA_AVX512 && B == 64 && width == 4;
         /* Few components (most mixtures): each range starts on a 64-byte line, so that σ's vector stores do
          * not straddle two; the padding is at most 15 ids a component. */
         w->align = C <= PD_MIX_FLAT_MAX ? 64 / width : 1;
@@ -566,6 +568,21 @@ static uint64_t pd_mix_block_count(const pd_mix *m, uint64_t g0, uint64_t world,
 static void pd_mix_layout_u32(const pd_mix *m, pd_mix_work *w, uint64_t i, uint32_t *restrict out, uint64_t reads,
                               const uint32_t *restrict slot)
 {
+#if defined(PD_CPU_HAVE_AVX512)
+    if (w->layout64) { /* B = 64 on AVX-512: the block's ids in registers */
+        pd__layout_part parts[64];
+        unsigned n = 0;
+        for (uint32_t p = w->first[i]; p < w->first[i + 1]; p++) {
+            const pd_mix_part *part = &w->parts[p];
+            const pd_mix_seen *s = &w->seen[part->component];
+            parts[n++] = (pd__layout_part){.ids = (const uint32_t *)w->scratch + s->scratch + (part->draw - s->lo),
+                                           .slot = part->slot, .count = part->count,
+                                           .add = (uint32_t)m->offset[part->component]};
+        }
+        pd__layout64_avx512(parts, n, slot, reads, out);
+        return;
+    }
+#endif
     uint32_t *restrict by_slot = w->by_slot;
     for (uint32_t p = w->first[i]; p < w->first[i + 1]; p++) {
         const pd_mix_part *part = &w->parts[p];
