@@ -38,7 +38,8 @@ int pd_gen_mix_fill_u32(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const
 #define PD_MIX_POOL_PART_MIN_DENSE 2048 /* W = 1 */
 #define PD_MIX_POOL_PART_MIN_SPARSE 512 /* W > 1: a part's fixed cost is lower (8192 reads at W = 8 on one
                                            thread: 69 µs in 1 part, 80 in 8); 16 threads share 8192 reads */
-#define PD_MIX_POOL_PART_MAX 8192
+#define PD_MIX_POOL_PART_MAX 32768 /* 65536 reads on a 2-thread pool: 2 parts, not 8 (8192 a part cost W = 1
+                                      184 µs a request, W = 8 229; 32768: 157 and 222; 2-vCPU Xeon) */
 #define PD_MIX_POOL_CURSOR_MAX ((size_t)1 << 20) /* bytes */
 /* What a mixture id costs in flat σ evaluations, PD_MIX_COST_DENSE read by one rank (the dense fill) and
  * PD_MIX_COST_SPARSE by more (bench/mixtures: 2.7 and 4-10 on the CPUs measured): the daemon's inline

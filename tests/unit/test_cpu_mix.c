@@ -240,7 +240,7 @@ static void sharded_sparse_fills_match_core(void **state)
     const pd_slice s = {.world = 8, .rank = 3, .mode = PD_MODE_EXACT, .offset = 800};
     uint64_t *ids = malloc(40000 * sizeof *ids), got;
     assert_non_null(ids);
-    /* 40000 reads: parts of at most PD_MIX_POOL_PART_MAX, so at least 5. The first request builds each
+    /* 40000 reads: a part per thread (10000 reads each, within the parts' bounds). The first request builds each
      * component epoch it reaches once (≤ 2, prebuilt on the caller's cursor); the parts build nothing. */
     const uint64_t built = o.cur.built;
     assert_int_equal(pd_pool_mix_fill_u64(pool, &o.cur, 2, &s, 40000, ids, &got), PD_OK);
