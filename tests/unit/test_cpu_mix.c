@@ -275,11 +275,11 @@ static void block_runs_match_core(void **state)
     mix_free(&o);
 }
 
-/* Sparse fills a segment at a time (pd_mix_runs_segment: C ≤ 16 flat components, more reads a block than
- * components): up to 32 blocks' counts at once, each read's component found among them. Stages start every few
- * blocks (a segment ends at the next stage), components are large enough that most segments stay in one
- * component epoch and small enough that some cross one (that segment goes a block at a time), and W does not
- * divide B (reads fall at every offset of a block). */
+/* Sparse fills a segment at a time (pd_mix_runs_segment: C ≤ 16 flat components, reads dense enough): up to 32
+ * blocks' counts at once, each read's component found among them. Stages start every few blocks (a segment ends at
+ * the next stage), components are large enough that most segments stay in one component epoch and small enough
+ * that some cross one (that segment goes a block at a time), and W may exceed B or not divide it (reads fall at
+ * every offset of a block, some blocks have none). */
 static void segment_runs_match_core(void **state)
 {
     (void)state;
@@ -301,9 +301,14 @@ static void segment_runs_match_core(void **state)
         }
         owned_mix o;
         assert_int_equal(mix_make(&o, test_rand(&rng), sizes, C, 0, B, starts, weights, S), PD_OK);
-        const uint64_t world = 2 + test_below(&rng, B / C - 1); /* B / W > C */
+        uint64_t depth = 0;
+        while ((UINT64_C(1) << depth) < C)
+            depth++;
+        const uint64_t wmax = 4 * depth * B / (C - 1), world = 2 + test_below(&rng, wmax - 1); /* (C − 1)·W ≤ 4·depth·B */
+        uint64_t len;
+        assert_int_equal(pd_epoch_length(o.mix.length, world, PD_MODE_PAD, &len), PD_OK);
         const pd_slice s = {.world = world, .rank = (uint32_t)test_below(&rng, world), .mode = PD_MODE_PAD,
-                            .offset = test_below(&rng, 1000) * world};
+                            .offset = test_below(&rng, 1000) * world % len};
         compare_all(&o, test_below(&rng, 3), &s, 20000 + test_below(&rng, 20000));
         mix_free(&o);
     }
