@@ -374,10 +374,14 @@ static void block_slots_match_core(void **state)
     static const uint64_t strides[] = {1, 3, 8, 63, 64, 100, 1000, 4096, 99999, UINT64_C(0xFFFFFFFF)};
     for (uint64_t block = 64; block <= 2048; block *= 2) {
         for (int t = 0; t < 30; t++) {
-            const uint64_t stride = strides[test_below(&rng, 10)], count = test_below(&rng, MAX + 1);
+            uint64_t stride = strides[test_below(&rng, 10)], count = test_below(&rng, MAX + 1);
             uint64_t first = test_rand(&rng) >> (1 + test_below(&rng, 40));
-            if (t == 0)
-                first = (UINT64_C(0xFFFFFFFF) - 5) * block; /* β's low word wraps among the reads */
+            if (t <= 1) /* β's low word wraps among the reads; t = 1: among reads that share their blocks' keys */
+                first = (UINT64_C(0xFFFFFFFF) - 5) * block;
+            if (t == 1) {
+                stride = block / 8;
+                count = MAX;
+            }
             if (first + (count + 64) * stride >= UINT64_C(1) << 63)
                 first = 0;
             const uint64_t seed = test_rand(&rng);
