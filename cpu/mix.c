@@ -954,18 +954,73 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
 
 #define PD_MIX_SEGMENT_COMPONENTS 16u /* pd_mix_runs_segment: every component a run of one batch */
 
-/* Whether sparse runs go a segment at a time (pd_mix_runs_segment): with every component's count (w->flat), no
- * component by groups, every component a run of one batch, and reads dense enough that a segment's counts (C − 1
- * divisions a block) cost less than a descent per read (2 a level): (C − 1)·W ≤ 4·depth·B. Measured (one core of
- * the 2-vCPU Xeon, B = 64, 65536 reads): C = 4 faster to W = 128 (30.6 → 44.4 M ids/s), slower at 256 (30.6 →
- * 27.2); C = 16 faster to W = 64 (20 → 25), slower at 128 (20 → 14). */
-static int pd_mix_segmentwise(const pd_gen *g, const pd_mix *m, const pd_mix_work *w, uint64_t world)
+/* Whether sparse reads may go a segment of blocks at a time (pd_mix_runs_segment, pd_mix_segment_draws): with every
+ * component's count (w->flat), C ≤ PD_MIX_SEGMENT_COMPONENTS, and reads dense enough that a segment's counts
+ * (C − 1 divisions a block) cost less than a descent per read (2 a level): (C − 1)·W ≤ 4·depth·B. Measured (one
+ * core of the 2-vCPU Xeon, B = 64, 65536 reads, by runs): C = 4 faster to W = 128 (30.6 → 44.4 M ids/s), slower
+ * at 256 (30.6 → 27.2); C = 16 faster to W = 64 (20 → 25), slower at 128 (20 → 14). */
+static int pd_mix_segments(const pd_mix *m, const pd_mix_work *w, uint64_t world)
 {
     uint64_t depth = 0;
     while ((UINT64_C(1) << depth) < m->components)
         depth++;
-    return w->flat && !w->grouped && m->components <= PD_MIX_SEGMENT_COMPONENTS &&
-           m->components <= pd__batch_max_runs(g, 0) && (m->components - 1) * world <= 4 * depth * m->block;
+    return w->flat && m->components <= PD_MIX_SEGMENT_COMPONENTS &&
+           (m->components - 1) * world <= 4 * depth * m->block;
+}
+
+/* The segment of up to PD_MIX_COUNTS blocks of one stage from the block of run position g0 (reads at g0 + t·W,
+ * at most left): stage into *k, the blocks' counts into w->y (pd_mix_counts); returns its reads (≥ 1), its blocks
+ * in *blocks and its first run position in *first. */
+static uint64_t pd_mix_segment(const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64_t g0, uint64_t world,
+                               uint64_t left, uint64_t *blocks, uint64_t *first)
+{
+    const uint64_t B = m->block;
+    *first = g0 & ~(B - 1);
+    pd_mix_stage_at(m, w, k, g0);
+    *blocks = PD_MIX_COUNTS;
+    if (*k + 1 < m->stages && (m->start[*k + 1] - *first) / B < *blocks)
+        *blocks = (m->start[*k + 1] - *first) / B;
+    const uint64_t reads = (*first + *blocks * B - g0 + world - 1) / world, x0 = *first - m->start[*k];
+    if (w->cnt_x != x0)
+        pd_mix_counts(m, w, x0);
+    return reads < left ? reads : left;
+}
+
+/* The components and run draws of the reads from t on (at most n − t) in one segment (pd_mix_segment), into
+ * w->comp and w->draw: per component and block its first slot and the run draw of slot 0, then per read a
+ * compare per component. Returns how many reads it took. */
+static uint64_t pd_mix_segment_draws(const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64_t g_first, uint64_t world,
+                                     uint64_t t, uint64_t n)
+{
+    const uint64_t C = m->components, R = PD_MIX_COUNTS + 1, g0 = g_first + t * world;
+    uint32_t start[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], slot[PD_MIX_COUNTS] = {0};
+    uint64_t base[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], blocks, first;
+    const uint64_t reads = pd_mix_segment(m, w, k, g0, world, n - t, &blocks, &first), *P = m->drawn + *k * C;
+    for (uint64_t j = 0; j < C; j++) {
+        const uint64_t *leaf = w->y + w->leaf[j] * R;
+        for (uint64_t i = 0; i < blocks; i++) {
+            start[PD_MIX_COUNTS * j + i] = slot[i];
+            base[PD_MIX_COUNTS * j + i] = P[j] + leaf[i] - slot[i];
+            slot[i] += (uint32_t)(leaf[i + 1] - leaf[i]);
+        }
+    }
+    for (uint64_t i = 0; i < reads; i++) {
+        const uint64_t b = (g0 - first + i * world) >> m->block_bits;
+        const uint32_t q = w->slot[t + i];
+        uint32_t j = 0;
+        for (uint32_t c = 1; c < C; c++)
+            j = start[PD_MIX_COUNTS * c + b] <= q ? c : j;
+        w->comp[t + i] = j;
+        w->draw[t + i] = base[PD_MIX_COUNTS * j + b] + q;
+    }
+    return reads;
+}
+
+/* Whether sparse runs go a segment at a time (pd_mix_runs_segment): segments (pd_mix_segments), no component by
+ * groups, and every component a run of one batch. */
+static int pd_mix_segmentwise(const pd_gen *g, const pd_mix *m, const pd_mix_work *w, uint64_t world)
+{
+    return !w->grouped && m->components <= pd__batch_max_runs(g, 0) && pd_mix_segments(m, w, world);
 }
 
 /* The reads from t on (at most n − t) in the segment of up to PD_MIX_COUNTS blocks of one stage that starts with
@@ -978,21 +1033,12 @@ static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_wo
                                     unsigned width)
 {
     const pd_mix *m = c->mix;
-    const uint64_t C = m->components, B = m->block, R = PD_MIX_COUNTS + 1, g0 = g_first + t * world;
-    const uint64_t first = g0 & ~(B - 1);
+    const uint64_t C = m->components, R = PD_MIX_COUNTS + 1, g0 = g_first + t * world;
     uint32_t start[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], base[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS];
     uint32_t runs[PD_MIX_SEGMENT_COMPONENTS], slot[PD_MIX_COUNTS];
-    uint64_t lo[PD_MIX_SEGMENT_COMPONENTS];
-    pd_mix_stage_at(m, w, k, g0);
-    uint64_t blocks = PD_MIX_COUNTS;
-    if (*k + 1 < m->stages && (m->start[*k + 1] - first) / B < blocks)
-        blocks = (m->start[*k + 1] - first) / B;
-    uint64_t reads = (first + blocks * B - g0 + world - 1) / world;
-    reads = reads < n - t ? reads : n - t;
-    reads = reads < PD__BATCH_ITEMS ? reads : PD__BATCH_ITEMS;
-    const uint64_t x0 = first - m->start[*k], *P = m->drawn + *k * C;
-    if (w->cnt_x != x0)
-        pd_mix_counts(m, w, x0);
+    uint64_t lo[PD_MIX_SEGMENT_COMPONENTS], blocks, first;
+    const uint64_t left = n - t < PD__BATCH_ITEMS ? n - t : PD__BATCH_ITEMS;
+    const uint64_t reads = pd_mix_segment(m, w, k, g0, world, left, &blocks, &first), *P = m->drawn + *k * C;
     if (r->count + reads > PD__BATCH_ITEMS)
         pd_mix_runs_flush(g, m, r, out, width);
     for (int pass = 0;; pass++) { /* each component's run; again if adding one flushed the batch */
@@ -1171,12 +1217,17 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
             pd_mix_sparse_groups(g, c, w, chunk, w->pick, w->npick, out, width);
         return;
     }
-    pd_mix_reader rd = {.block = UINT64_MAX};
-    for (uint64_t t = 0; t < n; t++) { /* component and draw of each read */
-        uint64_t j, d;
-        pd_mix_read(m, w, &rd, by_parts, k, g_first + t * world, w->slot[t], &j, &d);
-        w->comp[t] = (uint32_t)j;
-        w->draw[t] = d;
+    if (pd_mix_segments(m, w, world)) { /* component and draw of each read */
+        for (uint64_t t = 0; t < n;)
+            t += pd_mix_segment_draws(m, w, k, g_first, world, t, n);
+    } else {
+        pd_mix_reader rd = {.block = UINT64_MAX};
+        for (uint64_t t = 0; t < n; t++) {
+            uint64_t j, d;
+            pd_mix_read(m, w, &rd, by_parts, k, g_first + t * world, w->slot[t], &j, &d);
+            w->comp[t] = (uint32_t)j;
+            w->draw[t] = d;
+        }
     }
     pd_mix_sparse_groups(g, c, w, chunk, NULL, n, out, width);
 }
