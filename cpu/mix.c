@@ -27,7 +27,11 @@
  *   3. per block: its global ids laid out in slot order (per part: its local ids plus the component's
  *      offset); each read takes its slot's id.
  * Sparse (larger W; a chunk is PD_MIX_SPARSE_CHUNK reads): each read's component and draw, then only the ids read
- * are computed. A read's component and draw come one of two ways, whichever walks fewer nodes:
+ * are computed. A read's component and draw come one of three ways:
+ *   - segments (C ≤ 16, reads dense enough: pd_mix_segments): every component's count at the starts of up to 32
+ *     blocks at once, then per component and block its first slot and first draw, and each read its component by
+ *     one compare per component (pd__segment_reads_avx512: 16 reads a vector), nothing per block. W = 8 with the
+ *     bench's four components, one core of the 2-vCPU Xeon: 106 → 140 M ids/s;
  *   - its block's parts, as dense step 1 (where blocks are read several times, or consecutively with small
  *     C); each read then finds its slot's part (no division);
  *   - otherwise one descent of the tree per read (⌈log2 C⌉ levels, two divisions each).
@@ -952,7 +956,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
     return 1;
 }
 
-#define PD_MIX_SEGMENT_COMPONENTS 16u /* pd_mix_runs_segment: every component a run of one batch */
+#define PD_MIX_SEGMENT_COMPONENTS 16u /* components a segment's tables hold (pd_mix_segment_slots) */
 
 /* Whether sparse reads may go a segment of blocks at a time (pd_mix_runs_segment, pd_mix_segment_draws): with every
  * component's count (w->flat), C ≤ PD_MIX_SEGMENT_COMPONENTS, and reads dense enough that a segment's counts
@@ -986,24 +990,35 @@ static uint64_t pd_mix_segment(const pd_mix *m, pd_mix_work *w, uint64_t *k, uin
     return reads < left ? reads : left;
 }
 
-/* The components and run draws of the reads from t on (at most n − t) in one segment (pd_mix_segment), into
- * w->comp and w->draw: per component and block its first slot and the run draw of slot 0, then per read a
- * compare per component. Returns how many reads it took. */
-static uint64_t pd_mix_segment_draws(const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64_t g_first, uint64_t world,
-                                     uint64_t t, uint64_t n)
+/* The segment's tables, from its counts (stage k, blocks blocks): component j's first slot in block i at
+ * start[32j + i] (spec §5: the slots go to the components in index order), and the run draw its slot 0 would
+ * have, draw0[32j + i] (slot q of j in block i is run draw draw0 + q). */
+static void pd_mix_segment_slots(const pd_mix *m, const pd_mix_work *w, uint64_t k, uint64_t blocks, uint32_t *start,
+                                 uint64_t *draw0)
 {
-    const uint64_t C = m->components, R = PD_MIX_COUNTS + 1, g0 = g_first + t * world;
-    uint32_t start[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], slot[PD_MIX_COUNTS] = {0};
-    uint64_t base[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], blocks, first;
-    const uint64_t reads = pd_mix_segment(m, w, k, g0, world, n - t, &blocks, &first), *P = m->drawn + *k * C;
+    const uint64_t C = m->components, R = PD_MIX_COUNTS + 1, *P = m->drawn + k * C;
+    uint32_t slot[PD_MIX_COUNTS] = {0};
     for (uint64_t j = 0; j < C; j++) {
-        const uint64_t *leaf = w->y + w->leaf[j] * R;
+        const uint64_t *leaf = w->y + w->leaf[j] * R; /* count_j at the blocks' starts, from the stage's */
         for (uint64_t i = 0; i < blocks; i++) {
             start[PD_MIX_COUNTS * j + i] = slot[i];
-            base[PD_MIX_COUNTS * j + i] = P[j] + leaf[i] - slot[i];
+            draw0[PD_MIX_COUNTS * j + i] = P[j] + leaf[i] - slot[i];
             slot[i] += (uint32_t)(leaf[i + 1] - leaf[i]);
         }
     }
+}
+
+/* The components and run draws of the reads from t on (at most n − t) in one segment (pd_mix_segment), into
+ * w->comp and w->draw: the segment's tables, then per read a compare per component. Returns how many reads it
+ * took. */
+static uint64_t pd_mix_segment_draws(const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64_t g_first, uint64_t world,
+                                     uint64_t t, uint64_t n)
+{
+    const uint64_t C = m->components, g0 = g_first + t * world;
+    uint32_t start[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS];
+    uint64_t base[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], blocks, first;
+    const uint64_t reads = pd_mix_segment(m, w, k, g0, world, n - t, &blocks, &first);
+    pd_mix_segment_slots(m, w, *k, blocks, start, base);
     for (uint64_t i = 0; i < reads; i++) {
         const uint64_t b = (g0 - first + i * world) >> m->block_bits;
         const uint32_t q = w->slot[t + i];
@@ -1024,10 +1039,10 @@ static int pd_mix_segmentwise(const pd_gen *g, const pd_mix *m, const pd_mix_wor
 }
 
 /* The reads from t on (at most n − t) in the segment of up to PD_MIX_COUNTS blocks of one stage that starts with
- * read t's block, into the batch at once: the blocks' counts (pd_mix_counts), then per component its run and,
- * per block, its first slot and the base of its positions, then the reads (pd__segment_reads), with no work per
- * block. Returns how many reads it took, or 0 (taking none) where a component's draws in the segment cross a
- * component epoch: then the caller goes a block at a time. */
+ * read t's block, into the batch at once: the blocks' counts (pd_mix_counts), per component its run, the
+ * segment's tables (pd_mix_segment_slots) as positions in those runs, then the reads (pd__segment_reads): no
+ * parts and no lookup per block. Returns how many reads it took, or 0 (taking none) where a component's draws in
+ * the segment cross a component epoch: then the caller goes a block at a time. */
 static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, pd_mix_runs *r, uint64_t *k,
                                     uint64_t g_first, uint64_t world, uint64_t t, uint64_t n, void *out,
                                     unsigned width)
@@ -1035,8 +1050,8 @@ static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_wo
     const pd_mix *m = c->mix;
     const uint64_t C = m->components, R = PD_MIX_COUNTS + 1, g0 = g_first + t * world;
     uint32_t start[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], base[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS];
-    uint32_t runs[PD_MIX_SEGMENT_COMPONENTS], slot[PD_MIX_COUNTS];
-    uint64_t lo[PD_MIX_SEGMENT_COMPONENTS], blocks, first;
+    uint32_t runs[PD_MIX_SEGMENT_COMPONENTS];
+    uint64_t draw0[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], lo[PD_MIX_SEGMENT_COMPONENTS], blocks, first;
     const uint64_t left = n - t < PD__BATCH_ITEMS ? n - t : PD__BATCH_ITEMS;
     const uint64_t reads = pd_mix_segment(m, w, k, g0, world, left, &blocks, &first), *P = m->drawn + *k * C;
     if (r->count + reads > PD__BATCH_ITEMS)
@@ -1060,16 +1075,10 @@ static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_wo
         if (pass) /* cannot happen: a fresh batch takes every component */
             return 0;
     }
-    for (uint64_t i = 0; i < blocks; i++)
-        slot[i] = 0;
-    for (uint64_t j = 0; j < C; j++) { /* block i's slots of j: [slot, slot + count_j(end) − count_j(start)) */
-        const uint64_t *leaf = w->y + w->leaf[j] * R, off = P[j] - lo[j];
-        for (uint64_t i = 0; i < blocks; i++) {
-            start[PD_MIX_COUNTS * j + i] = slot[i];
-            base[PD_MIX_COUNTS * j + i] = (uint32_t)(off + leaf[i]) - slot[i]; /* + the slot: the draw's position */
-            slot[i] += (uint32_t)(leaf[i + 1] - leaf[i]);
-        }
-    }
+    pd_mix_segment_slots(m, w, *k, blocks, start, draw0);
+    for (uint64_t j = 0; j < C; j++) /* + the slot: the draw's position in its run (< 2^32; mod 2^32 here) */
+        for (uint64_t i = 0; i < blocks; i++)
+            base[PD_MIX_COUNTS * j + i] = (uint32_t)(draw0[PD_MIX_COUNTS * j + i] - lo[j]);
     const pd__segment_reads x = {.slot = w->slot + t, .count = reads, .rel = (uint32_t)(g0 - first),
                                  .world = (uint32_t)world, .bits = m->block_bits, .start = start, .base = base,
                                  .runs = runs, .ncomp = (unsigned)C, .v = w->bv + r->count,

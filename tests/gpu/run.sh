@@ -9,8 +9,9 @@
 #  (PD_SHARD_VARIANTS) or of an earlier tree carried in .bench-before, alternating with this one)
 # (nccl: on 2+ GPUs, the delivery tests and bench/nccl.sh, and an earlier tree's bench carried in .bench-before,
 #  alternating with this one)
-# (mixtures: the mixture tests, bench/mixtures' CPU rows, and mixture vs flat Fetches on permd with its pool
-#  of one thread and of one per CPU, and of an earlier tree's permd carried in .bench-before, alternating)
+# (mixtures: the mixture tests, bench/mixtures' CPU rows (--quick: shorter), and mixture vs flat Fetches
+#  (FETCH_SECONDS each, default 3) on permd with its pool of one thread and of one per CPU, and of an earlier
+#  tree's permd carried in .bench-before, alternating)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
 #  sysroot: scripts/device-sysroot.sh redis-server redis-tools libjemalloc2 liblzf1)
 set -uo pipefail
@@ -153,7 +154,7 @@ if [ "$what" = mixtures ]; then
   # the Python ones need the python mode's interpreter (torch, numpy): CI runs them
   (cd build-dev && ctest --output-on-failure -L 'unit|integration|cli|quality' -R 'mix|readahead' 2>&1) | tee "$OUT/mixtures_tests.log" | tail -12
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-  build-dev/bench/mixtures >"$OUT/mixtures_cpu.md" || rc=1
+  build-dev/bench/mixtures "$@" >"$OUT/mixtures_cpu.md" || rc=1 # --quick: shorter runs
   trees="this=build-dev/bin/permd"
   if [ -f .bench-before/bench/mixtures.sh ]; then # an earlier tree, carried: its permd (CPU only) alternates with this one
     (cd .bench-before && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=OFF \
@@ -174,7 +175,7 @@ if [ "$what" = mixtures ]; then
       for world in 1 8; do
         for name in flat mix; do
           echo "tree=${tree%%=*} cpu_threads=$threads dataset=$name $(build-dev/bench/serve fetch --socket "$d/s" \
-            --dataset $name --world $world --count $count --seconds 3)" >>"$OUT/mixtures_pool.txt"
+            --dataset $name --world $world --count $count --seconds "${FETCH_SECONDS:-3}")" >>"$OUT/mixtures_pool.txt"
         done
       done
     done
