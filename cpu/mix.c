@@ -1031,11 +1031,11 @@ static uint64_t pd_mix_segment_draws(const pd_mix *m, pd_mix_work *w, uint64_t *
     return reads;
 }
 
-/* Whether sparse runs go a segment at a time (pd_mix_runs_segment): segments (pd_mix_segments), no component by
- * groups, and every component a run of one batch. */
+/* Whether sparse runs go a segment at a time (pd_mix_runs_segment): segments (pd_mix_segments), and every
+ * component a run of one batch. */
 static int pd_mix_segmentwise(const pd_gen *g, const pd_mix *m, const pd_mix_work *w, uint64_t world)
 {
-    return !w->grouped && m->components <= pd__batch_max_runs(g, 0) && pd_mix_segments(m, w, world);
+    return m->components <= pd__batch_max_runs(g, 0) && pd_mix_segments(m, w, world);
 }
 
 /* The reads from t on (at most n − t) in the segment of up to PD_MIX_COUNTS blocks of one stage that starts with
@@ -1043,9 +1043,9 @@ static int pd_mix_segmentwise(const pd_gen *g, const pd_mix *m, const pd_mix_wor
  * segment's tables (pd_mix_segment_slots) as positions in those runs, then the reads (pd__segment_reads): no
  * parts and no lookup per block. Returns how many reads it took, or 0 (taking none) where a component's draws in
  * the segment cross a component epoch: then the caller goes a block at a time. */
-static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, pd_mix_runs *r, uint64_t *k,
-                                    uint64_t g_first, uint64_t world, uint64_t t, uint64_t n, void *out,
-                                    unsigned width)
+static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, pd_mix_runs *r,
+                                    const int grouped, uint64_t *k, uint64_t g_first, uint64_t world, uint64_t t,
+                                    uint64_t n, void *out, unsigned width)
 {
     const pd_mix *m = c->mix;
     const uint64_t C = m->components, R = PD_MIX_COUNTS + 1, g0 = g_first + t * world;
@@ -1062,7 +1062,7 @@ static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_wo
             const uint64_t *leaf = w->y + w->leaf[j] * R, d0 = P[j] + leaf[0], d1 = P[j] + leaf[blocks];
             runs[j] = 0;
             lo[j] = 0;
-            if (d1 == d0)
+            if (d1 == d0 || (grouped && w->grouped[j])) /* no reads here, or they go by groups */
                 continue;
             const pd_mix_last *last = pd_mix_runs_of(g, c, w, r, j, d0, out, width);
             if (d1 > last->hi) /* the segment's draws cross a component epoch */
@@ -1083,6 +1083,32 @@ static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_wo
                                  .world = (uint32_t)world, .bits = m->block_bits, .start = start, .base = base,
                                  .runs = runs, .ncomp = (unsigned)C, .v = w->bv + r->count,
                                  .run = w->brun + r->count};
+    if (grouped) { /* each read stored both ways and kept by one, without a branch (as pd_mix_runs_block) */
+        /* Locals: a store through brun (bytes) may alias anything, so the fields would be reloaded per read. */
+        uint32_t *bidx = w->bidx + r->count, *pick = w->pick, *comp = w->comp, *bv = x.v, added = 0, npick = w->npick;
+        uint64_t *draw = w->draw;
+        uint8_t *brun = x.run;
+        const uint8_t *by = w->grouped;
+        const uint32_t *slot = w->slot, bits = m->block_bits, rel = x.rel;
+        for (uint64_t i = 0; i < reads; i++) {
+            const uint32_t b = (uint32_t)(rel + i * world) >> bits, q = slot[t + i], tt = (uint32_t)(t + i);
+            uint32_t j = 0;
+            for (uint32_t u = 1; u < C; u++)
+                j = start[PD_MIX_COUNTS * u + b] <= q ? u : j;
+            const uint32_t by_groups = by[j];
+            comp[tt] = j;
+            draw[tt] = draw0[PD_MIX_COUNTS * j + b] + q;
+            pick[npick] = tt;
+            npick += by_groups;
+            bv[added] = base[PD_MIX_COUNTS * j + b] + q;
+            brun[added] = (uint8_t)runs[j];
+            bidx[added] = tt;
+            added += !by_groups;
+        }
+        w->npick = npick;
+        r->count += added;
+        return reads;
+    }
 #if defined(PD_CPU_HAVE_AVX512)
     if (g->isa == PD_ISA_AVX512)
         pd__segment_reads_avx512(&x);
@@ -1131,10 +1157,11 @@ static inline __attribute__((always_inline)) void pd_mix_sparse_runs_as(const pd
     const pd_mix *m = c->mix;
     pd_mix_reader rd = {.block = UINT64_MAX};
     pd_mix_runs r = {.b = {.v = w->bv, .run = w->brun}, .id = w->batches + 1, .idx = grouped ? w->bidx : NULL};
-    const int segments = !grouped && pd_mix_segmentwise(g, m, w, world);
+    const int segments = pd_mix_segmentwise(g, m, w, world);
     if (segments || pd_mix_blockwise(m, by_parts, world)) {
         for (uint64_t t = 0; t < n;) {
-            const uint64_t took = segments ? pd_mix_runs_segment(g, c, w, &r, k, g_first, world, t, n, out, width) : 0;
+            const uint64_t took =
+                segments ? pd_mix_runs_segment(g, c, w, &r, grouped, k, g_first, world, t, n, out, width) : 0;
             if (took) {
                 t += took;
                 continue;
