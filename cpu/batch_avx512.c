@@ -870,7 +870,8 @@ void pd__segment_reads_avx512(const pd__segment_reads *x)
     const __m512i tr = _mm512_maskz_loadu_epi32((__mmask16)((1u << x->ncomp) - 1), x->runs);
     const __m512i one = _mm512_set1_epi32(1), step = _mm512_set1_epi32((int)(VW * x->world));
     const __m128i bits = _mm_cvtsi32_si128((int)x->bits);
-    __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)x->rel), _mm512_mullo_epi32(iota16(), _mm512_set1_epi32((int)x->world)));
+    __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)x->rel),
+                                  _mm512_mullo_epi32(iota16(), _mm512_set1_epi32((int)x->world)));
     for (uint64_t i = 0; i < x->count; i += VW, at = _mm512_add_epi32(at, step)) {
         const uint64_t n = x->count - i < VW ? x->count - i : VW;
         const __mmask16 live = (__mmask16)((1u << n) - 1);
@@ -901,7 +902,9 @@ void pd__layout64_avx512(const pd__layout_part *parts, unsigned nparts, const ui
         const uint32_t lo = parts[p].slot, hi = lo + parts[p].count;
         const uint64_t held = (hi == 64 ? ~UINT64_C(0) : (UINT64_C(1) << hi) - 1) & ~((UINT64_C(1) << lo) - 1);
         const __m512i add = _mm512_set1_epi32((int)parts[p].add);
-        const uint32_t *from = parts[p].ids - lo; /* register v's lane l: from[16v + l] (only the part's lanes read) */
+        /* Register v's lane l: from[16v + l], read for the part's lanes only (ids − lo may lie before the ids'
+         * array: an address for the masked loads, formed as an integer, never dereferenced outside the part). */
+        const uint32_t *from = (const uint32_t *)((uintptr_t)parts[p].ids - (uintptr_t)lo * sizeof *parts[p].ids);
         PD_UNROLL(4)
         for (int v = 0; v < 4; v++) { /* unrolled: z stays in registers */
             const __mmask16 m = (__mmask16)(held >> (VW * v));

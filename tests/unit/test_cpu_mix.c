@@ -314,6 +314,38 @@ static void segment_runs_match_core(void **state)
     }
 }
 
+/* Dense fills (W = 1) whose ids fit u32: each block's ids laid out in slot order and read by slot (on AVX-512 with
+ * B = 64, in registers: pd__layout64_avx512), over stages and component epochs, against the core. */
+static void dense_fills_match_core(void **state)
+{
+    (void)state;
+    uint64_t rng = 53;
+    static const uint64_t blocks[] = {64, 64, 128, 256};
+    const int trials = test_quick() ? 4 : 10;
+    for (int t = 0; t < trials; t++) {
+        const uint64_t C = 1 + test_below(&rng, 12), B = blocks[test_below(&rng, 4)], S = 1 + test_below(&rng, 4);
+        uint64_t sizes[12], starts[4];
+        uint32_t weights[48];
+        for (uint64_t j = 0; j < C; j++)
+            sizes[j] = 1 + test_below(&rng, test_below(&rng, 2) ? 300 : 100000); /* some turn epochs often */
+        for (uint64_t k = 0, at = 0; k < S; k++) {
+            starts[k] = at;
+            at += B * (1 + test_below(&rng, 300));
+            for (uint64_t j = 0; j < C; j++)
+                weights[k * C + j] = test_below(&rng, 4) ? 1 + (uint32_t)test_below(&rng, 1000) : 0;
+            weights[k * C + test_below(&rng, C)] += 1;
+        }
+        owned_mix o;
+        assert_int_equal(mix_make(&o, test_rand(&rng), sizes, C, 0, B, starts, weights, S), PD_OK);
+        uint64_t len;
+        const pd_mode mode = (pd_mode)test_below(&rng, 3);
+        assert_int_equal(pd_epoch_length(o.mix.length, 1, mode, &len), PD_OK);
+        const pd_slice s = {.world = 1, .rank = 0, .mode = mode, .offset = test_below(&rng, len)};
+        compare_all(&o, test_below(&rng, 3), &s, 1 + test_below(&rng, 40000));
+        mix_free(&o);
+    }
+}
+
 /* Components the batch kernel runs (2 to 2^32 samples each) whose global ids pass 2^32: the batch's ids
  * (pd__batch_ids) add offsets of 33 bits, their high halves joined to the low ones, against the core. */
 static void wide_offsets_match_core(void **state)
@@ -557,6 +589,7 @@ int main(void)
         cmocka_unit_test(wide_offsets_match_core),
         cmocka_unit_test(block_runs_match_core),
         cmocka_unit_test(segment_runs_match_core),
+        cmocka_unit_test(dense_fills_match_core),
         cmocka_unit_test(sharded_sparse_fills_match_core),
         cmocka_unit_test(block_slots_match_core),
         cmocka_unit_test(block_groups_match_core),
