@@ -268,13 +268,23 @@ typedef struct pd__segment_reads {
     uint8_t *run;
 } pd__segment_reads;
 
+#define PD__SEGMENT_BLOCKS 32 /* a segment's blocks at most: its tables' stride */
+
+/* The component of slot q in block b of a segment: the last of ncomp whose first slot there, start[32j + b], is
+ * ≤ q; a compare per component, no branch (slots are random). */
+static inline uint32_t pd__segment_component(const uint32_t *start, unsigned ncomp, uint32_t b, uint32_t q)
+{
+    uint32_t j = 0;
+    for (uint32_t c = 1; c < ncomp; c++)
+        j = start[PD__SEGMENT_BLOCKS * c + b] <= q ? c : j;
+    return j;
+}
+
 static inline void pd__segment_read(const pd__segment_reads *x, uint64_t i)
 {
     const uint32_t b = (x->rel + (uint32_t)i * x->world) >> x->bits, q = x->slot[i];
-    unsigned j = 0;
-    for (unsigned c = 1; c < x->ncomp; c++)
-        j = x->start[32 * c + b] <= q ? c : j;
-    x->v[i] = x->base[32 * j + b] + q;
+    const uint32_t j = pd__segment_component(x->start, x->ncomp, b, q);
+    x->v[i] = x->base[PD__SEGMENT_BLOCKS * j + b] + q;
     x->run[i] = (uint8_t)x->runs[j];
 }
 #if defined(PD_CPU_HAVE_AVX512)

@@ -705,14 +705,18 @@ static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
         pd_mix_store(out, width, w->index[i], m->offset[j] + w->at[i]);
 }
 
+/* The weight tree's depth, ⌈log2 C⌉: the internal nodes on the longest path from the root to a leaf. */
+static uint64_t pd_mix_depth(const pd_mix *m)
+{
+    return m->components > 1 ? pd_bit_width(m->components - 1) : 0;
+}
+
 /* Whether a sparse fill takes each block's parts (pd_mix_block_parts) rather than descending once per read:
  * a descent costs 2·⌈log2 C⌉ divisions, a block's parts C − 1 for small C (consecutive blocks, as when W ≤ B),
  * else a walk of up to C − 1 nodes at 2 each. */
 static int pd_mix_by_parts(const pd_mix *m, uint64_t world)
 {
-    uint64_t depth = 0;
-    while ((UINT64_C(1) << depth) < m->components)
-        depth++;
+    const uint64_t depth = pd_mix_depth(m);
     if (m->components <= PD_MIX_FLAT_MAX)
         return world <= m->block && m->components - 1 <= 2 * depth * (m->block / world);
     return world < m->block && m->components - 1 <= m->block / world * depth;
@@ -957,6 +961,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
 }
 
 #define PD_MIX_SEGMENT_COMPONENTS 16u /* components a segment's tables hold (pd_mix_segment_slots) */
+_Static_assert(PD_MIX_COUNTS == PD__SEGMENT_BLOCKS, "a segment is one batch of counts");
 
 /* Whether sparse reads may go a segment of blocks at a time (pd_mix_runs_segment, pd_mix_segment_draws): with every
  * component's count (w->flat), C ≤ PD_MIX_SEGMENT_COMPONENTS, and reads dense enough that a segment's counts
@@ -965,9 +970,7 @@ static inline __attribute__((always_inline)) int pd_mix_runs_block(const pd_gen 
  * at 256 (30.6 → 27.2); C = 16 faster to W = 64 (20 → 25), slower at 128 (20 → 14). */
 static int pd_mix_segments(const pd_mix *m, const pd_mix_work *w, uint64_t world)
 {
-    uint64_t depth = 0;
-    while ((UINT64_C(1) << depth) < m->components)
-        depth++;
+    const uint64_t depth = pd_mix_depth(m);
     return w->flat && m->components <= PD_MIX_SEGMENT_COMPONENTS &&
            (m->components - 1) * world <= 4 * depth * m->block;
 }
@@ -1020,11 +1023,8 @@ static uint64_t pd_mix_segment_draws(const pd_mix *m, pd_mix_work *w, uint64_t *
     const uint64_t reads = pd_mix_segment(m, w, k, g0, world, n - t, &blocks, &first);
     pd_mix_segment_slots(m, w, *k, blocks, start, base);
     for (uint64_t i = 0; i < reads; i++) {
-        const uint64_t b = (g0 - first + i * world) >> m->block_bits;
-        const uint32_t q = w->slot[t + i];
-        uint32_t j = 0;
-        for (uint32_t c = 1; c < C; c++)
-            j = start[PD_MIX_COUNTS * c + b] <= q ? c : j;
+        const uint32_t b = (uint32_t)((g0 - first + i * world) >> m->block_bits), q = w->slot[t + i];
+        const uint32_t j = pd__segment_component(start, (unsigned)C, b, q);
         w->comp[t + i] = j;
         w->draw[t + i] = base[PD_MIX_COUNTS * j + b] + q;
     }
@@ -1092,10 +1092,7 @@ static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_wo
         const uint32_t *slot = w->slot, bits = m->block_bits, rel = x.rel;
         for (uint64_t i = 0; i < reads; i++) {
             const uint32_t b = (uint32_t)(rel + i * world) >> bits, q = slot[t + i], tt = (uint32_t)(t + i);
-            uint32_t j = 0;
-            for (uint32_t u = 1; u < C; u++)
-                j = start[PD_MIX_COUNTS * u + b] <= q ? u : j;
-            const uint32_t by_groups = by[j];
+            const uint32_t j = pd__segment_component(start, (unsigned)C, b, q), by_groups = by[j];
             comp[tt] = j;
             draw[tt] = draw0[PD_MIX_COUNTS * j + b] + q;
             pick[npick] = tt;

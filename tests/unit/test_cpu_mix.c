@@ -275,6 +275,20 @@ static void block_runs_match_core(void **state)
     mix_free(&o);
 }
 
+/* S stages of C components at random: stage k starts 1 to gaps blocks of B after the last, each weight 0 a quarter
+ * of the time and else 1 to 1000, one weight per stage raised by 1 (a stage needs a positive one). */
+static void random_stages(uint64_t *rng, uint64_t C, uint64_t B, uint64_t S, uint64_t gaps, uint64_t *starts,
+                          uint32_t *weights)
+{
+    for (uint64_t k = 0, at = 0; k < S; k++) {
+        starts[k] = at;
+        at += B * (1 + test_below(rng, gaps));
+        for (uint64_t j = 0; j < C; j++)
+            weights[k * C + j] = test_below(rng, 4) ? 1 + (uint32_t)test_below(rng, 1000) : 0;
+        weights[k * C + test_below(rng, C)] += 1;
+    }
+}
+
 /* Sparse fills a segment at a time (pd_mix_runs_segment: C ≤ 16 flat components, reads dense enough): up to 32
  * blocks' counts at once, each read's component found among them. Stages start every few blocks (a segment ends at
  * the next stage), components are large enough that most segments stay in one component epoch and small enough
@@ -292,18 +306,10 @@ static void segment_runs_match_core(void **state)
         uint32_t weights[64];
         for (uint64_t j = 0; j < C; j++)
             sizes[j] = 2 + test_below(&rng, 200000);
-        for (uint64_t k = 0, at = 0; k < S; k++) {
-            starts[k] = at;
-            at += B * (1 + test_below(&rng, 70));
-            for (uint64_t j = 0; j < C; j++)
-                weights[k * C + j] = test_below(&rng, 4) ? 1 + (uint32_t)test_below(&rng, 1000) : 0;
-            weights[k * C + test_below(&rng, C)] += 1;
-        }
+        random_stages(&rng, C, B, S, 70, starts, weights);
         owned_mix o;
         assert_int_equal(mix_make(&o, test_rand(&rng), sizes, C, 0, B, starts, weights, S), PD_OK);
-        uint64_t depth = 0;
-        while ((UINT64_C(1) << depth) < C)
-            depth++;
+        const uint64_t depth = pd_bit_width(C - 1); /* ⌈log2 C⌉, C ≥ 2 */
         const uint64_t wmax = 4 * depth * B / (C - 1), world = 2 + test_below(&rng, wmax - 1); /* (C − 1)·W ≤ 4·depth·B */
         uint64_t len;
         assert_int_equal(pd_epoch_length(o.mix.length, world, PD_MODE_PAD, &len), PD_OK);
@@ -328,13 +334,7 @@ static void dense_fills_match_core(void **state)
         uint32_t weights[48];
         for (uint64_t j = 0; j < C; j++)
             sizes[j] = 1 + test_below(&rng, test_below(&rng, 2) ? 300 : 100000); /* some turn epochs often */
-        for (uint64_t k = 0, at = 0; k < S; k++) {
-            starts[k] = at;
-            at += B * (1 + test_below(&rng, 300));
-            for (uint64_t j = 0; j < C; j++)
-                weights[k * C + j] = test_below(&rng, 4) ? 1 + (uint32_t)test_below(&rng, 1000) : 0;
-            weights[k * C + test_below(&rng, C)] += 1;
-        }
+        random_stages(&rng, C, B, S, 300, starts, weights);
         owned_mix o;
         assert_int_equal(mix_make(&o, test_rand(&rng), sizes, C, 0, B, starts, weights, S), PD_OK);
         uint64_t len;
