@@ -879,7 +879,7 @@ void pd__segment_reads_avx512(const pd__segment_reads *x)
         __m512i base = _mm512_permutex2var_epi32(_mm512_loadu_si512(x->base), b, _mm512_loadu_si512(x->base + 16));
         __m512i p = _mm512_setzero_si512();
         for (unsigned j = 1; j < x->ncomp; j++) {
-            const uint32_t *s = x->start + 32 * j, *t = x->base + 32 * j;
+            const uint32_t *s = x->start + PD__SEGMENT_BLOCKS * j, *t = x->base + PD__SEGMENT_BLOCKS * j;
             const __mmask16 m = _mm512_cmpge_epu32_mask(
                 q, _mm512_permutex2var_epi32(_mm512_loadu_si512(s), b, _mm512_loadu_si512(s + 16)));
             p = _mm512_mask_add_epi32(p, m, p, one);
