@@ -98,6 +98,7 @@ typedef struct pd_mix_flat {
 
 #define PD_MIX_FLAT_MAX 64u /* up to this C, a block's parts come from every component's count (pd_mix_counts) */
 #define PD_MIX_COUNTS 32u   /* blocks whose counts pd_mix_counts computes at once */
+_Static_assert(PD_MIX_COUNTS * PD_MIX_BLOCK_MAX <= 1u << 16, "pd_mix_counts: y_i − y_0 ≤ 2^16");
 
 typedef struct pd_mix_work {
     pd_mix_seen *seen;   /* C */
@@ -389,9 +390,10 @@ static void pd_mix_stage_divisors(const pd_mix *m, uint64_t k, pd_mix_work *w)
 
 /* What every node receives at the PD_MIX_COUNTS + 1 stage positions x + i·B, into w->y (node-major, row i):
  * leaf j's are count_j (spec §4). Node by node, the positions side by side, so the divisions of one node
- * overlap. With a base y0 = q·S ≤ y, y − y0 < 2^32, left(y) = q·a + left(y − y0): one division a position,
- * where pd_mix_left needs two from y = 2^32 on (and run positions pass 2^32 early). The base is taken at the
- * first position and again only where y − y0 reaches 2^32 (positions differ by at most B·PD_MIX_COUNTS). */
+ * overlap. A node's first position y_0 takes pd_mix_left (two divisions from y = 2^32 on, and run positions
+ * pass 2^32 early) and keeps its remainder r_0 = (y_0·a + ⌊S/2⌋) − left(y_0)·S < S; then
+ * left(y_i) = left(y_0) + ⌊(r_0 + (y_i − y_0)·a)/S⌋, one division a position on a numerator below 2^49
+ * (y_i − y_0 ≤ PD_MIX_COUNTS·B ≤ 2^16: a node receives at most what its parent does), with no branch. */
 static void pd_mix_counts(const pd_mix *m, pd_mix_work *w, uint64_t x)
 {
     const uint64_t B = m->block, R = PD_MIX_COUNTS + 1;
@@ -401,18 +403,13 @@ static void pd_mix_counts(const pd_mix *m, pd_mix_work *w, uint64_t x)
     for (uint64_t n = 0; n + 1 < m->components; n++) { /* parents before children */
         const pd_mix_flat *f = &w->flat[n];
         const pd_divisor S = w->node[f->node];
-        const uint64_t a = f->a, half = S.d / 2, *in = y + f->at * R;
+        const uint64_t a = f->a, *in = y + f->at * R;
         uint64_t *restrict left = y + (f->at + 1) * R, *restrict right = y + f->right * R;
-        uint64_t y0 = 0, l0 = 0;
+        const uint64_t y0 = in[0], l0 = pd_mix_left(y0, a, &S);
+        const uint64_t t = y0 - pd_divide(&S, y0) * S.d; /* y_0 mod S: r_0 = (t·a + ⌊S/2⌋) mod S */
+        const uint64_t r0 = t * a + S.d / 2 - pd_divide(&S, t * a + S.d / 2) * S.d;
         for (uint64_t i = 0; i < R; i++) {
-            uint64_t t = in[i] - y0;
-            if (i == 0 || t >> 32) {
-                const uint64_t q = pd_divide(&S, in[i]);
-                y0 = q * S.d;
-                l0 = q * a;
-                t = in[i] - y0;
-            }
-            const uint64_t l = a ? l0 + pd_divide(&S, t * a + half) : 0;
+            const uint64_t l = l0 + pd_divide(&S, r0 + (in[i] - y0) * a);
             left[i] = l;
             right[i] = in[i] - l;
         }
