@@ -891,6 +891,33 @@ void pd__segment_reads_avx512(const pd__segment_reads *x)
     }
 }
 
+/* kernel.h, pd__counts_node_avx512. Doubles hold y_i − y_0 (or-ed under 2^52's exponent, then 2^52 taken
+ * off), the numerator r0 + (y_i − y_0)·a (an fma, exact below 2^49) and its quotient ⌊num·(1/S)⌋. That floor is
+ * never too large: a non-integer num/S lies at least 1/num ≥ 2^-49 (relative) below the next integer, more than
+ * the two roundings' 2^-52. It is one too small where num is a multiple of S and the product rounds below it:
+ * then the remainder num − q·S (exact) is S, and q takes one more. q goes back to an integer by the same
+ * exponent. Positions 25-32 take a fifth vector over 25-31 again: the same values stored twice, no mask. */
+void pd__counts_node_avx512(const uint64_t *in, uint64_t *left, uint64_t *right, uint64_t l0, uint64_t r0, uint64_t a,
+                            uint64_t S)
+{
+    const __m512i y0 = _mm512_set1_epi64((long long)in[0]), l = _mm512_set1_epi64((long long)l0);
+    const __m512i exp52 = _mm512_set1_epi64(0x4330000000000000LL), low52 = _mm512_set1_epi64((1LL << 52) - 1);
+    const __m512d two52 = _mm512_set1_pd(4503599627370496.0), da = _mm512_set1_pd((double)a);
+    const __m512d dr0 = _mm512_set1_pd((double)r0), dS = _mm512_set1_pd((double)S), inv = _mm512_set1_pd(1.0 / (double)S);
+    const __m512d one = _mm512_set1_pd(1.0);
+    for (unsigned v = 0; v < 5; v++) {
+        const unsigned i = v < 4 ? 8 * v : PD__SEGMENT_BLOCKS - 7;
+        const __m512i y = _mm512_loadu_si512(in + i);
+        const __m512d dy = _mm512_sub_pd(_mm512_castsi512_pd(_mm512_or_si512(_mm512_sub_epi64(y, y0), exp52)), two52);
+        const __m512d num = _mm512_fmadd_pd(dy, da, dr0);
+        __m512d q = _mm512_floor_pd(_mm512_mul_pd(num, inv));
+        q = _mm512_mask_add_pd(q, _mm512_cmp_pd_mask(_mm512_fnmadd_pd(q, dS, num), dS, _CMP_GE_OQ), q, one);
+        const __m512i lq = _mm512_add_epi64(l, _mm512_and_si512(_mm512_castpd_si512(_mm512_add_pd(q, two52)), low52));
+        _mm512_storeu_si512(left + i, lq);
+        _mm512_storeu_si512(right + i, _mm512_sub_epi64(y, lq));
+    }
+}
+
 /* A dense block of 64 slots (kernel.h, pd__layout64_avx512): its ids in four registers, each part's by a masked
  * load per register it touches (no store to reload: a scalar layout's stores stalled the loads after them), then 16
  * reads a vector by two vpermt2d and a blend on the slot's bit 5. */

@@ -291,6 +291,15 @@ static inline void pd__segment_read(const pd__segment_reads *x, uint64_t i)
 void pd__segment_reads_avx512(const pd__segment_reads *x);
 #endif
 
+/* What one node of a mixture's weight tree passes on at PD__SEGMENT_BLOCKS + 1 block starts y_i = in[i]
+ * (cpu/mix.c's pd_mix_counts): left[i] = l0 + ⌊(r0 + (y_i − y_0)·a)/S⌋ and right[i] = y_i − left[i], where
+ * l0 = left(y_0), r0 < S < 2^32 its remainder, a ≤ S and y_i − y_0 ≤ 2^16 (spec §4). 8 positions a vector, the
+ * quotient in doubles (every value exact below 2^53), corrected where it falls one short. */
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__counts_node_avx512(const uint64_t *in, uint64_t *left, uint64_t *right, uint64_t l0, uint64_t r0, uint64_t a,
+                            uint64_t S);
+#endif
+
 /* A dense mixture block of 64 slots laid out and read (cpu/mix.c, pd_mix_layout_u32): part p holds slots [slot,
  * slot + count), whose global ids are ids[0, count) + add; read i takes slot[i]'s id into out[i], i < reads ≤ 64.
  * The parts cover the block's 64 slots. */
