@@ -891,6 +891,30 @@ void pd__segment_reads_avx512(const pd__segment_reads *x)
     }
 }
 
+/* The low 32 bits of y[0 … 16), as 16 u32. */
+PD_AI __m512i low16x32(const uint64_t *y)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_loadu_si512(y))),
+                              _mm512_cvtepi64_epi32(_mm512_loadu_si512(y + 8)), 1);
+}
+
+/* kernel.h, pd__segment_tables_avx512: blocks 0-15 and 16-31 a register each, in u32 (counts differ by ≤ B, and
+ * every table is mod 2^32). */
+void pd__segment_tables_avx512(const uint64_t *const *leaf, unsigned ncomp, const uint64_t *off, uint32_t *start,
+                               uint32_t *base)
+{
+    __m512i slot[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (unsigned j = 0; j < ncomp; j++) {
+        const __m512i o = _mm512_set1_epi32((int)(uint32_t)off[j]);
+        for (unsigned h = 0; h < 2; h++) {
+            const __m512i at = low16x32(leaf[j] + 16 * h), next = low16x32(leaf[j] + 16 * h + 1);
+            _mm512_storeu_si512(start + PD__SEGMENT_BLOCKS * j + 16 * h, slot[h]);
+            _mm512_storeu_si512(base + PD__SEGMENT_BLOCKS * j + 16 * h, _mm512_sub_epi32(_mm512_add_epi32(o, at), slot[h]));
+            slot[h] = _mm512_add_epi32(slot[h], _mm512_sub_epi32(next, at));
+        }
+    }
+}
+
 /* kernel.h, pd__counts_node_avx512. Doubles hold y_i − y_0 (or-ed under 2^52's exponent, then 2^52 taken
  * off), the numerator r0 + (y_i − y_0)·a (an fma, exact below 2^49) and its quotient ⌊num·(1/S)⌋. That floor is
  * never too large: a non-integer num/S lies at least 1/num ≥ 2^-49 (relative) below the next integer, more than

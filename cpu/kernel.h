@@ -291,6 +291,16 @@ static inline void pd__segment_read(const pd__segment_reads *x, uint64_t i)
 void pd__segment_reads_avx512(const pd__segment_reads *x);
 #endif
 
+/* A segment's tables for pd__segment_reads (cpu/mix.c, pd_mix_runs_segment) from every component's count at its
+ * PD__SEGMENT_BLOCKS + 1 block starts, leaf[j][0 … 32]: start[32j + i] = Σ_{c<j} (leaf[c][i + 1] − leaf[c][i]),
+ * component j's first slot in block i, and base[32j + i] = off[j] + leaf[j][i] − start[32j + i] (mod 2^32), the
+ * draw of its slot 0 less off[j]'s own offset: every table at once, where blocks past the segment's hold what
+ * no read takes. */
+#if defined(PD_CPU_HAVE_AVX512)
+void pd__segment_tables_avx512(const uint64_t *const *leaf, unsigned ncomp, const uint64_t *off, uint32_t *start,
+                               uint32_t *base);
+#endif
+
 /* What one node of a mixture's weight tree passes on at PD__SEGMENT_BLOCKS + 1 block starts y_i = in[i]
  * (cpu/mix.c's pd_mix_counts): left[i] = l0 + ⌊(r0 + (y_i − y_0)·a)/S⌋ and right[i] = y_i − left[i], where
  * l0 = left(y_0), r0 < S < 2^32 its remainder, a ≤ S and y_i − y_0 ≤ 2^16 (spec §4). 8 positions a vector, the

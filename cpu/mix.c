@@ -1080,10 +1080,23 @@ static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_wo
         if (pass) /* cannot happen: a fresh batch takes every component */
             return 0;
     }
-    pd_mix_segment_slots(m, w, *k, blocks, start, draw0);
-    for (uint64_t j = 0; j < C; j++) /* + the slot: the draw's position in its run (< 2^32; mod 2^32 here) */
-        for (uint64_t i = 0; i < blocks; i++)
-            base[PD_MIX_COUNTS * j + i] = (uint32_t)(draw0[PD_MIX_COUNTS * j + i] - lo[j]);
+#if defined(PD_CPU_HAVE_AVX512)
+    if (w->avx512 && !grouped) { /* the same tables, every block at once (no draw0: only the grouped reads take it) */
+        const uint64_t *leaf[PD_MIX_SEGMENT_COMPONENTS];
+        uint64_t off[PD_MIX_SEGMENT_COMPONENTS];
+        for (uint64_t j = 0; j < C; j++) {
+            leaf[j] = w->y + w->leaf[j] * R;
+            off[j] = P[j] - lo[j];
+        }
+        pd__segment_tables_avx512(leaf, (unsigned)C, off, start, base);
+    } else
+#endif
+    {
+        pd_mix_segment_slots(m, w, *k, blocks, start, draw0);
+        for (uint64_t j = 0; j < C; j++) /* + the slot: the draw's position in its run (< 2^32; mod 2^32 here) */
+            for (uint64_t i = 0; i < blocks; i++)
+                base[PD_MIX_COUNTS * j + i] = (uint32_t)(draw0[PD_MIX_COUNTS * j + i] - lo[j]);
+    }
     const pd__segment_reads x = {.slot = w->slot + t, .count = reads, .rel = (uint32_t)(g0 - first),
                                  .world = (uint32_t)world, .bits = m->block_bits, .start = start, .base = base,
                                  .runs = runs, .ncomp = (unsigned)C, .v = w->bv + r->count,
