@@ -53,16 +53,6 @@ PD_AI void philox16(__m512i x[4], uint32_t k0, uint32_t k1)
     }
 }
 
-/* Bits [at, at + 5) of each lane's 128-bit output x (pd__mix_block_keys), and-ed with mask. */
-PD_AI __m512i packed_key(const __m512i x[4], unsigned at, __m512i mask)
-{
-    const unsigned w = at / 32, off = at % 32;
-    __m512i v = _mm512_srli_epi32(x[w], off);
-    if (off > 27)
-        v = _mm512_or_si512(v, _mm512_slli_epi32(x[w + 1], 32 - off));
-    return _mm512_and_si512(v, mask);
-}
-
 /* Four registers of 16 dwords, each below 2^15, as 64 bytes in the order of two packs: dword j of register
  * v, j = 4L + i, lands in byte 16L + 4v + i (pos() below; unpermute with a vpermb by POS). */
 PD_AI __m512i pack_bytes(__m512i a, __m512i b, __m512i c, __m512i d)
@@ -80,14 +70,34 @@ typedef struct tables {
     __m512i key[PD_ROUNDS], flip;
 } tables;
 
+/* Byte q (= pos(e), e = 16v + 4(q >> 4) + (q & 3) with v = (q >> 2) & 3) of a plane is byte 0 of dword e & 15 of
+ * register v: in vpermt2b's 128 bytes of a register pair, 64·(v & 1) + 4·(e & 15). */
+static const uint8_t plane_at[LANES] = {
+    0, 4, 8, 12, 64, 68, 72, 76, 0, 4, 8, 12, 64, 68, 72, 76, 16, 20, 24, 28, 80, 84, 88, 92, 16, 20, 24, 28, 80,
+    84, 88, 92, 32, 36, 40, 44, 96, 100, 104, 108, 32, 36, 40, 44, 96, 100, 104, 108, 48, 52, 56, 60, 112, 116, 120,
+    124, 48, 52, 56, 60, 112, 116, 120, 124
+};
+
+/* Byte p of the 64 blocks' outputs x (16 blocks a register, word p / 4), in pack_bytes' order: two vpermt2b
+ * (registers 0-1 and 2-3) and a blend, where a shift and a pack per register took seven operations. */
+PD_AI __m512i plane(const __m512i x[4][4], __m512i at, unsigned p)
+{
+    const __m512i idx = _mm512_add_epi8(at, _mm512_set1_epi8((char)(p % 4)));
+    const unsigned w = p / 4;
+    return _mm512_mask_blend_epi8(UINT64_C(0xFF00FF00FF00FF00), _mm512_permutex2var_epi8(x[0][w], idx, x[1][w]),
+                                  _mm512_permutex2var_epi8(x[2][w], idx, x[3][w]));
+}
+
 /* The tables of the blocks whose counters' words 2 and 3 are lo[v], hi[v] (16 blocks a register, nv ≤ 4); keys
- * shifted left by shift (whole bytes: rbits, else 0). */
+ * shifted left by shift (whole bytes: rbits, else 0). Round i's key, bits [5i, 5i + lbits) of each block's
+ * output, goes to bits [shift, shift + lbits) of its byte: with the output as 16 byte planes, a vpmultishiftqb
+ * takes each byte's 8 bits from bit 5i − shift on (bits of the neighbouring byte fill what lies past the
+ * plane: masked), and where the key straddles two planes a second one takes the rest from the next plane. */
 static void block_tables(uint64_t seed, const __m512i *lo, const __m512i *hi, unsigned nv, unsigned lbits,
                          unsigned shift, tables *t)
 {
     __m512i x[4][4];
-    const __m512i lmask = _mm512_set1_epi32((int)((1u << lbits) - 1)), one = _mm512_set1_epi32(1);
-    for (unsigned v = 0; v < 4; v++) {
+    for (unsigned v = 0; v < 4; v++) { /* registers past nv: their blocks are never read */
         x[v][0] = _mm512_set1_epi32((int)PD_MIX_CTR_BLOCK);
         x[v][1] = _mm512_setzero_si512();
         x[v][2] = v < nv ? lo[v] : _mm512_setzero_si512();
@@ -95,16 +105,24 @@ static void block_tables(uint64_t seed, const __m512i *lo, const __m512i *hi, un
         if (v < nv)
             philox16(x[v], (uint32_t)seed, (uint32_t)(seed >> 32));
     }
+    __m512i pl[16];
+    const __m512i at = _mm512_loadu_si512(plane_at);
+    for (unsigned p = 0; p < 16; p++)
+        pl[p] = plane(x, at, p);
+    const __m512i eight = _mm512_set1_epi8(8), kmask = _mm512_set1_epi8((char)(((1u << lbits) - 1) << shift));
+    const __m512i at8 = _mm512_set1_epi64(0x3830282018100800LL); /* byte t of each qword: 8t */
     for (unsigned i = 0; i < PD_ROUNDS; i++) {
-        __m512i k[4];
-        for (unsigned v = 0; v < 4; v++) /* registers past nv stay zero: their blocks are never read */
-            k[v] = v < nv ? _mm512_slli_epi32(packed_key(x[v], 5 * i, lmask), shift) : _mm512_setzero_si512();
-        t->key[i] = pack_bytes(k[0], k[1], k[2], k[3]);
+        const int s = (int)(5 * i) - (int)shift, pa = s >= 0 ? s / 8 : -1; /* the plane of the key's first bit */
+        const unsigned o = (unsigned)(s - 8 * pa);                          /* its bit there */
+        const __m512i ctl = _mm512_add_epi8(at8, _mm512_set1_epi8((char)o));
+        __m512i k = pa >= 0 ? _mm512_multishift_epi64_epi8(ctl, pl[pa]) : _mm512_setzero_si512();
+        if (shift + lbits > 8 - o) { /* the rest from the next plane: its bit 0 at bit 8 − o */
+            const __m512i next = _mm512_multishift_epi64_epi8(_mm512_sub_epi8(ctl, eight), pl[pa + 1]);
+            k = _mm512_ternarylogic_epi32(k, next, _mm512_set1_epi8((char)((1u << (8 - o)) - 1)), 0xE4); /* c ? a : b */
+        }
+        t->key[i] = _mm512_and_si512(k, kmask);
     }
-    t->flip = pack_bytes(_mm512_and_si512(_mm512_srli_epi32(x[0][3], 24), one), /* bit 120 */
-                         _mm512_and_si512(_mm512_srli_epi32(x[1][3], 24), one),
-                         _mm512_and_si512(_mm512_srli_epi32(x[2][3], 24), one),
-                         _mm512_and_si512(_mm512_srli_epi32(x[3][3], 24), one));
+    t->flip = _mm512_and_si512(pl[15], _mm512_set1_epi8(1)); /* bit 120 */
 }
 
 /* The tables of the n ≤ 64 consecutive blocks from beta0: entry e is block beta0 + e. */
