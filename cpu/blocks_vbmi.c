@@ -337,24 +337,38 @@ static void read_offsets(const pd__block_slots *s, uint64_t g0, unsigned rbits, 
                              _mm512_cvtepi16_epi8(_mm512_and_si512(rb, c->rmask16)), 1);
 }
 
-/* The tables and table bytes of the NV registers of reads from t00 on. Where all NV·64 reads lie in at most 64
- * consecutive blocks (stride ≤ B/4), one set of tables serves every register: with W = 8 and B = 64, 256 reads
- * share 32 blocks' keys, where a set per register built 8 blocks' each in a 16-lane Philox and four 16-lane
- * key packs a round (the tables were 17% of a W = 8 mixture read; the rounds 2%). Else a set per register, of
+/* A set of tables kept across the registers of one call: the blocks [beta, beta + n) (n = 0: none). */
+typedef struct kept {
+    uint64_t beta, n;
+} kept;
+
+/* The tables and table bytes of the NV registers of reads from t00 on, of which the first `reads` are stored.
+ * Where those lie in at most 64 consecutive blocks (stride ≤ B/4), one set of tables serves every register:
+ * with W = 8 and B = 64, 256 reads share 32 blocks' keys, where a set per register built 8 blocks' each in a
+ * 16-lane Philox and four 16-lane key packs a round (the tables were 17% of a W = 8 mixture read; the rounds
+ * 2%). That set holds up to 64 blocks from the first read's (*k), as many as the call's reads still reach, and
+ * serves the next registers while their blocks lie in it: W = 8's 256 reads from a block's first read take 32
+ * blocks, so it is built for every other call (pd__block_slots_vbmi aligns them). Else a set per register, of
  * consecutive blocks or of each read's own. */
-static void prepare(const pd__block_slots *s, uint64_t t00, unsigned b, unsigned lbits, unsigned shift,
-                    const consts *c, tables t[NV], const tables *tp[NV], __m512i idx[NV])
+static void prepare(const pd__block_slots *s, uint64_t t00, uint64_t reads, unsigned b, unsigned lbits,
+                    unsigned shift, const consts *c, tables t[NV], const tables *tp[NV], __m512i idx[NV], kept *k)
 {
-    const uint64_t B = s->block, g00 = s->first + t00 * s->stride;
-    const uint64_t span = ((g00 & (B - 1)) + (NV * LANES - 1) * s->stride) >> b; /* last read's block − first's */
+    const uint64_t B = s->block, g00 = s->first + t00 * s->stride, beta = g00 >> b;
+    const uint64_t span = ((g00 & (B - 1)) + (reads - 1) * s->stride) >> b; /* last read's block − first's */
     if (span < LANES) {
-        range_tables(s->seed, g00 >> b, span + 1, lbits, shift, &t[0]);
-        for (int v = 0; v < NV; v++) {
-            idx[v] = consecutive_idx(c, g00 & (B - 1), (uint64_t)v * LANES, s->stride, b);
+        if (beta < k->beta || beta + span >= k->beta + k->n) {
+            const uint64_t reach = (((g00 & (B - 1)) + (s->count - t00 - 1) * s->stride) >> b) + 1;
+            k->beta = beta;
+            k->n = reach < LANES ? reach : LANES;
+            range_tables(s->seed, beta, k->n, lbits, shift, &t[0]);
+        }
+        for (int v = 0; v < NV; v++) { /* entries from the set's first block */
+            idx[v] = consecutive_idx(c, g00 - (k->beta << b), (uint64_t)v * LANES, s->stride, b);
             tp[v] = &t[0];
         }
         return;
     }
+    k->n = 0;
     for (int v = 0; v < NV; v++) { /* registers past the count compute reads never stored */
         const uint64_t g0 = g00 + (uint64_t)v * LANES * s->stride, span0 = ((g0 & (B - 1)) + (LANES - 1) * s->stride) >> b;
         if (span0 < LANES) {
@@ -396,8 +410,20 @@ void pd__block_slots_vbmi(const pd__block_slots *s)
     tables t[NV];
     const tables *tp[NV];
     __m512i s0[NV], s1[NV], idx[NV];
-    for (uint64_t t00 = 0; t00 < s->count; t00 += NV * LANES) {
-        prepare(s, t00, b, lbits, whole ? rbits : 0, &cs, t, tp, idx);
+    kept k = {0, 0};
+    /* Where W divides B (p = B/W reads a block, p ≤ NV·64), the first call stops short at a block's first read,
+     * so that every later one starts at one and its NV·64 reads fill NV·64/p blocks exactly (with W = 8, 32:
+     * two calls a set of tables, prepare); else it would take one block more, and no two would share a set. */
+    uint64_t step = NV * LANES;
+    const uint64_t per = s->stride < s->block && s->block % s->stride == 0 ? s->block / s->stride : 0;
+    if (per && per <= NV * LANES) {
+        const uint64_t off = s->first & (s->block - 1);
+        const uint64_t head = off < s->stride ? 0 : (s->block - off + s->stride - 1) / s->stride; /* its block's rest */
+        step = head + (NV * LANES - head) / per * per;
+    }
+    for (uint64_t t00 = 0, end; t00 < s->count; t00 = end, step = NV * LANES) {
+        end = s->count - t00 < step ? s->count : t00 + step;
+        prepare(s, t00, end - t00, b, lbits, whole ? rbits : 0, &cs, t, tp, idx, &k);
         for (int v = 0; v < NV; v++)
             read_offsets(s, s->first + (t00 + (uint64_t)v * LANES) * s->stride, rbits, &cs, whole, &s0[v], &s1[v]);
         if (whole)
@@ -406,9 +432,9 @@ void pd__block_slots_vbmi(const pd__block_slots *s)
             (rbits != lbits ? rounds_d1 : rounds_d0)(s0, s1, idx, tp, cs.thi, cs.tlo, lbits);
         for (int v = 0; v < NV; v++) {
             const uint64_t t0 = t00 + (uint64_t)v * LANES;
-            if (t0 >= s->count)
+            if (t0 >= end)
                 break;
-            const uint64_t n = s->count - t0 < LANES ? s->count - t0 : LANES;
+            const uint64_t n = end - t0 < LANES ? end - t0 : LANES;
             if (whole)
                 store_bytes(s->out + t0, n, s0[v]);
             else
