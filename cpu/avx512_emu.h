@@ -134,6 +134,20 @@ static inline __mmask32 pd_emu_test_epi16_mask(__m512i a, __m512i b)
     return r;
 }
 
+/* Byte i: the 8 bits of qword i / 8 of b from bit a[i] mod 64 on, wrapping (SIMDe 0.7 shifts a u64 by 64 there). */
+static inline __m512i pd_emu_multishift_epi64_epi8(__m512i a, __m512i b)
+{
+    uint8_t c[64], r[64];
+    uint64_t x[8];
+    _mm512_storeu_si512(c, a);
+    _mm512_storeu_si512(x, b);
+    for (int i = 0; i < 64; i++) {
+        const unsigned s = c[i] & 63;
+        r[i] = (uint8_t)(s ? x[i / 8] >> s | x[i / 8] << (64 - s) : x[i / 8]);
+    }
+    return _mm512_loadu_si512(r);
+}
+
 #define _mm512_mask_shuffle_epi32(src, k, a, imm) pd_emu_mask_shuffle_epi32(src, k, a, imm)
 #define _mm512_maskz_expand_epi32(k, a) pd_emu_maskz_expand_epi32(k, a)
 #define _mm512_cvtepu32_epi64(a) pd_emu_cvtepu32_epi64(a)
@@ -145,6 +159,8 @@ static inline __mmask32 pd_emu_test_epi16_mask(__m512i a, __m512i b)
 #define _mm512_mask_storeu_epi64(p, k, a) pd_emu_mask_storeu_epi64(p, k, a)
 #define _mm512_maskz_loadu_epi32(k, p) pd_emu_maskz_loadu_epi32(k, p)
 #define _mm512_mulhi_epu16(a, b) pd_emu_mulhi_epu16(a, b)
+#undef _mm512_multishift_epi64_epi8
+#define _mm512_multishift_epi64_epi8(a, b) pd_emu_multishift_epi64_epi8(a, b)
 #undef _mm512_test_epi16_mask
 #define _mm512_test_epi16_mask(a, b) pd_emu_test_epi16_mask(a, b)
 #define _mm512_i32gather_epi32(idx, base, scale) pd_emu_i32gather_epi32(idx, base, scale)
