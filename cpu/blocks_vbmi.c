@@ -346,9 +346,9 @@ typedef struct kept {
  * Where those lie in at most 64 consecutive blocks (stride ≤ B/4), one set of tables serves every register:
  * with W = 8 and B = 64, 256 reads share 32 blocks' keys, where a set per register built 8 blocks' each in a
  * 16-lane Philox and four 16-lane key packs a round (the tables were 17% of a W = 8 mixture read; the rounds
- * 2%). That set holds up to 64 blocks from the first read's (*k), as many as the call's reads still reach, and
- * serves the next registers while their blocks lie in it: W = 8's 256 reads from a block's first read take 32
- * blocks, so it is built for every other call (pd__block_slots_vbmi aligns them). Else a set per register, of
+ * 2%). That set holds up to 64 blocks from the first read's (*k), as many as the call's remaining reads reach, and
+ * serves the next steps' registers while their blocks lie in it: W = 8's 256 reads from a block's first read take
+ * 32 blocks, so it is built every other step (pd__block_slots_vbmi aligns the steps). Else a set per register, of
  * consecutive blocks or of each read's own. */
 static void prepare(const pd__block_slots *s, uint64_t t00, uint64_t reads, unsigned b, unsigned lbits,
                     unsigned shift, const consts *c, tables t[NV], const tables *tp[NV], __m512i idx[NV], kept *k)
@@ -411,9 +411,10 @@ void pd__block_slots_vbmi(const pd__block_slots *s)
     const tables *tp[NV];
     __m512i s0[NV], s1[NV], idx[NV];
     kept k = {0, 0};
-    /* Where W divides B (p = B/W reads a block, p ≤ NV·64), the first call stops short at a block's first read,
-     * so that every later one starts at one and its NV·64 reads fill NV·64/p blocks exactly (with W = 8, 32:
-     * two calls a set of tables, prepare); else it would take one block more, and no two would share a set. */
+    /* Steps of NV registers. Where W divides B (p = B/W reads a block, p ≤ NV·64), the first step stops short at a
+     * block's first read, so that every later one starts at one and its NV·64 reads fill NV·64/p blocks exactly
+     * (with W = 8, 32: two steps a set of tables, prepare); else each would take one block more, and no two would
+     * share a set. */
     uint64_t step = NV * LANES;
     const uint64_t per = s->stride < s->block && s->block % s->stride == 0 ? s->block / s->stride : 0;
     if (per && per <= NV * LANES) {
