@@ -393,7 +393,7 @@ static void pd_mix_stage_divisors(const pd_mix *m, uint64_t k, pd_mix_work *w)
 /* What every node receives at the PD_MIX_COUNTS + 1 stage positions x + i·B, into w->y (node-major, row i):
  * leaf j's are count_j (spec §4). Node by node, the positions side by side, so the divisions of one node
  * overlap. A node's first position y_0 takes pd_mix_left (two divisions from y = 2^32 on, and run positions
- * pass 2^32 early) and keeps its remainder r_0 = (y_0·a + ⌊S/2⌋) − left(y_0)·S < S; then
+ * pass 2^32 early) and its remainder r_0 = (y_0·a + ⌊S/2⌋) − left(y_0)·S < S (mod 2^64: no division); then
  * left(y_i) = left(y_0) + ⌊(r_0 + (y_i − y_0)·a)/S⌋, one division a position on a numerator below 2^49
  * (y_i − y_0 ≤ PD_MIX_COUNTS·B ≤ 2^16: a node receives at most what its parent does), with no branch. */
 static void pd_mix_counts(const pd_mix *m, pd_mix_work *w, uint64_t x)
@@ -408,8 +408,7 @@ static void pd_mix_counts(const pd_mix *m, pd_mix_work *w, uint64_t x)
         const uint64_t a = f->a, *in = y + f->at * R;
         uint64_t *restrict left = y + (f->at + 1) * R, *restrict right = y + f->right * R;
         const uint64_t y0 = in[0], l0 = pd_mix_left(y0, a, &S);
-        const uint64_t t = y0 - pd_divide(&S, y0) * S.d; /* y_0 mod S: r_0 = (t·a + ⌊S/2⌋) mod S */
-        const uint64_t r0 = t * a + S.d / 2 - pd_divide(&S, t * a + S.d / 2) * S.d;
+        const uint64_t r0 = y0 * a + S.d / 2 - l0 * S.d; /* < S, so exact though each term wraps mod 2^64 */
 #if defined(PD_CPU_HAVE_AVX512)
         if (w->avx512) {
             pd__counts_node_avx512(in, left, right, l0, r0, a, S.d);
