@@ -42,7 +42,7 @@ typedef struct avx2_ctx {
     __m256i kw[PD_ROUNDS];     /* word lanes (vp_eval_words): the key's low 16 bits in every word */
     __m256i lmask_w, rmask_w, m_lo_d_w; /*   the masks and lo16(M0) << d in every word */
     __m256i n32, n_m1;         /* narrow: n and n - 1 (ids fit 32 bits) */
-    __m256i n_hi, n_lo_x;      /* wide: n >> rbits, and (n & rmask) with its sign bit flipped */
+    __m256i n_hi, n_lo_x;      /* wide: (n − 1) >> rbits, and ((n − 1) & rmask) with its sign bit flipped */
     __m256i first32, stride32; /* narrow: position = first + i·stride, exact mod 2^32 */
     __m256i first64, stride64; /* wide: the same in 64-bit lanes */
     __m256i count;             /* lanes whose index is not below count are idle */
@@ -196,16 +196,17 @@ PD_AI __m256i inside_narrow(const avx2_ctx *c, __m256i v, const int shape)
     return _mm256_cmpeq_epi32(_mm256_min_epu32(v, c->n_m1), v);
 }
 
-/* (s0, s1) < (n_hi, n_lo) lexicographically. s0 and n_hi are below 2^31
- * (n < 2^63 whenever a walk is needed) so a signed compare is exact; s1 may
- * use all 32 bits, so it is compared with both sign bits flipped. */
+/* (s0, s1) ≤ (n_hi, n_lo), the halves of n − 1, lexicographically: v < n. s0 and n_hi are below 2^lbits ≤ 2^31,
+ * so a signed compare is exact (n's own top half is 2^31 where n = 2^62, which a gather of such a component walks:
+ * "s0 < 2^31" as signed compares was never true there, and the walk never ended); s1 may use all 32 bits, so it
+ * is compared with both sign bits flipped. */
 PD_AI __m256i inside_wide(const avx2_ctx *c, __m256i s0, __m256i s1)
 {
     const __m256i sign = _mm256_set1_epi32(INT32_MIN);
     const __m256i lt0 = _mm256_cmpgt_epi32(c->n_hi, s0);
     const __m256i eq0 = _mm256_cmpeq_epi32(s0, c->n_hi);
-    const __m256i lt1 = _mm256_cmpgt_epi32(c->n_lo_x, _mm256_xor_si256(s1, sign));
-    return _mm256_or_si256(lt0, _mm256_and_si256(eq0, lt1));
+    const __m256i gt1 = _mm256_cmpgt_epi32(_mm256_xor_si256(s1, sign), c->n_lo_x);
+    return _mm256_or_si256(lt0, _mm256_andnot_si256(gt1, eq0));
 }
 
 /* 8 consecutive ids from out + i: narrow v, or wide (s0, s1), in u32 or u64. */
@@ -716,8 +717,8 @@ static void avx2_ctx_init(avx2_ctx *c, const pd__run *r)
     c->rbits = _mm_cvtsi32_si128((int)p->rbits);
     c->n32 = _mm256_set1_epi32((int)(uint32_t)p->n);
     c->n_m1 = _mm256_set1_epi32((int)(uint32_t)(p->n - 1));
-    c->n_hi = _mm256_set1_epi32((int)(uint32_t)(p->n >> p->rbits));
-    c->n_lo_x = _mm256_set1_epi32((int)(((uint32_t)p->n & p->rmask) ^ UINT32_C(0x80000000)));
+    c->n_hi = _mm256_set1_epi32((int)(uint32_t)((p->n - 1) >> p->rbits));
+    c->n_lo_x = _mm256_set1_epi32((int)(((uint32_t)(p->n - 1) & p->rmask) ^ UINT32_C(0x80000000)));
     c->first32 = _mm256_set1_epi32((int)(uint32_t)r->first);
     c->stride32 = _mm256_set1_epi32((int)(uint32_t)r->stride);
     c->first64 = _mm256_set1_epi64x((long long)r->first);

@@ -356,6 +356,24 @@ static void wide_offsets_match_core(void **state)
     four_components_match_core(12, sizes, weights, worlds, 20000);
 }
 
+/* Components of 2^62 samples (and 2^61, 2^32 + 1): σ's halves are 31 bits each, and the top half of n is 2^31, which
+ * AVX2's signed compares once read as negative: its gather never found a lane inside and never returned. Every
+ * generator against the core, dense and sparse, in mixture epoch 0 (the only one: N nears 2^63). */
+static void huge_components_match_core(void **state)
+{
+    (void)state;
+    const uint64_t sizes[4] = {UINT64_C(1) << 62, UINT64_C(1) << 61, UINT64_C(3) << 59, (UINT64_C(1) << 32) + 1};
+    const uint64_t starts[1] = {0};
+    const uint32_t weights[4] = {3, 1, 2, 1}, worlds[4] = {1, 2, 8, 64};
+    owned_mix o;
+    assert_int_equal(mix_make(&o, 21, sizes, 4, 0, 64, starts, weights, 1), PD_OK);
+    for (size_t w = 0; w < 4; w++) {
+        const pd_slice s = {.world = worlds[w], .rank = worlds[w] / 2, .mode = PD_MODE_EXACT, .offset = 5 * worlds[w]};
+        compare_all(&o, 0, &s, 3000);
+    }
+    mix_free(&o);
+}
+
 /* Weights summing to 2^32 − 1 (node weights near 2^32, where y·a nears 2^64) at run positions from 2^32 to
  * near 2^63, and from just below a multiple of the root's weight (y − q·S crosses 2^32 inside a batch of
  * blocks): the fills' counts of whole blocks at once (one division a node, on a base) against the core. */
@@ -587,6 +605,7 @@ int main(void)
         cmocka_unit_test(long_sparse_fills_match_core),
         cmocka_unit_test(heavy_weights_match_core),
         cmocka_unit_test(wide_offsets_match_core),
+        cmocka_unit_test(huge_components_match_core),
         cmocka_unit_test(block_runs_match_core),
         cmocka_unit_test(segment_runs_match_core),
         cmocka_unit_test(dense_fills_match_core),
