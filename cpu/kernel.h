@@ -345,6 +345,21 @@ void pd__keys_many_avx2(uint64_t seed, uint64_t epoch, uint32_t first, unsigned 
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__keys_many_avx512(uint64_t seed, uint64_t epoch, uint32_t first, unsigned count, pd_keys *out);
 #endif
+/* A mixture's sparse chunk grouped by component (cpu/mix.c, pd_mix_sparse_scan): the indices i < n with comp[i] = j
+ * into idx, ascending; returns how many. idx has room for n entries. */
+static inline uint64_t pd__group_reads_scalar(const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx)
+{
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        idx[k] = (uint32_t)i; /* kept only where it matches: no branch on random components */
+        k += comp[i] == j;
+    }
+    return k;
+}
+#if defined(PD_CPU_HAVE_AVX2)
+uint64_t pd__group_reads_avx2(const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx);
+#endif
+
 #if defined(PD_CPU_HAVE_AVX2)
 void pd__batch_avx2(const pd__batch *b);
 /* kernel_avx2.c's compress patterns: byte k = the lane of the mask's k-th set bit. */

@@ -53,6 +53,7 @@
 #define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 without VBMI (pd_mix_by_groups) */
 #define PD_MIX_GROUPS_WORLD_VBMI 1u   /* with VBMI (its block-slot kernel wins from W = 2: 120 against 107 M ids/s) */
 #define PD_MIX_GROUPS_WORLD_AVX2 4u   /* on AVX2 (W = 64: its per-read kernel runs 2× the groups) */
+#define PD_MIX_SCAN_COMPONENTS 16u /* AVX2: a sparse chunk grouped by a pass per component up to this C */
 #define PD_MIX_SHARD_SPAN 4096u  /* sparse: consecutive positions of a sharded order computed at once */
 #define PD_MIX_SHARD_DENSE 16u   /* sparse: ... where they hold at least one read per this many positions */
 
@@ -705,8 +706,48 @@ static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
     } else {
         pd_mix_gather(g, &o->perm, w->at, n, w->at); /* in place: each lane reads its position first */
     }
+    if (width == 4) { /* every id fits 32 bits: so does the sum */
+        uint32_t *ids = out;
+        const uint32_t off = (uint32_t)m->offset[j];
+        for (uint64_t i = 0; i < n; i++)
+            ids[w->index[i]] = off + (uint32_t)w->at[i];
+        return;
+    }
     for (uint64_t i = 0; i < n; i++)
         pd_mix_store(out, width, w->index[i], m->offset[j] + w->at[i]);
+}
+
+/* Component j's reads reads[0, n) of a sparse chunk (read order) in batches of one component epoch each: a division
+ * per read, a batch where the epoch changes. reads may be w->index (each is read before its slot is written). */
+static void pd_mix_epoch_batches(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint32_t j, const uint32_t *reads,
+                                 uint64_t n, void *out, unsigned width)
+{
+    const pd_divisor *size = &w->size[j];
+    uint64_t nb = 0, e = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const uint32_t t = reads[i];
+        const uint64_t ei = pd_divide(size, w->draw[t]);
+        if (nb && ei != e) {
+            pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
+            nb = 0;
+        }
+        e = ei;
+        w->at[nb] = w->draw[t] - ei * size->d;
+        w->index[nb++] = t;
+    }
+    if (nb)
+        pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
+}
+
+/* Component j's reads of a sparse chunk's first n (comp[i] = j) into w->index, in read order; returns how many. */
+static uint64_t pd_mix_reads_of(const pd_gen *g, const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx)
+{
+#if defined(PD_CPU_HAVE_AVX2)
+    if (g->isa == PD_ISA_AVX2)
+        return pd__group_reads_avx2(comp, n, j, idx);
+#endif
+    (void)g;
+    return pd__group_reads_scalar(comp, n, j, idx);
 }
 
 /* The weight tree's depth, ⌈log2 C⌉: the internal nodes on the longest path from the root to a leaf. */
@@ -1231,23 +1272,43 @@ static void pd_mix_sparse_groups(const pd_gen *g, pd_mix_cursor *c, pd_mix_work 
     for (uint32_t p = 0; p < w->npresent; p++) { /* per component, batches of one component epoch each */
         const uint32_t j = w->present[p];
         const pd_mix_seen *s = &w->seen[j];
+        if (!w->size[j].d)
+            pd_divisor_init(&w->size[j], m->comp[j].size);
+        pd_mix_epoch_batches(g, c, w, j, w->order + s->lo, s->hi - s->lo, out, width);
+    }
+}
+
+/* pd_mix_sparse_groups for every read of a chunk with few components (AVX2): each component's reads picked out by one
+ * pass of compares (pd__group_reads_*), where the counting sort's per-read increments, chained through memory,
+ * cost a quarter of a W = 8 read; then one division for the component epoch of all of them where their lowest and
+ * highest draws share one (a component's draws grow from block to block), else one a read. */
+static void pd_mix_sparse_scan(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t n, void *out,
+                               unsigned width)
+{
+    const pd_mix *m = c->mix;
+    for (uint32_t j = 0; j < m->components; j++) {
+        const uint64_t k = pd_mix_reads_of(g, w->comp, n, j, w->index);
+        if (!k)
+            continue;
         pd_divisor *size = &w->size[j];
-        uint64_t nb = 0, e = 0;
         if (!size->d)
             pd_divisor_init(size, m->comp[j].size);
-        for (uint64_t i = s->lo; i < s->hi; i++) {
-            const uint32_t t = w->order[i];
-            const uint64_t ei = pd_divide(size, w->draw[t]);
-            if (nb && ei != e) {
-                pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
-                nb = 0;
-            }
-            e = ei;
-            w->at[nb] = w->draw[t] - ei * size->d;
-            w->index[nb++] = t;
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (uint64_t i = 0; i < k; i++) {
+            const uint64_t d = w->draw[w->index[i]];
+            w->at[i] = d;
+            lo = d < lo ? d : lo;
+            hi = d > hi ? d : hi;
         }
-        if (nb)
-            pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
+        const uint64_t e = pd_divide(size, lo);
+        if (pd_divide(size, hi) != e) { /* a component epoch ends in the chunk */
+            pd_mix_epoch_batches(g, c, w, j, w->index, k, out, width);
+            continue;
+        }
+        const uint64_t base = e * size->d;
+        for (uint64_t i = 0; i < k; i++)
+            w->at[i] -= base;
+        pd_mix_sparse_batch(g, c, w, j, e, k, out, width);
     }
 }
 
@@ -1279,7 +1340,10 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
             w->draw[t] = d;
         }
     }
-    pd_mix_sparse_groups(g, c, w, chunk, NULL, n, out, width);
+    if (g->isa == PD_ISA_AVX2 && m->components <= PD_MIX_SCAN_COMPONENTS)
+        pd_mix_sparse_scan(g, c, w, n, out, width);
+    else
+        pd_mix_sparse_groups(g, c, w, chunk, NULL, n, out, width);
 }
 
 static int pd_gen_mix_fill(const pd_gen *g, pd_mix_cursor *c, uint64_t epoch, const pd_slice *s, uint64_t count,
