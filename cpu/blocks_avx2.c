@@ -135,16 +135,51 @@ typedef struct read_ctx {
     unsigned lbits, rbits, b;
 } read_ctx;
 
+/* Bits [at, at + 5) of each lane's Philox output x, in the lane's low bits (lbits of them kept by the caller). */
+PD_AI __m256i key_bits(const __m256i x[4], unsigned at)
+{
+    const unsigned w = at / 32, off = at % 32;
+    __m256i kv = _mm256_srli_epi32(x[w], (int)off);
+    if (off > 27)
+        kv = _mm256_or_si256(kv, _mm256_slli_epi32(x[w + 1], (int)(32 - off)));
+    return kv;
+}
+
+/* Where a register's reads lie in 8 consecutive blocks, whose Philox outputs are xb (block β0 + i in lane i): each
+ * round's keys of those 8 blocks as bytes 0-7 of both halves of a register, looked up per read by pshufb with its
+ * block's number (blk, a byte per read in the packs' order). Four rounds' keys pack into one register (bytes
+ * 4r + i: round r's key of block i, blocks 0-3 in the low half and 4-7 in the high), and a vpermd takes round r's
+ * dwords to bytes 0-7 of each half; the flip bits go the same way. ~5 operations a round for all 32 reads, where
+ * taking each read's key from its own copy of its block's output cost ~15. */
+static void shared_keys(const __m256i xb[4], __m256i lmask32, __m256i blk, __m256i keys[PD_ROUNDS], __m256i *flip)
+{
+#pragma GCC unroll 6
+    for (unsigned i = 0; i < PD_ROUNDS; i += 4) { /* unrolled: the shifts' counts become constants */
+        __m256i k[4];
+        for (unsigned r = 0; r < 4; r++)
+            k[r] = _mm256_and_si256(key_bits(xb, 5 * (i + r)), lmask32);
+        const __m256i four = pack4(k[0], k[1], k[2], k[3]);
+        for (unsigned r = 0; r < 4; r++) {
+            const __m256i take = _mm256_setr_epi32((int)r, (int)r + 4, (int)r, (int)r + 4, (int)r, (int)r + 4, (int)r,
+                                                   (int)r + 4);
+            keys[i + r] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(four, take), blk);
+        }
+    }
+    const __m256i f = _mm256_and_si256(_mm256_srli_epi32(xb[3], 24), _mm256_set1_epi32(1)); /* bit 120 */
+    const __m256i fb = pack4(f, f, f, f);
+    *flip = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(fb, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), blk);
+}
+
 /* 32 reads from run position g0 on (stride apart): keys, flips and halves, as bytes. */
 static void read_prepare(const pd__block_slots *s, const read_ctx *c, uint64_t g0, __m256i keys[PD_ROUNDS],
                          __m256i *flip, __m256i *s0, __m256i *s1)
 {
-    __m256i x[4][4], r[4], xb[4];
+    __m256i x[4][4], r[4], xb[4], at[4];
     const __m256i stride = _mm256_set1_epi64x((long long)s->stride), first = _mm256_set1_epi64x((long long)g0);
     const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* even dwords low, odd high */
     const __m128i b = _mm_cvtsi32_si128((int)c->b);
-    /* The 32 reads in at most 8 blocks (W ≤ B / 4 or so): those blocks' Philox outputs once, each read's by a
-     * vpermd, where 4 calls computed every read's (W = 8, B = 64: each block 8 times). */
+    /* The 32 reads in at most 8 blocks (W ≤ B / 4 or so): those blocks' Philox outputs once, and their keys by
+     * block (shared_keys), where 4 calls computed every read's (W = 8, B = 64: each block 8 times). */
     const uint64_t beta0 = g0 >> c->b, shared = ((g0 + 31 * s->stride) >> c->b) - beta0 < 8;
     if (shared) {
         const __m256i lo = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)beta0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -169,35 +204,32 @@ static void read_prepare(const pd__block_slots *s, const read_ctx *c, uint64_t g
         x[v][3] = _mm256_permute2x128_si256(beta[0], beta[1], 0x31);
         r[v] = _mm256_and_si256(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_set1_epi32((int)(s->block - 1)));
         if (shared) { /* each read's block among the 8: its low word less β0's (mod 2^32) */
-            const __m256i at = _mm256_sub_epi32(x[v][2], _mm256_set1_epi32((int)(uint32_t)beta0));
-            for (int w = 0; w < 4; w++)
-                x[v][w] = _mm256_permutevar8x32_epi32(xb[w], at);
+            at[v] = _mm256_sub_epi32(x[v][2], _mm256_set1_epi32((int)(uint32_t)beta0));
             continue;
         }
         x[v][0] = _mm256_set1_epi32((int)PD_MIX_CTR_BLOCK);
         x[v][1] = _mm256_setzero_si256();
         pd__philox8_avx2(x[v], (uint32_t)s->seed, (uint32_t)(s->seed >> 32));
     }
-    const __m256i lmask32 = _mm256_set1_epi32((int)((1u << c->lbits) - 1));
-    for (unsigned i = 0; i < PD_ROUNDS; i++) {
-        const unsigned at = 5 * i, w = at / 32, off = at % 32;
-        __m256i k[4];
-        for (int v = 0; v < 4; v++) {
-            __m256i kv = _mm256_srli_epi32(x[v][w], (int)off);
-            if (off > 27)
-                kv = _mm256_or_si256(kv, _mm256_slli_epi32(x[v][w + 1], (int)(32 - off)));
-            k[v] = _mm256_and_si256(kv, lmask32);
-        }
-        keys[i] = pack4(k[0], k[1], k[2], k[3]);
+    const __m256i lmask32 = _mm256_set1_epi32((int)((1u << c->lbits) - 1)), one32 = _mm256_set1_epi32(1);
+    if (shared) {
+        shared_keys(xb, lmask32, pack4(at[0], at[1], at[2], at[3]), keys, flip);
+    } else {
+#pragma GCC unroll 24
+        for (unsigned i = 0; i < PD_ROUNDS; i++)
+            keys[i] = pack4(_mm256_and_si256(key_bits(x[0], 5 * i), lmask32), _mm256_and_si256(key_bits(x[1], 5 * i), lmask32),
+                            _mm256_and_si256(key_bits(x[2], 5 * i), lmask32), _mm256_and_si256(key_bits(x[3], 5 * i), lmask32));
+        __m256i f[4];
+        for (int v = 0; v < 4; v++)
+            f[v] = _mm256_and_si256(_mm256_srli_epi32(x[v][3], 24), one32); /* bit 120 */
+        *flip = pack4(f[0], f[1], f[2], f[3]);
     }
-    __m256i f[4], h0[4], h1[4];
-    const __m256i one32 = _mm256_set1_epi32(1), rmask32 = _mm256_set1_epi32((int)((1u << c->rbits) - 1));
+    __m256i h0[4], h1[4];
+    const __m256i rmask32 = _mm256_set1_epi32((int)((1u << c->rbits) - 1));
     for (int v = 0; v < 4; v++) {
-        f[v] = _mm256_and_si256(_mm256_srli_epi32(x[v][3], 24), one32); /* bit 120 */
         h0[v] = _mm256_srli_epi32(r[v], (int)c->rbits);
         h1[v] = _mm256_and_si256(r[v], rmask32);
     }
-    *flip = pack4(f[0], f[1], f[2], f[3]);
     *s0 = pack4(h0[0], h0[1], h0[2], h0[3]);
     *s1 = pack4(h1[0], h1[1], h1[2], h1[3]);
 }
@@ -237,13 +269,15 @@ static void read_store(uint32_t *out, uint64_t n, __m256i s0, __m256i s1, unsign
     const __m256i zero = _mm256_setzero_si256(), low = _mm256_set1_epi16(255);
     __m256i w[2] = {_mm256_unpacklo_epi8(s1, s0), _mm256_unpackhi_epi8(s1, s0)}; /* s0·256 + s1 */
     uint32_t v32[32];
+    uint32_t *to = n == 32 ? out : v32; /* a whole register straight out: a short copy of a variable length cost more */
     for (int h = 0; h < 2; h++) {
         w[h] = _mm256_or_si256(_mm256_slli_epi16(_mm256_srli_epi16(w[h], 8), (int)rbits), _mm256_and_si256(w[h], low));
         const __m256i a = _mm256_unpacklo_epi16(w[h], zero), b = _mm256_unpackhi_epi16(w[h], zero);
-        _mm256_storeu_si256((__m256i *)(v32 + 16 * h), a);     /* register 2h's reads */
-        _mm256_storeu_si256((__m256i *)(v32 + 16 * h + 8), b); /* register 2h + 1's */
+        _mm256_storeu_si256((__m256i *)(to + 16 * h), a);     /* register 2h's reads */
+        _mm256_storeu_si256((__m256i *)(to + 16 * h + 8), b); /* register 2h + 1's */
     }
-    memcpy(out, v32, n * sizeof *out);
+    if (n < 32)
+        memcpy(out, v32, n * sizeof *out);
 }
 
 void pd__block_slots_avx2(const pd__block_slots *s)
