@@ -291,6 +291,31 @@ static inline void pd__segment_read(const pd__segment_reads *x, uint64_t i)
 void pd__segment_reads_avx512(const pd__segment_reads *x);
 #endif
 
+/* A segment's reads' components and run draws, for a chunk grouped by component (cpu/mix.c, pd_mix_segment_draws):
+ * read i, in block b and of slot q as in pd__segment_reads, takes comp[i] = j (pd__segment_component) and draw[i] =
+ * base[32j + b] + q, its component's run draw; i < count, ncomp ≤ 16. */
+typedef struct pd__segment_draws {
+    const uint32_t *slot;
+    uint64_t count;
+    uint32_t rel, world, bits, blocks; /* blocks: the segment's, whose columns of the tables are set */
+    const uint32_t *start;
+    const uint64_t *base;
+    unsigned ncomp;
+    uint32_t *comp;
+    uint64_t *draw;
+} pd__segment_draws;
+
+static inline void pd__segment_draw(const pd__segment_draws *x, uint64_t i)
+{
+    const uint32_t b = (x->rel + (uint32_t)i * x->world) >> x->bits, q = x->slot[i];
+    const uint32_t j = pd__segment_component(x->start, x->ncomp, b, q);
+    x->comp[i] = j;
+    x->draw[i] = x->base[PD__SEGMENT_BLOCKS * j + b] + q;
+}
+#if defined(PD_CPU_HAVE_AVX2)
+void pd__segment_draws_avx2(const pd__segment_draws *x);
+#endif
+
 /* A segment's tables for pd__segment_reads (cpu/mix.c, pd_mix_runs_segment) from every component's count at its
  * PD__SEGMENT_BLOCKS + 1 block starts, leaf[j][0 … 32]: start[32j + i] = Σ_{c<j} (leaf[c][i + 1] − leaf[c][i]),
  * component j's first slot in block i, and base[32j + i] = off[j] + leaf[j][i] − start[32j + i] (mod 2^32), the

@@ -114,6 +114,7 @@ typedef struct pd_mix_work {
     unsigned sw;         /* dense: 4 where the output is u32 (every id fits), else 8: σ writes half the bytes */
     int layout64;        /* dense, u32, B = 64 on AVX-512: blocks laid out in registers (pd__layout64_avx512) */
     int avx512;          /* the generator's ISA is AVX-512: pd_mix_counts by pd__counts_node_avx512 */
+    int avx2;            /* ... is AVX2: a segment's draws by pd__segment_draws_avx2 */
     uint64_t align;      /* dense: each component's range in the scratch starts at a multiple of this many ids */
     uint32_t *comp;      /* sparse: each read's component */
     uint64_t *draw;      /* sparse: its run draw */
@@ -185,6 +186,7 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
     const uint64_t C = m->components, B = m->block;
     memset(w, 0, sizeof *w);
     w->avx512 = g->isa == PD_ISA_AVX512;
+    w->avx2 = g->isa == PD_ISA_AVX2;
     if (dense) { /* the reads' blocks span at most (reads − 1)·W + B positions from the first one's start */
         const uint64_t need = ((reads - 1) * world + 2 * B - 1) & ~(B - 1);
         w->span = need < PD_MIX_DENSE_CHUNK ? need : PD_MIX_DENSE_CHUNK;
@@ -1067,12 +1069,18 @@ static uint64_t pd_mix_segment_draws(const pd_mix *m, pd_mix_work *w, uint64_t *
     uint64_t base[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS], blocks, first;
     const uint64_t reads = pd_mix_segment(m, w, k, g0, world, n - t, &blocks, &first);
     pd_mix_segment_slots(m, w, *k, blocks, start, base);
-    for (uint64_t i = 0; i < reads; i++) {
-        const uint32_t b = (uint32_t)((g0 - first + i * world) >> m->block_bits), q = w->slot[t + i];
-        const uint32_t j = pd__segment_component(start, (unsigned)C, b, q);
-        w->comp[t + i] = j;
-        w->draw[t + i] = base[PD_MIX_COUNTS * j + b] + q;
+    /* every read lies in the segment's 32 blocks: its offset from their start, i·W included, is below 2^16 */
+    const pd__segment_draws x = {.slot = w->slot + t, .count = reads, .rel = (uint32_t)(g0 - first),
+                                 .world = (uint32_t)world, .bits = m->block_bits, .blocks = (uint32_t)blocks, .start = start, .base = base,
+                                 .ncomp = (unsigned)C, .comp = w->comp + t, .draw = w->draw + t};
+#if defined(PD_CPU_HAVE_AVX2)
+    if (w->avx2) {
+        pd__segment_draws_avx2(&x);
+        return reads;
     }
+#endif
+    for (uint64_t i = 0; i < reads; i++)
+        pd__segment_draw(&x, i);
     return reads;
 }
 

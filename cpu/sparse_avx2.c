@@ -1,4 +1,4 @@
-/* A mixture's sparse chunk on AVX2 (cpu/mix.c): one component's reads picked out of the chunk, 8 reads a compare. */
+/* A mixture's sparse chunk on AVX2 (cpu/mix.c): a segment's reads' components and draws, and one component's reads picked out of the chunk; 8 reads a vector. */
 #include "cpu/kernel.h"
 
 #include <immintrin.h>
@@ -24,4 +24,46 @@ uint64_t pd__group_reads_avx2(const uint32_t *comp, uint64_t n, uint32_t j, uint
         k += comp[i] == j;
     }
     return k;
+}
+
+/* 8 reads a vector: the block of each by a multiply and a shift, each component's first slot in it by a gather
+ * (a compare each, as pd__segment_component), then the draw's base by two gathers of 4. */
+void pd__segment_draws_avx2(const pd__segment_draws *x)
+{
+    const __m256i world = _mm256_set1_epi32((int)x->world);
+    const __m256i step = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), world);
+    const __m128i bits = _mm_cvtsi32_si128((int)x->bits);
+    uint64_t i = 0;
+    for (; i + 8 <= x->count; i += 8) {
+        const __m256i at = _mm256_add_epi32(_mm256_set1_epi32((int)(x->rel + (uint32_t)i * x->world)), step);
+        const __m256i b = _mm256_srl_epi32(at, bits);
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->slot + i));
+        __m256i j = _mm256_set1_epi32((int)x->ncomp - 1); /* less one for each component starting past q */
+        const uint32_t b0 = (x->rel + (uint32_t)i * x->world) >> x->bits;
+        if (((x->rel + (uint32_t)(i + 7) * x->world) >> x->bits) - b0 <= 1) { /* two blocks at most (W ≤ B / 7) */
+            const __m256i second = _mm256_cmpgt_epi32(b, _mm256_set1_epi32((int)b0));
+            const uint32_t next = b0 + 1 < x->blocks; /* the second block's column, where the segment has one */
+            for (unsigned c = 1; c < x->ncomp; c++) { /* slots and starts are below 2^16: signed compares are exact */
+                const uint32_t *row = x->start + PD__SEGMENT_BLOCKS * c + b0;
+                const __m256i s = _mm256_blendv_epi8(_mm256_set1_epi32((int)row[0]), _mm256_set1_epi32((int)row[next]), second);
+                j = _mm256_add_epi32(j, _mm256_cmpgt_epi32(s, q));
+            }
+        } else {
+            for (unsigned c = 1; c < x->ncomp; c++) {
+                const __m256i s = _mm256_i32gather_epi32((const int *)(x->start + PD__SEGMENT_BLOCKS * c), b, 4);
+                j = _mm256_add_epi32(j, _mm256_cmpgt_epi32(s, q));
+            }
+        }
+        _mm256_storeu_si256((__m256i *)(x->comp + i), j);
+        const __m256i row = _mm256_add_epi32(_mm256_slli_epi32(j, 5), b); /* 32j + b */
+        const long long *base = (const long long *)x->base;
+        const __m256i d0 = _mm256_add_epi64(_mm256_i32gather_epi64(base, _mm256_castsi256_si128(row), 8),
+                                            _mm256_cvtepu32_epi64(_mm256_castsi256_si128(q)));
+        const __m256i d1 = _mm256_add_epi64(_mm256_i32gather_epi64(base, _mm256_extracti128_si256(row, 1), 8),
+                                            _mm256_cvtepu32_epi64(_mm256_extracti128_si256(q, 1)));
+        _mm256_storeu_si256((__m256i *)(x->draw + i), d0);
+        _mm256_storeu_si256((__m256i *)(x->draw + i + 4), d1);
+    }
+    for (; i < x->count; i++)
+        pd__segment_draw(x, i);
 }
