@@ -30,8 +30,8 @@
  * are computed. A read's component and draw come one of three ways:
  *   - segments (C ≤ 16, reads dense enough: pd_mix_segments): every component's count at the starts of up to 32
  *     blocks at once, then per component and block its first slot and first draw, and each read its component by
- *     one compare per component (pd__segment_reads_avx512: 16 reads a vector), nothing per block. W = 8 with the
- *     bench's four components, one core of the 2-vCPU Xeon: 106 → 140 M ids/s;
+ *     one compare per component (pd__segment_reads_avx512: 16 reads a vector; pd__segment_draws_avx2: 8),
+ *     nothing per block. W = 8 with the bench's four components, one core of the 2-vCPU Xeon: 106 → 140 M ids/s;
  *   - its block's parts, as dense step 1 (where blocks are read several times, or consecutively with small
  *     C); each read then finds its slot's part (no division);
  *   - otherwise one descent of the tree per read (⌈log2 C⌉ levels, two divisions each).
@@ -41,7 +41,8 @@
  *     keys: no grouping and no scatter;
  *   - by groups (AVX2; the other components' reads beside runs, sharded ones or flat ones outside 2 to
  *     2^32, where blocks go a block at a time, and every read of such a mixture otherwise): the reads
- *     are grouped by component and component epoch (pd_mix_sparse_groups), and σ is
+ *     are grouped by component and component epoch (pd_mix_sparse_groups; on AVX2 with C ≤ 16, a compress
+ *     pass per component and one division per component, pd_mix_sparse_scan), and σ is
  *     gathered at their draws (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd
  *     per round, loses to this); a sharded component's draws of spans dense in reads on the shard kernel,
  *     else one locate each (pd_mix_shard_positions).
