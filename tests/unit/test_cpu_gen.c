@@ -603,10 +603,38 @@ static void spin_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t coun
     }
 }
 
+/* One round of pool_spin's mode (see there) on a fresh pool: four requests of two chunks, every chunk run once and
+ * none stuck, and the pool's ids still right; returns the requests its helper caught polling. */
+static uint64_t spin_round(int mode, const pd_perm *p, uint64_t count, const uint32_t *want, uint32_t *got)
+{
+    pd_pool *pool;
+    uint64_t caught, slept;
+    assert_int_equal(pd_pool_create(2, NULL, &pool), PD_OK);
+    assert_int_equal(pd_pool_set_spin(pool, PD_POOL_SPIN_MAX_NS + 1), PD_EINVAL);
+    const uint64_t spin = mode == 0 ? 0 : mode == 1 ? PD_POOL_SPIN_MAX_NS : 1000000;
+    assert_int_equal(pd_pool_set_spin(pool, spin), PD_OK);
+    spin_probe probe[4];
+    for (int r = 0; r < 4; r++) {
+        if (mode == 2)
+            nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+        atomic_init(&probe[r].started, 0);
+        atomic_init(&probe[r].stuck, 0);
+        probe[r].hold_ns = mode == 3 ? 3000000 : 0;
+        pd__pool_run(pool, 2 * PD_POOL_CHUNK_MIN, spin_chunk, &probe[r]); /* two chunks */
+    }
+    for (int r = 0; r < 4; r++)
+        assert_true(atomic_load(&probe[r].started) == 2 && !atomic_load(&probe[r].stuck));
+    pd_pool_counts(pool, &caught, &slept);
+    memset(got, 0xA5, count * 4); /* and the same ids either way */
+    assert_int_equal(pd_pool_fill_u32(pool, p, 0, count, got), PD_OK);
+    assert_memory_equal(got, want, count * 4);
+    pd_pool_destroy(pool); /* a polling helper sees the stop (pending) and exits: no waiting out its 100 ms */
+    return caught;
+}
+
 static void pool_spin(void **state)
 {
     (void)state;
-    pd_pool *pool;
     pd_perm p;
     uint64_t caught, slept;
     const uint64_t count = 300007;
@@ -620,30 +648,19 @@ static void pool_spin(void **state)
      * 3 polling up to 1 ms, requests of 3 ms back to back (each comes 3 ms after the last came, but at
      * once after it ended: the gap the helper polls through). */
     for (int mode = 0; mode < 4; mode++) {
-        assert_int_equal(pd_pool_create(2, NULL, &pool), PD_OK);
-        assert_int_equal(pd_pool_set_spin(pool, PD_POOL_SPIN_MAX_NS + 1), PD_EINVAL);
-        const uint64_t spin = mode == 0 ? 0 : mode == 1 ? PD_POOL_SPIN_MAX_NS : 1000000;
-        assert_int_equal(pd_pool_set_spin(pool, spin), PD_OK);
-        spin_probe probe[4];
-        for (int r = 0; r < 4; r++) {
-            if (mode == 2)
-                nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
-            atomic_init(&probe[r].started, 0);
-            atomic_init(&probe[r].stuck, 0);
-            probe[r].hold_ns = mode == 3 ? 3000000 : 0;
-            pd__pool_run(pool, 2 * PD_POOL_CHUNK_MIN, spin_chunk, &probe[r]); /* two chunks */
-        }
-        for (int r = 0; r < 4; r++)
-            assert_true(atomic_load(&probe[r].started) == 2 && !atomic_load(&probe[r].stuck));
-        pd_pool_counts(pool, &caught, &slept);
-        if (mode == 0 || mode == 2) /* no polling, or requests further apart than it would poll: every one wakes it */
+        caught = spin_round(mode, &p, count, want, got);
+        if (mode == 0 || mode == 2) { /* no polling, or requests further apart than it would poll: every one wakes it */
             assert_int_equal(caught, 0);
-        else if (!test_quick()) /* (valgrind runs one thread at a time: its 100 ms may pass unpolled) */
-            assert_true(caught >= 2); /* requests 3-4 (from 2 on, the pool knows they come back to back) */
-        memset(got, 0xA5, count * 4); /* and the same ids either way */
-        assert_int_equal(pd_pool_fill_u32(pool, &p, 0, count, got), PD_OK);
-        assert_memory_equal(got, want, count * 4);
-        pd_pool_destroy(pool); /* a polling helper sees the stop (pending) and exits: no waiting out its 100 ms */
+            continue;
+        }
+        if (test_quick()) /* (valgrind runs one thread at a time: its 100 ms may pass unpolled) */
+            continue;
+        /* Requests 3-4 (from 2 on, the pool knows they come back to back) are caught, but a helper the OS did not
+         * run while they came (both cores busy with other tests) misses them: up to 5 rounds; polling that never
+         * catches fails them all. */
+        for (int round = 1; round < 5 && caught < 2; round++)
+            caught = spin_round(mode, &p, count, want, got);
+        assert_true(caught >= 2);
     }
     free(want);
     free(got);
