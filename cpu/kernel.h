@@ -315,6 +315,8 @@ static inline void pd__segment_draw(const pd__segment_draws *x, uint64_t i)
 #if defined(PD_CPU_HAVE_AVX2)
 void pd__segment_draws_avx2(const pd__segment_draws *x);
 #endif
+/* The kernel for g: AVX2's on AVX2, else pd__segment_draw read by read. */
+void pd__segment_draws_run(const pd_gen *g, const pd__segment_draws *x);
 
 /* A segment's tables for pd__segment_reads (cpu/mix.c, pd_mix_runs_segment) from every component's count at its
  * PD__SEGMENT_BLOCKS + 1 block starts, leaf[j][0 … 32]: start[32j + i] = Σ_{c<j} (leaf[c][i + 1] − leaf[c][i]),
@@ -372,18 +374,12 @@ void pd__keys_many_avx512(uint64_t seed, uint64_t epoch, uint32_t first, unsigne
 #endif
 /* A mixture's sparse chunk grouped by component (cpu/mix.c, pd_mix_sparse_scan): the indices i < n with comp[i] = j
  * into idx, ascending; returns how many. idx has room for n entries. */
-static inline uint64_t pd__group_reads_scalar(const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx)
-{
-    uint64_t k = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        idx[k] = (uint32_t)i; /* kept only where it matches: no branch on random components */
-        k += comp[i] == j;
-    }
-    return k;
-}
+uint64_t pd__group_reads_scalar(const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx);
 #if defined(PD_CPU_HAVE_AVX2)
 uint64_t pd__group_reads_avx2(const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx);
 #endif
+/* The kernel for g: AVX2's on AVX2 (mix.c groups by this pass on AVX2 only), else the scalar one. */
+uint64_t pd__group_reads_run(const pd_gen *g, const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx);
 
 #if defined(PD_CPU_HAVE_AVX2)
 void pd__batch_avx2(const pd__batch *b);

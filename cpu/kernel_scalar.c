@@ -120,6 +120,39 @@ void pd__block_slots_run(const pd_gen *g, const pd__block_slots *s)
     pd__block_slots_scalar(s);
 }
 
+uint64_t pd__group_reads_scalar(const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx)
+{
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        idx[k] = (uint32_t)i; /* kept only where it matches: no branch on random components */
+        k += comp[i] == j;
+    }
+    return k;
+}
+
+uint64_t pd__group_reads_run(const pd_gen *g, const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx)
+{
+#if defined(PD_CPU_HAVE_AVX2)
+    if (g->isa == PD_ISA_AVX2)
+        return pd__group_reads_avx2(comp, n, j, idx);
+#endif
+    (void)g;
+    return pd__group_reads_scalar(comp, n, j, idx);
+}
+
+void pd__segment_draws_run(const pd_gen *g, const pd__segment_draws *x)
+{
+#if defined(PD_CPU_HAVE_AVX2)
+    if (g->isa == PD_ISA_AVX2) {
+        pd__segment_draws_avx2(x);
+        return;
+    }
+#endif
+    (void)g;
+    for (uint64_t i = 0; i < x->count; i++)
+        pd__segment_draw(x, i);
+}
+
 void pd__batch_run(const pd_gen *g, const pd__batch *b)
 {
     switch (g->isa) {

@@ -115,7 +115,6 @@ typedef struct pd_mix_work {
     unsigned sw;         /* dense: 4 where the output is u32 (every id fits), else 8: σ writes half the bytes */
     int layout64;        /* dense, u32, B = 64 on AVX-512: blocks laid out in registers (pd__layout64_avx512) */
     int avx512;          /* the generator's ISA is AVX-512: pd_mix_counts by pd__counts_node_avx512 */
-    int avx2;            /* ... is AVX2: a segment's draws by pd__segment_draws_avx2 */
     uint64_t align;      /* dense: each component's range in the scratch starts at a multiple of this many ids */
     uint32_t *comp;      /* sparse: each read's component */
     uint64_t *draw;      /* sparse: its run draw */
@@ -187,7 +186,6 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
     const uint64_t C = m->components, B = m->block;
     memset(w, 0, sizeof *w);
     w->avx512 = g->isa == PD_ISA_AVX512;
-    w->avx2 = g->isa == PD_ISA_AVX2;
     if (dense) { /* the reads' blocks span at most (reads − 1)·W + B positions from the first one's start */
         const uint64_t need = ((reads - 1) * world + 2 * B - 1) & ~(B - 1);
         w->span = need < PD_MIX_DENSE_CHUNK ? need : PD_MIX_DENSE_CHUNK;
@@ -742,17 +740,6 @@ static void pd_mix_epoch_batches(const pd_gen *g, pd_mix_cursor *c, pd_mix_work 
         pd_mix_sparse_batch(g, c, w, j, e, nb, out, width);
 }
 
-/* Component j's reads of a sparse chunk's first n (comp[i] = j) into w->index, in read order; returns how many. */
-static uint64_t pd_mix_reads_of(const pd_gen *g, const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx)
-{
-#if defined(PD_CPU_HAVE_AVX2)
-    if (g->isa == PD_ISA_AVX2)
-        return pd__group_reads_avx2(comp, n, j, idx);
-#endif
-    (void)g;
-    return pd__group_reads_scalar(comp, n, j, idx);
-}
-
 /* The weight tree's depth, ⌈log2 C⌉: the internal nodes on the longest path from the root to a leaf. */
 static uint64_t pd_mix_depth(const pd_mix *m)
 {
@@ -1062,8 +1049,8 @@ static void pd_mix_segment_slots(const pd_mix *m, const pd_mix_work *w, uint64_t
 /* The components and run draws of the reads from t on (at most n − t) in one segment (pd_mix_segment), into
  * w->comp and w->draw: the segment's tables, then per read a compare per component. Returns how many reads it
  * took. */
-static uint64_t pd_mix_segment_draws(const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64_t g_first, uint64_t world,
-                                     uint64_t t, uint64_t n)
+static uint64_t pd_mix_segment_draws(const pd_gen *g, const pd_mix *m, pd_mix_work *w, uint64_t *k, uint64_t g_first,
+                                     uint64_t world, uint64_t t, uint64_t n)
 {
     const uint64_t C = m->components, g0 = g_first + t * world;
     uint32_t start[PD_MIX_SEGMENT_COMPONENTS * PD_MIX_COUNTS];
@@ -1072,16 +1059,10 @@ static uint64_t pd_mix_segment_draws(const pd_mix *m, pd_mix_work *w, uint64_t *
     pd_mix_segment_slots(m, w, *k, blocks, start, base);
     /* every read lies in the segment's 32 blocks: its offset from their start, i·W included, is below 2^16 */
     const pd__segment_draws x = {.slot = w->slot + t, .count = reads, .rel = (uint32_t)(g0 - first),
-                                 .world = (uint32_t)world, .bits = m->block_bits, .blocks = (uint32_t)blocks, .start = start, .base = base,
-                                 .ncomp = (unsigned)C, .comp = w->comp + t, .draw = w->draw + t};
-#if defined(PD_CPU_HAVE_AVX2)
-    if (w->avx2) {
-        pd__segment_draws_avx2(&x);
-        return reads;
-    }
-#endif
-    for (uint64_t i = 0; i < reads; i++)
-        pd__segment_draw(&x, i);
+                                 .world = (uint32_t)world, .bits = m->block_bits, .blocks = (uint32_t)blocks,
+                                 .start = start, .base = base, .ncomp = (unsigned)C, .comp = w->comp + t,
+                                 .draw = w->draw + t};
+    pd__segment_draws_run(g, &x);
     return reads;
 }
 
@@ -1287,16 +1268,16 @@ static void pd_mix_sparse_groups(const pd_gen *g, pd_mix_cursor *c, pd_mix_work 
     }
 }
 
-/* pd_mix_sparse_groups for every read of a chunk with few components (AVX2): each component's reads picked out by one
- * pass of compares (pd__group_reads_*), where the counting sort's per-read increments, chained through memory,
- * cost a quarter of a W = 8 read; then one division for the component epoch of all of them where their lowest and
- * highest draws share one (a component's draws grow from block to block), else one a read. */
+/* pd_mix_sparse_groups for every read of a chunk with few components (AVX2): each component's reads picked
+ * out by one pass of compares (pd__group_reads_*), where the counting sort's per-read increments, chained through
+ * memory, cost a quarter of an AVX2 W = 8 read; then one division for the component epoch of all of them where their
+ * lowest and highest draws share one (a component's draws grow from block to block), else one a read. */
 static void pd_mix_sparse_scan(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t n, void *out,
                                unsigned width)
 {
     const pd_mix *m = c->mix;
     for (uint32_t j = 0; j < m->components; j++) {
-        const uint64_t k = pd_mix_reads_of(g, w->comp, n, j, w->index);
+        const uint64_t k = pd__group_reads_run(g, w->comp, n, j, w->index);
         if (!k)
             continue;
         pd_divisor *size = &w->size[j];
@@ -1339,7 +1320,7 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
     }
     if (pd_mix_segments(m, w, world)) { /* component and draw of each read */
         for (uint64_t t = 0; t < n;)
-            t += pd_mix_segment_draws(m, w, k, g_first, world, t, n);
+            t += pd_mix_segment_draws(g, m, w, k, g_first, world, t, n);
     } else {
         pd_mix_reader rd = {.block = UINT64_MAX};
         for (uint64_t t = 0; t < n; t++) {

@@ -398,6 +398,92 @@ static void heavy_weights_match_core(void **state)
     mix_free(&o);
 }
 
+/* pd__group_reads_run on every generator against the definition: exactly the indices of component j's reads, in
+ * order, for counts around a vector's 8 and components up to 16; idx holds exactly n entries (ASan sees a store
+ * past them). */
+static void group_reads_match_definition(void **state)
+{
+    (void)state;
+    pd_gen gens[16];
+    const size_t ngens = all_gens(gens);
+    static const uint64_t counts[] = {0, 1, 7, 8, 9, 15, 16, 17, 64, 1000, 4096};
+    static const uint32_t comps[] = {1, 2, 4, 16};
+    uint64_t rng = 5;
+    for (size_t a = 0; a < sizeof counts / sizeof *counts; a++)
+        for (size_t b = 0; b < sizeof comps / sizeof *comps; b++) {
+            const uint64_t n = counts[a];
+            uint32_t *comp = malloc((n + 1) * sizeof *comp), *idx = malloc((n + 1) * sizeof *idx);
+            assert_true(comp && idx);
+            for (uint64_t i = 0; i < n; i++)
+                comp[i] = (uint32_t)test_below(&rng, comps[b]);
+            for (size_t g = 0; g < ngens; g++)
+                for (uint32_t j = 0; j < comps[b]; j++) {
+                    const uint64_t k = pd__group_reads_run(&gens[g], comp, n, j, idx);
+                    uint64_t want = 0;
+                    for (uint64_t i = 0; i < n; i++)
+                        if (comp[i] == j) {
+                            assert_true(want < k);
+                            assert_int_equal(idx[want], i);
+                            want++;
+                        }
+                    assert_int_equal(k, want);
+                }
+            free(comp);
+            free(idx);
+        }
+}
+
+/* pd__segment_draws_run on every generator against pd__segment_draw read by read: random tables of 1-32 blocks (the
+ * columns past them garbage, which no read may take), B of 64-1024, 1-16 components, strides from 1 (8 reads a
+ * block's) to past B (one read a block). */
+static void segment_draws_match_scalar(void **state)
+{
+    (void)state;
+    pd_gen gens[16];
+    const size_t ngens = all_gens(gens);
+    enum { C = 16, COLS = PD__SEGMENT_BLOCKS };
+    uint32_t start[C * COLS], slot[4096], comp[4096], want_comp[4096];
+    uint64_t base[C * COLS], draw[4096], want_draw[4096];
+    uint64_t rng = 17;
+    for (int t = 0; t < 200; t++) {
+        const uint32_t bits = 6 + (uint32_t)test_below(&rng, 5), B = 1u << bits;
+        const uint32_t blocks = 1 + (uint32_t)test_below(&rng, COLS), ncomp = 1 + (uint32_t)test_below(&rng, C);
+        static const uint32_t worlds[] = {1, 3, 8, 9, 64, 100, 1000};
+        const uint32_t world = worlds[test_below(&rng, 7)], rel = (uint32_t)test_below(&rng, B);
+        for (uint32_t i = 0; i < C * COLS; i++) {
+            start[i] = 0xFFFFFFFFu;
+            base[i] = test_rand(&rng);
+        }
+        for (uint32_t b = 0; b < blocks; b++) { /* each component's first slot: 0 for the first, non-decreasing */
+            uint32_t at = 0;
+            for (uint32_t c = 0; c < ncomp; c++) {
+                start[COLS * c + b] = at;
+                at += (uint32_t)test_below(&rng, (B - at) / 2 + 1);
+            }
+        }
+        uint64_t count = rel < blocks * B ? (blocks * B - rel + world - 1) / world : 0;
+        count = count < 4096 ? count : 4096; /* a sparse chunk's reads at most */
+        for (uint64_t i = 0; i < count; i++)
+            slot[i] = (uint32_t)test_below(&rng, B);
+        pd__segment_draws x = {.slot = slot, .count = count, .rel = rel, .world = world, .bits = bits,
+                               .blocks = blocks, .start = start, .base = base, .ncomp = ncomp,
+                               .comp = want_comp, .draw = want_draw};
+        for (uint64_t i = 0; i < count; i++)
+            pd__segment_draw(&x, i);
+        x.comp = comp;
+        x.draw = draw;
+        for (size_t g = 0; g < ngens; g++) {
+            memset(comp, 0xA5, sizeof comp);
+            pd__segment_draws_run(&gens[g], &x);
+            for (uint64_t i = 0; i < count; i++)
+                if (comp[i] != want_comp[i] || draw[i] != want_draw[i])
+                    fail_msg("%s: read %llu (W = %u, B = %u, %u blocks, %u components): (%u, %llu), want (%u, %llu)",
+                             pd_isa_name(gens[g].isa), (unsigned long long)i, world, B, blocks, ncomp, comp[i],
+                             (unsigned long long)draw[i], want_comp[i], (unsigned long long)want_draw[i]);
+        }
+    }
+}
+
 /* The block-slot kernels (every read keyed by its block: per lane on AVX-512, bytes on VBMI) against the core's
  * π_β, for each B, strides below and above B (blocks shared by reads, or one each), counts with tails, and
  * blocks whose number carries into its high word; the VBMI build also with vbmi off. */
@@ -612,6 +698,8 @@ int main(void)
         cmocka_unit_test(sharded_sparse_fills_match_core),
         cmocka_unit_test(block_slots_match_core),
         cmocka_unit_test(block_groups_match_core),
+        cmocka_unit_test(group_reads_match_definition),
+        cmocka_unit_test(segment_draws_match_scalar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
