@@ -54,14 +54,21 @@ static void rounds_d1(__m256i *v, const __m256i keys[PD_ROUNDS], __m256i flip, _
     rounds(v, keys, flip, tt, rb, lb, lmask, 1);
 }
 
-/* Bits [at, at + 5) of each lane's 128-bit Philox output x (pd__mix_block_keys), spread to the lane's 4 bytes. */
-PD_AI __m256i packed_key(const __m256i x[4], unsigned at, __m256i spread)
+/* Bits [at, at + 5) of each lane's 128-bit Philox output x (pd__mix_block_keys), in the lane's low bits (above
+ * them, junk the caller masks off). */
+PD_AI __m256i key_bits(const __m256i x[4], unsigned at)
 {
     const unsigned w = at / 32, off = at % 32;
-    __m256i v = _mm256_srl_epi32(x[w], _mm_cvtsi32_si128((int)off));
+    __m256i kv = _mm256_srli_epi32(x[w], (int)off);
     if (off > 27)
-        v = _mm256_or_si256(v, _mm256_sll_epi32(x[w + 1], _mm_cvtsi32_si128((int)(32 - off))));
-    return _mm256_shuffle_epi8(_mm256_and_si256(v, _mm256_set1_epi32(31)), spread);
+        kv = _mm256_or_si256(kv, _mm256_slli_epi32(x[w + 1], (int)(32 - off)));
+    return kv;
+}
+
+/* key_bits' five bits, spread to the lane's 4 bytes. */
+PD_AI __m256i packed_key(const __m256i x[4], unsigned at, __m256i spread)
+{
+    return _mm256_shuffle_epi8(_mm256_and_si256(key_bits(x, at), _mm256_set1_epi32(31)), spread);
 }
 
 void pd__block_group_avx2(const pd__block_group *t)
@@ -134,16 +141,6 @@ typedef struct read_ctx {
     __m256i lmask, one;
     unsigned lbits, rbits, b;
 } read_ctx;
-
-/* Bits [at, at + 5) of each lane's Philox output x, in the lane's low bits (lbits of them kept by the caller). */
-PD_AI __m256i key_bits(const __m256i x[4], unsigned at)
-{
-    const unsigned w = at / 32, off = at % 32;
-    __m256i kv = _mm256_srli_epi32(x[w], (int)off);
-    if (off > 27)
-        kv = _mm256_or_si256(kv, _mm256_slli_epi32(x[w + 1], (int)(32 - off)));
-    return kv;
-}
 
 /* Where a register's reads lie in 8 consecutive blocks, whose Philox outputs are xb (block β0 + i in lane i): each
  * round's keys of those 8 blocks as bytes 0-7 of both halves of a register, looked up per read by pshufb with its
