@@ -26,6 +26,9 @@ typedef struct job {
     pd_mix_component comps[C];
     void *mem, *cmem;
     uint64_t block;
+    /* the floor: each component's σ alone, over its share of the ids */
+    pd_perm comp[C];
+    uint64_t comp_count[C];
 } job;
 
 static void run_flat(void *p)
@@ -47,6 +50,21 @@ static void run_mix(void *p)
     if (rc || got != j->count)
         abort();
     j->epoch++; /* a new mixture epoch each run: nothing is cached between runs but the component orders */
+}
+
+/* What any mixture of these components costs at least: each component's share of the ids (4:3:2:1) from its own σ,
+ * consecutive positions on the flat kernel, with no block slots, no components or draws and no grouping. */
+static void run_floor(void *p)
+{
+    job *j = p;
+    const pd_slice whole = {.world = 1, .mode = PD_MODE_EXACT};
+    uint64_t got, at = 0;
+    for (int c = 0; c < C; c++) {
+        if (pd_gen_slice_fill_u32(j->gen, &j->comp[c], &whole, j->comp_count[c], j->out + at, &got) ||
+            got != j->comp_count[c])
+            abort();
+        at += got;
+    }
 }
 
 static int mix_setup(job *j, uint64_t block)
@@ -134,7 +152,24 @@ int main(int argc, char **argv)
         }
     }
 
+    /* The floor: one pair of rows, flat σ and the components' σ alone, timed alternately over the same count. */
     j.gen = &gen;
+    j.slice = (pd_slice){.world = 1, .mode = PD_MODE_EXACT};
+    j.count = want;
+    uint64_t left = want;
+    for (int c = 0; c < C; c++) {
+        pd_perm_init(&j.comp[c], 100 + (uint64_t)c, 2, PD_STREAM_SAMPLES, sizes[c]);
+        j.comp_count[c] = c == C - 1 ? left : want * weights[c] / 10;
+        left -= j.comp_count[c];
+    }
+    double t_flat, t_floor;
+    median_seconds_paired(run_flat, &j, run_floor, &j, &t_flat, &t_floor);
+    printf("\n| the same %llu ids, %s, one thread | M ids/s | vs flat |\n|---|---:|---:|\n"
+           "| flat σ over N | %.1f | 1.00 |\n"
+           "| components' σ alone, each its 4:3:2:1 share (a floor for a mixture of these sizes) | %.1f | %.2f |\n",
+           (unsigned long long)want, pd_isa_name(gen.isa), want / t_flat / 1e6, want / t_floor / 1e6,
+           t_flat / t_floor);
+
     j.slice = (pd_slice){.world = 8, .rank = 3, .mode = PD_MODE_EXACT, .offset = 123456};
     printf("\n| first batch (new plan + cursor + 1024 ids, W = 8) | B | µs | plan bytes | cursor bytes |\n"
            "|---|---:|---:|---:|---:|\n");
