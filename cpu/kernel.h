@@ -182,8 +182,12 @@ void pd__gather_avx2(const pd__run *run, const uint64_t *positions);
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__gather_avx512(const pd__run *run, const uint64_t *positions);
 #endif
-/* The SIMD gathers walk without the parity transposition: this applies it to run->out afterwards. */
+/* The SIMD gathers walk without the parity transposition: this applies it to run->out afterwards (unless
+ * run->unflipped: then the caller does, as pd__unflip). */
 void pd__gather_fix_parity(const pd__run *run);
+/* The gather for g: its ISA's where there are PD__SIMD_MIN positions or more (and n ≥ 2), else the scalar one.
+ * run->out may be positions itself (each lane reads its position before any output is stored). */
+void pd__gather_run(const pd_gen *g, const pd__run *run, const uint64_t *positions);
 
 /* ---- Sharded ids (cpu/shards.c): σ of several windows' runs at once.
  *

@@ -42,7 +42,7 @@ void pd__run_fix_parity(const pd__run *run)
 
 void pd__gather_fix_parity(const pd__run *run)
 {
-    if (!run->perm->keys.flip) /* σ = the unflipped walk ^ 1 where it ends below 2 */
+    if (!run->perm->keys.flip || run->unflipped) /* σ = the unflipped walk ^ 1 where it ends below 2 */
         return;
     for (uint64_t i = 0; i < run->count; i++) {
         if (run->width == 4) {
@@ -140,6 +140,24 @@ uint64_t pd__group_reads_run(const pd_gen *g, const uint32_t *comp, uint64_t n, 
     return pd__group_reads_scalar(comp, n, j, idx);
 }
 
+void pd__gather_run(const pd_gen *g, const pd__run *run, const uint64_t *positions)
+{
+#if defined(PD_CPU_HAVE_AVX512)
+    if (g->isa == PD_ISA_AVX512 && run->count >= PD__SIMD_MIN && run->perm->n > 1) {
+        pd__gather_avx512(run, positions);
+        return;
+    }
+#endif
+#if defined(PD_CPU_HAVE_AVX2)
+    if (g->isa == PD_ISA_AVX2 && run->count >= PD__SIMD_MIN && run->perm->n > 1) {
+        pd__gather_avx2(run, positions);
+        return;
+    }
+#endif
+    (void)g;
+    pd__gather_scalar(run, positions);
+}
+
 void pd__segment_draws_run(const pd_gen *g, const pd__segment_draws *x)
 {
 #if defined(PD_CPU_HAVE_AVX2)
@@ -197,7 +215,8 @@ void pd__batch_run(const pd_gen *g, const pd__batch *b)
 void pd__gather_scalar(const pd__run *run, const uint64_t *positions)
 {
     for (uint64_t i = 0; i < run->count; i++) {
-        const uint64_t id = pd_perm_at(run->perm, positions[i]);
+        const uint64_t id = run->unflipped ? pd__sigma(run->perm, positions[i], PD_ROUNDS, 0)
+                                           : pd_perm_at(run->perm, positions[i]);
         if (run->width == 4)
             ((uint32_t *)run->out)[i] = (uint32_t)id;
         else

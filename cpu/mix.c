@@ -44,8 +44,8 @@
  *     are grouped by component and component epoch (pd_mix_sparse_groups; on AVX2 with C ≤ 16, a compress
  *     pass per component and one division per component, pd_mix_sparse_scan), and σ is
  *     gathered at their draws (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd
- *     per round, loses to this); a sharded component's draws of spans dense in reads on the shard kernel,
- *     else one locate each (pd_mix_shard_positions).
+ *     per round, loses to this); a sharded component's reads are gathered too, a window's stretch at a time
+ *     (pd_gen_shard_gather_u64).
  */
 
 #define PD_MIX_DENSE_CHUNK 32768u /* run positions per dense chunk; a multiple of every B */
@@ -55,8 +55,6 @@
 #define PD_MIX_GROUPS_WORLD_VBMI 1u   /* with VBMI (its block-slot kernel wins from W = 2: 120 against 107 M ids/s) */
 #define PD_MIX_GROUPS_WORLD_AVX2 4u   /* on AVX2 (W = 64: its per-read kernel runs 2× the groups) */
 #define PD_MIX_SCAN_COMPONENTS 16u /* AVX2: a sparse chunk grouped by a pass per component up to this C */
-#define PD_MIX_SHARD_SPAN 4096u  /* sparse: consecutive positions of a sharded order computed at once */
-#define PD_MIX_SHARD_DENSE 16u   /* sparse: ... where they hold at least one read per this many positions */
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)
@@ -139,7 +137,6 @@ typedef struct pd_mix_work {
     uint64_t batches;    /* by runs: batches flushed so far, in every chunk (pd_mix_last's ids stay unique) */
     uint32_t *bv;        /* by runs: a batch's positions, then samples (PD__BATCH_ITEMS) */
     uint8_t *brun;       /* by runs: each item's run */
-    uint64_t *shard_ids; /* sparse, sharded components: the samples of PD_MIX_SHARD_SPAN consecutive positions */
 } pd_mix_work;
 
 static void pd_mix_work_free(pd_mix_work *w)
@@ -168,7 +165,6 @@ static void pd_mix_work_free(pd_mix_work *w)
     free(w->grouped);
     free(w->pick);
     free(w->bidx);
-    free(w->shard_ids);
 }
 
 /* Whether the batch kernel runs a component's σ: flat, of 2 to 2^32 samples. */
@@ -243,9 +239,6 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
             for (uint64_t j = 0; ok && j < C; j++)
                 w->grouped[j] = !pd_mix_runnable(&m->comp[j]);
         }
-        for (uint64_t j = 0; j < C && !w->shard_ids; j++)
-            if (m->comp[j].shard_start && !(w->shard_ids = malloc(PD_MIX_SHARD_SPAN * sizeof *w->shard_ids)))
-                ok = 0;
         if (w->by_runs) {
             w->last = calloc(C, sizeof *w->last);
             w->bv = malloc(PD__BATCH_ITEMS * sizeof *w->bv);
@@ -332,19 +325,7 @@ static void pd_mix_gather(const pd_gen *g, const pd_perm *order, const uint64_t 
                           uint64_t *ids)
 {
     const pd__run run = {.perm = order, .count = n, .out = ids, .width = 8, .walk = g->walk};
-#if defined(PD_CPU_HAVE_AVX512)
-    if (g->isa == PD_ISA_AVX512 && n >= PD__SIMD_MIN && order->n > 1) {
-        pd__gather_avx512(&run, positions);
-        return;
-    }
-#endif
-#if defined(PD_CPU_HAVE_AVX2)
-    if (g->isa == PD_ISA_AVX2 && n >= PD__SIMD_MIN && order->n > 1) {
-        pd__gather_avx2(&run, positions);
-        return;
-    }
-#endif
-    pd__gather_scalar(&run, positions);
+    pd__gather_run(g, &run, positions);
 }
 
 static void pd_mix_store(void *out, unsigned width, uint64_t i, uint64_t id)
@@ -661,41 +642,6 @@ static uint64_t pd_mix_dense_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_wor
 
 /* ---- Sparse chunks */
 
-/* Positions at[0, n) of a sharded order (a component's draws in read order: ascending from block to block,
- * in slot order within one) to their samples, in place. Where a span of at most PD_MIX_SHARD_SPAN positions
- * holds a read per PD_MIX_SHARD_DENSE or more (a few ranks), the span's every sample comes from the SIMD
- * kernel (pd_gen_shard_slice_fill_u64, one reader) at a few ns each and each read takes its own: fewer
- * than PD_MIX_SHARD_DENSE evaluations a read, where locating one alone (its window's τ, then its stream)
- * costs tens. Elsewhere, one locate per read. */
-static void pd_mix_shard_positions(const pd_gen *g, const pd_shard_plan *plan, uint64_t *at, uint64_t n,
-                                   uint64_t *span_ids)
-{
-    for (uint64_t i = 0, k; i < n; i = k) {
-        uint64_t lo = at[i], hi = at[i];
-        for (k = i + 1; k < n; k++) { /* the reads whose positions fit one span */
-            const uint64_t l = at[k] < lo ? at[k] : lo, h = at[k] > hi ? at[k] : hi;
-            if (h - l >= PD_MIX_SHARD_SPAN)
-                break;
-            lo = l;
-            hi = h;
-        }
-        const uint64_t span = hi - lo + 1;
-        const pd_slice one = {.world = 1, .mode = PD_MODE_EXACT, .offset = lo};
-        uint64_t got;
-        if (span <= (k - i) * PD_MIX_SHARD_DENSE && pd_gen_shard_slice_fill_u64(g, plan, &one, span, span_ids, &got) == 0 &&
-            got == span) {
-            for (uint64_t t = i; t < k; t++)
-                at[t] = span_ids[at[t] - lo];
-            continue;
-        }
-        for (uint64_t t = i; t < k; t++) {
-            pd_shard_loc loc;
-            pd_shard_locate(plan, at[t], &loc);
-            at[t] = loc.sample;
-        }
-    }
-}
-
 /* The ids of component j's reads order[a, b) (all of one component epoch e): gathered, then stored. */
 static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *w, uint64_t j, uint64_t e,
                                 uint64_t n, void *out, unsigned width)
@@ -703,7 +649,11 @@ static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
     const pd_mix *m = c->mix;
     const pd_mix_order *o = pd_mix_order_get(c, j, e);
     if (m->comp[j].shard_start) {
-        pd_mix_shard_positions(g, &o->plan, w->at, n, w->shard_ids);
+        /* Its draws, ascending from block to block: each stretch in one window is one gather (a σ evaluation and
+         * a slot lookup a read). Computing every position of their span on the shard kernel and keeping the
+         * reads cost W evaluations a read: 10,000 shards, K = 8, W = 8, one core of a 2-vCPU EPYC (AVX2):
+         * 22 against 54 M mixture ids/s (bench/results/mixtures.md). */
+        pd_gen_shard_gather_u64(g, &o->plan, w->at, n);
     } else {
         pd_mix_gather(g, &o->perm, w->at, n, w->at); /* in place: each lane reads its position first */
     }

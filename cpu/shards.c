@@ -106,6 +106,7 @@ typedef struct pd_shard_scratch {
     uint8_t run[PD__BATCH_ITEMS];
     uint64_t ids[PD_SHARD_PIECE]; /* ids of a strided run, or a wide window's samples */
     pd_keycache kc[PD_SHARD_KEYSETS];
+    int one_key;                  /* derive only the window entered (a gather: its next windows are seldom read) */
     int tabled;                   /* 1: tab holds window tab_w's slots for this request's width */
     uint64_t tab_w;
     pd__slots tab;
@@ -182,12 +183,12 @@ static void pd_window_keys(const pd_gen *g, const pd_shard_plan *plan, pd_shard_
 {
     pd_keycache *kc = &sc->kc[sub->kc];
     if (!kc->n || w < kc->w || w - kc->w >= kc->n) {
-        const unsigned many = g->isa == PD_ISA_AVX512 ? 16 : g->isa == PD_ISA_AVX2 ? 8 : 1;
+        const unsigned many = sc->one_key ? 1 : g->isa == PD_ISA_AVX512 ? 16 : g->isa == PD_ISA_AVX2 ? 8 : 1;
         const int down = sub->entered && w + 1 == sub->win.w; /* an odd lane, backward */
         const uint64_t first = !down ? w : w + 1 >= many ? w + 1 - many : 0;
         const unsigned n = (unsigned)(plan->windows - first < many ? plan->windows - first : many);
         const uint32_t stream = PD_STREAM_WINDOW_BASE + (uint32_t)first;
-        switch (g->isa) {
+        switch (many > 1 ? g->isa : PD_ISA_SCALAR) {
 #ifdef PD_CPU_HAVE_AVX2
         case PD_ISA_AVX2:
             pd__keys_many_avx2(plan->seed, plan->epoch, stream, n, kc->keys);
@@ -466,6 +467,7 @@ static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t 
     const pd_shard_req *r = ctx;
     const pd_shard_plan *plan = r->plan;
     pd_shard_scratch sc;
+    sc.one_key = 0;
     sc.tabled = 0;
     for (unsigned k = 0; k < PD_SHARD_KEYSETS; k++)
         sc.kc[k].n = 0;
@@ -512,6 +514,84 @@ static void pd_shard_chunk(const pd_gen *g, void *ctx, uint64_t begin, uint64_t 
         }
     }
     pd_batch_flush(g, r, &sc);
+}
+
+/* ---- Gathers: the samples at positions that follow no progression (a mixture's reads of a sharded component)
+ *
+ * Positions go to window-stream indices (sorted by lane first where G is small, so that each lane's indices move
+ * one way), and each stretch of indices in one window is one gather of τ_w on g's σ kernel and one slot lookup:
+ * about what a flat read costs, where computing every position of their span on the run kernel and keeping the
+ * few read cost W evaluations a read. */
+
+#define PD_SHARD_GATHER_LANES PD_SHARD_SUBS /* reads sorted by lane up to this G (a window and key cache each) */
+
+/* The ids of window win's samples at window-relative positions v[0, len), to out[0, len) (v is overwritten). */
+static void pd_gather_window(const pd_gen *g, const pd_shard_plan *plan, pd_shard_scratch *sc, const pd_window *win,
+                             uint64_t *v, uint64_t len, uint64_t *out)
+{
+    if (win->tau.n < 2 || win->tau.n > UINT32_MAX) { /* one sample (σ = 0), or σ in 64 bits: ids from the plan */
+        const pd__run run = {.perm = &win->tau, .count = len, .out = v, .width = 8, .walk = g->walk, .unflipped = 1};
+        if (win->tau.n >= 2)
+            pd__gather_run(g, &run, v);
+        for (uint64_t j = 0; j < len; j++)
+            out[j] = pd_window_id(plan, win, win->tau.n >= 2 ? v[j] : 0);
+        return;
+    }
+    const pd__run run = {.perm = &win->tau, .count = len, .out = sc->v, .width = 4, .walk = g->walk, .unflipped = 1};
+    pd__gather_run(g, &run, v);
+    if (win->slots > PD_SHARD_TABLE_SLOTS || len < PD_SHARD_SHORT || (win->slots > 16 && win->slots > len)) {
+        for (uint64_t j = 0; j < len; j++)
+            out[j] = pd_window_id(plan, win, sc->v[j]);
+        return;
+    }
+    if (!sc->tabled || sc->tab_w != win->w)
+        pd_window_table(plan, win, sc, 8);
+    pd_slots_map(g, &sc->tab, sc->v, len, out, 8, 0);
+}
+
+void pd_gen_shard_gather_u64(const pd_gen *g, const pd_shard_plan *plan, uint64_t *at, uint64_t n)
+{
+    pd_shard_scratch sc;
+    sc.one_key = 1;
+    sc.tabled = 0;
+    for (unsigned k = 0; k < PD_SHARD_KEYSETS; k++)
+        sc.kc[k].n = 0;
+    const uint64_t G = plan->lanes;
+    const int by_lane = G > 1 && G <= PD_SHARD_GATHER_LANES;
+    for (uint64_t c = 0; c < (by_lane ? G : 1); c++) {
+        sc.subs[c].kc = (unsigned)(c % PD_SHARD_KEYSETS);
+        sc.subs[c].entered = 0;
+    }
+    uint64_t x[PD_SHARD_PIECE], ids[PD_SHARD_PIECE];
+    uint32_t ord[PD_SHARD_PIECE], lane_of[PD_SHARD_PIECE];
+    for (uint64_t i0 = 0; i0 < n; i0 += PD_SHARD_PIECE) {
+        const uint32_t m = (uint32_t)(n - i0 < PD_SHARD_PIECE ? n - i0 : PD_SHARD_PIECE);
+        uint64_t *p = at + i0;
+        uint32_t start[PD_SHARD_GATHER_LANES + 1] = {0};
+        if (by_lane) { /* a stable counting sort by lane */
+            for (uint32_t k = 0; k < m; k++)
+                start[p[k] % G + 1]++;
+            for (uint64_t c = 0; c < G; c++)
+                start[c + 1] += start[c];
+            for (uint32_t k = 0; k < m; k++) {
+                const uint32_t lane = (uint32_t)(p[k] % G);
+                lane_of[start[lane]] = lane;
+                ord[start[lane]++] = k;
+            }
+        }
+        for (uint32_t k = 0; k < m; k++) /* every index before any id is stored: the ids go where positions were */
+            x[k] = G == 1 ? p[k] : pd__lane_index(plan, p[by_lane ? ord[k] : k]);
+        for (uint32_t a = 0, b; a < m; a = b) {
+            pd_sub *sub = &sc.subs[by_lane ? lane_of[a] : 0];
+            pd_window_enter(g, plan, &sc, sub, x[a]);
+            const pd_window *win = &sub->win;
+            for (b = a; b < m && x[b] >= win->lo && x[b] < win->hi && (!by_lane || lane_of[b] == lane_of[a]); b++)
+                sc.ids[b - a] = x[b] - win->lo;
+            pd_gather_window(g, plan, &sc, win, sc.ids, b - a, ids + a);
+        }
+        for (uint32_t k = 0; k < m; k++)
+            p[by_lane ? ord[k] : k] = ids[k];
+    }
 }
 
 /* Validate like pd_shard_slice_fill_* (same codes, same order) and split off the wrapped tail. */

@@ -362,6 +362,57 @@ static void huge_layouts(void **state)
     }
 }
 
+/* Gathers (pd_gen_shard_gather_u64): positions as a mixture's sparse reads bring them (ascending with random gaps,
+ * which stay in a window for a stretch), descending, and in no order, over random and huge layouts, windows of
+ * one shard to all of them and lanes 1 to 40 (sorted by lane up to 16): every ISA's ids against
+ * pd_shard_locate's. */
+static void check_gather(const pd_shard_plan *plan, uint64_t *rng, uint64_t n)
+{
+    uint64_t *at = xmalloc(n * 8), *pos = xmalloc(n * 8);
+    for (int order = 0; order < 3; order++) {
+        const uint64_t gap = 1 + test_below(rng, 1 + 2 * plan->n / (n + 1)); /* mean gap: the reads span up to N */
+        uint64_t p = test_below(rng, plan->n);
+        for (uint64_t i = 0; i < n; i++) {
+            pos[i] = order == 2 ? test_below(rng, plan->n) : p % plan->n;
+            p = order == 0 ? p + test_below(rng, 2 * gap) : p + plan->n - test_below(rng, 2 * gap) % plan->n;
+        }
+        for (size_t k = 0; k < ngens; k++) {
+            memcpy(at, pos, n * 8);
+            pd_gen_shard_gather_u64(&gens[k].g, plan, at, n);
+            for (uint64_t i = 0; i < n; i++) {
+                pd_shard_loc loc;
+                assert_int_equal(pd_shard_locate(plan, pos[i], &loc), PD_OK);
+                if (at[i] != loc.sample) {
+                    print_error("%s: gather order %d, K=%llu G=%llu: position %llu (read %llu of %llu) gave %llu, "
+                                "want %llu\n", gens[k].name, order, (unsigned long long)plan->window,
+                                (unsigned long long)plan->lanes, (unsigned long long)pos[i], (unsigned long long)i,
+                                (unsigned long long)n, (unsigned long long)at[i], (unsigned long long)loc.sample);
+                    fail();
+                }
+            }
+        }
+    }
+    free(at);
+    free(pos);
+}
+
+static void gathers_match_core(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x9a7;
+    static const uint64_t windows[] = {1, 3, 8, 64, 5000};
+    static const uint64_t lanes[] = {1, 2, 3, 16, 40};
+    for (int t = 0; t < (quick() ? 4 : 16); t++) {
+        layout l;
+        const uint64_t shards = 1 + test_below(&rng, t % 2 ? 3000 : 40);
+        layout_random(&l, &rng, shards, t % 4 == 3 ? P2(33) + 3 : 0); /* some windows of 2^32 samples or more */
+        pd_shard_plan plan;
+        plan_for(&plan, &l, test_rand(&rng), t, windows[test_below(&rng, 5)], lanes[test_below(&rng, 5)]);
+        check_gather(&plan, &rng, test_below(&rng, quick() ? 1500 : 5000));
+        layout_free(&l);
+    }
+}
+
 /* The pool splits large requests into chunks that each start mid-window (and mid-lane), against
  * the core; u32 and u64, with pad's wrapped tail. */
 static void pool_matches_core(void **state)
@@ -586,6 +637,7 @@ int main(void)
         cmocka_unit_test(interleaved_lanes),
         cmocka_unit_test(huge_layouts),
         cmocka_unit_test(pool_matches_core),
+        cmocka_unit_test(gathers_match_core),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
