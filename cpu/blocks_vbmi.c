@@ -151,19 +151,31 @@ PD_AI void rounds(__m512i s0[NV], __m512i s1[NV], const __m512i idx[NV], const t
                   __m512i tlo, unsigned lbits, const int d)
 {
     const __m512i lmask = _mm512_set1_epi8((char)((1u << lbits) - 1)), one = _mm512_set1_epi8(1);
+    __m512i a[NV], c[NV], ix[NV]; /* locals, as in vrounds */
+    const __m512i *key[NV];
+    for (int v = 0; v < NV; v++) {
+        a[v] = s0[v];
+        c[v] = s1[v];
+        ix[v] = idx[v];
+        key[v] = t[v]->key;
+    }
     for (int i = 0; i < PD_ROUNDS; i++) {
         for (int v = 0; v < NV; v++) {
-            const __m512i k = _mm512_permutexvar_epi8(idx[v], t[v]->key[i]);
-            const __m512i hi = _mm512_permutexvar_epi8(s0[v], thi), lo = _mm512_permutexvar_epi8(s0[v], tlo);
+            const __m512i k = _mm512_permutexvar_epi8(ix[v], key[v][i]);
+            const __m512i hi = _mm512_permutexvar_epi8(a[v], thi), lo = _mm512_permutexvar_epi8(a[v], tlo);
             if (d) { /* s1 has lbits + 1 bits: its top one moves to s1' (a 16-bit shift: bit 0 of each byte is right) */
-                const __m512i top = _mm512_srli_epi16(s1[v], (int)lbits);
-                s0[v] = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, s1[v], PD_TL_XOR3), lmask);
-                s1[v] = _mm512_ternarylogic_epi32(lo, top, one, 0x78); /* lo ^ (top & 1) */
+                const __m512i top = _mm512_srli_epi16(c[v], (int)lbits);
+                a[v] = _mm512_and_si512(_mm512_ternarylogic_epi32(hi, k, c[v], PD_TL_XOR3), lmask);
+                c[v] = _mm512_ternarylogic_epi32(lo, top, one, 0x78); /* lo ^ (top & 1) */
             } else {
-                s0[v] = _mm512_ternarylogic_epi32(hi, k, s1[v], PD_TL_XOR3); /* s1 < 2^lbits */
-                s1[v] = lo;
+                a[v] = _mm512_ternarylogic_epi32(hi, k, c[v], PD_TL_XOR3); /* s1 < 2^lbits */
+                c[v] = lo;
             }
         }
+    }
+    for (int v = 0; v < NV; v++) {
+        s0[v] = a[v];
+        s1[v] = c[v];
     }
     for (int v = 0; v < NV; v++) {
         const __mmask64 low = _mm512_cmpeq_epi8_mask(s0[v], _mm512_setzero_si512()) &
@@ -230,13 +242,23 @@ PD_AI __m512i vflip(__m512i v, __m512i flip)
 }
 
 /* NV registers of 64 reads on whole bytes (b: 6, 7 or 8), read l of register v on byte idx[v][l] of t[v]. */
+/* The slots, indices and tables are copied to locals first (as rounds' halves): through the pointers, gcc stored
+ * every round's slots and loaded the indices, table pointers and T again, since a store might alias them. */
 PD_AI void vrounds(__m512i v[NV], const __m512i idx[NV], const tables *const t[NV], const vtable *vt, const unsigned b)
 {
+    __m512i x[NV], ix[NV];
+    const __m512i *key[NV];
+    const vtable T = *vt;
+    for (int r = 0; r < NV; r++) {
+        x[r] = v[r];
+        ix[r] = idx[r];
+        key[r] = t[r]->key;
+    }
     for (int i = 0; i < PD_ROUNDS; i++)
         for (int r = 0; r < NV; r++)
-            v[r] = _mm512_xor_si512(vlookup(vt, v[r], b), _mm512_permutexvar_epi8(idx[r], t[r]->key[i]));
+            x[r] = _mm512_xor_si512(vlookup(&T, x[r], b), _mm512_permutexvar_epi8(ix[r], key[r][i]));
     for (int r = 0; r < NV; r++)
-        v[r] = vflip(v[r], _mm512_permutexvar_epi8(idx[r], t[r]->flip));
+        v[r] = vflip(x[r], _mm512_permutexvar_epi8(ix[r], t[r]->flip));
 }
 
 #define VROUNDS(B)                                                                                 \
