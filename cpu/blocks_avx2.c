@@ -148,37 +148,55 @@ typedef struct read_ctx {
  * 4r + i: round r's key of block i, blocks 0-3 in the low half and 4-7 in the high), and a vpermd takes round r's
  * dwords to bytes 0-7 of each half; the flip bits go the same way. ~5 operations a round for all 32 reads, where
  * taking each read's key from its own copy of its block's output cost ~15. */
-static void shared_keys(const __m256i xb[4], __m256i lmask32, __m256i blk, __m256i keys[PD_ROUNDS], __m256i *flip)
+typedef struct block_keys {
+    uint64_t beta0;   /* the first of the 8 blocks */
+    int valid;
+    __m256i four[6];  /* rounds 4i … 4i + 3: byte 4r + b, round r's key of block b (blocks 0-3 low, 4-7 high) */
+    __m256i fb;       /* the flips the same way */
+} block_keys;
+
+/* The packed keys of blocks β0 … β0 + 7 from their Philox outputs xb. */
+static void block_keys_pack(const __m256i xb[4], __m256i lmask32, block_keys *bk)
 {
 #pragma GCC unroll 6
     for (unsigned i = 0; i < PD_ROUNDS; i += 4) { /* unrolled: the shifts' counts become constants */
         __m256i k[4];
         for (unsigned r = 0; r < 4; r++)
             k[r] = _mm256_and_si256(key_bits(xb, 5 * (i + r)), lmask32);
-        const __m256i four = pack4(k[0], k[1], k[2], k[3]);
+        bk->four[i / 4] = pack4(k[0], k[1], k[2], k[3]);
+    }
+    const __m256i f = _mm256_and_si256(_mm256_srli_epi32(xb[3], 24), _mm256_set1_epi32(1)); /* bit 120 */
+    bk->fb = pack4(f, f, f, f);
+}
+
+static void shared_keys(const block_keys *bk, __m256i blk, __m256i keys[PD_ROUNDS], __m256i *flip)
+{
+#pragma GCC unroll 6
+    for (unsigned i = 0; i < PD_ROUNDS; i += 4) {
         for (unsigned r = 0; r < 4; r++) {
             const __m256i take = _mm256_setr_epi32((int)r, (int)r + 4, (int)r, (int)r + 4, (int)r, (int)r + 4, (int)r,
                                                    (int)r + 4);
-            keys[i + r] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(four, take), blk);
+            keys[i + r] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(bk->four[i / 4], take), blk);
         }
     }
-    const __m256i f = _mm256_and_si256(_mm256_srli_epi32(xb[3], 24), _mm256_set1_epi32(1)); /* bit 120 */
-    const __m256i fb = pack4(f, f, f, f);
-    *flip = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(fb, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), blk);
+    *flip = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(bk->fb, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), blk);
 }
 
-/* 32 reads from run position g0 on (stride apart): keys, flips and halves, as bytes. */
-static void read_prepare(const pd__block_slots *s, const read_ctx *c, uint64_t g0, __m256i keys[PD_ROUNDS],
-                         __m256i *flip, __m256i *s0, __m256i *s1)
+/* 32 reads from run position g0 on (stride apart): keys, flips and halves, as bytes. bk: the packed keys of the
+ * last 8 blocks whose Philox outputs were computed, kept for the next registers. */
+static void read_prepare(const pd__block_slots *s, const read_ctx *c, uint64_t g0, block_keys *bk,
+                         __m256i keys[PD_ROUNDS], __m256i *flip, __m256i *s0, __m256i *s1)
 {
     __m256i x[4][4], r[4], xb[4], at[4];
     const __m256i stride = _mm256_set1_epi64x((long long)s->stride), first = _mm256_set1_epi64x((long long)g0);
     const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* even dwords low, odd high */
     const __m128i b = _mm_cvtsi32_si128((int)c->b);
+    const __m256i lmask32 = _mm256_set1_epi32((int)((1u << c->lbits) - 1)), one32 = _mm256_set1_epi32(1);
     /* The 32 reads in at most 8 blocks (W ≤ B / 4 or so): those blocks' Philox outputs once, and their keys by
-     * block (shared_keys), where 4 calls computed every read's (W = 8, B = 64: each block 8 times). */
-    const uint64_t beta0 = g0 >> c->b, shared = ((g0 + 31 * s->stride) >> c->b) - beta0 < 8;
-    if (shared) {
+     * block (shared_keys), where 4 calls computed every read's (W = 8, B = 64: each block 8 times); the next
+     * register's blocks are often among the same 8 (W = 8, B = 64: 4 a register), which then serve it too. */
+    const uint64_t beta0 = g0 >> c->b, beta_last = (g0 + 31 * s->stride) >> c->b, shared = beta_last - beta0 < 8;
+    if (shared && !(bk->valid && beta0 >= bk->beta0 && beta_last - bk->beta0 < 8)) {
         const __m256i lo = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)beta0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         const __m256i top = _mm256_set1_epi32(INT32_MIN); /* the low word wrapped: the high one carries */
         const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_set1_epi32((int)(uint32_t)beta0), top),
@@ -188,6 +206,9 @@ static void read_prepare(const pd__block_slots *s, const read_ctx *c, uint64_t g
         xb[2] = lo;
         xb[3] = _mm256_sub_epi32(_mm256_set1_epi32((int)(uint32_t)(beta0 >> 32)), carry);
         pd__philox8_avx2(xb, (uint32_t)s->seed, (uint32_t)(s->seed >> 32));
+        block_keys_pack(xb, lmask32, bk);
+        bk->beta0 = beta0;
+        bk->valid = 1;
     }
     for (int v = 0; v < 4; v++) {
         __m256i beta[2], g[2];
@@ -200,17 +221,16 @@ static void read_prepare(const pd__block_slots *s, const read_ctx *c, uint64_t g
         x[v][2] = _mm256_permute2x128_si256(beta[0], beta[1], 0x20);
         x[v][3] = _mm256_permute2x128_si256(beta[0], beta[1], 0x31);
         r[v] = _mm256_and_si256(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_set1_epi32((int)(s->block - 1)));
-        if (shared) { /* each read's block among the 8: its low word less β0's (mod 2^32) */
-            at[v] = _mm256_sub_epi32(x[v][2], _mm256_set1_epi32((int)(uint32_t)beta0));
+        if (shared) { /* each read's block among the 8: its low word less the first one's (mod 2^32) */
+            at[v] = _mm256_sub_epi32(x[v][2], _mm256_set1_epi32((int)(uint32_t)bk->beta0));
             continue;
         }
         x[v][0] = _mm256_set1_epi32((int)PD_MIX_CTR_BLOCK);
         x[v][1] = _mm256_setzero_si256();
         pd__philox8_avx2(x[v], (uint32_t)s->seed, (uint32_t)(s->seed >> 32));
     }
-    const __m256i lmask32 = _mm256_set1_epi32((int)((1u << c->lbits) - 1)), one32 = _mm256_set1_epi32(1);
     if (shared) {
-        shared_keys(xb, lmask32, pack4(at[0], at[1], at[2], at[3]), keys, flip);
+        shared_keys(bk, pack4(at[0], at[1], at[2], at[3]), keys, flip);
     } else {
 #pragma GCC unroll 24
         for (unsigned i = 0; i < PD_ROUNDS; i++)
@@ -304,9 +324,11 @@ void pd__block_slots_avx2(const pd__block_slots *s)
     void (*const run)(const read_ctx *, const __m256i(*)[PD_ROUNDS], const __m256i *, __m256i *, __m256i *) =
         d ? (wide ? read_rounds_11 : read_rounds_10) : (wide ? read_rounds_01 : read_rounds_00);
     __m256i keys[RV][PD_ROUNDS], flip[RV], s0[RV], s1[RV];
+    block_keys bk = {.valid = 0};
     for (uint64_t t0 = 0; t0 < s->count; t0 += 32 * RV) {
         for (int v = 0; v < RV; v++) /* registers past the count compute reads never stored */
-            read_prepare(s, &c, s->first + (t0 + 32 * (uint64_t)v) * s->stride, keys[v], &flip[v], &s0[v], &s1[v]);
+            read_prepare(s, &c, s->first + (t0 + 32 * (uint64_t)v) * s->stride, &bk, keys[v], &flip[v], &s0[v],
+                         &s1[v]);
         run(&c, (const __m256i(*)[PD_ROUNDS])keys, flip, s0, s1);
         for (int v = 0; v < RV; v++) {
             const uint64_t at = t0 + 32 * (uint64_t)v;
