@@ -340,6 +340,10 @@ void pd__segment_tables_avx512(const uint64_t *const *leaf, unsigned ncomp, cons
 void pd__counts_node_avx512(const uint64_t *in, uint64_t *left, uint64_t *right, uint64_t l0, uint64_t r0, uint64_t a,
                             uint64_t S);
 #endif
+#if defined(PD_CPU_HAVE_AVX2)
+void pd__counts_node_avx2(const uint64_t *in, uint64_t *left, uint64_t *right, uint64_t l0, uint64_t r0, uint64_t a,
+                          uint64_t S);
+#endif
 
 /* A dense mixture block of 64 slots laid out and read (cpu/mix.c, pd_mix_layout_u32): part p holds slots [slot,
  * slot + count), whose global ids are ids[0, count) + add; read i takes slot[i]'s id into out[i], i < reads ≤ 64.

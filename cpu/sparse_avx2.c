@@ -1,4 +1,4 @@
-/* A mixture's sparse chunk on AVX2 (cpu/mix.c): a segment's reads' components and draws, and one component's reads picked out of the chunk; 8 reads a vector. */
+/* A mixture's chunks on AVX2 (cpu/mix.c): the weight tree's counts at a segment's blocks, a segment's reads' components and draws, and one component's reads picked out of a chunk. */
 #include "cpu/kernel.h"
 
 #include <immintrin.h>
@@ -66,4 +66,29 @@ void pd__segment_draws_avx2(const pd__segment_draws *x)
     }
     for (; i < x->count; i++)
         pd__segment_draw(x, i);
+}
+
+/* kernel.h, pd__counts_node_avx2: pd__counts_node_avx512's doubles (read its comment), 4 positions a vector and no
+ * fma: the numerator's product (y_i − y_0)·a < 2^48 and q·S ≤ num < 2^49 are exact in a multiply of their own.
+ * Positions 29-32 take a ninth vector over 29-31 again: the same values stored twice, no mask. */
+void pd__counts_node_avx2(const uint64_t *in, uint64_t *left, uint64_t *right, uint64_t l0, uint64_t r0, uint64_t a,
+                          uint64_t S)
+{
+    const __m256i y0 = _mm256_set1_epi64x((long long)in[0]), l = _mm256_set1_epi64x((long long)l0);
+    const __m256i exp52 = _mm256_set1_epi64x(0x4330000000000000LL), low52 = _mm256_set1_epi64x((1LL << 52) - 1);
+    const __m256d two52 = _mm256_set1_pd(4503599627370496.0), da = _mm256_set1_pd((double)a);
+    const __m256d dr0 = _mm256_set1_pd((double)r0), dS = _mm256_set1_pd((double)S), inv = _mm256_set1_pd(1.0 / (double)S);
+    const __m256d one = _mm256_set1_pd(1.0);
+    for (unsigned v = 0; v < 9; v++) {
+        const unsigned i = v < 8 ? 4 * v : PD__SEGMENT_BLOCKS - 3;
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(in + i));
+        const __m256d dy = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_sub_epi64(y, y0), exp52)), two52);
+        const __m256d num = _mm256_add_pd(_mm256_mul_pd(dy, da), dr0);
+        __m256d q = _mm256_floor_pd(_mm256_mul_pd(num, inv));
+        const __m256d short_by_one = _mm256_cmp_pd(_mm256_sub_pd(num, _mm256_mul_pd(q, dS)), dS, _CMP_GE_OQ);
+        q = _mm256_add_pd(q, _mm256_and_pd(short_by_one, one));
+        const __m256i lq = _mm256_add_epi64(l, _mm256_and_si256(_mm256_castpd_si256(_mm256_add_pd(q, two52)), low52));
+        _mm256_storeu_si256((__m256i *)(left + i), lq);
+        _mm256_storeu_si256((__m256i *)(right + i), _mm256_sub_epi64(y, lq));
+    }
 }
