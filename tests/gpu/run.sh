@@ -9,7 +9,8 @@
 #  (PD_SHARD_VARIANTS) or of an earlier tree carried in .bench-before, alternating with this one)
 # (nccl: on 2+ GPUs, the delivery tests and bench/nccl.sh, and an earlier tree's bench carried in .bench-before,
 #  alternating with this one)
-# (mixtures: the mixture tests, bench/mixtures' CPU rows (--quick: shorter), and mixture vs flat Fetches
+# (mixtures: the mixture tests, bench/mixtures' CPU rows (--quick: shorter), and mixture (flat and sharded first
+# component) vs flat Fetches
 #  (FETCH_SECONDS each, default 3) on permd with its pool of one thread and of one per CPU, and of an earlier
 #  tree's permd carried in .bench-before, alternating)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
@@ -152,7 +153,7 @@ if [ "$what" = shards-profile ]; then # where the sharded kernels' time goes: te
 fi
 if [ "$what" = mixtures ]; then
   # the Python ones need the python mode's interpreter (torch, numpy): CI runs them
-  (cd build-dev && ctest --output-on-failure -L 'unit|integration|cli|quality' -R 'mix|readahead' 2>&1) | tee "$OUT/mixtures_tests.log" | tail -12
+  (cd build-dev && ctest --output-on-failure -L 'unit|integration|cli|quality' -R 'mix|readahead|cpu_shards' 2>&1) | tee "$OUT/mixtures_tests.log" | tail -12
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   build-dev/bench/mixtures "$@" >"$OUT/mixtures_cpu.md" || rc=1 # --quick: shorter runs
   trees="this=build-dev/bin/permd"
@@ -171,9 +172,14 @@ if [ "$what" = mixtures ]; then
     done
     build-dev/bin/permctl datasets put flat --size 50000000 --socket "$d/s" >/dev/null
     build-dev/bin/permctl mixtures put mix --components part0,part1,part2,part3 --weights 4,3,2,1 --socket "$d/s" >/dev/null
+    # mixsh: bench/mixtures.sh's, the first component sharded (10,000 shards of 1000-3000 samples)
+    awk 'BEGIN { for (i = 0; i < 10000; i++) print 1000 + (i * 7919) % 2001 }' >"$d/shards"
+    build-dev/bin/permctl datasets put part0sh --shards-file "$d/shards" --socket "$d/s" >/dev/null
+    build-dev/bin/permctl mixtures put mixsh --components part0sh,part1,part2,part3 --weights 4,3,2,1 --socket "$d/s" \
+      >/dev/null
     for count in 8192 65536; do
       for world in 1 8; do
-        for name in flat mix; do
+        for name in flat mix mixsh; do
           echo "tree=${tree%%=*} cpu_threads=$threads dataset=$name $(build-dev/bench/serve fetch --socket "$d/s" \
             --dataset $name --world $world --count $count --seconds "${FETCH_SECONDS:-3}")" >>"$OUT/mixtures_pool.txt"
         done
