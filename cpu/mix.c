@@ -664,16 +664,16 @@ static void pd_mix_sparse_batch(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
 {
     const pd_mix *m = c->mix;
     const pd_mix_order *o = pd_mix_order_get(c, j, e);
-    uint32_t flip = o->perm.n >= 2 ? o->perm.keys.flip : 0; /* the gather's parity correction, applied here */
+    uint32_t flip = 0; /* a flat gather's parity correction, applied by the stores */
     if (m->comp[j].shard_start) {
         /* Its draws, ascending from block to block: each stretch in one window is one gather (a σ evaluation and
          * a slot lookup a read). Computing every position of their span on the shard kernel and keeping the
          * reads cost W evaluations a read: 10,000 shards, K = 8, W = 8, one core of a 2-vCPU EPYC (AVX2):
          * 22 against 54 M mixture ids/s (bench/results/mixtures.md). */
         pd_gen_shard_gather_u64(g, &o->plan, w->at, n);
-        flip = 0;
     } else {
         pd_mix_gather(g, &o->perm, w->at, n, w->at); /* in place: each lane reads its position first */
+        flip = o->perm.n >= 2 ? o->perm.keys.flip : 0;
     }
     if (width == 4) { /* every id fits 32 bits: so does the sum */
         uint32_t *ids = out;
