@@ -9,10 +9,10 @@
 #  (PD_SHARD_VARIANTS) or of an earlier tree carried in .bench-before, alternating with this one)
 # (nccl: on 2+ GPUs, the delivery tests and bench/nccl.sh, and an earlier tree's bench carried in .bench-before,
 #  alternating with this one)
-# (mixtures: the mixture tests, bench/mixtures' CPU rows (--quick: shorter), and mixture (flat and sharded first
-# component) vs flat Fetches
-#  (FETCH_SECONDS each, default 3) on permd with its pool of one thread and of one per CPU, and of an earlier
-#  tree's permd carried in .bench-before, alternating)
+# (mixtures: the mixture and CPU shard tests, bench/mixtures' CPU rows (--quick: shorter), and Fetches of two
+#  mixtures (flat components; the first one sharded) and a flat dataset (FETCH_SECONDS each, default 3) on permd
+#  with its pool of one thread and of one per CPU, and of an earlier tree's permd carried in .bench-before,
+#  alternating)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
 #  sysroot: scripts/device-sysroot.sh redis-server redis-tools libjemalloc2 liblzf1)
 set -uo pipefail
