@@ -113,8 +113,8 @@ typedef struct pd_mix_work {
     void *by_slot;       /* dense: one block's global ids in slot order, `sw` bytes each */
     unsigned sw;         /* dense: 4 where the output is u32 (every id fits), else 8: σ writes half the bytes */
     int layout64;        /* dense, u32, B = 64 on AVX-512: blocks laid out in registers (pd__layout64_avx512) */
-    int avx512;          /* the generator's ISA is AVX-512: pd_mix_counts by pd__counts_node_avx512 */
-    int avx2;            /* ... AVX2: by pd__counts_node_avx2 (W = 8 on Zen 3: 5.7% of a read by divisions) */
+    pd_isa isa;          /* the generator's: pd_mix_counts by pd__counts_node_avx512 or _avx2 (W = 8 on Zen 3, the
+                          * scalar divisions were 5.7% of a read) */
     uint64_t align;      /* dense: each component's range in the scratch starts at a multiple of this many ids */
     uint32_t *comp;      /* sparse: each read's component */
     uint64_t *draw;      /* sparse: its run draw */
@@ -189,8 +189,7 @@ static int pd_mix_work_alloc(pd_mix_work *w, const pd_gen *g, const pd_mix *m, i
 {
     const uint64_t C = m->components, B = m->block;
     memset(w, 0, sizeof *w);
-    w->avx512 = g->isa == PD_ISA_AVX512;
-    w->avx2 = g->isa == PD_ISA_AVX2;
+    w->isa = g->isa;
     if (dense) { /* the reads' blocks span at most (reads − 1)·W + B positions from the first one's start */
         const uint64_t need = ((reads - 1) * world + 2 * B - 1) & ~(B - 1);
         w->span = need < PD_MIX_DENSE_CHUNK ? need : PD_MIX_DENSE_CHUNK;
@@ -403,13 +402,13 @@ static void pd_mix_counts(const pd_mix *m, pd_mix_work *w, uint64_t x)
         const uint64_t y0 = in[0], l0 = pd_mix_left(y0, a, &S);
         const uint64_t r0 = y0 * a + S.d / 2 - l0 * S.d; /* < S, so exact though each term wraps mod 2^64 */
 #if defined(PD_CPU_HAVE_AVX512)
-        if (w->avx512) {
+        if (w->isa == PD_ISA_AVX512) {
             pd__counts_node_avx512(in, left, right, l0, r0, a, S.d);
             continue;
         }
 #endif
 #if defined(PD_CPU_HAVE_AVX2)
-        if (w->avx2) {
+        if (w->isa == PD_ISA_AVX2) {
             pd__counts_node_avx2(in, left, right, l0, r0, a, S.d);
             continue;
         }
@@ -1079,7 +1078,7 @@ static uint64_t pd_mix_runs_segment(const pd_gen *g, pd_mix_cursor *c, pd_mix_wo
             return 0;
     }
 #if defined(PD_CPU_HAVE_AVX512)
-    if (w->avx512 && !grouped) { /* the same tables, every block at once (no draw0: only the grouped reads take it) */
+    if (w->isa == PD_ISA_AVX512 && !grouped) { /* the same tables, every block at once (no draw0: only the grouped reads take it) */
         const uint64_t *leaf[PD_MIX_SEGMENT_COMPONENTS];
         uint64_t off[PD_MIX_SEGMENT_COMPONENTS];
         for (uint64_t j = 0; j < C; j++) {
