@@ -234,7 +234,7 @@ PD_AI unsigned inside(const lanes *p, __m256i s0, __m256i s1, __m256i *val)
 /* Store the lanes m selects at dst, packed to the front. */
 PD_AI void put(uint32_t *dst, unsigned m, __m256i x)
 {
-    const __m256i pack = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&pd__avx2_compress_tab[m]));
+    const __m256i pack = pd__avx2_compress_pattern(m);
     _mm256_storeu_si256((__m256i *)dst, _mm256_permutevar8x32_epi32(x, pack));
 }
 

@@ -393,6 +393,14 @@ uint64_t pd__group_reads_run(const pd_gen *g, const uint32_t *comp, uint64_t n, 
 void pd__batch_avx2(const pd__batch *b);
 /* kernel_avx2.c's compress patterns: byte k = the lane of the mask's k-th set bit. */
 extern const uint64_t pd__avx2_compress_tab[256];
+#if defined(__AVX2__) /* the files compiled with -mavx2 */
+#include <immintrin.h>
+/* The vpermd pattern that moves the lanes mask m (8 bits) selects to the front, in order: AVX2 has no compress. */
+static inline __attribute__((always_inline)) __m256i pd__avx2_compress_pattern(unsigned m)
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&pd__avx2_compress_tab[m]));
+}
+#endif
 #endif
 #if defined(PD_CPU_HAVE_AVX512)
 void pd__batch_avx512(const pd__batch *b);

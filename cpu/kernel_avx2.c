@@ -348,7 +348,7 @@ PD_AI void walk_lockstep(const avx2_ctx *c, const int d, const int shape)
 const uint64_t pd__avx2_compress_tab[256] = {PD_T256(PD_COMPRESS)};
 static const uint64_t pd_rank_tab[256] = {PD_T256(PD_RANK)};
 
-/* Eight byte-sized lane numbers widened to a vpermd pattern. */
+/* Eight byte-sized lane numbers widened to a vector of u32. */
 PD_AI __m256i table_vec(const uint64_t *tab, unsigned m)
 {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&tab[m]));
@@ -404,7 +404,7 @@ PD_AI void refill_step(const avx2_ctx *c, lanes *L, outbuf *buf, const int d, co
             done = _mm256_and_si256(done, _mm256_cmpgt_epi32(c->count, L->idx[v]));
         const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(done));
         const unsigned k = (unsigned)__builtin_popcount(m);
-        const __m256i pack = table_vec(pd__avx2_compress_tab, m);
+        const __m256i pack = pd__avx2_compress_pattern(m);
         if (shape == WIDE)
             _mm256_storeu_si256((__m256i *)(buf->v1 + buf->n), _mm256_permutevar8x32_epi32(L->s1[v], pack));
         _mm256_storeu_si256((__m256i *)(buf->v + buf->n), _mm256_permutevar8x32_epi32(val, pack));
@@ -475,7 +475,7 @@ typedef struct queue {
 /* Store the lanes of (val, s1, idx) selected by m at q's entry `at`. */
 PD_AI void queue_put(queue *q, uint32_t at, unsigned m, __m256i val, __m256i s1, __m256i idx, const int shape)
 {
-    const __m256i pack = table_vec(pd__avx2_compress_tab, m);
+    const __m256i pack = pd__avx2_compress_pattern(m);
     _mm256_storeu_si256((__m256i *)(q->v + at), _mm256_permutevar8x32_epi32(val, pack));
     if (shape == WIDE)
         _mm256_storeu_si256((__m256i *)(q->v1 + at), _mm256_permutevar8x32_epi32(s1, pack));
@@ -546,7 +546,7 @@ PD_AI void compact_pass(const avx2_ctx *c, queue *q, outbuf *buf, const int d, c
             else
                 in = inside_narrow(c, val = join(c, s0[v], s1[v]), shape);
             const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(in));
-            const __m256i pack = table_vec(pd__avx2_compress_tab, m);
+            const __m256i pack = pd__avx2_compress_pattern(m);
             if (shape == WIDE)
                 _mm256_storeu_si256((__m256i *)(buf->v1 + buf->n), _mm256_permutevar8x32_epi32(s1[v], pack));
             _mm256_storeu_si256((__m256i *)(buf->v + buf->n), _mm256_permutevar8x32_epi32(val, pack));

@@ -4,8 +4,8 @@
 #include <immintrin.h>
 
 /* Each 8 reads: compare their components with j, then store the matching reads' indices packed to the front by
- * one vpermd through kernel_avx2.c's compress table (idx may take 8 entries past the count: n ≥ count + 8 there,
- * since a vector is stored only while 8 reads are left to compare). */
+ * one vpermd (pd__avx2_compress_pattern). idx may take 8 entries past the count: n ≥ count + 8 there, since a
+ * vector is stored only while 8 reads are left to compare. */
 uint64_t pd__group_reads_avx2(const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx)
 {
     const __m256i want = _mm256_set1_epi32((int)j), step = _mm256_set1_epi32(8);
@@ -14,7 +14,7 @@ uint64_t pd__group_reads_avx2(const uint32_t *comp, uint64_t n, uint32_t j, uint
     for (; i + 8 <= n; i += 8) {
         const __m256i c = _mm256_loadu_si256((const __m256i *)(comp + i));
         const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(c, want)));
-        const __m256i pack = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&pd__avx2_compress_tab[m]));
+        const __m256i pack = pd__avx2_compress_pattern(m);
         _mm256_storeu_si256((__m256i *)(idx + k), _mm256_permutevar8x32_epi32(at, pack));
         k += (uint64_t)__builtin_popcount(m);
         at = _mm256_add_epi32(at, step);
