@@ -150,8 +150,8 @@ int pd_pool_shard_slice_fill_u32(pd_pool *pool, const pd_shard_plan *plan, const
 /* The samples at stream positions at[0, n) of a sharded epoch (each below N, in any order), in place:
  * at[i] becomes pd_shard_locate(plan, at[i])'s sample. Fastest where consecutive positions mostly share a
  * window and move one way in their lane (a mixture's reads of a sharded component, ascending draws): each
- * stretch of them in one window is gathered on g's σ kernel. Unchecked (the caller validated); ~130 KiB of
- * stack, with the gather kernel's. */
+ * stretch of them in one window is gathered on g's σ kernel. Unchecked (the caller validated); ~145 KiB of
+ * stack, with the gather kernel's (~130 measured, before its lane sort took 4096 positions at a time). */
 void pd_gen_shard_gather_u64(const pd_gen *g, const pd_shard_plan *plan, uint64_t *at, uint64_t n);
 
 #ifdef __cplusplus

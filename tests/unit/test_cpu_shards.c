@@ -411,6 +411,16 @@ static void gathers_match_core(void **state)
         check_gather(&plan, &rng, test_below(&rng, quick() ? 1500 : 5000));
         layout_free(&l);
     }
+    /* Past one lane sort's piece (4096 reads) and one stretch's room (1024): every shard in one window, and the
+     * reads dense enough (N ~ 450,000 over 9000) that a lane's stretch in it runs for thousands. */
+    layout l;
+    layout_random(&l, &rng, 3000, 0);
+    for (uint64_t g = 1; g <= 3; g++) {
+        pd_shard_plan plan;
+        plan_for(&plan, &l, 5, g, 3000, g);
+        check_gather(&plan, &rng, 9000);
+    }
+    layout_free(&l);
 }
 
 /* The pool splits large requests into chunks that each start mid-window (and mid-lane), against
