@@ -191,7 +191,7 @@ class Sampler(_Base):
         self._next_epoch = 0      # the epoch of the last pass (DistributedSampler's: the next runs it again)
         self._named = None        # the epoch set_epoch() named since the last pass began, if any
         self._named_last = False  # that set_epoch() came after the last load_state_dict()
-        self._loaded = None       # (epoch, start, floor) of a loaded state that no pass has begun from yet
+        self._loaded = None       # (epoch, start, floor, at_end) of a loaded state no pass has begun from yet
         self._pass = None         # the pass state_dict() describes; None: the one about to begin
         self._dropped = None      # a provisional pass set_epoch() dropped, until another pass begins
         self._reading = set()     # passes whose iterators are begun and neither ran out nor were closed
@@ -238,7 +238,12 @@ class Sampler(_Base):
         return self.num_samples
 
     def __iter__(self):
-        self._pass = None  # until it begins, state_dict() describes the pass about to begin
+        # Until it begins, state_dict() describes the pass about to begin; but while another iterator of this
+        # sampler is being read mid-pass, that pass: an iter() never read (a second loader iterator) must not lose
+        # its progress. If this one begins, it takes over then (_begin warns).
+        p = self._pass
+        if p is None or p not in self._reading or not p.yielded or p.done or p.dropped:
+            self._pass = None
         return self._run()
 
     def _pending(self, roll=True):
@@ -254,14 +259,15 @@ class Sampler(_Base):
             # ended, whose snapshot may lag behind its end): that epoch, from its beginning. An earlier epoch
             # named before the load (a framework's set_epoch(0) at set-up) does not hide the state.
             return named, 0, 0
-        if roll and named != loaded[0] and loaded[1] >= self._epoch_length() and self._length > 0:
-            # The state is at its epoch's end and nothing named that epoch: what comes next is the next epoch's
-            # start. Lightning begins the pass (iter(loader), whose workers take ids at once) before it calls
+        if roll and named != loaded[0] and loaded[3] and self._length > 0:
+            # The state is at its epoch's end (on the world that saved it: a state mid-epoch there whose offset
+            # rounds up to this world's end leaves this world's pass of its epoch empty, not done) and nothing
+            # named that epoch: what comes next is the next epoch's start. Lightning begins the pass (iter(loader), whose workers take ids at once) before it calls
             # set_epoch(epoch + 1); an empty pass there would cost that whole epoch.
             following = (loaded[0] + 1) % (1 << 64)
             if self._epoch_exists(following):
                 return following, 0, 0
-        return loaded
+        return loaded[:3]
 
     def _begin(self, handed=0):
         """The pass that begins now (at its iterator's first next(), not at iter(): DataLoaders, torch's and
@@ -524,7 +530,7 @@ class Sampler(_Base):
         # Nothing is assigned until every check has passed: a refused state leaves the sampler as it was
         mixture, definition = (self._check_mixture_state(state, seed, epoch) if self.mixture is not None
                                else (None, self._definition))
-        start, floor = self._resume_offset(offset, state)
+        start, floor, at_end = self._resume_offset(offset, state)
         if self.sharded and state.get("layout") is not None and self._layout() is not None \
                 and state["layout"] != self._layout():
             raise ValueError(f"the state was saved on other shard sizes (layout {state['layout']}, this sampler's "
@@ -536,13 +542,14 @@ class Sampler(_Base):
         if mixture is not None:
             self.mixture, self._definition = mixture, definition
         self.seed = seed
-        self._loaded, self._pass, self._dropped, self._plan = (epoch, start, floor), None, None, None
+        self._loaded, self._pass, self._dropped, self._plan = (epoch, start, floor, at_end), None, None, None
         self._named_last = False  # a set_epoch() before this load names its epoch only if it is the state's
 
     def _resume_offset(self, offset, state):
-        """(start, floor) for a state's offset on this sampler's W ranks: where its pass starts here, and the
-        offset its states never read below (no state claims less progress than the one it resumed, so a chain
-        of resumes over several world sizes loses nothing in pad mode and repeats nothing in drop mode).
+        """(start, floor, at_end) for a state's offset on this sampler's W ranks: where its pass starts here, the
+        offset its states never read below (no state claims less progress than the one it resumed, so a chain of
+        resumes over several world sizes loses nothing in pad mode and repeats nothing in drop mode), and whether
+        the state is at its epoch's end on the world that saved it (then the next epoch follows: _pending).
 
         Exact mode: the offset as it is. Pad and drop mode keep their promise of one count for every rank: the
         start is a multiple of W (from a state of another W the offset may not be one), pad down (up to W - 1
@@ -560,10 +567,10 @@ class Sampler(_Base):
             raise ValueError(f"offset {offset} is past the end of the epoch ({bound} positions"
                              + ("" if self.mode == "drop" else f" on the state's {saved_w} ranks") + ")")
         if self.mode == "pad":
-            return (t, t) if offset >= n else (offset - offset % w, offset)
+            return (t, t, True) if offset >= n else (offset - offset % w, offset, False)
         if self.mode == "drop":
-            return min(t, -(-offset // w) * w), offset
-        return offset, offset
+            return min(t, -(-offset // w) * w), offset, offset >= saved_t
+        return offset, offset, offset >= n
 
     def _layout(self):
         """The hash of a sharded dataset's shard sizes (the daemon's, or computed once offline), else None (a

@@ -439,6 +439,24 @@ class OtherIterators(unittest.TestCase):
                         break
             self.assertEqual(s.state_dict(), s.state_dict(consumed=8))
 
+    def test_an_iter_never_read_keeps_the_live_pass(self):
+        # a second loader iterator made and never read (DataLoader(batch_size=None) calls iter(sampler) at
+        # iter(loader)): the live pass keeps counting, from a loaded offset too
+        s = sampler(1, 0, 20)
+        s.load_state_dict({"version": 1, "seed": SEED, "epoch": 3, "offset": 10, "size": 20, "mode": "exact"})
+        s.set_epoch(3)
+        loader = DataLoader(range(20), batch_size=None, sampler=s)
+        it = iter(loader)
+        for _ in range(5):
+            next(it)
+        self.assertEqual(s.state_dict()["offset"], 15)
+        unread = iter(loader)
+        self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (3, 15))
+        for _ in range(3):
+            next(it)
+        self.assertEqual((s.state_dict()["epoch"], s.state_dict()["offset"]), (3, 18))
+        del unread, it
+
     def test_a_copy_has_no_iterators(self):
         s = sampler(1, 0, 40)
         it = iter(s)
@@ -554,6 +572,42 @@ class PadAndDropOnAnotherWorld(unittest.TestCase):
         self.assertEqual(s.state_dict()["offset"], 10)
         self.assertEqual(s.epoch, 1)
         self.assertEqual(len(list(s)), 2)
+
+    def test_drop_mid_epoch_rounded_to_this_worlds_end_is_not_the_end(self):
+        # drop mode: a state mid-epoch on 1 rank (offset 4 of T = 7) rounds up to T = 6 on 3 ranks. That world's
+        # pass of epoch 0 is empty; the state does not roll to epoch 1, which a loop calling iter(loader) before
+        # set_epoch(0) (Lightning's resume) would have begun with workers, and trained twice
+        n = 7
+        s = permd.Sampler(size=n, num_replicas=1, rank=0, seed=3, drop_last=True)
+        s.set_epoch(0)
+        it = iter(s)
+        for _ in range(4):
+            next(it)
+        state = s.state_dict()
+        self.assertEqual((state["epoch"], state["offset"]), (0, 4))
+        for workers in (0, 1):
+            epochs = {0: [], 1: []}
+            for r in range(3):
+                s = permd.Sampler(size=n, num_replicas=3, rank=r, seed=3, drop_last=True)
+                s.load_state_dict(state)
+                self.assertEqual(s.epoch, 0)
+                for e in (0, 1):
+                    loader = DataLoader(range(n), batch_size=1, sampler=s, num_workers=workers)
+                    if e == 0:
+                        it = iter(loader)
+                        s.set_epoch(e)
+                    else:
+                        s.set_epoch(e)
+                        it = iter(loader)
+                    epochs[e] += [b.item() for b in it]
+            self.assertEqual(epochs[0], [], workers)
+            fresh = [i for r in range(3) for i in self.epoch_ids(n, 3, r, 1)]
+            self.assertEqual(epochs[1], fresh, workers)
+
+    def epoch_ids(self, n, world, rank, epoch):
+        s = permd.Sampler(size=n, num_replicas=world, rank=rank, seed=3, drop_last=True)
+        s.set_epoch(epoch)
+        return list(s)
 
     def test_offsets_past_the_saved_epoch_are_refused(self):
         s = permd.Sampler(size=10, num_replicas=5, rank=0, mode="pad")
