@@ -79,11 +79,21 @@ def _numpy_bool(value):
     return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
 
 
+def _torch_tensor(value):
+    return type(value).__module__ == "torch" and type(value).__name__ == "Tensor"  # without importing torch
+
+
 def torch_integer(name, value, lo=0, hi=U64_MAX):
     """An integer argument of a torch drop-in (DistributedSampler's num_replicas, rank, seed, epoch): as
-    integer(), and a bool (numpy's too) as 0 or 1, which torch takes."""
+    integer(), and a bool (numpy's too) as 0 or 1, and a one-element integer tensor (a step counter), which
+    torch takes. A float tensor is refused, as a float is."""
     if isinstance(value, bool) or _numpy_bool(value):
         value = int(value)
+    elif _torch_tensor(value):
+        if value.numel() != 1 or value.is_floating_point() or value.is_complex():
+            raise TypeError(f"{name} must be an integer, not a tensor of {value.dtype} with {value.numel()} "
+                            "elements")
+        value = int(value.item())
     return integer(name, value, lo, hi)
 
 
@@ -95,7 +105,8 @@ def torch_wrapped(name, value):
 def flag(name, value):
     """A switch as torch takes one, for its truth: a bool, None, or any number (numpy's included). A
     string (where "False" would be true) and anything else are refused: torch would take them as true."""
-    if value is None or isinstance(value, (bool, numbers.Number)) or _numpy_bool(value):
+    if value is None or isinstance(value, (bool, numbers.Number)) or _numpy_bool(value) or \
+            (_torch_tensor(value) and value.numel() == 1):
         return bool(value)
     raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
 

@@ -472,7 +472,7 @@ class Sampler(_Base):
             offset = max(start, floor)
             if consumed is not None:
                 behind = self._dropped
-                _args.integer("consumed (no pass has begun since the last set_epoch, load_state_dict or iter)"
+                _args.torch_integer("consumed (no pass has begun since the last set_epoch, load_state_dict or iter)"
                               if behind is None else
                               "consumed (at most the ids the dropped pass handed out)", consumed, 0,
                               0 if behind is None else behind.handed + behind.yielded)
@@ -483,7 +483,7 @@ class Sampler(_Base):
             else:
                 # Once the pass has run out, more than it handed out is steps × batch_size over a short last
                 # batch: the whole pass. Before, it is a miscount.
-                k = _args.integer("consumed (at most the ids this pass has handed out)", consumed, 0,
+                k = _args.torch_integer("consumed (at most the ids this pass has handed out)", consumed, 0,
                                   _args.U64_MAX if p.done else p.handed + p.yielded)
                 k = min(k, p.handed + p.yielded)
                 offset = min(p.start + max(0, k - p.handed) * self.num_replicas, t)

@@ -177,6 +177,18 @@ class DropIn(unittest.TestCase):
         wide.set_epoch(np.int64(2))
         self.assertEqual(list(wide), list(plain))
         self.assertEqual(type(wide.num_replicas), int)
+        # one-element tensors, as torch takes them (a step counter for consumed=); a float tensor is refused
+        held = permd.Sampler(data, torch.tensor(4), torch.tensor(1), shuffle=torch.tensor(True),
+                             seed=torch.tensor(7), drop_last=torch.tensor(False))
+        held.set_epoch(torch.tensor(2))
+        it = iter(held)
+        self.assertEqual([next(it) for _ in range(3)], list(plain)[:3])
+        self.assertEqual(held.state_dict(consumed=torch.tensor(2))["offset"], 8)
+        self.assertEqual((type(held.num_replicas), type(held.seed), type(held.epoch)), (int, int, int))
+        for bad in [torch.tensor(4.0), torch.tensor([4, 4])]:
+            with self.assertRaisesRegex(TypeError, "must be an integer, not a tensor"):
+                permd.Sampler(data, bad, 1)
+        del it
         # negative seeds and epochs are taken modulo 2**64, as documented
         neg = permd.Sampler(data, 4, 1, seed=-1)
         neg.set_epoch(-3)
