@@ -29,8 +29,8 @@
 #define OBUF 512     /* finished (id, index) pairs buffered before they are scattered */
 
 /* The shape of n, for the compare v < n and the id layout. */
-enum { NARROW = 0,   /* b ≤ 31: ids and n fit a signed lane, one vpcmpgtd */
-       NARROW32 = 1, /* b = 32: ids fit a lane but need an unsigned compare */
+enum { NARROW = 0,   /* n < 2^31: ids and n fit a signed lane, one vpcmpgtd */
+       NARROW32 = 1, /* n ≥ 2^31 (b = 32, or n = 2^31): ids fit a lane but need an unsigned compare */
        WIDE = 2 };   /* b > 32: ids are (s0, s1) pairs; positions need 64-bit lanes */
 
 typedef struct avx2_ctx {
@@ -187,8 +187,9 @@ PD_AI __m256i join(const avx2_ctx *c, __m256i s0, __m256i s1)
     return _mm256_or_si256(_mm256_sll_epi32(s0, c->rbits), s1);
 }
 
-/* v < n for narrow ids. AVX2 compares only signed; below 2^31 that is
- * exact, and at b = 32 min_epu32 gives an unsigned v ≤ n - 1. */
+/* v < n for narrow ids. AVX2 compares only signed; for n < 2^31 that is
+ * exact, and from 2^31 on (b = 32, and n = 2^31 itself: shape_of) min_epu32
+ * gives an unsigned v ≤ n - 1. */
 PD_AI __m256i inside_narrow(const avx2_ctx *c, __m256i v, const int shape)
 {
     if (shape == NARROW)
@@ -728,6 +729,13 @@ static void avx2_ctx_init(avx2_ctx *c, const pd__run *r)
     c->list = NULL;
 }
 
+/* The lanes' shape for p: a signed compare with n (NARROW) is exact only for n < 2^31. At n = 2^31 (b = 31) it read
+ * n as negative, no lane was ever inside, and a gather's walk never ended (a run takes walk_none there). */
+static int shape_of(const pd_perm *p)
+{
+    return p->bits > 32 ? WIDE : p->n > INT32_MAX ? NARROW32 : NARROW;
+}
+
 void pd__run_avx2(const pd__run *r)
 {
     _Static_assert(PD__SIMD_MIN > LANES, "the refill walks assume every lane starts with a position");
@@ -735,7 +743,7 @@ void pd__run_avx2(const pd__run *r)
     avx2_ctx c;
     avx2_ctx_init(&c, r);
     const int d = (int)(p->rbits - p->lbits);
-    const int shape = p->bits > 32 ? WIDE : p->bits == 32 ? NARROW32 : NARROW;
+    const int shape = shape_of(p);
     if (p->n == UINT64_C(1) << p->bits)
         walk_none_by_shape[d][shape](&c);
     else if (r->walk == PD_WALK_LOCKSTEP)
@@ -755,6 +763,6 @@ void pd__gather_avx2(const pd__run *r, const uint64_t *positions)
     avx2_ctx c;
     avx2_ctx_init(&c, r);
     c.list = positions;
-    walk_gather_by_shape[p->rbits - p->lbits][p->bits > 32 ? WIDE : p->bits == 32 ? NARROW32 : NARROW](&c);
+    walk_gather_by_shape[p->rbits - p->lbits][shape_of(p)](&c);
     pd__gather_fix_parity(r);
 }

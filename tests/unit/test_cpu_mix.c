@@ -356,7 +356,7 @@ static void wide_offsets_match_core(void **state)
     four_components_match_core(12, sizes, weights, worlds, 20000);
 }
 
-/* Components of 2^62 samples (and 2^61, 2^32 + 1): σ's halves are 31 bits each, and the top half of n is 2^31, which
+/* Components of 2^62 samples (and 2^61, 2^32 + 1; then 2^31): σ's halves are 31 bits each, and the top half of n is 2^31, which
  * AVX2's signed compares once read as negative: its gather never found a lane inside and never returned. Every
  * generator against the core, dense and sparse, in mixture epoch 0 (the only one: N nears 2^63). */
 static void huge_components_match_core(void **state)
@@ -369,6 +369,16 @@ static void huge_components_match_core(void **state)
     assert_int_equal(mix_make(&o, 21, sizes, 4, 0, 64, starts, weights, 1), PD_OK);
     for (size_t w = 0; w < 4; w++) {
         const pd_slice s = {.world = worlds[w], .rank = worlds[w] / 2, .mode = PD_MODE_EXACT, .offset = 5 * worlds[w]};
+        compare_all(&o, 0, &s, 3000);
+    }
+    mix_free(&o);
+    /* A component of exactly 2^31 (b = 31, no walk): AVX2's signed compare read n as negative there too, and its
+     * gather (W > 1) never returned. */
+    const uint64_t sizes31[2] = {1000, UINT64_C(1) << 31};
+    const uint32_t weights31[2] = {1, 1};
+    assert_int_equal(mix_make(&o, 22, sizes31, 2, 0, 64, starts, weights31, 1), PD_OK);
+    for (size_t w = 0; w < 4; w++) {
+        const pd_slice s = {.world = worlds[w], .rank = worlds[w] - 1, .mode = PD_MODE_PAD, .offset = 3 * worlds[w]};
         compare_all(&o, 0, &s, 3000);
     }
     mix_free(&o);

@@ -421,6 +421,16 @@ static void gathers_match_core(void **state)
         check_gather(&plan, &rng, 9000);
     }
     layout_free(&l);
+    /* A window of exactly 2^31 samples (τ's b = 31, no walk), where AVX2's signed compare read n as negative and its
+     * gather never returned. */
+    const uint64_t halves[2] = {P2(30), P2(30)};
+    layout_from(&l, halves, 2);
+    for (uint64_t g = 1; g <= 2; g++) {
+        pd_shard_plan plan;
+        plan_for(&plan, &l, 6, g, 2, g);
+        check_gather(&plan, &rng, 3000);
+    }
+    layout_free(&l);
 }
 
 /* The pool splits large requests into chunks that each start mid-window (and mid-lane), against
