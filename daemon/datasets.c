@@ -153,7 +153,7 @@ static void pd_registry_job_start(pd_session *s, uint64_t id, int is_put, const 
 struct pd_upload {
     pd_service *svc; /* whose upload_bytes it holds */
     char name[PD_NAME_MAX + 1];
-    uint64_t total, received, size, window;
+    uint64_t total, received, size, window; /* size, window, lanes: as a part said them (0: none has) */
     uint32_t lanes;
     uint64_t *sizes;
     uint64_t cap;        /* sizes allocated, counted in svc->upload_bytes (8 bytes each) */
@@ -244,9 +244,6 @@ static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDa
         u->svc = s->svc;
         strcpy(u->name, m->name);
         u->total = m->shards_total;
-        u->size = m->size;
-        u->window = m->window ? m->window : PD_DEFAULT_WINDOW;
-        u->lanes = m->lanes ? m->lanes : 1;
         s->upload = u;
     } else if (u && u->expired && !strcmp(u->name, m->name)) {
         pd_reply_error(s, id, PD_EINVAL,
@@ -265,6 +262,23 @@ static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDa
                              : "none in progress");
         return;
     }
+    /* Any part may say size, window and lanes (protocol.md §5); parts that say one must agree, or the later part's
+     * would be dropped without a word. */
+    if ((m->size && u->size && m->size != u->size) || (m->window && u->window && m->window != u->window) ||
+        (m->lanes && u->lanes && m->lanes != u->lanes)) {
+        pd_reply_error(s, id, PD_EINVAL,
+                       "part at shards_first %llu of '%s' says size %llu, window %llu, lanes %u where an earlier part "
+                       "said %llu, %llu, %u (0: not said); the upload is dropped",
+                       (unsigned long long)m->shards_first, pd_name_printable(m->name), (unsigned long long)m->size,
+                       (unsigned long long)m->window, m->lanes, (unsigned long long)u->size,
+                       (unsigned long long)u->window, u->lanes);
+        pd_upload_free(u);
+        s->upload = NULL;
+        return;
+    }
+    u->size = m->size ? m->size : u->size;
+    u->window = m->window ? m->window : u->window;
+    u->lanes = m->lanes ? m->lanes : u->lanes;
     if (m->n_shard_sizes > u->total - u->received) {
         pd_reply_error(s, id, PD_EINVAL, "%zu more shard sizes overrun shards_total %llu", m->n_shard_sizes,
                            (unsigned long long)u->total);
@@ -307,7 +321,8 @@ static void pd_on_put_sharded(pd_session *s, uint64_t id, const Permd__V1__PutDa
     } else if (rc) {
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
     } else {
-        pd_registry_job_start(s, id, 1, u->name, layout->start[layout->shards], layout, u->window, u->lanes);
+        pd_registry_job_start(s, id, 1, u->name, layout->start[layout->shards], layout,
+                              u->window ? u->window : PD_DEFAULT_WINDOW, u->lanes ? u->lanes : 1);
     }
     pd_upload_free(u);
 }

@@ -348,6 +348,42 @@ static void bad_uploads(void **state)
     assert_non_null(rep->dataset_reply->dataset);
     assert_int_equal(rep->dataset_reply->dataset->size, 6);
     protobuf_c_message_free_unpacked(&rep->base, NULL);
+    /* size, window and lanes on a later part: taken where no earlier part said them, refused where one said others
+     * (they had been dropped without a word) */
+    m.name = "up2";
+    m.shards_total = 6;
+    m.shards_first = 0;
+    m.window = 4;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    assert_int_equal(raw_recv_env(fd, 2000, &rep), 0);
+    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    m.shards_first = 3;
+    m.window = 5;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    raw_expect_error(fd, PERMD__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT);
+    m.window = 4;
+    assert_int_equal(raw_send_env(fd, &env), 0); /* the upload was dropped */
+    raw_expect_error(fd, PERMD__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT);
+    m.shards_first = 0;
+    m.window = 0;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    assert_int_equal(raw_recv_env(fd, 2000, &rep), 0);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    m.shards_first = 3;
+    m.window = 5;
+    m.lanes = 3;
+    m.size = 12;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    assert_int_equal(raw_recv_env(fd, 2000, &rep), 0);
+    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    assert_non_null(rep->dataset_reply->dataset);
+    assert_int_equal(rep->dataset_reply->dataset->size, 12);
+    assert_int_equal(rep->dataset_reply->dataset->window, 5);
+    assert_int_equal(rep->dataset_reply->dataset->lanes, 3);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    m.window = m.lanes = 0;
+    m.size = 0;
     close(fd);
     /* locations and window on a flat dataset; the daemon still serves */
     permd_client *c;
