@@ -453,7 +453,8 @@ static void pd_on_deliver_locked(pd_session *c, uint64_t id, const Permd__V1__De
         return;
     if (t.plan) {
         pd_target_release(&t);
-        pd_reply_error(c, id, PD_EUNAVAILABLE, "NCCL delivery serves flat datasets; '%s' is sharded", t.ds.name);
+        pd_reply_error(c, id, PD_EUNAVAILABLE, "NCCL delivery serves flat datasets; '%s' is %s", t.ds.name,
+                       t.mixture ? "a mixture" : "sharded");
         return;
     }
     if (pd_reply_count(c, id, m->count, "count")) {

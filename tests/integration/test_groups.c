@@ -91,6 +91,14 @@ static void groups_and_their_queues_are_bounded(void **state)
     for (int i = 0; i < 500 && (rc = permd_group_join(c[2], "g2", 1, id, &rank, &nranks)) == PERMD_EBUSY; i++)
         usleep(10000);
     assert_int_equal(rc, 0);
+    /* a mixture is not delivered, and the message says it is one */
+    const char *const parts[2] = {"d", "d"};
+    const uint64_t starts[1] = {0};
+    const uint32_t weights[2] = {1, 1};
+    assert_int_equal(permd_put_mixture(c[2], "mx", parts, 2, starts, weights, 1, 0, 0, NULL, NULL), 0);
+    permd_slice ms = {.dataset = "mx", .world = 1, .mode = PERMD_MODE_EXACT};
+    assert_int_equal(permd_group_deliver(c[2], "g2", &ms, 4, &got, &width, NULL), PERMD_EUNAVAILABLE);
+    assert_non_null(strstr(permd_last_error(c[2]), "'mx' is a mixture"));
     for (int i = 0; i < 3; i++)
         permd_close(c[i]); /* members gone: their groups abort, the stand-in's waiting sends end */
     assert_int_equal(harness_finish(&g), 0);
