@@ -560,6 +560,11 @@ static int pd_stream_start(pd_session *s, uint64_t id, const Permd__V1__Stream *
     }
     if (pd_reply_count(s, id, m->batch, "batch"))
         return -1;
+    if ((uint64_t)m->batch * t.width > PD_FRAME_MAX_LIMIT - PD_BULK_HDR_MAX) { /* 16-byte locations, a high max_count */
+        pd_reply_error(s, id, PD_ETOOBIG, "a batch of %llu items of %u bytes would exceed a frame's %u; ask for "
+                       "smaller batches", (unsigned long long)m->batch, t.width, PD_FRAME_MAX_LIMIT);
+        return -1;
+    }
     if (m->credits == 0 || m->credits > cfg->max_credits) {
         pd_reply_error(s, id, PD_EINVAL, "credits must be in [1, %llu] (max_credits), not %u",
                        (unsigned long long)cfg->max_credits, m->credits);

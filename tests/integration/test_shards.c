@@ -215,6 +215,24 @@ static void locations_past_a_frame(void **state)
         fail_msg("error: %s", permd_last_error(c));
     assert_int_equal(permd_fetch_locations(c, &s, 4, shards, offs, &k, NULL), 0); /* the connection serves on */
     assert_int_equal(k, 4);
+    /* a Stream of such batches too (it was INTERNAL "stream batch failed") */
+    int fd = raw_connect_unix(h.sock);
+    Permd__V1__Slice slice = PERMD__V1__SLICE__INIT;
+    slice.dataset = "big";
+    slice.world = 1;
+    slice.mode = PERMD__V1__MODE__MODE_EXACT;
+    Permd__V1__Stream st = PERMD__V1__STREAM__INIT;
+    st.slice = &slice;
+    st.batch = n;
+    st.credits = 1;
+    st.locations = 1;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 7;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &st;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    raw_expect_error(fd, PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
+    close(fd);
     free(shards);
     free(offs);
     permd_close(c);
