@@ -914,6 +914,13 @@ void pd_config_write_effective(const pd_config *c, FILE *f)
     pd_write_config(f, c, 0);
 }
 
+void pd_config_each_number(const pd_config *c, void (*fn)(void *ctx, const char *key, uint64_t value), void *ctx)
+{
+    for (size_t i = 0; i < sizeof pd_opts / sizeof pd_opts[0]; i++)
+        if (pd_opts[i].type == PD_OPT_U64)
+            fn(ctx, pd_opts[i].key, *pd_opt_u64((pd_config *)c, &pd_opts[i]));
+}
+
 void pd_config_write_usage(FILE *f)
 {
     fputs("usage: permd [--config FILE] [--check-config] [--KEY VALUE ...] [--dataset NAME:SIZE ...]\n"

@@ -100,6 +100,15 @@ static void pd_server_close_signals(pd_server *s);
 
 /* ---- Counters ------------------------------------------------------------------------------ */
 
+static void pd_server_config_number(void *ctx, const char *key, uint64_t value)
+{
+    pd_stats_view *v = ctx;
+    if (v->nconfig < PD_STATS_CONFIG_MAX) {
+        v->config[v->nconfig].key = key;
+        v->config[v->nconfig++].value = value;
+    }
+}
+
 void pd_server_totals(pd_server *s, pd_stats_view *v)
 {
     memset(v, 0, sizeof *v);
@@ -131,6 +140,7 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     v->http_cache_hits = pd_http_cache_hits(s->http);
     pthread_mutex_unlock(&s->http_lock);
     v->nlog_suppressed = pd_log_peer_suppressed(v->log_suppressed, PD_LOG_PEER_EVENTS);
+    pd_config_each_number(s->svc.cfg, pd_server_config_number, v);
 }
 
 pd_registry *pd_server_registry(pd_server *s)

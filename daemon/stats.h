@@ -11,6 +11,8 @@
 #include "proto/frame.h"
 
 /* Everything the exports show, gathered by whoever can see every serving loop (daemon/server.c). */
+#define PD_STATS_CONFIG_MAX 96 /* numeric config keys shown (config.c has fewer) */
+
 typedef struct pd_stats_view {
     pd_stats stats;     /* every loop's, added up */
     pd_metrics metrics; /* likewise */
@@ -33,6 +35,8 @@ typedef struct pd_stats_view {
     uint64_t registry_checkpoint_failures; /* commits left in the registry's WAL by a failed checkpoint */
     pd_log_suppressed log_suppressed[PD_LOG_PEER_EVENTS]; /* lines of peer-caused warnings not written */
     size_t nlog_suppressed;
+    struct { const char *key; uint64_t value; } config[PD_STATS_CONFIG_MAX]; /* numeric config keys (limits) */
+    size_t nconfig;
 } pd_stats_view;
 
 /* The Prometheus text exposition (format 0.0.4), in a malloc'd buffer. PD_ENOMEM. */

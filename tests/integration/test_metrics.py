@@ -180,6 +180,15 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(value(fams, "permd_streams_opened_total"), stats["streams_total"])
         self.assertEqual(value(fams, "permd_streams_open"), 0)
         self.assertEqual(value(fams, "permd_datasets"), stats["datasets"])
+        # every limit beside its gauge: the numeric config keys in effect, as --check-config prints them
+        checked = subprocess.run([PERMD, "--check-config", "--max-count", "1000", "--metrics-cache-ms", "0"],
+                                 capture_output=True, text=True, timeout=60, check=True).stdout
+        numbers = {k: int(v) for k, v in re.findall(r"(?m)^(\w+): (\d+)$", checked)}
+        self.assertEqual(numbers["max_count"], 1000)
+        for key, v in numbers.items():
+            self.assertEqual(value(fams, "permd_config", key=key), v, key)
+        self.assertEqual(len(fams["permd_config"].samples), len(numbers))
+        self.assertGreater(len(numbers), 30)
         self.assertEqual(value(fams, "permd_workers"), stats["workers"])
         self.assertEqual(value(fams, "permd_worker_queue_depth"), 0)
         # The CPU pool's helpers (cpu_threads = one per CPU): each went to sleep at least once, when it
