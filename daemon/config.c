@@ -137,6 +137,11 @@ static const pd_opt pd_opts[] = {
            "shard). Layouts of deleted datasets count too while plans or streams still\n"
            "hold them (until the streams end). A sharded PutDataset beyond it is answered\n"
            "TOO_LARGE."),
+    PD_OPT(mixture_memory, PD_OPT_U64, "268435456", 4096, UINT64_C(1) << 40,
+           "Bytes of mixture definitions kept in memory, all mixtures together (176 a\n"
+           "component, and 8 plus 4 a component a stage: 200 components of 4096 stages\n"
+           "hold 3.3 MB). A PutMixture beyond it is answered TOO_LARGE; those stored\n"
+           "before are kept whatever they hold. permd_mixture_bytes shows the total."),
     PD_OPT(max_mixture_components, PD_OPT_U64, "1024", 1, 65536,
            "Most components (datasets) one mixture may draw from."),
     PD_OPT(max_mixture_stages, PD_OPT_U64, "4096", 1, 65536,

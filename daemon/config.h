@@ -47,6 +47,7 @@ typedef struct pd_config {
     uint64_t upload_memory;
     uint64_t upload_timeout_ms;
     uint64_t layout_memory;
+    uint64_t mixture_memory;
     uint64_t max_mixture_components;
     uint64_t max_mixture_stages;
     uint64_t plan_cache;

@@ -8,15 +8,24 @@
 #include "core/mixture.h"
 #include "daemon/definition.h"
 
+static size_t pd_mixdef_bytes_of(uint32_t components, uint32_t stages)
+{
+    return sizeof(pd_mixdef) + (size_t)components * sizeof(pd_mixcomp) + (size_t)stages * sizeof(uint64_t) +
+           (size_t)stages * components * sizeof(uint32_t);
+}
+
+size_t pd_mixdef_bytes(const pd_mixdef *d)
+{
+    return pd_mixdef_bytes_of(d->components, d->stages);
+}
+
 int pd_mixdef_alloc(const char *name, uint32_t components, uint32_t stages, pd_mixdef **out)
 {
     if (pd_name_check(name) || components == 0 || components > PD_MIX_COMPONENTS_MAX || stages == 0 ||
         stages > PD_MIX_STAGES_MAX)
         return PD_EINVAL;
     /* One block: the struct, then its arrays (8-byte members first). */
-    size_t bytes = sizeof(pd_mixdef) + (size_t)components * sizeof(pd_mixcomp) + (size_t)stages * sizeof(uint64_t) +
-                   (size_t)stages * components * sizeof(uint32_t);
-    pd_mixdef *d = calloc(1, bytes);
+    pd_mixdef *d = calloc(1, pd_mixdef_bytes_of(components, stages));
     if (!d)
         return PD_ENOMEM;
     atomic_init(&d->refs, 1);

@@ -39,6 +39,8 @@ typedef struct pd_mixdef {
  * the counts and name. PD_EINVAL for a bad name or counts outside [1, max]; PD_ENOMEM. */
 int pd_mixdef_alloc(const char *name, uint32_t components, uint32_t stages, pd_mixdef **out);
 pd_mixdef *pd_mixdef_ref(pd_mixdef *d);
+/* The bytes d holds in memory (its one allocation): what mixture_memory counts. */
+size_t pd_mixdef_bytes(const pd_mixdef *d);
 void pd_mixdef_release(pd_mixdef *d);
 
 /* Check d against the spec's domain (stages, weights, length, block; the components' sizes must be

@@ -42,6 +42,7 @@ struct pd_registry {
     pd_entry *sets;             /* sorted by name */
     size_t n, cap;
     uint64_t layout_limit;      /* a sharded put beyond it is refused; 0: none */
+    uint64_t mix_limit;         /* a mixture put that would hold more definition bytes is refused; 0: none */
     size_t skipped;             /* rows found damaged at load (their names stay usable) */
     _Atomic uint64_t checkpoint_failures; /* commits left in the WAL by a failed checkpoint */
     pd_mixdef **mixes;          /* sorted by name (the table holds one reference each) */
@@ -1013,6 +1014,30 @@ void pd_registry_set_layout_limit(pd_registry *r, uint64_t bytes)
     pthread_mutex_unlock(&r->lock);
 }
 
+void pd_registry_set_mixture_limit(pd_registry *r, uint64_t bytes)
+{
+    pthread_mutex_lock(&r->lock);
+    r->mix_limit = bytes;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The definitions' bytes, under r->lock. */
+static uint64_t pd_mix_bytes_locked(const pd_registry *r)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < r->nmix; i++)
+        bytes += pd_mixdef_bytes(r->mixes[i]);
+    return bytes;
+}
+
+void pd_registry_mixture_totals(pd_registry *r, uint64_t *count, uint64_t *bytes)
+{
+    pthread_mutex_lock(&r->lock);
+    *count = r->nmix;
+    *bytes = pd_mix_bytes_locked(r);
+    pthread_mutex_unlock(&r->lock);
+}
+
 uint64_t pd_registry_layout_bytes(pd_registry *r)
 {
     (void)r; /* every registry's layouts: a process has one */
@@ -1371,6 +1396,11 @@ int pd_registry_put_mixture(pd_registry *r, pd_mixdef *def, pd_mixdef **stored, 
         *stored = pd_mixdef_ref(r->mixes[at]);
     if (found)
         def->created_ms = r->mixes[at]->created_ms;
+    /* What the definitions would hold with this one (replacing the one it appends stages to). Checked here and not
+     * again before the insert: the write lock keeps every other put and delete out until then. */
+    const uint64_t held = pd_mix_bytes_locked(r) - (found ? pd_mixdef_bytes(r->mixes[at]) : 0) + pd_mixdef_bytes(def);
+    const int over = !*stored && r->mix_limit && held > r->mix_limit;
+    const uint64_t limit = r->mix_limit;
     pthread_mutex_unlock(&r->lock);
     if (is_set) {
         pd_errf(err, errlen, "'%s' is a dataset", def->name);
@@ -1387,6 +1417,12 @@ int pd_registry_put_mixture(pd_registry *r, pd_mixdef *def, pd_mixdef **stored, 
     }
     if (*stored) /* the same: nothing to write */
         goto done;
+    if (over) {
+        pd_errf(err, errlen, "mixture definitions would hold %llu bytes, over mixture_memory (%llu)",
+                (unsigned long long)held, (unsigned long long)limit);
+        rc = PD_ETOOBIG;
+        goto done;
+    }
     if (!found)
         def->created_ms = pd_clock_unix_ms();
     uint8_t *blob;

@@ -63,6 +63,11 @@ int pd_registry_open_fresh(const char *state_dir, pd_registry **out, char *err, 
 
 /* Refuse sharded puts whose layouts would hold more than bytes in all (0: no bound). */
 void pd_registry_set_layout_limit(pd_registry *r, uint64_t bytes);
+/* Bytes all mixture definitions may hold in memory (pd_mixdef_bytes; mixture_memory): a put beyond it is PD_ETOOBIG.
+ * Those loaded at startup are kept whatever they hold. 0: no limit. */
+void pd_registry_set_mixture_limit(pd_registry *r, uint64_t bytes);
+/* The mixtures registered and the bytes their definitions hold. */
+void pd_registry_mixture_totals(pd_registry *r, uint64_t *count, uint64_t *bytes);
 /* Bytes every stored layout still alive holds (permd_layout_bytes): the registry's own and those it
  * deleted or replaced that a plan, stream or request still references. layout_memory bounds this. */
 uint64_t pd_registry_layout_bytes(pd_registry *r);

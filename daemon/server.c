@@ -131,6 +131,8 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     if (s->groups)
         pd_groups_counts(s->groups, &v->groups, &v->group_sends);
     v->datasets = s->reg ? pd_registry_count(s->reg) : 0;
+    if (s->reg)
+        pd_registry_mixture_totals(s->reg, &v->mixtures, &v->mixture_bytes);
     v->layout_bytes = s->reg ? pd_registry_layout_bytes(s->reg) : 0;
     v->registry_checkpoint_failures = s->reg ? pd_registry_checkpoint_failures(s->reg) : 0;
     v->plan_bytes = pd_plans_bytes(s->plans);
@@ -695,6 +697,7 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
         return rc;
     }
     pd_registry_set_layout_limit(s->reg, cfg->layout_memory);
+    pd_registry_set_mixture_limit(s->reg, cfg->mixture_memory);
     if (pd_registry_skipped(s->reg))
         pd_log_error("registry", "skipped=%zu msg=\"rows that could not be read are not served (logged above)\"",
                      pd_registry_skipped(s->reg));

@@ -210,6 +210,10 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 v->plan_bytes);
     pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
                 v->datasets);
+    pd_text_u64(&t, "permd_mixtures", "gauge", "Mixtures registered.", v->mixtures);
+    pd_text_u64(&t, "permd_mixture_bytes", "gauge",
+                "Bytes the registered mixtures' definitions hold (bounded by mixture_memory for new puts).",
+                v->mixture_bytes);
     pd_text_u64(&t, "permd_registry_checkpoint_failures_total", "counter",
                 "Registry commits whose checkpoint into registry.db failed (disk full, a reader holding the "
                 "WAL): durable in registry.db-wal, folded in by a later commit or startup.",

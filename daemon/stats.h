@@ -32,6 +32,8 @@ typedef struct pd_stats_view {
     uint64_t http_expired;     /* metrics scrapers closed at metrics_timeout_ms, their request unfinished */
     uint64_t http_cache_hits;  /* scrapes answered with a body rendered earlier (metrics_cache_ms) */
     uint64_t datasets;         /* registered */
+    uint64_t mixtures;         /* registered */
+    uint64_t mixture_bytes;    /* their definitions (mixture_memory) */
     uint64_t registry_checkpoint_failures; /* commits left in the registry's WAL by a failed checkpoint */
     pd_log_suppressed log_suppressed[PD_LOG_PEER_EVENTS]; /* lines of peer-caused warnings not written */
     size_t nlog_suppressed;

@@ -136,6 +136,7 @@ class MetricsTest(unittest.TestCase):
     def test_exposition_agrees_with_permctl_stats(self):
         d = self.d
         d.permctl("datasets", "put", "mdata", "--size", "100000")
+        d.permctl("mixtures", "put", "mmix", "--components", "mdata,mdata", "--weights", "1,1")
         d.permctl("fetch", "mdata", "--seed", "1", "--epoch", "2", "--world", "4", "--rank", "1", "--mode", "pad",
                   "--count", "10")
         d.permctl("stream", "mdata", "--seed", "1", "--epoch", "2", "--world", "4", "--rank", "1", "--mode", "exact",
@@ -180,6 +181,8 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(value(fams, "permd_streams_opened_total"), stats["streams_total"])
         self.assertEqual(value(fams, "permd_streams_open"), 0)
         self.assertEqual(value(fams, "permd_datasets"), stats["datasets"])
+        self.assertEqual(value(fams, "permd_mixtures"), 1)
+        self.assertEqual(value(fams, "permd_mixture_bytes"), 208 + 2 * 176 + 8 + 2 * 4)  # struct, components, a stage
         # every limit beside its gauge: the numeric config keys in effect, as --check-config prints them
         checked = subprocess.run([PERMD, "--check-config", "--max-count", "1000", "--metrics-cache-ms", "0"],
                                  capture_output=True, text=True, timeout=60, check=True).stdout

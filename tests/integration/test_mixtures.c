@@ -538,9 +538,45 @@ static void test_sharded_component_warm(void **state)
     assert_int_equal(harness_finish(&h), 0);
 }
 
+/* Mixture definitions are bounded (mixture_memory, 576 bytes for "m" here): a put past it is TOO_LARGE naming the
+ * key, and the daemon serves on; a put of one already stored costs nothing more. 100 definitions of 200
+ * components and 4096 stages had grown permd by 330 MB with no limit and no gauge. */
+static void test_definitions_are_bounded(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    const char *extra[] = {"--mixture-memory", "8192", NULL};
+    assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_put_dataset(c, "a", 1000, NULL, NULL), 0);
+    assert_int_equal(permd_put_dataset(c, "b", 250, NULL, NULL), 0);
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, weights1, 1, 0, 0, NULL, NULL), 0);
+    enum { S = 600 }; /* 208 + 2·176 + 600·16 bytes: past 8192 with "m" */
+    uint64_t starts[S];
+    uint32_t weights[2 * S];
+    for (uint32_t k = 0; k < S; k++) {
+        starts[k] = 64 * (uint64_t)k;
+        weights[2 * k] = 1 + k % 3;
+        weights[2 * k + 1] = 1;
+    }
+    assert_int_equal(permd_put_mixture(c, "big", comp_ab, 2, starts, weights, S, 0, 0, NULL, NULL), PERMD_ETOOBIG);
+    if (!strstr(permd_last_error(c), "mixture_memory"))
+        fail_msg("error: %s", permd_last_error(c));
+    assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, weights1, 1, 0, 0, NULL, NULL), 0); /* as stored */
+    assert_int_equal(permd_put_mixture(c, "big", comp_ab, 2, starts, weights, 300, 0, 0, NULL, NULL), 0); /* fits */
+    permd_mixture *off = offline(starts1, weights1, 1);
+    check_fetch(c, "m", off, 0, 2, 1, PERMD_MODE_PAD);
+    permd_mixture_free(off);
+    permd_close(c);
+    assert_int_equal(harness_finish(&h), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_definitions_are_bounded),
         cmocka_unit_test(test_serve_like_offline),
         cmocka_unit_test(test_stages_and_persistence),
         cmocka_unit_test(test_refusals),
