@@ -47,6 +47,9 @@ struct pd_registry {
     _Atomic uint64_t checkpoint_failures; /* commits left in the WAL by a failed checkpoint */
     pd_mixdef **mixes;          /* sorted by name (the table holds one reference each) */
     size_t nmix, capmix;
+    char pending[4200];         /* registry.db-pending: the last commit a failed checkpoint left in the WAL alone */
+    int has_pending;            /* that file exists */
+    int opened;                 /* loaded whole: a close may checkpoint (a damaged registry is left as found) */
 };
 
 /* Bytes a layout of S shards holds in memory. */
@@ -721,18 +724,57 @@ static int pd_registry_checkpoint(pd_registry *r)
  * a restart reads it back), so a checkpoint that fails (a full disk, a reader holding the WAL) must not turn
  * it into a reported failure: the client would be told "not stored" of a dataset that appears after the next
  * restart. It is logged and counted instead, and the next commit's checkpoint, or startup's, retries. */
-static void pd_registry_after_commit(pd_registry *r, const char *key, const char *name)
+/* registry.db-pending names the last commit that lives in the WAL alone: a WAL lost or damaged before a checkpoint
+ * folds it in would lose commits acknowledged as durable, and SQLite, which reads a WAL up to its first bad frame,
+ * would start without them and say nothing. Startup checks that commit (pd_pending_check); the file goes once a
+ * checkpoint succeeds. One line: "put|delete dataset|mixture <definition, hex> <name>". */
+static void pd_pending_write(pd_registry *r, const char *op, const char *kind, uint64_t definition, const char *name)
+{
+    char line[PD_NAME_MAX + 64];
+    int n = snprintf(line, sizeof line, "%s %s %016llx %s\n", op, kind, (unsigned long long)definition, name);
+    int fd = open(r->pending, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || write(fd, line, (size_t)n) != n || fsync(fd)) {
+        pd_log_warn("registry_checkpoint", "path=%s msg=\"cannot record the commit left in the WAL: %s\"", r->pending,
+                    strerror(errno));
+    } else if (!r->has_pending) { /* the file's name, durable too */
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s", r->pending);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        r->has_pending = 1;
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+static void pd_pending_clear(pd_registry *r)
+{
+    if (r->has_pending && (unlink(r->pending) == 0 || errno == ENOENT))
+        r->has_pending = 0;
+}
+
+static void pd_registry_after_commit(pd_registry *r, const char *op, const char *kind, uint64_t definition,
+                                     const char *name)
 {
     int code = pd_registry_checkpoint(r);
-    if (code == SQLITE_OK)
+    if (code == SQLITE_OK) {
+        pd_pending_clear(r);
         return;
+    }
     char why[256];
     pd_registry_why(r->db, code, why, sizeof why);
     atomic_fetch_add(&r->checkpoint_failures, 1);
+    pd_pending_write(r, op, kind, definition, name);
     pd_log_warn("registry_checkpoint",
                 "%s=%s msg=\"committed and durable in registry.db-wal, but not folded into registry.db: %s; the "
                 "next commit or startup retries\"",
-                key, name, why);
+                !strcmp(kind, "dataset") ? "name" : "mixture", name, why);
 }
 
 /* A failed commit: SQLite rolled the statement's transaction back (nothing is stored); err gets the cause.
@@ -788,7 +830,7 @@ static const char *pd_registry_advice(int rc)
  * while the damaged files are kept for inspection; moved gets the new name. Under the registry's lock. */
 static int pd_registry_move_aside(const char *state_dir, char *moved, size_t len)
 {
-    static const char *const suffix[] = {"", "-wal", "-shm"};
+    static const char *const suffix[] = {"", "-wal", "-shm", "-pending"};
     char from[4200], to[4300];
     long long now = (long long)pd_clock_unix_ms();
     pd_errf(moved, len, "%s/registry.db.damaged-%lld", state_dir, now);
@@ -864,6 +906,40 @@ static void pd_registry_close_db(pd_registry *r)
     r->skipped = 0;
 }
 
+/* Whether the commit registry.db-pending names (if any) is in the loaded tables: PD_ECORRUPT if not. Before the
+ * startup checkpoint, which would fold a damaged WAL's readable part in and drop the evidence. */
+static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(r->pending, "re");
+    if (!f)
+        return 0; /* none: every commit reached registry.db */
+    r->has_pending = 1;
+    char op[16], kind[16], name[PD_NAME_MAX + 2];
+    unsigned long long definition;
+    const int parsed = fscanf(f, "%15s %15s %llx %129s", op, kind, &definition, name) == 4;
+    fclose(f);
+    if (!parsed || pd_name_check(name)) { /* torn by a crash while it was written: the commit cannot be checked */
+        pd_log_warn("registry", "path=%s msg=\"unreadable; the commit it named cannot be checked\"", r->pending);
+        return 0;
+    }
+    int found, present;
+    if (!strcmp(kind, "mixture")) {
+        size_t at = pd_mix_find(r, name, &found);
+        present = found && r->mixes[at]->definition == definition;
+    } else {
+        pd_table_find(r, name, &found);
+        present = found;
+    }
+    if (present == !strcmp(op, "put"))
+        return 0;
+    pd_errf(err, errlen,
+            "%s: the last commit acknowledged as durable (%s of %s '%s') is not in the registry: it was in the "
+            "write-ahead log alone (a checkpoint had failed, %s), and registry.db-wal was lost or damaged since; "
+            "restore the state directory from a backup",
+            path, op, kind, name, r->pending);
+    return PD_ECORRUPT;
+}
+
 /* Open and load registry.db under state_dir (locked by the caller). */
 static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err, size_t errlen)
 {
@@ -875,6 +951,7 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
         return PD_EIO;
     }
     snprintf(wal, sizeof wal, "%s-wal", path);
+    snprintf(r->pending, sizeof r->pending, "%s-pending", path);
     /* A registry that exists must be read whole, or permd would start with fewer datasets than it
      * acknowledged and say nothing. SQLite takes a 0-byte file for a new database, and a main file
      * whose WAL is left without it for an empty one: both are refused here. */
@@ -938,9 +1015,12 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
                            &r->put_mix, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(r->db, "DELETE FROM mixtures WHERE name = ?1", -1, &r->del_mix, NULL) != SQLITE_OK)
         goto fail_db;
-    if ((rc = pd_registry_load(r, err, errlen)) || (rc = pd_registry_load_mixtures(r, err, errlen)))
+    if ((rc = pd_registry_load(r, err, errlen)) || (rc = pd_registry_load_mixtures(r, err, errlen)) ||
+        (rc = pd_pending_check(r, path, err, errlen)))
         return rc;
     int code = pd_registry_checkpoint(r);
+    if (code == SQLITE_OK)
+        pd_pending_clear(r);
     if (code != SQLITE_OK) {
         pd_registry_why(r->db, code, why, sizeof why);
         pd_errf(err, errlen, "%s: cannot fold the write-ahead log into the main file: %s", path, why);
@@ -990,6 +1070,7 @@ static int pd_registry_open_any(const char *state_dir, int fresh, pd_registry **
     }
     if (rc)
         goto fail;
+    r->opened = 1;
     *out = r;
     return 0;
 fail:
@@ -1058,6 +1139,8 @@ void pd_registry_close(pd_registry *r)
 {
     if (!r)
         return;
+    if (r->opened && r->db && pd_registry_checkpoint(r) == SQLITE_OK) /* what SQLite's close would do, and then */
+        pd_pending_clear(r);
     pd_registry_close_db(r);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->write_lock);
@@ -1239,7 +1322,7 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
     free(blob);
     if (rc)
         goto done;
-    pd_registry_after_commit(r, "name", name);
+    pd_registry_after_commit(r, "put", "dataset", 0, name);
     pthread_mutex_lock(&r->lock);
     at = pd_table_find(r, name, &found);
     if (store_config) {
@@ -1304,7 +1387,7 @@ int pd_registry_delete(pd_registry *r, const char *name, char *err, size_t errle
     sqlite3_reset(r->del);
     if (rc)
         goto done;
-    pd_registry_after_commit(r, "name", name);
+    pd_registry_after_commit(r, "delete", "dataset", 0, name);
     if (!found) {
         if (changed)
             pd_log_info("registry_repair", "name=%s msg=\"a row that failed to load was deleted\"", name);
@@ -1442,7 +1525,7 @@ int pd_registry_put_mixture(pd_registry *r, pd_mixdef *def, pd_mixdef **stored, 
     free(blob);
     if (rc)
         goto done;
-    pd_registry_after_commit(r, "mixture", def->name);
+    pd_registry_after_commit(r, "put", "mixture", def->definition, def->name);
     pthread_mutex_lock(&r->lock);
     at = pd_mix_find(r, def->name, &found);
     rc = pd_mix_insert(r, at, pd_mixdef_ref(def), found);
@@ -1506,7 +1589,7 @@ int pd_registry_delete_mixture(pd_registry *r, const char *name, char *err, size
     sqlite3_reset(r->del_mix);
     if (rc)
         goto done;
-    pd_registry_after_commit(r, "mixture", name);
+    pd_registry_after_commit(r, "delete", "mixture", 0, name);
     if (!found) {
         rc = changed ? 0 : PD_ENOTFOUND;
         goto done;

@@ -591,6 +591,44 @@ static void test_full_disk(void **state)
     pd_registry_close(r);
 }
 
+/* A commit whose checkpoint failed lives in the WAL alone (registry.db-pending names it). If that WAL is then lost
+ * or damaged, startup refuses the registry instead of starting without acknowledged commits and saying nothing;
+ * with it intact, startup folds it in and the file goes. */
+static void test_lost_wal_is_noticed(void **state)
+{
+    (void)state;
+    char wal[128], pending[128], err[512] = "";
+    snprintf(wal, sizeof wal, "%s/registry.db-wal", dir);
+    snprintf(pending, sizeof pending, "%s/registry.db-pending", dir);
+    full_vfs_install();
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    int created;
+    put_flat(r, "before", 3);
+    assert_int_equal(access(pending, F_OK), -1); /* checkpointed: nothing pending */
+    full_main = 1;
+    assert_int_equal(pd_registry_delete(r, "before", err, sizeof err), 0); /* a delete left in the WAL: then intact */
+    assert_int_equal(access(pending, F_OK), 0);
+    pd_registry_close(r); /* its checkpoint fails too (full), and SQLite's own */
+    full_main = 0;
+    r = open_reg();
+    assert_int_equal(pd_registry_get(r, "before", &d), PD_ENOTFOUND);
+    assert_int_equal(access(pending, F_OK), -1); /* folded in at startup */
+    full_main = 1;
+    assert_int_equal(pd_registry_put(r, "acked", 7, &d, &created, err, sizeof err), 0);
+    assert_int_equal(access(pending, F_OK), 0);
+    pd_registry_close(r);
+    full_vfs_remove();
+    assert_int_equal(unlink(wal), 0); /* lost (a damaged one reads the same: SQLite stops at its first bad frame) */
+    assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_ECORRUPT);
+    if (!strstr(err, "put of dataset 'acked'"))
+        fail_msg("error: %s", err);
+    assert_int_equal(access(pending, F_OK), 0); /* refused: left as found */
+    assert_int_equal(pd_registry_open_fresh(dir, &r, err, sizeof err), 0); /* moved aside with the rest */
+    assert_int_equal(access(pending, F_OK), -1);
+    pd_registry_close(r);
+}
+
 /* A row whose name no request can carry is skipped, logged, and does not stand in for another: a BLOB
  * 'ds1\0evil' loaded as "ds1" (a second ds1, the table out of order, `rm ds1` unable to remove it). */
 static void test_unservable_names(void **state)
@@ -769,6 +807,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_state_dir_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_damaged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown_full),
+        cmocka_unit_test_setup_teardown(test_lost_wal_is_noticed, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_unservable_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stored_types, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_accounting, setup, teardown),
