@@ -50,13 +50,19 @@ static void check_fetch(permd_client *c, const char *name, permd_mixture *off, u
     }
 }
 
-static void setup_datasets(harness *h, permd_client **c)
+/* A permd (with extra flags, or NULL) and a client, with datasets a (1000) and b (250). */
+static void setup_datasets_with(harness *h, permd_client **c, const char *const *extra)
 {
     harness_init(h);
-    assert_int_equal(harness_start(h, 0, NULL, NULL), 0);
+    assert_int_equal(harness_start(h, 0, extra, NULL), 0);
     assert_int_equal(permd_connect_unix(h->sock, c), 0);
     assert_int_equal(permd_put_dataset(*c, "a", 1000, NULL, NULL), 0);
     assert_int_equal(permd_put_dataset(*c, "b", 250, NULL, NULL), 0);
+}
+
+static void setup_datasets(harness *h, permd_client **c)
+{
+    setup_datasets_with(h, c, NULL);
 }
 
 static void test_serve_like_offline(void **state)
@@ -545,13 +551,9 @@ static void test_definitions_are_bounded(void **state)
 {
     (void)state;
     harness h;
-    harness_init(&h);
-    const char *extra[] = {"--mixture-memory", "8192", NULL};
-    assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
     permd_client *c;
-    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
-    assert_int_equal(permd_put_dataset(c, "a", 1000, NULL, NULL), 0);
-    assert_int_equal(permd_put_dataset(c, "b", 250, NULL, NULL), 0);
+    const char *extra[] = {"--mixture-memory", "8192", NULL};
+    setup_datasets_with(&h, &c, extra);
     assert_int_equal(permd_put_mixture(c, "m", comp_ab, 2, starts1, weights1, 1, 0, 0, NULL, NULL), 0);
     enum { S = 600 }; /* 208 + 2·176 + 600·16 bytes: past 8192 with "m" */
     uint64_t starts[S];

@@ -288,6 +288,16 @@ static void idle_upload_expires(void **state)
 }
 
 /* Raw PutDataset parts that break the upload rules each get a typed error. */
+/* Send a sharded upload's part and read its DatasetReply (the caller frees it). */
+static pd_envelope *send_part(int fd, const pd_envelope *env)
+{
+    pd_envelope *rep;
+    assert_int_equal(raw_send_env(fd, env), 0);
+    assert_int_equal(raw_recv_env(fd, 2000, &rep), 0);
+    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    return rep;
+}
+
 static void bad_uploads(void **state)
 {
     (void)state;
@@ -372,10 +382,7 @@ static void bad_uploads(void **state)
     m.shards_total = 6;
     m.shards_first = 0;
     m.window = 4;
-    assert_int_equal(raw_send_env(fd, &env), 0);
-    assert_int_equal(raw_recv_env(fd, 2000, &rep), 0);
-    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
-    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    protobuf_c_message_free_unpacked(&send_part(fd, &env)->base, NULL);
     m.shards_first = 3;
     m.window = 5;
     assert_int_equal(raw_send_env(fd, &env), 0);
@@ -385,16 +392,12 @@ static void bad_uploads(void **state)
     raw_expect_error(fd, PERMD__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT);
     m.shards_first = 0;
     m.window = 0;
-    assert_int_equal(raw_send_env(fd, &env), 0);
-    assert_int_equal(raw_recv_env(fd, 2000, &rep), 0);
-    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    protobuf_c_message_free_unpacked(&send_part(fd, &env)->base, NULL);
     m.shards_first = 3;
     m.window = 5;
     m.lanes = 3;
     m.size = 12;
-    assert_int_equal(raw_send_env(fd, &env), 0);
-    assert_int_equal(raw_recv_env(fd, 2000, &rep), 0);
-    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY);
+    rep = send_part(fd, &env);
     assert_non_null(rep->dataset_reply->dataset);
     assert_int_equal(rep->dataset_reply->dataset->size, 12);
     assert_int_equal(rep->dataset_reply->dataset->window, 5);
