@@ -720,10 +720,6 @@ static int pd_registry_checkpoint(pd_registry *r)
     return sqlite3_wal_checkpoint_v2(r->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 }
 
-/* After a commit that succeeded. The commit is durable already (synchronous=FULL fsynced it into the WAL, and
- * a restart reads it back), so a checkpoint that fails (a full disk, a reader holding the WAL) must not turn
- * it into a reported failure: the client would be told "not stored" of a dataset that appears after the next
- * restart. It is logged and counted instead, and the next commit's checkpoint, or startup's, retries. */
 /* registry.db-pending names the last commit that lives in the WAL alone: a WAL lost or damaged before a checkpoint
  * folds it in would lose commits acknowledged as durable, and SQLite, which reads a WAL up to its first bad frame,
  * would start without them and say nothing. Startup checks that commit (pd_pending_check); the file goes once a
@@ -759,6 +755,10 @@ static void pd_pending_clear(pd_registry *r)
         r->has_pending = 0;
 }
 
+/* After a commit that succeeded. The commit is durable already (synchronous=FULL fsynced it into the WAL, and
+ * a restart reads it back), so a checkpoint that fails (a full disk, a reader holding the WAL) must not turn
+ * it into a reported failure: the client would be told "not stored" of a dataset that appears after the next
+ * restart. It is logged and counted instead, and the next commit's checkpoint, or startup's, retries. */
 static void pd_registry_after_commit(pd_registry *r, const char *op, const char *kind, uint64_t definition,
                                      const char *name)
 {
