@@ -120,7 +120,7 @@ size_t pd_config_diff(const pd_config *a, const pd_config *b, const char **keys,
 /* Flag help generated from the table. */
 void pd_config_write_usage(FILE *f);
 
-/* fn(ctx, key, value) for each numeric key (limits, budgets, timeouts, counts), in the table's order: /metrics
+/* fn(ctx, key, value) for each numeric key (limits, budgets, timeouts, counts) as set, in the table's order: /metrics
  * shows each limit beside the gauge it bounds. */
 void pd_config_each_number(const pd_config *c, void (*fn)(void *ctx, const char *key, uint64_t value), void *ctx);
 

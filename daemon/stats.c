@@ -219,7 +219,8 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "WAL): durable in registry.db-wal, folded in by a later commit or startup.",
                 v->registry_checkpoint_failures);
     pd_text_family(&t, "permd_config", "gauge",
-                   "The numeric config keys in effect (config/permd.yaml): each limit beside the gauges it bounds.");
+                   "The numeric config keys as set (config/permd.yaml; 0 where the key says so means one per CPU, "
+                   "off or no limit): each limit beside the gauges it bounds.");
     for (size_t i = 0; i < v->nconfig; i++)
         pd_text_add(&t, "permd_config{key=\"%s\"} %llu\n", v->config[i].key, (unsigned long long)v->config[i].value);
     if (t.failed) {
