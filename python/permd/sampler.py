@@ -262,8 +262,9 @@ class Sampler(_Base):
         if roll and named != loaded[0] and loaded[3] and self._length > 0:
             # The state is at its epoch's end (on the world that saved it: a state mid-epoch there whose offset
             # rounds up to this world's end leaves this world's pass of its epoch empty, not done) and nothing
-            # named that epoch: what comes next is the next epoch's start. Lightning begins the pass (iter(loader), whose workers take ids at once) before it calls
-            # set_epoch(epoch + 1); an empty pass there would cost that whole epoch.
+            # named that epoch: what comes next is the next epoch's start. Lightning begins the pass (iter(loader),
+            # whose workers take ids at once) before it calls set_epoch(epoch + 1); an empty pass there would cost
+            # that whole epoch.
             following = (loaded[0] + 1) % (1 << 64)
             if self._epoch_exists(following):
                 return following, 0, 0
