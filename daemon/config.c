@@ -160,9 +160,14 @@ static const pd_opt pd_opts[] = {
     PD_OPT(output_cap, PD_OPT_U64, "4194304", 65536, UINT64_C(1) << 34,
            "Bytes queued for one connection before permd stops reading its requests and\n"
            "pauses its streams (a client that stops reading costs at most this, plus one\n"
-           "reply, plus up to 4 batches per stream generated ahead of the one it waits for)."),
+           "reply, plus up to stream_ahead batches per stream generated ahead of the one\n"
+           "it waits for)."),
     PD_OPT(max_streams, PD_OPT_U64, "16", 1, 4096, "Concurrent streams per connection."),
     PD_OPT(max_credits, PD_OPT_U64, "64", 1, 65536, "Most outstanding credits (batches) per stream."),
+    PD_OPT(stream_ahead, PD_OPT_U64, "4", 1, 64,
+           "Batches one stream may have generated and not yet sent, ahead of the one its\n"
+           "client waits for: more hide a slow batch behind the others, each costs a\n"
+           "batch's memory (its ids) while its client is not reading."),
     PD_OPT(stream_ring_max, PD_OPT_U64, "67108864", 0, UINT64_C(1) << 32,
            "Largest shared-memory ring (credits x batch x id width, in bytes) one stream\n"
            "may have. Clients on the Unix socket ask for one (libpermd does): permd\n"

@@ -55,6 +55,7 @@ typedef struct pd_config {
     uint64_t output_cap;
     uint64_t max_streams;
     uint64_t max_credits;
+    uint64_t stream_ahead;
     uint64_t stream_ring_max; /* bytes; 0 = no shared-memory rings */
     uint64_t stream_ring_total; /* bytes of rings alive at once, all connections */
     uint64_t inline_ids;

@@ -378,12 +378,13 @@ static int pd_stream_wake(pd_stream *st)
 
 /* Whether st may schedule a batch now: credit and ids left, and room under the bounds. Batches not sent
  * yet, running or done out of order and waiting for an earlier one (those no longer count toward the
- * cap): at most PD_STREAM_MAX_INFLIGHT, and on a ring fewer than its slots, so that two never share one. */
+ * cap): at most stream_ahead, and on a ring fewer than its slots, so that two never share one. */
 static int pd_stream_can_produce(const pd_stream *st)
 {
     const pd_conn *c = st->s->conn;
-    return !st->ended && st->credits && st->unscheduled && st->next_seq - st->send_seq < PD_STREAM_MAX_INFLIGHT &&
-           (!st->ring.base || st->next_seq - st->send_seq < st->slots) && pd_conn_open(c) && !pd_conn_congested(c);
+    const uint64_t ahead = st->next_seq - st->send_seq;
+    return !st->ended && st->credits && st->unscheduled && ahead < st->s->svc->cfg->stream_ahead &&
+           (!st->ring.base || ahead < st->slots) && pd_conn_open(c) && !pd_conn_congested(c);
 }
 
 /* Produce up to `most` batches, as far as credits, the in-flight bound and the output cap allow (st may

@@ -7,7 +7,6 @@
 #include "daemon/service.h"
 #include "proto/frame.h"
 
-#define PD_STREAM_MAX_INFLIGHT 4 /* batches generated ahead, per stream */
 /* Larger batches always go to the pool, whatever inline_ids allows: the
  * pool splits them over threads, and the loop thread generating one alone
  * (about 250 µs for 65536 ids) held up the stream by up to 15% (measured). */

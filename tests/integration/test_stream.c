@@ -320,12 +320,12 @@ static void test_cap_filled_inline_resumes(void **state)
 
 /* Batches that finish out of order wait for the earlier ones, no longer counted as a job's output: they
  * must stay few. One batch job is held (a GPU library whose first request stalls, then fails over to the
- * CPU) while the client, with 64 credits, reads nothing: at most PD_STREAM_MAX_INFLIGHT (4) batches are
- * in flight, so at most 3 are generated ahead of the held one (before, all 63 were, and more with each
- * Credit), and every batch then arrives in order. The first four jobs start together and any of them may
- * take the GPU first (the likely cause of 4 batches counted where 3 were allowed, on a 16-core host and
- * under ctest -j): the batches before the held one are sent, so the bound counts from it, as many batches
- * as arrive before it. */
+ * CPU) while the client, with 64 credits, reads nothing: at most stream_ahead (2 here; 4 by default) batches
+ * are in flight, so at most 1 is generated ahead of the held one (before, all 63 were, and more with each
+ * Credit), and every batch then arrives in order. The first jobs start together and any of them may take
+ * the GPU first (the likely cause of 4 batches counted where 3 were allowed, on a 16-core host and under
+ * ctest -j): the batches before the held one are sent, so the bound counts from it, as many batches as
+ * arrive before it. */
 #define BIG_BATCH 65536
 
 /* env is batch seq of count ids, id i the sample at seq·count + i of order p (checked every stride-th);
@@ -357,12 +357,12 @@ static void expect_big_batch(int fd, const pd_perm *p, uint64_t seq, int timeout
 static void test_out_of_order_batches_bounded(void **state)
 {
     (void)state;
-    enum { BATCH = BIG_BATCH, CREDITS = 64 };
+    enum { BATCH = BIG_BATCH, CREDITS = 64, AHEAD = 2 };
     const uint64_t n = UINT64_C(1) << 24;
     setenv("PERMD_FAKE_GPU_STALL_MS", "3000", 1);
     harness own;
     harness_init(&own);
-    const char *extra[] = {"--gpu-library", PERMD_FAKE_GPU, "--gpu-min-ids", "65536", NULL};
+    const char *extra[] = {"--gpu-library", PERMD_FAKE_GPU, "--gpu-min-ids", "65536", "--stream-ahead", "2", NULL};
     assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
     unsetenv("PERMD_FAKE_GPU_STALL_MS");
     assert_int_equal(harness_put(&own, "big", n), 0);
@@ -382,14 +382,14 @@ static void test_out_of_order_batches_bounded(void **state)
     pd_perm p;
     pd_perm_init(&p, 3, 1, PD_STREAM_SAMPLES, n);
     uint64_t seq = 0; /* the batches before the held one: sent, read now */
-    for (int none = 0; seq < 4; seq++) {
+    for (int none = 0; seq < AHEAD; seq++) {
         expect_big_batch(fd, &p, seq, 200, &none);
         if (none)
             break;
     }
-    if (st.cpu_ids_total > (seq + 3) * BATCH)
-        fail_msg("%llu ids generated while batch %llu is held: more than 3 batches ahead of it",
-                 (unsigned long long)st.cpu_ids_total, (unsigned long long)seq);
+    if (st.cpu_ids_total > (seq + AHEAD - 1) * BATCH)
+        fail_msg("%llu ids generated while batch %llu is held: more than %d batches ahead of it",
+                 (unsigned long long)st.cpu_ids_total, (unsigned long long)seq, AHEAD - 1);
     for (; seq < CREDITS; seq++)
         expect_big_batch(fd, &p, seq, 10000, NULL);
     close(fd);
