@@ -332,6 +332,22 @@ int raw_send_upload_part(int fd, const char *name, uint64_t total, uint64_t firs
     return rc;
 }
 
+int raw_send_stream(int fd, uint64_t id, Permd__V1__Slice *sl, uint64_t batch, uint32_t credits, uint64_t max_count,
+                    int locations)
+{
+    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
+    m.slice = sl;
+    m.batch = batch;
+    m.credits = credits;
+    m.max_count = max_count;
+    m.locations = locations != 0;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &m;
+    return raw_send_env(fd, &env);
+}
+
 int raw_send_env(int fd, const pd_envelope *env)
 {
     uint8_t *buf = malloc(pd_frame_size(env));

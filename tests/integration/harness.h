@@ -65,6 +65,10 @@ int raw_send(int fd, const void *buf, size_t len);
 int raw_send_env(int fd, const pd_envelope *env);
 /* A sharded PutDataset part of `name` (request id 5): shards [first, first + n) of total, all of size 1. */
 int raw_send_upload_part(int fd, const char *name, uint64_t total, uint64_t first, size_t n);
+/* A Stream request (id) of the slice sl: batches of `batch`, `credits`, at most max_count ids (0: the slice),
+ * locations for a sharded dataset's (shard, offset) pairs. */
+int raw_send_stream(int fd, uint64_t id, Permd__V1__Slice *sl, uint64_t batch, uint32_t credits, uint64_t max_count,
+                    int locations);
 /* Read one frame (waiting at most timeout_ms) and unpack it: 0, 1 on EOF,
  * -1 on error or timeout. Free *env with protobuf_c_message_free_unpacked. */
 int raw_recv_env(int fd, int timeout_ms, pd_envelope **env);

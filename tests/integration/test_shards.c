@@ -221,16 +221,7 @@ static void locations_past_a_frame(void **state)
     slice.dataset = "big";
     slice.world = 1;
     slice.mode = PERMD__V1__MODE__MODE_EXACT;
-    Permd__V1__Stream st = PERMD__V1__STREAM__INIT;
-    st.slice = &slice;
-    st.batch = n;
-    st.credits = 1;
-    st.locations = 1;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = 7;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &st;
-    assert_int_equal(raw_send_env(fd, &env), 0);
+    assert_int_equal(raw_send_stream(fd, 7, &slice, n, 1, 0, 1), 0);
     raw_expect_error(fd, PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
     close(fd);
     free(shards);

@@ -36,16 +36,7 @@ static int teardown(void **state)
 static void send_stream_slice(int fd, uint64_t id, Permd__V1__Slice *sl, uint64_t batch, uint32_t credits,
                               uint64_t max_count)
 {
-    Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
-    m.slice = sl;
-    m.batch = batch;
-    m.credits = credits;
-    m.max_count = max_count;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = id;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &m;
-    assert_int_equal(raw_send_env(fd, &env), 0);
+    assert_int_equal(raw_send_stream(fd, id, sl, batch, credits, max_count, 0), 0);
 }
 
 static void send_stream(int fd, uint64_t id, uint64_t batch, uint32_t credits, uint64_t max_count, uint64_t offset)
