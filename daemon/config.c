@@ -68,6 +68,9 @@ static const pd_opt pd_opts[] = {
            "cannot keep a health probe out."),
     PD_OPT(metrics_timeout_ms, PD_OPT_U64, "5000", 100, 3600000,
            "How long a scraper may take to send its request (and read the answer)."),
+    PD_OPT(metrics_max_head, PD_OPT_U64, "8192", 256, 1048576,
+           "Bytes of a scraper's request line and headers; a longer head is answered 431.\n"
+           "Each scraper connected holds a buffer this big."),
     PD_OPT(metrics_cache_ms, PD_OPT_U64, "1000", 0, 3600000,
            "How long a rendered /metrics body is served again before permd renders a\n"
            "new one. A render takes ~90 us of the event loop that accepts connections;\n"
@@ -113,6 +116,13 @@ static const pd_opt pd_opts[] = {
            "How long a frame may take to arrive, from its first byte (while permd reads\n"
            "from the connection): a client that stops mid-frame holds its buffer no\n"
            "longer, and is answered BAD_FRAME and closed."),
+    PD_OPT(error_linger_ms, PD_OPT_U64, "2000", 0, 60000,
+           "After an error that closes a connection (TOO_LARGE, BAD_FRAME, a refusal at\n"
+           "accept), how long permd keeps reading and discarding what the peer still\n"
+           "sends, waiting for it to close: closing at once would make a TCP peer that\n"
+           "is still writing lose the error to a reset. Each such connection holds a\n"
+           "descriptor (not a connection place) meanwhile. 0: close once the error is\n"
+           "written."),
     PD_OPT(max_count, PD_OPT_U64, "1048576", 1, UINT64_C(1) << 27,
            "Most ids in one Fetch reply, one Stream batch or one Inverse request."),
     PD_OPT(max_digest, PD_OPT_U64, "1073741824", 1, UINT64_C(1) << 63,
@@ -168,6 +178,11 @@ static const pd_opt pd_opts[] = {
            "Batches one stream may have generated and not yet sent, ahead of the one its\n"
            "client waits for: more hide a slow batch behind the others, each costs a\n"
            "batch's memory (its ids) while its client is not reading."),
+    PD_OPT(readahead_bytes, PD_OPT_U64, "32768", 0, UINT64_C(1) << 24,
+           "Largest Fetch reply (count x id width, in bytes) generated ahead for a\n"
+           "client that reads its slice in order, while the loop is idle; each such\n"
+           "connection holds one buffer this big (permd_readahead_bytes). Larger\n"
+           "Fetches go to the worker pool anyway. 0: no readahead."),
     PD_OPT(stream_ring_max, PD_OPT_U64, "67108864", 0, UINT64_C(1) << 32,
            "Largest shared-memory ring (credits x batch x id width, in bytes) one stream\n"
            "may have. Clients on the Unix socket ask for one (libpermd does): permd\n"

@@ -28,6 +28,7 @@ typedef struct pd_config {
     char *metrics;       /* HOST:PORT of the Prometheus endpoint; "" = off */
     uint64_t metrics_connections;
     uint64_t metrics_timeout_ms;
+    uint64_t metrics_max_head; /* bytes of a scraper's request head */
     uint64_t metrics_cache_ms; /* a /metrics body is served again this long; 0 = rendered each scrape */
     char *state_dir;     /* "" = $STATE_DIRECTORY, $XDG_STATE_HOME/permd or ~/.local/state/permd */
     uint64_t fresh_registry; /* 1: move a damaged registry aside and start afresh */
@@ -41,6 +42,7 @@ typedef struct pd_config {
     uint64_t hello_timeout_ms;
     uint64_t max_preauth_frame;
     uint64_t frame_timeout_ms;
+    uint64_t error_linger_ms; /* after a closing error: how long to discard input, waiting for the peer's EOF */
     uint64_t max_count;
     uint64_t max_digest;
     uint64_t max_shards;
@@ -56,6 +58,7 @@ typedef struct pd_config {
     uint64_t max_streams;
     uint64_t max_credits;
     uint64_t stream_ahead;
+    uint64_t readahead_bytes; /* largest Fetch reply generated ahead; 0 = off */
     uint64_t stream_ring_max; /* bytes; 0 = no shared-memory rings */
     uint64_t stream_ring_total; /* bytes of rings alive at once, all connections */
     uint64_t inline_ids;

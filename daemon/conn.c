@@ -19,7 +19,6 @@
 #define PD_READ_BASE (16u << 10)    /* per-connection input buffer while frames are small */
 #define PD_OUT_MIN (16u << 10)      /* first output buffer */
 #define PD_OUT_KEEP (256u << 10)    /* larger output buffers are freed once written */
-#define PD_LINGER_MS 2000u          /* wait this long for the peer's EOF after an error */
 
 struct pd_conns {
     uv_loop_t *loop;
@@ -817,7 +816,7 @@ static void pd_conn_finish_drain(pd_conn *c)
     if (!c->draining || c->closing || c->shut || c->busy || c->out_len ||
         (!c->sink && c->h.stream.write_queue_size))
         return;
-    if (c->eof || c->sink) {
+    if (c->eof || c->sink || !c->set->lim.linger_ms) {
         pd_conn_close(c);
         return;
     }
@@ -826,7 +825,7 @@ static void pd_conn_finish_drain(pd_conn *c)
         pd_conn_close(c);
         return;
     }
-    c->linger_until = pd_clock_ms() + PD_LINGER_MS;
+    c->linger_until = pd_clock_ms() + c->set->lim.linger_ms;
     pd_frame_reader_discard(&c->in);
     pd_conn_update_reading(c);
 }

@@ -58,6 +58,8 @@ typedef struct pd_conn_limits {
     uint64_t output_cap;       /* unread output beyond this pauses reading and producing */
     uint32_t max_frame;        /* the largest frame read */
     uint64_t frame_timeout_ms; /* a frame must arrive whole within this of its first byte; 0: no limit */
+    uint64_t linger_ms;        /* after a closing error: input discarded this long, waiting for the peer's EOF;
+                                  0: closed once the error is written */
 } pd_conn_limits;
 
 /* A set on loop; counters go to stats and metrics (the loop's, owned by the caller). idle(ctx) is

@@ -36,12 +36,12 @@ static size_t pd_http_token(const char *p, const char *end)
     return n;
 }
 
-int pd_http_parse(const char *buf, size_t len, pd_http_request *req)
+int pd_http_parse(const char *buf, size_t len, size_t max_head, pd_http_request *req)
 {
     memset(req, 0, sizeof *req);
-    size_t head = pd_http_head_end(buf, len < PD_HTTP_MAX_HEAD ? len : PD_HTTP_MAX_HEAD);
+    size_t head = pd_http_head_end(buf, len < max_head ? len : max_head);
     if (!head)
-        return len >= PD_HTTP_MAX_HEAD ? PD_ETOOBIG : 0;
+        return len >= max_head ? PD_ETOOBIG : 0;
     const char *p = buf, *end = memchr(buf, '\n', head);
     if (end > p && end[-1] == '\r')
         end--;
@@ -186,7 +186,7 @@ struct pd_http_conn {
     size_t resp_len;
     size_t len; /* bytes of the request in buf */
     int closing;
-    char buf[PD_HTTP_MAX_HEAD];
+    char buf[]; /* max_head bytes */
 };
 
 static void pd_http_release(pd_http *h)
@@ -296,10 +296,10 @@ static void pd_http_on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *bu
     pd_http_conn *c = handle->data;
     (void)suggested;
     if (c->resp) { /* the response is out: reuse the whole buffer for discarded input */
-        *buf = uv_buf_init(c->buf, sizeof c->buf);
+        *buf = uv_buf_init(c->buf, (unsigned)c->http->lim.max_head);
         return;
     }
-    *buf = uv_buf_init(c->buf + c->len, (unsigned)(sizeof c->buf - c->len));
+    *buf = uv_buf_init(c->buf + c->len, (unsigned)(c->http->lim.max_head - c->len));
 }
 
 static void pd_http_on_discard(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -321,7 +321,7 @@ static void pd_http_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->len += (size_t)nread;
-    int rc = pd_http_parse(c->buf, c->len, &req);
+    int rc = pd_http_parse(c->buf, c->len, c->http->lim.max_head, &req);
     if (rc == 0)
         return;
     uv_read_stop(st);
@@ -340,7 +340,7 @@ static void pd_http_on_connection(uv_stream_t *listener, int status)
     pd_http *h = listener->data;
     if (status < 0 || h->closing)
         return;
-    pd_http_conn *c = calloc(1, sizeof *c);
+    pd_http_conn *c = calloc(1, sizeof *c + h->lim.max_head);
     if (!c)
         return;
     c->http = h;
@@ -406,6 +406,8 @@ int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd
                    const pd_http_limits *lim, pd_http **out)
 {
     struct sockaddr_storage sa;
+    if (lim->max_head < 64 || lim->max_head > UINT32_MAX) /* the shortest request is 18 bytes */
+        return PD_EINVAL;
     int rc = pd_listen_sockaddr(hostport, "http", &sa);
     if (rc)
         return rc;

@@ -7,8 +7,6 @@
 
 #include <uv.h>
 
-#define PD_HTTP_MAX_HEAD 8192 /* request line and headers; more gets 431 */
-
 typedef struct pd_http_request {
     char method[8];  /* "GET" */
     char path[256];  /* "/metrics", query string removed */
@@ -17,8 +15,9 @@ typedef struct pd_http_request {
 
 /* Parse the head of a request from the bytes received so far: 1 when it is
  * complete (req filled), 0 when more bytes are needed, PD_EPROTO when it is
- * not an HTTP/1.x request, PD_ETOOBIG when the head exceeds PD_HTTP_MAX_HEAD. */
-int pd_http_parse(const char *buf, size_t len, pd_http_request *req);
+ * not an HTTP/1.x request, PD_ETOOBIG when the head (request line and headers)
+ * does not end within max_head bytes (metrics_max_head; answered 431). */
+int pd_http_parse(const char *buf, size_t len, size_t max_head, pd_http_request *req);
 
 /* What the endpoint serves, from its owner: the /metrics text (a malloc'd buffer) and whether
  * permd is stopping (/healthz then says 503). */
@@ -32,6 +31,7 @@ typedef struct pd_http_limits {
     unsigned max_conns;  /* scrapers at once; a new one beyond evicts the oldest (metrics_connections) */
     uint64_t timeout_ms; /* a scraper's whole exchange (metrics_timeout_ms) */
     uint64_t cache_ms;   /* a /metrics body is served again for this long (metrics_cache_ms); 0: rendered each time */
+    size_t max_head;     /* bytes of a request's head; each scraper holds a buffer this big (metrics_max_head) */
 } pd_http_limits;
 
 /* The response to a parsed request (or to a parse error `rc`) as one

@@ -81,4 +81,5 @@ void pd_stats_add(pd_stats *into, const pd_stats *what)
     into->connections += what->connections;
     into->streams_active += what->streams_active;
     into->request_memory += what->request_memory;
+    into->readahead_bytes += what->readahead_bytes;
 }

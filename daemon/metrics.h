@@ -55,6 +55,7 @@ typedef struct pd_stats {
     pd_counter connections;
     pd_counter streams_active;
     pd_counter request_memory;     /* gauge: heap the connections' request arenas hold (proto/arena.h) */
+    pd_counter readahead_bytes;    /* gauge: the connections' readahead buffers (readahead_bytes each) */
 } pd_stats;
 
 /* One serving loop's counters by request type. */

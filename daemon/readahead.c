@@ -26,7 +26,8 @@ struct pd_readahead {
     uint64_t count;     /* the last one's count, which the continuing one asks for again */
     uint64_t got;       /* ids it gets: min(count, t.remaining) */
     int known;          /* t and count are set (a Fetch was served) */
-    uint8_t *buf;       /* got * t.width bytes once ready */
+    uint8_t *buf;       /* got * t.width bytes once ready; size bytes (readahead_bytes when it was made) */
+    uint64_t size;
     int ready;          /* buf holds them */
     int queued;         /* waiting for the idle pass */
     int plan_idle;      /* t.plan is held for its identity only (pd_plan_idle): a connection that stops
@@ -48,6 +49,16 @@ static void pd_ra_plan_idle(struct pd_readahead *ra)
         pd_plan_idle(ra->t.plan);
         ra->plan_idle = 1;
     }
+}
+
+/* The connection's buffer, counted in permd_readahead_bytes. PD_ENOMEM. */
+static int pd_ra_alloc(pd_session *s, struct pd_readahead *ra, uint64_t size)
+{
+    if (!(ra->buf = malloc(size)))
+        return PD_ENOMEM;
+    ra->size = size;
+    s->loop->stats.readahead_bytes += size;
+    return 0;
 }
 
 static void pd_ra_release(struct pd_readahead *ra)
@@ -172,9 +183,10 @@ void pd_readahead_note(pd_session *s, const pd_target *t, uint64_t count, uint64
     ra->got = count < remaining ? count : remaining;
     ra->known = 1;
     ra->ready = 0;
-    if (!sequential || ra->got == 0 || ra->got * t->width > PD_READAHEAD_MAX_BYTES || s->loop->stopping ||
+    const uint64_t room = s->svc->cfg->readahead_bytes;
+    if (!sequential || ra->got == 0 || ra->got * t->width > room || s->loop->stopping ||
         pd_target_may_block(t) || /* the idle pass runs on the loop: only plans already built */
-        (!ra->buf && !(ra->buf = malloc(PD_READAHEAD_MAX_BYTES)))) {
+        (!ra->buf && pd_ra_alloc(s, ra, room))) {
         pd_ra_unqueue(q, s);
         pd_ra_plan_idle(ra);
         return;
@@ -197,6 +209,8 @@ void pd_readahead_drop(pd_session *s)
     if (s->loop->ra)
         pd_ra_unqueue(s->loop->ra, s);
     pd_ra_release(s->ra);
+    if (s->ra->buf)
+        s->loop->stats.readahead_bytes -= s->ra->size;
     free(s->ra->buf);
     free(s->ra);
     s->ra = NULL;

@@ -7,10 +7,6 @@
 #include "daemon/service.h"
 #include "daemon/target.h"
 
-/* Readahead replies of at most this many bytes (a training batch of ids; larger Fetches are rarer and
- * go to the pool anyway). Each sequential connection holds one such buffer. */
-#define PD_READAHEAD_MAX_BYTES (32u << 10)
-
 /* The loop's half: an idle handle that generates queued predictions before the loop blocks.
  * PD_ENOMEM. */
 int pd_readahead_loop_open(pd_loop *l);
@@ -22,7 +18,9 @@ void pd_readahead_loop_close(pd_loop *l);
 const uint8_t *pd_readahead_find(pd_session *s, const pd_target *t, uint64_t count, uint64_t got);
 
 /* After a Fetch of count ids for t was served (got of them, remaining after): remember it, and if it
- * continued the previous one, queue the next for the idle pass. */
+ * continued the previous one, queue the next for the idle pass. Predictions are replies of at most
+ * readahead_bytes (a training batch of ids; larger Fetches are rarer and go to the pool anyway): each
+ * sequential connection holds one buffer that big (permd_readahead_bytes); 0: none is made. */
 void pd_readahead_note(pd_session *s, const pd_target *t, uint64_t count, uint64_t got, uint64_t remaining);
 
 /* The connection is closing: leave the queue, free the buffer. */

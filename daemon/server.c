@@ -191,7 +191,7 @@ static void pd_on_stop_timeout(uv_timer_t *t)
 static int pd_loop_start(pd_server *s, pd_server_loop *l)
 {
     pd_conn_limits lim = {.output_cap = s->cfg->output_cap, .max_frame = (uint32_t)s->cfg->max_frame,
-                          .frame_timeout_ms = s->cfg->frame_timeout_ms};
+                          .frame_timeout_ms = s->cfg->frame_timeout_ms, .linger_ms = s->cfg->error_linger_ms};
     if (pd_conns_create(l->uv, &lim, &l->sl.stats, &l->sl.metrics, pd_loop_maybe_finish, l, &l->conns))
         return PD_ENOMEM;
     pd_loop_init(&l->sl, &s->svc, l->uv, l->index);
@@ -757,7 +757,7 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
         return rc;
     pd_http_routes routes = {.metrics = pd_server_metrics_cb, .stopping = pd_server_stopping_cb, .ctx = s};
     pd_http_limits hl = {.max_conns = (unsigned)cfg->metrics_connections, .timeout_ms = cfg->metrics_timeout_ms,
-                         .cache_ms = cfg->metrics_cache_ms};
+                         .cache_ms = cfg->metrics_cache_ms, .max_head = (size_t)cfg->metrics_max_head};
     if (cfg->metrics[0] &&
         (rc = pd_http_listen(loop, cfg->metrics, pd_config_metrics_is_default(cfg), &routes, &hl, &s->http)))
         return rc;

@@ -204,6 +204,10 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "Bytes of decoded requests (and replies built from them) that connections hold now; each "
                 "request's decoding is bounded by max_request_memory, and released once it is answered.",
                 st->request_memory);
+    pd_text_u64(&t, "permd_readahead_bytes", "gauge",
+                "Bytes of readahead buffers connections hold: one of readahead_bytes for each that read its "
+                "slice in order with Fetches that fit it.",
+                st->readahead_bytes);
     pd_text_u64(&t, "permd_plan_bytes", "gauge",
                 "Bytes of sharded epoch and mixture plans alive: cached, in use, or admitted and being built (at most "
                 "plan_cache_bytes, or one larger plan).",

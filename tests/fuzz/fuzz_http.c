@@ -9,6 +9,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+#define HEAD 8192 /* metrics_max_head's default */
+
 static int render(void *ctx, char **body, size_t *len)
 {
     static pd_stats_view v; /* zeroed: no registry, no backend; enough to render */
@@ -29,12 +31,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Bytes arrive in two parts, as a scraper's may: the verdict on the whole
      * must not depend on an earlier incomplete look. */
     size_t split = size ? data[0] % (size + 1) : 0;
-    int early = pd_http_parse((const char *)data, split, &req);
-    int rc = pd_http_parse((const char *)data, size, &req);
+    int early = pd_http_parse((const char *)data, split, HEAD, &req);
+    int rc = pd_http_parse((const char *)data, size, HEAD, &req);
     if (early == 1 && rc != 1)
         abort();
     if (rc == 1) {
-        if (req.head_len == 0 || req.head_len > size || req.head_len > PD_HTTP_MAX_HEAD || req.path[0] != '/' ||
+        if (req.head_len == 0 || req.head_len > size || req.head_len > HEAD || req.path[0] != '/' ||
             !req.method[0] || memchr(req.path, '?', strlen(req.path)))
             abort();
     } else if (rc != 0 && rc != PD_EPROTO && rc != PD_ETOOBIG) {

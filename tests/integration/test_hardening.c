@@ -86,6 +86,48 @@ static void send_partial(int fd, uint32_t n, size_t have)
     free(buf);
 }
 
+/* After a closing error, permd discards what the peer still sends for error_linger_ms, then closes: a
+ * peer still writing sees its writes taken at first and refused (EPIPE) once the linger has passed;
+ * with 0, at once. Returns the seconds from the error's arrival to the refusal. */
+static double linger_seconds(const char *linger_ms, int *taken_after_eof)
+{
+    harness h;
+    const char *extra[] = {"--error-linger-ms", linger_ms, NULL};
+    start(&h, 0, extra);
+    int fd = raw_connect_unix(h.sock);
+    send_partial(fd, 2u << 20, 64); /* announces a frame past max_frame (1 MiB) */
+    assert_int_equal(reply_kind(fd, 3000), -PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE);
+    double t0 = test_now_s();
+    assert_true(raw_wait_eof(fd, 3000)); /* permd shut its writing half */
+    char junk[256] = {0};
+    *taken_after_eof = send(fd, junk, sizeof junk, MSG_NOSIGNAL) == (ssize_t)sizeof junk;
+    double t = -1;
+    while (test_now_s() - t0 < 10) {
+        if (send(fd, junk, sizeof junk, MSG_NOSIGNAL) < 0) {
+            assert_true(errno == EPIPE || errno == ECONNRESET);
+            t = test_now_s() - t0;
+            break;
+        }
+        usleep(10000);
+    }
+    close(fd);
+    stop(&h);
+    return t;
+}
+
+static void test_error_linger(void **state)
+{
+    (void)state;
+    int taken;
+    double t = linger_seconds("400", &taken);
+    print_message("error_linger_ms 400: closed %.3f s after the error\n", t);
+    assert_true(taken);              /* lingering: the peer's bytes are read and dropped */
+    assert_true(t > 0 && t < 1.7);   /* 400 ms, the 500 ms sweep, slack; the old constant took 2 s */
+    t = linger_seconds("0", &taken);
+    print_message("error_linger_ms 0: closed %.3f s after the error\n", t);
+    assert_true(t >= 0 && t < 0.3); /* closed once the error was written */
+}
+
 /* 1. Unauthenticated TCP peers neither take the Unix socket's places nor stay: a Hello deadline,
  *    a small frame limit before Hello, and their own cap. */
 static void test_tcp_peers_cannot_lock_out_unix(void **state)
@@ -782,6 +824,7 @@ int main(void)
         cmocka_unit_test(test_long_jobs_do_not_starve_others),
         cmocka_unit_test(test_damaged_registries),
         cmocka_unit_test(test_auth_log_and_quick_shutdown),
+        cmocka_unit_test(test_error_linger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

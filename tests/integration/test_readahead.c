@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -238,6 +239,39 @@ static void test_random_reader(void **state)
     permd_close(c);
 }
 
+/* readahead_bytes bounds the predictions: Fetches whose reply fits it are answered ahead, larger ones are
+ * not, each predicting connection holds one buffer of it (permd_readahead_bytes), and 0 turns readahead off. */
+static void test_readahead_bytes(void **state)
+{
+    (void)state;
+    for (int off = 0; off <= 1; off++) {
+        harness other;
+        int port = harness_free_port();
+        char addr[32];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+        const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", "--readahead-bytes", off ? "0" : "1024",
+                               NULL};
+        harness_init(&other);
+        assert_int_equal(harness_start(&other, 0, extra, NULL), 0);
+        assert_int_equal(harness_put(&other, "d", N), 0);
+        permd_client *c;
+        assert_int_equal(permd_connect_unix(other.sock, &c), 0);
+        uint64_t base = hits(c), o = 0;
+        for (int i = 0; i < 6; i++) /* at most 800 bytes a reply, whatever the id width */
+            o = fetch_checked(c, "d", N, 1, 2, 0, o, 100);
+        assert_int_equal(hits(c) - base, off ? 0 : 4);
+        assert_int_equal(harness_metric(port, "permd_readahead_bytes"), off ? 0 : 1024);
+        base = hits(c);
+        for (int i = 0; i < 6; i++) /* 1200 bytes at least: past the room */
+            o = fetch_checked(c, "d", N, 1, 2, 0, o, 300);
+        assert_int_equal(hits(c) - base, 0);
+        permd_close(c);
+        usleep(200000);
+        assert_int_equal(harness_metric(port, "permd_readahead_bytes"), 0); /* it went with its connection */
+        assert_int_equal(harness_finish(&other), 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_random_reader),
         cmocka_unit_test(test_plans_sequential),
         cmocka_unit_test(test_mixture_reweighted),
+        cmocka_unit_test(test_readahead_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

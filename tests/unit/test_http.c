@@ -9,9 +9,11 @@
 #include "daemon/http.h"
 #include "daemon/stats.h"
 
+#define HEAD 8192 /* metrics_max_head's default */
+
 static int parse(const char *s, pd_http_request *r)
 {
-    return pd_http_parse(s, strlen(s), r);
+    return pd_http_parse(s, strlen(s), HEAD, r);
 }
 
 static void test_parse(void **state)
@@ -24,7 +26,7 @@ static void test_parse(void **state)
     assert_string_equal(r.path, "/metrics");
     assert_int_equal(r.head_len, strlen(get));
     for (size_t cut = 0; cut < strlen(get); cut++) /* any prefix: more bytes needed, never a verdict */
-        assert_int_equal(pd_http_parse(get, cut, &r), 0);
+        assert_int_equal(pd_http_parse(get, cut, HEAD, &r), 0);
     assert_int_equal(parse("HEAD /healthz?verbose=1#x HTTP/1.0\n\n", &r), 1); /* bare LF, query dropped */
     assert_string_equal(r.path, "/healthz");
     assert_int_equal(parse("GET /metrics HTTP/1.1\r\n\r\nbody after the head", &r), 1);
@@ -46,11 +48,21 @@ static void test_parse(void **state)
         if (parse(bad[i], &r) != PD_EPROTO)
             fail_msg("accepted %s", bad[i]);
 
-    char big[PD_HTTP_MAX_HEAD + 64];
+    char big[HEAD + 64];
     memset(big, 'a', sizeof big);
     memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
-    assert_int_equal(pd_http_parse(big, sizeof big, &r), PD_ETOOBIG);
-    assert_int_equal(pd_http_parse(big, PD_HTTP_MAX_HEAD - 1, &r), 0);
+    assert_int_equal(pd_http_parse(big, sizeof big, HEAD, &r), PD_ETOOBIG);
+    assert_int_equal(pd_http_parse(big, HEAD - 1, HEAD, &r), 0);
+    /* The limit is the caller's: a head of 300 bytes is whole under 8192 and too large under 256. */
+    char mid[301];
+    memset(mid, 'a', sizeof mid);
+    memcpy(mid, "GET / HTTP/1.1\r\nX: ", 19);
+    memcpy(mid + 296, "\r\n\r\n", 4);
+    mid[300] = '\0';
+    assert_int_equal(pd_http_parse(mid, 300, HEAD, &r), 1);
+    assert_int_equal(r.head_len, 300);
+    assert_int_equal(pd_http_parse(mid, 300, 256, &r), PD_ETOOBIG);
+    assert_int_equal(pd_http_parse(mid, 200, 256, &r), 0);
     char path[400] = "GET /";
     memset(path + 5, 'p', 300);
     strcpy(path + 305, " HTTP/1.1\r\n\r\n");

@@ -1,6 +1,6 @@
 /* Tests for daemon/http.c on a real loop: a scraper that never finishes its request is closed at the
  * deadline and counted (pd_http_expired); one that was answered and lingers is closed, not counted;
- * /metrics bodies are served again within metrics_cache_ms, /healthz never. */
+ * /metrics bodies are served again within metrics_cache_ms, /healthz never; heads past metrics_max_head get 431. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -95,7 +95,7 @@ static void test_expired_counted(void **state)
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     assert_int_equal(uv_loop_init(&loop), 0);
     pd_http_routes routes = {.metrics = metrics, .stopping = stopping};
-    pd_http_limits lim = {.max_conns = 8, .timeout_ms = 100};
+    pd_http_limits lim = {.max_conns = 8, .timeout_ms = 100, .max_head = 8192};
     assert_int_equal(pd_http_listen(&loop, addr, 0, &routes, &lim, &h), 0);
 
     /* Slowloris: half a request line, then nothing. */
@@ -159,7 +159,7 @@ static const char *get(uv_loop_t *loop, int port, const char *path, char *buf, s
 }
 
 /* An endpoint on a free loopback port of loop, serving c's counting routes with this cache window. */
-static pd_http *counting_listen(uv_loop_t *loop, counting *c, uint64_t cache_ms, int *port)
+static pd_http *counting_listen_head(uv_loop_t *loop, counting *c, uint64_t cache_ms, size_t max_head, int *port)
 {
     pd_http *h;
     char addr[32];
@@ -167,9 +167,14 @@ static pd_http *counting_listen(uv_loop_t *loop, counting *c, uint64_t cache_ms,
     snprintf(addr, sizeof addr, "127.0.0.1:%d", *port);
     assert_int_equal(uv_loop_init(loop), 0);
     pd_http_routes routes = {.metrics = counting_metrics, .stopping = counting_stopping, .ctx = c};
-    pd_http_limits lim = {.max_conns = 8, .timeout_ms = 5000, .cache_ms = cache_ms};
+    pd_http_limits lim = {.max_conns = 8, .timeout_ms = 5000, .cache_ms = cache_ms, .max_head = max_head};
     assert_int_equal(pd_http_listen(loop, addr, 0, &routes, &lim, &h), 0);
     return h;
+}
+
+static pd_http *counting_listen(uv_loop_t *loop, counting *c, uint64_t cache_ms, int *port)
+{
+    return counting_listen_head(loop, c, cache_ms, 8192, port);
 }
 
 /* A scraper asking again within metrics_cache_ms gets the body already rendered (no render on the
@@ -224,12 +229,46 @@ static void test_metrics_cache_expires(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A request whose head (line and headers) is longer than metrics_max_head is answered 431; one within
+ * it is served, on the same endpoint; a limit too small for any request is refused at listen. */
+static void test_head_limit(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    char buf[1024], req[512];
+    int port;
+    counting c = {0};
+    pd_http *h = counting_listen_head(&loop, &c, 0, 256, &port);
+    char pad[300];
+    for (size_t n = 150; n <= 250; n += 100) { /* heads of 185 and 285 bytes */
+        memset(pad, 'x', n);
+        pad[n] = '\0';
+        snprintf(req, sizeof req, "GET /metrics HTTP/1.1\r\nX-Pad: %s\r\n\r\n", pad);
+        exchange(&loop, port, req, buf, sizeof buf);
+        if (strlen(req) <= 256)
+            assert_non_null(strstr(buf, "HTTP/1.1 200 OK"));
+        else
+            assert_non_null(strstr(buf, "HTTP/1.1 431 "));
+    }
+    assert_int_equal(c.renders, 1);
+    pd_http_close(h);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+
+    pd_http_routes routes = {.metrics = metrics, .stopping = stopping};
+    pd_http_limits lim = {.max_conns = 8, .timeout_ms = 100, .max_head = 0};
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(pd_http_listen(&loop, "127.0.0.1:0", 0, &routes, &lim, &h), PD_EINVAL);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expired_counted),
         cmocka_unit_test(test_metrics_cached),
         cmocka_unit_test(test_metrics_cache_expires),
+        cmocka_unit_test(test_head_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
