@@ -26,6 +26,9 @@
                               * row checksums' column is added to any schema 3 without a version of its own: an
                               * older permd ignores it and writes rows without one, which load unchecked */
 
+#define PD_REGISTRY_BUSY_MS 5000 /* how long a commit or startup waits for a lock another process holds (a
+                                  * maintenance transaction); past it, the registry is reported locked */
+
 /* A dataset and, when sharded, its layout (the table owns one reference). */
 typedef struct pd_entry {
     pd_dataset d;
@@ -762,7 +765,11 @@ static void pd_pending_clear(pd_registry *r)
 static void pd_registry_after_commit(pd_registry *r, const char *op, const char *kind, uint64_t definition,
                                      const char *name)
 {
+    /* Tried once, without the busy timeout: another process reading the registry (a backup) holds the WAL
+     * for as long as it reads, and waiting for it made every put take 5 s. What it leaves is durable. */
+    sqlite3_busy_timeout(r->db, 0);
     int code = pd_registry_checkpoint(r);
+    sqlite3_busy_timeout(r->db, PD_REGISTRY_BUSY_MS);
     if (code == SQLITE_OK) {
         pd_pending_clear(r);
         return;
@@ -977,7 +984,7 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK)
         goto fail_db;
-    sqlite3_busy_timeout(r->db, 5000);
+    sqlite3_busy_timeout(r->db, PD_REGISTRY_BUSY_MS);
     if (sqlite3_db_readonly(r->db, "main") == 1) {
         pd_errf(err, errlen, "%s can only be opened read-only: permd must be able to store datasets", path);
         return PD_EIO;
