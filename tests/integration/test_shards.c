@@ -166,6 +166,32 @@ static void put_and_serve(void **state)
     free(r2.mem);
 }
 
+/* A window of S shards or more is one window (protocol.md): 2^32 - 1, the spec's largest K, and 2^64 - 1 give
+ * the order of K = S, as Fetch overrides and as a dataset's stored default. */
+static void one_window_however_large(void **state)
+{
+    (void)state;
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_put_dataset_sharded(c, "whole", sizes, NSHARDS, UINT64_MAX, 1, NULL, NULL), 0);
+    ref_plan r;
+    ref_init(&r, 5, 1, NSHARDS, 2);
+    enum { COUNT = 600 };
+    uint64_t want[COUNT], got[COUNT], k, nw;
+    pd_slice ps = {.world = 3, .rank = 2, .mode = PD_MODE_PAD, .offset = 40};
+    assert_int_equal(pd_shard_slice_fill_u64(&r.plan, &ps, COUNT, want, &nw), 0);
+    const uint64_t windows[3] = {0, UINT32_MAX, UINT64_MAX}; /* 0: the dataset's own, 2^64 - 1 */
+    for (int i = 0; i < 3; i++) {
+        permd_slice s = {.dataset = "whole", .seed = 5, .epoch = 1, .world = 3, .rank = 2, .mode = PERMD_MODE_PAD,
+                         .offset = 40, .window = windows[i], .lanes = 2};
+        assert_int_equal(permd_fetch_u64(c, &s, COUNT, got, &k, NULL), 0);
+        assert_int_equal(k, nw);
+        assert_memory_equal(got, want, nw * sizeof *got);
+    }
+    permd_close(c);
+    free(r.mem);
+}
+
 static void restart_keeps_layout(void **state)
 {
     (void)state;
@@ -416,6 +442,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(put_and_serve),
+        cmocka_unit_test(one_window_however_large),
         cmocka_unit_test(restart_keeps_layout),
         cmocka_unit_test(bad_uploads),
         cmocka_unit_test(locations_past_a_frame),
