@@ -1,5 +1,6 @@
 """Argument checks shared by the package's classes: clear TypeError/ValueError before any C call."""
 import numbers
+import operator
 
 from .errors import ERANGE, OutOfRange
 
@@ -21,9 +22,12 @@ def length(n, what, attr):
     return n
 
 
-def uint_array(name, a):
+def uint_array(name, a, flat=False):
     """A numpy array of non-negative integers, unchanged: TypeError for another dtype (a cast would truncate 1.9
-    to 1), ValueError for a negative value."""
+    to 1), ValueError for a negative value, and with flat=True for an array of more than one dimension (where
+    its length would count rows, not values)."""
+    if flat and a.ndim != 1:
+        raise ValueError(f"{name} must be a one-dimensional array, not one of shape {a.shape}")
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name} must be integers, not an array of {a.dtype}")
     if a.dtype.kind == "i" and a.size and a.min() < 0:
@@ -31,10 +35,24 @@ def uint_array(name, a):
     return a
 
 
+def _as_int(value):
+    """An integer as Python's sequences take one (operator.index: int, numpy's integers, a one-element integer
+    tensor), or None; never a bool (numpy's included), a float or a string."""
+    if isinstance(value, bool) or _numpy_bool(value):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def integer(name, value, lo=0, hi=U64_MAX):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    v = _as_int(value)
+    if v is None:
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
-    value = int(value)
+    value = v
     if not lo <= value <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
     return value
@@ -43,9 +61,9 @@ def integer(name, value, lo=0, hi=U64_MAX):
 def index(key, size):
     """A sequence index as Python takes one: an integer in [-size, size), negative counting from the end; the
     package's OutOfRange (an IndexError, so that iteration and `in` by indexing stop) outside it."""
-    if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+    p = _as_int(key)
+    if p is None:
         raise TypeError(f"indices must be integers or slices, not {type(key).__name__}")
-    p = int(key)
     if not -size <= p < size:
         raise OutOfRange(ERANGE, f"index {p} is out of range for {size} positions")
     return p + size if p < 0 else p
@@ -117,3 +135,16 @@ def mode(value):
     if value not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}, got {value!r}")
     return value
+
+
+class Frozen:
+    """A value whose public attributes are set once, by its constructor (which calls _freeze()): changing
+    one would leave the C plan, or a state built from it, describing something else."""
+
+    def _freeze(self):
+        object.__setattr__(self, "_frozen", True)
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_frozen", False) and not name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__}.{name} cannot change: make a new {type(self).__name__}")
+        object.__setattr__(self, name, value)

@@ -1,6 +1,7 @@
 """permd.Mixture: weighted, staged draws over several datasets (docs/spec/mixtures-v1.md), computed in-process."""
 import ctypes
 import numbers
+import threading
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -75,6 +76,9 @@ class Sharded:
         return isinstance(other, Sharded) and (self.shards, self.window, self.lanes) == (
             other.shards, other.window, other.lanes)
 
+    def __hash__(self):
+        return hash((self.size, len(self.shards), self.window, self.lanes))
+
 
 def integer_weights(weights):
     """One stage's weights as the integers the contract uses (spec §1). Integers are kept as they are; if any
@@ -93,7 +97,9 @@ def integer_weights(weights):
     if all(isinstance(w, numbers.Integral) for w in values):
         ints = [int(w) for w in values]
     else:
-        exact = [Fraction(w) if isinstance(w, numbers.Rational) else Fraction(float(w)) for w in values]  # np.float32
+        # int() first: Fraction keeps a numpy integer as its numerator, which then overflows in the arithmetic
+        exact = [Fraction(int(w)) if isinstance(w, numbers.Integral) else Fraction(w) if isinstance(w, numbers.Rational)
+                 else Fraction(float(w)) for w in values]  # float(): np.float32
         total = sum(exact)
         if total == 0:
             raise ValueError("at least one weight must be positive")
@@ -120,7 +126,7 @@ def stage_table(weights, stages, components):
     return table
 
 
-class Mixture:
+class Mixture(_args.Frozen):
     """Mixture epoch `epoch` of a weighted mixture of datasets, computed on demand (no table).
 
     sizes: the components, each a size (a flat dataset) or a permd.mixture.Sharded. weights: the first
@@ -155,6 +161,7 @@ class Mixture:
         self._build(0 if length is None else _args.integer("length", length, 1, _args.N_MAX))
         if not (self.epoch + 1) * self.length <= RUN_END:
             raise ValueError(f"mixture epoch {self.epoch} lies past run position 2**63 (length {self.length})")
+        self._freeze()
 
     def _build(self, length):
         C, S = len(self.components), len(self.stages)
@@ -175,6 +182,9 @@ class Mixture:
             raise ValueError("not a valid mixture: the sizes must sum to between 1 and 2**63 samples")
         _lib.check(rc, "Mixture")
         self._m = handle
+        # The C plan caches sharded components' orders as it reads: one call at a time (ctypes lets go of
+        # the GIL during each), or threads sharing this object get one another's ids.
+        self._lock = threading.Lock()
         self.length = _length(handle)
         self.size = _size(handle)
         self._width = 4 if self.size <= 1 << 32 else 8
@@ -190,6 +200,9 @@ class Mixture:
 
     def __len__(self):
         return _args.length(self.length, "mixture", "length")
+
+    def __bool__(self):  # never empty; len() would refuse 2**63 positions
+        return True
 
     def definition(self):
         """What identifies the mixture (all but the epoch): a checkpoint may resume it only with these, except
@@ -234,16 +247,20 @@ class Mixture:
     def component_seed(self, j):
         """Component j's seed: its order in component epoch e is permd.Permutation(seed_j, e, size_j)."""
         out = ctypes.c_uint64()
-        _lib.check(_component_seed(self._m, _args.integer("component", j, 0, len(self.components) - 1),
-                                   ctypes.byref(out)), "Mixture.component_seed")
+        j = _args.integer("component", j, 0, len(self.components) - 1)
+        with self._lock:
+            rc = _component_seed(self._m, j, ctypes.byref(out))
+        _lib.check(rc, "Mixture.component_seed")
         return out.value
 
     def stage_start(self, offset=0):
         """The first run position at or after this epoch's `offset` where a stage may start: to re-weight from
         a checkpoint (epoch, offset), append (m.stage_start(offset), new_weights) to the stages."""
         out = ctypes.c_uint64()
-        _lib.check(_stage_start(self._m, self.epoch, _args.integer("offset", offset, 0, self.length),
-                                ctypes.byref(out)), "Mixture.stage_start")
+        offset = _args.integer("offset", offset, 0, self.length)
+        with self._lock:
+            rc = _stage_start(self._m, self.epoch, offset, ctypes.byref(out))
+        _lib.check(rc, "Mixture.stage_start")
         return out.value
 
     def _index(self, key):
@@ -252,8 +269,10 @@ class Mixture:
     def locate(self, position):
         """(component j, local id, component epoch) of the sample at `position`."""
         j, local, ce = ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint64()
-        _lib.check(_locate(self._m, self.epoch, self._index(position), None, ctypes.byref(j), ctypes.byref(local),
-                           ctypes.byref(ce)), "Mixture.locate")
+        p = self._index(position)
+        with self._lock:
+            rc = _locate(self._m, self.epoch, p, None, ctypes.byref(j), ctypes.byref(local), ctypes.byref(ce))
+        _lib.check(rc, "Mixture.locate")
         return j.value, local.value, ce.value
 
     def find(self, j, local, component_epoch):
@@ -262,8 +281,9 @@ class Mixture:
         j = _args.integer("component", j, 0, len(self.components) - 1)
         local = _args.integer("local id", local, 0, _comp_size(self.components[j]) - 1)
         e, p = ctypes.c_uint64(), ctypes.c_uint64()
-        rc = _position(self._m, j, local, _args.integer("component epoch", component_epoch), ctypes.byref(e),
-                       ctypes.byref(p))
+        ce = _args.integer("component epoch", component_epoch)
+        with self._lock:
+            rc = _position(self._m, j, local, ce, ctypes.byref(e), ctypes.byref(p))
         if rc == _NOT_FOUND:
             return None
         _lib.check(rc, "Mixture.find")
@@ -279,7 +299,9 @@ class Mixture:
         """How many samples of each component the run drew before `position` of this epoch (default: its end)."""
         pos = self.length if position is None else _args.integer("position", position, 0, self.length)
         out = (ctypes.c_uint64 * len(self.components))()
-        _lib.check(_drawn(self._m, self.epoch, pos, out), "Mixture.drawn")
+        with self._lock:
+            rc = _drawn(self._m, self.epoch, pos, out)
+        _lib.check(rc, "Mixture.drawn")
         return list(out)
 
     def _fill(self, world, rank, mode, offset, count, width):
@@ -287,8 +309,10 @@ class Mixture:
                else (ctypes.c_uint64 * max(count, 1))())
         ptr = out.ctypes.data_as(ctypes.c_void_p) if np is not None else ctypes.cast(out, ctypes.c_void_p)
         got = ctypes.c_uint64()
-        _lib.check(_rank_fill(self._m, self.epoch, world, rank, mode, offset, count, ptr,
-                              width if np is not None else 8, ctypes.byref(got)), "Mixture")
+        with self._lock:
+            rc = _rank_fill(self._m, self.epoch, world, rank, mode, offset, count, ptr, width if np is not None else 8,
+                            ctypes.byref(got))
+        _lib.check(rc, "Mixture")
         return out[: got.value] if np is not None else list(out)[: got.value]
 
     def __getitem__(self, key):
@@ -318,8 +342,10 @@ class Mixture:
         comps, local, ce = (ctypes.c_uint32 * max(count, 1))(), (ctypes.c_uint64 * max(count, 1))(), (
             ctypes.c_uint64 * max(count, 1))()
         got = ctypes.c_uint64()
-        _lib.check(_rank_locations(self._m, self.epoch, world, rank, m, offset, count, comps, local, ce,
-                                   ctypes.byref(got)), "Mixture.rank")
+        with self._lock:
+            rc = _rank_locations(self._m, self.epoch, world, rank, m, offset, count, comps, local, ce,
+                                 ctypes.byref(got))
+        _lib.check(rc, "Mixture.rank")
         n = got.value
         if np is not None:
             return (np.frombuffer(comps, dtype=np.uint32)[:n].copy(), np.frombuffer(local, dtype=np.uint64)[:n].copy(),
@@ -330,9 +356,11 @@ class Mixture:
         """The digest of everything the rank has left in this epoch (see permd.digest)."""
         world = _args.integer("world", world, 1, _args.U32_MAX)
         d = _lib.Digest()
-        _lib.check(_rank_digest(self._m, self.epoch, world, _args.integer("rank", rank, 0, world - 1),
-                                _lib.MODES[_args.mode(mode)], _args.integer("offset", offset), ctypes.byref(d)),
-                   "Mixture.rank_digest")
+        rank = _args.integer("rank", rank, 0, world - 1)
+        m, offset = _lib.MODES[_args.mode(mode)], _args.integer("offset", offset)
+        with self._lock:
+            rc = _rank_digest(self._m, self.epoch, world, rank, m, offset, ctypes.byref(d))
+        _lib.check(rc, "Mixture.rank_digest")
         return {"count": d.count, "sum": d.sum, "hash": d.hash}
 
 

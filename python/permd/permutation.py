@@ -11,7 +11,7 @@ except ImportError:  # numpy is optional
 _CHUNK = 1 << 16
 
 
-class Permutation:
+class Permutation(_args.Frozen):
     """σ for (seed, epoch) over `size` samples (spec v1), computed on demand: no table.
 
     perm[p] is the sample at position p; perm[a:b] a numpy array (a list without numpy);
@@ -22,6 +22,7 @@ class Permutation:
         self.epoch = _args.integer("epoch", epoch)
         self.size = _args.integer("size", size, 1, _args.N_MAX)
         self._width = 4 if self.size <= 1 << 32 else 8
+        self._freeze()
 
     def __repr__(self):
         return f"Permutation(seed={self.seed}, epoch={self.epoch}, size={self.size})"
@@ -50,25 +51,47 @@ class Permutation:
             self._fill(start, count, ctypes.cast(buf, ctypes.c_void_p), 8)
         return list(buf)
 
+    def _rank(self, world, rank, offset, count):
+        """Positions offset + rank, + world, … (count of them, exact mode): a stepped slice in one call."""
+        width = self._width if np is not None else 8
+        out = (np.empty(count, dtype=np.uint32 if width == 4 else np.uint64) if np is not None
+               else (ctypes.c_uint64 * max(count, 1))())
+        ptr = out.ctypes.data_as(ctypes.c_void_p) if np is not None else ctypes.cast(out, ctypes.c_void_p)
+        got = ctypes.c_uint64()
+        _lib.check(_lib.rank_fill(self.seed, self.epoch, self.size, world, rank, _lib.MODES["exact"], offset, count,
+                                  ptr, width, ctypes.byref(got)), "Permutation")
+        return out[: got.value] if np is not None else list(out)[: got.value]
+
     def __getitem__(self, key):
         if isinstance(key, slice):
             start, stop, step = key.indices(self.size)
             if step == 1:
                 return self.numpy(start, stop) if np is not None else self._list(start, max(0, stop - start))
-            positions = range(start, stop, step)
-            if np is not None:
-                return np.array([self[p] for p in positions], dtype=np.uint32 if self._width == 4 else np.uint64)
-            return [self[p] for p in positions]
+            return _args.positions(key, self.size, self._rank,
+                                   lambda: np.empty(0, dtype=np.uint32 if self._width == 4 else np.uint64)
+                                   if np is not None else [])
         return self._list(_args.index(key, self.size), 1)[0]
+
+    def __bool__(self):  # never empty; len() would refuse 2**63 positions
+        return True
+
+    def __contains__(self, sample):
+        """Whether `sample` is an id of this permutation (every one is at some position)."""
+        v = _args._as_int(sample)
+        return v is not None and 0 <= v < self.size
 
     def __iter__(self):
         for start in range(0, self.size, _CHUNK):
             yield from self._list(start, min(_CHUNK, self.size - start))
 
     def inverse(self, samples):
-        """The position of a sample id, or of each in a sequence/array (then an array or list)."""
-        single = not hasattr(samples, "__len__")
-        values = [samples] if single else samples
+        """The position of a sample id, or of each in a sequence, numpy array or tensor (then an array of the
+        same shape, or a list without numpy)."""
+        if _args._torch_tensor(samples):
+            samples = samples.detach().cpu().numpy() if np is not None else samples.tolist()
+        shape = samples.shape if np is not None and isinstance(samples, np.ndarray) else None
+        single = not hasattr(samples, "__len__") or shape == ()
+        values = [samples] if single and shape is None else samples.ravel() if shape is not None else samples
         if np is not None and isinstance(values, np.ndarray):
             if values.dtype.kind not in "ui":
                 raise TypeError(f"samples must be integers, not {values.dtype}")
@@ -86,4 +109,6 @@ class Permutation:
             _lib.check(_lib.perm_inverse(self.seed, self.epoch, self.size, src, n, dst), "Permutation.inverse")
         if single:
             return int(out[0])
+        if shape is not None:
+            return out.reshape(shape)  # a position for each sample, in the samples' shape
         return out if np is not None else list(out)

@@ -14,7 +14,7 @@ _CHUNK = 1 << 16
 
 def _sizes_array(sizes):
     if np is not None and isinstance(sizes, np.ndarray):
-        arr = np.ascontiguousarray(_args.uint_array("shard sizes", sizes), dtype=np.uint64)
+        arr = np.ascontiguousarray(_args.uint_array("shard sizes", sizes, flat=True), dtype=np.uint64)
         return arr, arr.ctypes.data_as(_lib.P64), len(arr)
     try:
         values = [_args.integer("shard size", s) for s in sizes]
@@ -34,7 +34,7 @@ def layout_fingerprint(sizes):
     return f"{_lib.shard_layout_hash(ptr, n):016x}"
 
 
-class ShardPlan:
+class ShardPlan(_args.Frozen):
     """The order of one epoch of a sharded dataset: shards shuffled, samples shuffled within
     windows of `window` shards, read through `lanes` lanes. Building costs O(shards) once
     (16 bytes a shard); lookups are O(log shards). Sample ids are offsets in the natural order.
@@ -56,8 +56,20 @@ class ShardPlan:
             raise ValueError("shard sizes must sum to between 1 and 2**63 samples")
         _lib.check(rc, "ShardPlan")
         self._p = handle
+        # to rebuild copies and pickles: the caller's array may change later (ctypes' is a copy already)
+        self._sizes = keep.copy() if np is not None and isinstance(keep, np.ndarray) else keep
         self.shards = n
         self.size = _lib.plan_size(handle)
+        self._freeze()
+
+    def __reduce__(self):  # copies and pickles rebuild the C plan (sharing one would free it twice)
+        sizes = self._sizes
+        if not (np is not None and isinstance(sizes, np.ndarray)):
+            sizes = list(sizes)[:self.shards]
+        return (ShardPlan, (self.seed, self.epoch, sizes, self.window, self.lanes))
+
+    def __bool__(self):  # never empty; len() would refuse 2**63 positions
+        return True
 
     def __del__(self):
         if getattr(self, "_p", None):
@@ -72,7 +84,8 @@ class ShardPlan:
                 f"window={self.window}, lanes={self.lanes})")
 
     def locate(self, position):
-        p = _args.integer("position", position, 0, self.size - 1)
+        """(sample, shard, offset in the shard) at `position` (negative from the end, as plan[p])."""
+        p = _args.index(position, self.size)
         sample, shard, offset = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
         _lib.check(_lib.plan_locate(self._p, p, ctypes.byref(sample), ctypes.byref(shard), ctypes.byref(offset)),
                    "ShardPlan.locate")
@@ -141,14 +154,17 @@ class ShardPlan:
 
 
 def digest(ids):
-    """The order-independent digest {count, sum, hash} of sample ids (any iterable or numpy array):
+    """The order-independent digest {count, sum, hash} of sample ids (any iterable, or a numpy array or torch
+    tensor of any shape, all of whose elements count):
     compare it with Client.digest() or ShardPlan.rank_digest() to prove exactly-once delivery."""
     d = _lib.Digest()
+    if _args._torch_tensor(ids):  # a batch of ids, of any shape
+        ids = ids.detach().cpu().numpy() if np is not None else ids.flatten().tolist()
     if np is not None and isinstance(ids, np.ndarray):
         if ids.dtype.kind not in "ui" or (ids.size and ids.min() < 0):
             raise ValueError("ids must be non-negative integers")
-        arr = np.ascontiguousarray(ids, dtype=np.uint64)
-        _lib.check(_lib.digest_add(ctypes.byref(d), arr.ctypes.data_as(ctypes.c_void_p), len(arr), 8), "digest")
+        arr = np.ascontiguousarray(ids.ravel(), dtype=np.uint64)  # every element, whatever the shape
+        _lib.check(_lib.digest_add(ctypes.byref(d), arr.ctypes.data_as(ctypes.c_void_p), arr.size, 8), "digest")
     else:
         for i in ids:
             v = ctypes.c_uint64(_args.integer("id", i))

@@ -162,6 +162,49 @@ class Coverage(unittest.TestCase):
         self.assertEqual(int((tail == 0).sum()), 0)  # component 0 is off after the stage
 
 
+class Sharing(unittest.TestCase):
+    def test_one_mixture_read_by_threads(self):
+        # The C plan caches sharded components' orders as it reads; ctypes lets go of the GIL during a call:
+        # threads sharing one Mixture got one another's ids (100-260 wrong answers a run) before its lock.
+        import threading
+        m = permd.Mixture(7, 0, [Sharded([37] * 3000, window=4, lanes=2), 7919, Sharded([11] * 5000, window=3), 3],
+                          [5, 1, 3, 1], length=400000)
+        ref = m[:]
+        ranks = {r: m.rank(4, r) for r in range(4)}
+        where = {p: m.locate(p) for p in range(0, 400000, 9973)}
+        wrong = []
+
+        def reader(k):
+            rng = np.random.default_rng(k)
+            for _ in range(40):
+                a = int(rng.integers(0, 390000))
+                b = a + int(rng.integers(1, 9000))
+                if not np.array_equal(m[a:b], ref[a:b]):
+                    wrong.append(("slice", a, b))
+                r = int(rng.integers(0, 4))
+                if not np.array_equal(m.rank(4, r), ranks[r]):
+                    wrong.append(("rank", r))
+                p = int(rng.choice(list(where)))
+                if m.locate(p) != where[p] or m.position(*where[p]) != p:
+                    wrong.append(("locate", p))
+
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(wrong[:5], [])
+
+    def test_attributes_are_fixed(self):
+        m = permd.Mixture(1, 0, [10, 20], [1, 1])
+        for name in ("seed", "epoch", "length", "components", "stages", "block", "size"):
+            with self.assertRaises(AttributeError, msg=name):
+                setattr(m, name, 99)
+        self.assertEqual(m.definition()["seed"], 1)
+        self.assertTrue(permd.Mixture(1, 0, [1 << 62, 1 << 62], [1, 1]))  # truth without len()
+        self.assertEqual(hash(Sharded([1, 2])), hash(Sharded([1, 2])))
+
+
 class Weights(unittest.TestCase):
     def test_real_weights(self):
         self.assertEqual(integer_weights([1, 0, 3]), [1, 0, 3])
@@ -174,6 +217,16 @@ class Weights(unittest.TestCase):
         self.assertEqual(a.definition()["stages"], [[0, [1 << 22, 3 << 22]]])
         # numpy floats that are not Python floats (float32) take the same path
         self.assertEqual(integer_weights(np.array([0.25, 0.75], dtype=np.float32)), [1 << 22, 3 << 22])
+
+    def test_numpy_integers_among_reals(self):
+        # Fraction(np.int64(1)) keeps a numpy numerator that overflows against a float's denominator: the
+        # 1 became 1, not 2^24 * 5/6, and the component was never drawn
+        want = integer_weights([0.2, 1])
+        self.assertEqual(want, [2796203, 13981013])
+        for one in (np.int64(1), np.uint64(1), np.int32(1)):
+            self.assertEqual(integer_weights([np.float64(0.2), one]), want, msg=type(one).__name__)
+        m = permd.Mixture(0, 0, [1000, 1000], [np.float64(0.2), np.int64(1)])
+        self.assertGreater(m.drawn()[1], 1500)
 
     def test_bad_arguments(self):
         for args, kwargs, exc in [

@@ -292,6 +292,34 @@ class Offline(unittest.TestCase):
         self.assertEqual(big[0], 6850563891689709911)  # the spec's vector at n = 2^63
         self.assertEqual(big.inverse(6850563891689709911), 0)
         self.assertEqual(big.numpy(0, 4).dtype, np.uint64)
+        self.assertTrue(big)  # truth without len(), which stops short of 2^63
+
+    def test_permutation_as_a_sequence(self):
+        p = permd.Permutation(9, 2, 100003)
+        arr = p[:]
+        for key in (slice(None, None, -1), slice(5, 2), slice(7, 90000, 13), slice(-5, None, -7),
+                    slice(None, None, 1 << 40)):
+            self.assertEqual(p[key].tolist(), arr[key].tolist(), msg=str(key))
+        huge = permd.Permutation(1, 1, 1 << 40)  # stepped slices are one call, not one per element
+        self.assertEqual(len(huge[:: 1 << 20]), 1 << 20)
+        self.assertEqual(huge[(1 << 40) - 1], huge[-1])
+        self.assertIn(100002, p)
+        self.assertNotIn(100003, p)
+        self.assertNotIn(-1, p)
+        self.assertIn((1 << 40) - 1, huge)  # at once, not by iterating
+        import torch
+        self.assertEqual(p[torch.tensor(3)], int(arr[3]))
+        self.assertEqual(p[np.int64(-1)], int(arr[-1]))
+        with self.assertRaises(TypeError):
+            p[torch.tensor(3.0)]
+        samples = np.array([[int(arr[0]), int(arr[1])], [int(arr[2]), int(arr[3])]])
+        self.assertEqual(p.inverse(samples).tolist(), [[0, 1], [2, 3]])  # every element, in its shape
+        self.assertEqual(p.inverse(torch.tensor([int(arr[7])])).tolist(), [7])
+        self.assertEqual(p.inverse(np.int64(arr[5])), 5)
+        with self.assertRaises(AttributeError):
+            p.seed = 2
+        self.assertEqual(permd.digest(samples), permd.digest(arr[:4]))  # a 2-D batch digests its 4 ids
+        self.assertEqual(permd.digest(torch.tensor(samples)), permd.digest(arr[:4]))
 
 
 class BadArguments(unittest.TestCase):

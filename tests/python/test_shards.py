@@ -135,6 +135,29 @@ class ShardedSampler(unittest.TestCase):
         self.assertEqual(s.size, N)
         self.assertEqual(sorted(s), list(range(N)))
 
+    def test_plan_copies_and_pickles(self):
+        import copy
+        import pickle
+        sizes = np.array([3, 4, 5, 0, 9], dtype=np.uint64)
+        p = permd.ShardPlan(4, 2, sizes, window=2, lanes=2)
+        want = p[:].tolist()
+        q, r = copy.copy(p), copy.deepcopy(p)
+        sizes[0] = 100  # the caller's array changes: the plan's copies do not
+        s = pickle.loads(pickle.dumps(p))
+        del p
+        others = [permd.ShardPlan(1, 0, [100] * 50) for _ in range(50)]  # reuse what a shared handle freed
+        for c in (q, r, s):
+            self.assertEqual(c[:].tolist(), want)
+            self.assertEqual((c.window, c.lanes, c.size), (2, 2, 21))
+        self.assertEqual(len(others), 50)
+        self.assertEqual(q.locate(-1), q.locate(20))
+        with self.assertRaises(IndexError):
+            q.locate(21)
+        with self.assertRaises(ValueError):  # rows of sizes would be read as if one row
+            permd.ShardPlan(0, 0, np.array([[3, 1], [2, 2]]))
+        with self.assertRaises(ValueError):
+            permd.shards.layout_fingerprint(np.array([[3, 1], [2, 2]]))
+
     def test_plan_is_a_sequence(self):
         plan = permd.ShardPlan(5, 6, SIZES, 4, 3)
         ids = list(plan)  # __iter__: before, iteration by indexing ended in ValueError
