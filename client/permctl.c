@@ -71,13 +71,19 @@ void permctl_out_init(permctl_out *o, FILE *f)
 {
     o->f = f;
     o->len = 0;
+    o->failed = 0;
 }
 
 static void permctl_out_drain(permctl_out *o)
 {
-    if (o->len)
-        fwrite(o->buf, 1, o->len, o->f);
+    if (o->len && fwrite(o->buf, 1, o->len, o->f) != o->len)
+        o->failed = 1;
     o->len = 0;
+}
+
+int permctl_out_failed(const permctl_out *o)
+{
+    return o->failed || ferror(o->f);
 }
 
 void permctl_out_u64(permctl_out *o, uint64_t v)
@@ -91,7 +97,8 @@ void permctl_out_str(permctl_out *o, const char *s)
     if (o->len + n > sizeof o->buf)
         permctl_out_drain(o);
     if (n > sizeof o->buf) {
-        fwrite(s, 1, n, o->f);
+        if (fwrite(s, 1, n, o->f) != n)
+            o->failed = 1;
         return;
     }
     memcpy(o->buf + o->len, s, n);
@@ -116,7 +123,7 @@ void permctl_out_u64_sep(permctl_out *o, uint64_t v, char sep)
 int permctl_out_flush(permctl_out *o)
 {
     permctl_out_drain(o);
-    if (fflush(o->f) != 0 || ferror(o->f)) {
+    if (fflush(o->f) != 0 || permctl_out_failed(o)) {
         fprintf(stderr, "permctl: writing output failed\n");
         return PERMCTL_EXIT_FAIL;
     }

@@ -34,11 +34,15 @@ int permctl_opt_u64(const char *name, const char *value, uint64_t lo, uint64_t h
 typedef struct permctl_out {
     FILE *f;
     size_t len;
+    int failed; /* a write came up short: nobody reads what follows (a closed pipe, a full disk) */
     char buf[1 << 16];
 } permctl_out;
 
 void permctl_out_init(permctl_out *o, FILE *f);
 void permctl_out_u64(permctl_out *o, uint64_t v);
+/* Whether a write failed: loops that print long outputs stop there (with SIGPIPE ignored, a reader that
+ * went away would otherwise leave them computing forever), then permctl_out_flush reports it. */
+int permctl_out_failed(const permctl_out *o);
 /* Flush; returns 0 or PERMCTL_EXIT_FAIL when stdout failed (a closed pipe, a full disk). */
 int permctl_out_flush(permctl_out *o);
 

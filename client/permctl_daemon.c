@@ -399,8 +399,8 @@ int permctl_cmd_fetch(int argc, char **argv)
         if (json)
             have += got; /* else the next chunk reuses the arrays */
         want -= got;
-        if (got < n)
-            break; /* the rank's slice ended */
+        if (got < n || permctl_out_failed(&out))
+            break; /* the rank's slice ended, or nobody reads the output */
     } while (want);
     if (json) {
         char tmp[64];
@@ -478,6 +478,8 @@ int permctl_cmd_stream(int argc, char **argv)
                 permctl_out_u64(&out, width == 4 ? pd_load_le32(p + 4 * i) : pd_load_le64(p + 8 * i));
             }
         }
+        if (permctl_out_failed(&out))
+            break; /* nobody reads the output: the stream is cancelled below */
     }
     permd_stream_close(st);
     permd_close(c);

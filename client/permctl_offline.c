@@ -89,6 +89,8 @@ int permctl_cmd_perm(int argc, char **argv)
             permctl_out_u64(&out, ids[i]);
         start += c;
         count -= c;
+        if (permctl_out_failed(&out))
+            break;
     }
     return permctl_out_flush(&out);
 }
@@ -188,6 +190,8 @@ static int permctl_rank_sharded(const permctl_args *a, pd_slice *s, uint64_t wan
             }
         }
         s->offset += got * s->world; /* the next chunk starts where this one ended */
+        if (permctl_out_failed(&out))
+            break;
     }
     rc = permctl_out_flush(&out);
 done:
@@ -254,6 +258,8 @@ int permctl_cmd_rank(int argc, char **argv)
             permctl_out_u64(&out, ids[i]);
         s.offset += got * s.world; /* the next chunk starts where this one ended */
         count -= got;
+        if (permctl_out_failed(&out))
+            break;
     }
     return permctl_out_flush(&out);
 }
@@ -498,6 +504,8 @@ static int permctl_mix_rank(const permctl_args *a, permd_mixture *m)
             }
         }
         offset += got * world; /* the next chunk starts where this one ended */
+        if (permctl_out_failed(&out))
+            break;
     }
     return permctl_out_flush(&out);
 }

@@ -442,16 +442,25 @@ int permd_connect(const char *endpoint, const char *token, permd_client **out)
     return permd_connect_timeout(endpoint, token, 0, out);
 }
 
-static void pd_stream_free(permd_stream *st)
+/* What a stream holds besides its handle: queued frames, the held batch, the ring's mapping. */
+static void pd_stream_release(permd_stream *st)
 {
     while (st->head) {
         pd_qframe *q = st->head;
         st->head = q->next;
         free(q);
     }
+    st->tail = NULL;
     free(st->held);
+    st->held = NULL;
     if (st->ring)
         munmap((void *)st->ring, st->ring_size);
+    st->ring = NULL;
+}
+
+static void pd_stream_free(permd_stream *st)
+{
+    pd_stream_release(st);
     if (st->c)
         st->c->stream = NULL;
     free(st);
@@ -461,8 +470,10 @@ void permd_close(permd_client *c)
 {
     if (!c)
         return;
-    if (c->stream) /* the caller forgot permd_stream_close: detach it */
+    if (c->stream) { /* still open: its memory goes now; the handle stays valid for permd_stream_close */
+        pd_stream_release(c->stream);
         c->stream->c = NULL;
+    }
     close(c->fd);
     if (c->pending_fd >= 0)
         close(c->pending_fd);

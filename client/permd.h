@@ -191,7 +191,9 @@ PERMD_API int permd_connect_tcp(const char *host_port, const char *token, permd_
  * as permd_connect). PERMD_ETIMEDOUT when the connection is not made in time (a TCP peer that drops
  * SYNs, a Unix socket whose backlog stays full) or the Hello is not answered in time. */
 PERMD_API int permd_connect_timeout(const char *endpoint, const char *token, uint32_t ms, permd_client **out);
-/* Close the connection (and any open stream's resources). NULL is fine. */
+/* Close the connection, and free what a stream still open on it holds (its queued batches and its
+ * shared-memory ring): the stream's handle stays valid, its next permd_stream_next says PERMD_ECLOSED,
+ * and permd_stream_close frees it. NULL is fine. */
 PERMD_API void permd_close(permd_client *c);
 
 /* Give up on a reply after ms milliseconds (0: wait forever, the default).

@@ -253,6 +253,23 @@ class BadArguments(unittest.TestCase):
         _, err = p.communicate(timeout=120)
         self.assertNotEqual(p.returncode, 0)
 
+    def test_closed_stdout_with_sigpipe_ignored_stops(self):
+        # A shell or a supervisor may ignore SIGPIPE: the write then fails instead, and permctl must stop at
+        # it (it printed 2^63 ids to nobody, forever) with exit 1 and a message.
+        import signal
+        for args in (["perm", *key_args(1, 2, 1 << 63)],
+                     ["rank", "--seed", 1, "--epoch", 2, "--size", 1 << 63, "--world", 1, "--rank", 0, "--mode", "pad"],
+                     ["mix", "--seed", 1, "--epoch", 0, "--sizes", "1000000000,3000000000", "--weights", "1,1",
+                      "--world", 1, "--rank", 0, "--mode", "exact"]):
+            p = subprocess.Popen([PERMCTL, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 restore_signals=False,
+                                 preexec_fn=lambda: signal.signal(signal.SIGPIPE, signal.SIG_IGN))
+            p.stdout.read(10)
+            p.stdout.close()
+            _, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 1, msg=(args, err))
+            self.assertIn(b"writing output failed", err, msg=args)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -37,6 +37,15 @@ done
 "$PERMCTL" stream imagenet --seed 1 --epoch 0 --world 3 --rank 2 --mode drop >"$DIR/got"
 cmp -s "$DIR/want" "$DIR/got" || fail "whole stream differs from rank"
 [ "$(wc -l <"$DIR/got")" = 427055 ] || fail "whole stream length"
+# A reader that goes away while SIGPIPE is ignored: permctl stops at the failed write, exit 1 (it went on
+# streaming a 2^62-sample rank to nobody).
+"$PERMCTL" datasets put huge --size 4611686018427387904 >/dev/null
+for cmd in "stream" "fetch --count 100000000"; do
+  rc=$(bash -c 'trap "" PIPE; timeout 60 "$1" $2 huge --seed 1 --epoch 0 --world 1 --rank 0 --mode pad 2>"$3" |
+                head -c1 >/dev/null; echo "${PIPESTATUS[0]}"' _ "$PERMCTL" "$cmd" "$DIR/err")
+  [ "$rc" = 1 ] && grep -qF "writing output failed" "$DIR/err" || fail "$cmd into a closed pipe: exit $rc, $(cat "$DIR/err")"
+done
+"$PERMCTL" datasets rm huge >/dev/null
 "$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 3 --rank 2 --mode drop --count 2000000 >"$DIR/got"
 cmp -s "$DIR/want" "$DIR/got" || fail "large fetch differs from rank"
 
