@@ -159,6 +159,9 @@ static int pd_sizes_line(pd_layout *l, const char *path, uint64_t lineno, char *
         return pd_layout_fail(PD_EINVAL, err, errlen, "%s%s: a NUL byte in the line", path, where);
     if (!line[0] || line[0] == '#')
         return 0;
+    if (line[0] == ' ' || line[0] == '\t')
+        return pd_layout_fail(PD_EINVAL, err, errlen, "%s%s: the line starts with a blank (a shard size must start it)",
+                              path, where);
     char *name = line + strcspn(line, " \t");
     if (*name) { /* "SIZE<blanks>PATH": the path is the rest of the line */
         *name++ = '\0';

@@ -14,6 +14,7 @@
 
 #include "client/permd.h"
 #include "core/error.h"
+#include "core/name.h"
 #include "core/parse.h"
 #include "proto/endpoint.h"
 #include "proto/frame.h"
@@ -131,11 +132,21 @@ int permctl_connect(const permctl_args *a, permd_client **c)
             return permctl_usage_error("--socket: path too long: %s", path);
         rc = permd_connect_timeout(path ? endpoint : NULL, NULL, ms, c);
     }
+    if (rc == PERMD_EINVAL && a->s[PERMCTL_OPT_TCP]) /* the address itself: the command line is wrong */
+        return permctl_usage_error("--tcp: %s", permd_last_error(NULL));
     if (rc) {
         fprintf(stderr, "permctl: %s\n", permd_last_error(NULL));
         return PERMCTL_EXIT_FAIL;
     }
     return 0;
+}
+
+int permctl_name(const char *what, const char *name)
+{
+    if (pd_name_check(name) == 0)
+        return 0;
+    return permctl_usage_error("%s: '%s' is not a name: 1-%d characters of A-Z a-z 0-9 . _ -, the first a letter, "
+                               "a digit or _", what, name, PD_NAME_MAX);
 }
 
 /* Report a failed call: the server's typed error and message. */
@@ -214,6 +225,8 @@ int permctl_cmd_datasets(int argc, char **argv)
         return permctl_usage_error(is_list ? "datasets list: unexpected argument '%s'"
                                            : "datasets %s: give exactly one dataset NAME",
                                    is_list ? a.pos[1] : action);
+    if (!is_list && (rc = permctl_name("datasets", a.pos[1])))
+        return rc;
     if (is_put && sharded == ((a.set & PERMCTL_BIT(SIZE)) != 0))
         return permctl_usage_error("datasets put: give --size N or --shards-file FILE (or --mds INDEX, or --tars SPEC...)");
     if (!is_put && (a.set & (PERMCTL_BIT(SIZE) | PERMCTL_LAYOUT_OPTS | PERMCTL_SHARD_OPTS)))
@@ -315,6 +328,9 @@ static int permctl_slice(const char *cmd, const permctl_args *a, permd_slice *s)
     if (a->u[PERMCTL_OPT_RANK] >= a->u[PERMCTL_OPT_WORLD])
         return permctl_usage_error("--rank: %llu must be below --world %llu", (unsigned long long)a->u[PERMCTL_OPT_RANK],
                                    (unsigned long long)a->u[PERMCTL_OPT_WORLD]);
+    int rc = permctl_name(cmd, a->pos[0]);
+    if (rc)
+        return rc;
     memset(s, 0, sizeof *s);
     s->dataset = a->pos[0];
     s->seed = a->u[PERMCTL_OPT_SEED];
@@ -593,8 +609,11 @@ int permctl_cmd_inverse_daemon(int argc, char **argv)
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
-        if (pd_parse_u64(a.pos[i + 1], &samples[i])) {
-            rc = permctl_usage_error("inverse: SAMPLE '%s' is not an unsigned decimal integer", a.pos[i + 1]);
+        int prc = pd_parse_u64(a.pos[i + 1], &samples[i]);
+        if (prc) {
+            rc = permctl_usage_error(prc == PD_ERANGE ? "inverse: SAMPLE %s is above 2^64 - 1"
+                                                      : "inverse: SAMPLE '%s' is not an unsigned decimal integer",
+                                     a.pos[i + 1]);
             goto done;
         }
     }
@@ -821,8 +840,11 @@ static int permctl_digest_file(const char *path, permd_digest *d)
         }
         permd_digest_add(d, &id, 1, 8);
     }
+    int err = ferror(f) ? errno : 0; /* fgets fails as at the end: a directory (EISDIR), an I/O error */
     if (f != stdin)
         fclose(f);
+    if (err)
+        return permctl_usage_error("verify: cannot read %s: %s", path ? path : "-", strerror(err));
     return 0;
 }
 
@@ -843,6 +865,8 @@ int permctl_cmd_verify(int argc, char **argv)
         return permctl_usage_error("verify: unexpected argument '%s'", a.pos[a.npos - 1]);
     if (!offline && a.npos < 1)
         return permctl_usage_error("verify: give a dataset NAME, or --size / --shards-file to compute offline");
+    if (!offline && (a.set & PERMCTL_BIT(MAX_SHARDS)))
+        return permctl_usage_error("verify: --max-shards applies to shards read here, not to dataset '%s'", a.pos[0]);
     if (a.u[PERMCTL_OPT_RANK] >= a.u[PERMCTL_OPT_WORLD])
         return permctl_usage_error("--rank: %llu must be below --world %llu", (unsigned long long)a.u[PERMCTL_OPT_RANK],
                                    (unsigned long long)a.u[PERMCTL_OPT_WORLD]);
@@ -858,6 +882,8 @@ int permctl_cmd_verify(int argc, char **argv)
             rc = permd_plan_new(a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], sizes, nshards,
                                 a.u[PERMCTL_OPT_WINDOW], (uint32_t)a.u[PERMCTL_OPT_LANES], &plan);
             free(sizes);
+            if (rc == PD_EINVAL) /* the options are checked: the layout is what is wrong, as rank says */
+                return permctl_usage_error("verify: the shard sizes must sum to between 1 and 2^63 samples");
             if (rc == 0) {
                 rc = permd_plan_rank_digest(plan, world, rank, (int)a.mode, a.u[PERMCTL_OPT_OFFSET], &want);
                 permd_plan_free(plan);

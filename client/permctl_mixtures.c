@@ -105,6 +105,8 @@ int permctl_cmd_mixtures(int argc, char **argv)
     if (is_list ? a.npos != 1 : a.npos != 2)
         return permctl_usage_error(is_list ? "mixtures list: unexpected argument" : "mixtures %s: give one NAME",
                                    action);
+    if (!is_list && (rc = permctl_name("mixtures", a.pos[1])))
+        return rc;
     if (!is_put && ((a.set & def_opts) || nstages))
         return permctl_usage_error("mixtures %s: the definition's options apply to put only", action);
     if (is_put && !((a.set & PERMCTL_BIT(COMPONENTS)) && (a.set & PERMCTL_BIT(WEIGHTS))))
@@ -130,11 +132,14 @@ int permctl_cmd_mixtures(int argc, char **argv)
             rc = permctl_call_failed(c, "mixtures put");
             goto done;
         }
-        if (!json)
-            printf("%s ", created == 1 ? "created" : created == 2 ? "updated" : "exists");
-        permctl_mixture_print(d, json);
+        const char *said = created == 1 ? "created" : created == 2 ? "updated" : "exists";
         if (json)
-            fputc('\n', stdout);
+            fputs("{\"mixture\":", stdout);
+        else
+            printf("%s ", said);
+        permctl_mixture_print(d, json);
+        if (json) /* as datasets put --json says "created" */
+            printf(",\"created\":%s,\"result\":\"%s\"}\n", created == 1 ? "true" : "false", said);
     } else if (is_get) {
         if (permd_get_mixture(c, a.pos[1], &d)) {
             rc = permctl_call_failed(c, "mixtures get");

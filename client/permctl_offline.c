@@ -292,10 +292,10 @@ int permctl_u64_list(const char *opt, const char *text, char sep, uint64_t lo, u
     *n = 0;
     for (const char *p = text;; p++) {
         size_t len = strcspn(p, seps);
+        if (len == 0 || len >= sizeof item) /* an empty item ("1,1,") before the count: it is what is wrong */
+            return permctl_usage_error("--%s: '%s' is not a list of unsigned integers", opt, text);
         if (*n == cap)
             return permctl_usage_error("--%s: more than %zu values", opt, cap);
-        if (len == 0 || len >= sizeof item)
-            return permctl_usage_error("--%s: '%s' is not a list of unsigned integers", opt, text);
         memcpy(item, p, len);
         item[len] = '\0';
         if (permctl_opt_u64(opt, item, lo, hi, &out[(*n)++]))
@@ -438,29 +438,38 @@ static int permctl_mix_inverse(const permctl_args *a, permd_mixture *m)
             return rc ? rc : permctl_usage_error("mix --inverse: '%s' is not J:LOCAL:CEPOCH", a->pos[i]);
         }
     }
-    static permctl_out out;
-    int rc = 0;
-    permctl_out_init(&out, stdout);
-    for (int i = 0; i < a->npos && !rc; i++) {
-        uint64_t epoch, position;
+    /* Answered, each in place of its question (found, epoch, position), before anything is printed. */
+    for (int i = 0; i < a->npos; i++) {
+        uint64_t epoch = 0, position = 0;
         int r = q[3 * i] > UINT32_MAX ? PD_ERANGE
                                       : permd_mixture_position(m, (uint32_t)q[3 * i], q[3 * i + 1], q[3 * i + 2],
                                                                &epoch, &position);
-        if (r == PD_ENOTFOUND) {
-            permctl_out_str(&out, "-\n");
-        } else if (r == PD_ERANGE) {
-            permctl_out_flush(&out);
-            rc = permctl_usage_error("mix --inverse: '%s' names no sample (component below %u, local id below its "
-                                     "size)", a->pos[i], permd_mixture_components(m));
-        } else if (r) {
-            rc = permctl_fail(r, "mix --inverse");
-        } else {
-            permctl_out_u64_sep(&out, epoch, ' ');
-            permctl_out_u64(&out, position);
+        if (r == PD_ERANGE) {
+            int rc = permctl_usage_error("mix --inverse: '%s' names no sample (component below %u, local id below "
+                                         "its size)", a->pos[i], permd_mixture_components(m));
+            free(q);
+            return rc;
         }
+        if (r && r != PD_ENOTFOUND) {
+            free(q);
+            return permctl_fail(r, "mix --inverse");
+        }
+        q[3 * i] = r == 0;
+        q[3 * i + 1] = epoch;
+        q[3 * i + 2] = position;
+    }
+    static permctl_out out;
+    permctl_out_init(&out, stdout);
+    for (int i = 0; i < a->npos; i++) {
+        if (!q[3 * i]) {
+            permctl_out_str(&out, "-\n");
+            continue;
+        }
+        permctl_out_u64_sep(&out, q[3 * i + 1], ' ');
+        permctl_out_u64(&out, q[3 * i + 2]);
     }
     free(q);
-    return rc ? rc : permctl_out_flush(&out);
+    return permctl_out_flush(&out);
 }
 
 /* A rank's ids (or locations) of mixture epoch E, in chunks. */

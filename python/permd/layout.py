@@ -1047,6 +1047,8 @@ def _read_sizes(path, max_shards):
                 raise LayoutError(EINVAL, where, "a NUL byte in the line")
             if not line or line.startswith("#"):
                 continue
+            if line[0] in " \t":  # as C says it: the size must start the line
+                raise LayoutError(EINVAL, where, "the line starts with a blank (a shard size must start it)")
             number, rest = _SIZE_LINE.match(line).groups()
             if not number.isascii() or not number.isdigit() or int(number) >= 1 << 64:
                 raise LayoutError(EINVAL, where, f"{number!r} is not a shard size (an unsigned decimal integer)")

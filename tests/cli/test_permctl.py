@@ -170,6 +170,15 @@ class ShardedOffline(unittest.TestCase):
         r = subprocess.run([PERMCTL, "verify", "--size", "1000", *map(str, common)], input=flat.stdout,
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # an ids FILE that cannot be read is exit 2, nothing compared (a directory read as no ids: MISMATCH)
+        r = run("verify", "--size", 1000, *common, self.tmp.name)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("cannot read", r.stderr)
+        self.assertNotIn("MISMATCH", r.stdout)
+        # a layout no plan can be made of is a usage error naming it, as rank says
+        r = run("verify", "--shards-file", self.shards_file([0, 0]), *common, self.tmp.name)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("shard sizes must sum to between 1 and 2^63", r.stderr)
 
     def test_bad_shards_files(self):
         bad = os.path.join(self.tmp.name, "bad.txt")
@@ -178,6 +187,11 @@ class ShardedOffline(unittest.TestCase):
         r = run("rank", "--seed", 1, "--epoch", 1, "--shards-file", bad, "--world", 1, "--rank", 0, "--mode", "pad")
         self.assertEqual(r.returncode, 2)
         self.assertIn(":2:", r.stderr)
+        with open(bad, "w") as f:
+            f.write("5\n 10\n")
+        r = run("rank", "--seed", 1, "--epoch", 1, "--shards-file", bad, "--world", 1, "--rank", 0, "--mode", "pad")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(":2: the line starts with a blank", r.stderr)
         empty = self.shards_file([0, 0])
         r = run("rank", "--seed", 1, "--epoch", 1, "--shards-file", empty, "--world", 1, "--rank", 0, "--mode", "pad")
         self.assertEqual(r.returncode, 2)

@@ -69,6 +69,13 @@ expect 2 "give a dataset NAME" "$PERMCTL" fetch --seed 1 --epoch 0 --world 2 --r
 expect 2 "must be below --world" "$PERMCTL" stream imagenet --seed 1 --epoch 0 --world 2 --rank 2 --mode pad
 expect 2 "not one of pad, drop, exact" "$PERMCTL" stream imagenet --seed 1 --epoch 0 --world 2 --rank 0 --mode all
 expect 2 "unknown action" "$PERMCTL" datasets show imagenet
+# Names and addresses are checked here, as usage errors (exit 2), before anything is sent.
+expect 2 "'' is not a name" "$PERMCTL" datasets put "" --size 5
+expect 2 "is not a name" "$PERMCTL" datasets get "$(printf 'n%.0s' $(seq 129))"
+expect 2 "'a b' is not a name" "$PERMCTL" fetch "a b" --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 1
+expect 2 "is not a name" "$PERMCTL" mixtures get "-x"
+expect 2 "--tcp: '127.0.0.1:99999' is not HOST:PORT" "$PERMCTL" stats --tcp 127.0.0.1:99999
+expect 2 "is above 2^64 - 1" "$PERMCTL" inverse imagenet --seed 42 --epoch 3 --world 8 18446744073709551616
 expect 2 "give --size N or --shards-file FILE" "$PERMCTL" datasets put other
 expect 2 "not both" "$PERMCTL" stats --socket "$PERMD_SOCKET" --tcp 127.0.0.1:1
 expect 2 "unknown option '--bogus'" "$PERMCTL" stats --bogus
@@ -78,7 +85,7 @@ expect 2 "give an action" "$PERMCTL" datasets
 # The daemon's errors: exit 1 with the typed error and its message.
 expect 1 "NOT_FOUND: dataset 'nope' does not exist" "$PERMCTL" fetch nope --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 1
 expect 1 "CONFLICT: dataset 'imagenet' exists with size 1281167, not 5" "$PERMCTL" datasets put imagenet --size 5
-expect 1 "INVALID_ARGUMENT" "$PERMCTL" datasets put 'bad/name' --size 5
+expect 2 "'bad/name' is not a name" "$PERMCTL" datasets put 'bad/name' --size 5 # caught here, before permd
 expect 1 "past the end of the epoch" "$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --offset 2000000 --count 1
 expect 1 "is not below the dataset size" "$PERMCTL" inverse imagenet --seed 1 --epoch 0 --world 2 1281167
 expect 1 "is permd running?" "$PERMCTL" stats --socket "$DIR/absent.sock"

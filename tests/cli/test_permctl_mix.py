@@ -77,6 +77,7 @@ class Mix(unittest.TestCase):
             (["--seed", 1, "--sizes", "5,7", "--weights", "0,0"] + rank, "not a valid mixture: stage 0's weights sum to 0"),
             (base + ["--epoch", 0, "--world", 2, "--rank", 2, "--mode", "pad"], "must be below --world"),
             (base + rank[:-2], "are required"),
+            (["--seed", 1, "--sizes", "5,7", "--weights", "1,1,"] + rank, "'1,1,' is not a list of unsigned integers"),
             (base + ["--inverse"], "at least one"),
             (base + ["--inverse", "0:1"], "is not J:LOCAL:CEPOCH"),
             (base + ["--inverse", "5:0:0"], "names no sample"),
@@ -87,6 +88,9 @@ class Mix(unittest.TestCase):
             out = permctl(*args)
             self.assertEqual(out.returncode, 2, (args, out.stdout, out.stderr))
             self.assertIn(message, out.stderr, args)
+            self.assertEqual(out.stdout, "", args)  # nothing printed, not even the answers before a bad one
+        out = permctl(*base, "--inverse", "0:0:0", "1:1:0", "5:0:0")
+        self.assertEqual((out.returncode, out.stdout), (2, ""))
         out = permctl("--help")
         self.assertEqual(out.returncode, 0)
         self.assertIn("--inverse J:LOCAL:CEPOCH", out.stdout)

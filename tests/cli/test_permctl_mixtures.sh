@@ -12,6 +12,8 @@ permd_fixture_start "$BIN" mix-cli
 "$PERMCTL" mixtures put mix --components books,code --weights 3,1 | grep -q "^created mix: 2 components, length 4000" \
   || fail "mixtures put"
 "$PERMCTL" mixtures put mix --components books,code --weights 3,1 | grep -q "^exists mix" || fail "put again"
+"$PERMCTL" mixtures put mix --components books,code --weights 3,1 --json |
+  grep -q '^{"mixture":{"name":"mix",.*},"created":false,"result":"exists"}$' || fail "put --json says what it did"
 
 slice=(--seed 5 --epoch 1 --world 4 --rank 3 --mode pad)
 "$PERMCTL" mix --sizes 3000,1000 --weights 3,1 "${slice[@]}" >"$DIR/want"
