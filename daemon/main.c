@@ -82,14 +82,16 @@ int main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     /* A request's scratch (a mixture's sparse fill: ~250 KiB in arrays below the mmap threshold) is
      * freed at its end; glibc would give the heap's top back to the kernel each time (past 128 KiB)
-     * and fault it in again on the next request. Setting the trim threshold also freezes glibc's mmap
-     * threshold, which then has to cover the largest reply or batch: a block above it is mapped,
-     * faulted in page by page and unmapped (with a TLB shootdown) each time. At 1 MiB, a Stream of
-     * 1 M-id (4 MiB) batches through the socket ran at 0.4-0.6x its rate under glibc's own adaptive
-     * thresholds (2026-11-28, bisected). 16 MiB covers a reply of max_count (1 M) u64 ids, and the
-     * trim threshold keeps as much freed top, so such a block is reused, not mapped anew. */
-    mallopt(M_TRIM_THRESHOLD, 16 << 20);
-    mallopt(M_MMAP_THRESHOLD, 16 << 20);
+     * and fault it in again on the next request. Keep up to 4 MiB of freed top: the page faults go,
+     * and RSS still falls back after a burst (the load tests bound its growth to 8-16 MiB). Setting it
+     * freezes glibc's mmap threshold at 128 KiB, which a 65536-id reply (256-512 KiB) and a mixture part's
+     * scratch pass: each was mapped, faulted in page by page and unmapped (with a TLB shootdown) per
+     * request, ~50 faults a Fetch. Blocks up to 1 MiB come from the heap instead. Larger ones are still
+     * mapped per use, which costs a socket Stream of 4 MiB batches half its rate; raising the threshold
+     * past them (16 MiB) also kept what hostile peers' partial frames had taken in the heap after they
+     * left (test_hardening), so those batches need a reuse of their own, not a global setting. */
+    mallopt(M_TRIM_THRESHOLD, 4 << 20);
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
     if (pd_config_init(&cfg)) {
         fprintf(stderr, "permd: out of memory\n");
