@@ -60,6 +60,11 @@ struct pd_conn {
     size_t out_start, out_len, out_cap;
     uint8_t *spare; /* a written-out buffer kept for reuse */
     size_t spare_cap;
+    /* A large written-out block (a stream batch's, a big Fetch reply's) kept for the next one: blocks above
+     * glibc's mmap threshold (1 MiB, daemon/main.c) would each be mapped and faulted in anew. Dropped by
+     * the sweep when no reply took it since the last one, so idle connections keep none. */
+    uint8_t *block;
+    size_t block_cap;
     uint8_t *bulk_at; /* pd_conn_bulk_begin's target, when it had to realign */
     size_t bulk_len;
 
@@ -91,6 +96,7 @@ struct pd_conn {
     unsigned shut : 1;     /* uv_shutdown sent: discarding input until EOF or linger_until */
     unsigned started : 1;  /* pd_conn_start ran: ops are set */
     unsigned quiet : 1;    /* stopping, and the peer has nothing in flight: no need to wait for its EOF */
+    unsigned block_used : 1; /* block was taken since the last sweep */
 };
 
 /* A queued write; base is freed (or kept as the spare) when it completes. */
@@ -259,6 +265,8 @@ void pd_conn_ref(pd_conn *c)
     c->refs++;
 }
 
+static void pd_conn_drop_block(pd_conn *c);
+
 static void pd_conn_free(pd_conn *c)
 {
     pd_conns *set = c->set;
@@ -267,6 +275,8 @@ static void pd_conn_free(pd_conn *c)
     pd_frame_reader_free(&c->in);
     free(c->out);
     free(c->spare);
+    if (c->block)
+        pd_conn_drop_block(c);
     free(c);
     pd_conns_check_idle(set);
 }
@@ -361,6 +371,42 @@ void pd_conn_bulk_end(pd_conn *c, const uint8_t *payload)
     c->bulk_at = NULL;
 }
 
+/* A written-out block of cap bytes: kept as the connection's block when it is large and none is kept,
+ * else freed. */
+static void pd_conn_keep_block(pd_conn *c, void *base, size_t cap)
+{
+    if (cap > PD_OUT_KEEP && !c->block && !c->closing) {
+        c->block = base;
+        c->block_cap = cap;
+        c->set->stats->block_bytes += cap;
+        return;
+    }
+    free(base);
+}
+
+/* Free the kept block (unused since the last sweep, or the connection is going). */
+static void pd_conn_drop_block(pd_conn *c)
+{
+    c->set->stats->block_bytes -= c->block_cap;
+    free(c->block);
+    c->block = NULL;
+    c->block_cap = 0;
+}
+
+void *pd_conn_take_block(pd_conn *c, size_t need, size_t *cap)
+{
+    c->block_used = 1; /* a connection asking for blocks keeps the next one, whether this fits or not */
+    if (!c->block || c->block_cap < need)
+        return NULL;
+    void *b = c->block;
+    *cap = c->block_cap;
+    c->set->stats->blocks_reused++;
+    c->set->stats->block_bytes -= c->block_cap;
+    c->block = NULL;
+    c->block_cap = 0;
+    return b;
+}
+
 static void pd_on_write(uv_write_t *req, int status)
 {
     pd_write *w = (pd_write *)req;
@@ -369,7 +415,7 @@ static void pd_on_write(uv_write_t *req, int status)
         c->spare = w->base;
         c->spare_cap = w->cap;
     } else {
-        free(w->base);
+        pd_conn_keep_block(c, w->base, w->cap);
     }
     free(w);
     if (c->closing)
@@ -488,7 +534,7 @@ void pd_conn_flush(pd_conn *c)
     pd_conn_queue(c, base, cap, base + at, len);
 }
 
-void pd_conn_write_owned(pd_conn *c, void *base, const uint8_t *data, size_t len)
+void pd_conn_write_owned(pd_conn *c, void *base, size_t cap, const uint8_t *data, size_t len)
 {
     if (c->closing) {
         free(base);
@@ -507,10 +553,10 @@ void pd_conn_write_owned(pd_conn *c, void *base, const uint8_t *data, size_t len
         return;
     }
     if (n == len) {
-        free(base);
+        pd_conn_keep_block(c, base, cap);
         return;
     }
-    pd_conn_queue(c, base, 0, data + n, len - n);
+    pd_conn_queue(c, base, cap, data + n, len - n);
 }
 
 int pd_conn_send_fd(pd_conn *c, const uint8_t *data, size_t len, int fd)
@@ -902,6 +948,9 @@ void pd_conns_sweep(pd_conns *set, uint64_t now_ms)
     pd_conn *c = set->head;
     while (c) {
         pd_conn *next = c->next;
+        if (c->block && !c->block_used) /* no reply took it since the last sweep */
+            pd_conn_drop_block(c);
+        c->block_used = 0;
         if (c->shut && !c->closing && now_ms >= c->linger_until)
             pd_conn_close(c);
         else if (!pd_conn_open(c))

@@ -155,9 +155,14 @@ void pd_conn_bulk_end(pd_conn *c, const uint8_t *payload);
  * write to find). Like every write it may close the connection. */
 int pd_conn_send_fd(pd_conn *c, const uint8_t *data, size_t len, int fd);
 
-/* Queue data that lives in a malloc'd block `base`; the connection frees it once written.
- * Flushes the output buffer first, so order is kept. */
-void pd_conn_write_owned(pd_conn *c, void *base, const uint8_t *data, size_t len);
+/* Queue data that lives in a malloc'd block `base` of cap bytes; the connection frees it once written, or
+ * keeps it for pd_conn_take_block when it is large (cap 0: never kept). Flushes the output buffer first,
+ * so order is kept. */
+void pd_conn_write_owned(pd_conn *c, void *base, size_t cap, const uint8_t *data, size_t len);
+/* The connection's kept block (a large one written out before; see pd_conn_write_owned) when it holds at
+ * least need bytes: the caller owns it, *cap gets its size; else NULL (malloc one). On the loop's thread.
+ * A block no reply took is freed by the next pd_conns_sweep. */
+void *pd_conn_take_block(pd_conn *c, size_t need, size_t *cap);
 
 /* Write the output buffer: what the socket takes now, the rest queued. */
 void pd_conn_flush(pd_conn *c);

@@ -53,7 +53,7 @@ static void pd_fetch_job_done(pd_job *job)
         pd_reply_generation_error(s, j->id, j->rc);
     } else {
         s->loop->stats.ids_served_total += j->count;
-        pd_conn_write_owned(s->conn, j->bulk.base, j->bulk.frame, j->bulk.frame_len);
+        pd_conn_write_owned(s->conn, j->bulk.base, j->bulk.cap, j->bulk.frame, j->bulk.frame_len);
     }
     pd_target_release(&j->t);
     free(j);
@@ -101,7 +101,7 @@ void pd_on_fetch(pd_session *s, uint64_t id, const Permd__V1__Fetch *m)
     }
 
     pd_fetch_job *j = calloc(1, sizeof *j);
-    if (!j || pd_bulk_alloc(&j->bulk, hdr, hlen, bytes)) {
+    if (!j || pd_bulk_alloc(&j->bulk, s->conn, hdr, hlen, bytes)) {
         free(j);
         pd_target_release(&t);
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");

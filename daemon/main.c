@@ -86,10 +86,11 @@ int main(int argc, char **argv)
      * and RSS still falls back after a burst (the load tests bound its growth to 8-16 MiB). Setting it
      * freezes glibc's mmap threshold at 128 KiB, which a 65536-id reply (256-512 KiB) and a mixture part's
      * scratch pass: each was mapped, faulted in page by page and unmapped (with a TLB shootdown) per
-     * request, ~50 faults a Fetch. Blocks up to 1 MiB come from the heap instead. Larger ones are still
-     * mapped per use, which costs a socket Stream of 4 MiB batches half its rate; raising the threshold
-     * past them (16 MiB) also kept what hostile peers' partial frames had taken in the heap after they
-     * left (test_hardening), so those batches need a reuse of their own, not a global setting. */
+     * request, ~50 faults a Fetch. Blocks up to 1 MiB come from the heap instead. Larger ones are mapped
+     * per use and given back: raising the threshold past them (16 MiB) kept what hostile peers' partial
+     * frames had taken in the heap after they left (test_hardening). Large replies, which would pay a
+     * mapping each (a socket Stream of 4 MiB batches ran at half its rate), reuse a block of their
+     * connection's instead (daemon/conn.c, pd_conn_take_block). */
     mallopt(M_TRIM_THRESHOLD, 4 << 20);
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
 

@@ -82,4 +82,6 @@ void pd_stats_add(pd_stats *into, const pd_stats *what)
     into->streams_active += what->streams_active;
     into->request_memory += what->request_memory;
     into->readahead_bytes += what->readahead_bytes;
+    into->blocks_reused += what->blocks_reused;
+    into->block_bytes += what->block_bytes;
 }

@@ -56,6 +56,8 @@ typedef struct pd_stats {
     pd_counter streams_active;
     pd_counter request_memory;     /* gauge: heap the connections' request arenas hold (proto/arena.h) */
     pd_counter readahead_bytes;    /* gauge: the connections' readahead buffers (readahead_bytes each) */
+    pd_counter blocks_reused;      /* large reply blocks (stream batches, big Fetches) taken again (daemon/conn.c) */
+    pd_counter block_bytes;        /* gauge: the large reply blocks connections keep for their next reply */
 } pd_stats;
 
 /* One serving loop's counters by request type. */

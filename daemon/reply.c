@@ -151,11 +151,15 @@ int pd_reply_bulk_inline(pd_session *s, const uint8_t *hdr, size_t hlen, const p
     return rc;
 }
 
-int pd_bulk_alloc(pd_bulk *b, const uint8_t *hdr, size_t hlen, size_t bytes)
+int pd_bulk_alloc(pd_bulk *b, pd_conn *c, const uint8_t *hdr, size_t hlen, size_t bytes)
 {
-    size_t pad = (16 - hlen % 16) % 16;
-    if (!(b->base = malloc(pad + hlen + bytes)))
-        return PD_ENOMEM;
+    size_t pad = (16 - hlen % 16) % 16, need = pad + hlen + bytes;
+    b->base = c ? pd_conn_take_block(c, need, &b->cap) : NULL;
+    if (!b->base) {
+        if (!(b->base = malloc(need)))
+            return PD_ENOMEM;
+        b->cap = need;
+    }
     b->frame = b->base + pad;
     b->payload = b->frame + hlen; /* 16-aligned */
     b->frame_len = hlen + bytes;

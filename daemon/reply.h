@@ -48,7 +48,10 @@ int pd_reply_bulk_inline(pd_session *s, const uint8_t *hdr, size_t hlen, const p
 typedef struct pd_bulk {
     uint8_t *base, *frame, *payload;
     size_t frame_len;
+    size_t cap; /* bytes at base */
 } pd_bulk;
-int pd_bulk_alloc(pd_bulk *b, const uint8_t *hdr, size_t hlen, size_t bytes);
+/* A frame of hlen header bytes (copied) and bytes of payload (16-aligned) in one block: the connection's kept
+ * block when it is large enough (pd_conn_take_block; c may be NULL), else a new one. PD_ENOMEM. */
+int pd_bulk_alloc(pd_bulk *b, pd_conn *c, const uint8_t *hdr, size_t hlen, size_t bytes);
 
 #endif

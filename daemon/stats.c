@@ -204,6 +204,14 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "Bytes of decoded requests (and replies built from them) that connections hold now; each "
                 "request's decoding is bounded by max_request_memory, and released once it is answered.",
                 st->request_memory);
+    pd_text_u64(&t, "permd_reply_blocks_reused_total", "counter",
+                "Large replies (stream batches and Fetches above 256 KiB through the socket) written into the "
+                "block a connection's last one left, instead of a new one mapped and faulted in.",
+                st->blocks_reused);
+    pd_text_u64(&t, "permd_reply_block_bytes", "gauge",
+                "Bytes of large reply blocks connections keep for their next one (one each at most, given back "
+                "within a second once unused).",
+                st->block_bytes);
     pd_text_u64(&t, "permd_readahead_bytes", "gauge",
                 "Bytes of readahead buffers connections hold: one of readahead_bytes for each that read its "
                 "slice in order with Fetches that fit it.",

@@ -217,7 +217,7 @@ static int pd_stream_deliver(pd_stream *st)
                 pd_conn_close(s->conn); /* out of memory for 60 bytes: the client cannot be told in order */
             pd_batch_free(b);
         } else {
-            pd_conn_write_owned(s->conn, b->bulk.base, b->bulk.frame, b->bulk.frame_len);
+            pd_conn_write_owned(s->conn, b->bulk.base, b->bulk.cap, b->bulk.frame, b->bulk.frame_len);
             free(b);
         }
         if (!pd_conn_open(s->conn))
@@ -313,7 +313,7 @@ static int pd_stream_schedule(pd_stream *st, uint64_t count)
         uint8_t hdr[PD_BULK_HDR_MAX];
         size_t hlen;
         int rc = pd_batch_header(st, b, hdr, &hlen);
-        if (rc || (rc = pd_bulk_alloc(&b->bulk, hdr, hlen, (size_t)count * b->width))) {
+        if (rc || (rc = pd_bulk_alloc(&b->bulk, st->s->conn, hdr, hlen, (size_t)count * b->width))) {
             free(b);
             return rc;
         }
