@@ -100,6 +100,13 @@ int harness_free_port(void)
     return ntohs(sa.sin_port);
 }
 
+int harness_metrics_addr(char addr[32])
+{
+    int port = harness_free_port();
+    snprintf(addr, 32, "127.0.0.1:%d", port);
+    return port;
+}
+
 int harness_start(harness *h, int with_tcp, const char *const *extra, int *status)
 {
     /* PERMD_TEST_BIN runs permd through a wrapper (valgrind) instead. */

@@ -19,6 +19,9 @@ typedef struct harness {
 
 /* A loopback TCP port nothing listens on now. */
 int harness_free_port(void);
+/* A free loopback port for a --metrics endpoint, written as "127.0.0.1:PORT" into addr; returns the port
+ * (for harness_metric). */
+int harness_metrics_addr(char addr[32]);
 /* Make the temporary directory. */
 void harness_init(harness *h);
 /* Start permd (or $PERMD_TEST_BIN, e.g. a valgrind wrapper) on h's socket and state dir with extra flags (NULL-terminated

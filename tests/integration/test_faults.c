@@ -299,9 +299,8 @@ static void test_out_of_descriptors(void **state)
     (void)state;
     harness own;
     harness_init(&own);
-    const int port = harness_free_port();
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const int port = harness_metrics_addr(addr);
     const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", "--loops", "2", NULL};
     assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
     permd_client *held;

@@ -350,9 +350,8 @@ static void test_healthz_under_slowloris(void **state)
 {
     (void)state;
     harness h;
-    int port = harness_free_port();
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int port = harness_metrics_addr(addr);
     const char *extra[] = {"--metrics", addr, NULL};
     start(&h, 0, extra);
     enum { SLOW = 200 };
@@ -598,9 +597,8 @@ static void test_shard_memory_bounds(void **state)
 {
     (void)state;
     harness h;
-    int port = harness_free_port();
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int port = harness_metrics_addr(addr);
     const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", /* each scrape follows an action */
                            "--upload-memory", "3145728", "--layout-memory", "4194304",
                            "--plan-cache-bytes", "4194304", "--max-shards", "16777216", NULL};

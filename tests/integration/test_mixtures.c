@@ -410,9 +410,8 @@ static void test_sharded_component_warm(void **state)
     (void)state;
     harness h;
     permd_client *c, *d;
-    int port = harness_free_port();
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int port = harness_metrics_addr(addr);
     const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", NULL}; /* each scrape follows an action */
     harness_init(&h);
     assert_int_equal(harness_start(&h, 0, extra, NULL), 0);

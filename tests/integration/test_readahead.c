@@ -246,9 +246,8 @@ static void test_readahead_bytes(void **state)
     (void)state;
     for (int off = 0; off <= 1; off++) {
         harness other;
-        int port = harness_free_port();
         char addr[32];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+        int port = harness_metrics_addr(addr);
         const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", "--readahead-bytes", off ? "0" : "1024",
                                NULL};
         harness_init(&other);

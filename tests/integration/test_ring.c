@@ -460,9 +460,8 @@ static void test_ring_descriptors(void **state)
     low.rlim_cur = 10 + 10 + 4 + 64 + 4 + 2; /* permd inherits it; one loop takes 4 */
     harness own;
     harness_init(&own);
-    const int port = harness_free_port();
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const int port = harness_metrics_addr(addr);
     const char *extra[] = {"--max-connections", "10", "--max-tcp-connections", "10", "--metrics-connections", "4",
                            "--loops", "1", "--metrics", addr, "--metrics-cache-ms", "0", NULL};
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);

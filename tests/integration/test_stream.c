@@ -463,9 +463,8 @@ static void test_large_batches_reuse_a_block(void **state)
 {
     (void)state;
     harness own;
-    int port = harness_free_port();
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int port = harness_metrics_addr(addr);
     const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", NULL};
     harness_init(&own);
     assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
