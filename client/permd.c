@@ -390,6 +390,10 @@ static int pd_cl_connect_unix(const char *path, uint32_t ms, permd_client **out)
     int fd, rc = pd_endpoint_connect_unix(path, ms ? ms : PD_CL_HELLO_TIMEOUT_MS, 0, &fd, why, sizeof why);
     if (rc) {
         const int absent = rc == PD_EIO && (errno == ENOENT || errno == ECONNREFUSED);
+        struct stat st;
+        if (absent && stat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) /* a directory or a file: refused the same */
+            return pd_cl_fail(NULL, rc, "cannot connect to %s: it is not a socket (see --socket / PERMD_SOCKET)",
+                              path);
         return pd_cl_fail(NULL, rc, "cannot connect to %s: %s%s", path, why,
                           absent ? " (is permd running? see --socket / PERMD_SOCKET)" : "");
     }

@@ -140,7 +140,7 @@ class Mixture(_args.Frozen):
 
     def __init__(self, seed, epoch, sizes, weights, *, length=None, stages=None, block=BLOCK_DEFAULT):
         self.seed = _args.wrapped("seed", seed)
-        self.epoch = _args.integer("epoch", epoch)
+        self.epoch = _args.wrapped("epoch", epoch)  # as the Sampler takes it: -1 is 2**64 - 1
         comps = [c if isinstance(c, Sharded) else _args.integer("component size", c, 1, _args.N_MAX) for c in sizes]
         if not 1 <= len(comps) <= COMPONENTS_MAX:
             raise ValueError(f"a mixture needs between 1 and {COMPONENTS_MAX} components")
@@ -203,6 +203,14 @@ class Mixture(_args.Frozen):
 
     def __bool__(self):  # never empty; len() would refuse 2**63 positions
         return True
+
+    def __eq__(self, other):  # the same draws: the same definition and epoch
+        if not isinstance(other, Mixture):
+            return NotImplemented
+        return self.epoch == other.epoch and self.definition() == other.definition()
+
+    def __hash__(self):
+        return hash((self.seed, self.epoch, self.length, len(self.components), len(self.stages)))
 
     def definition(self):
         """What identifies the mixture (all but the epoch): a checkpoint may resume it only with these, except

@@ -19,7 +19,7 @@ class Permutation(_args.Frozen):
 
     def __init__(self, seed, epoch, size):
         self.seed = _args.wrapped("seed", seed)
-        self.epoch = _args.integer("epoch", epoch)
+        self.epoch = _args.wrapped("epoch", epoch)  # as the Sampler takes it: -1 is 2**64 - 1
         self.size = _args.integer("size", size, 1, _args.N_MAX)
         self._width = 4 if self.size <= 1 << 32 else 8
         self._freeze()
@@ -74,6 +74,14 @@ class Permutation(_args.Frozen):
 
     def __bool__(self):  # never empty; len() would refuse 2**63 positions
         return True
+
+    def __eq__(self, other):  # the same order: the same key and size (a value, as its attributes are fixed)
+        if not isinstance(other, Permutation):
+            return NotImplemented
+        return (self.seed, self.epoch, self.size) == (other.seed, other.epoch, other.size)
+
+    def __hash__(self):
+        return hash((self.seed, self.epoch, self.size))
 
     def __contains__(self, sample):
         """Whether `sample` is an id of this permutation (every one is at some position)."""

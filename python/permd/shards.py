@@ -44,7 +44,7 @@ class ShardPlan(_args.Frozen):
 
     def __init__(self, seed, epoch, shards, window=8, lanes=1):
         self.seed = _args.wrapped("seed", seed)
-        self.epoch = _args.integer("epoch", epoch)
+        self.epoch = _args.wrapped("epoch", epoch)  # as the Sampler takes it: -1 is 2**64 - 1
         self.window = _args.integer("window", window, 1)
         self.lanes = _args.integer("lanes", lanes, 1, _args.U32_MAX)
         keep, ptr, n = _sizes_array(shards)
@@ -70,6 +70,16 @@ class ShardPlan(_args.Frozen):
 
     def __bool__(self):  # never empty; len() would refuse 2**63 positions
         return True
+
+    def __eq__(self, other):  # the same plan: the same key, layout, window and lanes
+        if not isinstance(other, ShardPlan):
+            return NotImplemented
+        return (self.seed, self.epoch, self.window, self.lanes, self.shards, self.size) == (
+            other.seed, other.epoch, other.window, other.lanes, other.shards, other.size) and \
+            list(self._sizes)[:self.shards] == list(other._sizes)[:other.shards]
+
+    def __hash__(self):
+        return hash((self.seed, self.epoch, self.window, self.lanes, self.shards, self.size))
 
     def __del__(self):
         if getattr(self, "_p", None):

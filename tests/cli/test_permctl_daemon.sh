@@ -89,6 +89,7 @@ expect 2 "'bad/name' is not a name" "$PERMCTL" datasets put 'bad/name' --size 5 
 expect 1 "past the end of the epoch" "$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --offset 2000000 --count 1
 expect 1 "is not below the dataset size" "$PERMCTL" inverse imagenet --seed 1 --epoch 0 --world 2 1281167
 expect 1 "is permd running?" "$PERMCTL" stats --socket "$DIR/absent.sock"
+expect 1 "$DIR: it is not a socket" "$PERMCTL" stats --socket "$DIR" # a directory given by mistake
 
 # --count 0 still asks permd, which checks the name and the offset (it printed an empty answer and exited 0).
 expect 1 "NOT_FOUND" "$PERMCTL" fetch nope --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 0 --json

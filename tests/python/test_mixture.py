@@ -201,6 +201,9 @@ class Sharing(unittest.TestCase):
             with self.assertRaises(AttributeError, msg=name):
                 setattr(m, name, 99)
         self.assertEqual(m.definition()["seed"], 1)
+        import pickle
+        self.assertEqual(pickle.loads(pickle.dumps(m)), m)  # equal as values: the same definition and epoch
+        self.assertNotEqual(m.with_epoch(1), m)
         self.assertTrue(permd.Mixture(1, 0, [1 << 62, 1 << 62], [1, 1]))  # truth without len()
         self.assertEqual(hash(Sharded([1, 2])), hash(Sharded([1, 2])))
 

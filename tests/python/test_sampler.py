@@ -318,6 +318,10 @@ class Offline(unittest.TestCase):
         self.assertEqual(p.inverse(np.int64(arr[5])), 5)
         with self.assertRaises(AttributeError):
             p.seed = 2
+        self.assertEqual(p, permd.Permutation(9, 2, 100003))  # a value: the same key and size
+        self.assertNotEqual(p, permd.Permutation(9, 3, 100003))
+        self.assertEqual(len({p, permd.Permutation(9, 2, 100003)}), 1)
+        self.assertEqual(permd.Permutation(9, -1, 10).epoch, (1 << 64) - 1)  # as the Sampler's set_epoch(-1)
         self.assertEqual(permd.digest(samples), permd.digest(arr[:4]))  # a 2-D batch digests its 4 ids
         self.assertEqual(permd.digest(torch.tensor(samples)), permd.digest(arr[:4]))
 

@@ -147,9 +147,11 @@ class ShardedSampler(unittest.TestCase):
         del p
         others = [permd.ShardPlan(1, 0, [100] * 50) for _ in range(50)]  # reuse what a shared handle freed
         for c in (q, r, s):
+            self.assertEqual(c, q)  # equal as values
             self.assertEqual(c[:].tolist(), want)
             self.assertEqual((c.window, c.lanes, c.size), (2, 2, 21))
         self.assertEqual(len(others), 50)
+        self.assertNotEqual(q, permd.ShardPlan(4, 2, [3, 4, 5, 9, 0], window=2, lanes=2))  # another layout
         self.assertEqual(q.locate(-1), q.locate(20))
         with self.assertRaises(IndexError):
             q.locate(21)
