@@ -76,7 +76,12 @@ class ShardPlan(_args.Frozen):
             return NotImplemented
         return (self.seed, self.epoch, self.window, self.lanes, self.shards, self.size) == (
             other.seed, other.epoch, other.window, other.lanes, other.shards, other.size) and \
-            list(self._sizes)[:self.shards] == list(other._sizes)[:other.shards]
+            self._sizes_bytes() == other._sizes_bytes()
+
+    def _sizes_bytes(self):
+        """The shard sizes as their u64 bytes (numpy's and ctypes' arrays alike), compared without a Python
+        int per shard."""
+        return memoryview(self._sizes).cast("B")[:8 * self.shards]
 
     def __hash__(self):
         return hash((self.seed, self.epoch, self.window, self.lanes, self.shards, self.size))
