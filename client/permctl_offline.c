@@ -335,8 +335,9 @@ int permctl_take_stages(int *argc, char **argv, const char **stages, int *nstage
             break;
         }
         if (!strcmp(argv[i], "--stage")) {
-            if (i + 1 == *argc)
-                return permctl_usage_error("--stage needs a value");
+            /* No stage starts with "--": "--stage --count 3" lacks its value, rather than being a stage named --count. */
+            if (i + 1 == *argc || !strncmp(argv[i + 1], "--", 2))
+                return permctl_usage_error("--stage needs a value (G:W0,W1,...)");
             value = argv[++i];
         } else if (!strncmp(argv[i], "--stage=", 8)) {
             value = argv[i] + 8;

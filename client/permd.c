@@ -145,9 +145,10 @@ static int pd_cl_write_all(permd_client *c, const uint8_t *p, size_t len)
         ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) /* what "Broken pipe" means here */
+            return pd_cl_fail(c, PD_ECLOSED, "permd closed the connection (sending: %s)", strerror(errno));
         if (n < 0)
-            return pd_cl_fail(c, errno == EPIPE || errno == ECONNRESET ? PD_ECLOSED : PD_EIO,
-                              "sending to permd: %s", strerror(errno));
+            return pd_cl_fail(c, PD_EIO, "sending to permd: %s", strerror(errno));
         p += n;
         len -= (size_t)n;
     }
@@ -220,6 +221,8 @@ static int pd_cl_read_frame(permd_client *c, const uint8_t **payload, uint32_t *
             pd_cl_take_fds(c, &msg);
         if (n == 0)
             return pd_cl_fail(c, PD_ECLOSED, "permd closed the connection");
+        if (n < 0 && errno == ECONNRESET) /* permd killed with replies unread, or closed on an error */
+            return pd_cl_fail(c, PD_ECLOSED, "permd closed the connection (reading: %s)", strerror(errno));
         if (n < 0)
             return pd_cl_fail(c, PD_EIO, "reading from permd: %s", strerror(errno));
         pd_frame_reader_commit(&c->in, (size_t)n);

@@ -71,6 +71,7 @@ class Mix(unittest.TestCase):
             (base + rank + ["--stage", "100:1,1"], "stage 1 starts at 100: stages start at increasing multiples of block (64)"),
             (base + rank + ["--stage", "128:1"], "1 weights for 2 components"),
             (base + rank + ["--stage", "128"], "is not G:W0,W1"),
+            (base + rank + ["--stage", "--count", 3], "--stage needs a value"),
             (base + rank + ["--block", 100], "block 100 is not a power of two"),
             (["--seed", 1, "--sizes", "5,x", "--weights", "1,1"] + rank, "not an unsigned decimal integer"),
             (["--seed", 1, "--sizes", "5,0", "--weights", "1,1"] + rank, "outside [1,"),

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,8 @@ typedef enum {
     FAKE_GARBAGE,
     FAKE_SPEC2,
     FAKE_ERROR0,
+    FAKE_GONE,  /* closes right after the Hello: the next request is sent to nobody (EPIPE) */
+    FAKE_RESET, /* closes with the request unread: the client's read is reset (ECONNRESET) */
     /* Stream replies a client must refuse (the fake offers stream rings from here on): */
     FAKE_RING_NOFD,     /* a StreamRing without its descriptor */
     FAKE_RING_UNSEALED, /* a ring that could shrink under the client's reads */
@@ -151,6 +154,14 @@ static void *fake_main(void *arg)
         return NULL;
     }
     send_hello_reply(fd, id, f->kind == FAKE_SPEC2 ? 2 : 1, f->kind >= FAKE_RING_NOFD && f->kind != FAKE_BATCH_WRAP);
+    if (f->kind == FAKE_RESET) { /* wait for the request, leave it unread, and close: a kill -9 mid-request */
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, 10000);
+    }
+    if (f->kind == FAKE_GONE || f->kind == FAKE_RESET) {
+        close(fd);
+        return NULL;
+    }
     if (f->kind != FAKE_SPEC2 && read_frame(fd, &env) == 0) { /* the request under test */
         id = env->id;
         protobuf_c_message_free_unpacked(&env->base, NULL);
@@ -220,6 +231,31 @@ static void test_peer_closes(void **state)
     permd_dataset d;
     assert_int_equal(permd_get_dataset(c, "d", &d), PERMD_ECLOSED);
     assert_non_null(strstr(permd_last_error(c), "closed"));
+    permd_close(c);
+    fake_stop(&f);
+}
+
+/* A permd killed under its client: whether the client's request or its read meets the close, the message
+ * says permd closed the connection (it was "sending to permd: Broken pipe", or "reading from permd:
+ * Connection reset by peer" as an I/O error). */
+static void test_peer_killed(void **state)
+{
+    (void)state;
+    fake f;
+    fake_start(&f, FAKE_GONE);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(f.path, &c), 0);
+    pthread_join(f.th, NULL); /* the fake has closed: the request below is sent to nobody */
+    permd_dataset d;
+    assert_int_equal(permd_get_dataset(c, "d", &d), PERMD_ECLOSED);
+    assert_non_null(strstr(permd_last_error(c), "permd closed the connection"));
+    permd_close(c);
+    harness_fake_close(f.listen_fd, f.dir, f.path);
+
+    fake_start(&f, FAKE_RESET);
+    assert_int_equal(permd_connect_unix(f.path, &c), 0);
+    assert_int_equal(permd_get_dataset(c, "d", &d), PERMD_ECLOSED);
+    assert_non_null(strstr(permd_last_error(c), "permd closed the connection"));
     permd_close(c);
     fake_stop(&f);
 }
@@ -386,6 +422,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_peer_closes),
+        cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_garbage_reply),
         cmocka_unit_test(test_handshake_refusals),
         cmocka_unit_test(test_connect_timeout),
