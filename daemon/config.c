@@ -172,6 +172,12 @@ static const pd_opt pd_opts[] = {
            "pauses its streams (a client that stops reading costs at most this, plus one\n"
            "reply, plus up to stream_ahead batches per stream generated ahead of the one\n"
            "it waits for)."),
+    PD_OPT(output_memory, PD_OPT_U64, "1073741824", 0, UINT64_C(1) << 40,
+           "Bytes queued for all connections together (permd_output_bytes). Past it, a\n"
+           "connection that has output queued stops as at output_cap, while one that has\n"
+           "none still gets its next reply: clients that do not read hold at most this,\n"
+           "plus one reply each, and those that read are never stopped for them.\n"
+           "0: no bound but output_cap times the connections."),
     PD_OPT(max_streams, PD_OPT_U64, "16", 1, 4096, "Concurrent streams per connection."),
     PD_OPT(max_credits, PD_OPT_U64, "64", 1, 65536, "Most outstanding credits (batches) per stream."),
     PD_OPT(stream_ahead, PD_OPT_U64, "4", 1, 64,

@@ -69,6 +69,7 @@ struct pd_conn {
     size_t bulk_len;
 
     size_t job_bytes;  /* reply bytes that in-flight jobs will add */
+    size_t counted;    /* pd_conn_pending as last added to *lim.output_total (pd_conn_count) */
     atomic_int cancel; /* closed, or permd is stopping: long jobs give up */
     unsigned refs;     /* the handle, plus one per job in flight */
     uint64_t linger_until; /* after an error: when to give up waiting for the peer's EOF */
@@ -211,9 +212,43 @@ static size_t pd_conn_pending(const pd_conn *c)
     return queued + c->out_len + c->job_bytes;
 }
 
+/* Bring this connection's share of the shared output total up to date: after each change to what it has
+ * queued (a flush, a completed write, a job's promise). Between two calls the total may be off by what was
+ * appended and not yet flushed; the connection's own test (pending) never is. */
+static void pd_conn_count(pd_conn *c)
+{
+    _Atomic unsigned long long *total = c->set->lim.output_total;
+    if (!total)
+        return;
+    const size_t now = c->closing ? 0 : pd_conn_pending(c);
+    if (now > c->counted)
+        atomic_fetch_add_explicit(total, now - c->counted, memory_order_relaxed);
+    else if (now < c->counted)
+        atomic_fetch_sub_explicit(total, c->counted - now, memory_order_relaxed);
+    c->counted = now;
+}
+
+/* Whether this connection, holding `pending` bytes, must wait for all connections' output to shrink: it
+ * holds some, and the total is past output_memory. One holding none may always produce its next reply. */
+static int pd_conn_over_budget(const pd_conn *c, size_t pending)
+{
+    const pd_conn_limits *l = &c->set->lim;
+    return pending && l->output_memory && l->output_total &&
+           atomic_load_explicit(l->output_total, memory_order_relaxed) > l->output_memory;
+}
+
 int pd_conn_congested(const pd_conn *c)
 {
-    return pd_conn_pending(c) > c->set->lim.output_cap;
+    const size_t pending = pd_conn_pending(c);
+    return pending > c->set->lim.output_cap || pd_conn_over_budget(c, pending);
+}
+
+/* Whether a paused connection may go on: below half its cap (so a slow reader does not flap on every
+ * write), and not waiting for the shared budget. */
+static int pd_conn_resumable(const pd_conn *c)
+{
+    const size_t pending = pd_conn_pending(c);
+    return pending <= c->set->lim.output_cap / 2 && !pd_conn_over_budget(c, pending);
 }
 
 int pd_conn_open(const pd_conn *c)
@@ -297,6 +332,7 @@ void pd_conn_close(pd_conn *c)
     if (c->closing)
         return;
     c->closing = 1;
+    pd_conn_count(c); /* its output leaves the shared total (the writes libuv cancels are freed) */
     atomic_store_explicit(&c->cancel, 1, memory_order_relaxed);
     if (c->started)
         c->ops->stop(c->session, 1);
@@ -346,6 +382,7 @@ uint8_t *pd_conn_reserve(pd_conn *c, size_t n)
 void pd_conn_commit(pd_conn *c, size_t n)
 {
     c->out_len += n;
+    pd_conn_count(c);
 }
 
 uint8_t *pd_conn_bulk_begin(pd_conn *c, const uint8_t *hdr, size_t hdr_len, size_t len, unsigned align)
@@ -369,6 +406,7 @@ void pd_conn_bulk_end(pd_conn *c, const uint8_t *payload)
         memmove(c->bulk_at, payload, c->bulk_len - hdr_len);
     c->out_len += c->bulk_len;
     c->bulk_at = NULL;
+    pd_conn_count(c);
 }
 
 /* A written-out block of cap bytes: kept as the connection's block when it is large and none is kept,
@@ -420,6 +458,7 @@ static void pd_on_write(uv_write_t *req, int status)
     free(w);
     if (c->closing)
         return;
+    pd_conn_count(c);
     if (status < 0) {
         pd_log_debug("conn_write", "conn=%llu err=%s", (unsigned long long)c->serial, uv_err_name(status));
         pd_conn_close(c);
@@ -437,8 +476,7 @@ void pd_conn_maybe_resume(pd_conn *c)
     if (c->resuming)
         return;
     c->resuming = 1;
-    /* Resume below half the cap, so a slow reader does not flap on every write. */
-    while (pd_conn_open(c) && pd_conn_pending(c) <= c->set->lim.output_cap / 2) {
+    while (pd_conn_open(c) && pd_conn_resumable(c)) {
         /* Requests first: a Cancel or Credit waiting behind the pause should
          * count before the streams produce again. */
         if (c->paused || c->eof || c->set->stopping) {
@@ -480,7 +518,9 @@ static void pd_conn_queue(pd_conn *c, void *base, size_t cap, const uint8_t *dat
         free(base);
         free(w);
         pd_conn_close(c);
+        return;
     }
+    pd_conn_count(c);
 }
 
 /* Write what the socket takes now, its bytes (0..len) in *written: 0, or a negative libuv error. A memory
@@ -524,6 +564,7 @@ void pd_conn_flush(pd_conn *c)
             c->out = NULL;
             c->out_cap = 0;
         }
+        pd_conn_count(c);
         return;
     }
     /* The rest leaves with the buffer itself; the next reply starts a new one. */
@@ -684,6 +725,8 @@ int pd_conn_note_congestion(pd_conn *c)
     if (congested && !c->paused) { /* pd_on_write resumes it once the queue drains */
         c->paused = 1;
         c->set->stats->backpressure_pauses++;
+        if (pd_conn_pending(c) <= c->set->lim.output_cap) /* within its own cap: the shared budget paused it */
+            c->set->stats->output_memory_pauses++;
     }
     return congested;
 }
@@ -793,7 +836,7 @@ again:
     pd_conn_update_reading(c);
     /* Streams stopped at the cap by what this pass generated: if the flush took it all, no write
      * completion will come to resume them. */
-    if (c->paused && pd_conn_open(c) && pd_conn_pending(c) <= c->set->lim.output_cap / 2)
+    if (c->paused && pd_conn_open(c) && pd_conn_resumable(c))
         pd_conn_maybe_resume(c);
 }
 
@@ -804,6 +847,7 @@ void pd_conn_job_begin(pd_conn *c, size_t out_bytes, int request)
     c->set->jobs++;
     c->set->stats->jobs_total++;
     c->job_bytes += out_bytes;
+    pd_conn_count(c);
     c->refs++;
     if (request)
         c->busy = 1;
@@ -813,6 +857,7 @@ void pd_conn_job_settle(pd_conn *c, size_t out_bytes)
 {
     c->set->jobs--;
     c->job_bytes -= out_bytes;
+    pd_conn_count(c);
 }
 
 void pd_conn_job_hold(pd_conn *c, size_t out_bytes)
@@ -820,6 +865,7 @@ void pd_conn_job_hold(pd_conn *c, size_t out_bytes)
     c->set->jobs++;
     c->set->stats->jobs_total++;
     c->job_bytes += out_bytes;
+    pd_conn_count(c);
 }
 
 void pd_conn_job_end(pd_conn *c, int request)

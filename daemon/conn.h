@@ -2,6 +2,7 @@
 #ifndef PD_CONN_H
 #define PD_CONN_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,6 +57,12 @@ enum { PD_CONN_DEADLINE = 1, PD_CONN_FRAME = 2 };
 
 typedef struct pd_conn_limits {
     uint64_t output_cap;       /* unread output beyond this pauses reading and producing */
+    /* Output of every connection together, the sets of all loops sharing *output_total (the caller's, NULL:
+     * not counted): past output_memory (0: no bound), a connection that has output of its own queued pauses
+     * as at output_cap, while one with none may still produce its next reply, so that clients that do not
+     * read hold up at most this much and cannot starve the ones that do. */
+    uint64_t output_memory;
+    _Atomic unsigned long long *output_total;
     uint32_t max_frame;        /* the largest frame read */
     uint64_t frame_timeout_ms; /* a frame must arrive whole within this of its first byte; 0: no limit */
     uint64_t linger_ms;        /* after a closing error: input discarded this long, waiting for the peer's EOF;
@@ -169,12 +176,13 @@ void pd_conn_flush(pd_conn *c);
 
 /* ---- Backpressure --------------------------------------------------------------------------- */
 
-/* Output queued or promised beyond output_cap: stop producing for it. */
+/* Output queued or promised beyond output_cap, or any while all connections' output is past output_memory:
+ * stop producing for it. */
 int pd_conn_congested(const pd_conn *c);
 /* The same, and a congested connection counts as paused (one backpressure pause per episode). */
 int pd_conn_note_congestion(pd_conn *c);
-/* Output dropped below half the cap (a write completed, a job finished): resume reading requests
- * and call ops.writable. */
+/* Output dropped below half the cap, and none is queued or all connections' output is within output_memory
+ * (a write completed, a job finished): resume reading requests and call ops.writable. */
 void pd_conn_maybe_resume(pd_conn *c);
 
 /* ---- Lifetime ------------------------------------------------------------------------------- */

@@ -72,6 +72,7 @@ void pd_stats_add(pd_stats *into, const pd_stats *what)
     into->bytes_out_total += what->bytes_out_total;
     into->streams_total += what->streams_total;
     into->backpressure_pauses += what->backpressure_pauses;
+    into->output_memory_pauses += what->output_memory_pauses;
     into->mix_orders_built += what->mix_orders_built;
     into->readahead_hits += what->readahead_hits;
     into->stream_rings_total += what->stream_rings_total;

@@ -46,6 +46,7 @@ typedef struct pd_stats {
     pd_counter bytes_out_total;
     pd_counter streams_total;
     pd_counter backpressure_pauses;
+    pd_counter output_memory_pauses; /* those of connections within output_cap: every connection's output past output_memory */
     pd_counter mix_orders_built;   /* sharded component orders mixtures' cursors built, O(S_j) each (daemon/target.c) */
     pd_counter readahead_hits;     /* Fetches answered from a readahead (daemon/readahead.c) */
     pd_counter stream_rings_total; /* streams delivered through a shared-memory ring (daemon/ring.c) */

@@ -128,6 +128,7 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     v->ring_bytes = atomic_load(&s->svc.ring_bytes);
     v->ring_fds = atomic_load(&s->svc.ring_fds);
     v->upload_bytes = atomic_load(&s->svc.upload_bytes);
+    v->output_bytes = atomic_load(&s->svc.output_bytes);
     if (s->groups)
         pd_groups_counts(s->groups, &v->groups, &v->group_sends);
     v->datasets = s->reg ? pd_registry_count(s->reg) : 0;
@@ -190,7 +191,8 @@ static void pd_on_stop_timeout(uv_timer_t *t)
 /* The handles every loop has: the service's (inline budget, readahead), the sweep/stop timer. */
 static int pd_loop_start(pd_server *s, pd_server_loop *l)
 {
-    pd_conn_limits lim = {.output_cap = s->cfg->output_cap, .max_frame = (uint32_t)s->cfg->max_frame,
+    pd_conn_limits lim = {.output_cap = s->cfg->output_cap, .output_memory = s->cfg->output_memory,
+                          .output_total = &s->svc.output_bytes, .max_frame = (uint32_t)s->cfg->max_frame,
                           .frame_timeout_ms = s->cfg->frame_timeout_ms, .linger_ms = s->cfg->error_linger_ms};
     if (pd_conns_create(l->uv, &lim, &l->sl.stats, &l->sl.metrics, pd_loop_maybe_finish, l, &l->conns))
         return PD_ENOMEM;

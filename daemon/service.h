@@ -52,6 +52,7 @@ typedef struct pd_service {
     unsigned long long ring_fds_max;       /* past it new rings are declined: RLIMIT_NOFILE less the rest */
     _Atomic unsigned conns_open[2];        /* admitted connections on every loop: Unix, TCP (their caps) */
     _Atomic unsigned long long upload_bytes; /* shard sizes held by unfinished uploads (upload_memory) */
+    _Atomic unsigned long long output_bytes; /* output every connection has queued (output_memory; conn.c counts) */
     /* From the wiring, for Stats: every loop's counters added up. */
     void (*totals)(void *ctx, struct pd_stats_view *v);
     void *totals_ctx;

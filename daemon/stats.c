@@ -168,8 +168,17 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "those of their last two component epochs for the next requests.",
                 st->mix_orders_built);
     pd_text_u64(&t, "permd_backpressure_pauses_total", "counter",
-                "Times a connection was paused because its unread output exceeded output_cap.",
+                "Times a connection was paused because its unread output exceeded output_cap, or because "
+                "every connection's together exceeded output_memory.",
                 st->backpressure_pauses);
+    pd_text_u64(&t, "permd_output_memory_pauses_total", "counter",
+                "Of those, the pauses of connections within their output_cap: every connection's output "
+                "together exceeded output_memory.",
+                st->output_memory_pauses);
+    pd_text_u64(&t, "permd_output_bytes", "gauge",
+                "Bytes of replies and stream batches queued for clients, or promised by jobs running, all "
+                "connections together (past output_memory, connections that hold some wait).",
+                v->output_bytes);
     pd_text_u64(&t, "permd_readahead_hits_total", "counter",
                 "Fetches answered from a readahead: generated while the loop was idle, because the "
                 "connection reads its slice in order.",

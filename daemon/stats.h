@@ -24,6 +24,7 @@ typedef struct pd_stats_view {
     uint64_t ring_bytes;       /* shared-memory stream rings alive */
     uint64_t ring_fds;         /* their descriptors permd holds */
     uint64_t upload_bytes;     /* shard sizes held by unfinished uploads */
+    uint64_t output_bytes;     /* output every connection has queued or promised (output_memory) */
     uint64_t groups;           /* delivery groups alive (max_groups) */
     uint64_t group_sends;      /* Delivers queued in them, not yet sent (max_group_sends each) */
     uint64_t layout_bytes;     /* shard layouts the registry holds */

@@ -189,11 +189,118 @@ static void test_control_without_cap_grows(void **state)
     assert_true(growth > 64 * 1024);
 }
 
+/* A Stream of COUNT-id batches with 64 credits on fd, whose client will not read. */
+static void open_unread_stream(int fd)
+{
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "big";
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_PAD;
+    Permd__V1__Stream sm = PERMD__V1__STREAM__INIT;
+    sm.slice = &sl;
+    sm.batch = COUNT;
+    sm.credits = 64;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &sm;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+}
+
+#define NSTALLED 8
+
+/* NSTALLED clients open streams and never read, under the given output_memory (output_cap its default,
+ * 4 MiB). Returns the output they hold (permd_output_bytes) once permd produces nothing more, after checking
+ * that a client that reads is still served, and that the count goes back to 0 once they are gone. */
+static long long stalled_streams_output(const char *output_memory)
+{
+    harness h;
+    harness_init(&h);
+    char maddr[32];
+    const int port = harness_metrics_addr(maddr);
+    const char *extra[] = {"--output-memory", output_memory, "--max-count", "65536", "--metrics", maddr,
+                           "--metrics-cache-ms", "0", NULL};
+    assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(h.sock, &c), 0);
+    assert_int_equal(permd_put_dataset(c, "big", DATASET_SIZE, NULL, NULL), 0);
+    int fds[NSTALLED];
+    for (int i = 0; i < NSTALLED; i++) {
+        fds[i] = raw_connect_unix(h.sock);
+        open_unread_stream(fds[i]);
+    }
+    permd_stats st;
+    wait_quiescent(c, &st, NSTALLED * COUNT); /* every stream got a batch at least */
+    const long long held = harness_metric(port, "permd_output_bytes");
+    const long long pauses = harness_metric(port, "permd_output_memory_pauses_total");
+
+    /* A client that reads holds nothing between its requests: it is served whatever the others hold. */
+    uint32_t *ids = malloc(COUNT * sizeof *ids);
+    uint64_t want[16], got;
+    for (uint64_t e = 0; e < 8; e++) {
+        permd_slice s = slice_for(e);
+        assert_int_equal(permd_fetch_u32(c, &s, COUNT, ids, &got, NULL), 0);
+        assert_int_equal(got, COUNT);
+        pd_perm p;
+        pd_slice ps = {1, 0, PD_MODE_EXACT, 0};
+        pd_perm_init(&p, 77, e, PD_STREAM_SAMPLES, DATASET_SIZE);
+        pd_slice_fill_u64(&p, &ps, 16, want, &got);
+        for (int i = 0; i < 16; i++)
+            assert_int_equal(ids[i], want[i]);
+    }
+    free(ids);
+    /* One of them reads at last: every batch its credits asked for comes, though the others still hold
+     * theirs (it goes on a batch at a time, each sent before the next is made). */
+    for (uint64_t seq = 0; seq < 64; seq++) {
+        pd_envelope *rep;
+        assert_int_equal(raw_recv_env(fds[0], 30000, &rep), 0);
+        assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+        assert_int_equal(rep->stream_batch->seq, seq);
+        assert_int_equal(rep->stream_batch->count, COUNT);
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    }
+    for (int i = 0; i < NSTALLED; i++)
+        close(fds[i]);
+    long long left = -1;
+    for (int i = 0; i < 100 && left != 0; i++) { /* their output leaves the count as they close */
+        usleep(50000);
+        left = harness_metric(port, "permd_output_bytes");
+    }
+    assert_int_equal(left, 0);
+    fprintf(stderr, "output_memory=%s: %d stalled streams hold %lld bytes, %lld output_memory pauses\n",
+            output_memory, NSTALLED, held, pauses);
+    if (strcmp(output_memory, "0"))
+        assert_true(pauses >= 1);
+    permd_close(c);
+    int status = harness_stop(&h, SIGTERM);
+    assert_true(harness_exited_with(status, 0));
+    harness_cleanup(&h);
+    return held;
+}
+
+/* Together they hold output_memory and a batch (256 KiB) each, not output_cap (4 MiB) each. */
+static void test_output_memory_bounds_all_connections(void **state)
+{
+    (void)state;
+    const long long held = stalled_streams_output("1048576");
+    assert_true(held > 0);
+    assert_true(held <= (1 << 20) + NSTALLED * (COUNT * 4 + 4096));
+}
+
+/* Negative control: without output_memory the same clients hold output_cap each. */
+static void test_control_without_output_memory(void **state)
+{
+    (void)state;
+    assert_true(stalled_streams_output("0") > 16 << 20);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stalled_reader_is_bounded),
         cmocka_unit_test(test_control_without_cap_grows),
+        cmocka_unit_test(test_output_memory_bounds_all_connections),
+        cmocka_unit_test(test_control_without_output_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
