@@ -58,6 +58,39 @@ static void wait_quiescent(permd_client *c, permd_stats *st, uint64_t min_ids)
     assert_int_equal(stable, 10);
 }
 
+/* A Stream of COUNT-id batches with 64 credits on fd, whose client will not read. */
+static void open_unread_stream(int fd)
+{
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "big";
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_PAD;
+    Permd__V1__Stream sm = PERMD__V1__STREAM__INIT;
+    sm.slice = &sl;
+    sm.batch = COUNT;
+    sm.credits = 64;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &sm;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+}
+
+/* Fetch count ids of epoch e (rank 0 of 1, exact) on c: all come, and the first 16 are the core's. */
+static void expect_fetch(permd_client *c, uint64_t e, uint64_t count, uint32_t *ids)
+{
+    permd_slice s = slice_for(e);
+    uint64_t want[16], got;
+    assert_int_equal(permd_fetch_u32(c, &s, count, ids, &got, NULL), 0);
+    assert_int_equal(got, count);
+    pd_perm p;
+    pd_slice ps = {1, 0, PD_MODE_EXACT, 0};
+    pd_perm_init(&p, 77, e, PD_STREAM_SAMPLES, DATASET_SIZE);
+    pd_slice_fill_u64(&p, &ps, 16, want, &got);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(ids[i], want[i]);
+}
+
 /* The scenario with a given output cap; returns permd's RSS growth in KiB
  * while two clients stall (after checking that nothing was lost). */
 static long stalled_growth_kb(const char *output_cap)
@@ -88,19 +121,7 @@ static long stalled_growth_kb(const char *output_cap)
     }
     assert_int_equal(raw_send(a, reqs, reqs_len), 0);
     free(reqs);
-    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
-    sl.dataset = "big";
-    sl.world = 1;
-    sl.mode = PERMD__V1__MODE__MODE_PAD;
-    Permd__V1__Stream sm = PERMD__V1__STREAM__INIT;
-    sm.slice = &sl;
-    sm.batch = COUNT;
-    sm.credits = 64;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT, *rep;
-    env.id = 1;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &sm;
-    assert_int_equal(raw_send_env(b, &env), 0);
+    open_unread_stream(b);
 
     /* Without a cap everything asked for is produced: wait for all of it, so
      * a slow machine cannot make the control pass or fail early. */
@@ -111,19 +132,13 @@ static long stalled_growth_kb(const char *output_cap)
 
     /* Others are unaffected: a fresh fetch is served and correct. */
     permd_client *other;
-    uint64_t want[16], wgot;
     assert_int_equal(permd_connect_unix(h.sock, &other), 0);
-    s = slice_for(5);
-    assert_int_equal(permd_fetch_u32(other, &s, 16, ids, &got, NULL), 0);
-    pd_perm p;
-    pd_slice ps = {1, 0, PD_MODE_EXACT, 0};
-    pd_perm_init(&p, 77, 5, PD_STREAM_SAMPLES, DATASET_SIZE);
-    pd_slice_fill_u64(&p, &ps, 16, want, &wgot);
-    for (int i = 0; i < 16; i++)
-        assert_int_equal(ids[i], want[i]);
+    expect_fetch(other, 5, 16, ids);
     permd_close(other);
 
     /* A reads at last: every reply arrives, in order, complete. */
+    pd_envelope *rep;
+    pd_perm p;
     for (uint64_t i = 1; i <= NFETCH; i++) {
         assert_int_equal(raw_recv_env(a, 30000, &rep), 0);
         assert_int_equal(rep->id, i);
@@ -138,6 +153,8 @@ static long stalled_growth_kb(const char *output_cap)
     close(a);
     /* B cancels; batches already sent come first, then StreamEnd(CANCELLED). */
     Permd__V1__Cancel cancel = PERMD__V1__CANCEL__INIT;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 1; /* the stream's */
     env.body_case = PERMD__V1__ENVELOPE__BODY_CANCEL;
     env.cancel = &cancel;
     assert_int_equal(raw_send_env(b, &env), 0);
@@ -189,24 +206,6 @@ static void test_control_without_cap_grows(void **state)
     assert_true(growth > 64 * 1024);
 }
 
-/* A Stream of COUNT-id batches with 64 credits on fd, whose client will not read. */
-static void open_unread_stream(int fd)
-{
-    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
-    sl.dataset = "big";
-    sl.world = 1;
-    sl.mode = PERMD__V1__MODE__MODE_PAD;
-    Permd__V1__Stream sm = PERMD__V1__STREAM__INIT;
-    sm.slice = &sl;
-    sm.batch = COUNT;
-    sm.credits = 64;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = 1;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &sm;
-    assert_int_equal(raw_send_env(fd, &env), 0);
-}
-
 #define NSTALLED 8
 
 /* NSTALLED clients open streams and never read, under the given output_memory (output_cap its default,
@@ -236,18 +235,8 @@ static long long stalled_streams_output(const char *output_memory)
 
     /* A client that reads holds nothing between its requests: it is served whatever the others hold. */
     uint32_t *ids = malloc(COUNT * sizeof *ids);
-    uint64_t want[16], got;
-    for (uint64_t e = 0; e < 8; e++) {
-        permd_slice s = slice_for(e);
-        assert_int_equal(permd_fetch_u32(c, &s, COUNT, ids, &got, NULL), 0);
-        assert_int_equal(got, COUNT);
-        pd_perm p;
-        pd_slice ps = {1, 0, PD_MODE_EXACT, 0};
-        pd_perm_init(&p, 77, e, PD_STREAM_SAMPLES, DATASET_SIZE);
-        pd_slice_fill_u64(&p, &ps, 16, want, &got);
-        for (int i = 0; i < 16; i++)
-            assert_int_equal(ids[i], want[i]);
-    }
+    for (uint64_t e = 0; e < 8; e++)
+        expect_fetch(c, e, COUNT, ids);
     free(ids);
     /* One of them reads at last: every batch its credits asked for comes, though the others still hold
      * theirs (it goes on a batch at a time, each sent before the next is made). */
