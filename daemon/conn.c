@@ -422,27 +422,38 @@ static void pd_conn_keep_block(pd_conn *c, void *base, size_t cap)
     free(base);
 }
 
-/* Free the kept block (unused since the last sweep, or the connection is going). */
-static void pd_conn_drop_block(pd_conn *c)
+/* The kept block, no longer kept: the caller owns it (cap bytes). */
+static void *pd_conn_unkeep_block(pd_conn *c, size_t *cap)
 {
-    c->set->stats->block_bytes -= c->block_cap;
-    free(c->block);
-    c->block = NULL;
-    c->block_cap = 0;
-}
-
-void *pd_conn_take_block(pd_conn *c, size_t need, size_t *cap)
-{
-    c->block_used = 1; /* a connection asking for blocks keeps the next one, whether this fits or not */
-    if (!c->block || c->block_cap < need)
-        return NULL;
     void *b = c->block;
     *cap = c->block_cap;
-    c->set->stats->blocks_reused++;
     c->set->stats->block_bytes -= c->block_cap;
     c->block = NULL;
     c->block_cap = 0;
     return b;
+}
+
+/* Free the kept block (unused since the last sweep, or the connection is going). */
+static void pd_conn_drop_block(pd_conn *c)
+{
+    size_t cap;
+    free(pd_conn_unkeep_block(c, &cap));
+}
+
+void *pd_conn_take_block(pd_conn *c, size_t need, size_t *cap)
+{
+    if (need <= PD_OUT_KEEP) /* a small reply: no block is kept for those, and they must not pin one */
+        return NULL;
+    c->block_used = 1; /* a connection making large replies keeps the next one's block */
+    /* One that does not fit, or would hold more than twice this reply, goes: this reply's block is kept
+     * after it instead, so the kept block follows the replies' size (a smaller one kept first never keeps
+     * a larger one out; a large one is not pinned by much smaller replies). */
+    if (c->block && (c->block_cap < need || c->block_cap / 2 > need))
+        pd_conn_drop_block(c);
+    if (!c->block)
+        return NULL;
+    c->set->stats->blocks_reused++;
+    return pd_conn_unkeep_block(c, cap);
 }
 
 static void pd_on_write(uv_write_t *req, int status)

@@ -166,9 +166,10 @@ int pd_conn_send_fd(pd_conn *c, const uint8_t *data, size_t len, int fd);
  * keeps it for pd_conn_take_block when it is large (cap 0: never kept). Flushes the output buffer first,
  * so order is kept. */
 void pd_conn_write_owned(pd_conn *c, void *base, size_t cap, const uint8_t *data, size_t len);
-/* The connection's kept block (a large one written out before; see pd_conn_write_owned) when it holds at
- * least need bytes: the caller owns it, *cap gets its size; else NULL (malloc one). On the loop's thread.
- * A block no reply took is freed by the next pd_conns_sweep. */
+/* The connection's kept block (a large one written out before; see pd_conn_write_owned) for a reply of need
+ * bytes, when need is large (above 256 KiB) and the block holds it but not twice over: the caller owns it,
+ * *cap gets its size. Else NULL (malloc one); a kept block that did not fit is freed. On the loop's thread.
+ * A block no large reply asked for since the last pd_conns_sweep is freed by the next. */
 void *pd_conn_take_block(pd_conn *c, size_t need, size_t *cap);
 
 /* Write the output buffer: what the socket takes now, the rest queued. */
