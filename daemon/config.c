@@ -122,7 +122,8 @@ static const pd_opt pd_opts[] = {
            "sends, waiting for it to close: closing at once would make a TCP peer that\n"
            "is still writing lose the error to a reset. Each such connection holds a\n"
            "descriptor (not a connection place) meanwhile. 0: close once the error is\n"
-           "written."),
+           "written. (While permd stops, a client that may still send, one with a\n"
+           "stream, is waited for until shutdown_timeout_ms whatever this says.)"),
     PD_OPT(max_count, PD_OPT_U64, "1048576", 1, UINT64_C(1) << 27,
            "Most ids in one Fetch reply, one Stream batch or one Inverse request."),
     PD_OPT(max_digest, PD_OPT_U64, "1073741824", 1, UINT64_C(1) << 63,

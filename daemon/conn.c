@@ -919,7 +919,8 @@ static void pd_conn_finish_drain(pd_conn *c)
     if (!c->draining || c->closing || c->shut || c->busy || c->out_len ||
         (!c->sink && c->h.stream.write_queue_size))
         return;
-    if (c->eof || c->sink || !c->set->lim.linger_ms) {
+    const uint64_t linger = c->set->stopping ? c->set->lim.stop_linger_ms : c->set->lim.linger_ms;
+    if (c->eof || c->sink || !linger) {
         pd_conn_close(c);
         return;
     }
@@ -928,7 +929,7 @@ static void pd_conn_finish_drain(pd_conn *c)
         pd_conn_close(c);
         return;
     }
-    c->linger_until = pd_clock_ms() + c->set->lim.linger_ms;
+    c->linger_until = pd_clock_ms() + linger;
     pd_frame_reader_discard(&c->in);
     pd_conn_update_reading(c);
 }

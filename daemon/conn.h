@@ -67,6 +67,8 @@ typedef struct pd_conn_limits {
     uint64_t frame_timeout_ms; /* a frame must arrive whole within this of its first byte; 0: no limit */
     uint64_t linger_ms;        /* after a closing error: input discarded this long, waiting for the peer's EOF;
                                   0: closed once the error is written */
+    uint64_t stop_linger_ms;   /* the same while permd stops, for a peer that may still send (credits): it
+                                  must not lose its last messages to a reset (shutdown_timeout_ms) */
 } pd_conn_limits;
 
 /* A set on loop; counters go to stats and metrics (the loop's, owned by the caller). idle(ctx) is

@@ -193,7 +193,8 @@ static int pd_loop_start(pd_server *s, pd_server_loop *l)
 {
     pd_conn_limits lim = {.output_cap = s->cfg->output_cap, .output_memory = s->cfg->output_memory,
                           .output_total = &s->svc.output_bytes, .max_frame = (uint32_t)s->cfg->max_frame,
-                          .frame_timeout_ms = s->cfg->frame_timeout_ms, .linger_ms = s->cfg->error_linger_ms};
+                          .frame_timeout_ms = s->cfg->frame_timeout_ms, .linger_ms = s->cfg->error_linger_ms,
+                          .stop_linger_ms = s->cfg->shutdown_timeout_ms};
     if (pd_conns_create(l->uv, &lim, &l->sl.stats, &l->sl.metrics, pd_loop_maybe_finish, l, &l->conns))
         return PD_ENOMEM;
     pd_loop_init(&l->sl, &s->svc, l->uv, l->index);

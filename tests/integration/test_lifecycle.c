@@ -177,6 +177,56 @@ static void test_sigterm_with_active_stream(void **state)
     harness_cleanup(&h);
 }
 
+/* error_linger_ms 0 closes at once after an error, not while permd stops: a stream's client may still be
+ * sending Credits then, and closing under them would reset the connection (losing, over TCP, the StreamEnd
+ * that tells it where to resume). permd keeps reading and discarding until the client closes. */
+static void test_stop_waits_for_stream_peer(void **state)
+{
+    (void)state;
+    harness h;
+    harness_init(&h);
+    const char *extra[] = {"--error-linger-ms", "0", NULL};
+    assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
+    assert_int_equal(harness_put(&h, "big", UINT64_C(1) << 40), 0);
+    int fd = raw_connect_unix(h.sock);
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "big";
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    Permd__V1__Stream sm = PERMD__V1__STREAM__INIT;
+    sm.slice = &sl;
+    sm.batch = 4096;
+    sm.credits = 2;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT, *rep;
+    env.id = 7;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
+    env.stream = &sm;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    assert_int_equal(raw_recv_env(fd, 10000, &rep), 0); /* the first batch: the stream runs */
+    assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    kill(h.pid, SIGTERM);
+    int ended = 0;
+    while (!ended) {
+        assert_int_equal(raw_recv_env(fd, 10000, &rep), 0);
+        ended = rep->body_case == PERMD__V1__ENVELOPE__BODY_STREAM_END;
+        if (ended)
+            assert_int_equal(rep->stream_end->reason, PERMD__V1__END_REASON__END_REASON_SHUTDOWN);
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    }
+    usleep(200000);
+    Permd__V1__Credit credit = PERMD__V1__CREDIT__INIT; /* a client's credit in flight as the stream ended */
+    credit.credits = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_CREDIT;
+    env.credit = &credit;
+    assert_int_equal(raw_send_env(fd, &env), 0); /* permd still reads: the send is not refused (EPIPE) */
+    assert_true(raw_wait_eof(fd, 10000));       /* it had shut down its side, and closes after our EOF */
+    close(fd);
+    int status = harness_stop(&h, SIGTERM);
+    assert_true(harness_exited_with(status, 0));
+    harness_cleanup(&h);
+}
+
 /* SIGTERM or SIGINT sent again and again while permd stops (a supervisor retrying, Ctrl-C held down)
  * must not turn the clean exit into death by signal: whichever thread a signal lands on, at whatever
  * moment of the shutdown, permd exits 0. Each round sends signals every ~20 us from before the first
@@ -315,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_config_datasets),
         cmocka_unit_test(test_startup_refusals),
         cmocka_unit_test(test_sigterm_with_active_stream),
+        cmocka_unit_test(test_stop_waits_for_stream_peer),
         cmocka_unit_test(test_repeated_stop_signals),
         cmocka_unit_test(test_check_config),
         cmocka_unit_test(test_long_socket_path),
