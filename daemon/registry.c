@@ -87,7 +87,7 @@ static void pd_registry_why(sqlite3 *db, int code, char *err, size_t errlen)
         break;
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-        cause = "registry locked by another process";
+        cause = "registry locked, or read, by another process";
         break;
     }
     pd_errf(err, errlen, "%s (%s)", cause ? cause : "storage failed", sqlite3_errmsg(db));
@@ -933,9 +933,9 @@ static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t 
     if (!strcmp(kind, "mixture")) {
         size_t at = pd_mix_find(r, name, &found);
         present = found && r->mixes[at]->definition == definition;
-    } else {
-        pd_table_find(r, name, &found);
-        present = found;
+    } else { /* a dataset put again with another size must not pass for the acknowledged one (an older permd wrote 0) */
+        size_t at = pd_table_find(r, name, &found);
+        present = found && (!definition || pd_dataset_definition(&r->sets[at].d) == definition);
     }
     if (present == !strcmp(op, "put"))
         return 0;
@@ -1329,7 +1329,7 @@ static int pd_registry_put_any(pd_registry *r, const char *name, uint64_t size, 
     free(blob);
     if (rc)
         goto done;
-    pd_registry_after_commit(r, "put", "dataset", 0, name);
+    pd_registry_after_commit(r, "put", "dataset", pd_dataset_definition(&d), name);
     pthread_mutex_lock(&r->lock);
     at = pd_table_find(r, name, &found);
     if (store_config) {

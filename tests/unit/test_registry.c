@@ -629,6 +629,30 @@ static void test_lost_wal_is_noticed(void **state)
     pd_registry_close(r);
 }
 
+/* The same for a name deleted and put again with another size, both left in the WAL: the older row is still in
+ * registry.db, so finding the name is not enough: its definition must be the acknowledged one (size 3 was served). */
+static void test_lost_wal_after_reput(void **state)
+{
+    (void)state;
+    char wal[128], err[512] = "";
+    snprintf(wal, sizeof wal, "%s/registry.db-wal", dir);
+    full_vfs_install();
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    int created;
+    put_flat(r, "x", 3); /* checkpointed into registry.db */
+    full_main = 1;
+    assert_int_equal(pd_registry_delete(r, "x", err, sizeof err), 0);
+    assert_int_equal(pd_registry_put(r, "x", 10, &d, &created, err, sizeof err), 0); /* acknowledged */
+    pd_registry_close(r);
+    full_main = 0;
+    full_vfs_remove();
+    assert_int_equal(unlink(wal), 0);
+    assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_ECORRUPT);
+    if (!strstr(err, "put of dataset 'x'"))
+        fail_msg("error: %s", err);
+}
+
 /* Another process reading the registry (a backup, sqlite3 on a live state directory) holds the WAL: a put's
  * checkpoint cannot finish. The put must not wait for it (each used to wait SQLite's 5 s busy timeout): it is
  * acknowledged at once, durable in the WAL, named in registry.db-pending, and folded in by the first commit
@@ -859,6 +883,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_not_damaged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_is_noticed, setup, teardown_full),
+        cmocka_unit_test_setup_teardown(test_lost_wal_after_reput, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_holding_the_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unservable_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stored_types, setup, teardown),
