@@ -586,16 +586,22 @@ class _Stream:
         ids, width, count = ctypes.c_void_p(), ctypes.c_uint32(), ctypes.c_uint64()
         with self._client._lock:  # the stream reads its client's socket
             rc = _lib.stream_next(self._st, ctypes.byref(ids), ctypes.byref(width), ctypes.byref(count))
+            # The ids live in the stream's ring or held frame, which another thread's Client.close() (or a
+            # reconnect) frees: copy them before letting go of the lock.
+            batch = None if rc or count.value == 0 else self._copy_ids(ids.value, width.value, count.value)
         if rc:
             self.close()
             self._client._check(rc, "stream")
-        if count.value == 0:
+        if batch is None:
             self.close()
             raise StopIteration
-        ctype = ctypes.c_uint32 if width.value == 4 else ctypes.c_uint64
-        view = (ctype * count.value).from_address(ids.value)
+        return batch
+
+    @staticmethod
+    def _copy_ids(address, width, count):
+        view = ((ctypes.c_uint32 if width == 4 else ctypes.c_uint64) * count).from_address(address)
         if np is not None:  # the buffer is reused by the next call: copy once into numpy
-            return np.frombuffer(view, dtype=np.uint32 if width.value == 4 else np.uint64).copy()
+            return np.frombuffer(view, dtype=np.uint32 if width == 4 else np.uint64).copy()
         return list(view)
 
     def close(self):
