@@ -188,8 +188,9 @@ static const pd_opt pd_opts[] = {
     PD_OPT(readahead_bytes, PD_OPT_U64, "32768", 0, UINT64_C(1) << 24,
            "Largest Fetch reply (count x id width, in bytes) generated ahead for a\n"
            "client that reads its slice in order, while the loop is idle; each such\n"
-           "connection holds one buffer this big (permd_readahead_bytes). Larger\n"
-           "Fetches go to the worker pool anyway. 0: no readahead."),
+           "connection holds a buffer as big as its Fetches' replies, up to this\n"
+           "(permd_readahead_bytes). Larger Fetches, and those costing more than\n"
+           "inline_ids, are generated when they arrive. 0: no readahead."),
     PD_OPT(stream_ring_max, PD_OPT_U64, "67108864", 0, UINT64_C(1) << 32,
            "Largest shared-memory ring (credits x batch x id width, in bytes) one stream\n"
            "may have. Clients on the Unix socket ask for one (libpermd does): permd\n"

@@ -26,7 +26,7 @@ struct pd_readahead {
     uint64_t count;     /* the last one's count, which the continuing one asks for again */
     uint64_t got;       /* ids it gets: min(count, t.remaining) */
     int known;          /* t and count are set (a Fetch was served) */
-    uint8_t *buf;       /* got * t.width bytes once ready; size bytes (readahead_bytes when it was made) */
+    uint8_t *buf;       /* got * t.width bytes once ready; size bytes (the largest prediction yet) */
     uint64_t size;
     int ready;          /* buf holds them */
     int queued;         /* waiting for the idle pass */
@@ -51,9 +51,16 @@ static void pd_ra_plan_idle(struct pd_readahead *ra)
     }
 }
 
-/* The connection's buffer, counted in permd_readahead_bytes. PD_ENOMEM. */
-static int pd_ra_alloc(pd_session *s, struct pd_readahead *ra, uint64_t size)
+/* The connection's buffer, of at least size bytes (the prediction's: a reader of small Fetches holds a small
+ * one), counted in permd_readahead_bytes. PD_ENOMEM. */
+static int pd_ra_reserve(pd_session *s, struct pd_readahead *ra, uint64_t size)
 {
+    if (ra->buf && ra->size >= size)
+        return 0;
+    if (ra->buf)
+        s->loop->stats.readahead_bytes -= ra->size;
+    free(ra->buf);
+    ra->size = 0;
     if (!(ra->buf = malloc(size)))
         return PD_ENOMEM;
     ra->size = size;
@@ -186,7 +193,8 @@ void pd_readahead_note(pd_session *s, const pd_target *t, uint64_t count, uint64
     const uint64_t room = s->svc->cfg->readahead_bytes;
     if (!sequential || ra->got == 0 || ra->got * t->width > room || s->loop->stopping ||
         pd_target_may_block(t) || /* the idle pass runs on the loop: only plans already built */
-        (!ra->buf && pd_ra_alloc(s, ra, room))) {
+        pd_target_cost(t, ra->got) > s->svc->cfg->inline_ids || /* the idle pass would never generate it */
+        pd_ra_reserve(s, ra, ra->got * t->width)) {
         pd_ra_unqueue(q, s);
         pd_ra_plan_idle(ra);
         return;

@@ -19,8 +19,9 @@ const uint8_t *pd_readahead_find(pd_session *s, const pd_target *t, uint64_t cou
 
 /* After a Fetch of count ids for t was served (got of them, remaining after): remember it, and if it
  * continued the previous one, queue the next for the idle pass. Predictions are replies of at most
- * readahead_bytes (a training batch of ids; larger Fetches are rarer and go to the pool anyway): each
- * sequential connection holds one buffer that big (permd_readahead_bytes); 0: none is made. */
+ * readahead_bytes (a training batch of ids; larger Fetches are rarer) that the loop may generate itself
+ * (within inline_ids): each sequential connection holds a buffer as big as its replies
+ * (permd_readahead_bytes); 0: none is made. */
 void pd_readahead_note(pd_session *s, const pd_target *t, uint64_t count, uint64_t got, uint64_t remaining);
 
 /* The connection is closing: leave the queue, free the buffer. */

@@ -222,8 +222,8 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "within a second once unused).",
                 st->block_bytes);
     pd_text_u64(&t, "permd_readahead_bytes", "gauge",
-                "Bytes of readahead buffers connections hold: one of readahead_bytes for each that read its "
-                "slice in order with Fetches that fit it.",
+                "Bytes of readahead buffers connections hold: one as big as its Fetches' replies (at most "
+                "readahead_bytes) for each that read its slice in order with Fetches that fit it.",
                 st->readahead_bytes);
     pd_text_u64(&t, "permd_plan_bytes", "gauge",
                 "Bytes of sharded epoch and mixture plans alive: cached, in use, or admitted and being built (at most "

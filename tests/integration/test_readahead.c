@@ -240,16 +240,20 @@ static void test_random_reader(void **state)
 }
 
 /* readahead_bytes bounds the predictions: Fetches whose reply fits it are answered ahead, larger ones are
- * not, each predicting connection holds one buffer of it (permd_readahead_bytes), and 0 turns readahead off. */
+ * not, each predicting connection holds one buffer of its replies' size (permd_readahead_bytes), and 0 turns
+ * readahead off. */
 static void test_readahead_bytes(void **state)
 {
     (void)state;
-    for (int off = 0; off <= 1; off++) {
+    /* 0: readahead_bytes 1024; 1: 0, off; 2: 1024, but the Fetches cost more than inline_ids (50), so the
+     * idle pass would never generate them: no buffer is made for them */
+    for (int mode = 0; mode <= 2; mode++) {
         harness other;
         char addr[32];
         int port = harness_metrics_addr(addr);
-        const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", "--readahead-bytes", off ? "0" : "1024",
-                               NULL};
+        const int on = mode != 1, fits = mode == 0;
+        const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", "--readahead-bytes", on ? "1024" : "0",
+                               "--inline-ids", fits ? "65536" : "50", NULL};
         harness_init(&other);
         assert_int_equal(harness_start(&other, 0, extra, NULL), 0);
         assert_int_equal(harness_put(&other, "d", N), 0);
@@ -258,8 +262,9 @@ static void test_readahead_bytes(void **state)
         uint64_t base = hits(c), o = 0;
         for (int i = 0; i < 6; i++) /* at most 800 bytes a reply, whatever the id width */
             o = fetch_checked(c, "d", N, 1, 2, 0, o, 100);
-        assert_int_equal(hits(c) - base, off ? 0 : 4);
-        assert_int_equal(harness_metric(port, "permd_readahead_bytes"), off ? 0 : 1024);
+        assert_int_equal(hits(c) - base, fits ? 4 : 0);
+        /* a buffer of the replies' size (100 u32 ids), not of the whole room */
+        assert_int_equal(harness_metric(port, "permd_readahead_bytes"), fits ? 400 : 0);
         base = hits(c);
         for (int i = 0; i < 6; i++) /* 1200 bytes at least: past the room */
             o = fetch_checked(c, "d", N, 1, 2, 0, o, 300);
