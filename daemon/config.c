@@ -84,6 +84,11 @@ static const pd_opt pd_opts[] = {
            "1: when the registry exists but cannot be read whole (damaged, truncated),\n"
            "move its files aside (registry.db.damaged-<time>) and start with an empty\n"
            "one. 0: refuse to start, so that no dataset is lost without a word."),
+    PD_OPT(registry_busy_ms, PD_OPT_U64, "5000", 0, 600000,
+           "How long startup and each put or delete wait for a lock another process\n"
+           "holds on the registry (sqlite3 writing to it) before failing: startup exits\n"
+           "1, a request is answered OVERLOADED. A reader (a backup) never makes them\n"
+           "wait."),
     PD_OPT(log_level, PD_OPT_LEVEL, "info", 0, 0, "error, warn, info or debug; logs go to stderr."),
     PD_OPT(peer_log_rate, PD_OPT_U64, "10", 0, 1000000,
            "Lines a second each warning a peer can cause at will may write: auth_fail\n"

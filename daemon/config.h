@@ -56,6 +56,7 @@ typedef struct pd_config {
     uint64_t plan_cache_bytes;
     uint64_t output_cap;
     uint64_t output_memory;
+    uint64_t registry_busy_ms;
     uint64_t max_streams;
     uint64_t max_credits;
     uint64_t stream_ahead;

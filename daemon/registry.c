@@ -26,8 +26,7 @@
                               * row checksums' column is added to any schema 3 without a version of its own: an
                               * older permd ignores it and writes rows without one, which load unchecked */
 
-#define PD_REGISTRY_BUSY_MS 5000 /* how long a commit or startup waits for a lock another process holds (a
-                                  * maintenance transaction); past it, the registry is reported locked */
+#define PD_REGISTRY_BUSY_MS 5000 /* registry_busy_ms's default (pd_registry_open) */
 
 /* A dataset and, when sharded, its layout (the table owns one reference). */
 typedef struct pd_entry {
@@ -53,6 +52,7 @@ struct pd_registry {
     char pending[4200];         /* registry.db-pending: the last commit a failed checkpoint left in the WAL alone */
     int has_pending;            /* that file exists */
     int opened;                 /* loaded whole: a close may checkpoint (a damaged registry is left as found) */
+    unsigned busy_ms;           /* how long a commit or startup waits for a lock another process holds */
 };
 
 /* Bytes a layout of S shards holds in memory. */
@@ -769,7 +769,7 @@ static void pd_registry_after_commit(pd_registry *r, const char *op, const char 
      * for as long as it reads, and waiting for it made every put take 5 s. What it leaves is durable. */
     sqlite3_busy_timeout(r->db, 0);
     int code = pd_registry_checkpoint(r);
-    sqlite3_busy_timeout(r->db, PD_REGISTRY_BUSY_MS);
+    sqlite3_busy_timeout(r->db, (int)r->busy_ms);
     if (code == SQLITE_OK) {
         pd_pending_clear(r);
         return;
@@ -984,7 +984,7 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK)
         goto fail_db;
-    sqlite3_busy_timeout(r->db, PD_REGISTRY_BUSY_MS);
+    sqlite3_busy_timeout(r->db, (int)r->busy_ms);
     if (sqlite3_db_readonly(r->db, "main") == 1) {
         pd_errf(err, errlen, "%s can only be opened read-only: permd must be able to store datasets", path);
         return PD_EIO;
@@ -1045,13 +1045,15 @@ fail_db:
     return rc;
 }
 
-static int pd_registry_open_any(const char *state_dir, int fresh, pd_registry **out, char *err, size_t errlen)
+static int pd_registry_open_any(const char *state_dir, int fresh, unsigned busy_ms, pd_registry **out, char *err,
+                                size_t errlen)
 {
     int rc;
     pd_registry *r = calloc(1, sizeof *r);
     if (!r)
         return PD_ENOMEM;
     r->lock_fd = -1;
+    r->busy_ms = busy_ms;
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->write_lock, NULL);
     if (pd_mkdirs(state_dir)) {
@@ -1087,12 +1089,18 @@ fail:
 
 int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t errlen)
 {
-    return pd_registry_open_any(state_dir, 0, out, err, errlen);
+    return pd_registry_open_any(state_dir, 0, PD_REGISTRY_BUSY_MS, out, err, errlen);
 }
 
 int pd_registry_open_fresh(const char *state_dir, pd_registry **out, char *err, size_t errlen)
 {
-    return pd_registry_open_any(state_dir, 1, out, err, errlen);
+    return pd_registry_open_any(state_dir, 1, PD_REGISTRY_BUSY_MS, out, err, errlen);
+}
+
+int pd_registry_open_with(const char *state_dir, int fresh, unsigned busy_ms, pd_registry **out, char *err,
+                          size_t errlen)
+{
+    return pd_registry_open_any(state_dir, fresh, busy_ms, out, err, errlen);
 }
 
 void pd_registry_set_layout_limit(pd_registry *r, uint64_t bytes)

@@ -61,6 +61,11 @@ int pd_registry_open(const char *state_dir, pd_registry **out, char *err, size_t
  * (fresh_registry: 1). */
 int pd_registry_open_fresh(const char *state_dir, pd_registry **out, char *err, size_t errlen);
 
+/* Either of them (fresh: pd_registry_open_fresh's), waiting busy_ms (registry_busy_ms; they wait 5000) for a
+ * lock another process holds, at startup and at each commit, before PD_EBUSY. */
+int pd_registry_open_with(const char *state_dir, int fresh, unsigned busy_ms, pd_registry **out, char *err,
+                          size_t errlen);
+
 /* Refuse sharded puts whose layouts would hold more than bytes in all (0: no bound). */
 void pd_registry_set_layout_limit(pd_registry *r, uint64_t bytes);
 /* Bytes all mixture definitions may hold in memory (pd_mixdef_bytes; mixture_memory): a put beyond it is PD_ETOOBIG.

@@ -689,8 +689,8 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
     }
     /* Only a damaged registry is moved aside (fresh_registry), under the registry's lock: one that is locked,
      * read-only or unreadable for permissions may be intact, and is refused with its cause instead. */
-    rc = cfg->fresh_registry ? pd_registry_open_fresh(path, &s->reg, err, sizeof err)
-                             : pd_registry_open(path, &s->reg, err, sizeof err);
+    rc = pd_registry_open_with(path, (int)cfg->fresh_registry, (unsigned)cfg->registry_busy_ms, &s->reg, err,
+                               sizeof err);
     if (rc) {
         pd_log_error("startup", "msg=\"%s%s\"", err,
                      rc == PD_ECORRUPT && !cfg->fresh_registry

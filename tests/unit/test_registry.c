@@ -653,6 +653,33 @@ static void test_lost_wal_after_reput(void **state)
         fail_msg("error: %s", err);
 }
 
+/* Another process writing to the registry (sqlite3 in a transaction) holds its lock: a put waits registry_busy_ms
+ * for it, then fails with PD_EBUSY saying so, and stores nothing. */
+static void test_writer_holding_the_lock(void **state)
+{
+    (void)state;
+    char path[128], err[256] = "";
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    pd_registry *r;
+    assert_int_equal(pd_registry_open_with(dir, 0, 300, &r, err, sizeof err), 0);
+    pd_dataset d;
+    int created;
+    sqlite3 *writer;
+    assert_int_equal(sqlite3_open_v2(path, &writer, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(writer, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    double t0 = test_now_s();
+    assert_int_equal(pd_registry_put(r, "waits", 5, &d, &created, err, sizeof err), PD_EBUSY);
+    double took = test_now_s() - t0;
+    print_message("a put beside a writer holding the lock: %.3f s (%s)\n", took, err);
+    assert_true(took >= 0.25 && took < 3); /* its 300 ms, not the default 5 s */
+    assert_non_null(strstr(err, "locked"));
+    assert_int_equal(pd_registry_get(r, "waits", &d), PD_ENOTFOUND);
+    assert_int_equal(sqlite3_exec(writer, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(writer);
+    assert_int_equal(pd_registry_put(r, "waits", 5, &d, &created, err, sizeof err), 0);
+    pd_registry_close(r);
+}
+
 /* Another process reading the registry (a backup, sqlite3 on a live state directory) holds the WAL: a put's
  * checkpoint cannot finish. The put must not wait for it (each used to wait SQLite's 5 s busy timeout): it is
  * acknowledged at once, durable in the WAL, named in registry.db-pending, and folded in by the first commit
@@ -884,6 +911,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_is_noticed, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_after_reput, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writer_holding_the_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_holding_the_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unservable_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stored_types, setup, teardown),
