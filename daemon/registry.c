@@ -87,7 +87,7 @@ static void pd_registry_why(sqlite3 *db, int code, char *err, size_t errlen)
         break;
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-        cause = "registry locked, or read, by another process";
+        cause = "registry locked by another process (or read by one, for a checkpoint)";
         break;
     }
     pd_errf(err, errlen, "%s (%s)", cause ? cause : "storage failed", sqlite3_errmsg(db));
