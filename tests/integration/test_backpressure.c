@@ -65,15 +65,7 @@ static void open_unread_stream(int fd)
     sl.dataset = "big";
     sl.world = 1;
     sl.mode = PERMD__V1__MODE__MODE_PAD;
-    Permd__V1__Stream sm = PERMD__V1__STREAM__INIT;
-    sm.slice = &sl;
-    sm.batch = COUNT;
-    sm.credits = 64;
-    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
-    env.id = 1;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &sm;
-    assert_int_equal(raw_send_env(fd, &env), 0);
+    assert_int_equal(raw_send_stream(fd, 1, &sl, COUNT, 64, 0, 0), 0);
 }
 
 /* Fetch count ids of epoch e (rank 0 of 1, exact) on c: all come, and the first 16 are the core's. */

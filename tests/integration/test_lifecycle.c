@@ -193,15 +193,9 @@ static void test_stop_waits_for_stream_peer(void **state)
     sl.dataset = "big";
     sl.world = 1;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
-    Permd__V1__Stream sm = PERMD__V1__STREAM__INIT;
-    sm.slice = &sl;
-    sm.batch = 4096;
-    sm.credits = 2;
+    assert_int_equal(raw_send_stream(fd, 7, &sl, 4096, 2, 0, 0), 0);
     pd_envelope env = PERMD__V1__ENVELOPE__INIT, *rep;
     env.id = 7;
-    env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
-    env.stream = &sm;
-    assert_int_equal(raw_send_env(fd, &env), 0);
     assert_int_equal(raw_recv_env(fd, 10000, &rep), 0); /* the first batch: the stream runs */
     assert_int_equal(rep->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
     protobuf_c_message_free_unpacked(&rep->base, NULL);
