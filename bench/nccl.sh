@@ -28,7 +28,8 @@ fi
   echo "- machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | sed 's/^ *//' | tr '\n' ' ');" \
        "host CPU $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
   echo "- command: \`bench/nccl.sh $build $(basename "$out") $*\` (NCCL_NVLS_ENABLE=0)"
-  echo "- each cell: the best of the timed requests (socket request, generation on permd's GPU, transfer)"
+  echo "- each cell of the one-trainer table: the best of the timed requests (socket request, generation on permd's GPU,"
+  echo "  transfer); of the table of several trainers: one round, all their ids over its wall time"
   echo
   cat "$tmp"
 } >"$out"
