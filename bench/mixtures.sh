@@ -3,12 +3,14 @@
 # daemon), Fetch through a permd daemon of a mixture's name vs a flat dataset's (bench/serve fetch, interleaved
 # rounds, the best of each), and bench/mixtures_peers.py (first batch and memory against a numpy Megatron-style
 # blended index and torch's WeightedRandomSampler, at L = 10^7, 10^8, 10^9 unless PEER_LENGTHS says otherwise).
-# usage: bench/mixtures.sh [BUILD_DIR] [--quick]   (SECONDS_PER_RUN=3, REPS=5, PEER_MEM_GIB=20)
+# Sections of the page headed "## ... (by hand ...)" are kept below the new tables.
+# usage: bench/mixtures.sh [BUILD_DIR] [--quick]   (SECONDS_PER_RUN=3, REPS=5, PEER_MEM_GIB=20, OUT=bench/results/mixtures.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
-out=bench/results/mixtures.md
+out=${OUT:-bench/results/mixtures.md}
+tree=$(git rev-parse --short HEAD 2>/dev/null || echo "${PERMD_TREE:-unknown}") # the tree measured
 run_s=${SECONDS_PER_RUN:-3}
 reps=${REPS:-5}
 lengths=${PEER_LENGTHS:-1e7 1e8 1e9}
@@ -44,10 +46,12 @@ ctl mixtures put mixsh --components "part0sh,$(IFS=,; echo "${names[*]:1}")" --w
 
 kv() { tr ' ' '\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2}'; }
 declare -A V
-for rep in $(seq "$reps"); do # rounds interleave the two names, so other load hits both alike
+for rep in $(seq "$reps"); do # rounds interleave the names, so other load hits them alike
+  order="flat mix mixsh"
+  [ $((rep % 2)) = 0 ] && order="mixsh mix flat" # and alternate which goes first
   for count in 1024 8192 65536; do
     for world in 1 8; do
-      for name in flat mix mixsh; do
+      for name in $order; do
         line=$("$build/bench/serve" fetch --socket "$tmp/permd.sock" --dataset "$name" --world "$world" \
           --count "$count" --seconds "$run_s")
         V[$name.$count.$world]+="$(kv "$line" rps) $(kv "$line" p50_us) $(kv "$line" p99_us);"
@@ -57,6 +61,8 @@ for rep in $(seq "$reps"); do # rounds interleave the two names, so other load h
 done
 best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a / b}'; } # a / b, two decimals
+kept=""
+[ -f "$out" ] && kept=$(awk '/^## .*\(by hand/ {on = 1} on' "$out") # hand-written sections survive a rerun
 
 {
   echo "# Mixtures vs a flat dataset, and against what users build today"
@@ -64,7 +70,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a / b}'; } # a / b, two 
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 2^20}' /proc/meminfo);"
   echo "  load average before the run $load (other jobs share these cores: compare rows of this run only)"
-  echo "- command: \`bash bench/mixtures.sh $build $*\` (Release build; SECONDS_PER_RUN=$run_s, REPS=$reps, PEER_LENGTHS=\"$lengths\")"
+  echo "- command: \`bash bench/mixtures.sh $build $*\` (Release build; SECONDS_PER_RUN=$run_s, REPS=$reps, PEER_LENGTHS=\"$lengths\"), tree $tree"
   echo
   echo "## CPU generation (no daemon)"
   echo
@@ -93,7 +99,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a / b}'; } # a / b, two 
   echo "One permd (default config, private Unix socket); \`bench/serve fetch --dataset NAME --world W --count C\`:"
   echo "one client, each Fetch asks rank 0 of W for C u32 ids (pad mode) at a new offset. \`mix\` is the"
   echo "mixture above (4 components, 4:3:2:1, L = N = 5·10^7), \`flat\` a dataset of N = 5·10^7. Each row is"
-  echo "the fastest of $reps interleaved rounds of ${run_s} s. Two ratios: of the Fetch rates, and of the median"
+  echo "the fastest of $reps interleaved rounds of ${run_s} s (each round runs the names in the other order). Two ratios: of the Fetch rates, and of the median"
   echo "latencies (flat p50 / mixture p50), which a burst of other work on these cores moves less."
   echo
   echo "| W | ids per Fetch | flat: Fetch/s | flat p50 µs | mixture: Fetch/s | mixture p50 µs | mixture p99 µs | mixture / flat (rate) | mixture / flat (p50) |"
@@ -127,5 +133,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a / b}'; } # a / b, two 
   echo
   PYTHONPATH=python PERMD_LIB="$build/lib/libpermd.so" PERMD_SOCKET="$tmp/permd.sock" \
     "${PYTHON:-/usr/bin/python3}" bench/mixtures_peers.py $lengths
-} >"$out"
+  [ -n "$kept" ] && { echo; echo "$kept"; }
+} >"$out.new"
+mv "$out.new" "$out"
 cat "$out"

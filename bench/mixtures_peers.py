@@ -4,7 +4,11 @@ Peers: a Megatron-style blended index built with numpy (BlendedDataset materiali
 dataset and the sample to read: here the deterministic interleave by sorting each dataset's k-th sample at
 (k + 1/2)/w_j, then each dataset's samples shuffled once), and torch's WeightedRandomSampler: over the
 concatenated samples (per-sample weights w_j/n_j, with replacement; its __iter__ draws all L at once; torch
-refuses more than 2^24 categories), and over the datasets followed by a uniform sample in the chosen one.
+refuses more than 2^24 categories), and over the datasets followed by a uniform sample in the chosen one. Two
+peers that do less work than a user's full build, to bound the comparison from below: the numpy index loaded
+from the .npy files of an earlier build (Megatron caches its blended index so; memory-mapped, the page cache
+warm, the build not timed), and torch.multinomial drawing only the first batch's datasets (no epoch order, no
+resume: the least any sampler can do).
 Each case runs in a fresh process whose address space is capped (PEER_MEM_GIB, default 20 GiB, lowered to 85% of
 the memory available when the run starts, so that a peer that needs more fails with MemoryError rather than
 bringing in the kernel's OOM killer on a shared machine); memory is the growth of its peak RSS over the
@@ -15,8 +19,10 @@ usage: python3 bench/mixtures_peers.py [L ...]  (default 10^7 10^8 10^9; PYTHONP
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 SIZES = [20_000_000, 17_000_000, 3_000_000, 10_000_000]
@@ -58,9 +64,9 @@ def case_permd_daemon(length):
     return time.perf_counter() - t0, first[0]
 
 
-def case_numpy_index(length):
+def build_numpy_index(length):
+    """The Megatron-style blended index: (dataset of each position, sample of each position)."""
     import numpy as np
-    t0 = time.perf_counter()
     w = np.array(WEIGHTS, dtype=np.float64) / sum(WEIGHTS)
     counts = np.floor(w * length).astype(np.int64)
     counts[: length - counts.sum()] += 1
@@ -73,7 +79,36 @@ def case_numpy_index(length):
         reps = -(-c // n)
         draws = np.concatenate([rng.permutation(n) for _ in range(reps)])[:c] if c else np.empty(0, np.int64)
         sample_index[dataset_index == j] = draws
+    return dataset_index, sample_index
+
+
+def case_numpy_index(length):
+    t0 = time.perf_counter()
+    _, sample_index = build_numpy_index(length)
     first = sample_index[0:BATCH * WORLD:WORLD]
+    return time.perf_counter() - t0, int(first[0])
+
+
+def cache_files(length):
+    d = os.environ["PEERS_CACHE"]  # set by main() for the case below
+    return os.path.join(d, f"dataset_index_{length}.npy"), os.path.join(d, f"sample_index_{length}.npy")
+
+
+def build_cache(length):
+    """Untimed: writes the index as Megatron's cache does (one .npy per array)."""
+    import numpy as np
+    dataset_index, sample_index = build_numpy_index(length)
+    for path, a in zip(cache_files(length), (dataset_index, sample_index)):
+        np.save(path, a)
+
+
+def case_numpy_cached(length):
+    """A later run of the Megatron-style loader: both arrays memory-mapped from the cache, the first batch read."""
+    import numpy as np
+    t0 = time.perf_counter()
+    dataset_index, sample_index = (np.load(p, mmap_mode="r") for p in cache_files(length))
+    first = np.array(sample_index[0:BATCH * WORLD:WORLD])
+    _ = np.array(dataset_index[0:BATCH * WORLD:WORLD])
     return time.perf_counter() - t0, int(first[0])
 
 
@@ -101,11 +136,26 @@ def case_torch_two_level(length):
     return time.perf_counter() - t0, int(first[0])
 
 
+def case_torch_first_batch(length):
+    """The least a sampler can do: the first batch's datasets by torch.multinomial, then randint (L unused)."""
+    import torch
+    t0 = time.perf_counter()
+    g = torch.Generator().manual_seed(1)
+    datasets = torch.multinomial(torch.tensor(WEIGHTS, dtype=torch.double), BATCH * WORLD, replacement=True,
+                                 generator=g)[0::WORLD]
+    offsets = torch.tensor([0] + SIZES[:-1]).cumsum(0)
+    sizes = torch.tensor(SIZES)
+    first = offsets[datasets] + (torch.rand(BATCH, generator=g) * sizes[datasets]).long()
+    return time.perf_counter() - t0, int(first[0])
+
+
 CASES = {"permd.Mixture": case_permd, "permd.Sampler(mixture=...)": case_permd_sampler,
          "permd.Sampler(client=, name=) on a permd daemon": case_permd_daemon,
          "numpy blended index (Megatron-style)": case_numpy_index,
+         "numpy blended index, loaded from its cache (mmap; build not timed)": case_numpy_cached,
          "torch WeightedRandomSampler over the samples": case_torch_sampler,
-         "torch WeightedRandomSampler over the datasets, then randint": case_torch_two_level}
+         "torch WeightedRandomSampler over the datasets, then randint": case_torch_two_level,
+         "torch.multinomial for the first batch only (no order, no resume)": case_torch_first_batch}
 
 
 def child(name, length, cap):
@@ -138,6 +188,9 @@ def memory_cap():
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "--child":
         return child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) == 4 and sys.argv[1] == "--build-cache":
+        resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[3]), int(sys.argv[3])))
+        return build_cache(int(sys.argv[2]))
     lengths = [int(float(x)) for x in sys.argv[1:]] or [10 ** 7, 10 ** 8, 10 ** 9]
     cap = memory_cap()
     print(f"Components {SIZES} (N = {sum(SIZES)}), weights {WEIGHTS}; the first batch: rank 0 of {WORLD}, "
@@ -145,31 +198,54 @@ def main():
     print("| L | method | first batch (ms) | memory (MiB) | vs permd.Mixture (time) | vs permd.Mixture (memory) |\n"
           "|---:|---|---:|---:|---:|---:|")
     cases = [c for c in CASES if os.environ.get("PERMD_SOCKET") or CASES[c] is not case_permd_daemon]
-    for length in lengths:
-        base = None
-        for name in cases:
-            runs = []
-            while len(runs) < (REPEAT if all(r["seconds"] < 0.1 and not r["error"] for r in runs) else 1):
-                out = subprocess.run([sys.executable, __file__, "--child", name, str(length), str(cap)],
-                                     capture_output=True, text=True, env=os.environ)
-                if out.returncode:  # killed, or an error the child does not catch
-                    runs = [{"error": (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]}]
-                    break
-                runs.append(json.loads(out.stdout))
-            r = sorted(runs, key=lambda x: x.get("seconds", 0))[len(runs) // 2]  # the median run
-            if r["error"]:
-                where = f" after {r['seconds']:.1f} s at {r['kib'] / 1024:.0f} MiB" if "seconds" in r else ""
-                print(f"| {length:.0e} | {name} | failed{where}: {r['error']} | | | |", flush=True)
-                continue
-            mib = r["kib"] / 1024
-            if base is None:  # permd.Mixture: the ratios' baseline (its RSS growth is at the noise floor)
-                base = (r["seconds"], max(mib, 0.1))
-                ratios = "| 1x | 1x |"
-            elif name.startswith("permd"):
-                ratios = f"| {r['seconds'] / base[0]:.1f}x | |"
-            else:
-                ratios = f"| {r['seconds'] / base[0]:.0f}x | {max(mib, 0.1) / base[1]:.0f}x |"
-            print(f"| {length:.0e} | {name} | {r['seconds'] * 1e3:.2f} | {mib:.1f} {ratios}", flush=True)
+    os.environ["PEERS_CACHE"] = tempfile.mkdtemp(prefix="permd-peers-")
+    try:
+        for length in lengths:
+            run_length(length, cases, cap)
+    finally:
+        shutil.rmtree(os.environ["PEERS_CACHE"], ignore_errors=True)
+
+
+def times(x):
+    """A ratio as the table prints it: whole numbers from 10 up, else two significant digits."""
+    return f"{x:.0f}x" if x >= 10 else f"{x:.2g}x"
+
+
+def run_case(name, length, cap):
+    """The median of a case's runs (each a fresh process; REPEAT of them when they are quick), or its error."""
+    if CASES[name] is case_numpy_cached:  # the cache is built first, untimed
+        out = subprocess.run([sys.executable, __file__, "--build-cache", str(length), str(cap)],
+                             capture_output=True, text=True, env=os.environ)
+        if out.returncode:
+            why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+            return {"error": f"building the cache: {why}"}
+    runs = []
+    while len(runs) < (REPEAT if all(r["seconds"] < 0.1 and not r["error"] for r in runs) else 1):
+        out = subprocess.run([sys.executable, __file__, "--child", name, str(length), str(cap)],
+                             capture_output=True, text=True, env=os.environ)
+        if out.returncode:  # killed, or an error the child does not catch
+            return {"error": (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]}
+        runs.append(json.loads(out.stdout))
+    return sorted(runs, key=lambda x: x["seconds"])[len(runs) // 2]
+
+
+def run_length(length, cases, cap):
+    base = None
+    for name in cases:
+        r = run_case(name, length, cap)
+        if r["error"]:
+            where = f" after {r['seconds']:.1f} s at {r['kib'] / 1024:.0f} MiB" if "seconds" in r else ""
+            print(f"| {length:.0e} | {name} | failed{where}: {r['error']} | | | |", flush=True)
+            continue
+        mib = r["kib"] / 1024
+        if base is None:  # permd.Mixture: the ratios' baseline (its RSS growth is at the noise floor)
+            base = (r["seconds"], max(mib, 0.1))
+            ratios = "| 1x | 1x |"
+        elif name.startswith("permd"):
+            ratios = f"| {times(r['seconds'] / base[0])} | |"
+        else:
+            ratios = f"| {times(r['seconds'] / base[0])} | {times(max(mib, 0.1) / base[1])} |"
+        print(f"| {length:.0e} | {name} | {r['seconds'] * 1e3:.2f} | {mib:.1f} {ratios}", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 
 static const char usage[] =
     "usage: serve fetch  --socket PATH --dataset NAME [--clients N] [--count C] [--world W] [--seconds S]\n"
+    "                    [--offsets next|random]\n"
     "       serve stream --socket PATH --dataset NAME [--batch B] [--seconds S] [--transport ring|socket]\n"
     "                    [--read sum|last]\n"
     "       serve gen    [--count C] [--seconds S]     (one thread of the daemon's CPU generator, no daemon)\n"
@@ -22,6 +23,8 @@ static const char usage[] =
     "\n"
     "fetch: N threads, one connection each, each Fetch asks rank 0 of W (default 8) for C ids\n"
     "       at a fresh offset; prints requests/s and p50/p99 latency (after 0.5 s warm-up).\n"
+    "       --offsets next (default): each client reads its slice in order, as a trainer does (permd's\n"
+    "       readahead may have the ids ready); random: a random piece each time (no readahead helps).\n"
     "       NAME may be a mixture's (its epochs have its length in positions).\n"
     "       --digest-load K: meanwhile K more connections each digest 2^28 ids at a time, again and\n"
     "       again (long jobs on the worker pool: what the Fetch latency is under them).\n"
@@ -33,6 +36,7 @@ static const char usage[] =
 typedef struct options {
     const char *cmd, *socket, *tcp, *dataset, *transport;
     int read_all; /* --read sum (every id, default) | last (one id a batch: the transport alone) */
+    int random_offsets; /* --offsets random: each Fetch at a random piece, beyond any readahead */
     uint64_t clients, count, batch, world, digest_load;
     double seconds;
 } options;
@@ -104,12 +108,20 @@ static void *fetch_worker(void *arg)
     permd_slice s = {.dataset = o->dataset, .seed = 1234, .epoch = (uint64_t)w->index, .world = (uint32_t)o->world,
                      .rank = 0, .mode = PERMD_MODE_PAD};
     uint64_t span = n / o->world / o->count; /* distinct offsets before wrapping */
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(w->index + 1);
     for (uint64_t i = 0;; i++) {
         double t0 = now_s();
         if (t0 >= w->stop)
             break;
         uint64_t got;
-        s.offset = (i % (span ? span : 1)) * o->count * o->world;
+        uint64_t piece = i;
+        if (o->random_offsets) { /* xorshift64: a fixed, cheap sequence per client */
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            piece = rng;
+        }
+        s.offset = (piece % (span ? span : 1)) * o->count * o->world;
         if (permd_fetch_u32(c, &s, o->count, ids, &got, NULL) || got != o->count) {
             fprintf(stderr, "serve: fetch: %s\n", permd_last_error(c));
             w->failed = 1;
@@ -195,11 +207,11 @@ static int run_fetch(const options *o)
     }
     qsort(all, total, sizeof *all, cmp_double);
     printf("mode=fetch clients=%llu count=%llu world=%llu requests=%llu seconds=%.2f rps=%.0f p50_us=%.1f "
-           "p99_us=%.1f digest_load=%llu digests=%llu\n",
+           "p99_us=%.1f digest_load=%llu digests=%llu offsets=%s\n",
            (unsigned long long)o->clients, (unsigned long long)o->count, (unsigned long long)o->world,
            (unsigned long long)total, o->seconds, (double)total / o->seconds, all[total / 2] * 1e6,
            all[(uint64_t)((double)total * 0.99)] * 1e6, (unsigned long long)o->digest_load,
-           (unsigned long long)digests);
+           (unsigned long long)digests, o->random_offsets ? "random" : "next");
     free(all);
     free(w);
     free(th);
@@ -394,6 +406,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.read_all = !strcmp(v, "sum");
+        } else if (!strcmp(a, "--offsets")) {
+            if (strcmp(v, "next") && strcmp(v, "random")) {
+                fprintf(stderr, "serve: --offsets is next or random, not '%s'\n", v);
+                return 2;
+            }
+            o.random_offsets = !strcmp(v, "random");
         } else if (!strcmp(a, "--seconds"))
             o.seconds = atof(v);
         else if (pd_parse_u64_range(v, 1, UINT32_MAX, &x)) {

@@ -2,7 +2,7 @@
 # The GPU session's script, run on a GPU machine through the device tool (see docs): builds with CUDA,
 # runs the GPU and unit tests, then the GPU benchmark, leaving logs and results in $OUT.
 # Prepare here first: scripts/device-sysroot.sh (then carry .carry).
-#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|serve-compare|shards|shards-profile|mixtures|nccl|nccl-python|python|all] [--quick]
+#   usage: tests/gpu/run.sh [tests|bench|cpubench|hostbench|serve|serve-compare|shards|shards-profile|mixtures|mixbench|nccl|nccl-python|python|all] [--quick]
 # (python: the Python package's tests under this host's torch 2.x; CI runs them under Debian's torch 1.13)
 # (shards: the sharded-id tests (GPU and CPU kernels against the core) and bench/shards.sh's CPU and GPU rows)
 # (shards-profile: test_gpu_shards, ncu counters, SASS, the GPU rows, and those of build variants
@@ -13,6 +13,8 @@
 #  mixtures (flat components; the first one sharded) and a flat dataset (FETCH_SECONDS each, default 3) on permd
 #  with its pool of one thread and of one per CPU, and of an earlier tree's permd carried in .bench-before,
 #  alternating)
+# (mixbench: bench/mixtures.sh's whole page on this host's CPUs, into $OUT/mixtures.md; PEER_LENGTHS defaults
+#  to 1e7 1e8 here, since the 10^9 peers take minutes; PERMD_TREE names the tree when no .git came along)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
 #  sysroot: scripts/device-sysroot.sh redis-server redis-tools libjemalloc2 liblzf1)
 set -uo pipefail
@@ -188,6 +190,10 @@ if [ "$what" = mixtures ]; then
     kill $p; wait $p; rm -rf "$d"
   done; done
   cat "$OUT/mixtures_pool.txt"
+fi
+if [ "$what" = mixbench ]; then
+  OUT="$OUT/mixtures.md" PYTHON=python3 PEER_LENGTHS=${PEER_LENGTHS:-1e7 1e8} bash bench/mixtures.sh build-dev "$@" \
+    >/dev/null 2>"$OUT/mixbench.err" || { tail -20 "$OUT/mixbench.err"; rc=1; }
 fi
 if [ "$what" = serve-compare ]; then # bench/serve.sh of an earlier tree and of this one, alternating, same host
   # .bench-before: `git archive <commit>` unpacked there and carried (e.g. the commit before a refactor)
