@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 out=${OUT:-bench/results/mixtures.md}
-tree=$(git rev-parse --short HEAD 2>/dev/null || echo "${PERMD_TREE:-unknown}") # the tree measured
+tree=${PERMD_TREE:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} # the tree measured
 run_s=${SECONDS_PER_RUN:-3}
 reps=${REPS:-5}
 lengths=${PEER_LENGTHS:-1e7 1e8 1e9}

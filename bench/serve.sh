@@ -29,7 +29,7 @@ command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
   { echo "serve.sh: needs redis-server and redis-benchmark (scripts/install-deps.sh)" >&2; exit 2; }
 
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg) # before anything of ours runs
-TREE=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "${PERMD_TREE:-unknown}") # the tree measured
+TREE=${PERMD_TREE:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)} # the tree measured
 NCPU=$(nproc)
 LOOPS=$((NCPU < 4 ? NCPU : 4)) # permd's default loops (min(CPUs, 4)): Redis gets as many I/O threads
 BUSY=$(ps -eo pcpu=,comm= --sort=-pcpu | awk 'NR == 1 {printf "%s at %s%% CPU", $2, $1}')
