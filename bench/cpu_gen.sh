@@ -27,5 +27,11 @@ done
 "$build/bin/cpu_gen" "${nargs[@]}" --reps "$reps" --u64 | tee -a "$raw"
 "$python" bench/cpu_gen_peers.py --reps "$reps" "${ints[@]}" | tee -a "$raw"
 echo "# finished $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$raw"
-"$python" bench/cpu_gen_report.py "$raw" "bash bench/cpu_gen.sh  (REPS=$reps SIZES=\"$sizes\")" >"$results/cpu_gen.md"
+kept=""
+[ -f "$results/cpu_gen.md" ] && kept=$(awk '/^## .*\(by hand/ {on = 1} on' "$results/cpu_gen.md") # hand notes stay
+{
+  "$python" bench/cpu_gen_report.py "$raw" "bash bench/cpu_gen.sh  (REPS=$reps SIZES=\"$sizes\")"
+  [ -z "$kept" ] || printf '\n%s\n' "$kept"
+} >"$results/cpu_gen.md.new"
+mv "$results/cpu_gen.md.new" "$results/cpu_gen.md"
 echo "wrote $results/cpu_gen.md" >&2

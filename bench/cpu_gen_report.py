@@ -109,7 +109,8 @@ def main():
     torch_all = max((t for (c, t) in rows if c.startswith("torch-randperm/")), default=1)
     w("\n## Ratios (median permd ÷ median peer; above 1 means permd is faster)\n")
     w("Single-threaded permd against single-threaded peers; the pool (all cores) against every peer,")
-    w(f"and against `torch.randperm` on all {torch_all} threads.\n")
+    w(f"and against `torch.randperm` on all {torch_all} threads. Like against like: permd's u64 ids against the")
+    w("peers' int64, its u32 against C Fisher–Yates' u32.\n")
     head = ["n", "permd"] + [f"÷ {SHORT[p]}" for p in PEERS] + [f"÷ torch.randperm, {torch_all} threads"]
     w("| " + " | ".join(head) + " |")
     w("|---|---|" + "---:|" * (len(head) - 2))
@@ -119,16 +120,17 @@ def main():
     subjects.append(("pool-auto", pool_threads, f"pool, {pool_threads} threads"))
     for n in sizes:
         for base, threads, name in subjects:
-            mine = get(base, "u32", threads, n)
-            if mine is None:
+            mine = {w: get(base, w, threads, n) for w in ("u32", "u64")}  # permd's ids of each width
+            if mine["u32"] is None and mine["u64"] is None:
                 continue
+
+            def ratio(peer, width):
+                return f"{mine[width] / peer:.2f}" if peer and mine[width] else "–"
             cells = []
             for p in PEERS:
                 ids = "u32" if p == "c-fisher-yates" else "int64"
-                peer = get(p, ids, 1, n)
-                cells.append(f"{mine / peer:.2f}" if peer else "–")
-            peer = get("torch-randperm", "int64", torch_all, n)
-            cells.append(f"{mine / peer:.2f}" if peer else "–")
+                cells.append(ratio(get(p, ids, 1, n), "u32" if ids == "u32" else "u64"))
+            cells.append(ratio(get("torch-randperm", "int64", torch_all, n), "u64"))
             w(f"| {size_name(n)} | {name} | " + " | ".join(cells) + " |")
     w("\n## The per-core goal (issue 4: at least 100 M indices/s per core at n = 2^26 + 1)\n")
     walking = [n for n in sizes if n > 2 and (n - 1) & (n - 2) == 0]  # n = 2^k + 1: the longest walks
