@@ -809,8 +809,17 @@ static void pd_conn_end(pd_conn *c, int shutdown)
 
 static void pd_conn_process(pd_conn *c)
 {
+    int stalled; /* stopped for congestion: a whole frame may still wait in the reader */
 again:
-    while (pd_conn_open(c) && !c->busy && !pd_conn_congested(c)) {
+    stalled = 0;
+    while (pd_conn_open(c) && !c->busy) {
+        /* Judged once, and a stop always pauses: the shared total moves under other loops, so a later
+         * look may already say "not congested", and an unpaused connection's buffered frames would wait
+         * for bytes its peer may never send (pd_conn_maybe_resume processes a paused one). */
+        if (pd_conn_note_congestion(c)) {
+            stalled = 1;
+            break;
+        }
         const uint8_t *payload;
         uint32_t len;
         int rc = pd_frame_reader_next(&c->in, &payload, &len);
@@ -828,7 +837,7 @@ again:
         if (!c->busy)
             pd_conn_request_end(c);
     }
-    if (pd_conn_open(c) && !c->busy && (c->eof || c->set->stopping) && !pd_conn_congested(c)) {
+    if (pd_conn_open(c) && !c->busy && !stalled && (c->eof || c->set->stopping) && !pd_conn_congested(c)) {
         /* Nothing more will be asked (or permd is stopping): close after the replies. */
         pd_conn_end(c, c->set->stopping);
         pd_conn_drain_close(c);
@@ -836,7 +845,7 @@ again:
     }
     if (!c->partial_since && pd_frame_reader_pending(&c->in))
         c->partial_since = pd_clock_ms(); /* the next frame's first bytes came with the last one */
-    int congested = pd_conn_congested(c);
+    int congested = stalled || pd_conn_congested(c);
     pd_conn_flush(c);
     /* Replies built inline wait in the output buffer, which counts toward the
      * cap until flushed. If the flush relieved the congestion, frames already
