@@ -88,7 +88,7 @@ static const pd_opt pd_opts[] = {
            "How long startup and each put or delete wait for a lock another process\n"
            "holds on the registry (sqlite3 writing to it) before failing: startup exits\n"
            "1, a request is answered OVERLOADED. A reader (a backup) never makes them\n"
-           "wait."),
+           "wait: its WAL is folded in by a later commit."),
     PD_OPT(log_level, PD_OPT_LEVEL, "info", 0, 0, "error, warn, info or debug; logs go to stderr."),
     PD_OPT(peer_log_rate, PD_OPT_U64, "10", 0, 1000000,
            "Lines a second each warning a peer can cause at will may write: auth_fail\n"

@@ -929,11 +929,13 @@ static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t 
         pd_log_warn("registry", "path=%s msg=\"unreadable; the commit it named cannot be checked\"", r->pending);
         return 0;
     }
+    /* A put names its definition: the name found with another one (deleted and put again, the WAL lost) is not
+     * the acknowledged commit. A delete names none (0; as did an older permd's dataset puts): the name alone. */
     int found, present;
     if (!strcmp(kind, "mixture")) {
         size_t at = pd_mix_find(r, name, &found);
-        present = found && r->mixes[at]->definition == definition;
-    } else { /* a dataset put again with another size must not pass for the acknowledged one (an older permd wrote 0) */
+        present = found && (!definition || r->mixes[at]->definition == definition);
+    } else {
         size_t at = pd_table_find(r, name, &found);
         present = found && (!definition || pd_dataset_definition(&r->sets[at].d) == definition);
     }
@@ -1025,15 +1027,26 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
     if ((rc = pd_registry_load(r, err, errlen)) || (rc = pd_registry_load_mixtures(r, err, errlen)) ||
         (rc = pd_pending_check(r, path, err, errlen)))
         return rc;
+    /* Fold the WAL in, tried once as after a commit. Another process reading the registry (a backup) holds the
+     * WAL for as long as it reads: what the WAL holds is durable and was checked above, so permd starts anyway
+     * and a later commit's checkpoint folds it in. It used to wait registry_busy_ms and exit 1. */
+    sqlite3_busy_timeout(r->db, 0);
     int code = pd_registry_checkpoint(r);
-    if (code == SQLITE_OK)
+    sqlite3_busy_timeout(r->db, (int)r->busy_ms);
+    if (code == SQLITE_OK) {
         pd_pending_clear(r);
-    if (code != SQLITE_OK) {
-        pd_registry_why(r->db, code, why, sizeof why);
-        pd_errf(err, errlen, "%s: cannot fold the write-ahead log into the main file: %s", path, why);
-        return code == SQLITE_BUSY || code == SQLITE_LOCKED ? PD_EBUSY : PD_EIO;
+        return 0;
     }
-    return 0;
+    pd_registry_why(r->db, code, why, sizeof why);
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+        atomic_fetch_add(&r->checkpoint_failures, 1);
+        pd_log_warn("registry_checkpoint",
+                    "path=%s msg=\"the write-ahead log is not folded in at startup: %s; the next commit retries\"",
+                    path, why);
+        return 0;
+    }
+    pd_errf(err, errlen, "%s: cannot fold the write-ahead log into the main file: %s", path, why);
+    return PD_EIO;
 fail_db:
     if (!r->db) {
         pd_errf(err, errlen, "%s: cannot open", path);
@@ -1154,8 +1167,13 @@ void pd_registry_close(pd_registry *r)
 {
     if (!r)
         return;
-    if (r->opened && r->db && pd_registry_checkpoint(r) == SQLITE_OK) /* what SQLite's close would do, and then */
-        pd_pending_clear(r);
+    if (r->opened && r->db) {
+        /* What SQLite's close would do, and then the pending file goes. Tried once: a reader (a backup) would
+         * otherwise hold a stopping permd up for registry_busy_ms, and what the WAL holds is durable. */
+        sqlite3_busy_timeout(r->db, 0);
+        if (pd_registry_checkpoint(r) == SQLITE_OK)
+            pd_pending_clear(r);
+    }
     pd_registry_close_db(r);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->write_lock);
