@@ -915,17 +915,31 @@ static void pd_registry_close_db(pd_registry *r)
 
 /* Whether the commit registry.db-pending names (if any) is in the loaded tables: PD_ECORRUPT if not. Before the
  * startup checkpoint, which would fold a damaged WAL's readable part in and drop the evidence. */
+/* The line pd_pending_write writes, whole: "put|delete dataset|mixture <16 hex digits> <name>\n". 0, or -1 for
+ * anything else (torn by a crash while it was written, or not ours). */
+static int pd_pending_parse(const char *line, char *op, char *kind, uint64_t *definition, char *name)
+{
+    char hex[17];
+    int end = 0;
+    if (sscanf(line, "%15s %15s %16s %129s%n", op, kind, hex, name, &end) != 4 || strcmp(line + end, "\n") ||
+        strlen(hex) != 16 || strspn(hex, "0123456789abcdef") != 16 || pd_name_check(name) ||
+        (strcmp(op, "put") && strcmp(op, "delete")) || (strcmp(kind, "dataset") && strcmp(kind, "mixture")))
+        return -1;
+    *definition = strtoull(hex, NULL, 16);
+    return 0;
+}
+
 static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(r->pending, "re");
     if (!f)
         return 0; /* none: every commit reached registry.db */
     r->has_pending = 1;
-    char op[16], kind[16], name[PD_NAME_MAX + 2];
-    unsigned long long definition;
-    const int parsed = fscanf(f, "%15s %15s %llx %129s", op, kind, &definition, name) == 4;
+    char line[PD_NAME_MAX + 64] = "", op[16], kind[16], name[PD_NAME_MAX + 2];
+    uint64_t definition;
+    const int parsed = fgets(line, sizeof line, f) && pd_pending_parse(line, op, kind, &definition, name) == 0;
     fclose(f);
-    if (!parsed || pd_name_check(name)) { /* torn by a crash while it was written: the commit cannot be checked */
+    if (!parsed) {
         pd_log_warn("registry", "path=%s msg=\"unreadable; the commit it named cannot be checked\"", r->pending);
         return 0;
     }

@@ -675,6 +675,33 @@ static void test_lost_wal_after_mixture_delete(void **state)
         fail_msg("error: %s", err);
 }
 
+/* A registry.db-pending that is not a whole line of ours (torn by a crash while it was written, or written by
+ * something else) cannot name a commit: startup warns and goes on, rather than refuse an intact registry. */
+static void test_unreadable_pending(void **state)
+{
+    (void)state;
+    static const char *const lines[] = {"", "put dataset", "put dataset 00000000000000zz x\n",
+                                        "frobnicate dataset 0000000000000000 x\n",
+                                        "delete table 0000000000000000 x\n", "put dataset 0000000000000000 a/b\n"};
+    char pending[128], err[256] = "";
+    snprintf(pending, sizeof pending, "%s/registry.db-pending", dir);
+    pd_registry *r = open_reg();
+    put_flat(r, "x", 3);
+    pd_registry_close(r);
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
+        FILE *f = fopen(pending, "w");
+        assert_non_null(f);
+        fputs(lines[i], f);
+        fclose(f);
+        if (pd_registry_open(dir, &r, err, sizeof err))
+            fail_msg("pending file '%s': %s", lines[i], err);
+        pd_dataset d;
+        assert_int_equal(pd_registry_get(r, "x", &d), 0);
+        pd_registry_close(r);
+        assert_int_equal(access(pending, F_OK), -1); /* gone with the startup checkpoint */
+    }
+}
+
 /* A restart while another process reads the registry (a backup holding an old snapshot of the WAL): neither the
  * stop nor the startup can fold the WAL in, and neither may wait registry_busy_ms for the reader, nor startup
  * refuse to start (it waited and exited 1): the rows are there, and the first commit after the reader is gone
@@ -981,6 +1008,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_writer_holding_the_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_holding_the_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_at_startup, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unreadable_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unservable_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stored_types, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_accounting, setup, teardown),
