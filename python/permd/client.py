@@ -554,6 +554,7 @@ class _Stream:
         rc = _lib.stream_open(client._handle(), ctypes.byref(s), batch, max_count, ctypes.byref(handle))
         client._check(rc, "stream")
         self._st = handle
+        self._shared = bool(_lib.stream_shared(handle))  # chosen at open for the stream's life
 
     @property
     def offset(self):
@@ -563,7 +564,7 @@ class _Stream:
     def shared(self):
         """Whether the batches come through a shared-memory ring (a local permd on its Unix socket)
         rather than the socket; the ids are the same either way."""
-        return bool(_lib.stream_shared(self._st)) if self._st else self._shared
+        return self._shared
 
     def __iter__(self):
         return self
@@ -609,7 +610,6 @@ class _Stream:
             with self._client._lock:  # closing reads the connection to the stream's end: not beside another call
                 if self._st:
                     self._final = _lib.stream_offset(self._st)
-                    self._shared = bool(_lib.stream_shared(self._st))
                     _lib.stream_close(self._st)
                     self._st = None
 

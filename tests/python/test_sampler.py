@@ -669,7 +669,10 @@ class DaemonBacked(unittest.TestCase):
         with self.assertRaises(ValueError):
             permd.Client(socket="a", tcp="b")
         closed = permd.Client(socket=self.daemon.socket)
-        closed.close()
+        closed.put_dataset("small", 10)
+        st = closed.stream("small", 99, 2, 3, 1, "pad", batch=1)
+        closed.close()  # under an open stream: the stream is over, and how it came does not change
+        self.assertTrue(st.shared)  # read False once the client had freed the ring
         with self.assertRaisesRegex(ValueError, "closed"):
             closed.get_dataset("small")
 
