@@ -843,7 +843,9 @@ again:
         pd_conn_drain_close(c);
         return;
     }
-    if (!c->partial_since && pd_frame_reader_pending(&c->in))
+    if (stalled) /* what waits may be whole frames: permd holds them up, not the peer; the clock starts anew */
+        c->partial_since = 0;
+    else if (!c->partial_since && pd_frame_reader_pending(&c->in))
         c->partial_since = pd_clock_ms(); /* the next frame's first bytes came with the last one */
     int congested = stalled || pd_conn_congested(c);
     pd_conn_flush(c);

@@ -825,7 +825,7 @@ static const char *pd_registry_advice(int rc)
     case PD_ECORRUPT:
         return ": the registry is damaged";
     case PD_EBUSY:
-        return ": another process holds a lock on it (permd waited 5 s); the registry is not damaged: find the "
+        return ": another process holds a lock on it (permd waited registry_busy_ms); the registry is not damaged: find the "
                "process (fuser registry.db) and start permd when it is done";
     default:
         return ": the registry may be intact; check the permissions and free space of the state directory and "
@@ -1004,6 +1004,19 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
     if (sqlite3_db_readonly(r->db, "main") == 1) {
         pd_errf(err, errlen, "%s can only be opened read-only: permd must be able to store datasets", path);
         return PD_EIO;
+    }
+    /* Another process writing to the registry (sqlite3 in a transaction): wait for it (registry_busy_ms) before
+     * reading anything, so that what it commits is loaded, and refuse as locked past the wait. A reader never
+     * blocks this (WAL); other failures are left to the checks below, which name them. */
+    if (sqlite3_exec(r->db, "BEGIN IMMEDIATE; COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        const int code = sqlite3_errcode(r->db) & 0xff;
+        if (!sqlite3_get_autocommit(r->db))
+            sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
+        if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+            pd_registry_why(r->db, code, why, sizeof why);
+            pd_errf(err, errlen, "%s: %s%s", path, why, pd_registry_advice(PD_EBUSY));
+            return PD_EBUSY;
+        }
     }
     if (exists && (rc = pd_registry_check(r, why, sizeof why))) {
         pd_errf(err, errlen, "%s cannot be read%s (%s)%s", path, rc == PD_ECORRUPT ? " whole" : "", why,

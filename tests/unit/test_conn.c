@@ -8,6 +8,7 @@
 
 #include "test_util.h"
 
+#include "daemon/clock.h"
 #include "daemon/conn.h"
 #include "daemon/metrics.h"
 
@@ -186,12 +187,68 @@ static void test_moving_total_loses_no_frame(void **state)
     assert_int_equal(lost, 0);
 }
 
+/* The same race where the connection's own output is between half its cap and its cap, so that a write completion
+ * does not resume it at once: a pass that stalled with whole frames buffered must not leave the frame clock
+ * running, or a sweep answers a complete request with a frame timeout (PD_CONN_FRAME) while the peer drains. */
+static atomic_int expirations;
+
+static void count_expired(void *session, int why)
+{
+    (void)session;
+    if (why == PD_CONN_FRAME)
+        atomic_fetch_add(&expirations, 1);
+}
+
+static const pd_conn_ops counting_ops = {on_frame, on_oversize, on_writable, on_end, on_stop, on_free, count_expired,
+                                         NULL};
+
+static void test_stalled_frames_do_not_expire(void **state)
+{
+    fixture *f = *state;
+    pd_conn_job_settle(f->conn, HELD); /* a connection of another set: cap 150, so HELD is past half of it */
+    pd_conn_close(f->conn);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    pd_conns_free(f->set);
+    f->lim.output_cap = 150;
+    f->lim.frame_timeout_ms = 10;
+    assert_int_equal(pd_conns_create(&f->loop, &f->lim, &f->stats, &f->metrics, NULL, NULL, &f->set), 0);
+    assert_int_equal(pd_conn_open_memory(f->set, 0, sink, f, &f->conn), 0);
+    pd_conn_start(f->conn, &counting_ops, f);
+    pd_conn_job_hold(f->conn, HELD);
+    atomic_store(&expirations, 0);
+
+    mover m = {.f = f, .run = 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, move_total, &m), 0);
+    const int rounds = test_quick() ? 2000 : 100000;
+    unsigned long sent = 0;
+    for (int r = 0; r < rounds && !atomic_load(&expirations); r++) {
+        pd_conn_input(f->conn, two_frames, sizeof two_frames);
+        sent += 2;
+        atomic_store(&m.holding, 0);
+        atomic_store(&m.hold, 1);
+        while (!atomic_load(&m.holding))
+            sched_yield();
+        pd_conns_sweep(f->set, pd_clock_ms() + 1000); /* long past frame_timeout_ms */
+        /* The peer drained: the promised output goes, and the write completion resumes the connection. */
+        pd_conn_job_settle(f->conn, HELD);
+        pd_conn_maybe_resume(f->conn);
+        pd_conn_job_hold(f->conn, HELD);
+        atomic_store(&m.hold, 0);
+    }
+    atomic_store(&m.run, 0);
+    pthread_join(th, NULL);
+    assert_int_equal(atomic_load(&expirations), 0);
+    assert_int_equal(atomic_load(&f->frames), sent);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_budget_pauses_and_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_budget_no_pause, setup, teardown),
         cmocka_unit_test_setup_teardown(test_moving_total_loses_no_frame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_frames_do_not_expire, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -675,6 +675,31 @@ static void test_lost_wal_after_mixture_delete(void **state)
         fail_msg("error: %s", err);
 }
 
+/* Startup beside another process writing to the registry (sqlite3 in a transaction) waits registry_busy_ms for
+ * it, then refuses as locked (startup exits 1), rather than load what the writer is about to change. */
+static void test_writer_at_startup(void **state)
+{
+    (void)state;
+    char path[128], err[512] = "";
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    pd_registry *r = open_reg();
+    put_flat(r, "x", 3);
+    pd_registry_close(r);
+    sqlite3 *writer;
+    assert_int_equal(sqlite3_open_v2(path, &writer, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(writer, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    double t0 = test_now_s();
+    assert_int_equal(pd_registry_open_with(dir, 0, 300, &r, err, sizeof err), PD_EBUSY);
+    double took = test_now_s() - t0;
+    print_message("startup beside a writer holding the lock: %.3f s (%s)\n", took, err);
+    assert_true(took >= 0.25);
+    assert_non_null(strstr(err, "locked"));
+    assert_int_equal(sqlite3_exec(writer, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(writer);
+    assert_int_equal(pd_registry_open_with(dir, 0, 300, &r, err, sizeof err), 0);
+    pd_registry_close(r);
+}
+
 /* A registry.db-pending that is not a whole line of ours (torn by a crash while it was written, or written by
  * something else) cannot name a commit: startup warns and goes on, rather than refuse an intact registry. */
 static void test_unreadable_pending(void **state)
@@ -709,9 +734,10 @@ static void test_unreadable_pending(void **state)
 static void test_reader_at_startup(void **state)
 {
     (void)state;
-    char path[128], wal[128], err[256] = "";
+    char path[128], wal[128], pending[128], err[256] = "";
     snprintf(path, sizeof path, "%s/registry.db", dir);
     snprintf(wal, sizeof wal, "%s/registry.db-wal", dir);
+    snprintf(pending, sizeof pending, "%s/registry.db-pending", dir);
     pd_registry *r = open_reg();
     pd_dataset d;
     int created;
@@ -724,6 +750,7 @@ static void test_reader_at_startup(void **state)
     assert_int_equal(sqlite3_step(st), SQLITE_ROW); /* a snapshot, held until COMMIT */
     sqlite3_finalize(st);
     assert_int_equal(pd_registry_put(r, "during", 10, &d, &created, err, sizeof err), 0); /* left in the WAL */
+    assert_int_equal(access(pending, F_OK), 0);
     double t0 = test_now_s();
     pd_registry_close(r);
     double stop = test_now_s() - t0;
@@ -743,6 +770,7 @@ static void test_reader_at_startup(void **state)
     struct stat sb;
     assert_int_equal(stat(wal, &sb), 0);
     assert_int_equal(sb.st_size, 0);
+    assert_int_equal(access(pending, F_OK), -1); /* "during" was named there until then */
     pd_registry_close(r);
 }
 
@@ -1003,12 +1031,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_not_damaged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_is_noticed, setup, teardown_full),
-        cmocka_unit_test_setup_teardown(test_lost_wal_after_reput, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lost_wal_after_mixture_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_wal_after_reput, setup, teardown_full),
+        cmocka_unit_test_setup_teardown(test_lost_wal_after_mixture_delete, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_writer_holding_the_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_holding_the_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_at_startup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_pending, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writer_at_startup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unservable_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stored_types, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_accounting, setup, teardown),
