@@ -68,6 +68,22 @@ enum { HELD = 100, BUDGET = 1000, OTHERS = 100000 };
 
 /* output_memory BUDGET; the connection holds HELD bytes of its own (a stream batch promised), so the
  * budget may pause it: one that holds none would always get its next reply. */
+static void open_set(fixture *f, const pd_conn_ops *conn_ops)
+{
+    assert_int_equal(pd_conns_create(&f->loop, &f->lim, &f->stats, &f->metrics, NULL, NULL, &f->set), 0);
+    assert_int_equal(pd_conn_open_memory(f->set, 0, sink, f, &f->conn), 0);
+    pd_conn_start(f->conn, conn_ops, f);
+    pd_conn_job_hold(f->conn, HELD);
+}
+
+static void close_set(fixture *f)
+{
+    pd_conn_job_settle(f->conn, HELD);
+    pd_conn_close(f->conn);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    pd_conns_free(f->set);
+}
+
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -75,10 +91,7 @@ static int setup(void **state)
     assert_int_equal(uv_loop_init(&f->loop), 0);
     f->lim = (pd_conn_limits){.output_cap = 1 << 20, .output_memory = BUDGET, .output_total = &f->total,
                               .max_frame = 1 << 16};
-    assert_int_equal(pd_conns_create(&f->loop, &f->lim, &f->stats, &f->metrics, NULL, NULL, &f->set), 0);
-    assert_int_equal(pd_conn_open_memory(f->set, 0, sink, f, &f->conn), 0);
-    pd_conn_start(f->conn, &ops, f);
-    pd_conn_job_hold(f->conn, HELD);
+    open_set(f, &ops);
     *state = f;
     return 0;
 }
@@ -86,10 +99,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    pd_conn_job_settle(f->conn, HELD);
-    pd_conn_close(f->conn);
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    pd_conns_free(f->set);
+    close_set(f);
     assert_int_equal(uv_loop_close(&f->loop), 0);
     free(f);
     return 0;
@@ -118,15 +128,9 @@ static void test_budget_pauses_and_resumes(void **state)
 static void test_no_budget_no_pause(void **state)
 {
     fixture *f = *state;
-    f->lim.output_memory = 0; /* the set reads its own copy: a new one with the key off */
-    pd_conn_job_settle(f->conn, HELD);
-    pd_conn_close(f->conn);
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    pd_conns_free(f->set);
-    assert_int_equal(pd_conns_create(&f->loop, &f->lim, &f->stats, &f->metrics, NULL, NULL, &f->set), 0);
-    assert_int_equal(pd_conn_open_memory(f->set, 0, sink, f, &f->conn), 0);
-    pd_conn_start(f->conn, &ops, f);
-    pd_conn_job_hold(f->conn, HELD);
+    close_set(f); /* the set keeps its own copy of the limits: a new one with the key off */
+    f->lim.output_memory = 0;
+    open_set(f, &ops);
 
     atomic_fetch_add(&f->total, OTHERS);
     pd_conn_input(f->conn, two_frames, sizeof two_frames);
@@ -205,16 +209,10 @@ static const pd_conn_ops counting_ops = {on_frame, on_oversize, on_writable, on_
 static void test_stalled_frames_do_not_expire(void **state)
 {
     fixture *f = *state;
-    pd_conn_job_settle(f->conn, HELD); /* a connection of another set: cap 150, so HELD is past half of it */
-    pd_conn_close(f->conn);
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    pd_conns_free(f->set);
+    close_set(f); /* a set with cap 150, so that HELD is past half of it */
     f->lim.output_cap = 150;
     f->lim.frame_timeout_ms = 10;
-    assert_int_equal(pd_conns_create(&f->loop, &f->lim, &f->stats, &f->metrics, NULL, NULL, &f->set), 0);
-    assert_int_equal(pd_conn_open_memory(f->set, 0, sink, f, &f->conn), 0);
-    pd_conn_start(f->conn, &counting_ops, f);
-    pd_conn_job_hold(f->conn, HELD);
+    open_set(f, &counting_ops);
     atomic_store(&expirations, 0);
 
     mover m = {.f = f, .run = 1};

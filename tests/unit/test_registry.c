@@ -629,13 +629,26 @@ static void test_lost_wal_is_noticed(void **state)
     pd_registry_close(r);
 }
 
+/* The commits left in the WAL alone, then the WAL lost: startup refuses the registry, naming the commit (says). */
+static void expect_lost_commit(pd_registry *r, const char *says)
+{
+    char wal[128], err[512] = "";
+    snprintf(wal, sizeof wal, "%s/registry.db-wal", dir);
+    pd_registry_close(r);
+    full_main = 0;
+    full_vfs_remove();
+    assert_int_equal(unlink(wal), 0);
+    assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_ECORRUPT);
+    if (!strstr(err, says))
+        fail_msg("error: %s", err);
+}
+
 /* The same for a name deleted and put again with another size, both left in the WAL: the older row is still in
  * registry.db, so finding the name is not enough: its definition must be the acknowledged one (size 3 was served). */
 static void test_lost_wal_after_reput(void **state)
 {
     (void)state;
-    char wal[128], err[512] = "";
-    snprintf(wal, sizeof wal, "%s/registry.db-wal", dir);
+    char err[512] = "";
     full_vfs_install();
     pd_registry *r = open_reg();
     pd_dataset d;
@@ -644,13 +657,7 @@ static void test_lost_wal_after_reput(void **state)
     full_main = 1;
     assert_int_equal(pd_registry_delete(r, "x", err, sizeof err), 0);
     assert_int_equal(pd_registry_put(r, "x", 10, &d, &created, err, sizeof err), 0); /* acknowledged */
-    pd_registry_close(r);
-    full_main = 0;
-    full_vfs_remove();
-    assert_int_equal(unlink(wal), 0);
-    assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_ECORRUPT);
-    if (!strstr(err, "put of dataset 'x'"))
-        fail_msg("error: %s", err);
+    expect_lost_commit(r, "put of dataset 'x'");
 }
 
 /* A mixture's delete left in the WAL alone, then the WAL lost: the mixture is back in registry.db, and startup
@@ -658,21 +665,14 @@ static void test_lost_wal_after_reput(void **state)
 static void test_lost_wal_after_mixture_delete(void **state)
 {
     (void)state;
-    char wal[128], err[512] = "";
-    snprintf(wal, sizeof wal, "%s/registry.db-wal", dir);
+    char err[512] = "";
     full_vfs_install();
     pd_registry *r = open_reg();
     put_flat(r, "part", 3);
     assert_int_equal(put_one_mixture(r, "blend", "part", err, sizeof err), 0); /* checkpointed */
     full_main = 1;
     assert_int_equal(pd_registry_delete_mixture(r, "blend", err, sizeof err), 0); /* acknowledged, in the WAL */
-    pd_registry_close(r);
-    full_main = 0;
-    full_vfs_remove();
-    assert_int_equal(unlink(wal), 0);
-    assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_ECORRUPT);
-    if (!strstr(err, "delete of mixture 'blend'"))
-        fail_msg("error: %s", err);
+    expect_lost_commit(r, "delete of mixture 'blend'");
 }
 
 /* Startup beside another process writing to the registry (sqlite3 in a transaction) waits registry_busy_ms for
@@ -727,6 +727,21 @@ static void test_unreadable_pending(void **state)
     }
 }
 
+/* Another process reading the registry at path (a backup): a read transaction that has seen `rows` datasets and
+ * holds its snapshot of the WAL until COMMIT. */
+static sqlite3 *open_reader(const char *path, int rows)
+{
+    sqlite3 *reader;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(path, &reader, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(reader, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(reader, "SELECT count(*) FROM datasets", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), rows);
+    sqlite3_finalize(st);
+    return reader;
+}
+
 /* A restart while another process reads the registry (a backup holding an old snapshot of the WAL): neither the
  * stop nor the startup can fold the WAL in, and neither may wait registry_busy_ms for the reader, nor startup
  * refuse to start (it waited and exited 1): the rows are there, and the first commit after the reader is gone
@@ -742,13 +757,7 @@ static void test_reader_at_startup(void **state)
     pd_dataset d;
     int created;
     put_flat(r, "first", 3);
-    sqlite3 *reader;
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_open_v2(path, &reader, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(reader, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(reader, "SELECT count(*) FROM datasets", -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW); /* a snapshot, held until COMMIT */
-    sqlite3_finalize(st);
+    sqlite3 *reader = open_reader(path, 1);
     assert_int_equal(pd_registry_put(r, "during", 10, &d, &created, err, sizeof err), 0); /* left in the WAL */
     assert_int_equal(access(pending, F_OK), 0);
     double t0 = test_now_s();
@@ -815,14 +824,7 @@ static void test_reader_holding_the_wal(void **state)
     pd_dataset d;
     int created;
     put_flat(r, "first", 3);
-    sqlite3 *reader;
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_open_v2(path, &reader, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(reader, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(reader, "SELECT count(*) FROM datasets", -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW); /* a read transaction, open until COMMIT */
-    assert_int_equal(sqlite3_column_int(st, 0), 1);
-    sqlite3_finalize(st);
+    sqlite3 *reader = open_reader(path, 1);
 
     double t0 = test_now_s();
     for (int i = 0; i < 3; i++) {
