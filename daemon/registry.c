@@ -825,8 +825,8 @@ static const char *pd_registry_advice(int rc)
     case PD_ECORRUPT:
         return ": the registry is damaged";
     case PD_EBUSY:
-        return ": another process holds a lock on it (permd waited registry_busy_ms); the registry is not damaged: find the "
-               "process (fuser registry.db) and start permd when it is done";
+        return ": another process holds a lock on it (permd waited registry_busy_ms); the registry is not damaged: "
+               "find the process (fuser registry.db) and start permd when it is done";
     default:
         return ": the registry may be intact; check the permissions and free space of the state directory and "
                "its files";
@@ -913,8 +913,6 @@ static void pd_registry_close_db(pd_registry *r)
     r->skipped = 0;
 }
 
-/* Whether the commit registry.db-pending names (if any) is in the loaded tables: PD_ECORRUPT if not. Before the
- * startup checkpoint, which would fold a damaged WAL's readable part in and drop the evidence. */
 /* The line pd_pending_write writes, whole: "put|delete dataset|mixture <16 hex digits> <name>\n". 0, or -1 for
  * anything else (torn by a crash while it was written, or not ours). */
 static int pd_pending_parse(const char *line, char *op, char *kind, uint64_t *definition, char *name)
@@ -929,6 +927,8 @@ static int pd_pending_parse(const char *line, char *op, char *kind, uint64_t *de
     return 0;
 }
 
+/* Whether the commit registry.db-pending names (if any) is in the loaded tables: PD_ECORRUPT if not. Before the
+ * startup checkpoint, which would fold a damaged WAL's readable part in and drop the evidence. */
 static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(r->pending, "re");
