@@ -27,11 +27,11 @@ done
 "$build/bin/cpu_gen" "${nargs[@]}" --reps "$reps" --u64 | tee -a "$raw"
 "$python" bench/cpu_gen_peers.py --reps "$reps" "${ints[@]}" | tee -a "$raw"
 echo "# finished $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$raw"
-kept=""
-[ -f "$results/cpu_gen.md" ] && kept=$(awk '/^## .*\(by hand/ {on = 1} on' "$results/cpu_gen.md") # hand notes stay
+. bench/pagelib.sh
+kept=$(bench_kept "$results/cpu_gen.md") # hand-written sections survive a rerun
 {
-  "$python" bench/cpu_gen_report.py "$raw" "bash bench/cpu_gen.sh  (REPS=$reps SIZES=\"$sizes\")"
-  [ -z "$kept" ] || printf '\n%s\n' "$kept"
+  "$python" bench/cpu_gen_report.py "$raw" "bash bench/cpu_gen.sh  (REPS=$reps SIZES=\"$sizes\"), tree $(bench_tree)"
+  bench_append_kept "$kept"
 } >"$results/cpu_gen.md.new"
 mv "$results/cpu_gen.md.new" "$results/cpu_gen.md"
 echo "wrote $results/cpu_gen.md" >&2

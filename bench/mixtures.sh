@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 out=${OUT:-bench/results/mixtures.md}
-tree=${PERMD_TREE:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)} # the tree measured
+. bench/pagelib.sh
+tree=$(bench_tree)
 run_s=${SECONDS_PER_RUN:-3}
 reps=${REPS:-5}
 lengths=${PEER_LENGTHS:-1e7 1e8 1e9}
@@ -61,8 +62,7 @@ for rep in $(seq "$reps"); do # rounds interleave the names, so other load hits 
 done
 best() { tr ';' '\n' <<<"$1" | sed '/^$/d' | sort -g -k1,1 | tail -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a / b}'; } # a / b, two decimals
-kept=""
-[ -f "$out" ] && kept=$(awk '/^## .*\(by hand/ {on = 1} on' "$out") # hand-written sections survive a rerun
+kept=$(bench_kept "$out") # hand-written sections survive a rerun
 
 {
   echo "# Mixtures vs a flat dataset, and against what users build today"
@@ -133,7 +133,7 @@ kept=""
   echo
   PYTHONPATH=python PERMD_LIB="$build/lib/libpermd.so" PERMD_SOCKET="$tmp/permd.sock" \
     "${PYTHON:-/usr/bin/python3}" bench/mixtures_peers.py $lengths
-  [ -n "$kept" ] && { echo; echo "$kept"; }
+  bench_append_kept "$kept"
 } >"$out.new"
 mv "$out.new" "$out"
 cat "$out"

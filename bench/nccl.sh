@@ -6,6 +6,8 @@ build=${1:?usage: bench/nccl.sh BUILD_DIR OUTPUT.md [--quick]}
 out=${2:?}
 shift 2
 export NCCL_NVLS_ENABLE=0
+. "$(dirname "$0")/pagelib.sh"
+kept=$(bench_kept "$out") # hand-written sections survive a rerun
 dir=$(mktemp -d)
 "$build/bin/permd" --socket "$dir/permd.sock" --state-dir "$dir/state" --gpu-device 0 --max-count 16777216 \
   --log-level warn 2>"$dir/permd.log" &
@@ -27,11 +29,13 @@ fi
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "- machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | sed 's/^ *//' | tr '\n' ' ');" \
        "host CPU $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
-  echo "- command: \`bench/nccl.sh $build $(basename "$out") $*\` (NCCL_NVLS_ENABLE=0)"
+  echo "- command: \`bench/nccl.sh $build $(basename "$out") $*\` (NCCL_NVLS_ENABLE=0), tree $(bench_tree)"
   echo "- each cell of the one-trainer table: the best of the timed requests (socket request, generation on permd's GPU,"
   echo "  transfer); of the table of several trainers: one round, all their ids over its wall time"
   echo
   cat "$tmp"
-} >"$out"
+  bench_append_kept "$kept"
+} >"$out.new"
+mv "$out.new" "$out"
 rm -f "$tmp"
 cat "$out"

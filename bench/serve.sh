@@ -29,7 +29,8 @@ command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
   { echo "serve.sh: needs redis-server and redis-benchmark (scripts/install-deps.sh)" >&2; exit 2; }
 
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg) # before anything of ours runs
-TREE=${PERMD_TREE:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)} # the tree measured
+. "$ROOT/bench/pagelib.sh"
+TREE=$(bench_tree)
 NCPU=$(nproc)
 LOOPS=$((NCPU < 4 ? NCPU : 4)) # permd's default loops (min(CPUs, 4)): Redis gets as many I/O threads
 BUSY=$(ps -eo pcpu=,comm= --sort=-pcpu | awk 'NR == 1 {printf "%s at %s%% CPU", $2, $1}')
@@ -163,8 +164,7 @@ STREAM_X=$(ratio "$STREAM" "$GEN")
 REDIS_US=$(awk -v r="${R[redis_rps_1]}" 'BEGIN{printf "%.0f", 1e6 / r}')
 VS=$(awk -v g="$GEN_US" -v r="$REDIS_US" 'BEGIN{print (g > r) ? "more than" : "less than"}')
 mkdir -p "$(dirname "$OUT")"
-KEPT=""
-[ -f "$OUT" ] && KEPT=$(awk '/^## .*\(by hand/ {on = 1} on' "$OUT") # hand-written sections survive a rerun
+KEPT=$(bench_kept "$OUT") # hand-written sections survive a rerun
 {
   echo "# Serve benchmark: permd vs Redis"
   echo
@@ -225,7 +225,7 @@ KEPT=""
   echo "skips both (the pool writes ids into memory the reader maps) and runs $(ratio "$STREAM" "$STREAM_SOCK")× the socket stream."
   echo "Generation goes through daemon/backend.c: the SIMD pool (permd runs with \`gpu: off\`), so these rows"
   echo "measure the CPU backend and the serving path."
-  [ -n "$KEPT" ] && { echo; echo "$KEPT"; }
+  bench_append_kept "$KEPT"
 } >"$OUT.new"
 mv "$OUT.new" "$OUT"
 cat "$OUT"
