@@ -3,7 +3,7 @@
 # daemon), Fetch through a permd daemon of a mixture's name vs a flat dataset's (bench/serve fetch, interleaved
 # rounds, the best of each), and bench/mixtures_peers.py (first batch and memory against a numpy Megatron-style
 # blended index and torch's WeightedRandomSampler, at L = 10^7, 10^8, 10^9 unless PEER_LENGTHS says otherwise).
-# Sections of the page headed "## ... (by hand ...)" are kept below the new tables.
+# Sections of the page from a heading that says "(by hand" are kept below the new tables.
 # usage: bench/mixtures.sh [BUILD_DIR] [--quick]   (SECONDS_PER_RUN=3, REPS=5, PEER_MEM_GIB=20, OUT=bench/results/mixtures.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."

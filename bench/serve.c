@@ -10,6 +10,7 @@
 
 #include "client/permd.h"
 #include "core/parse.h"
+#include "core/digest.h"
 #include "core/rank.h"
 #include "cpu/gen.h"
 
@@ -108,19 +109,13 @@ static void *fetch_worker(void *arg)
     permd_slice s = {.dataset = o->dataset, .seed = 1234, .epoch = (uint64_t)w->index, .world = (uint32_t)o->world,
                      .rank = 0, .mode = PERMD_MODE_PAD};
     uint64_t span = n / o->world / o->count; /* distinct offsets before wrapping */
-    uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(w->index + 1);
     for (uint64_t i = 0;; i++) {
         double t0 = now_s();
         if (t0 >= w->stop)
             break;
         uint64_t got;
-        uint64_t piece = i;
-        if (o->random_offsets) { /* xorshift64: a fixed, cheap sequence per client */
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            piece = rng;
-        }
+        /* random: splitmix64's finalizer of (client, request), a fixed sequence per client */
+        uint64_t piece = o->random_offsets ? pd_digest_mix(((uint64_t)w->index << 40) ^ i) : i;
         s.offset = (piece % (span ? span : 1)) * o->count * o->world;
         if (permd_fetch_u32(c, &s, o->count, ids, &got, NULL) || got != o->count) {
             fprintf(stderr, "serve: fetch: %s\n", permd_last_error(c));

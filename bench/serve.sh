@@ -13,8 +13,8 @@
 # offsets (no readahead) and over n = 2^31 + 1 (every position cycle-walks, the
 # worst case); and one Stream's ids/s through its shared-memory ring (libpermd's
 # default on a Unix socket) and through the socket, beside what a bare Unix
-# socket moves (the socket transport's ceiling). Sections of OUT headed
-# "## ... (by hand ...)" are kept below the new tables.
+# socket moves (the socket transport's ceiling). Sections of OUT from a heading
+# that says "(by hand" on are kept below the new tables.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
