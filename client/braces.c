@@ -12,10 +12,11 @@
 typedef struct br_list {
     char **v;
     size_t n, cap;
+    uint64_t bytes; /* the counting pass: its strings' lengths added up (saturating) */
 } br_list;
 
 typedef struct br_ctx {
-    uint64_t max;
+    uint64_t max, bytes_max;
     char *err;
     size_t errlen;
     const char *pattern; /* the whole pattern, for messages */
@@ -29,6 +30,17 @@ static void br_list_free(br_list *l)
     free(l->v);
     l->v = NULL;
     l->n = l->cap = 0;
+    l->bytes = 0;
+}
+
+static uint64_t br_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t br_mul(uint64_t a, uint64_t b)
+{
+    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
 }
 
 /* Append the string s[0..len) + t[0..tlen) (t may be NULL); only count it in the dry pass. */
@@ -36,6 +48,7 @@ static int br_list_push(const br_ctx *c, br_list *l, const char *s, size_t len, 
 {
     if (c->dry) {
         l->n++;
+        l->bytes = br_add(l->bytes, (uint64_t)len + tlen);
         return 0;
     }
     if (l->n == l->cap) {
@@ -60,6 +73,13 @@ static int br_list_push(const br_ctx *c, br_list *l, const char *s, size_t len, 
 static int br_too_many(br_ctx *c)
 {
     snprintf(c->err, c->errlen, "'%s' expands to more than %" PRIu64 " names", c->pattern, c->max);
+    return PD_ETOOBIG;
+}
+
+static int br_too_long(br_ctx *c)
+{
+    snprintf(c->err, c->errlen, "'%s' expands to names of more than %" PRIu64 " bytes in all", c->pattern,
+             c->bytes_max);
     return PD_ETOOBIG;
 }
 
@@ -101,18 +121,18 @@ static int br_literal(const br_ctx *c, br_items *it, const char *s, size_t len)
 }
 
 /* Parse an optionally negative ASCII integer s[0..len) into *v; 1 when it is one, 0 when not;
- * PD_ETOOBIG when it does not fit 64 bits. */
+ * PD_ETOOBIG when it is one that does not fit 64 bits. */
 static int br_int(const char *s, size_t len, int64_t *v)
 {
-    size_t i = 0;
-    int neg = len > 0 && s[0] == '-';
-    i += (size_t)neg;
-    if (i == len)
+    const size_t first = len > 0 && s[0] == '-';
+    int neg = (int)first;
+    if (first == len)
         return 0;
-    uint64_t x = 0;
-    for (; i < len; i++) {
+    for (size_t i = first; i < len; i++) /* digits first: "99999999999999999999x" is no integer, not a big one */
         if (s[i] < '0' || s[i] > '9')
             return 0;
+    uint64_t x = 0;
+    for (size_t i = first; i < len; i++) {
         if (x > (UINT64_C(1) << 62) / 5) /* x * 10 would pass 2^63 */
             return PD_ETOOBIG;
         x = x * 10 + (uint64_t)(s[i] - '0');
@@ -168,7 +188,8 @@ static int br_range(br_ctx *c, const char *s, size_t len, br_list *out)
     if (!br_range_parts(s, len, &le, &rs, &re, &ss) || (ss < len && !br_step(s + ss, len - ss, &step)))
         return 0;
     int64_t a = 0, b = 0;
-    int chars = 0, width = 0;
+    int chars = 0;
+    size_t width = 0;
     int ra = br_int(s, le, &a), rb = br_int(s + rs, re - rs, &b);
     if (ra < 0 || rb < 0) {
         if (ra == 0 || rb == 0)
@@ -184,7 +205,7 @@ static int br_range(br_ctx *c, const char *s, size_t len, br_list *out)
             const char *e = ends[i] + (ends[i][0] == '-');
             size_t digits = lens[i] - (size_t)(ends[i][0] == '-');
             if (e[0] == '0' && digits > 1)
-                width = (int)(le > re - rs ? le : re - rs);
+                width = le > re - rs ? le : re - rs;
         }
     } else {
         const char *pa = le == 1 ? strchr(br_alphabet, s[0]) : NULL;
@@ -199,21 +220,30 @@ static int br_range(br_ctx *c, const char *s, size_t len, br_list *out)
     uint64_t count = span / step + 1;
     if (count > c->max)
         return br_too_many(c);
-    if (c->dry) {
+    if (c->dry) { /* no name is longer than the longer end's, or the width */
+        uint64_t longest = chars ? 1 : width;
+        for (int i = 0; !chars && i < 2; i++) {
+            int n = snprintf(NULL, 0, "%" PRId64, i ? b : a);
+            longest = (uint64_t)n > longest ? (uint64_t)n : longest;
+        }
         out->n = (size_t)count;
+        out->bytes = br_mul(count, longest);
         return 1;
     }
-    for (uint64_t i = 0; i < count; i++) {
+    /* The counting pass bounded the names' bytes (bytes_max < INT_MAX): the width fits an int. */
+    char *buf = malloc(width + 24);
+    if (!buf)
+        return PD_ENOMEM;
+    int rc = 0;
+    for (uint64_t i = 0; !rc && i < count; i++) {
         uint64_t delta = i * step; /* ≤ span: no overflow */
         int64_t v = a <= b ? (int64_t)((uint64_t)a + delta) : (int64_t)((uint64_t)a - delta);
-        char buf[32];
-        int n = chars ? snprintf(buf, sizeof buf, "%c", br_alphabet[v])
-                      : snprintf(buf, sizeof buf, "%0*" PRId64, width, v);
-        int rc = br_list_push(c, out, buf, (size_t)n, NULL, 0);
-        if (rc)
-            return rc;
+        int n = chars ? snprintf(buf, width + 24, "%c", br_alphabet[v])
+                      : snprintf(buf, width + 24, "%0*" PRId64, (int)width, v);
+        rc = br_list_push(c, out, buf, (size_t)n, NULL, 0);
     }
-    return 1;
+    free(buf);
+    return rc ? rc : 1;
 }
 
 /* Expand one alternative s[0..len) of a sequence onto the end of out. */
@@ -223,8 +253,10 @@ static int br_alternative(br_ctx *c, const char *s, size_t len, int depth, br_li
     int rc = br_pattern(c, s, len, depth, &alt);
     if (!rc && out->n + alt.n > c->max)
         rc = br_too_many(c);
-    if (!rc && c->dry)
+    if (!rc && c->dry) {
         out->n += alt.n;
+        out->bytes = br_add(out->bytes, alt.bytes);
+    }
     for (size_t i = 0; !rc && !c->dry && i < alt.n; i++) { /* move the strings over */
         rc = br_list_push(c, out, "", 0, NULL, 0);
         if (!rc) {
@@ -260,7 +292,7 @@ static int br_sequence(br_ctx *c, const char *s, size_t len, int depth, br_list 
     return rc ? rc : alts > 0;
 }
 
-/* The product of the items into *out (its count alone in the dry pass). */
+/* The product of the items into *out (its count and bytes alone in the dry pass). */
 static int br_product(br_ctx *c, br_items *it, br_list *out)
 {
     uint64_t total = 1;
@@ -272,7 +304,13 @@ static int br_product(br_ctx *c, br_items *it, br_list *out)
     if (total > c->max)
         return br_too_many(c);
     if (c->dry) {
+        uint64_t bytes = 0; /* each of item i's strings is in total / n_i names */
+        for (size_t i = 0; total && i < it->n; i++)
+            bytes = br_add(bytes, br_mul(it->v[i].bytes, total / it->v[i].n));
+        if (bytes > c->bytes_max)
+            return br_too_long(c);
         out->n = (size_t)total;
+        out->bytes = bytes;
         return 0;
     }
     br_list cur = {0}, next = {0};
@@ -293,8 +331,8 @@ static int br_product(br_ctx *c, br_items *it, br_list *out)
     return 0;
 }
 
-/* A pattern: literal runs and {expressions}, expanded as their product. */
-static int br_pattern(br_ctx *c, const char *s, size_t len, int depth, br_list *out)
+/* A pattern's items: literal runs and {expressions}, each expanded (their product is the pattern's names). */
+static int br_parse(br_ctx *c, const char *s, size_t len, int depth, br_items *out)
 {
     if (depth > PD_BRACES_DEPTH_MAX) {
         snprintf(c->err, c->errlen, "'%s': braces nested deeper than %d", c->pattern, PD_BRACES_DEPTH_MAX);
@@ -343,6 +381,18 @@ static int br_pattern(br_ctx *c, const char *s, size_t len, int depth, br_list *
     }
     if (!rc && start < len)
         rc = br_literal(c, &it, s + start, len - start);
+    if (rc)
+        br_items_free(&it);
+    else
+        *out = it;
+    return rc;
+}
+
+/* A pattern: its items' product. */
+static int br_pattern(br_ctx *c, const char *s, size_t len, int depth, br_list *out)
+{
+    br_items it = {0};
+    int rc = br_parse(c, s, len, depth, &it);
     if (!rc)
         rc = br_product(c, &it, out);
     br_items_free(&it);
@@ -361,24 +411,70 @@ static void br_unescape(char *s)
     *w = '\0';
 }
 
+/* The product of the top-level items, one name at a time (an odometer, the last item varying fastest): only
+ * the items are held, never all the names (a prefix of 2 KB before {0..999999} would be 2 GB of them). */
+static int br_emit(const br_items *it, pd_braces_fn emit, void *ctx)
+{
+    size_t longest = 1; /* the names' longest: each item's longest string, added up */
+    for (size_t i = 0; i < it->n; i++) {
+        size_t item = 0;
+        for (size_t k = 0; k < it->v[i].n; k++) {
+            size_t len = strlen(it->v[i].v[k]);
+            item = len > item ? len : item;
+        }
+        longest += item;
+    }
+    char *name = malloc(longest);
+    size_t *at = calloc(it->n + 1, sizeof *at); /* each item's current string */
+    int rc = name && at ? 0 : PD_ENOMEM;
+    for (int more = 1; !rc && more;) {
+        char *p = name;
+        for (size_t i = 0; i < it->n; i++) {
+            size_t len = strlen(it->v[i].v[at[i]]);
+            memcpy(p, it->v[i].v[at[i]], len);
+            p += len;
+        }
+        *p = '\0';
+        br_unescape(name);
+        rc = emit(ctx, name);
+        more = 0;
+        for (size_t i = it->n; !more && i-- > 0;) {
+            more = ++at[i] < it->v[i].n;
+            if (!more)
+                at[i] = 0;
+        }
+    }
+    free(at);
+    free(name);
+    return rc;
+}
+
 int pd_braces_expand(const char *pattern, uint64_t max, pd_braces_fn emit, void *ctx, char *err, size_t errlen)
 {
-    br_ctx c = {.max = max, .err = err, .errlen = errlen, .pattern = pattern, .dry = 1};
-    br_list all = {0};
+    br_ctx c = {.max = max, .bytes_max = PD_BRACES_BYTES_MAX, .err = err, .errlen = errlen, .pattern = pattern,
+                .dry = 1};
+    br_list counted = {0};
+    br_items items = {0};
     if (errlen)
         err[0] = '\0';
-    int rc = br_pattern(&c, pattern, strlen(pattern), 0, &all); /* count first: nothing is built past max */
+    int rc = br_pattern(&c, pattern, strlen(pattern), 0, &counted); /* count first: nothing is built past a bound */
     if (!rc) {
         c.dry = 0;
-        all.n = 0;
-        rc = br_pattern(&c, pattern, strlen(pattern), 0, &all);
+        rc = br_parse(&c, pattern, strlen(pattern), 0, &items);
     }
+    if (!rc)
+        rc = br_emit(&items, emit, ctx);
     if (rc == PD_ENOMEM && errlen && !err[0])
         snprintf(err, errlen, "'%s': out of memory expanding it", pattern);
-    for (size_t i = 0; !rc && i < all.n; i++) {
-        br_unescape(all.v[i]);
-        rc = emit(ctx, all.v[i]);
-    }
-    br_list_free(&all);
+    br_items_free(&items);
+    return rc;
+}
+
+int pd_braces_count(const char *pattern, uint64_t *count)
+{
+    br_ctx c = {.max = UINT64_MAX, .bytes_max = UINT64_MAX, .pattern = pattern, .dry = 1};
+    br_list counted = {0};
+    int rc = br_pattern(&c, pattern, strlen(pattern), 0, &counted);
+    *count = rc ? 0 : counted.n;
     return rc;
 }

@@ -543,7 +543,14 @@ static int pd_specs_dir(pd_specs *s, const char *dir)
     char **names = NULL;
     size_t n = 0, cap = 0, dlen = strlen(dir);
     int rc = 0;
-    for (struct dirent *e; !rc && (e = readdir(d));) {
+    while (!rc) {
+        errno = 0;
+        const struct dirent *e = readdir(d);
+        if (!e) { /* the end, or a failure that would drop the rest of the shards quietly */
+            if (errno)
+                rc = pd_layout_fail(PD_EIO, s->err, s->errlen, "%s: cannot list it: %s", dir, strerror(errno));
+            break;
+        }
         if (!pd_is_tar_name(e->d_name))
             continue;
         char *p = malloc(dlen + strlen(e->d_name) + 2);
@@ -627,7 +634,8 @@ static int pd_specs_resolve(pd_specs *s, const char *spec)
         s->spec = part;
         uint64_t room = s->l->n < s->l->max ? s->l->max - s->l->n : 1; /* at the bound: the add says so */
         rc = pd_braces_expand(part, room, pd_specs_name, s, s->err, s->errlen);
-        if (rc == PD_ETOOBIG && s->l->n < s->l->max) /* the expansion alone was too large */
+        uint64_t names; /* the expansion alone had too many names (not too many bytes): say which bound */
+        if (rc == PD_ETOOBIG && s->l->n < s->l->max && (pd_braces_count(part, &names) || names > room))
             rc = pd_layout_fail(PD_ETOOBIG, s->err, s->errlen,
                                 "'%s' expands to more than the %" PRIu64 " shards left of the bound (--max-shards)",
                                 part, room);

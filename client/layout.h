@@ -69,9 +69,10 @@ void pd_layout_free(pd_layout *l);
  * above: PD_EINVAL for a file that is no tar (its first 512 bytes no tar header), empty, compressed twice,
  * or repeating an extension within a sample (as WebDataset would raise); PD_EIO for a tar truncated or
  * damaged anywhere after its first header (where tarfile, and so WebDataset, would silently stop), a
- * member that does not advance the archive (a negative size), more than 64 extended headers before one
- * member or one of more than 1 MiB, and a compressed stream that is cut, fails a check (gzip's CRC-32
- * included) or is followed by anything but zero bytes. */
+ * member that does not advance the archive (a negative size), more than 64 headers in a row (63 extended
+ * headers before a member) or an extended header of more than 1 MiB, and a compressed stream that is cut,
+ * fails one of libarchive's checks or is followed by anything but zero bytes (gzip's CRC-32 and length
+ * are not checked: layout_tar.c's tar_verify says why). */
 int pd_layout_count_tar(const char *path, uint64_t *samples, uint64_t *bytes_read, char *err, size_t errlen);
 
 /* WebDataset's split of a member name name[0..len) into key and extension (its base_plus_ext, newlines

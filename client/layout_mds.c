@@ -114,8 +114,14 @@ static int mds_check_file(mds_ctx *c, size_t i, const char *name, uint64_t bytes
     if (!header)
         goto done;
     unsigned char b[4];
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || read(fd, b, 4) != 4) {
-        rc = MDS_FAIL(c, PD_EIO, i, "%s: cannot read its header", path);
+    ssize_t got = (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 ? -1 : read(fd, b, 4);
+    if (got < 0) {
+        rc = MDS_FAIL(c, PD_EIO, i, "%s: cannot read its header: %s", path, strerror(errno));
+        goto done;
+    }
+    if (got != 4) { /* the index lists so few bytes: malformed, as a wrong count is */
+        rc = MDS_FAIL(c, PD_EINVAL, i, "%s is %zd bytes, too short for its header (4 bytes: the sample count)",
+                      path, got);
         goto done;
     }
     c->bytes_read += 4;

@@ -2,6 +2,7 @@
 file), and sample ids to (shard, offset) and back. The same rules as permctl's reader (client/layout.h)."""
 import bisect
 import bz2
+import itertools
 import json
 import lzma
 import math
@@ -150,6 +151,7 @@ _INT_RANGE = re.compile(r"^(-?[0-9]+)\.\.(-?[0-9]+)(?:\.\.-?([0-9]+))?$")
 _CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?([0-9]+))?$")
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 BRACES_DEPTH_MAX = 64
+BRACES_BYTES_MAX = 1 << 30  # names adding up to more bytes are refused (ETOOBIG), as client/braces.h
 
 
 class _Unbalanced(Exception):
@@ -192,11 +194,12 @@ def _parse_expression(expr, depth):
         left, right, step = m.groups()
         width = max(len(left), len(right)) if any(
             e.lstrip("-").startswith("0") and e.lstrip("-") != "0" for e in (left, right)) else 0
-        return _Range(int(left), int(right), int(step or 0) or 1, lambda v: "%0*d" % (width, v))
+        a, b = int(left), int(right)
+        return _Range(a, b, int(step or 0) or 1, lambda v: "%0*d" % (width, v), max(width, len(str(a)), len(str(b))))
     m = _CHAR_RANGE.match(expr)
     if m and not expr.endswith("\n"):
         left, right, step = m.groups()
-        return _Range(_ALPHABET.index(left), _ALPHABET.index(right), int(step or 0) or 1, _ALPHABET.__getitem__)
+        return _Range(_ALPHABET.index(left), _ALPHABET.index(right), int(step or 0) or 1, _ALPHABET.__getitem__, 1)
     alts, start, level, pos = [], 0, 0, 0
     while pos < len(expr):
         c = expr[pos]
@@ -218,8 +221,9 @@ def _parse_expression(expr, depth):
 
 
 class _Range:
-    def __init__(self, a, b, step, fmt):
+    def __init__(self, a, b, step, fmt, longest):
         self.a, self.b, self.step, self.fmt = a, b, step, fmt
+        self.longest = longest  # no name is longer
 
     def count(self):  # not __len__: len() must fit an index-sized integer, and {1..10^20} does not
         return abs(self.b - self.a) // self.step + 1
@@ -229,35 +233,49 @@ class _Range:
         return (self.fmt(self.a + i * d) for i in range(self.count()))
 
 
-def _count(items):
-    n = 1
+def _measure(items):
+    """(names, bytes of them in all) of a parsed pattern, as client/braces.c counts them: none is built."""
+    n, parts = 1, []
     for item in items:
-        n *= item.count() if isinstance(item, _Range) else sum(1 if isinstance(a, str) else _count(a) for a in item)
-    return n
+        if isinstance(item, _Range):
+            part = (item.count(), item.count() * item.longest)
+        else:
+            each = [(1, len(a.encode("utf-8", "surrogateescape"))) if isinstance(a, str) else _measure(a) for a in item]
+            part = (sum(c for c, _ in each), sum(b for _, b in each))
+        parts.append(part)
+        n *= part[0]
+    return n, sum(b * (n // c) for c, b in parts if c)
 
 
-def _expand(items):
-    out = [""]
-    for item in items:
-        strings = list(item) if isinstance(item, _Range) else [
-            x for a in item for x in ([a] if isinstance(a, str) else _expand(a))]
-        out = [o + x for o in out for x in strings]
-    return out
+def _names(items):
+    """A parsed pattern's names in order, one at a time: its items are expanded, never all of their product."""
+    strings = [list(item) if isinstance(item, _Range) else [
+        x for a in item for x in ([a] if isinstance(a, str) else _names(a))] for item in items]
+    return ("".join(t) for t in itertools.product(*strings))
 
 
 _UNESCAPE = re.compile(r"\\(.)")
 
 
-def expand_braces(pattern, max_names=MAX_SHARDS):
-    """The names a brace pattern stands for, in order (braceexpand's rules; see client/braces.h). ValueError
-    for unbalanced braces, LayoutError(ETOOBIG) past max_names (counted before any name is built)."""
+def _iter_braces(pattern, max_names):
+    """expand_braces' names, one at a time (the bounds are checked before the first)."""
     try:
         items = _parse_pattern(pattern, 0)
     except _Unbalanced as e:
         raise ValueError(f"{e} in {pattern!r}") from None
-    if _count(items) > max_names:
+    names, size = _measure(items)
+    if names > max_names:
         raise LayoutError(ETOOBIG, pattern, f"expands to more than {max_names} names")
-    return [_UNESCAPE.sub(r"\1", s) for s in _expand(items)]
+    if size > BRACES_BYTES_MAX:
+        raise LayoutError(ETOOBIG, pattern, f"expands to names of more than {BRACES_BYTES_MAX} bytes in all")
+    return (_UNESCAPE.sub(r"\1", s) for s in _names(items))
+
+
+def expand_braces(pattern, max_names=MAX_SHARDS):
+    """The names a brace pattern stands for, in order (braceexpand's rules; see client/braces.h). ValueError
+    for unbalanced braces, LayoutError(ETOOBIG) past max_names or BRACES_BYTES_MAX bytes of names (both counted
+    before any name is built)."""
+    return list(_iter_braces(pattern, max_names))
 
 
 # ---- Tar specs -----------------------------------------------------------------------------------------------------
@@ -299,7 +317,7 @@ def _resolve_specs(specs, max_shards):
             if not part:
                 raise LayoutError(EINVAL, spec, "an empty shard spec")
             try:
-                names = expand_braces(part, max(max_shards - len(paths), 1))
+                names = _iter_braces(part, max(max_shards - len(paths), 1))
             except ValueError as e:
                 if isinstance(e, LayoutError):
                     raise
@@ -1050,14 +1068,15 @@ def _read_sizes(path, max_shards):
             if line[0] in " \t":  # as C says it: the size must start the line
                 raise LayoutError(EINVAL, where, "the line starts with a blank (a shard size must start it)")
             number, rest = _SIZE_LINE.match(line).groups()
-            if not number.isascii() or not number.isdigit() or int(number) >= 1 << 64:
+            digits = number.lstrip("0")  # int() refuses more than 4300 digits: a count never has 21
+            if not number.isascii() or not number.isdigit() or len(digits) > 20 or int(digits or "0") >= 1 << 64:
                 raise LayoutError(EINVAL, where, f"{number!r} is not a shard size (an unsigned decimal integer)")
             if len(sizes) == max_shards:
                 raise LayoutError(ETOOBIG, where, f"more than {max_shards} shards (raise max_shards)")
-            total += int(number)
+            total += int(digits or "0")
             if total > _args.N_MAX:
                 raise LayoutError(EOVERFLOW, where, "the shards hold more than 2^63 samples in all")
-            sizes.append(int(number))
+            sizes.append(int(digits or "0"))
             paths.append(rest or None)
     if not sizes:
         raise LayoutError(EINVAL, path, "lists no shard sizes")
@@ -1434,10 +1453,13 @@ def _mds_check_file(fail, folder, name, size, samples):
     if actual != size:
         fail(EINVAL, f"{path} is {actual} bytes but the index lists {size} (a partial or stale file?)")
     if samples is not None:
-        with open(path, "rb") as f:
-            head = f.read(4)
-        if len(head) != 4:
-            fail(EIO, f"{path}: cannot read its header")
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4)
+        except OSError as e:
+            fail(EIO, f"{path}: cannot read its header: {e.strerror}")
+        if len(head) != 4:  # the index lists so few bytes: malformed, as a wrong count is
+            fail(EINVAL, f"{path} is {len(head)} bytes, too short for its header (4 bytes: the sample count)")
         n = int.from_bytes(head, "little")
         if n != samples:
             fail(EINVAL, f"{path} holds {n} samples but the index lists {samples}")

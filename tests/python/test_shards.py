@@ -382,6 +382,15 @@ class Braces(unittest.TestCase):
             self.assertEqual(cm.exception.code, layout.ETOOBIG)
         with self.assertRaises(ValueError):
             layout.expand_braces("{" * 65 + "a,b" + "}" * 65)
+        # names adding up to more than BRACES_BYTES_MAX, nested or not, are refused before any is built
+        for pattern in ["x" * 2000 + "{0..999999}", "{" + "x" * 2000 + "{0..999999},y}"]:
+            with self.assertRaises(permd.LayoutError) as cm:
+                layout.expand_braces(pattern)
+            self.assertEqual(cm.exception.code, layout.ETOOBIG)
+            self.assertIn("bytes in all", str(cm.exception))
+        self.assertEqual(layout.expand_braces("x{%041d..2}.tar" % 1), ["x%041d.tar" % v for v in (1, 2)])
+        self.assertEqual(layout.expand_braces("x{1..99999999999999999999x,y}.tar"),
+                         ["x1..99999999999999999999x.tar", "xy.tar"])
         # braces around a single item stay literal: only the innermost {a,b} expands
         self.assertEqual(layout.expand_braces("{" * 64 + "a,b" + "}" * 64), ["{" * 63 + c + "}" * 63 for c in "ab"])
 
@@ -901,6 +910,12 @@ class Mds(LayoutCase):
         self.mds_file("a.mds", 10, size=63)
         self.assert_layout_error(layout.EINVAL, "is 63 bytes", permd.ShardLayout.from_mds, index)
         self.assert_same_as_permctl("--mds", index, code=layout.EINVAL)
+        # the size the index lists, too short for the sample count: malformed, not an I/O error
+        index = self.write_index([mds_entry("tiny.mds", 5, raw_bytes=3)])
+        with open(self.path("tiny.mds"), "wb") as f:
+            f.write(b"\5\0\0")
+        self.assert_layout_error(layout.EINVAL, "too short for its header", permd.ShardLayout.from_mds, index)
+        self.assert_same_as_permctl("--mds", index, code=layout.EINVAL)
 
     def test_bad(self):
         ok = mds_entry("ok.mds", 5)
@@ -1052,6 +1067,13 @@ class Mapping(LayoutCase):
             f.write("3\n４\n")
         self.assert_layout_error(layout.EINVAL, "bad.txt:2", permd.ShardLayout.from_sizes, self.path("bad.txt"))
         self.assert_layout_error(layout.ENOTFOUND, "nope.txt", permd.ShardLayout.from_sizes, self.path("nope.txt"))
+        # a count of more digits than int() takes (4300) is no shard size, in a typed error; leading zeros are not
+        self.put("long.txt", b"5\n" + b"1" * 5000 + b"\n")
+        self.assert_layout_error(layout.EINVAL, "long.txt:2", permd.ShardLayout.from_sizes, self.path("long.txt"))
+        self.assertEqual(permctl_sizes(self.path("long.txt")), (None, 2))
+        self.put("zeros.txt", b"5\n" + b"0" * 5000 + b"7\n")
+        self.assertEqual(permd.ShardLayout.from_sizes(self.path("zeros.txt")).sizes, [5, 7])
+        self.assertEqual(permctl_sizes(self.path("zeros.txt")), ([5, 7], None))
 
 
 if __name__ == "__main__":

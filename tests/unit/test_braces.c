@@ -137,11 +137,77 @@ static void test_callback_stops(void **state)
     assert_int_equal(seen, 3);
 }
 
+static int count_names(void *ctx, const char *s)
+{
+    (void)s;
+    ++*(uint64_t *)ctx;
+    return 0;
+}
+
+/* A zero-padded range wider than any int's digits pads every name to its width (they were cut at 31). */
+static void test_wide_padding(void **state)
+{
+    (void)state;
+    char pattern[128], want[128], err[256];
+    snprintf(pattern, sizeof pattern, "x{%0*d..2}.tar", 41, 1); /* 40 zeros and a 1 */
+    got g = {.len = 0};
+    assert_int_equal(pd_braces_expand(pattern, 10, collect, &g, err, sizeof err), 0);
+    snprintf(want, sizeof want, "x%0*d.tar\tx%0*d.tar\t", 41, 1, 41, 2);
+    g.buf[g.len] = '\0';
+    assert_string_equal(g.buf, want);
+}
+
+/* An end with a non-digit is no integer (so no range, however long its digits), as braceexpand's regex says. */
+static void test_not_an_integer(void **state)
+{
+    (void)state;
+    char err[256];
+    got g = {.len = 0};
+    assert_int_equal(pd_braces_expand("x{1..99999999999999999999x,y}.tar", 10, collect, &g, err, sizeof err), 0);
+    g.buf[g.len] = '\0';
+    assert_string_equal(g.buf, "x1..99999999999999999999x.tar\txy.tar\t");
+}
+
+/* Names adding up to more than PD_BRACES_BYTES_MAX are refused before any is built, nested or not; a long
+ * prefix under the bound streams its names. */
+static void test_bytes_bound(void **state)
+{
+    (void)state;
+    char pattern[4096], err[4096]; /* the message quotes the pattern */
+    memset(pattern, 'x', 2000);
+    strcpy(pattern + 2000, "{0..999999}"); /* 10^6 names of ~2 KB: 2 GB */
+    uint64_t n = 0;
+    assert_int_equal(pd_braces_expand(pattern, 1 << 24, count_names, &n, err, sizeof err), PD_ETOOBIG);
+    assert_non_null(strstr(err, "bytes in all"));
+    assert_int_equal(n, 0);
+    pattern[0] = '{';
+    strcpy(pattern + 2000, "{0..999999},y}");
+    assert_int_equal(pd_braces_expand(pattern, 1 << 24, count_names, &n, err, sizeof err), PD_ETOOBIG);
+    assert_int_equal(n, 0);
+    memset(pattern, 'x', 2000);
+    strcpy(pattern + 2000, "{0..99999}"); /* 200 MB of names: under the bound */
+    assert_int_equal(pd_braces_expand(pattern, 1 << 24, count_names, &n, err, sizeof err), 0);
+    assert_int_equal(n, 100000);
+}
+
+static void test_count(void **state)
+{
+    (void)state;
+    uint64_t n = 1;
+    assert_int_equal(pd_braces_count("s{a,b}{0..9}{,.bak}", &n), 0);
+    assert_int_equal(n, 40);
+    assert_int_equal(pd_braces_count("{0..9999}{0..9999}{0..9999}{0..9999}{0..9999}", &n), PD_ETOOBIG);
+    assert_int_equal(pd_braces_count("{0..99999999999999999999}", &n), PD_ETOOBIG);
+    assert_int_equal(pd_braces_count("{a", &n), PD_EINVAL);
+    assert_int_equal(n, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases_file), cmocka_unit_test(test_typical_shards), cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_nesting),    cmocka_unit_test(test_callback_stops),
+        cmocka_unit_test(test_nesting),    cmocka_unit_test(test_callback_stops), cmocka_unit_test(test_wide_padding),
+        cmocka_unit_test(test_not_an_integer), cmocka_unit_test(test_bytes_bound), cmocka_unit_test(test_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

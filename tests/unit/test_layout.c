@@ -921,7 +921,7 @@ static void write_mds_file(const char *path, uint32_t samples, size_t bytes)
     assert_non_null(f);
     unsigned char h[4] = {(unsigned char)samples, (unsigned char)(samples >> 8), (unsigned char)(samples >> 16),
                           (unsigned char)(samples >> 24)};
-    fwrite(h, 1, 4, f);
+    fwrite(h, 1, bytes < 4 ? bytes : 4, f); /* under 4 bytes: a header cut short */
     for (size_t i = 4; i < bytes; i++)
         fputc(0, f);
     assert_int_equal(fclose(f), 0);
@@ -960,6 +960,12 @@ static void test_mds(void **state)
     expect_error(pd_layout_read_mds(at("m"), 0, &l, err, sizeof err), PD_EINVAL, "shard.00001.mds.zstd is 41 bytes");
     write_mds_file(at("m/shard.00001.mds.zstd"), 0, 40);
     expect_error(pd_layout_read_mds(at("m"), 2, &l, err, sizeof err), PD_ETOOBIG, "shard 2");
+    /* a shard of the size its index lists, too short for the sample count: malformed, not an I/O error */
+    mds_shard_json(s[0], sizeof s[0], "tiny.mds", 5, 3, NULL, NULL);
+    mkdir(at("t"), 0755);
+    write_index(at("t/index.json"), shards, 1);
+    write_mds_file(at("t/tiny.mds"), 5, 3);
+    expect_error(pd_layout_read_mds(at("t"), 0, &l, err, sizeof err), PD_EINVAL, "too short for its header");
 }
 
 /* Each malformed or inconsistent index: the code, and the message names the index and what. */
