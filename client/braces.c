@@ -70,16 +70,22 @@ static int br_list_push(const br_ctx *c, br_list *l, const char *s, size_t len, 
     return 0;
 }
 
+/* A pattern (or part) as messages quote it: its first BR_QUOTE_MAX bytes, then "…", so that the reason after it
+ * fits the caller's buffer. For "%.*s%s". */
+#define BR_QUOTE_MAX 160
+#define BR_QUOTE(s, len) (int)((len) > BR_QUOTE_MAX ? BR_QUOTE_MAX : (len)), (s), (len) > BR_QUOTE_MAX ? "…" : ""
+
 static int br_too_many(br_ctx *c)
 {
-    snprintf(c->err, c->errlen, "'%s' expands to more than %" PRIu64 " names", c->pattern, c->max);
+    snprintf(c->err, c->errlen, "'%.*s%s' expands to more than %" PRIu64 " names",
+             BR_QUOTE(c->pattern, strlen(c->pattern)), c->max);
     return PD_ETOOBIG;
 }
 
 static int br_too_long(br_ctx *c)
 {
-    snprintf(c->err, c->errlen, "'%s' expands to names of more than %" PRIu64 " bytes in all", c->pattern,
-             c->bytes_max);
+    snprintf(c->err, c->errlen, "'%.*s%s' expands to names of more than %" PRIu64 " bytes in all",
+             BR_QUOTE(c->pattern, strlen(c->pattern)), c->bytes_max);
     return PD_ETOOBIG;
 }
 
@@ -194,7 +200,8 @@ static int br_range(br_ctx *c, const char *s, size_t len, br_list *out)
     if (ra < 0 || rb < 0) {
         if (ra == 0 || rb == 0)
             return 0; /* not two integers: not a range (the too-big one would not matter) */
-        snprintf(c->err, c->errlen, "'%s': the range {%.*s} is too large", c->pattern, (int)len, s);
+        snprintf(c->err, c->errlen, "'%.*s%s': the range {%.*s%s} is too large",
+                 BR_QUOTE(c->pattern, strlen(c->pattern)), BR_QUOTE(s, len));
         return PD_ETOOBIG;
     }
     if (ra == 1 && rb == 1) {
@@ -335,7 +342,8 @@ static int br_product(br_ctx *c, br_items *it, br_list *out)
 static int br_parse(br_ctx *c, const char *s, size_t len, int depth, br_items *out)
 {
     if (depth > PD_BRACES_DEPTH_MAX) {
-        snprintf(c->err, c->errlen, "'%s': braces nested deeper than %d", c->pattern, PD_BRACES_DEPTH_MAX);
+        snprintf(c->err, c->errlen, "'%.*s%s': braces nested deeper than %d", BR_QUOTE(c->pattern, strlen(c->pattern)),
+                 PD_BRACES_DEPTH_MAX);
         return PD_EINVAL;
     }
     br_items it = {0};
@@ -376,7 +384,7 @@ static int br_parse(br_ctx *c, const char *s, size_t len, int depth, br_items *o
         }
     }
     if (!rc && level != 0) {
-        snprintf(c->err, c->errlen, "unbalanced braces in '%s'", c->pattern);
+        snprintf(c->err, c->errlen, "unbalanced braces in '%.*s%s'", BR_QUOTE(c->pattern, strlen(c->pattern)));
         rc = PD_EINVAL;
     }
     if (!rc && start < len)
@@ -465,7 +473,7 @@ int pd_braces_expand(const char *pattern, uint64_t max, pd_braces_fn emit, void 
     if (!rc)
         rc = br_emit(&items, emit, ctx);
     if (rc == PD_ENOMEM && errlen && !err[0])
-        snprintf(err, errlen, "'%s': out of memory expanding it", pattern);
+        snprintf(err, errlen, "'%.*s%s': out of memory expanding it", BR_QUOTE(pattern, strlen(pattern)));
     br_items_free(&items);
     return rc;
 }

@@ -637,8 +637,8 @@ static int pd_specs_resolve(pd_specs *s, const char *spec)
         uint64_t names; /* the expansion alone had too many names (not too many bytes): say which bound */
         if (rc == PD_ETOOBIG && s->l->n < s->l->max && (pd_braces_count(part, &names) || names > room))
             rc = pd_layout_fail(PD_ETOOBIG, s->err, s->errlen,
-                                "'%s' expands to more than the %" PRIu64 " shards left of the bound (--max-shards)",
-                                part, room);
+                                "more than the %" PRIu64 " shards left of the bound (--max-shards) in '%s'", room,
+                                part); /* the reason first: a long pattern may not fit the message */
     }
     free(copy);
     return rc;
