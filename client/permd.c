@@ -1042,6 +1042,7 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     m.max_count = max_count;
     m.locations = (flags & PERMD_LOCATIONS) != 0;
     m.ring = st->want_ring;
+    m.reuse_ring = st->want_ring; /* a client has one stream at a time, and closing one unmaps its ring */
     pd_envelope req = PERMD__V1__ENVELOPE__INIT;
     req.id = st->id = ++c->next_id;
     req.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;

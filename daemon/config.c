@@ -202,11 +202,13 @@ static const pd_opt pd_opts[] = {
            "writes batches straight into memory the client maps, with no socket copy.\n"
            "A larger ring, or 0, sends that stream's ids through the socket instead."),
     PD_OPT(stream_ring_total, PD_OPT_U64, "1073741824", 0, UINT64_C(1) << 44,
-           "Most bytes of stream rings alive at once, all connections together (each\n"
-           "connection keeps its last ring for its next stream). Beyond it, streams go\n"
-           "through the socket. A client that keeps a ring's descriptor after its stream\n"
-           "keeps that memory (charged to permd) alive: set stream_ring_max to 0 where\n"
-           "the clients allowed on the socket are not trusted with memory."),
+           "Most bytes of stream rings at once, all connections together: in use, kept\n"
+           "by a connection for its next stream, and ended streams' rings a connection\n"
+           "may still map (until it says it is done with them, or closes). Beyond it,\n"
+           "streams go through the socket. A client that keeps a ring's descriptor after\n"
+           "its connection closes keeps that memory (charged to permd) alive: set\n"
+           "stream_ring_max to 0 where the clients allowed on the socket are not trusted\n"
+           "with memory."),
     PD_OPT(inline_ids, PD_OPT_U64, "65536", 0, UINT64_C(1) << 27,
            "Ids the event loop may generate itself per loop iteration (no thread hop,\n"
            "which costs more than generating this many with SIMD; a mixture id counts\n"

@@ -334,7 +334,11 @@ static void pd_send_inverse(pd_session *s, uint64_t id, const pd_inverse *v)
     }
     r.ranks.data = v->ranks;
     r.ranks.len = (size_t)v->count * 4;
-    if (pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &r))
+    int rc = pd_reply(s, id, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &r);
+    if (rc == PD_ETOOBIG)
+        pd_reply_error(s, id, PD_ETOOBIG, "a reply of %llu samples would exceed a frame's %u bytes; ask in pieces",
+                       (unsigned long long)v->count, PD_FRAME_MAX_LIMIT);
+    else if (rc)
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
 }
 

@@ -18,6 +18,13 @@ const char *pd_metrics_expire_name(pd_expire_reason r)
     return (unsigned)r < PD_EXPIRE_NREASONS ? names[r] : "?";
 }
 
+const char *pd_metrics_ring_decline_name(pd_ring_decline r)
+{
+    static const char *const names[PD_RING_DECLINE_NREASONS] = {
+        "tcp", "off", "stream_ring_max", "stream_ring_total", "descriptors", "memory", "socket_busy"};
+    return (unsigned)r < PD_RING_DECLINE_NREASONS ? names[r] : "?";
+}
+
 void pd_metrics_request(pd_metrics *m, int slot)
 {
     m->requests[slot]++;
@@ -61,6 +68,8 @@ void pd_metrics_add(pd_metrics *into, const pd_metrics *what)
         into->rejected[r] += what->rejected[r];
     for (int r = 0; r < PD_EXPIRE_NREASONS; r++)
         into->expired[r] += what->expired[r];
+    for (int r = 0; r < PD_RING_DECLINE_NREASONS; r++)
+        into->rings_declined[r] += what->rings_declined[r];
 }
 
 void pd_stats_add(pd_stats *into, const pd_stats *what)

@@ -33,6 +33,18 @@ typedef enum pd_expire_reason {
     PD_EXPIRE_NREASONS,
 } pd_expire_reason;
 
+/* Why a stream that asked for a shared-memory ring got none (its ids then go through the socket). */
+typedef enum pd_ring_decline {
+    PD_RING_DECLINE_TCP,         /* descriptors do not cross TCP */
+    PD_RING_DECLINE_OFF,         /* stream_ring_max is 0 */
+    PD_RING_DECLINE_MAX,         /* larger than stream_ring_max */
+    PD_RING_DECLINE_TOTAL,       /* past stream_ring_total */
+    PD_RING_DECLINE_DESCRIPTORS, /* past the descriptors left to rings */
+    PD_RING_DECLINE_MEMORY,      /* the memfd could not be made */
+    PD_RING_DECLINE_SOCKET_BUSY, /* output already queued: the descriptor cannot go with the frame */
+    PD_RING_DECLINE_NREASONS,
+} pd_ring_decline;
+
 /* A counter one serving loop writes and any thread may read (Stats and /metrics add up every loop's):
  * atomic, so those reads are defined; uncontended, so an increment costs a few nanoseconds. */
 typedef _Atomic uint64_t pd_counter;
@@ -70,6 +82,7 @@ typedef struct pd_metrics {
     pd_counter bytes_in;
     pd_counter rejected[PD_REJECT_NREASONS];
     pd_counter expired[PD_EXPIRE_NREASONS];
+    pd_counter rings_declined[PD_RING_DECLINE_NREASONS];
 } pd_metrics;
 
 /* into += what (a snapshot of another loop's counters). */
@@ -83,6 +96,8 @@ extern const uint64_t pd_latency_bounds_us[PD_LATENCY_NBOUNDS];
 const char *pd_metrics_reject_name(pd_reject_reason r);
 /* "hello_timeout", "frame_timeout". */
 const char *pd_metrics_expire_name(pd_expire_reason r);
+/* "tcp", "off", "stream_ring_max", "stream_ring_total", "descriptors", "memory", "socket_busy". */
+const char *pd_metrics_ring_decline_name(pd_ring_decline r);
 
 void pd_metrics_request(pd_metrics *m, int slot);
 /* code: the wire ErrorCode of the reply. */

@@ -31,6 +31,8 @@ int pd_reply(pd_session *s, uint64_t id, int body_case, const void *msg)
     if (rc)
         return rc;
     size_t n = pd_frame_size(&env);
+    if (n - PD_FRAME_PREFIX > PD_FRAME_MAX_LIMIT) /* its prefix could not say so (max_count of a mixture's Inverse) */
+        return PD_ETOOBIG;
     uint8_t *p = pd_conn_reserve(s->conn, n);
     if (!p)
         return pd_conn_open(s->conn) ? PD_ENOMEM : PD_ECLOSED;

@@ -12,7 +12,8 @@
 #define PD_BULK_HDR_MAX 128 /* a bulk frame header: prefix, id, two tags and lengths, a few small fields */
 
 /* Queue msg as the reply to request id: body_case is its Envelope field (PERMD__V1__ENVELOPE__BODY_*)
- * and msg a message of that field's type. PD_ENOMEM, PD_ECLOSED. */
+ * and msg a message of that field's type. PD_ENOMEM, PD_ECLOSED; PD_ETOOBIG (nothing queued) for a frame
+ * over PD_FRAME_MAX_LIMIT. */
 int pd_reply(pd_session *s, uint64_t id, int body_case, const void *msg);
 
 /* The same, with a file descriptor riding on the frame's first byte (Unix sockets; see

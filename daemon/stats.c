@@ -194,8 +194,16 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_u64(&t, "permd_stream_rings_total", "counter",
                 "Streams whose batches went through a shared-memory ring instead of the socket.",
                 st->stream_rings_total);
+    pd_text_family(&t, "permd_stream_rings_declined_total", "counter",
+                   "Streams that asked for a shared-memory ring and went through the socket, by reason (tcp, off, "
+                   "stream_ring_max, stream_ring_total, descriptors, memory, socket_busy).");
+    for (int r = 0; r < PD_RING_DECLINE_NREASONS; r++)
+        pd_text_add(&t, "permd_stream_rings_declined_total{reason=\"%s\"} %llu\n",
+                    pd_metrics_ring_decline_name((pd_ring_decline)r), (unsigned long long)m->rings_declined[r]);
     pd_text_u64(&t, "permd_stream_ring_bytes", "gauge",
-                "Bytes of shared-memory stream rings alive (in use or kept by a connection for its next stream).",
+                "Bytes of shared-memory stream rings counted in stream_ring_total: in use, kept by a connection "
+                "for its next stream, or ended streams' that their client may still map (until it asks to reuse "
+                "them or closes).",
                 v->ring_bytes);
     pd_text_u64(&t, "permd_uploads_expired_total", "counter",
                 "Unfinished sharded uploads dropped, with their memory, because no part came within upload_timeout_ms.",

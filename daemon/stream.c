@@ -41,13 +41,18 @@ typedef struct pd_stream {
     uint64_t served;        /* the session's turn (pd_streams.turn) of its last batch scheduled; 0: none */
 } pd_stream;
 
-/* A session's streams, and the ring its last ring stream used (kept for the next one). */
+/* A session's streams, and the rings of its ended ring streams. */
 struct pd_streams {
     pd_stream *head;
     unsigned n;    /* linked: live ones, and ended ones whose last batch is still generated */
     unsigned live; /* not ended: what max_streams bounds */
     uint64_t turn; /* batches scheduled so far, all streams: each stream's served is one of these */
-    pd_ring spare_ring;
+    pd_ring spare_ring; /* an ended stream's ring, kept for a next stream that may reuse it (Stream.reuse_ring) */
+    /* Bytes of ended streams' rings permd unmapped while the client may still map them (its last batches are
+     * its own: their credits can no longer come back). They stay counted in stream_ring_total until the client
+     * says it is done with them (reuse_ring) or the connection closes: a client keeping descriptors cannot
+     * make permd's memory grow past the bound. */
+    uint64_t held_bytes;
 };
 
 /* One batch: its frame is built in its own buffer and sent as an owned write. */
@@ -455,18 +460,38 @@ void pd_streams_pump(pd_session *s)
 
 /* ---- Rings ---------------------------------------------------------------------------------- */
 
-/* A ring of at least size bytes: the session's spare (its last ring stream's, so a stream per epoch
- * costs no new memory), else a new one within stream_ring_total (PD_EBUSY) and the descriptors left to
- * rings (PD_ETOOBIG: each ring keeps one, and connections must still be accepted). */
-static int pd_stream_ring_get(pd_session *s, uint64_t size, pd_ring *out)
+/* Unmap a ring the client has seen: permd stops holding it (its descriptor, its mapping) but counts its
+ * bytes in stream_ring_total while the client may still map it (pd_streams.held_bytes). */
+static void pd_stream_ring_drop(pd_session *s, pd_ring *r)
+{
+    if (!r->base)
+        return;
+    s->streams->held_bytes += r->size;
+    atomic_fetch_sub(&s->svc->ring_fds, 1);
+    pd_ring_free(r);
+    *r = PD_RING_NONE; /* its size too: a kept ring's size decides which of two is kept */
+}
+
+/* A ring of at least size bytes for a stream whose client did (reuse) or did not say it is done with the rings
+ * of its ended streams. Reuse: the session's spare (its last ring stream's, so a stream per epoch costs no new
+ * memory), and the held bytes are forgotten. Else the spare is never written again (its last batches may still
+ * be read: it is dropped), and a new ring comes within stream_ring_total (PD_EBUSY) and the descriptors left
+ * to rings (PD_ETOOBIG: each ring keeps one, and connections must still be accepted). */
+static int pd_stream_ring_get(pd_session *s, uint64_t size, int reuse, pd_ring *out)
 {
     struct pd_streams *all = s->streams;
-    if (all->spare_ring.base && all->spare_ring.size >= size) {
-        *out = all->spare_ring;
-        all->spare_ring = PD_RING_NONE;
-        return 0;
-    }
     pd_service *svc = s->svc;
+    if (reuse) {
+        atomic_fetch_sub(&svc->ring_bytes, all->held_bytes);
+        all->held_bytes = 0;
+        if (all->spare_ring.base && all->spare_ring.size >= size) {
+            *out = all->spare_ring;
+            all->spare_ring = PD_RING_NONE;
+            return 0;
+        }
+    } else {
+        pd_stream_ring_drop(s, &all->spare_ring);
+    }
     if (atomic_fetch_add(&svc->ring_fds, 1) >= svc->ring_fds_max) {
         atomic_fetch_sub(&svc->ring_fds, 1);
         return PD_ETOOBIG;
@@ -493,52 +518,61 @@ static void pd_stream_ring_release(pd_session *s, pd_ring *r)
     atomic_fetch_sub(&s->svc->ring_bytes, r->size);
     atomic_fetch_sub(&s->svc->ring_fds, 1);
     pd_ring_free(r);
+    *r = PD_RING_NONE;
 }
 
-/* Free a ring, or keep it as the session's spare while its connection is open (the larger of two). */
+/* A stream's ring at its end: kept as the session's spare while its connection is open (the larger of two;
+ * the other dropped: the client may still read it), else freed. */
 static void pd_stream_ring_put(pd_session *s, pd_ring *r)
 {
     struct pd_streams *all = s->streams;
-    if (pd_conn_open(s->conn) && r->base && r->size > all->spare_ring.size) {
+    if (!pd_conn_open(s->conn)) {
+        pd_stream_ring_release(s, r);
+        return;
+    }
+    if (r->base && r->size > all->spare_ring.size) {
         pd_ring t = all->spare_ring;
         all->spare_ring = *r;
         *r = t;
     }
-    pd_stream_ring_release(s, r);
+    pd_stream_ring_drop(s, r);
 }
 
 /* Give the stream the ring its client asked for, or decline quietly: its batches then carry their
  * ids, which every client reads anyway. */
-static void pd_stream_ring_setup(pd_stream *st, uint32_t slots)
+static void pd_stream_ring_setup(pd_stream *st, uint32_t slots, int reuse)
 {
     pd_session *s = st->s;
     const uint64_t max = s->svc->cfg->stream_ring_max;
     const uint64_t slot_bytes = (st->batch * st->t.width + 63) & ~UINT64_C(63);
     const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     const uint64_t size = (slot_bytes * slots + page - 1) / page * page;
-    const char *why = NULL;
+    int why = -1; /* a pd_ring_decline */
     int rc;
     if (pd_conn_is_tcp(s->conn))
-        why = "tcp";
+        why = PD_RING_DECLINE_TCP;
     else if (size > max)
-        why = max ? "stream_ring_max" : "off";
-    else if ((rc = pd_stream_ring_get(s, size, &st->ring)))
-        why = rc == PD_EBUSY ? "stream_ring_total" : rc == PD_ETOOBIG ? "descriptors" : "memory";
-    if (!why) {
+        why = max ? PD_RING_DECLINE_MAX : PD_RING_DECLINE_OFF;
+    else if ((rc = pd_stream_ring_get(s, size, reuse, &st->ring)))
+        why = rc == PD_EBUSY     ? PD_RING_DECLINE_TOTAL
+              : rc == PD_ETOOBIG ? PD_RING_DECLINE_DESCRIPTORS
+                                 : PD_RING_DECLINE_MEMORY;
+    if (why < 0) {
         Permd__V1__StreamRing m = PERMD__V1__STREAM_RING__INIT;
         m.size = st->ring.size;
         m.slots = slots;
         m.slot_bytes = slot_bytes;
         /* permd keeps its descriptor: a spare ring is sent again */
         if (pd_reply_fd(s, st->id, PERMD__V1__ENVELOPE__BODY_STREAM_RING, &m, st->ring.fd)) {
-            pd_stream_ring_put(s, &st->ring);
-            why = "socket busy";
+            pd_stream_ring_release(s, &st->ring); /* never sent: no client maps it */
+            why = PD_RING_DECLINE_SOCKET_BUSY;
         }
     }
-    if (why) {
+    if (why >= 0) {
+        s->loop->metrics.rings_declined[why]++;
         pd_log_debug("stream_ring", "conn=%llu id=%llu declined=%s bytes=%llu",
-                     (unsigned long long)pd_conn_serial(s->conn), (unsigned long long)st->id, why,
-                     (unsigned long long)size);
+                     (unsigned long long)pd_conn_serial(s->conn), (unsigned long long)st->id,
+                     pd_metrics_ring_decline_name((pd_ring_decline)why), (unsigned long long)size);
         return;
     }
     st->slots = slots;
@@ -600,7 +634,7 @@ static int pd_stream_start(pd_session *s, uint64_t id, const Permd__V1__Stream *
     /* Before the stream is linked: were sending to close the connection, closing would free a
      * linked stream under us. */
     if (m->ring)
-        pd_stream_ring_setup(st, m->credits);
+        pd_stream_ring_setup(st, m->credits, m->reuse_ring);
     if (!pd_conn_open(s->conn)) {
         pd_stream_ring_put(s, &st->ring);
         free(st);
@@ -688,6 +722,7 @@ void pd_streams_free(pd_session *s)
     while (s->streams->head)
         pd_stream_unlink_free(s->streams->head);
     pd_stream_ring_release(s, &s->streams->spare_ring);
+    atomic_fetch_sub(&s->svc->ring_bytes, s->streams->held_bytes); /* the client's to keep: no longer permd's */
     free(s->streams);
     s->streams = NULL;
 }

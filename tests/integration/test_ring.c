@@ -194,7 +194,7 @@ static void send_env(int fd, uint64_t id, pd_envelope *env)
     assert_int_equal(raw_send_env(fd, env), 0);
 }
 
-static void send_ring_stream(int fd, uint64_t id, uint64_t batch, uint32_t credits)
+static void send_ring_stream(int fd, uint64_t id, uint64_t batch, uint32_t credits, int reuse)
 {
     Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
     sl.dataset = "d";
@@ -208,6 +208,7 @@ static void send_ring_stream(int fd, uint64_t id, uint64_t batch, uint32_t credi
     m.batch = batch;
     m.credits = credits;
     m.ring = 1;
+    m.reuse_ring = reuse;
     pd_envelope env = PERMD__V1__ENVELOPE__INIT;
     env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM;
     env.stream = &m;
@@ -246,6 +247,14 @@ static pd_envelope *recv_env_fd(int fd, int *passed)
     return env;
 }
 
+/* The ids of batch seq (of slice_d from offset 0) in their slot of the ring. */
+static void expect_slot(const uint8_t *ring, uint64_t slot_bytes, uint32_t slots, uint64_t seq, uint64_t batch)
+{
+    const uint8_t *ids = ring + (seq % slots) * slot_bytes;
+    for (uint64_t i = 0; i < batch; i++)
+        assert_int_equal(pd_load_le32(ids + 4 * i), want_id(&slice_d, N, 0, seq * batch + i));
+}
+
 /* Batch seq in its slot: announced without ids, the core's ids in the ring. */
 static void expect_ring_batch(int fd, const uint8_t *ring, uint64_t slot_bytes, uint32_t slots, uint64_t seq,
                               uint64_t batch)
@@ -259,9 +268,7 @@ static void expect_ring_batch(int fd, const uint8_t *ring, uint64_t slot_bytes, 
     assert_int_equal(b->count, batch);
     assert_int_equal(b->ids.len, 0);
     assert_int_equal(b->ring_offset, (seq % slots) * slot_bytes);
-    const uint8_t *ids = ring + b->ring_offset;
-    for (uint64_t i = 0; i < batch; i++)
-        assert_int_equal(pd_load_le32(ids + 4 * i), want_id(&slice_d, N, 0, seq * batch + i));
+    expect_slot(ring, slot_bytes, slots, seq, batch);
     protobuf_c_message_free_unpacked(&env->base, NULL);
 }
 
@@ -275,7 +282,7 @@ static void test_ring_raw_protocol(void **state)
     const uint32_t slots = 3;
     assert_int_equal(server_rings(), 0);
     int fd = raw_connect_unix(h.sock);
-    send_ring_stream(fd, 7, batch, slots);
+    send_ring_stream(fd, 7, batch, slots, 0);
     int ring_fd;
     pd_envelope *env = recv_env_fd(fd, &ring_fd);
     assert_int_equal(env->id, 7);
@@ -334,15 +341,39 @@ static void test_ring_raw_protocol(void **state)
     assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_END);
     assert_int_equal(env->stream_end->delivered, 2 * slots * batch);
     protobuf_c_message_free_unpacked(&env->base, NULL);
-    munmap((void *)ring, size);
 
-    /* The connection keeps the ring for its next stream, which gets the same memory. */
-    send_ring_stream(fd, 8, batch, slots);
+    /* The ended stream's last batches stay the client's: a next ring stream that does not say the client is
+     * done with them (reuse_ring) gets new memory and leaves them be; permd lets go of the old ring. */
+    send_ring_stream(fd, 8, batch, slots, 0);
     env = recv_env_fd(fd, &ring_fd);
     assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_RING);
     protobuf_c_message_free_unpacked(&env->base, NULL);
     assert_int_equal(fstat(ring_fd, &sb), 0);
-    assert_int_equal(sb.st_ino, ino);
+    assert_true(sb.st_ino != ino);
+    const ino_t ino2 = sb.st_ino;
+    const uint8_t *ring2 = mmap(NULL, size, PROT_READ, MAP_SHARED, ring_fd, 0);
+    assert_true(ring2 != MAP_FAILED);
+    close(ring_fd);
+    for (uint64_t seq = 0; seq < slots; seq++)
+        expect_ring_batch(fd, ring2, slot_bytes, slots, seq, batch);
+    for (uint64_t seq = slots; seq < 2 * slots; seq++)
+        expect_slot(ring, slot_bytes, slots, seq, batch); /* stream 7's last batches, intact */
+    munmap((void *)ring, size);
+    assert_int_equal(server_rings(), 1);
+    e.body_case = PERMD__V1__ENVELOPE__BODY_CANCEL;
+    send_env(fd, 8, &e);
+    assert_int_equal(raw_recv_env(fd, 10000, &env), 0);
+    assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_END);
+    protobuf_c_message_free_unpacked(&env->base, NULL);
+    munmap((void *)ring2, size);
+
+    /* Done with it (reuse_ring): the connection's kept ring serves the next stream, the same memory. */
+    send_ring_stream(fd, 9, batch, slots, 1);
+    env = recv_env_fd(fd, &ring_fd);
+    assert_int_equal(env->body_case, PERMD__V1__ENVELOPE__BODY_STREAM_RING);
+    protobuf_c_message_free_unpacked(&env->base, NULL);
+    assert_int_equal(fstat(ring_fd, &sb), 0);
+    assert_int_equal(sb.st_ino, ino2);
     close(ring_fd);
     assert_int_equal(server_rings(), 1);
 
@@ -488,12 +519,74 @@ static void test_ring_descriptors(void **state)
     assert_int_equal(harness_finish(&own), 0);
 }
 
+/* A raw ring stream of slice_d in batches of `batch` with `slots` credits, read to its end: the descriptor of its
+ * ring, kept open as a client holding on to it would (-1: declined, its ids came through the socket). */
+static int ring_stream_run(int fd, uint64_t id, uint64_t batch, uint32_t slots, int reuse)
+{
+    send_ring_stream(fd, id, batch, slots, reuse);
+    int ring_fd = -1, passed;
+    for (;;) {
+        pd_envelope *env = recv_env_fd(fd, &passed);
+        assert_int_equal(env->id, id);
+        const int body = env->body_case;
+        if (body == PERMD__V1__ENVELOPE__BODY_STREAM_RING)
+            ring_fd = passed;
+        else
+            assert_int_equal(passed, -1);
+        if (body == PERMD__V1__ENVELOPE__BODY_STREAM_BATCH)
+            assert_int_equal(env->stream_batch->ids.len == 0, ring_fd >= 0);
+        protobuf_c_message_free_unpacked(&env->base, NULL);
+        if (body == PERMD__V1__ENVELOPE__BODY_STREAM_END)
+            return ring_fd;
+        assert_true(body == PERMD__V1__ENVELOPE__BODY_STREAM_RING || body == PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+    }
+}
+
+/* A client that keeps its ended streams' rings (their descriptors) cannot make permd's ring memory grow past
+ * stream_ring_total: rings it may still map stay counted until it says it is done with them (reuse_ring) or
+ * closes. Past the bound its streams go through the socket, counted by reason. (Each ring stream used to take
+ * the last one's memory, whose last batches the client still held, and a kept descriptor left the bound.) */
+static void test_ring_kept_by_client(void **state)
+{
+    (void)state;
+    harness own;
+    harness_init(&own);
+    char addr[32], max[32], total[32];
+    const int port = harness_metrics_addr(addr);
+    snprintf(max, sizeof max, "%u", RING_MAX);
+    snprintf(total, sizeof total, "%u", RING_TOTAL);
+    const char *extra[] = {"--stream-ring-max", max, "--stream-ring-total", total, "--metrics", addr,
+                           "--metrics-cache-ms", "0", NULL};
+    assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
+    assert_int_equal(harness_put(&own, "d", N), 0);
+    const char *declined = "permd_stream_rings_declined_total{reason=\"stream_ring_total\"}";
+    const uint64_t batch = RING_MAX / 4 / 4; /* u32 ids, 4 slots: rings of RING_MAX, two within the total */
+    int fd = raw_connect_unix(own.sock), kept[3];
+    for (uint64_t i = 0; i < 3; i++)
+        kept[i] = ring_stream_run(fd, 10 + i, batch, 4, 0);
+    assert_true(kept[0] >= 0 && kept[1] >= 0);
+    assert_int_equal(kept[2], -1);
+    assert_int_equal(harness_metric(port, declined), 1);
+    assert_int_equal(harness_metric(port, "permd_stream_ring_bytes"), RING_TOTAL);
+    assert_int_equal(harness_metric(port, "permd_stream_ring_fds"), 0); /* permd let go of both */
+    int again = ring_stream_run(fd, 13, batch, 4, 1); /* done with them: a ring again, counted alone */
+    assert_true(again >= 0);
+    assert_int_equal(harness_metric(port, "permd_stream_ring_bytes"), RING_MAX);
+    assert_int_equal(harness_metric(port, declined), 1);
+    close(again);
+    close(kept[0]);
+    close(kept[1]);
+    close(fd);
+    assert_int_equal(harness_finish(&own), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_matches_core),
         cmocka_unit_test(test_ring_declined),
         cmocka_unit_test(test_ring_raw_protocol),
+        cmocka_unit_test(test_ring_kept_by_client),
         cmocka_unit_test(test_ring_total),
         cmocka_unit_test(test_ring_no_leaks),
         cmocka_unit_test(test_close_frees_an_open_stream),
