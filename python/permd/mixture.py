@@ -61,6 +61,8 @@ class Sharded:
         self.window = _args.integer("window", window, 1)
         self.lanes = _args.integer("lanes", lanes, 1, _args.U32_MAX)
         self.size = sum(self.shards)
+        if self.size == 0:  # as a flat component of 0 samples (spec §1: n_j ≥ 1)
+            raise ValueError("a component needs at least one sample: these shards hold none")
 
     def __repr__(self):
         return f"Sharded({len(self.shards)} shards, size={self.size}, window={self.window}, lanes={self.lanes})"

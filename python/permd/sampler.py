@@ -129,6 +129,8 @@ class Sampler(_Base):
                 raise ValueError("the shard sizes sum to 0 samples")
             if size is not None and size != total:
                 raise ValueError(f"size={size} but the shard sizes sum to {total}")
+            if dataset is not None and hasattr(dataset, "__len__") and len(dataset) != total:
+                raise ValueError(f"len(dataset)={len(dataset)} but the shard sizes sum to {total}")
             size = total
         self._shards = shards
         if size is None:
@@ -138,8 +140,8 @@ class Sampler(_Base):
                 size = len(dataset)
             except TypeError:
                 raise TypeError("the dataset has no len(); pass size=") from None
-        elif dataset is not None and len(dataset) != size:
-            raise ValueError(f"size={size} but len(dataset)={len(dataset)}")
+        elif dataset is not None and hasattr(dataset, "__len__") and len(dataset) != size:
+            raise ValueError(f"size={size} but len(dataset)={len(dataset)}")  # no len() (an IterableDataset): size=
         self.dataset = dataset
         self.size = _args.integer("size", size, 0, _args.N_MAX)
         if self.mixture is None:
@@ -235,7 +237,7 @@ class Sampler(_Base):
         """num_samples: this rank's ids in a whole epoch, as DistributedSampler's len(). A resumed pass
         yields fewer (what is left of its epoch); frameworks that count an epoch's batches (Lightning)
         count those trained before the checkpoint too, and stop at this length."""
-        return self.num_samples
+        return _args.length(self.num_samples, "rank", "num_samples")
 
     def __iter__(self):
         # Until it begins, state_dict() describes the pass about to begin; but while another iterator of this
@@ -455,8 +457,9 @@ class Sampler(_Base):
         yet trained, assuming the ranks step in lockstep (take rank 0's: in exact mode, where ranks
         differ by one, it is also exact at an epoch's end).
 
-        Before a pass begins (after set_epoch, load_state_dict or iter(), before the first next()) it
-        is where that pass will start. During a pass it counts the ids handed out so far, which runs
+        Before a pass begins (after set_epoch, load_state_dict or iter(), before the first next()), and
+        while none of it is trained, it is the state that pass resumes (where it starts, but in drop
+        mode, which starts at the next multiple of W: saving that would skip W - 1 more at each hop). During a pass it counts the ids handed out so far, which runs
         ahead of training when a DataLoader prefetches: then give consumed, the samples this rank has
         trained on since this pass began (e.g. steps * batch_size, steps counted since its iter(),
         so after a resume it counts from the resumed offset, not from the epoch's start). Once a pass
@@ -469,8 +472,9 @@ class Sampler(_Base):
         iterator handed out: they are not of the epoch this state describes, and count for nothing."""
         p, t = self._pass, self._epoch_length()
         if p is None:
-            epoch, start, floor = self._pending(roll=False)
-            offset = max(start, floor)
+            # the state it resumed (0 if none) until some of the pass is trained, not where the pass starts: drop
+            # mode starts past it (rounded up to W), and a state saved so would skip up to W - 1 more at every hop
+            epoch, _, offset = self._pending(roll=False)
             if consumed is not None:
                 behind = self._dropped
                 _args.torch_integer("consumed (no pass has begun since the last set_epoch, load_state_dict or iter)"
@@ -480,6 +484,7 @@ class Sampler(_Base):
         else:
             epoch = p.epoch
             if consumed is None:
+                trained = p.yielded
                 offset = t if p.done else min(p.start + p.yielded * self.num_replicas, t)
             else:
                 # Once the pass has run out, more than it handed out is steps × batch_size over a short last
@@ -487,8 +492,9 @@ class Sampler(_Base):
                 k = _args.torch_integer("consumed (at most the ids this pass has handed out)", consumed, 0,
                                   _args.U64_MAX if p.done else p.handed + p.yielded)
                 k = min(k, p.handed + p.yielded)
-                offset = min(p.start + max(0, k - p.handed) * self.num_replicas, t)
-            offset = max(offset, p.floor)
+                trained = max(0, k - p.handed)
+                offset = min(p.start + trained * self.num_replicas, t)
+            offset = p.floor if trained == 0 and not p.done else max(offset, p.floor)  # as before a pass
         state = {"version": STATE_VERSION, "seed": self.seed, "epoch": epoch, "offset": offset,
                  "size": self.size, "mode": self.mode, "shuffle": self.shuffle, "num_replicas": self.num_replicas}
         if self.sharded:  # K and G define the order as much as the seed does: the ones in use, defaults too

@@ -271,6 +271,8 @@ class Weights(unittest.TestCase):
                           (lambda: Sharded([]), ValueError), (lambda: m.component_seed(2), ValueError)]:
             with self.assertRaises(exc):
                 call()
+        with self.assertRaisesRegex(ValueError, "at least one sample"):  # not "the sizes must sum to ..."
+            permd.Mixture(1, 0, [Sharded([0, 0]), 5], [1, 1])
 
 
 if __name__ == "__main__":

@@ -330,6 +330,16 @@ class BadArguments(unittest.TestCase):
     def test_sampler(self):
         with self.assertRaises(TypeError):
             permd.Sampler()
+
+        class Iterable:  # an IterableDataset: no len(), so size= says it
+            def __iter__(self):
+                return iter(range(10))
+
+        self.assertEqual(len(permd.Sampler(Iterable(), 2, 0, size=10)), 5)
+        with self.assertRaisesRegex(ValueError, "shard sizes sum to 6"):
+            permd.Sampler(list(range(10)), 1, 0, shards=[3, 3])
+        with self.assertRaisesRegex(OverflowError, "num_samples"):
+            len(permd.Sampler(size=2**63, num_replicas=1, rank=0))
         with self.assertRaises(ValueError):
             permd.Sampler(size=10)  # no world and no torch.distributed
         with self.assertRaises(ValueError):
