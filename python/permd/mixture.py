@@ -88,7 +88,10 @@ def integer_weights(weights):
     exactly (the float's own value, no rounding on the way)."""
     if isinstance(weights, Mapping):  # list() would keep its keys
         raise TypeError("weights must be a sequence, one per component in order, not a mapping")
-    values = list(weights)
+    try:
+        values = list(weights)
+    except TypeError:  # one number (a stage of np.array([[64, 1]]) gives 1)
+        raise TypeError(f"weights must be a sequence, one per component, not {type(weights).__name__}") from None
     if not values:
         raise ValueError("weights must not be empty")
     for w in values:

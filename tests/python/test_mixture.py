@@ -273,6 +273,8 @@ class Weights(unittest.TestCase):
                 call()
         with self.assertRaisesRegex(ValueError, "at least one sample"):  # not "the sizes must sum to ..."
             permd.Mixture(1, 0, [Sharded([0, 0]), 5], [1, 1])
+        with self.assertRaisesRegex(TypeError, "one per component"):  # a stage of one weight, not numpy's message
+            permd.Mixture(1, 0, [5, 5], [1, 1], stages=[(64, 1)])
 
 
 if __name__ == "__main__":
