@@ -25,12 +25,63 @@ struct pd_listener {
         uv_pipe_t pipe;
         uv_tcp_t tcp;
     } h;
+    /* Takes a connection the callback could not (out of memory) and closes it: libuv reads a listener no more
+     * until its pending connection is accepted, so one failed accept would stop the socket for good. */
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_pipe_t pipe;
+        uv_tcp_t tcp;
+    } drop;
+    int drop_ready; /* drop is initialized and unused */
+    unsigned handles; /* h and drop while open: the listener is freed when both have closed */
     int is_tcp;
     int closing;
     pd_accept_fn fn;
     void *ctx;
     char path[4096]; /* a Unix socket's file, unlinked at close */
 };
+
+static void pd_on_listener_closed(uv_handle_t *h)
+{
+    pd_listener *l = h->data;
+    if (--l->handles == 0)
+        free(l);
+}
+
+static void pd_listener_drop_init(pd_listener *l, uv_loop_t *loop)
+{
+    if (l->is_tcp)
+        uv_tcp_init(loop, &l->drop.tcp);
+    else
+        uv_pipe_init(loop, &l->drop.pipe, 0);
+    l->drop.handle.data = l;
+    l->drop_ready = 1;
+}
+
+static void pd_listener_drop_left(pd_listener *l);
+
+static void pd_on_drop_closed(uv_handle_t *h)
+{
+    pd_listener *l = h->data;
+    if (l->closing) {
+        pd_on_listener_closed(h);
+        return;
+    }
+    pd_listener_drop_init(l, h->loop);
+    pd_listener_drop_left(l); /* one left while it closed */
+}
+
+/* Close the connection the callback left pending, if any (uv_accept answers UV_EAGAIN when it took it). */
+static void pd_listener_drop_left(pd_listener *l)
+{
+    if (l->closing || !l->drop_ready || uv_accept(&l->h.stream, &l->drop.stream))
+        return;
+    pd_log_warn_peer("accept", "transport=%s msg=\"a connection was not taken (out of memory, or stopping): closed\"",
+                     l->is_tcp ? "tcp" : "unix");
+    l->drop_ready = 0;
+    uv_close(&l->drop.handle, pd_on_drop_closed);
+}
 
 static void pd_on_connection(uv_stream_t *listener, int status)
 {
@@ -43,11 +94,7 @@ static void pd_on_connection(uv_stream_t *listener, int status)
     }
     if (!l->closing)
         l->fn(l->ctx, listener, l->is_tcp, 0);
-}
-
-static void pd_on_listener_closed(uv_handle_t *h)
-{
-    free(h->data);
+    pd_listener_drop_left(l);
 }
 
 void pd_listener_close(pd_listener *l)
@@ -57,6 +104,8 @@ void pd_listener_close(pd_listener *l)
     l->closing = 1;
     if (l->path[0])
         unlink(l->path);
+    if (l->drop_ready) /* else closing already, or never opened */
+        uv_close(&l->drop.handle, pd_on_listener_closed);
     uv_close(&l->h.handle, pd_on_listener_closed);
 }
 
@@ -143,6 +192,8 @@ int pd_listen_unix(uv_loop_t *loop, const char *path, unsigned mode, int create_
     if (!l)
         return PD_ENOMEM;
     uv_pipe_init(loop, &l->h.pipe, 0);
+    l->handles = 2;
+    pd_listener_drop_init(l, loop);
     mode_t old = umask(~(mode_t)mode & 0777); /* never exists with looser permissions, even briefly */
     rc = uv_pipe_bind(&l->h.pipe, path);
     umask(old);
@@ -190,6 +241,8 @@ int pd_listen_tcp(uv_loop_t *loop, const char *hostport, int token, pd_accept_fn
     if (!l)
         return PD_ENOMEM;
     uv_tcp_init(loop, &l->h.tcp);
+    l->handles = 2;
+    pd_listener_drop_init(l, loop);
     rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&sa, 0);
     /* Keepalive on the listener: Linux gives each accepted socket the listener's options. A peer that
      * vanished without a FIN (its host died) while idle would otherwise keep its connection, and its
