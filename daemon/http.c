@@ -168,6 +168,7 @@ struct pd_http {
     size_t cache_len;
     uint64_t cache_at;        /* when it was rendered (pd_clock_ms) */
     uv_tcp_t listener;
+    pd_accept_drop drop; /* a connection pd_http_accept could not take (out of memory) */
     uv_timer_t sweep; /* closes connections past their deadline */
     pd_http_conn *conns;
     unsigned nconns;
@@ -335,7 +336,7 @@ static void pd_http_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         pd_http_conn_close(c);
 }
 
-static void pd_http_on_connection(uv_stream_t *listener, int status)
+static void pd_http_accept(uv_stream_t *listener, int status)
 {
     pd_http *h = listener->data;
     if (status < 0 || h->closing)
@@ -371,6 +372,13 @@ static void pd_http_on_connection(uv_stream_t *listener, int status)
     c->deadline_ms = pd_clock_ms() + h->lim.timeout_ms;
     if (uv_read_start((uv_stream_t *)&c->tcp, pd_http_on_alloc, pd_http_on_read))
         pd_http_conn_close(c);
+}
+
+/* Accept, then close a connection pd_http_accept left waiting: else libuv would read the listener no more. */
+static void pd_http_on_connection(uv_stream_t *listener, int status)
+{
+    pd_http_accept(listener, status);
+    pd_accept_drop_left(&((pd_http *)listener->data)->drop);
 }
 
 static void pd_http_on_sweep(uv_timer_t *t)
@@ -421,7 +429,8 @@ int pd_http_listen(uv_loop_t *loop, const char *hostport, int optional, const pd
     uv_tcp_init(loop, &h->listener);
     uv_timer_init(loop, &h->sweep);
     h->listener.data = h->sweep.data = h;
-    h->handles = 2;
+    h->handles = 3;
+    pd_accept_drop_init(&h->drop, (uv_stream_t *)&h->listener, 1, h, pd_http_on_handle_close);
     rc = uv_tcp_bind(&h->listener, (struct sockaddr *)&sa, 0);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&h->listener, 64, pd_http_on_connection);
@@ -450,6 +459,7 @@ void pd_http_close(pd_http *h)
     h->closing = 1;
     while (h->conns)
         pd_http_conn_close(h->conns);
+    pd_accept_drop_close(&h->drop);
     uv_close((uv_handle_t *)&h->listener, pd_http_on_handle_close);
     uv_close((uv_handle_t *)&h->sweep, pd_http_on_handle_close);
 }

@@ -25,16 +25,8 @@ struct pd_listener {
         uv_pipe_t pipe;
         uv_tcp_t tcp;
     } h;
-    /* Takes a connection the callback could not (out of memory) and closes it: libuv reads a listener no more
-     * until its pending connection is accepted, so one failed accept would stop the socket for good. */
-    union {
-        uv_handle_t handle;
-        uv_stream_t stream;
-        uv_pipe_t pipe;
-        uv_tcp_t tcp;
-    } drop;
-    int drop_ready; /* drop is initialized and unused */
-    unsigned handles; /* h and drop while open: the listener is freed when both have closed */
+    pd_accept_drop drop; /* a connection the callback could not take (out of memory) */
+    unsigned handles;    /* h and drop while open: the listener is freed when both have closed */
     int is_tcp;
     int closing;
     pd_accept_fn fn;
@@ -49,38 +41,50 @@ static void pd_on_listener_closed(uv_handle_t *h)
         free(l);
 }
 
-static void pd_listener_drop_init(pd_listener *l, uv_loop_t *loop)
+static void pd_accept_drop_open(pd_accept_drop *d)
 {
-    if (l->is_tcp)
-        uv_tcp_init(loop, &l->drop.tcp);
+    if (d->is_tcp)
+        uv_tcp_init(d->listener->loop, &d->h.tcp);
     else
-        uv_pipe_init(loop, &l->drop.pipe, 0);
-    l->drop.handle.data = l;
-    l->drop_ready = 1;
+        uv_pipe_init(d->listener->loop, &d->h.pipe, 0);
+    d->h.handle.data = d->data;
+    d->ready = 1;
 }
 
-static void pd_listener_drop_left(pd_listener *l);
+void pd_accept_drop_init(pd_accept_drop *d, uv_stream_t *listener, int is_tcp, void *data, uv_close_cb closed)
+{
+    *d = (pd_accept_drop){.listener = listener, .closed = closed, .data = data, .is_tcp = is_tcp};
+    pd_accept_drop_open(d);
+}
 
 static void pd_on_drop_closed(uv_handle_t *h)
 {
-    pd_listener *l = h->data;
-    if (l->closing) {
-        pd_on_listener_closed(h);
+    pd_accept_drop *d = (pd_accept_drop *)h; /* its first member */
+    if (d->closing) {
+        d->closed(h);
         return;
     }
-    pd_listener_drop_init(l, h->loop);
-    pd_listener_drop_left(l); /* one left while it closed */
+    pd_accept_drop_open(d);
+    pd_accept_drop_left(d); /* one left while it closed */
 }
 
-/* Close the connection the callback left pending, if any (uv_accept answers UV_EAGAIN when it took it). */
-static void pd_listener_drop_left(pd_listener *l)
+void pd_accept_drop_left(pd_accept_drop *d)
 {
-    if (l->closing || !l->drop_ready || uv_accept(&l->h.stream, &l->drop.stream))
+    if (d->closing || !d->ready || uv_accept(d->listener, &d->h.stream)) /* UV_EAGAIN: the callback took it */
         return;
     pd_log_warn_peer("accept", "transport=%s msg=\"a connection was not taken (out of memory, or stopping): closed\"",
-                     l->is_tcp ? "tcp" : "unix");
-    l->drop_ready = 0;
-    uv_close(&l->drop.handle, pd_on_drop_closed);
+                     d->is_tcp ? "tcp" : "unix");
+    d->ready = 0;
+    uv_close(&d->h.handle, pd_on_drop_closed);
+}
+
+void pd_accept_drop_close(pd_accept_drop *d)
+{
+    if (d->closing)
+        return;
+    d->closing = 1;
+    if (d->ready) /* else its close is under way: pd_on_drop_closed calls closed */
+        uv_close(&d->h.handle, d->closed);
 }
 
 static void pd_on_connection(uv_stream_t *listener, int status)
@@ -94,7 +98,7 @@ static void pd_on_connection(uv_stream_t *listener, int status)
     }
     if (!l->closing)
         l->fn(l->ctx, listener, l->is_tcp, 0);
-    pd_listener_drop_left(l);
+    pd_accept_drop_left(&l->drop);
 }
 
 void pd_listener_close(pd_listener *l)
@@ -104,8 +108,7 @@ void pd_listener_close(pd_listener *l)
     l->closing = 1;
     if (l->path[0])
         unlink(l->path);
-    if (l->drop_ready) /* else closing already, or never opened */
-        uv_close(&l->drop.handle, pd_on_listener_closed);
+    pd_accept_drop_close(&l->drop);
     uv_close(&l->h.handle, pd_on_listener_closed);
 }
 
@@ -193,7 +196,7 @@ int pd_listen_unix(uv_loop_t *loop, const char *path, unsigned mode, int create_
         return PD_ENOMEM;
     uv_pipe_init(loop, &l->h.pipe, 0);
     l->handles = 2;
-    pd_listener_drop_init(l, loop);
+    pd_accept_drop_init(&l->drop, &l->h.stream, 0, l, pd_on_listener_closed);
     mode_t old = umask(~(mode_t)mode & 0777); /* never exists with looser permissions, even briefly */
     rc = uv_pipe_bind(&l->h.pipe, path);
     umask(old);
@@ -242,7 +245,7 @@ int pd_listen_tcp(uv_loop_t *loop, const char *hostport, int token, pd_accept_fn
         return PD_ENOMEM;
     uv_tcp_init(loop, &l->h.tcp);
     l->handles = 2;
-    pd_listener_drop_init(l, loop);
+    pd_accept_drop_init(&l->drop, &l->h.stream, 1, l, pd_on_listener_closed);
     rc = uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&sa, 0);
     /* Keepalive on the listener: Linux gives each accepted socket the listener's options. A peer that
      * vanished without a FIN (its host died) while idle would otherwise keep its connection, and its

@@ -10,6 +10,30 @@ typedef void (*pd_accept_fn)(void *ctx, uv_stream_t *listener, int is_tcp, int s
 
 typedef struct pd_listener pd_listener;
 
+/* libuv reads a listener no more while a connection it accepted waits for uv_accept, so an accept callback
+ * that returns without taking one (its allocation failed) would stop the socket for good. A pd_accept_drop,
+ * kept beside the listener, takes such a connection and closes it. Call pd_accept_drop_left after each
+ * accept callback; pd_accept_drop_close when closing the listener: `closed` (given `data` in the handle) runs
+ * once, when the drop's handle has closed for good. */
+typedef struct pd_accept_drop {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_pipe_t pipe;
+        uv_tcp_t tcp;
+    } h;
+    uv_stream_t *listener;
+    uv_close_cb closed;
+    void *data;
+    int is_tcp;
+    int ready;   /* initialized and unused */
+    int closing; /* pd_accept_drop_close called */
+} pd_accept_drop;
+
+void pd_accept_drop_init(pd_accept_drop *d, uv_stream_t *listener, int is_tcp, void *data, uv_close_cb closed);
+void pd_accept_drop_left(pd_accept_drop *d);
+void pd_accept_drop_close(pd_accept_drop *d);
+
 /* Bind the Unix socket at path with the file mode given: refuses to start when another server
  * answers there, replaces a stale socket file, and creates the default directory (mode 0700) when
  * the path is the default (create_dir). A default directory /tmp/permd-<uid> that is not this
