@@ -19,12 +19,7 @@
 #define PD_TCP_KEEPALIVE_S 60 /* idle seconds before the first probe; the kernel's interval and count follow */
 
 struct pd_listener {
-    union {
-        uv_handle_t handle;
-        uv_stream_t stream;
-        uv_pipe_t pipe;
-        uv_tcp_t tcp;
-    } h;
+    pd_socket_handle h;
     pd_accept_drop drop; /* a connection the callback could not take (out of memory) */
     unsigned handles;    /* h and drop while open: the listener is freed when both have closed */
     int is_tcp;

@@ -15,13 +15,15 @@ typedef struct pd_listener pd_listener;
  * kept beside the listener, takes such a connection and closes it. Call pd_accept_drop_left after each
  * accept callback; pd_accept_drop_close when closing the listener: `closed` (given `data` in the handle) runs
  * once, when the drop's handle has closed for good. */
+typedef union pd_socket_handle { /* a Unix or TCP socket's libuv handle, as each call wants it */
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_pipe_t pipe;
+    uv_tcp_t tcp;
+} pd_socket_handle;
+
 typedef struct pd_accept_drop {
-    union {
-        uv_handle_t handle;
-        uv_stream_t stream;
-        uv_pipe_t pipe;
-        uv_tcp_t tcp;
-    } h;
+    pd_socket_handle h; /* first: its close callback finds the drop from it */
     uv_stream_t *listener;
     uv_close_cb closed;
     void *data;
