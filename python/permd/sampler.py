@@ -459,7 +459,8 @@ class Sampler(_Base):
 
         Before a pass begins (after set_epoch, load_state_dict or iter(), before the first next()), and
         while none of it is trained, it is the state that pass resumes (where it starts, but in drop
-        mode, which starts at the next multiple of W: saving that would skip W - 1 more at each hop). During a pass it counts the ids handed out so far, which runs
+        mode, which starts at the next multiple of W: saving that would skip W - 1 more at each hop).
+        During a pass it counts the ids handed out so far, which runs
         ahead of training when a DataLoader prefetches: then give consumed, the samples this rank has
         trained on since this pass began (e.g. steps * batch_size, steps counted since its iter(),
         so after a resume it counts from the resumed offset, not from the epoch's start). Once a pass
