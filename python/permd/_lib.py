@@ -45,6 +45,7 @@ class ServerInfo(ctypes.Structure):
                 ("max_digest", ctypes.c_uint64)]
 
 
+EINVAL = -1  # PERMD_EINVAL: InvalidArgument's code
 EOVERFLOW = -4  # PERMD_EOVERFLOW: ids need 64 bits
 
 STATS_TYPES, STATS_ERRORS, LATENCY_BUCKETS = 32, 64, 20  # PERMD_STATS_TYPES, ... in client/permd.h

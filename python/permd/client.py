@@ -134,8 +134,10 @@ def _token_bytes(token):
 def _name(name, what="name"):
     """A name's bytes for libpermd. A NUL byte is refused: libpermd takes a C string, so "victim\\0-typo"
     would name (and delete) the dataset "victim"."""
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"{what} must be a non-empty string")
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a string, not {type(name).__name__}")
+    if not name:
+        raise InvalidArgument(_lib.EINVAL, f"{what} is empty")
     if "\0" in name:
         raise ValueError(f"{what} {name!r} holds a NUL byte")
     return name.encode()
@@ -260,8 +262,7 @@ class Client:
         """Create a dataset: put_dataset(name, size) for a flat one, put_dataset(name, shards=[sizes...],
         window=K, lanes=G) for a sharded one (docs/spec/shards-v1.md). Idempotent for the same
         definition; Conflict for another."""
-        if not isinstance(name, str) or not name:
-            raise TypeError("name must be a non-empty string")
+        _name(name)  # type, emptiness and NUL checks before anything is forgotten
         self._wide.pop(name, None)
         d, created = _lib.Dataset(), ctypes.c_int32()
         if shards is not None:
@@ -410,10 +411,9 @@ class Client:
 
     @staticmethod
     def _slice(name, seed, epoch, world, rank, mode, offset, window=None, lanes=None, definition=None):
-        if not isinstance(name, str) or not name:
-            raise TypeError("dataset name must be a non-empty string")
+        bname = _name(name, "dataset name")
         world = _args.integer("world", world, 1, _args.U32_MAX)
-        return _lib.Slice(_name(name), _args.integer("seed", seed), _args.integer("epoch", epoch), world,
+        return _lib.Slice(bname, _args.integer("seed", seed), _args.integer("epoch", epoch), world,
                           _args.integer("rank", rank, 0, world - 1), _lib.MODES[_args.mode(mode)],
                           _args.integer("offset", offset), _args.integer("window", window or 0),
                           _args.integer("lanes", lanes or 0, 0, _args.U32_MAX),

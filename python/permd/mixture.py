@@ -227,7 +227,11 @@ class Mixture(_args.Frozen):
 
     def with_epoch(self, epoch):
         """The same mixture at another mixture epoch."""
-        return Mixture(self.seed, epoch, self.components, self.stages[0][1], length=self.length,
+        return self._with(self.seed, epoch)
+
+    def _with(self, seed, epoch):
+        """The mixture of these components, length, block and stages under another seed and epoch."""
+        return Mixture(seed, epoch, self.components, self.stages[0][1], length=self.length,
                        stages=self.stages[1:], block=self.block)
 
     def __reduce__(self):  # copies and pickles rebuild the C plan from the definition

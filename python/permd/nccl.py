@@ -11,6 +11,7 @@ import ctypes
 import os
 
 from . import _args, _lib
+from .client import _name
 
 _lib_nccl = None
 
@@ -39,13 +40,12 @@ class Member:
 
     def __init__(self, client, group, members, device, timeout=60.0):
         nl = _load()
-        if not isinstance(group, str) or not group:
-            raise TypeError("group must be a non-empty string")
+        bgroup = _name(group, "group")
         members = _args.integer("members", members, 1, _args.U32_MAX)
         device = _args.integer("device", device, 0, 1 << 20)
         ms = _args.integer("timeout (ms)", int(timeout * 1000), 1, _args.U32_MAX)
         handle = ctypes.c_void_p()
-        _lib.check(nl.permd_nccl_join(client._handle(), group.encode(), members, device, ms, ctypes.byref(handle)),
+        _lib.check(nl.permd_nccl_join(client._handle(), bgroup, members, device, ms, ctypes.byref(handle)),
                    f"join group {group!r}", client._c)
         self._nl, self._g, self._client = nl, handle, client
         rank, nranks = ctypes.c_uint32(), ctypes.c_uint32()

@@ -358,8 +358,9 @@ class Sampler(_Base):
         return epoch
 
     def _mixture_at(self, epoch):
-        if self._mix_at is None or self._mix_at.epoch != epoch:
-            self._mix_at = self._mix.with_epoch(epoch)
+        # under self.seed, which a user may set after construction, as on a DistributedSampler
+        if self._mix_at is None or self._mix_at.epoch != epoch or self._mix_at.seed != self.seed:
+            self._mix_at = self._mix._with(self.seed, epoch)
         return self._mix_at
 
     def _fetch(self, epoch, offset, count):

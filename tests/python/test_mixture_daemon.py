@@ -113,7 +113,7 @@ class OnTheDaemon(unittest.TestCase):
             (lambda: self.put("m", [1, 1, 1], block=100), permd.InvalidArgument),
             (lambda: self.put("m", [0, 0, 0]), ValueError),
             (lambda: self.put("m", [1, 1, 1], stages=[128]), TypeError),
-            (lambda: self.c.put_mixture("", ["web"], [1]), TypeError),
+            (lambda: self.c.put_mixture("", ["web"], [1]), permd.InvalidArgument),
             (lambda: self.c.put_mixture("m", ["web", 3], [1, 1]), TypeError),
             (lambda: permd.Sampler(num_replicas=1, rank=0, client=self.c, name="nothing"), permd.NotFound),
         ]:

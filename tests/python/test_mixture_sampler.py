@@ -388,6 +388,20 @@ class SamplerOverAMixture(unittest.TestCase):
         self.assertEqual(first, huge.rank(8, 3, "pad", 0, 3).tolist())
         self.assertGreater(max(first), 1 << 32)
 
+    def test_seed_set_after_construction(self):
+        """DistributedSampler's seed is an attribute its order follows; a mixture sampler's too, as a daemon
+        mixture's (the seed goes with every Fetch) and its states (which carry it)."""
+        mix = permd.Mixture(SEED, 0, SIZES, WEIGHTS, length=LENGTH)
+        s = permd.Sampler(mixture=mix, num_replicas=3, rank=2)
+        s.set_epoch(1)
+        self.assertEqual(list(s), mix.with_epoch(1).rank(3, 2, "pad").tolist())
+        s.seed = SEED + 5
+        s.set_epoch(1)
+        other = permd.Mixture(SEED + 5, 1, SIZES, WEIGHTS, length=LENGTH).rank(3, 2, "pad").tolist()
+        self.assertNotEqual(other, mix.with_epoch(1).rank(3, 2, "pad").tolist())  # the seeds' orders differ
+        self.assertEqual(list(s), other)
+        self.assertEqual(s.state_dict()["seed"], SEED + 5)
+
     def test_without_torch_or_numpy(self):
         expect = permd.Mixture(3, 2, [10, 7], [1, 2], length=40).rank(3, 1, "exact").tolist()
         code = ("import sys\n"

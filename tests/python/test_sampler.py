@@ -551,6 +551,10 @@ class ClientRobustness(unittest.TestCase):
         self.assertEqual(self.c.get_dataset("victim")["size"], 10)
         with self.assertRaises(TypeError):
             self.c.get_dataset(5)
+        for call in (lambda: self.c.get_dataset(""), lambda: self.c.put_dataset("", 10),
+                     lambda: self.c.fetch("", 1, 0, 1, 0, count=1), lambda: self.c.put_mixture("m", ["victim", ""], [1, 1])):
+            with self.assertRaisesRegex(permd.InvalidArgument, "empty"):  # a bad value, not a bad type
+                call()
 
     def test_sharded_window_and_lanes_of_0_are_refused(self):
         # `window or 8` read 0 as the default; permctl refuses 0
