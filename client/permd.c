@@ -53,6 +53,11 @@ struct permd_stream {
     uint32_t window;  /* credits granted ahead */
     uint32_t unacked; /* batches consumed since the last Credit */
     uint64_t offset;
+    uint64_t batch, max_count; /* as asked: a batch above batch ids, or a stream above max_count (0: none), is refused */
+    uint64_t seq, received;    /* the next batch's seq; ids received */
+    uint32_t queued;           /* frames in head..tail: at most the window and the stream's end */
+    int locations;             /* asked for locations (16-byte items) */
+    int cancelled;             /* Cancel was sent: StreamEnd may say CANCELLED */
     int done, rc;
     pd_qframe *head, *tail;
     pd_qframe *held; /* the frame whose ids the caller holds */
@@ -70,6 +75,7 @@ struct permd_client {
     int pending_fd;  /* a descriptor that arrived with the frame being read (a StreamRing's); -1 */
     int fds_dropped; /* a descriptor permd sent was lost (MSG_CTRUNC) */
     uint32_t timeout_ms;
+    uint64_t deadline; /* when the reply being waited for is late (pd_cl_arm); 0: never */
     uint64_t next_id;
     pd_frame_reader in;
     pd_arena arena;
@@ -122,12 +128,19 @@ static int pd_cl_fail(permd_client *c, int err, const char *fmt, ...)
 
 /* ---- Socket I/O -------------------------------------------------------------- */
 
-/* Wait for the socket to be ready for events, at most the client's timeout (a signal does not restart it). */
+/* Start the clock on one reply (a call's, a stream batch's, a close's drain): every read and write until it comes
+ * shares one deadline, so a server that trickles bytes, or sends frames for other ids, is still late in time. */
+static void pd_cl_arm(permd_client *c)
+{
+    c->deadline = c->timeout_ms ? pd_endpoint_now_ms() + c->timeout_ms : 0;
+}
+
+/* Wait for the socket to be ready for events, until the armed deadline (a signal does not restart it). */
 static int pd_cl_poll(permd_client *c, short events)
 {
-    if (!c->timeout_ms)
+    if (!c->deadline)
         return 0;
-    if (pd_endpoint_wait(c->fd, events, pd_endpoint_now_ms() + c->timeout_ms) == 0)
+    if (pd_endpoint_wait(c->fd, events, c->deadline) == 0)
         return 0;
     if (errno == ETIMEDOUT)
         return pd_cl_fail(c, PD_ETIMEDOUT, "no answer from permd within %u ms", c->timeout_ms);
@@ -229,8 +242,13 @@ static int pd_cl_read_frame(permd_client *c, const uint8_t **payload, uint32_t *
     }
 }
 
+/* Keep a stream frame for permd_stream_next. The server sends a batch only for a credit, and the client has at
+ * most `window` out: more frames than those and the stream's end (and its ring) would be a server filling this
+ * process's memory. */
 static int pd_cl_queue_stream_frame(permd_stream *st, const uint8_t *payload, uint32_t len)
 {
+    if (st->queued >= st->window + 2)
+        return pd_cl_fail(st->c, PD_EPROTO, "permd sent more stream batches than the %u credits granted", st->window);
     pd_qframe *q = malloc(sizeof *q + len);
     if (!q)
         return pd_cl_fail(st->c, PD_ENOMEM, "out of memory");
@@ -242,11 +260,13 @@ static int pd_cl_queue_stream_frame(permd_stream *st, const uint8_t *payload, ui
     else
         st->head = q;
     st->tail = q;
+    st->queued++;
     return 0;
 }
 
 /* Read until the frame answering id (or a connection-level error, id 0);
- * the open stream's frames are queued for it on the way. */
+ * the open stream's frames are queued for it on the way. Replies come in order and a request is abandoned only
+ * with its connection, so a frame for any other id is the server's mistake. */
 static int pd_cl_wait(permd_client *c, uint64_t id, const uint8_t **payload, uint32_t *len)
 {
     for (;;) {
@@ -256,11 +276,17 @@ static int pd_cl_wait(permd_client *c, uint64_t id, const uint8_t **payload, uin
             return rc;
         if (pd_frame_scan_bulk(*payload, *len, 0, &v) < 0)
             return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed frame");
-        if (v.id == id || v.id == 0)
+        if (v.id == id)
             return 0;
-        if (c->stream && v.id == c->stream->id && (rc = pd_cl_queue_stream_frame(c->stream, *payload, *len)))
+        if (v.id == 0) /* for the connection: only an Error (the reason it is about to close) */
+            return v.body_field == PERMD__V1__ENVELOPE__BODY_ERROR
+                       ? 0
+                       : pd_cl_fail(c, PD_EPROTO, "permd sent a reply (message %u) for request id 0", v.body_field);
+        if (!c->stream || v.id != c->stream->id)
+            return pd_cl_fail(c, PD_EPROTO, "permd answered request %llu while request %llu waited",
+                              (unsigned long long)v.id, (unsigned long long)id);
+        if ((rc = pd_cl_queue_stream_frame(c->stream, *payload, *len)))
             return rc;
-        /* anything else answers a request abandoned earlier: skip it */
     }
 }
 
@@ -289,6 +315,7 @@ static int pd_cl_call(permd_client *c, pd_envelope *req, int want, pd_envelope *
     const uint8_t *payload;
     uint32_t len;
     req->id = ++c->next_id;
+    pd_cl_arm(c);
     int rc = pd_cl_send(c, req);
     if (rc == 0)
         rc = pd_cl_wait(c, req->id, &payload, &len);
@@ -329,6 +356,10 @@ static int pd_cl_hello(permd_client *c, const char *token)
     if (r->spec_version != 1)
         return pd_cl_fail(c, PD_EUNSUPPORTED, "permd computes permutation spec v%u; this client knows v1",
                           r->spec_version);
+    /* Callers size buffers by max_count (Python's fetch by default): no reply could carry more 4-byte ids. */
+    if (c->info.max_count > PD_FRAME_MAX_LIMIT / 4)
+        return pd_cl_fail(c, PD_EPROTO, "permd announced max_count %llu, more ids than a frame can carry",
+                          (unsigned long long)c->info.max_count);
     /* Replies may now be as large as docs/protocol.md §2 says: max_count items of up to 24 bytes (16 a
      * location; a mixture Inverse's 8-byte position, 4-byte rank and epoch varint of up to 10), and a
      * reply that repeats what a request of max_frame brought (GetMixture) with a little per component. */
@@ -508,11 +539,15 @@ int permd_server_info_get(const permd_client *c, permd_server_info *out)
 
 /* ---- Datasets ---------------------------------------------------------------------- */
 
-static void pd_cl_dataset(const Permd__V1__Dataset *m, permd_dataset *out)
+/* A Dataset message into out: PD_EPROTO for none, or for an id width other than 4 and 8 (callers size buffers
+ * by it). */
+static int pd_cl_dataset(permd_client *c, const Permd__V1__Dataset *m, permd_dataset *out)
 {
     memset(out, 0, sizeof *out);
     if (!m)
-        return;
+        return pd_cl_fail(c, PD_EPROTO, "permd sent a DatasetReply without its dataset");
+    if (m->id_width != 4 && m->id_width != 8)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent dataset '%s' of id width %u", m->name, m->id_width);
     snprintf(out->name, sizeof out->name, "%s", m->name);
     out->size = m->size;
     out->id_width = m->id_width;
@@ -523,6 +558,7 @@ static void pd_cl_dataset(const Permd__V1__Dataset *m, permd_dataset *out)
     out->lanes = m->lanes;
     out->layout_hash = m->layout_hash;
     out->definition = m->definition;
+    return 0;
 }
 
 static int pd_cl_check_name(permd_client *c, const char *name)
@@ -547,8 +583,9 @@ int permd_put_dataset(permd_client *c, const char *name, uint64_t size, permd_da
     req.put_dataset = &m;
     if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY, &rep)))
         return rc;
-    if (out)
-        pd_cl_dataset(rep->dataset_reply->dataset, out);
+    permd_dataset d;
+    if ((rc = pd_cl_dataset(c, rep->dataset_reply->dataset, out ? out : &d)))
+        return rc;
     if (created)
         *created = rep->dataset_reply->created;
     return 0;
@@ -585,8 +622,9 @@ int permd_put_dataset_sharded(permd_client *c, const char *name, const uint64_t 
     }
     if (!rep->dataset_reply->dataset)
         return pd_cl_fail(c, PD_EPROTO, "permd did not confirm the dataset after its last shard sizes");
-    if (out)
-        pd_cl_dataset(rep->dataset_reply->dataset, out);
+    permd_dataset d;
+    if ((rc = pd_cl_dataset(c, rep->dataset_reply->dataset, out ? out : &d)))
+        return rc;
     if (created)
         *created = rep->dataset_reply->created;
     return 0;
@@ -606,8 +644,7 @@ int permd_get_dataset(permd_client *c, const char *name, permd_dataset *out)
     req.get_dataset = &m;
     if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DATASET_REPLY, &rep)))
         return rc;
-    pd_cl_dataset(rep->dataset_reply->dataset, out);
-    return 0;
+    return pd_cl_dataset(c, rep->dataset_reply->dataset, out);
 }
 
 /* ---- Lists, page by page (docs/protocol.md §5) ---------------------------------------- */
@@ -680,8 +717,8 @@ int permd_list_datasets(permd_client *c, permd_dataset *out, size_t cap, size_t 
             size_t at = pg.n;
             if ((rc = pd_cl_page_take(c, &pg, r->datasets[i] ? r->datasets[i]->name : NULL)))
                 return rc;
-            if (at < cap)
-                pd_cl_dataset(r->datasets[i], &out[at]);
+            if (at < cap && (rc = pd_cl_dataset(c, r->datasets[i], &out[at])))
+                return rc;
         }
         if ((rc = pd_cl_page_end(c, &pg, r->n_datasets, r->next, &more)))
             return rc;
@@ -730,7 +767,8 @@ static void pd_cl_copy_ids(void *dst, unsigned dst_width, const uint8_t *src, un
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (dst_width == src_width) {
-        memcpy(dst, src, (size_t)n * src_width);
+        if (n) /* dst may be NULL when nothing was asked for */
+            memcpy(dst, src, (size_t)n * src_width);
         return;
     }
 #endif
@@ -765,16 +803,19 @@ static int pd_cl_fetch(permd_client *c, const permd_slice *s, uint64_t count, vo
     const uint8_t *payload;
     uint32_t len;
     pd_bulk_view v;
+    pd_cl_arm(c);
     if ((rc = pd_cl_send(c, &req)) || (rc = pd_cl_wait(c, req.id, &payload, &len)))
         return rc;
     rc = pd_frame_scan_bulk(payload, len, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY, &v);
     if (rc < 0)
         return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed reply");
-    if (rc == 0) /* an Error */
-        return pd_cl_unpack(c, payload, len, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY, &rep);
+    if (rc == 0) { /* another body: an Error's code, or (any other) not what was asked */
+        rc = pd_cl_unpack(c, payload, len, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY, &rep);
+        return rc ? rc : pd_cl_fail(c, PD_EPROTO, "permd sent a FetchReply its scan did not find");
+    }
     uint64_t width = v.f[1], n = v.f[2];
     if ((width != 4 && width != 8 && width != 16) || (width == 16) != (out_width == 16) || n > count ||
-        v.ids_len != n * width)
+        v.ids_len % width || v.ids_len / width != n) /* n × width could wrap: divide instead */
         return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent FetchReply");
     if (width > out_width)
         return pd_cl_fail(c, PD_EOVERFLOW, "dataset '%s' has ids above 2^32: use permd_fetch_u64", s->dataset);
@@ -891,12 +932,15 @@ int permd_digest_slice(permd_client *c, const permd_slice *s, permd_digest *out)
     req.body_case = PERMD__V1__ENVELOPE__BODY_DIGEST;
     req.digest = &m;
     permd_digest sum = {0, 0, 0};
+    uint64_t left = UINT64_MAX; /* the previous part's remaining: each part must shrink it, or this never ends */
     for (;;) {
         if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DIGEST_REPLY, &rep)))
             return rc;
         const Permd__V1__DigestReply *r = rep->digest_reply;
-        if ((m.count && r->count > m.count) || (r->remaining && (!m.count || r->next_offset <= sm.offset)))
+        if ((m.count && r->count > m.count) ||
+            (r->remaining && (!m.count || !r->count || r->next_offset <= sm.offset || r->remaining >= left)))
             return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent DigestReply");
+        left = r->remaining;
         /* Digests are sums mod 2^64, so parts add up to the whole. */
         sum.count += r->count;
         sum.sum += r->sum;
@@ -922,6 +966,7 @@ static int pd_cl_stream_frame(permd_stream *st, const uint8_t **payload, uint32_
         st->head = q->next;
         if (!st->head)
             st->tail = NULL;
+        st->queued--;
         st->held = q;
         *payload = q->data;
         *len = q->len;
@@ -975,11 +1020,23 @@ static int pd_cl_stream_decode(permd_stream *st, const uint8_t *payload, uint32_
     if (rc < 0)
         return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed stream frame");
     if (rc == 1) {
-        uint64_t width = v->f[1];
-        if (width != 4 && width != 8 && width != 16)
-            return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
+        /* Batches come in order, each of 1 to batch items of the kind asked for, advancing the offset; a
+         * server that breaks any of these would hand out wrong ids as if they were right. */
+        const uint64_t width = v->f[1], n = v->f[2];
+        if ((st->locations ? width != 16 : width != 4 && width != 8) || n == 0 || n > st->batch ||
+            (st->max_count && n > st->max_count - st->received))
+            return pd_cl_fail(c, PD_EPROTO, "permd sent a StreamBatch of %llu items of %llu bytes (asked: batches of "
+                              "at most %llu %s%s)", (unsigned long long)n, (unsigned long long)width,
+                              (unsigned long long)st->batch, st->locations ? "locations" : "ids",
+                              st->max_count ? ", up to max_count" : "");
+        if (v->f[4] != st->seq || v->f[3] <= st->offset)
+            return pd_cl_fail(c, PD_EPROTO, "permd sent StreamBatch %llu (offset %llu) where batch %llu (past offset "
+                              "%llu) was next", (unsigned long long)v->f[4], (unsigned long long)v->f[3],
+                              (unsigned long long)st->seq, (unsigned long long)st->offset);
+        st->seq++;
+        st->received += n;
         if (!st->ring) /* count × width could wrap: divide instead */
-            return v->ids_len % width == 0 && v->f[2] == v->ids_len / width
+            return v->ids_len % width == 0 && n == v->ids_len / width
                        ? 1
                        : pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent StreamBatch");
         /* Ring batches start one of the slots (so they are aligned) and stay in it. */
@@ -997,11 +1054,26 @@ static int pd_cl_stream_decode(permd_stream *st, const uint8_t *payload, uint32_
     }
     if ((rc = pd_cl_unpack(c, payload, len, PERMD__V1__ENVELOPE__BODY_STREAM_END, &env)))
         return rc;
-    st->offset = env->stream_end->next_offset;
-    if (env->stream_end->reason == PERMD__V1__END_REASON__END_REASON_SHUTDOWN)
+    const Permd__V1__StreamEnd *e = env->stream_end;
+    if (e->delivered != st->received)
+        return pd_cl_fail(c, PD_EPROTO, "permd ended a stream saying it sent %llu ids; %llu came",
+                          (unsigned long long)e->delivered, (unsigned long long)st->received);
+    st->offset = e->next_offset;
+    switch (e->reason) {
+    case PERMD__V1__END_REASON__END_REASON_COMPLETE:
+        return 0;
+    case PERMD__V1__END_REASON__END_REASON_CANCELLED:
+        if (st->cancelled)
+            return 0;
+        return pd_cl_fail(c, PD_ECLOSED, "permd cancelled the stream; resume from offset %llu",
+                          (unsigned long long)st->offset);
+    case PERMD__V1__END_REASON__END_REASON_SHUTDOWN:
         return pd_cl_fail(c, PD_ECLOSED, "permd is shutting down; resume from offset %llu",
                           (unsigned long long)st->offset);
-    return 0;
+    default:
+        return pd_cl_fail(c, PD_EPROTO, "permd ended a stream for a reason this client does not know (%d)",
+                          (int)e->reason);
+    }
 }
 
 int permd_stream_open(permd_client *c, const permd_slice *s, uint64_t batch, uint64_t max_count,
@@ -1017,8 +1089,9 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     int rc;
     if (!c || !out)
         return PD_EINVAL;
-    if (c->stream)
-        return pd_cl_fail(c, PD_EBUSY, "this client already has an open stream");
+    if (c->stream) /* the caller's to fix, not the server's load: not PD_EBUSY */
+        return pd_cl_fail(c, PD_EINVAL, "this client already has an open stream: close it first (one stream a "
+                                        "client)");
     if ((rc = pd_cl_slice(c, s, &sm)))
         return rc;
     if (batch == 0)
@@ -1030,11 +1103,16 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     uint64_t window = (st->want_ring ? PD_CL_RING_BYTES : PD_CL_STREAM_BYTES) / (batch * 4 + 1);
     uint64_t max_window = c->info.max_credits && c->info.max_credits < PD_CL_MAX_WINDOW ? c->info.max_credits
                                                                                        : PD_CL_MAX_WINDOW;
-    if (window > max_window)
+    if (window < 2) /* a Credit every other batch */
+        window = 2;
+    if (window > max_window) /* a server's max_credits of 1: a Credit after every batch */
         window = max_window;
-    st->window = (uint32_t)(window < 2 ? 2 : window);
+    st->window = (uint32_t)window;
     st->c = c;
     st->offset = s->offset;
+    st->batch = batch;
+    st->max_count = max_count;
+    st->locations = (flags & PERMD_LOCATIONS) != 0;
     Permd__V1__Stream m = PERMD__V1__STREAM__INIT;
     m.slice = &sm;
     m.batch = batch;
@@ -1052,12 +1130,17 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     pd_bulk_view v;
     /* Wait for the first frame (after the ring, if any) so that a refused
      * stream fails here, not in next. */
+    pd_cl_arm(c);
     if ((rc = pd_cl_send(c, &req)))
         goto fail;
     do
         if ((rc = pd_cl_wait(c, st->id, &payload, &len)) || (rc = pd_cl_stream_decode(st, payload, len, &v)) < 0)
             goto fail;
     while (rc == 2);
+    if (rc == 1) { /* checked; permd_stream_next decodes it again from the queue and counts it then */
+        st->seq--;
+        st->received -= v.f[2];
+    }
     c->stream = st;
     if ((rc = pd_cl_queue_stream_frame(st, payload, len)))
         goto fail;
@@ -1099,6 +1182,7 @@ int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint6
         return PD_ECLOSED;
     if (st->done)
         return st->rc;
+    pd_cl_arm(c);
     if (st->unacked && st->unacked >= st->window / 2) { /* top the window up in one message */
         Permd__V1__Credit m = PERMD__V1__CREDIT__INIT;
         m.credits = st->unacked;
@@ -1152,10 +1236,18 @@ int permd_stream_close(permd_stream *st)
         req.id = st->id;
         req.body_case = PERMD__V1__ENVELOPE__BODY_CANCEL;
         req.cancel = &m;
+        pd_cl_arm(c); /* one deadline for the whole drain */
+        st->cancelled = 1;
         rc = pd_cl_send(c, &req);
-        /* Drain the batches already on their way, up to StreamEnd. */
-        while (rc == 0) {
+        /* Drain the batches already on their way, up to StreamEnd: no more than the credits out, since a
+         * batch read here is not credited again. */
+        for (uint32_t left = st->window + 1; rc == 0; left--) {
             pd_bulk_view v;
+            if (!left) {
+                rc = pd_cl_fail(c, PD_EPROTO, "permd sent more than the %u credited batches after a Cancel",
+                                st->window);
+                break;
+            }
             if ((rc = pd_cl_stream_step(st, &v)) == 0)
                 break;
             if (rc == 1)
@@ -1330,6 +1422,8 @@ static int pd_cl_mixture_def(permd_client *c, const Permd__V1__Mixture *m, permd
 {
     if (!m || m->n_components == 0 || m->n_stages == 0 || m->n_component_sizes != m->n_components)
         return pd_cl_fail(c, PD_EPROTO, "permd sent an incomplete mixture");
+    if (m->id_width != 4 && m->id_width != 8) /* callers size buffers by it */
+        return pd_cl_fail(c, PD_EPROTO, "permd sent a mixture of id width %u", m->id_width);
     size_t C = m->n_components, S = m->n_stages;
     const int layouts = m->n_component_shards == C && m->n_component_windows == C && m->n_component_lanes == C;
     const int hashes = layouts && m->n_component_layout_hashes == C; /* from a permd of 2026-11-26 on */
@@ -1500,6 +1594,9 @@ int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, u
         return pd_cl_fail(c, PD_EINVAL, "samples, component_epochs, epochs and positions are required");
     if (mode > PERMD_MODE_EXACT)
         return pd_cl_fail(c, PD_EINVAL, "mode %d is not a PERMD_MODE_* (or negative for none)", mode);
+    if (count > (c->info.max_count ? c->info.max_count : UINT32_MAX)) /* and count × 8 cannot wrap */
+        return pd_cl_fail(c, PD_EINVAL, "count %llu is above the server's max_count (%llu)", (unsigned long long)count,
+                          (unsigned long long)c->info.max_count);
     permd_mixture_def *d;
     if ((rc = permd_get_mixture(c, mixture, &d))) /* samples travel at the mixture's id width */
         return rc;

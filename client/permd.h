@@ -196,8 +196,9 @@ PERMD_API int permd_connect_timeout(const char *endpoint, const char *token, uin
  * and permd_stream_close frees it. NULL is fine. */
 PERMD_API void permd_close(permd_client *c);
 
-/* Give up on a reply after ms milliseconds (0: wait forever, the default).
- * After PERMD_ETIMEDOUT the connection is unusable: close it. */
+/* Give up on a reply after ms milliseconds (0: wait forever, the default): one deadline from the request
+ * to its whole reply (a stream's: from permd_stream_next to its batch; permd_stream_close: for its whole drain),
+ * however the server trickles it. After PERMD_ETIMEDOUT the connection is unusable: close it. */
 PERMD_API int permd_set_timeout(permd_client *c, uint32_t ms);
 /* The message of the last failure on c (the server's text when it sent one). */
 PERMD_API const char *permd_last_error(const permd_client *c);
@@ -236,8 +237,13 @@ PERMD_API int permd_fetch_u64(permd_client *c, const permd_slice *s, uint64_t co
 
 /* Stream the rank's ids in batches of `batch` (max_count = 0: to the end of
  * its slice). Credits are managed inside: the server runs ahead by a few
- * batches and stops when the reader does. One stream per client at a time;
- * other calls on the client may be made while it is open. */
+ * batches and stops when the reader does. One stream per client at a time
+ * (a second is PERMD_EINVAL); other calls on the client may be made while it
+ * is open. Batches are checked as they come (in order, of the kind asked
+ * for, 1 to batch items, within max_count, the offset advancing): a server
+ * that breaks any of these gets PERMD_EPROTO, never ids passed on. A stream
+ * that permd ends early (shutting down, or cancelled without being asked)
+ * is PERMD_ECLOSED: resume from permd_stream_offset. */
 PERMD_API int permd_stream_open(permd_client *c, const permd_slice *s, uint64_t batch, uint64_t max_count,
                                 permd_stream **out);
 /* The next batch: *ids points at *count little-endian ids of *width bytes,

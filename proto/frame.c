@@ -286,6 +286,15 @@ int pd_frame_check_strings(const uint8_t *payload, size_t len, const char **bad)
     return pd_strings_whole(payload, payload + len, &permd__v1__envelope__descriptor, 0, bad);
 }
 
+/* Whether field is one of the Envelope's bodies: a field a newer peer added is not, and is skipped as protobuf-c
+ * skips it (docs/protocol.md §12), so the body both readers see is the same. */
+static int pd_envelope_body(uint32_t field)
+{
+    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(&permd__v1__envelope__descriptor,
+                                                                                (unsigned)field);
+    return f && (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF);
+}
+
 int pd_frame_scan_bulk(const uint8_t *payload, size_t len, uint32_t want, pd_bulk_view *v)
 {
     const uint8_t *p = payload, *end = payload + len, *body = NULL;
@@ -299,7 +308,7 @@ int pd_frame_scan_bulk(const uint8_t *payload, size_t len, uint32_t want, pd_bul
         if (field == 1 && wt == PD_WIRE_VARINT) {
             if (pd_varint_get(&p, end, &v->id))
                 return PD_EPROTO;
-        } else if (wt == PD_WIRE_LEN && field >= 10) { /* a body */
+        } else if (wt == PD_WIRE_LEN && pd_envelope_body(field)) {
             if (pd_varint_get(&p, end, &blen) || blen > (uint64_t)(end - p))
                 return PD_EPROTO;
             v->body_field = field;

@@ -17,8 +17,14 @@ except ImportError:
     np = None
 
 
+def _text(b):
+    """A string the server sent: libpermd cuts long ones at a byte count, possibly inside a character, and a
+    server may send anything; neither is worth a UnicodeDecodeError in the caller."""
+    return b.decode("utf-8", "replace")
+
+
 def _dataset_dict(d):
-    out = {"name": d.name.decode(), "size": d.size, "id_width": d.id_width, "from_config": bool(d.from_config),
+    out = {"name": _text(d.name), "size": d.size, "id_width": d.id_width, "from_config": bool(d.from_config),
            "created_unix_ms": d.created_unix_ms, "shards": d.shards,
            "definition": d.definition or None}  # None: a permd that does not send it
     if d.shards:
@@ -30,7 +36,7 @@ def _dataset_dict(d):
 
 def _mixture_dict(d):
     n, s = d.ncomponents, d.nstages
-    return {"name": d.name.decode(), "components": [d.components[j].value.decode() for j in range(n)],
+    return {"name": _text(d.name), "components": [_text(d.components[j].value) for j in range(n)],
             "component_sizes": d.component_sizes[:n],
             "stages": [(d.stage_starts[k], d.weights[k * n:(k + 1) * n]) for k in range(s)],
             "length": d.length, "block": d.block, "size": d.size, "id_width": d.id_width,
@@ -192,7 +198,7 @@ class Client:
         self._c, self._pid, self._broken = handle, os.getpid(), False
         info = _lib.ServerInfo()
         self._check(_lib.server_info_get(self._c, ctypes.byref(info)), "hello")
-        self._server = info.server.decode()
+        self._server = _text(info.server)
         self._max_count = info.max_count
 
     @property
@@ -363,7 +369,7 @@ class Client:
     def list_mixtures(self):
         """The mixtures' names, sorted."""
         names, n = self._list(_lib.list_mixtures, lambda cap: ((ctypes.c_char * 129) * cap)(), "list_mixtures")
-        return [names[i].value.decode() for i in range(n)]
+        return [_text(names[i].value) for i in range(n)]
 
     @_serialized
     def delete_mixture(self, name):
@@ -537,10 +543,10 @@ class Client:
         out["stream_rings_total"] = st.stream_rings_total
         out["latency_bounds_us"] = list(st.latency_bounds_us)[:-1]  # the last bucket is +Inf
         out["requests_by_type"] = {
-            r.type.decode(): {"requests": r.requests, "errors": r.errors, "latency_sum_us": r.latency_sum_us,
+            _text(r.type): {"requests": r.requests, "errors": r.errors, "latency_sum_us": r.latency_sum_us,
                               "latency_buckets": list(r.latency_buckets)}
             for r in st.requests[:st.nrequests]}
-        out["errors_by_type"] = [(e.type.decode(), e.code.decode(), e.count) for e in st.errors[:st.nerrors]]
+        out["errors_by_type"] = [(_text(e.type), _text(e.code), e.count) for e in st.errors[:st.nerrors]]
         return out
 
 

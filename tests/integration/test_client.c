@@ -30,7 +30,7 @@ typedef enum {
     FAKE_RING_NOFD,     /* a StreamRing without its descriptor */
     FAKE_RING_UNSEALED, /* a ring that could shrink under the client's reads */
     FAKE_RING_OUTSIDE,  /* a batch announced past the ring's end */
-    FAKE_BATCH_WRAP,    /* no ring: count × width wraps to the empty ids' length */
+    FAKE_BATCH_WRAP,    /* no ring: count × width wraps to the empty ids' length (and count is above batch) */
 } fake_kind;
 
 #define FAKE_SLOTS 4 /* = the fake's max_credits, so libpermd's window */
@@ -105,6 +105,7 @@ static void fake_stream_reply(int fd, fake_kind kind, uint64_t id)
     Permd__V1__StreamBatch b = PERMD__V1__STREAM_BATCH__INIT;
     b.id_width = 4;
     b.count = 100;
+    b.next_offset = 100; /* in order, advancing: only what the kind breaks is wrong */
     env.body_case = PERMD__V1__ENVELOPE__BODY_STREAM_BATCH;
     env.stream_batch = &b;
     if (kind == FAKE_BATCH_WRAP) {
@@ -355,7 +356,7 @@ static void test_bad_stream_replies(void **state)
         {FAKE_RING_NOFD, "unexpected StreamRing"},
         {FAKE_RING_UNSEALED, "not sealed against shrinking"},
         {FAKE_RING_OUTSIDE, "outside its ring"},
-        {FAKE_BATCH_WRAP, "inconsistent StreamBatch"},
+        {FAKE_BATCH_WRAP, "StreamBatch of 1152921504606846976 items"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int fds = open_fds();

@@ -227,6 +227,7 @@ static void *fake_main(void *arg)
             permd__v1__dataset__init(&ds[i]);
             ds[i].name = page[i];
             ds[i].size = 7;
+            ds[i].id_width = 4; /* a width libpermd sizes buffers by: it refuses others */
             dp[i] = &ds[i];
             permd__v1__mixture__init(&mx[i]);
             mx[i].name = page[i];

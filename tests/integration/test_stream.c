@@ -214,7 +214,7 @@ static void test_client_stream_with_fetch(void **state)
     assert_int_equal(permd_connect_unix(h.sock, &c), 0);
     permd_slice s = {.dataset = "d", .seed = 5, .epoch = 6, .world = 3, .rank = 2, .mode = PERMD_MODE_PAD};
     assert_int_equal(permd_stream_open(c, &s, 64, 0, &st), 0);
-    assert_int_equal(permd_stream_open(c, &s, 64, 0, &second), PERMD_EBUSY);
+    assert_int_equal(permd_stream_open(c, &s, 64, 0, &second), PERMD_EINVAL);
     uint64_t k = 0;
     for (int round = 0; round < 20; round++) {
         const void *ids;

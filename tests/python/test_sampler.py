@@ -594,6 +594,49 @@ class ClientRobustness(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 5)
         mute.close()
 
+    def _hello_server(self, name, max_count):
+        """A socket that answers one Hello (hand-encoded protobuf) with this server name and max_count."""
+        def field(num, wire, payload):
+            return varint(num << 3 | wire) + payload
+
+        def varint(v):
+            out = b""
+            while v >= 0x80:
+                out, v = out + bytes([v & 0x7F | 0x80]), v >> 7
+            return out + bytes([v])
+
+        def nested(num, data):
+            return field(num, 2, varint(len(data)) + data)
+
+        limits = field(1, 0, varint(1 << 20)) + field(2, 0, varint(max_count)) + field(4, 0, varint(4))
+        hello = field(1, 0, varint(1)) + field(2, 0, varint(1)) + nested(3, name.encode()) + nested(5, limits)
+        path = os.path.join(self.daemon.dir, f"hello-{max_count}.sock")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(path)
+        srv.listen(1)
+
+        def serve():
+            conn, _ = srv.accept()
+            conn.recv(4096)
+            env = field(1, 0, varint(1)) + nested(41, hello)  # the client's first request has id 1
+            conn.sendall(len(env).to_bytes(4, "little") + env)
+            conn.recv(4096)  # until the client hangs up
+            conn.close()
+            srv.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        return path
+
+    def test_server_strings_and_limits(self):
+        # libpermd keeps 63 bytes of the server's name, cutting a 2-byte character in half: the name decoded,
+        # not a UnicodeDecodeError; a max_count no frame could carry (4 TiB of ids at fetch's default count) is
+        # refused at the Hello, not allocated
+        c = permd.Client(socket=self._hello_server("permd " + "ü" * 40, 1000), timeout=5)
+        self.assertTrue(c.server.startswith("permd üü"), c.server)
+        c.close()
+        with self.assertRaisesRegex(permd.ProtocolError, "max_count 1099511627776"):
+            permd.Client(socket=self._hello_server("permd", 1 << 40), timeout=5)
+
     def test_tcp_connect_honours_the_timeout(self):
         # a TCP listener whose accept queue is full: the kernel drops further SYNs, so connect alone would
         # wait minutes (a firewalled or dead host in life); Timeout in about the timeout, ConnectionFailed
