@@ -558,7 +558,9 @@ class Sampler(_Base):
         """(start, floor, at_end) for a state's offset on this sampler's W ranks: where its pass starts here, the
         offset its states never read below (no state claims less progress than the one it resumed, so a chain of
         resumes over several world sizes loses nothing in pad mode and repeats nothing in drop mode), and whether
-        the state is at its epoch's end on the world that saved it (then the next epoch follows: _pending).
+        the state is at its epoch's end (then the next epoch follows: _pending): on the world that saved it, and in
+        drop mode on this one too (a state at the end of 7 ranks' epoch, T = 994 of N = 1000, leaves one rank the
+        positions 994 to 999, which no rank trained).
 
         Exact mode: the offset as it is. Pad and drop mode keep their promise of one count for every rank: the
         start is a multiple of W (from a state of another W the offset may not be one), pad down (up to W - 1
@@ -578,7 +580,10 @@ class Sampler(_Base):
         if self.mode == "pad":
             return (t, t, True) if offset >= n else (offset - offset % w, offset, False)
         if self.mode == "drop":
-            return min(t, -(-offset // w) * w), offset, offset >= saved_t
+            # at its end only where the saving world's epoch ended and this one's has nothing left: a world with
+            # a longer epoch (T larger) trains the positions the saving world dropped, which none trained yet
+            start = min(t, -(-offset // w) * w)
+            return start, offset, offset >= saved_t and start >= t
         return offset, offset, offset >= n
 
     def _layout(self):

@@ -663,6 +663,25 @@ class ChainsOfResumes(unittest.TestCase):
                     if mode != "pad":
                         self.assertEqual(len(seen), len(set(seen)), where)
 
+    def test_drop_resume_without_set_epoch(self):
+        """load_state_dict() alone, as set_epoch() of the state's epoch: a drop-mode state at the end of 7 ranks'
+        epoch (T = 994 of 1000) leaves one rank what no rank trained (it rolled to the next epoch: position 999 of
+        the chain 1 → 7 → 1 was never trained); from the end of one rank's epoch, the next epoch follows."""
+        for offset, left in [(999, 1), (994, 6)]:
+            state = {"version": 1, "seed": 0, "epoch": 0, "offset": offset, "size": 1000, "mode": "drop",
+                     "num_replicas": 7}
+            alone = permd.Sampler(size=1000, num_replicas=1, rank=0, mode="drop")
+            alone.load_state_dict(state)
+            named = permd.Sampler(size=1000, num_replicas=1, rank=0, mode="drop")
+            named.load_state_dict(state)
+            named.set_epoch(0)
+            tail = list(named)
+            self.assertEqual(tail, list(permd.Permutation(0, 0, 1000)[1000 - left:]))
+            self.assertEqual((alone.epoch, list(alone)), (0, tail))
+        end = permd.Sampler(size=1000, num_replicas=7, rank=0, mode="drop")
+        end.load_state_dict(dict(state, num_replicas=1, offset=1000))
+        self.assertEqual((end.epoch, len(list(end))), (1, 142))
+
     def test_pad_keeps_the_offset_it_resumed(self):
         s = permd.Sampler(size=103, num_replicas=4, rank=0, mode="pad")
         s.load_state_dict({"version": 1, "seed": 0, "epoch": 0, "offset": 30, "size": 103, "mode": "pad",
