@@ -49,6 +49,9 @@ int permd_nccl_join(permd_client *c, const char *group, uint32_t members, int de
     }
     memcpy(&u, id, sizeof u);
     cfg.blocking = 0;
+    /* Never NVLink multicast (docs/nccl.md): point-to-point sends have no use for it, and it can take a shared
+     * host's GPUs down. A trainer's explicit setting stands; NCCL reads it when this process first inits. */
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
     if (ncclCommInitRankConfig(&g->comm, (int)g->nranks, u, (int)g->rank, &cfg) != ncclInProgress && !g->comm) {
         rc = PERMD_EIO;
         goto fail;
