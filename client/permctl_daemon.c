@@ -95,9 +95,9 @@ static int permctl_read_token(const char *what, const char *path, pd_token_file 
     case PD_TOKEN_TOO_LONG:
         return permctl_usage_error("%s: the first line of %s is longer than %d bytes, the longest token permd "
                                    "takes", what, path, PD_TOKEN_MAX);
-    case PD_TOKEN_HAS_NUL:
-        return permctl_usage_error("%s: the first line of %s holds a NUL byte at byte %zu; a token is text", what,
-                                   path, f->nul_at);
+    case PD_TOKEN_NOT_TEXT:
+        return permctl_usage_error("%s: the first line of %s holds the control byte 0x%02x at byte %zu; a token is "
+                                   "text", what, path, f->bad_byte, f->bad_at);
     case PD_TOKEN_EMPTY:
     default:
         return permctl_usage_error("%s: the first line of %s is empty", what, path);

@@ -53,9 +53,9 @@ int pd_auth_load_token(const char *path, char **token, size_t *len)
         pd_log_error("token", "path=%s msg=\"token_file: the first line is longer than %d bytes, the longest token "
                      "(32 random bytes in hex are plenty: openssl rand -hex 32)\"", path, PD_AUTH_TOKEN_MAX);
         return rc;
-    case PD_TOKEN_HAS_NUL:
-        pd_log_error("token", "path=%s msg=\"token_file: the first line holds a NUL byte at byte %zu; the token "
-                     "must be text (openssl rand -hex 32)\"", path, f.nul_at);
+    case PD_TOKEN_NOT_TEXT:
+        pd_log_error("token", "path=%s msg=\"token_file: the first line holds the control byte 0x%02x at byte %zu; "
+                     "the token must be text (openssl rand -hex 32)\"", path, f.bad_byte, f.bad_at);
         return rc;
     case PD_TOKEN_EMPTY:
         pd_log_error("token", "path=%s msg=\"token_file: the first line is empty\"", path);

@@ -54,7 +54,7 @@ static const pd_opt pd_opts[] = {
     PD_OPT(token_file, PD_OPT_STR, "", 0, 0,
            "File whose first line (without its line end) is the shared secret TCP\n"
            "clients must send in Hello: a regular file holding 1-1024 bytes of text\n"
-           "without a NUL byte (openssl rand -hex 32; under 16 bytes is warned about),\n"
+           "without a control byte (openssl rand -hex 32; under 16 bytes is warned about),\n"
            "with 128 bytes of max_preauth_frame to spare. When set, every TCP\n"
            "connection must authenticate; Unix socket clients are trusted by\n"
            "socket_mode."),

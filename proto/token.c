@@ -63,12 +63,15 @@ int pd_token_read(const char *path, pd_token_file *out)
     size_t len = 0;
     while (len < (size_t)n && line[len] != '\n' && line[len] != '\r')
         len++;
-    const char *nul;
+    size_t bad = 0;
+    while (bad < len && (unsigned char)line[bad] >= 0x20 && (unsigned char)line[bad] != 0x7f)
+        bad++;
     if (len > PD_TOKEN_MAX) {
         rc = pd_token_fail(out, PD_TOKEN_TOO_LONG, PD_ETOOBIG);
-    } else if ((nul = memchr(line, '\0', len))) {
-        out->nul_at = (size_t)(nul - line);
-        rc = pd_token_fail(out, PD_TOKEN_HAS_NUL, PD_EINVAL);
+    } else if (bad < len) {
+        out->bad_at = bad;
+        out->bad_byte = (unsigned char)line[bad];
+        rc = pd_token_fail(out, PD_TOKEN_NOT_TEXT, PD_EINVAL);
     } else if (len == 0) {
         rc = pd_token_fail(out, PD_TOKEN_EMPTY, PD_EINVAL);
     } else {

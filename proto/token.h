@@ -17,7 +17,7 @@ typedef enum pd_token_fault {
     PD_TOKEN_CANNOT_READ, /* read failed (err) */
     PD_TOKEN_NOT_REGULAR, /* a directory, a pipe, a FIFO or a device */
     PD_TOKEN_TOO_LONG,    /* the first line is longer than PD_TOKEN_MAX */
-    PD_TOKEN_HAS_NUL,     /* the first line holds a NUL byte (at nul_at) */
+    PD_TOKEN_NOT_TEXT,    /* the first line holds a control byte (bad_byte, at bad_at): NUL, tab, DEL, ... */
     PD_TOKEN_EMPTY,       /* the first line is empty */
 } pd_token_fault;
 
@@ -27,15 +27,16 @@ typedef struct pd_token_file {
     unsigned mode;        /* the file's permission bits (permd warns when its group or others may read it) */
     pd_token_fault fault; /* PD_TOKEN_FINE when pd_token_read returned 0 */
     int err;              /* errno, for PD_TOKEN_CANNOT_OPEN and PD_TOKEN_CANNOT_READ */
-    size_t nul_at;        /* PD_TOKEN_HAS_NUL: the NUL's byte */
+    size_t bad_at;        /* PD_TOKEN_NOT_TEXT: where the control byte is */
+    unsigned bad_byte;    /*   and which it is */
 } pd_token_file;
 
 /* Read the token of the file at path into *out: its first line, without its \n or \r\n. The file is opened
  * O_NONBLOCK and must be a regular file, so that a FIFO or a device is refused instead of blocking the
  * reader (permd's startup or event loop, or permctl) until a writer comes. A first line longer than
  * PD_TOKEN_MAX is refused, not cut (clients would send it whole in a Hello that max_preauth_frame refuses);
- * so is a NUL byte in it (C strings end there: a binary token would be checked up to its first zero byte)
- * and an empty one. Returns 0, or PD_EIO (cannot open or read), PD_ETOOBIG (too long) or PD_EINVAL (any
+ * so is a control byte in it (below 0x20, or 0x7f: a token is text; a binary one, head -c 32 /dev/urandom,
+ * would be cut at its first \n or \r unseen, and C strings end at its first NUL) and an empty one. Returns 0, or PD_EIO (cannot open or read), PD_ETOOBIG (too long) or PD_EINVAL (any
  * other rule), with out->fault saying which; the caller words the message. */
 int pd_token_read(const char *path, pd_token_file *out);
 

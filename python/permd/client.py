@@ -84,7 +84,8 @@ class TokenFileWarning(UserWarning):
 
 def _read_token_file(path):
     """The TCP token in a token file, by the rules permd reads its own token_file with (daemon/auth.c): the
-    first line without its \\n or \\r\\n (the rest is ignored), 1-1024 bytes with no NUL, in a regular file.
+    first line without its \\n or \\r\\n (the rest is ignored), 1-1024 bytes of text (no control byte: NUL, tab,
+    DEL, ...), in a regular file.
     Bytes, sent as they are: permd compares bytes. Raises OSError (cannot open or read) or ValueError, naming
     the file; warns (TokenFileWarning) when group or others may open it."""
     name = repr(os.fsdecode(path))
@@ -116,9 +117,10 @@ def _read_token_file(path):
     if len(line) > _TOKEN_MAX:
         raise ValueError(f"token_file {name}: the first line is longer than {_TOKEN_MAX} bytes, the longest "
                          "token permd takes")
-    if b"\0" in line:
-        raise ValueError(f"token_file {name}: the first line holds a NUL byte at byte {line.index(0)}; a token "
-                         "is text")
+    bad = next((i for i, b in enumerate(line) if b < 0x20 or b == 0x7F), None)
+    if bad is not None:
+        raise ValueError(f"token_file {name}: the first line holds the control byte 0x{line[bad]:02x} at byte "
+                         f"{bad}; a token is text")
     if not line:
         raise ValueError(f"token_file {name}: the first line is empty")
     return line

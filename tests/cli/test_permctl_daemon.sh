@@ -148,13 +148,16 @@ trap permd_fixture_cleanup EXIT
 mkfifo "$DIR/fifo"
 mkdir "$DIR/tokdir"
 printf 'abc\0def\n' >"$DIR/tok-nul"
+printf 'abcdef\tghijklmnopq\n' >"$DIR/tok-tab"
 head -c 1025 /dev/zero | tr '\0' a >"$DIR/tok-long"
 printf '\nsecond line\n' >"$DIR/tok-empty"
 expect 2 "--token-file: $DIR/fifo is not a regular file" timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/fifo"
 expect 2 "$DIR/tokdir is not a regular file" timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/tokdir"
 expect 2 "/dev/zero is not a regular file" timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file /dev/zero
-expect 2 "the first line of $DIR/tok-nul holds a NUL byte at byte 3" \
+expect 2 "the first line of $DIR/tok-nul holds the control byte 0x00 at byte 3" \
   timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/tok-nul"
+expect 2 "the first line of $DIR/tok-tab holds the control byte 0x09 at byte 6" \
+  timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/tok-tab"
 expect 2 "the first line of $DIR/tok-long is longer than 1024 bytes" \
   timeout 20 "$PERMCTL" stats --tcp 127.0.0.1:1 --token-file "$DIR/tok-long"
 expect 2 "the first line of $DIR/tok-empty is empty" \

@@ -77,9 +77,15 @@ static void test_token_with_nul(void **state)
     harness h;
     char path[160];
     static const char tok[] = "ab\0cdefghijklmnopqrstuvwxyz0123\n";
+    /* a binary token: random bytes that, without the rule, were taken up to their first \n (the rest unseen) */
+    static const char bin[] = "\x9c\x01\xf3Zq\xe2\x7f\xb0\x11\xa4\x8e\x02\x99\xcd\x10\x83\n\x05\xfe";
     harness_init(&h);
     expect_refused(&h, write_file(&h, "token", tok, sizeof tok - 1, path, sizeof path),
-                   "the first line holds a NUL byte at byte 2");
+                   "the first line holds the control byte 0x00 at byte 2");
+    harness_cleanup(&h);
+    harness_init(&h);
+    expect_refused(&h, write_file(&h, "token", bin, sizeof bin - 1, path, sizeof path),
+                   "the first line holds the control byte 0x01 at byte 1");
     harness_cleanup(&h);
 }
 

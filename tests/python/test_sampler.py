@@ -856,7 +856,8 @@ class TokenFile(unittest.TestCase):
         os.mkfifo(fifo)
         cases = [(fifo, "is not a regular file"), (self.dir, "is not a regular file"),
                  ("/dev/zero", "is not a regular file"),
-                 (self.write("nul", b"abc\0def\n"), "holds a NUL byte at byte 3"),
+                 (self.write("nul", b"abc\0def\n"), "holds the control byte 0x00 at byte 3"),
+                 (self.write("bin", b"\x9c\xf3Zq\x7f\xb0\n"), "holds the control byte 0x7f at byte 4"),
                  (self.write("long", b"a" * 1025), "longer than 1024 bytes"),
                  (self.write("empty", b"\ntoken on the second line\n"), "the first line is empty")]
         # A regression would block in open() for ever on the FIFO: SIGALRM ends the wait as a failure.
