@@ -133,6 +133,8 @@ class Sampler(_Base):
                 raise ValueError(f"len(dataset)={len(dataset)} but the shard sizes sum to {total}")
             size = total
         self._shards = shards
+        if size is None and info is not None and (dataset is None or not hasattr(dataset, "__len__")):
+            size = info["size"]  # the daemon's dataset says it (a dataset with len() is checked against it below)
         if size is None:
             if dataset is None:
                 raise TypeError("Sampler needs a dataset (anything with len()) or size=")

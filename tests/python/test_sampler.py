@@ -770,6 +770,18 @@ class DaemonBacked(unittest.TestCase):
             # 256 ids, then 8192 at a time: 1 + ceil((50000 - 256) / 8192) = 8 fetches, and no GetDataset
             self.assertEqual((requests(c, "get_dataset"), requests(c, "fetch")), (gets + 1, fetches + 8))
 
+    def test_size_from_the_daemon(self):
+        # client= and name= name a dataset whose size the daemon holds: size= is not needed (it was a TypeError),
+        # and a dataset with len() is still checked against it
+        with permd.Client(socket=self.daemon.socket) as c:
+            c.put_dataset("sized", 103)
+            s = permd.Sampler(num_replicas=2, rank=1, seed=4, client=c, name="sized")
+            self.assertEqual((s.size, s.num_samples), (103, 52))
+            offline = permd.Sampler(size=103, num_replicas=2, rank=1, seed=4)
+            self.assertEqual(list(s), list(offline))
+            with self.assertRaisesRegex(ValueError, "103"):
+                permd.Sampler(list(range(100)), num_replicas=2, rank=1, client=c, name="sized")
+
     def test_ids_above_two_to_the_32(self):
         n = (1 << 33) + 5
         with permd.Client(socket=self.daemon.socket) as c:
