@@ -31,7 +31,8 @@ static void permctl_help(FILE *f)
     fprintf(f, "\n'permctl COMMAND --help' describes a command's options. Daemon commands connect to\n"
                "--socket PATH, else $PERMD_SOCKET, else $XDG_RUNTIME_DIR/permd.sock, else\n"
                "/tmp/permd-<uid>/permd.sock; or to --tcp HOST:PORT (--token-file FILE). --timeout-ms MS\n"
-               "bounds the connection and each answer (without it: 10 s to connect, answers unbounded).\n");
+               "bounds the connection and each answer (without it: 10 s to connect and 10 s for the\n"
+               "first answer, permd's Hello; later answers unbounded).\n");
 }
 
 int permctl_usage_error(const char *fmt, ...)

@@ -129,6 +129,9 @@ int permctl_mix_stages(const permctl_args *a, const char **stage_text, int nstag
 
 /* Options every daemon subcommand accepts. */
 #define PERMCTL_CONN_OPTS (PERMCTL_BIT(SOCKET) | PERMCTL_BIT(TCP) | PERMCTL_BIT(TOKEN_FILE) | PERMCTL_BIT(TIMEOUT_MS))
+/* The line every command that talks to permd ends its --help with. */
+#define PERMCTL_CONN_FLAGS "[--socket PATH | --tcp HOST:PORT [--token-file FILE]] [--timeout-ms MS].\n"
+#define PERMCTL_CONN_HELP "Connection: " PERMCTL_CONN_FLAGS
 
 /* The offline subcommands (no daemon needed). */
 int permctl_cmd_perm(int argc, char **argv);

@@ -36,8 +36,7 @@ static const char permctl_datasets_usage[] =
     "                             (\"shard-{000000..000999}.tar\") or globs, in order\n"
     "Its default window K (shards per window, default 8) and lanes G (default 1;\n"
     "set it to the usual world size) apply to its epochs. permctl shards prints the\n"
-    "shard order the sample ids follow.\n"
-    "Connection: [--socket PATH | --tcp HOST:PORT [--token-file FILE]] [--timeout-ms MS].\n";
+    "shard order the sample ids follow.\n" PERMCTL_CONN_HELP;
 
 static const char permctl_fetch_usage[] =
     "usage: permctl fetch NAME --seed S --epoch E --world W --rank R --mode pad|drop|exact\n"
@@ -47,7 +46,7 @@ static const char permctl_fetch_usage[] =
     "line, exactly as the offline 'permctl rank' prints them. --json prints\n"
     "{\"ids\":[...],\"next_offset\":N}, next_offset being the checkpoint to resume from.\n"
     "Sharded datasets: --locations prints \"SHARD OFFSET\" per line instead of ids;\n"
-    "--window and --lanes override the dataset's K and G.\n";
+    "--window and --lanes override the dataset's K and G.\n" PERMCTL_CONN_HELP;
 
 static const char permctl_stream_usage[] =
     "usage: permctl stream NAME --seed S --epoch E --world W --rank R --mode pad|drop|exact\n"
@@ -56,14 +55,14 @@ static const char permctl_stream_usage[] =
     "Stream every id rank R has left (or the first C), one per line, exactly as the\n"
     "offline 'permctl rank' prints them. --batch sets ids per message (default 65536,\n"
     "or the server's max_count when that is lower).\n"
-    "Sharded datasets: --locations, --window, --lanes as for fetch.\n";
+    "Sharded datasets: --locations, --window, --lanes as for fetch.\n" PERMCTL_CONN_HELP;
 
 static const char permctl_stats_usage[] =
     "usage: permctl stats [--json]\n"
     "\n"
     "Print permd's counters: uptime, connections, requests, errors, ids served, then\n"
     "requests by type (count, errors, mean and percentile latency from the histogram)\n"
-    "and errors by type and code: the figures permd's /metrics exports.\n";
+    "and errors by type and code: the figures permd's /metrics exports.\n" PERMCTL_CONN_HELP;
 
 #define PERMCTL_SLICE_OPTS                                                                                   \
     (PERMCTL_BIT(SEED) | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(WORLD) | PERMCTL_BIT(RANK) | PERMCTL_BIT(MODE))
@@ -809,7 +808,8 @@ static const char permctl_verify_usage[] =
     "repeated or foreign, in any order — by comparing order-independent digests\n"
     "(count, sum, hash). The expected digest comes from permd (NAME) or is computed\n"
     "here (--size, or the shards). Exit 0 when they match, 1 when not, 2 when FILE\n"
-    "cannot be read or a line of it is not a sample id (nothing was compared).\n";
+    "cannot be read or a line of it is not a sample id (nothing was compared).\n"
+    "Connection (with NAME): " PERMCTL_CONN_FLAGS;
 
 /* Digest the ids in a file (or stdin): one decimal id per line. */
 static int permctl_digest_file(const char *path, permd_digest *d)

@@ -19,7 +19,7 @@ static const char permctl_mixtures_usage[] =
     "A mixture draws from registered datasets (its components) in proportion to integer weights;\n"
     "each --stage G:W0,W1,... re-weights from run position G (a multiple of the block, 64 by\n"
     "default). Putting the same definition again confirms it; putting it with stages appended\n"
-    "after the last re-weights it from there on (docs/mixtures.md). fetch, stream, digest and\n"
+    "after the last re-weights it from there on (docs/mixtures.md). fetch, stream, verify and\n"
     "inverse take a mixture's NAME like a dataset's: its epoch is the mixture epoch, its ids are\n"
     "global (a component's local id plus the sizes of the components before it).\n";
 

@@ -31,7 +31,8 @@ const char permctl_inverse_usage[] =
     "(position mod W; '-' when drop mode discards it). On a mixture each global\n"
     "id comes with the component epoch it is drawn in, and each line is\n"
     "'EPOCH POSITION RANK' (the mixture epoch that draws it), or '-' when the\n"
-    "run never does (its component's weight fell to 0).\n";
+    "run never does (its component's weight fell to 0).\n"
+    "Connection (with NAME or MIXTURE): " PERMCTL_CONN_FLAGS;
 
 static const char permctl_rank_usage[] =
     "usage: permctl rank --seed S --epoch E (--size N | SHARDS [--window K] [--lanes G] [--locations])\n"

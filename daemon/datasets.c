@@ -390,21 +390,6 @@ void pd_on_delete_dataset(pd_session *s, uint64_t id, const Permd__V1__DeleteDat
     pd_registry_job_start(s, id, 0, m->name, 0, NULL, 0, 0);
 }
 
-uint64_t pd_list_budget(const pd_config *cfg)
-{
-    /* The reply bound libpermd has always read (8-byte ids of max_count, and 64 KiB), less room for the
-     * envelope and the `next` name. */
-    return 8 * cfg->max_count + (64u << 10) - 512;
-}
-
-size_t pd_list_entry_bytes(size_t packed)
-{
-    size_t n = 1 + 1 + packed; /* the field's tag, its length's varint, the entry */
-    for (size_t v = packed; v >= 0x80; v >>= 7)
-        n++;
-    return n;
-}
-
 /* The datasets after `after` (sorted, so a binary search would do; the copy is linear anyway). */
 static size_t pd_list_first(const pd_dataset *all, size_t n, const char *after)
 {

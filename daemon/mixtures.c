@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/perm.h"
-#include "daemon/datasets.h"
 #include "daemon/job.h"
 #include "daemon/log.h"
 #include "daemon/mixdef.h"

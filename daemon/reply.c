@@ -168,3 +168,18 @@ int pd_bulk_alloc(pd_bulk *b, pd_conn *c, const uint8_t *hdr, size_t hlen, size_
     memcpy(b->frame, hdr, hlen);
     return 0;
 }
+
+uint64_t pd_list_budget(const pd_config *cfg)
+{
+    /* The reply bound libpermd has always read (8-byte ids of max_count, and 64 KiB), less room for the
+     * envelope and the `next` name. */
+    return 8 * cfg->max_count + (64u << 10) - 512;
+}
+
+size_t pd_list_entry_bytes(size_t packed)
+{
+    size_t n = 1 + 1 + packed; /* the field's tag, its length's varint, the entry */
+    for (size_t v = packed; v >= 0x80; v >>= 7)
+        n++;
+    return n;
+}

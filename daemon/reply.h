@@ -55,4 +55,10 @@ typedef struct pd_bulk {
  * block when it is large enough (pd_conn_take_block; c may be NULL), else a new one. PD_ENOMEM. */
 int pd_bulk_alloc(pd_bulk *b, pd_conn *c, const uint8_t *hdr, size_t hlen, size_t bytes);
 
+/* Bytes of entries one List reply (ListDatasets, ListMixtures) holds at most: what every client reads
+ * (8 x max_count + 64 KiB), less the envelope's. A longer list comes in pages to clients that ask. */
+uint64_t pd_list_budget(const pd_config *cfg);
+/* What a repeated message field's entry of `packed` bytes adds to a reply. */
+size_t pd_list_entry_bytes(size_t packed);
+
 #endif
