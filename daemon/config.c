@@ -364,6 +364,8 @@ int pd_config_set(pd_config *c, const char *key, const char *value, char *err, s
             return PD_ENOMEM;
         free(*pd_opt_str(c, o));
         *pd_opt_str(c, o) = s;
+        if (o->offset == offsetof(pd_config, metrics))
+            c->metrics_given = 1;
         return 0;
     }
     case PD_OPT_LEVEL: {
@@ -421,6 +423,7 @@ int pd_config_init(pd_config *c)
             return rc;
         }
     }
+    c->metrics_given = 0; /* the defaults went through pd_config_set too */
     return 0;
 }
 
@@ -708,7 +711,7 @@ int pd_config_validate(const pd_config *c, char *err, size_t errlen)
 
 int pd_config_metrics_is_default(const pd_config *c)
 {
-    return !strcmp(c->metrics, PD_METRICS_DEFAULT);
+    return !c->metrics_given && !strcmp(c->metrics, PD_METRICS_DEFAULT);
 }
 
 /* ---- Paths ------------------------------------------------------------------ */

@@ -26,6 +26,7 @@ typedef struct pd_config {
     char *tcp;           /* HOST:PORT; "" = no TCP listener */
     char *token_file;
     char *metrics;       /* HOST:PORT of the Prometheus endpoint; "" = off */
+    int metrics_given;   /* metrics was set (file or flag), if only to its default: then it must bind */
     uint64_t metrics_connections;
     uint64_t metrics_timeout_ms;
     uint64_t metrics_max_head; /* bytes of a scraper's request head */
@@ -98,7 +99,7 @@ int pd_config_add_dataset(pd_config *c, const char *name, const char *size, char
 /* Load a YAML file over the current values (unknown keys are errors). */
 int pd_config_load_file(pd_config *c, const char *path, char *err, size_t errlen);
 
-/* Whether metrics holds its built-in default (a busy default port is not fatal). */
+/* Whether metrics holds its built-in default, not given (a busy default port is not fatal; one asked for is). */
 int pd_config_metrics_is_default(const pd_config *c);
 
 /* Cross-key checks: TCP address syntax, a token file for non-loopback TCP,

@@ -361,6 +361,9 @@ class ConfigTest(unittest.TestCase):
             d = Permd(metrics=None)  # starts all the same, with one warning
             self.assertIn("the default metrics port is taken", d.logtext())
             self.assertEqual(d.stop(), 0)
+            r = self.run_permd("--metrics", "127.0.0.1:9464")  # the default address, asked for: it must bind
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("event=listen transport=http addr=127.0.0.1:9464 err=EADDRINUSE", r.stderr)
         finally:
             busy.close()
         with socket.socket() as other:

@@ -324,6 +324,8 @@ static void test_allow_uids_and_metrics(void **state)
     assert_int_equal(pd_config_set(&c, "allow_uids", "", err, sizeof err), 0);
     assert_int_equal(c.allow_uids.n, 0);
 
+    assert_int_equal(pd_config_set(&c, "metrics", "127.0.0.1:9464", err, sizeof err), 0);
+    assert_false(pd_config_metrics_is_default(&c)); /* asked for: it must bind, even at the default address */
     assert_int_equal(pd_config_set(&c, "metrics", "", err, sizeof err), 0);
     assert_int_equal(pd_config_validate(&c, err, sizeof err), 0);
     assert_int_equal(pd_config_set(&c, "metrics", "0.0.0.0:9464", err, sizeof err), 0);
