@@ -62,11 +62,16 @@ static int pd_check_config(const pd_config *cfg)
                 strlen(path), max);
         return PD_EXIT_CONFIG;
     }
+    char sock[4096];
+    memcpy(sock, path, sizeof sock);
     if (pd_config_state_dir(cfg, path, sizeof path)) {
         fprintf(stderr, "permd: no state directory: set state_dir (HOME is not set either)\n");
         return PD_EXIT_CONFIG;
     }
     pd_config_write_effective(cfg, stdout);
+    /* What the empty and zero values above ("the default") come to in this environment, on this machine. */
+    printf("# resolved here: socket %s, state_dir %s, workers %u\n", sock, path,
+           cfg->workers ? (unsigned)cfg->workers : uv_available_parallelism());
     fprintf(stderr, "permd: configuration OK\n");
     return PD_EXIT_OK;
 }

@@ -260,6 +260,10 @@ expect 1 "NOT_FOUND" "$PERMCTL" datasets rm imagenet
 "$PERMD" --print-template | cmp -s - "$SRC/config/permd.yaml" || fail "config/permd.yaml is out of date: regenerate with permd --print-template"
 "$PERMD" --check-config --config "$SRC/config/permd.yaml" >/dev/null 2>"$DIR/err" || fail "template does not validate"
 expect 2 "max_frame" "$PERMD" --check-config --max-frame 1
+# ... and says what its defaults come to here (socket "" and workers 0 print as such above)
+env -u PERMD_SOCKET XDG_RUNTIME_DIR="$DIR/xdg" "$PERMD" --check-config --workers 3 --state-dir "$DIR/sd" 2>/dev/null |
+  grep -qxF "# resolved here: socket $DIR/xdg/permd.sock, state_dir $DIR/sd, workers 3" ||
+  fail "--check-config does not say what the defaults resolve to"
 
 kill -TERM "$PID"
 rc=0
