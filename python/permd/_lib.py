@@ -46,6 +46,7 @@ class ServerInfo(ctypes.Structure):
 
 
 EINVAL = -1  # PERMD_EINVAL: InvalidArgument's code
+EPROTO = -6  # PERMD_EPROTO: ProtocolError's code
 EOVERFLOW = -4  # PERMD_EOVERFLOW: ids need 64 bits
 
 STATS_TYPES, STATS_ERRORS, LATENCY_BUCKETS = 32, 64, 20  # PERMD_STATS_TYPES, ... in client/permd.h

@@ -6,7 +6,7 @@ import warnings
 
 from . import _args, _lib
 from . import mixture as _mixture
-from .errors import Conflict, ConnectionFailed, NoProcessGroup, NotFound, Timeout
+from .errors import Conflict, ConnectionFailed, NoProcessGroup, NotFound, ProtocolError, Timeout
 
 try:
     import numpy as np
@@ -411,11 +411,17 @@ class Sampler(_Base):
                                      count, window=self.window, lanes=self.lanes, definition=self._definition)
 
         try:
-            return ask()
+            ids, nxt = ask()
         except Conflict:
             if self._definition is None or not self._reread(epoch, offset):
                 raise  # not a new definition (a mixture's component re-created: the daemon said which)
-            return ask()
+            ids, nxt = ask()
+        # This sampler knows the size; a daemon that sent an id past it would have the DataLoader index out of
+        # range, or a dataset that wraps indices read the wrong sample.
+        top = (int(ids.max()) if np is not None else max(ids)) if len(ids) else -1
+        if top >= self.size:
+            raise ProtocolError(_lib.EPROTO, f"permd sent id {top} for {self.name!r}, which has {self.size} samples")
+        return ids, nxt
 
     def _reread(self, epoch, offset):
         """After a Conflict: whether the daemon's definition of this sampler's name changed since it was read,

@@ -782,6 +782,17 @@ class DaemonBacked(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "103"):
                 permd.Sampler(list(range(100)), num_replicas=2, rank=1, client=c, name="sized")
 
+    def test_ids_past_the_size_are_refused(self):
+        # a daemon (or anything between) that sends an id past the dataset's size: a ProtocolError naming it,
+        # not an IndexError deep in the DataLoader, or a dataset that wraps indices reading the wrong sample
+        with permd.Client(socket=self.daemon.socket) as c:
+            c.put_dataset("bounded", 100)
+            s = permd.Sampler(num_replicas=1, rank=0, client=c, name="bounded")
+            self.assertEqual(sorted(s), list(range(100)))
+            c.fetch = lambda *a, **k: (np.array([5, 100], dtype=np.uint32), 2)
+            with self.assertRaisesRegex(permd.ProtocolError, "id 100 for 'bounded', which has 100 samples"):
+                list(s)
+
     def test_ids_above_two_to_the_32(self):
         n = (1 << 33) + 5
         with permd.Client(socket=self.daemon.socket) as c:
