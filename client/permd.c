@@ -299,7 +299,11 @@ static int pd_cl_unpack(permd_client *c, const uint8_t *payload, uint32_t len, i
     if ((*env)->body_case == PERMD__V1__ENVELOPE__BODY_ERROR) {
         const Permd__V1__Error *e = (*env)->error;
         int err = pd_wire_error_to_pd(e->code);
-        pd_cl_fail(c, err, "%s: %s", pd_wire_error_name(e->code), e->message);
+        const char *name = pd_wire_error_name(e->code);
+        if (e->code && !strcmp(name, "UNSPECIFIED")) /* a newer server's code: say which */
+            pd_cl_fail(c, err, "error code %d (unknown to this client): %s", (int)e->code, e->message);
+        else
+            pd_cl_fail(c, err, "%s: %s", name, e->message);
         if ((*env)->id == 0 && err != PD_EPROTO)
             c->broken = 1; /* connection-level errors come before a close */
         return err;

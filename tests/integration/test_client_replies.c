@@ -211,6 +211,18 @@ static int fetch_trickled(fake *f, int fd, const pd_envelope *req)
     return 0;
 }
 
+static int fetch_error_code_99(fake *f, int fd, const pd_envelope *req)
+{
+    (void)f;
+    Permd__V1__Error e = PERMD__V1__ERROR__INIT;
+    e.code = 99;
+    e.message = "a newer server's reason";
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.error = &e;
+    send_env(fd, &env, req->id, PERMD__V1__ENVELOPE__BODY_ERROR);
+    return 0;
+}
+
 static void test_fetch_replies(void **state)
 {
     (void)state;
@@ -237,6 +249,14 @@ static void test_fetch_replies(void **state)
     memset(&f, 0, sizeof f);
     c = fake_connect(&f, fetch_for_another_id);
     expect_error(c, permd_fetch_u32(c, &slice, 4, ids, &got, &next), PERMD_EPROTO, "answered request");
+    fake_done(&f, c);
+
+    /* An error code this client does not know: named by its number (it read "UNSPECIFIED"). */
+    memset(&f, 0, sizeof f);
+    c = fake_connect(&f, fetch_error_code_99);
+    int rc = permd_fetch_u32(c, &slice, 4, ids, &got, &next);
+    assert_true(rc < 0);
+    expect_error(c, rc, rc, "error code 99 (unknown to this client): a newer server's reason");
     fake_done(&f, c);
 
     /* A reply trickled a byte every 40 ms (~1.5 s in all) against a 300 ms timeout: late as a whole, though no
