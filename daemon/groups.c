@@ -177,7 +177,9 @@ static void *pd_group_main(void *arg)
         pd_group_fail(g, "forming the NCCL communicator failed: %s", pd_strerror(rc));
     pthread_mutex_lock(&g->lock);
     g->ready = rc == 0;
-    for (;;) {
+    /* A group that never formed (members that never all joined: delivery_timeout_ms) ends now, giving its
+     * max_groups slot back, rather than when its members leave: one that joined and stays would hold it. */
+    while (rc == 0) {
         while (!g->head && !g->closing)
             pthread_cond_wait(&g->wake, &g->lock);
         if (!g->head)
@@ -201,7 +203,8 @@ static void *pd_group_main(void *arg)
         pthread_mutex_lock(&g->lock);
     }
     pthread_mutex_unlock(&g->lock);
-    api->close(d, timeout, &g->cancel);
+    if (d)
+        api->close(d, timeout, &g->cancel);
     pthread_mutex_lock(&g->lock);
     g->exited = 1;
     pthread_mutex_unlock(&g->lock);

@@ -1,6 +1,6 @@
 /* A stand-in for libpermd_delivery.so (gpu/permd_delivery.h) whose trainers never post their receives: groups
- * form at once and every send waits until it is cancelled or times out. Lets CI test delivery groups' limits
- * without a GPU or NCCL. */
+ * form at once (but groups of FAKE_NEVER_FORMS members, which time out forming) and every send waits until it
+ * is cancelled or times out. Lets CI test delivery groups' limits without a GPU or NCCL. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +8,8 @@
 
 #include "core/error.h"
 #include "gpu/permd_delivery.h"
+
+#define FAKE_NEVER_FORMS 7 /* a group of this many members never forms */
 
 struct pd_delivery {
     int unused;
@@ -32,9 +34,14 @@ int pd_delivery_open(int device, const uint8_t id[PD_NCCL_ID_BYTES], int nranks,
 {
     (void)device;
     (void)id;
-    (void)nranks;
-    (void)timeout_ms;
     (void)cancel;
+    *out = NULL;
+    if (nranks == FAKE_NEVER_FORMS + 1) { /* permd and its members: some never join */
+        const struct timespec ms = {0, 1000000};
+        for (uint32_t waited = 0; waited < timeout_ms; waited++)
+            nanosleep(&ms, NULL);
+        return PD_ETIMEDOUT;
+    }
     *out = calloc(1, sizeof **out);
     return *out ? PD_OK : PD_ENOMEM;
 }

@@ -104,11 +104,45 @@ static void groups_and_their_queues_are_bounded(void **state)
     assert_int_equal(harness_finish(&g), 0);
 }
 
+/* A group whose other members never join fails to form after delivery_timeout_ms, and gives its max_groups slot
+ * back then, though the member that joined it stays connected (it held the slot for as long: a peer that joined
+ * max_groups such groups and stayed stopped delivery for everyone). */
+static void a_group_that_never_forms_frees_its_slot(void **state)
+{
+    (void)state;
+    harness g;
+    harness_init(&g);
+    const char *extra[] = {"--delivery-library", PERMD_FAKE_DELIVERY, "--max-groups", "1",
+                           "--delivery-timeout-ms", "300", NULL};
+    assert_int_equal(harness_start(&g, 0, extra, NULL), 0);
+    permd_client *c[2];
+    uint8_t id[PERMD_NCCL_ID_BYTES];
+    uint32_t rank, nranks;
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(permd_connect_unix(g.sock, &c[i]), 0);
+    assert_int_equal(permd_group_join(c[0], "stuck", 7, id, &rank, &nranks), 0); /* the stand-in's never-forming 7 */
+    assert_int_equal(permd_group_join(c[1], "next", 1, id, &rank, &nranks), PERMD_EBUSY);
+    int rc = PERMD_EBUSY;
+    for (int i = 0; i < 500 && rc == PERMD_EBUSY; i++) /* 300 ms to fail forming, then the slot is free */
+        if ((rc = permd_group_join(c[1], "next", 1, id, &rank, &nranks)) == PERMD_EBUSY)
+            usleep(10000);
+    assert_int_equal(rc, 0);
+    assert_true(harness_log_contains(&g, "event=group_end group=stuck failed=1"));
+    permd_slice s = {.dataset = "d", .world = 1, .mode = PERMD_MODE_EXACT};
+    uint64_t got;
+    uint32_t width;
+    assert_int_equal(permd_group_deliver(c[0], "stuck", &s, 4, &got, &width, NULL), PERMD_ENOTFOUND); /* it ended */
+    for (int i = 0; i < 2; i++)
+        permd_close(c[i]);
+    assert_int_equal(harness_finish(&g), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(unavailable_and_unharmed),
         cmocka_unit_test(groups_and_their_queues_are_bounded),
+        cmocka_unit_test(a_group_that_never_forms_frees_its_slot),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
