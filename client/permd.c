@@ -983,11 +983,12 @@ static int pd_cl_stream_frame(permd_stream *st, const uint8_t **payload, uint32_
 static int pd_cl_stream_map(permd_stream *st, const Permd__V1__StreamRing *r)
 {
     permd_client *c = st->c;
-    int fd = c->pending_fd;
+    int fd = c->pending_fd, dropped = c->fds_dropped;
     c->pending_fd = -1;
+    c->fds_dropped = 0; /* what was lost is told once, with the ring it belonged to */
     struct stat sb;
     int rc = 0, seals;
-    if (fd < 0 && c->fds_dropped)
+    if (fd < 0 && dropped)
         rc = pd_cl_fail(c, PD_EIO, "the stream ring's descriptor was dropped on receipt: is this process out of "
                                    "file descriptors (RLIMIT_NOFILE)?");
     else if (fd < 0 || !st->want_ring || st->ring)
