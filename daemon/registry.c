@@ -729,13 +729,17 @@ static int pd_registry_checkpoint(pd_registry *r)
  * checkpoint succeeds. One line: "put|delete dataset|mixture <definition, hex> <name>". */
 static void pd_pending_write(pd_registry *r, const char *op, const char *kind, uint64_t definition, const char *name)
 {
-    char line[PD_NAME_MAX + 64];
+    char line[PD_NAME_MAX + 64], tmp[sizeof r->pending + 8];
     int n = snprintf(line, sizeof line, "%s %s %016llx %s\n", op, kind, (unsigned long long)definition, name);
-    int fd = open(r->pending, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0 || write(fd, line, (size_t)n) != n || fsync(fd)) {
+    /* Written beside and renamed over: on a full disk the write fails and the record before stays, where
+     * rewriting in place truncated it first and left 0 bytes, which startup cannot check. */
+    snprintf(tmp, sizeof tmp, "%s.new", r->pending);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    if (fd < 0 || write(fd, line, (size_t)n) != n || fsync(fd) || rename(tmp, r->pending)) {
         pd_log_warn("registry_checkpoint", "path=%s msg=\"cannot record the commit left in the WAL: %s\"", r->pending,
                     strerror(errno));
-    } else if (!r->has_pending) { /* the file's name, durable too */
+        unlink(tmp);
+    } else { /* the new name, durable too */
         char dir[4200];
         snprintf(dir, sizeof dir, "%s", r->pending);
         char *slash = strrchr(dir, '/');
@@ -931,9 +935,17 @@ static int pd_pending_parse(const char *line, char *op, char *kind, uint64_t *de
  * startup checkpoint, which would fold a damaged WAL's readable part in and drop the evidence. */
 static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(r->pending, "re");
-    if (!f)
+    /* O_NONBLOCK and a regular file only: a FIFO put there would hold startup (and its blocked signals) for ever. */
+    struct stat st;
+    int fd = open(r->pending, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
         return 0; /* none: every commit reached registry.db */
+    FILE *f = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        close(fd);
+        pd_errf(err, errlen, "%s is not a regular file: it cannot name the last commit; remove it", r->pending);
+        return PD_ECORRUPT;
+    }
     r->has_pending = 1;
     char line[PD_NAME_MAX + 64] = "", op[16], kind[16], name[PD_NAME_MAX + 2];
     uint64_t definition;
@@ -961,6 +973,56 @@ static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t 
             "restore the state directory from a backup",
             path, op, kind, name, r->pending);
     return PD_ECORRUPT;
+}
+
+/* The first table of every schema (1): a new registry starts with it and migrates like an old one. */
+#define PD_REGISTRY_BASE_TABLE                                                                                      \
+    "CREATE TABLE IF NOT EXISTS datasets ("                                                                         \
+    "  name TEXT PRIMARY KEY NOT NULL,"                                                                             \
+    "  size INTEGER NOT NULL,"                                                                                      \
+    "  created_ms INTEGER NOT NULL) WITHOUT ROWID;"
+
+/* A new registry.db, made under a temporary name and renamed into place once its first table is committed (in
+ * a rollback journal: the main file itself holds it): a first start that fails midway, on a full disk or killed,
+ * leaves no 0-byte registry.db, which every later start would refuse as damaged. */
+static int pd_registry_create(const char *path, char *err, size_t errlen)
+{
+    static const char *const sides[] = {"", "-journal", "-wal", "-shm"};
+    char tmp[4200], side[4300], why[512] = "";
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) { /* an earlier attempt's */
+        snprintf(side, sizeof side, "%s%s", tmp, sides[i]);
+        unlink(side);
+    }
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(tmp, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, "PRAGMA synchronous=FULL;" PD_REGISTRY_BASE_TABLE, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        pd_registry_why(db, db ? sqlite3_errcode(db) : rc, why, sizeof why);
+    const int code = rc == SQLITE_OK ? 0 : db ? pd_registry_code(db) : PD_EIO;
+    sqlite3_close(db);
+    if (code == 0 && rename(tmp, path) == 0) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        return 0;
+    }
+    if (code == 0)
+        snprintf(why, sizeof why, "renaming it into place: %s", strerror(errno));
+    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
+        snprintf(side, sizeof side, "%s%s", tmp, sides[i]);
+        unlink(side);
+    }
+    pd_errf(err, errlen, "%s: cannot create the registry: %s%s", path, why, pd_registry_advice(code ? code : PD_EIO));
+    return code ? code : PD_EIO;
 }
 
 /* Open and load registry.db under state_dir (locked by the caller). */
@@ -997,6 +1059,9 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
                 path, strerror(errno));
         return PD_EIO;
     }
+    if (!exists && (rc = pd_registry_create(path, err, errlen)))
+        return rc;
+    exists = 1;
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK)
         goto fail_db;
@@ -1031,11 +1096,7 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
      * before sqlite3_step returns, so an ack means durable; every commit is then checkpointed into
      * the main file. A new database starts at schema 1 and migrates like an old one. */
     static const char schema[] = "PRAGMA journal_mode=WAL;"
-                                 "PRAGMA synchronous=FULL;"
-                                 "CREATE TABLE IF NOT EXISTS datasets ("
-                                 "  name TEXT PRIMARY KEY NOT NULL,"
-                                 "  size INTEGER NOT NULL,"
-                                 "  created_ms INTEGER NOT NULL) WITHOUT ROWID;";
+                                 "PRAGMA synchronous=FULL;" PD_REGISTRY_BASE_TABLE;
     if (sqlite3_exec(r->db, schema, NULL, NULL, NULL) != SQLITE_OK)
         goto fail_db;
     if ((rc = pd_registry_migrate(r, path, version, err, errlen)))
@@ -1065,7 +1126,11 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
         return 0;
     }
     pd_registry_why(r->db, code, why, sizeof why);
-    if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+    /* A reader holding the WAL, or no room to fold it in (a full disk, a file-size limit): what the WAL holds was
+     * read and checked above and stays durable there, as while permd ran, so it starts and serves; refusing
+     * would turn a full disk into an outage at the first restart. The next commit retries. */
+    const int primary = code & 0xff;
+    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_FULL || primary == SQLITE_IOERR) {
         atomic_fetch_add(&r->checkpoint_failures, 1);
         pd_log_warn("registry_checkpoint",
                     "path=%s msg=\"the write-ahead log is not folded in at startup: %s; the next commit retries\"",

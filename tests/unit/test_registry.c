@@ -629,6 +629,76 @@ static void test_lost_wal_is_noticed(void **state)
     pd_registry_close(r);
 }
 
+/* A restart while the disk is still full: the commits in the WAL are read and served, and folded in once there is
+ * room (startup exited 1, "cannot fold the write-ahead log", until space was freed: a full disk became an outage
+ * at the first restart). */
+static void test_restart_on_a_full_disk(void **state)
+{
+    (void)state;
+    char pending[128];
+    snprintf(pending, sizeof pending, "%s/registry.db-pending", dir);
+    full_vfs_install();
+    pd_registry *r = open_reg();
+    pd_dataset d;
+    put_flat(r, "folded", 3);
+    full_main = 1;
+    put_flat(r, "in_wal", 5);
+    pd_registry_close(r);
+    r = open_reg(); /* the disk still full */
+    assert_int_equal(pd_registry_get(r, "in_wal", &d), 0);
+    assert_int_equal(d.size, 5);
+    assert_int_equal(pd_registry_checkpoint_failures(r), 1);
+    assert_int_equal(access(pending, F_OK), 0); /* still names the commit the WAL alone holds */
+    full_main = 0;
+    put_flat(r, "after", 7); /* room again: its checkpoint folds everything in */
+    assert_int_equal(access(pending, F_OK), -1);
+    pd_registry_close(r);
+    full_vfs_remove();
+    r = open_reg();
+    assert_int_equal(pd_registry_get(r, "in_wal", &d), 0);
+    assert_int_equal(pd_registry_get(r, "after", &d), 0);
+    pd_registry_close(r);
+}
+
+/* A first start on a full disk fails, and leaves no registry.db behind: it left a 0-byte one, which every later
+ * start refused as damaged, even with room again. */
+static void test_first_start_on_a_full_disk(void **state)
+{
+    (void)state;
+    char path[128], err[512] = "";
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    full_vfs_install();
+    full_main = 1;
+    pd_registry *r;
+    assert_int_not_equal(pd_registry_open(dir, &r, err, sizeof err), 0);
+    assert_non_null(strstr(err, "cannot create the registry"));
+    assert_int_equal(access(path, F_OK), -1);
+    full_main = 0;
+    r = open_reg();
+    put_flat(r, "first", 1);
+    pd_registry_close(r);
+    full_vfs_remove();
+    r = open_reg();
+    pd_dataset d;
+    assert_int_equal(pd_registry_get(r, "first", &d), 0);
+    pd_registry_close(r);
+}
+
+/* A FIFO where registry.db-pending belongs is refused at once: opening it waited for a writer, and startup (its
+ * signals blocked) with it, for ever. */
+static void test_pending_not_a_file(void **state)
+{
+    (void)state;
+    char pending[128], err[512] = "";
+    snprintf(pending, sizeof pending, "%s/registry.db-pending", dir);
+    pd_registry *r = open_reg();
+    put_flat(r, "x", 3);
+    pd_registry_close(r);
+    assert_int_equal(mkfifo(pending, 0600), 0);
+    assert_int_equal(pd_registry_open(dir, &r, err, sizeof err), PD_ECORRUPT);
+    assert_non_null(strstr(err, "registry.db-pending is not a regular file"));
+}
+
 /* The commits left in the WAL alone, then the WAL lost: startup refuses the registry, naming the commit (says). */
 static void expect_lost_commit(pd_registry *r, const char *says)
 {
@@ -1035,6 +1105,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lost_wal_is_noticed, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_after_reput, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_after_mixture_delete, setup, teardown_full),
+        cmocka_unit_test_setup_teardown(test_restart_on_a_full_disk, setup, teardown_full),
+        cmocka_unit_test_setup_teardown(test_first_start_on_a_full_disk, setup, teardown_full),
+        cmocka_unit_test_setup_teardown(test_pending_not_a_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_holding_the_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_holding_the_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_at_startup, setup, teardown),
