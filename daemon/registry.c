@@ -723,23 +723,26 @@ static int pd_registry_checkpoint(pd_registry *r)
     return sqlite3_wal_checkpoint_v2(r->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 }
 
-/* registry.db-pending names the last commit that lives in the WAL alone: a WAL lost or damaged before a checkpoint
- * folds it in would lose commits acknowledged as durable, and SQLite, which reads a WAL up to its first bad frame,
- * would start without them and say nothing. Startup checks that commit (pd_pending_check); the file goes once a
- * checkpoint succeeds. One line: "put|delete dataset|mixture <definition, hex> <name>". */
+/* registry.db-pending lists the commits that live in the WAL alone: a WAL lost or damaged before a checkpoint
+ * folds them in would lose commits acknowledged as durable, and SQLite, which reads a WAL up to its first bad
+ * frame, would start without them and say nothing. Startup checks them (pd_pending_check); the file goes once a
+ * checkpoint succeeds. One line a commit, appended: "put|delete dataset|mixture <definition, hex> <name>". Every
+ * one, not the last alone: a put, then a delete of another name, both in the WAL and the WAL lost, passed a check
+ * of the delete and lost the put. A line cut short (a full disk) is cut off again, so the next one starts clean. */
 static void pd_pending_write(pd_registry *r, const char *op, const char *kind, uint64_t definition, const char *name)
 {
-    char line[PD_NAME_MAX + 64], tmp[sizeof r->pending + 8];
+    char line[PD_NAME_MAX + 64];
     int n = snprintf(line, sizeof line, "%s %s %016llx %s\n", op, kind, (unsigned long long)definition, name);
-    /* Written beside and renamed over: on a full disk the write fails and the record before stays, where
-     * rewriting in place truncated it first and left 0 bytes, which startup cannot check. */
-    snprintf(tmp, sizeof tmp, "%s.new", r->pending);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-    if (fd < 0 || write(fd, line, (size_t)n) != n || fsync(fd) || rename(tmp, r->pending)) {
+    struct stat st;
+    int fd = open(r->pending, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    const int had = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (!had || write(fd, line, (size_t)n) != n || fsync(fd)) {
+        const int e = errno;
+        if (had && ftruncate(fd, st.st_size) == 0)
+            (void)fsync(fd);
         pd_log_warn("registry_checkpoint", "path=%s msg=\"cannot record the commit left in the WAL: %s\"", r->pending,
-                    strerror(errno));
-        unlink(tmp);
-    } else { /* the new name, durable too */
+                    strerror(e));
+    } else if (!r->has_pending) { /* the file's name, durable too */
         char dir[4200];
         snprintf(dir, sizeof dir, "%s", r->pending);
         char *slash = strrchr(dir, '/');
@@ -931,8 +934,41 @@ static int pd_pending_parse(const char *line, char *op, char *kind, uint64_t *de
     return 0;
 }
 
-/* Whether the commit registry.db-pending names (if any) is in the loaded tables: PD_ECORRUPT if not. Before the
- * startup checkpoint, which would fold a damaged WAL's readable part in and drop the evidence. */
+/* One commit registry.db-pending lists, and where in the file. */
+typedef struct pd_pending_commit {
+    char op[16], kind[16], name[PD_NAME_MAX + 2];
+    uint64_t definition;
+    size_t line;
+} pd_pending_commit;
+
+static int pd_pending_order(const void *a, const void *b)
+{
+    const pd_pending_commit *x = a, *y = b;
+    int c = strcmp(x->kind, y->kind);
+    if (!c)
+        c = strcmp(x->name, y->name);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+/* Whether the loaded tables hold what commit c left: a put's definition (a name found with another one, deleted
+ * and put again with the WAL lost, is not the acknowledged commit; 0, as from an older permd's dataset puts: the
+ * name alone), a delete's absence. */
+static int pd_pending_holds(pd_registry *r, const pd_pending_commit *c)
+{
+    int found, present;
+    if (!strcmp(c->kind, "mixture")) {
+        size_t at = pd_mix_find(r, c->name, &found);
+        present = found && (!c->definition || r->mixes[at]->definition == c->definition);
+    } else {
+        size_t at = pd_table_find(r, c->name, &found);
+        present = found && (!c->definition || pd_dataset_definition(&r->sets[at].d) == c->definition);
+    }
+    return present == !strcmp(c->op, "put");
+}
+
+/* Whether the commits registry.db-pending lists (if any) are in the loaded tables, each name as its last commit
+ * left it: PD_ECORRUPT if not. Before the startup checkpoint, which would fold a damaged WAL's readable part in and
+ * drop the evidence. */
 static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t errlen)
 {
     /* O_NONBLOCK and a regular file only: a FIFO put there would hold startup (and its blocked signals) for ever. */
@@ -943,36 +979,60 @@ static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t 
     FILE *f = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "r") : NULL;
     if (!f) {
         close(fd);
-        pd_errf(err, errlen, "%s is not a regular file: it cannot name the last commit; remove it", r->pending);
+        pd_errf(err, errlen, "%s is not a regular file: it cannot name the commits the WAL holds; remove it",
+                r->pending);
         return PD_ECORRUPT;
     }
     r->has_pending = 1;
-    char line[PD_NAME_MAX + 64] = "", op[16], kind[16], name[PD_NAME_MAX + 2];
-    uint64_t definition;
-    const int parsed = fgets(line, sizeof line, f) && pd_pending_parse(line, op, kind, &definition, name) == 0;
+    pd_pending_commit *all = NULL;
+    size_t n = 0, cap = 0, lines = 0, unreadable = 0;
+    char line[PD_NAME_MAX + 64];
+    int rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        if (n == cap) {
+            pd_pending_commit *more = realloc(all, (cap = cap ? 2 * cap : 16) * sizeof *all);
+            if (!more) {
+                rc = PD_ENOMEM;
+                break;
+            }
+            all = more;
+        }
+        pd_pending_commit *c = &all[n];
+        if (pd_pending_parse(line, c->op, c->kind, &c->definition, c->name)) {
+            unreadable++;
+            if (!strchr(line, '\n')) /* the rest of a line too long to be one: skip it */
+                while (fgets(line, sizeof line, f) && !strchr(line, '\n'))
+                    ;
+            continue;
+        }
+        c->line = lines;
+        n++;
+    }
     fclose(f);
-    if (!parsed) {
-        pd_log_warn("registry", "path=%s msg=\"unreadable; the commit it named cannot be checked\"", r->pending);
-        return 0;
+    if (rc) {
+        free(all);
+        pd_errf(err, errlen, "%s: out of memory", r->pending);
+        return rc;
     }
-    /* A put names its definition: the name found with another one (deleted and put again, the WAL lost) is not
-     * the acknowledged commit. A delete names none (0; as did an older permd's dataset puts): the name alone. */
-    int found, present;
-    if (!strcmp(kind, "mixture")) {
-        size_t at = pd_mix_find(r, name, &found);
-        present = found && (!definition || r->mixes[at]->definition == definition);
-    } else {
-        size_t at = pd_table_find(r, name, &found);
-        present = found && (!definition || pd_dataset_definition(&r->sets[at].d) == definition);
-    }
-    if (present == !strcmp(op, "put"))
-        return 0;
-    pd_errf(err, errlen,
-            "%s: the last commit acknowledged as durable (%s of %s '%s') is not in the registry: it was in the "
-            "write-ahead log alone (a checkpoint had failed, %s), and registry.db-wal was lost or damaged since; "
-            "restore the state directory from a backup",
-            path, op, kind, name, r->pending);
-    return PD_ECORRUPT;
+    if (unreadable)
+        pd_log_warn("registry", "path=%s lines=%zu msg=\"unreadable; the commits they named cannot be checked\"",
+                    r->pending, unreadable);
+    qsort(all, n, sizeof *all, pd_pending_order);
+    const pd_pending_commit *bad = NULL;
+    for (size_t i = 0; i < n; i++) /* each name's last commit, the one its row must show */
+        if ((i + 1 == n || strcmp(all[i].kind, all[i + 1].kind) || strcmp(all[i].name, all[i + 1].name)) &&
+            !pd_pending_holds(r, &all[i]) && (!bad || all[i].line > bad->line))
+            bad = &all[i];
+    if (bad)
+        pd_errf(err, errlen,
+                "%s: a commit acknowledged as durable (%s of %s '%s') is not in the registry: it was in the "
+                "write-ahead log alone (a checkpoint had failed, %s), and registry.db-wal was lost or damaged since; "
+                "restore the state directory from a backup",
+                path, bad->op, bad->kind, bad->name, r->pending);
+    rc = bad ? PD_ECORRUPT : 0;
+    free(all);
+    return rc;
 }
 
 /* The first table of every schema (1): a new registry starts with it and migrates like an old one. */

@@ -713,6 +713,22 @@ static void expect_lost_commit(pd_registry *r, const char *says)
         fail_msg("error: %s", err);
 }
 
+/* Several commits in the WAL alone, the last a delete of another name: losing the WAL loses the earlier put, and a
+ * check of the last commit alone (the delete: its name is absent) passed and started without it. */
+static void test_lost_wal_after_several_commits(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    full_vfs_install();
+    pd_registry *r = open_reg();
+    put_flat(r, "before", 2); /* checkpointed */
+    full_main = 1;
+    put_flat(r, "kept", 3);
+    put_flat(r, "brief", 4);
+    assert_int_equal(pd_registry_delete(r, "brief", err, sizeof err), 0);
+    expect_lost_commit(r, "put of dataset 'kept'");
+}
+
 /* The same for a name deleted and put again with another size, both left in the WAL: the older row is still in
  * registry.db, so finding the name is not enough: its definition must be the acknowledged one (size 3 was served). */
 static void test_lost_wal_after_reput(void **state)
@@ -1105,6 +1121,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lost_wal_is_noticed, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_after_reput, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_after_mixture_delete, setup, teardown_full),
+        cmocka_unit_test_setup_teardown(test_lost_wal_after_several_commits, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_restart_on_a_full_disk, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_first_start_on_a_full_disk, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_pending_not_a_file, setup, teardown),
