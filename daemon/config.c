@@ -3,10 +3,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cyaml/cyaml.h>
 
@@ -584,12 +587,21 @@ int pd_config_load_file(pd_config *c, const char *path, char *err, size_t errlen
         .log_level = CYAML_LOG_ERROR,
         .flags = CYAML_CFG_DEFAULT,
     };
-    FILE *probe = fopen(path, "r");
-    if (!probe) {
+    /* Non-blocking, and a regular file only: a FIFO (or a device) there would hold startup, or loop 0 at a
+     * SIGHUP reload (every accept and signal waiting), until something wrote to it. */
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         pd_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return PD_EIO;
     }
-    fclose(probe);
+    const int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    close(fd);
+    if (!regular) {
+        pd_errf(err, errlen, "%s: not a regular file (a FIFO, a directory or a device): write the config in a file",
+                path);
+        return PD_EINVAL;
+    }
 
     pd_raw_config *raw = NULL;
     cyaml_err_t yrc = cyaml_load_file(path, &ycfg, &top, (cyaml_data_t **)&raw, NULL);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -135,6 +136,13 @@ static void test_load_file_errors(void **state)
     assert_int_equal(pd_config_init(&c), 0);
     assert_int_equal(pd_config_load_file(&c, "/nonexistent/permd.yaml", err, sizeof err), PD_EIO);
     assert_non_null(strstr(err, "/nonexistent/permd.yaml"));
+    /* A FIFO is refused at once: reading it waited for a writer (at a SIGHUP reload, on the loop that accepts). */
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "/tmp/permd-test-fifo-%d", (int)getpid());
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(pd_config_load_file(&c, fifo, err, sizeof err), PD_EINVAL);
+    assert_non_null(strstr(err, "not a regular file"));
+    unlink(fifo);
     char path[64];
     write_tmp(path, "");
     assert_int_equal(pd_config_load_file(&c, path, err, sizeof err), 0); /* empty: nothing overridden */
