@@ -1377,6 +1377,33 @@ int pd_registry_declare(pd_registry *r, const char *name, uint64_t size, char *e
     return rc;
 }
 
+size_t pd_registry_check_mixtures(pd_registry *r)
+{
+    size_t broken = 0;
+    pthread_mutex_lock(&r->lock);
+    for (size_t m = 0; m < r->nmix; m++) {
+        const pd_mixdef *d = r->mixes[m];
+        for (uint32_t j = 0; j < d->components; j++) {
+            int found;
+            size_t at = pd_table_find(r, d->comp[j].name, &found);
+            const char *why = !found                                 ? "is not registered (a config dataset no "
+                                                                       "longer declared?)"
+                              : r->sets[at].d.size != d->comp[j].size ? "has another size than when the mixture "
+                                                                       "was put"
+                                                                     : NULL;
+            if (why) {
+                pd_log_warn("registry", "mixture=%s component=%s msg=\"the component %s: the mixture's requests fail "
+                            "until it is put back as it was, or the mixture is deleted\"",
+                            d->name, d->comp[j].name, why);
+                broken++;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    return broken;
+}
+
 int pd_registry_get(pd_registry *r, const char *name, pd_dataset *out)
 {
     int found;

@@ -714,6 +714,7 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
             return rc;
         }
     }
+    pd_registry_check_mixtures(s->reg);
     if ((rc = pd_server_publish_access(s, cfg, cfg->max_preauth_frame)))
         return rc;
 

@@ -713,6 +713,26 @@ static void expect_lost_commit(pd_registry *r, const char *says)
         fail_msg("error: %s", err);
 }
 
+/* A mixture stored over a config dataset outlives the declaration: the next start names it (it was served as
+ * listed and failed at every request, with nothing logged). */
+static void test_mixture_over_a_dropped_config_dataset(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    pd_registry *r = open_reg();
+    assert_int_equal(pd_registry_declare(r, "declared", 500, err, sizeof err), 0);
+    assert_int_equal(put_one_mixture(r, "over_config", "declared", err, sizeof err), 0);
+    put_flat(r, "stored", 9);
+    assert_int_equal(put_one_mixture(r, "over_stored", "stored", err, sizeof err), 0);
+    assert_int_equal(pd_registry_check_mixtures(r), 0);
+    pd_registry_close(r);
+    r = open_reg(); /* the config without it */
+    assert_int_equal(pd_registry_check_mixtures(r), 1);
+    assert_int_equal(pd_registry_declare(r, "declared", 500, err, sizeof err), 0); /* declared again */
+    assert_int_equal(pd_registry_check_mixtures(r), 0);
+    pd_registry_close(r);
+}
+
 /* Several commits in the WAL alone, the last a delete of another name: losing the WAL loses the earlier put, and a
  * check of the last commit alone (the delete: its name is absent) passed and started without it. */
 static void test_lost_wal_after_several_commits(void **state)
@@ -1122,6 +1142,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lost_wal_after_reput, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_after_mixture_delete, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_lost_wal_after_several_commits, setup, teardown_full),
+        cmocka_unit_test_setup_teardown(test_mixture_over_a_dropped_config_dataset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_on_a_full_disk, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_first_start_on_a_full_disk, setup, teardown_full),
         cmocka_unit_test_setup_teardown(test_pending_not_a_file, setup, teardown),
