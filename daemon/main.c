@@ -64,8 +64,12 @@ static int pd_check_config(const pd_config *cfg)
     }
     char sock[4096];
     memcpy(sock, path, sizeof sock);
-    if (pd_config_state_dir(cfg, path, sizeof path)) {
-        fprintf(stderr, "permd: no state directory: set state_dir (HOME is not set either)\n");
+    int rc = pd_config_state_dir(cfg, path, sizeof path);
+    if (rc) {
+        if (rc == PD_ETOOBIG)
+            fprintf(stderr, "permd: state_dir: the path is longer than %zu bytes\n", sizeof path - 1);
+        else
+            fprintf(stderr, "permd: no state directory: set state_dir (HOME is not set either)\n");
         return PD_EXIT_CONFIG;
     }
     pd_config_write_effective(cfg, stdout);

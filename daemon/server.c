@@ -684,7 +684,10 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
         return rc;
     }
     if ((rc = pd_config_state_dir(cfg, path, sizeof path))) {
-        pd_log_error("startup", "msg=\"cannot choose a state directory; set state_dir\"");
+        if (rc == PD_ETOOBIG)
+            pd_log_error("startup", "msg=\"state_dir: the path is longer than %zu bytes\"", sizeof path - 1);
+        else
+            pd_log_error("startup", "msg=\"cannot choose a state directory: set state_dir (HOME is not set either)\"");
         return rc;
     }
     /* Only a damaged registry is moved aside (fresh_registry), under the registry's lock: one that is locked,

@@ -264,6 +264,8 @@ expect 2 "max_frame" "$PERMD" --check-config --max-frame 1
 env -u PERMD_SOCKET XDG_RUNTIME_DIR="$DIR/xdg" "$PERMD" --check-config --workers 3 --state-dir "$DIR/sd" 2>/dev/null |
   grep -qxF "# resolved here: socket $DIR/xdg/permd.sock, state_dir $DIR/sd, workers 3" ||
   fail "--check-config does not say what the defaults resolve to"
+# a state_dir too long for a path is said so (it read "no state directory ... HOME is not set either")
+expect 2 "state_dir: the path is longer than 4095 bytes" "$PERMD" --check-config --state-dir "/$(head -c 5000 /dev/zero | tr '\0' a)"
 
 kill -TERM "$PID"
 rc=0
