@@ -119,17 +119,18 @@ static pd_listener *pd_listener_new(pd_accept_fn fn, void *ctx, int is_tcp)
     return l;
 }
 
-/* 1 when a server accepts connections at path. */
+/* 1 when a server listens at path. Non-blocking: a server stopped (SIGSTOP) or wedged with its backlog full
+ * answers EAGAIN, and is there all the same; a blocking connect waited for it for ever. */
 static int pd_socket_alive(const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path)
         return 0;
     strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return 0;
-    int alive = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    int alive = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EAGAIN || errno == EINPROGRESS;
     close(fd);
     return alive;
 }

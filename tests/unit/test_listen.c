@@ -12,6 +12,7 @@
 
 #include "test_util.h"
 
+#include "core/error.h"
 #include "daemon/listen.h"
 
 typedef struct fixture {
@@ -103,10 +104,47 @@ static void test_connection_left_by_its_callback(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* A server at the path that accepts nothing (stopped, SIGSTOP) with its backlog full: listening there is refused
+ * at once, as for a live one. The check's blocking connect waited for room in that backlog for ever. */
+static void test_path_held_by_a_stopped_server(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/permd-test-listen-XXXXXX", path[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/s.sock", dir);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int stopped = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(bind(stopped, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(stopped, 0), 0);
+    int fillers[8], n = 0; /* connections nobody accepts, until the backlog is full */
+    for (; n < 8; n++) {
+        fillers[n] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (connect(fillers[n], (struct sockaddr *)&sa, sizeof sa)) {
+            assert_int_equal(errno, EAGAIN);
+            break;
+        }
+    }
+    assert_true(n < 8); /* full */
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    fixture f = {0};
+    pd_listener *l = NULL;
+    assert_int_equal(pd_listen_unix(&loop, path, 0600, 0, on_accept, &f, &l), PD_ECONFLICT);
+    assert_null(l);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    for (int i = 0; i <= n && i < 8; i++)
+        close(fillers[i]);
+    close(stopped);
+    unlink(path);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_connection_left_by_its_callback),
+        cmocka_unit_test(test_path_held_by_a_stopped_server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
