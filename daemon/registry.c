@@ -82,8 +82,8 @@ static void pd_registry_why(sqlite3 *db, int code, char *err, size_t errlen)
     case SQLITE_NOTADB:
         cause = "registry damaged";
         break;
-    case SQLITE_IOERR:
-        cause = "I/O error";
+    case SQLITE_IOERR: /* a failed fsync of the WAL may leave the commit's frames there: a crash replays them */
+        cause = "I/O error; a write that failed so may yet be stored (get the name to know; puts are idempotent)";
         break;
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
