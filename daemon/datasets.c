@@ -64,6 +64,7 @@ typedef struct pd_registry_job {
     uint64_t window;
     uint32_t lanes;
     int rc, created;
+    int again; /* another write had the turn: queued again (pd_service_write_turn) */
     pd_dataset result;
 } pd_registry_job;
 
@@ -71,6 +72,8 @@ static void pd_registry_job_run(pd_job *job)
 {
     pd_registry_job *j = (pd_registry_job *)job;
     pd_registry *reg = j->s->svc->reg;
+    if ((j->again = !pd_service_write_turn(j->s->svc)))
+        return;
     if (j->is_put && j->layout)
         j->rc = pd_registry_put_sharded(reg, j->name, j->layout, j->window, j->lanes, &j->result, &j->created,
                                         j->why, sizeof j->why);
@@ -78,12 +81,20 @@ static void pd_registry_job_run(pd_job *job)
         j->rc = pd_registry_put(reg, j->name, j->size, &j->result, &j->created, j->why, sizeof j->why);
     else if ((j->rc = pd_registry_delete(reg, j->name, j->why, sizeof j->why)) == 0)
         pd_plans_drop_retired(j->s->svc->plans); /* its cached plans would keep its layout until evicted */
+    pd_service_write_done(j->s->svc);
 }
 
 static void pd_registry_job_done(pd_job *job)
 {
     pd_registry_job *j = (pd_registry_job *)job;
     pd_session *s = j->s;
+    if (j->again) {
+        int rc = pd_job_continue(job);
+        if (rc == 0)
+            return; /* queued again: a worker may run it already */
+        j->rc = rc == PD_ECLOSED ? rc : PD_EINTERNAL; /* the peer left (nothing to answer), or libuv refused */
+        snprintf(j->why, sizeof j->why, "cannot queue work");
+    }
     if (j->is_put && j->rc == 0 && j->created)
         pd_log_info("dataset_put", "name=%s size=%llu shards=%llu", j->name, (unsigned long long)j->result.size,
                     (unsigned long long)j->result.shards);

@@ -134,6 +134,7 @@ typedef struct pd_mixture_job {
     char name[PD_NAME_MAX + 1];
     pd_mixdef *stored; /* what the registry holds after a put */
     int rc, created;
+    int again; /* another write had the turn: queued again (pd_service_write_turn) */
     char why[512];
 } pd_mixture_job;
 
@@ -142,6 +143,8 @@ static void pd_mixture_job_run(pd_job *job)
     pd_mixture_job *j = (pd_mixture_job *)job;
     pd_registry *reg = j->s->svc->reg;
     pd_plans *plans = j->s->svc->plans;
+    if ((j->again = !pd_service_write_turn(j->s->svc)))
+        return;
     /* Plans are keyed by their definition's identity: no request finds those of a definition replaced or
      * deleted, so they go now (as a deleted dataset's do), not when evicted; they hold plan_cache_bytes,
      * the old definition and its components' layouts. A put or delete of the same name racing this one
@@ -156,12 +159,20 @@ static void pd_mixture_job_run(pd_job *job)
         pd_plans_drop_mixture(plans, j->name, now);
         pd_mixdef_release(now);
     }
+    pd_service_write_done(j->s->svc);
 }
 
 static void pd_mixture_job_done(pd_job *job)
 {
     pd_mixture_job *j = (pd_mixture_job *)job;
     pd_session *s = j->s;
+    if (j->again) {
+        int rc = pd_job_continue(job);
+        if (rc == 0)
+            return; /* queued again: a worker may run it already */
+        j->rc = rc == PD_ECLOSED ? rc : PD_EINTERNAL; /* the peer left (nothing to answer), or libuv refused */
+        snprintf(j->why, sizeof j->why, "cannot queue work");
+    }
     if (j->rc == 0 && j->def && j->created)
         pd_log_info("mixture_put", "name=%s components=%u stages=%u %s", j->name, j->stored->components,
                     j->stored->stages, j->created == 2 ? "updated=1" : "created=1");

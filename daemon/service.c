@@ -1,6 +1,8 @@
 /* The per-loop inline budget (refilled once per libuv iteration by a check handle), and a session's authentication. */
 #include "daemon/service.h"
 
+#include <time.h>
+
 static void pd_on_budget(uv_check_t *h)
 {
     pd_loop *l = h->data;
@@ -38,4 +40,18 @@ void pd_session_authenticate(pd_session *s)
     s->authed = 1;
     pd_conn_set_max_frame(s->conn, (uint32_t)s->svc->cfg->max_frame);
     pd_conn_set_deadline(s->conn, 0);
+}
+
+int pd_service_write_turn(pd_service *svc)
+{
+    if (!atomic_exchange(&svc->registry_writer, 1))
+        return 1;
+    const struct timespec pause = {0, 200 * 1000};
+    nanosleep(&pause, NULL);
+    return 0;
+}
+
+void pd_service_write_done(pd_service *svc)
+{
+    atomic_store(&svc->registry_writer, 0);
 }

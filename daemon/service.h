@@ -53,6 +53,7 @@ typedef struct pd_service {
     _Atomic unsigned conns_open[2];        /* admitted connections on every loop: Unix, TCP (their caps) */
     _Atomic unsigned long long upload_bytes; /* shard sizes held by unfinished uploads (upload_memory) */
     _Atomic unsigned long long output_bytes; /* output every connection has queued (output_memory; conn.c counts) */
+    _Atomic int registry_writer;             /* a registry write holds the turn (pd_service_write_turn) */
     /* From the wiring, for Stats: every loop's counters added up. */
     void (*totals)(void *ctx, struct pd_stats_view *v);
     void *totals_ctx;
@@ -98,5 +99,13 @@ int pd_loop_take_inline(pd_loop *l, uint64_t count);
 
 /* The session's peer proved who it is (a good Hello): full frames, no deadline. */
 void pd_session_authenticate(pd_session *s);
+
+/* Registry writes (puts, deletes) take turns on the worker pool: the registry commits one at a time, and a write
+ * waiting for its write lock, or for another process's lock up to registry_busy_ms, or a slow fsync, held a
+ * worker meanwhile, so a few puts starved every Fetch, Stream and Digest of the pool. On a worker: 1 when this
+ * write has the turn (end it with pd_service_write_done); 0 when another has it, after a pause (200 µs) that
+ * keeps the retries cheap: the job then gives its worker back and queues again (pd_job_continue). */
+int pd_service_write_turn(pd_service *svc);
+void pd_service_write_done(pd_service *svc);
 
 #endif
