@@ -1018,7 +1018,8 @@ static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t 
     if (unreadable)
         pd_log_warn("registry", "path=%s lines=%zu msg=\"unreadable; the commits they named cannot be checked\"",
                     r->pending, unreadable);
-    qsort(all, n, sizeof *all, pd_pending_order);
+    if (n)
+        qsort(all, n, sizeof *all, pd_pending_order);
     const pd_pending_commit *bad = NULL;
     for (size_t i = 0; i < n; i++) /* each name's last commit, the one its row must show */
         if ((i + 1 == n || strcmp(all[i].kind, all[i + 1].kind) || strcmp(all[i].name, all[i + 1].name)) &&
