@@ -88,13 +88,8 @@ static void pd_registry_job_done(pd_job *job)
 {
     pd_registry_job *j = (pd_registry_job *)job;
     pd_session *s = j->s;
-    if (j->again) {
-        int rc = pd_job_continue(job);
-        if (rc == 0)
-            return; /* queued again: a worker may run it already */
-        j->rc = rc == PD_ECLOSED ? rc : PD_EINTERNAL; /* the peer left (nothing to answer), or libuv refused */
-        snprintf(j->why, sizeof j->why, "cannot queue work");
-    }
+    if (j->again && pd_service_write_again(job, &j->rc, j->why, sizeof j->why))
+        return; /* queued again: a worker may run it already */
     if (j->is_put && j->rc == 0 && j->created)
         pd_log_info("dataset_put", "name=%s size=%llu shards=%llu", j->name, (unsigned long long)j->result.size,
                     (unsigned long long)j->result.shards);

@@ -166,13 +166,8 @@ static void pd_mixture_job_done(pd_job *job)
 {
     pd_mixture_job *j = (pd_mixture_job *)job;
     pd_session *s = j->s;
-    if (j->again) {
-        int rc = pd_job_continue(job);
-        if (rc == 0)
-            return; /* queued again: a worker may run it already */
-        j->rc = rc == PD_ECLOSED ? rc : PD_EINTERNAL; /* the peer left (nothing to answer), or libuv refused */
-        snprintf(j->why, sizeof j->why, "cannot queue work");
-    }
+    if (j->again && pd_service_write_again(job, &j->rc, j->why, sizeof j->why))
+        return; /* queued again: a worker may run it already */
     if (j->rc == 0 && j->def && j->created)
         pd_log_info("mixture_put", "name=%s components=%u stages=%u %s", j->name, j->stored->components,
                     j->stored->stages, j->created == 2 ? "updated=1" : "created=1");

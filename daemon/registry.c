@@ -723,6 +723,21 @@ static int pd_registry_checkpoint(pd_registry *r)
     return sqlite3_wal_checkpoint_v2(r->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 }
 
+/* fsync the directory holding path, so that a file created or renamed there keeps its name after a crash. */
+static void pd_fsync_dir_of(const char *path)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+}
+
 /* registry.db-pending lists the commits that live in the WAL alone: a WAL lost or damaged before a checkpoint
  * folds them in would lose commits acknowledged as durable, and SQLite, which reads a WAL up to its first bad
  * frame, would start without them and say nothing. Startup checks them (pd_pending_check); the file goes once a
@@ -742,17 +757,8 @@ static void pd_pending_write(pd_registry *r, const char *op, const char *kind, u
             (void)fsync(fd);
         pd_log_warn("registry_checkpoint", "path=%s msg=\"cannot record the commit left in the WAL: %s\"", r->pending,
                     strerror(e));
-    } else if (!r->has_pending) { /* the file's name, durable too */
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s", r->pending);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
+    } else if (!r->has_pending) {
+        pd_fsync_dir_of(r->pending); /* the file's name, durable too */
         r->has_pending = 1;
     }
     if (fd >= 0)
@@ -1064,16 +1070,7 @@ static int pd_registry_create(const char *path, char *err, size_t errlen)
     const int code = rc == SQLITE_OK ? 0 : db ? pd_registry_code(db) : PD_EIO;
     sqlite3_close(db);
     if (code == 0 && rename(tmp, path) == 0) {
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
+        pd_fsync_dir_of(path); /* the new name, durable */
         return 0;
     }
     if (code == 0)

@@ -1,7 +1,11 @@
 /* The per-loop inline budget (refilled once per libuv iteration by a check handle), and a session's authentication. */
 #include "daemon/service.h"
 
+#include <stdio.h>
 #include <time.h>
+
+#include "core/error.h"
+#include "daemon/job.h"
 
 static void pd_on_budget(uv_check_t *h)
 {
@@ -54,4 +58,14 @@ int pd_service_write_turn(pd_service *svc)
 void pd_service_write_done(pd_service *svc)
 {
     atomic_store(&svc->registry_writer, 0);
+}
+
+int pd_service_write_again(pd_job *job, int *rc, char *why, size_t len)
+{
+    int err = pd_job_continue(job);
+    if (err == 0)
+        return 1;
+    *rc = err == PD_ECLOSED ? err : PD_EINTERNAL;
+    snprintf(why, len, "cannot queue work");
+    return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "daemon/config.h"
 #include "daemon/conn.h"
+#include "daemon/job.h"
 #include "daemon/metrics.h"
 #include "proto/arena.h"
 
@@ -107,5 +108,8 @@ void pd_session_authenticate(pd_session *s);
  * keeps the retries cheap: the job then gives its worker back and queues again (pd_job_continue). */
 int pd_service_write_turn(pd_service *svc);
 void pd_service_write_done(pd_service *svc);
+/* From the done callback of a write that did not get the turn: 1 when it is queued again (done must return at
+ * once), else 0 with *rc the error it ends with (PD_ECLOSED: its peer left; PD_EINTERNAL: libuv refused) and why. */
+int pd_service_write_again(pd_job *job, int *rc, char *why, size_t len);
 
 #endif
