@@ -243,8 +243,8 @@ static int pd_cl_read_frame(permd_client *c, const uint8_t **payload, uint32_t *
 }
 
 /* Keep a stream frame for permd_stream_next. The server sends a batch only for a credit, and the client has at
- * most `window` out: more frames than those and the stream's end (and its ring) would be a server filling this
- * process's memory. */
+ * most `window` out: more frames than those and the stream's end would be a server filling this process's
+ * memory. */
 static int pd_cl_queue_stream_frame(permd_stream *st, const uint8_t *payload, uint32_t len)
 {
     if (st->queued >= st->window + 2)
@@ -1152,6 +1152,8 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     *out = st;
     return 0;
 fail:
+    if (rc == PD_ENOMEM) /* the server's stream may run on: its frames would meet the next call */
+        c->broken = 1;
     pd_stream_free(st);
     return rc;
 }
@@ -1599,9 +1601,10 @@ int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, u
         return pd_cl_fail(c, PD_EINVAL, "samples, component_epochs, epochs and positions are required");
     if (mode > PERMD_MODE_EXACT)
         return pd_cl_fail(c, PD_EINVAL, "mode %d is not a PERMD_MODE_* (or negative for none)", mode);
-    if (count > (c->info.max_count ? c->info.max_count : UINT32_MAX)) /* and count × 8 cannot wrap */
-        return pd_cl_fail(c, PD_EINVAL, "count %llu is above the server's max_count (%llu)", (unsigned long long)count,
-                          (unsigned long long)c->info.max_count);
+    const uint64_t most = c->info.max_count ? c->info.max_count : UINT32_MAX; /* and count × 8 cannot wrap */
+    if (count > most)
+        return pd_cl_fail(c, PD_EINVAL, "count %llu is above %llu (the server's max_count)", (unsigned long long)count,
+                          (unsigned long long)most);
     permd_mixture_def *d;
     if ((rc = permd_get_mixture(c, mixture, &d))) /* samples travel at the mixture's id width */
         return rc;

@@ -178,8 +178,10 @@ static void *pd_group_main(void *arg)
     pthread_mutex_lock(&g->lock);
     g->ready = rc == 0;
     /* A group that never formed (members that never all joined: delivery_timeout_ms) ends now, giving its
-     * max_groups slot back, rather than when its members leave: one that joined and stays would hold it. */
-    while (rc == 0) {
+     * max_groups slot back, rather than when its members leave: one that joined and stays would hold it. One
+     * that formed goes on after a failed send (its members are told why) until its members leave. */
+    const int formed = rc == 0;
+    while (formed) {
         while (!g->head && !g->closing)
             pthread_cond_wait(&g->wake, &g->lock);
         if (!g->head)

@@ -746,17 +746,28 @@ static void pd_fsync_dir_of(const char *path)
  * of the delete and lost the put. A line cut short (a full disk) is cut off again, so the next one starts clean. */
 static void pd_pending_write(pd_registry *r, const char *op, const char *kind, uint64_t definition, const char *name)
 {
-    char line[PD_NAME_MAX + 64];
-    int n = snprintf(line, sizeof line, "%s %s %016llx %s\n", op, kind, (unsigned long long)definition, name);
+    char line[PD_NAME_MAX + 65], last = '\n';
     struct stat st;
-    int fd = open(r->pending, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    int fd = open(r->pending, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     const int had = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    if (!had || write(fd, line, (size_t)n) != n || fsync(fd)) {
-        const int e = errno;
-        if (had && ftruncate(fd, st.st_size) == 0)
-            (void)fsync(fd);
-        pd_log_warn("registry_checkpoint", "path=%s msg=\"cannot record the commit left in the WAL: %s\"", r->pending,
-                    strerror(e));
+    if (had && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) != 1)
+        last = 0;
+    /* After a line a crash cut short: a newline first, so that this one is read whole. */
+    int n = snprintf(line, sizeof line, "%s%s %s %016llx %s\n", last == '\n' ? "" : "\n", op, kind,
+                     (unsigned long long)definition, name);
+    ssize_t wrote = had ? write(fd, line, (size_t)n) : -1;
+    if (wrote != n || fsync(fd)) {
+        const int e = wrote >= 0 && wrote < n ? ENOSPC : errno;
+        /* Unlisted, this commit would leave an earlier line of its name contradicting it, and startup would
+         * refuse an intact registry: no list at all instead (a lost WAL then goes unnoticed, as before it). */
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+        unlink(r->pending);
+        r->has_pending = 0;
+        pd_log_warn("registry_checkpoint", "path=%s msg=\"cannot record the commit left in the WAL (%s): the list "
+                    "of such commits is dropped; a WAL lost before the next checkpoint would go unnoticed\"",
+                    r->pending, strerror(e));
     } else if (!r->has_pending) {
         pd_fsync_dir_of(r->pending); /* the file's name, durable too */
         r->has_pending = 1;
@@ -980,14 +991,18 @@ static int pd_pending_check(pd_registry *r, const char *path, char *err, size_t 
     /* O_NONBLOCK and a regular file only: a FIFO put there would hold startup (and its blocked signals) for ever. */
     struct stat st;
     int fd = open(r->pending, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
+    if (fd < 0 && errno == ENOENT)
         return 0; /* none: every commit reached registry.db */
+    if (fd < 0) { /* not damage (fresh_registry moves nothing aside): permissions, descriptors, a symlink */
+        pd_errf(err, errlen, "%s cannot be read: %s", r->pending, strerror(errno));
+        return PD_EIO;
+    }
     FILE *f = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "r") : NULL;
     if (!f) {
         close(fd);
         pd_errf(err, errlen, "%s is not a regular file: it cannot name the commits the WAL holds; remove it",
                 r->pending);
-        return PD_ECORRUPT;
+        return PD_EIO;
     }
     r->has_pending = 1;
     pd_pending_commit *all = NULL;

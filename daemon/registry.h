@@ -91,7 +91,7 @@ uint64_t pd_dataset_definition(const pd_dataset *d);
  * a request on it would reach the dataset first). */
 int pd_registry_declare(pd_registry *r, const char *name, uint64_t size, char *err, size_t errlen);
 
-/* After the config's datasets are declared (startup, and a reload): log each stored mixture a component of which
+/* After the config's datasets are declared at startup: log each stored mixture a component of which
  * is missing or not the dataset it was put over (a config dataset dropped from the config, a row deleted or
  * damaged by hand), whose requests would fail; the number of such mixtures. */
 size_t pd_registry_check_mixtures(pd_registry *r);

@@ -62,7 +62,8 @@ void pd_service_write_done(pd_service *svc)
 
 int pd_service_write_again(pd_job *job, int *rc, char *why, size_t len)
 {
-    int err = pd_job_continue(job);
+    /* its connection closed, or permd stopping: nobody waits for this write, which never began */
+    int err = pd_job_cancelled(job) ? PD_ECLOSED : pd_job_continue(job);
     if (err == 0)
         return 1;
     *rc = err == PD_ECLOSED ? err : PD_EINTERNAL;

@@ -132,6 +132,17 @@ static void a_group_that_never_forms_frees_its_slot(void **state)
     uint64_t got;
     uint32_t width;
     assert_int_equal(permd_group_deliver(c[0], "stuck", &s, 4, &got, &width, NULL), PERMD_ENOTFOUND); /* it ended */
+    /* A group that formed outlives a failed send (the stand-in's time out after 300 ms): its members are told why,
+     * and leave it as usual. */
+    assert_int_equal(permd_put_dataset(c[1], "d", 1000, NULL, NULL), 0);
+    assert_int_equal(permd_group_deliver(c[1], "next", &s, 4, &got, &width, NULL), 0);
+    rc = 0;
+    for (int i = 0; i < 500 && rc == 0; i++)
+        if ((rc = permd_group_deliver(c[1], "next", &s, 4, &got, &width, NULL)) == 0)
+            usleep(10000);
+    assert_int_equal(rc, PERMD_EUNAVAILABLE);
+    assert_non_null(strstr(permd_last_error(c[1]), "an NCCL send failed"));
+    assert_int_equal(permd_group_leave(c[1], "next"), 0);
     for (int i = 0; i < 2; i++)
         permd_close(c[i]);
     assert_int_equal(harness_finish(&g), 0);

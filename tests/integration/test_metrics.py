@@ -33,18 +33,31 @@ class Permd:
         """metrics: "port" (a free loopback port), "" (off) or None (the built-in default)."""
         self.dir = tempfile.mkdtemp(prefix="permd-metrics-")
         self.sock = os.path.join(self.dir, "permd.sock")
-        self.port = free_port()
         self.log = open(os.path.join(self.dir, "permd.log"), "w+")
-        args = [PERMD, "--socket", self.sock, "--state-dir", os.path.join(self.dir, "state"), *extra]
-        if metrics is not None:
-            args += ["--metrics", f"127.0.0.1:{self.port}" if metrics == "port" else metrics]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log,
-                                     env=dict(os.environ, **(env or {})))
-        deadline = time.monotonic() + 30
-        while not os.path.exists(self.sock):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+        # A port found free may be taken before permd binds it (another test's connection gets it as its own
+        # ephemeral port): permd then exits, as for any address given; try another.
+        for attempt in range(5):
+            self.port = free_port()
+            args = [PERMD, "--socket", self.sock, "--state-dir", os.path.join(self.dir, "state"), *extra]
+            if metrics is not None:
+                args += ["--metrics", f"127.0.0.1:{self.port}" if metrics == "port" else metrics]
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log,
+                                         env=dict(os.environ, **(env or {})))
+            deadline = time.monotonic() + 30
+            while not self.ready(metrics == "port"):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            if self.ready(metrics == "port"):
+                return
+            if self.proc.poll() is None or metrics != "port" or "EADDRINUSE" not in self.logtext():
                 raise RuntimeError("permd did not start: " + self.logtext())
-            time.sleep(0.02)
+        raise RuntimeError("permd did not start: " + self.logtext())
+
+    def ready(self, with_metrics):
+        """Its socket there and, with a metrics port of its own, its metrics listener up (it binds after)."""
+        return os.path.exists(self.sock) and self.proc.poll() is None and \
+            (not with_metrics or "transport=http addr=127.0.0.1:%d" % self.port in self.logtext())
 
     def logtext(self):
         self.log.flush()
