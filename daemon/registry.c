@@ -743,7 +743,8 @@ static void pd_fsync_dir_of(const char *path)
  * frame, would start without them and say nothing. Startup checks them (pd_pending_check); the file goes once a
  * checkpoint succeeds. One line a commit, appended: "put|delete dataset|mixture <definition, hex> <name>". Every
  * one, not the last alone: a put, then a delete of another name, both in the WAL and the WAL lost, passed a check
- * of the delete and lost the put. A line cut short (a full disk) is cut off again, so the next one starts clean. */
+ * of the delete and lost the put. A line that cannot be appended drops the list (see below); one a crash cut
+ * short is followed by a newline first, so the next is read whole. */
 static void pd_pending_write(pd_registry *r, const char *op, const char *kind, uint64_t definition, const char *name)
 {
     char line[PD_NAME_MAX + 65], last = '\n';
@@ -1133,8 +1134,7 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
         return PD_EIO;
     }
     if (!exists && (rc = pd_registry_create(path, err, errlen)))
-        return rc;
-    exists = 1;
+        return rc; /* from here on registry.db exists, new or not */
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK)
         goto fail_db;
@@ -1156,7 +1156,7 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
             return PD_EBUSY;
         }
     }
-    if (exists && (rc = pd_registry_check(r, why, sizeof why))) {
+    if ((rc = pd_registry_check(r, why, sizeof why))) {
         pd_errf(err, errlen, "%s cannot be read%s (%s)%s", path, rc == PD_ECORRUPT ? " whole" : "", why,
                 pd_registry_advice(rc));
         return rc;
