@@ -22,6 +22,9 @@
 #include "daemon/definition.h"
 #include "daemon/log.h"
 
+#define PD_REGISTRY_APP_ID 0x70657264 /* PRAGMA application_id of a permd registry: "perd" */
+#define PD_REGISTRY_MARK "PRAGMA application_id=1885696612;" /* the same, in decimal as SQL takes it */
+_Static_assert(PD_REGISTRY_APP_ID == 1885696612, "PD_REGISTRY_MARK spells PD_REGISTRY_APP_ID");
 #define PD_REGISTRY_SCHEMA 3 /* PRAGMA user_version of the current schema (2: shard layouts, 3: mixtures); the
                               * row checksums' column is added to any schema 3 without a version of its own: an
                               * older permd ignores it and writes rows without one, which load unchecked */
@@ -557,6 +560,62 @@ static int pd_registry_version(pd_registry *r, const char *path, int *version, c
     return 0;
 }
 
+/* Whose file registry.db is, read before anything is written. permd's registries carry application_id
+ * PD_REGISTRY_APP_ID from schema 3's row checksums on; an older permd's carry 0 and nothing but permd's
+ * tables. Another program's SQLite file, put at registry.db by mistake (a path mixed up in a deployment), is
+ * refused untouched: it used to be adopted, permd adding its tables to that program's data. *adopt is 1 for a
+ * file of an older permd, whose id is written by the migration. */
+static int pd_registry_owner(pd_registry *r, const char *path, int *adopt, char *err, size_t errlen)
+{
+    sqlite3_stmt *st;
+    int64_t id = -1;
+    *adopt = 0;
+    if (sqlite3_prepare_v2(r->db, "PRAGMA application_id", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            id = (uint32_t)sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    if (id == PD_REGISTRY_APP_ID)
+        return 0;
+    if (id < 0) {
+        pd_errf(err, errlen, "%s: reading its application_id: %s", path, sqlite3_errmsg(r->db));
+        return pd_registry_code(r->db);
+    }
+    /* id 0: permd's tables only (an index SQLite makes for them is named sqlite_*), datasets with its columns. */
+    char other[128] = "";
+    int datasets = 0, shaped = 0;
+    if (id == 0 && sqlite3_prepare_v2(r->db, "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' "
+                                             "ESCAPE '\\' ORDER BY name", -1, &st, NULL) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const char *name = (const char *)sqlite3_column_text(st, 0);
+            if (name && !strcmp(name, "datasets"))
+                datasets = 1;
+            else if (name && strcmp(name, "mixtures") && !other[0])
+                snprintf(other, sizeof other, "%s", name);
+        }
+        sqlite3_finalize(st);
+        shaped = datasets && sqlite3_prepare_v2(r->db, "SELECT name, size, created_ms FROM datasets LIMIT 0", -1,
+                                                &st, NULL) == SQLITE_OK;
+        if (shaped)
+            sqlite3_finalize(st);
+    }
+    if (id == 0 && !other[0] && (shaped || !datasets)) {
+        *adopt = 1;
+        return 0;
+    }
+    if (id != 0)
+        pd_errf(err, errlen, "%s is not a permd registry: it is another program's SQLite file (application_id "
+                "0x%08llx); permd leaves it untouched. Move it away, or point state_dir elsewhere", path,
+                (unsigned long long)id);
+    else if (other[0])
+        pd_errf(err, errlen, "%s is not a permd registry: it holds %s, which permd does not write; permd leaves it "
+                "untouched. Move it away, or point state_dir elsewhere", path, other);
+    else
+        pd_errf(err, errlen, "%s is not a permd registry: its datasets table has other columns than permd's; permd "
+                "leaves it untouched. Move it away, or point state_dir elsewhere", path);
+    return PD_EUNSUPPORTED;
+}
+
 /* Older schemas gain what they lack in place, in one transaction: 1 (flat datasets only) the shard columns,
  * 2 the mixtures' table, and every one the row checksums' column. Each step is skipped when its column or
  * table is there already (a user_version set back), so a migration never fails on what it would add. */
@@ -1080,7 +1139,7 @@ static int pd_registry_create(const char *path, char *err, size_t errlen)
     sqlite3 *db = NULL;
     int rc = sqlite3_open_v2(tmp, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     if (rc == SQLITE_OK)
-        rc = sqlite3_exec(db, "PRAGMA synchronous=FULL;" PD_REGISTRY_BASE_TABLE, NULL, NULL, NULL);
+        rc = sqlite3_exec(db, "PRAGMA synchronous=FULL;" PD_REGISTRY_MARK PD_REGISTRY_BASE_TABLE, NULL, NULL, NULL);
     if (rc != SQLITE_OK)
         pd_registry_why(db, db ? sqlite3_errcode(db) : rc, why, sizeof why);
     const int code = rc == SQLITE_OK ? 0 : db ? pd_registry_code(db) : PD_EIO;
@@ -1163,7 +1222,9 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
     }
     /* The version before the first write: a newer schema is refused untouched (no WAL switch, no table). */
     int version;
-    if ((rc = pd_registry_version(r, path, &version, err, errlen)))
+    int adopt;
+    if ((rc = pd_registry_version(r, path, &version, err, errlen)) ||
+        (rc = pd_registry_owner(r, path, &adopt, err, errlen)))
         return rc;
     /* WAL: readers never block the writer; synchronous=FULL: a commit is on disk (fsync of the WAL)
      * before sqlite3_step returns, so an ack means durable; every commit is then checkpointed into
@@ -1174,6 +1235,10 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
         goto fail_db;
     if ((rc = pd_registry_migrate(r, path, version, err, errlen)))
         return rc;
+    /* An older permd's registry is marked as permd's; if that write fails, the next start marks it. */
+    if (adopt && sqlite3_exec(r->db, PD_REGISTRY_MARK, NULL, NULL, NULL) != SQLITE_OK)
+        pd_log_warn("registry", "path=%s msg=\"cannot mark it as permd's (application_id): %s\"", path,
+                    sqlite3_errmsg(r->db));
     /* REPLACE: a row that failed to load (logged, not served) must not block its name. */
     if (sqlite3_prepare_v2(r->db,
                            "INSERT OR REPLACE INTO datasets(name, size, created_ms, shards, window, lanes, sum) "

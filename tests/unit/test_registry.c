@@ -410,6 +410,56 @@ static void test_schema_versions(void **state)
     assert_string_equal(v, "0");
 }
 
+/* Another program's SQLite file at registry.db (a path mixed up in a deployment) is refused untouched: it used
+ * to be adopted, permd adding its tables to that program's data. An older permd's registry (application_id 0,
+ * permd's tables only) is adopted and marked, and so is every new one: the negative controls. */
+static void test_foreign_sqlite_file(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *sql, *says;
+    } foreign[] = {
+        {"CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT); PRAGMA user_version=2;", "holds users"},
+        {"CREATE TABLE datasets (id INTEGER PRIMARY KEY, path TEXT);", "other columns than permd's"},
+        /* permd's own shape, but stamped by another program */
+        {"CREATE TABLE datasets (name TEXT PRIMARY KEY NOT NULL, size INTEGER NOT NULL, created_ms INTEGER NOT NULL)"
+         " WITHOUT ROWID; PRAGMA application_id=42;", "application_id 0x0000002a"},
+    };
+    char other[128], err[512], v[64];
+    pd_registry *r;
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        snprintf(other, sizeof other, "%s/foreign%zu", dir, i);
+        assert_int_equal(mkdir(other, 0700), 0);
+        exec_sql_in(other, foreign[i].sql);
+        err[0] = 0;
+        assert_int_equal(pd_registry_open(other, &r, err, sizeof err), PD_EUNSUPPORTED);
+        assert_non_null(strstr(err, "is not a permd registry"));
+        assert_non_null(strstr(err, foreign[i].says));
+        query_in(other, "PRAGMA journal_mode", v, sizeof v); /* untouched: no switch to WAL, no table of ours */
+        assert_string_equal(v, "delete");
+        query_in(other, "SELECT count(*) FROM sqlite_master WHERE name = 'mixtures'", v, sizeof v);
+        assert_string_equal(v, "0");
+        /* fresh_registry moves only damage aside: another program's file stays where it is */
+        assert_int_equal(pd_registry_open_fresh(other, &r, err, sizeof err), PD_EUNSUPPORTED);
+        query_in(other, "SELECT count(*) FROM sqlite_master", v, sizeof v);
+        assert_string_equal(v, "1");
+    }
+
+    /* A new registry is marked; an older permd's (no id, permd's tables only) is adopted and marked. */
+    r = open_reg();
+    put_flat(r, "kept", 7);
+    pd_registry_close(r);
+    query_in(dir, "PRAGMA application_id", v, sizeof v);
+    assert_string_equal(v, "1885696612");
+    exec_sql("PRAGMA application_id=0;");
+    r = open_reg();
+    pd_dataset d;
+    assert_int_equal(pd_registry_get(r, "kept", &d), 0);
+    pd_registry_close(r);
+    query_in(dir, "PRAGMA application_id", v, sizeof v);
+    assert_string_equal(v, "1885696612");
+}
+
 /* A value changed on disk behind permd's back (SQLite checks pages, not values): the row's checksum no longer
  * matches, and the dataset or mixture is not served, where it would have given other ids. A row from before
  * checksums (NULL) still loads: the negative control. */
@@ -1135,6 +1185,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_sqlite_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_row_checksums, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_dir_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_damaged, setup, teardown),
