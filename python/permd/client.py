@@ -270,7 +270,7 @@ class Client:
         """Create a dataset: put_dataset(name, size) for a flat one, put_dataset(name, shards=[sizes...],
         window=K, lanes=G) for a sharded one (docs/spec/shards-v1.md). Idempotent for the same
         definition; Conflict for another."""
-        _name(name)  # type, emptiness and NUL checks before anything is forgotten
+        encoded = _name(name)  # type, emptiness and NUL checks before anything is forgotten
         self._wide.pop(name, None)
         d, created = _lib.Dataset(), ctypes.c_int32()
         if shards is not None:
@@ -280,7 +280,7 @@ class Client:
                 raise ValueError("a sharded dataset needs at least one shard")
             if size is not None and _args.integer("size", size) != sum(int(x) for x in shards):
                 raise ValueError("size must be the sum of the shard sizes")
-            rc = _lib.put_dataset_sharded(self._handle(), _name(name), ptr, n,
+            rc = _lib.put_dataset_sharded(self._handle(), encoded, ptr, n,
                                           _args.integer("window", 8 if window is None else window, 1),
                                           _args.integer("lanes", 1 if lanes is None else lanes, 1, _args.U32_MAX),
                                           ctypes.byref(d),
@@ -292,7 +292,7 @@ class Client:
         if size is None:
             raise TypeError("put_dataset needs size= or shards=")
         size = _args.integer("size", size, 1, _args.N_MAX)
-        rc = _lib.put_dataset(self._handle(), _name(name), size, ctypes.byref(d), ctypes.byref(created))
+        rc = _lib.put_dataset(self._handle(), encoded, size, ctypes.byref(d), ctypes.byref(created))
         self._check(rc, f"put_dataset {name!r}")
         return dict(_dataset_dict(d), created=bool(created.value))
 
