@@ -72,7 +72,7 @@ static void trainer(const char *sock, uint32_t members, uint32_t i, int reps, in
                 }
                 uint64_t got, next;
                 uint32_t width;
-                int rc = path == 0 ? permd_nccl_recv(g, &s, pieces[k], dev, NULL, &got, &width, &next)
+                int rc = path == 0 ? permd_nccl_recv(g, &s, pieces[k], 4, dev, NULL, &got, &width, &next)
                                    : permd_fetch_u32(c, &s, pieces[k], host, &got, &next) ||
                                          pd_gpu_copy_to_device(gpu, dev, host, got * 4);
                 if (rc || got != pieces[k])
@@ -187,7 +187,7 @@ int main(int argc, char **argv)
             for (int r = 0; r <= reps; r++) {
                 double t0 = now();
                 if (path == 0) {
-                    if (permd_nccl_recv(g, &s, piece, dev, NULL, &got, &width, &next))
+                    if (permd_nccl_recv(g, &s, piece, 4, dev, NULL, &got, &width, &next))
                         DIE("recv: %s", permd_last_error(c));
                 } else {
                     if (permd_fetch_u32(c, &s, piece, host, &got, &next) ||

@@ -880,27 +880,35 @@ int permd_group_join(permd_client *c, const char *group, uint32_t members, uint8
     return 0;
 }
 
-int permd_group_deliver(permd_client *c, const char *group, const permd_slice *s, uint64_t count, uint64_t *got,
-                        uint32_t *width, uint64_t *next_offset)
+int permd_group_deliver(permd_client *c, const char *group, const permd_slice *s, uint64_t count, uint32_t id_width,
+                        uint64_t *got, uint32_t *width, uint64_t *next_offset)
 {
     Permd__V1__Slice sm;
     int rc;
     if (!c || !got || !width)
         return c ? pd_cl_fail(c, PD_EINVAL, "got and width are required") : PD_EINVAL;
+    if (id_width != 0 && id_width != 4 && id_width != 8)
+        return pd_cl_fail(c, PD_EINVAL, "id_width must be 0 (the dataset's), 4 or 8");
     if ((rc = pd_cl_check_name(c, group)) || (rc = pd_cl_slice(c, s, &sm)))
         return rc;
     Permd__V1__Deliver m = PERMD__V1__DELIVER__INIT;
     m.group = (char *)group;
     m.slice = &sm;
     m.count = count;
+    m.id_width = id_width;
     pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
     req.body_case = PERMD__V1__ENVELOPE__BODY_DELIVER;
     req.deliver = &m;
     if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DELIVER_REPLY, &rep)))
         return rc;
     const Permd__V1__DeliverReply *r = rep->deliver_reply;
+    /* A width other than the buffer's would have NCCL overrun it: the connection is dropped (the group then
+     * fails) rather than a receive posted. A permd older than id_width answers with the dataset's own. */
     if ((r->id_width != 4 && r->id_width != 8) || r->count > count)
         return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent DeliverReply");
+    if (id_width && r->id_width != id_width)
+        return pd_cl_fail(c, PD_EPROTO, "permd would send %u-byte ids into a buffer of %u-byte ones (a permd older "
+                          "than Deliver.id_width?)", r->id_width, id_width);
     *got = r->count;
     *width = r->id_width;
     if (next_offset)

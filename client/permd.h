@@ -173,8 +173,9 @@ PERMD_API const char *permd_strerror(int err);
 PERMD_API const char *permd_version(void);
 /* The layout of this header's structs: raised whenever a struct gains, loses or moves a field.
  * Bindings that mirror the structs (the Python package's ctypes) refuse a library of another one. */
-#define PERMD_ABI_VERSION 4 /* 3: permd_dataset.layout_hash, permd_mixture_def.component_layout_hashes;
-                             * 4: permd_dataset.definition, permd_slice.definition, permd_mixture_def.definition */
+#define PERMD_ABI_VERSION 5 /* 3: permd_dataset.layout_hash, permd_mixture_def.component_layout_hashes;
+                             * 4: permd_dataset.definition, permd_slice.definition, permd_mixture_def.definition;
+                             * 5: permd_group_deliver's and permd_nccl_recv's id_width */
 PERMD_API unsigned permd_abi_version(void);
 
 /* Connect and say Hello (waiting at most 10 s for the answer). endpoint: NULL or "" for the default socket
@@ -305,9 +306,12 @@ PERMD_API int permd_digest_slice(permd_client *c, const permd_slice *s, permd_di
 PERMD_API int permd_group_join(permd_client *c, const char *group, uint32_t members,
                                uint8_t nccl_id[PERMD_NCCL_ID_BYTES], uint32_t *rank, uint32_t *nranks);
 /* Ask for the rank's next ids; *got of *width bytes each then arrive over
- * NCCL from rank 0 (post the receive after this returns; none when *got is 0). */
+ * NCCL from rank 0 (post the receive after this returns; none when *got is 0).
+ * id_width: the bytes per id the receive buffer holds: 8 (any dataset), 4
+ * (PERMD_EINVAL for a dataset over 2^32 samples), or 0 for the dataset's own
+ * (4 up to 2^32 samples, else 8: the caller must have room for either). */
 PERMD_API int permd_group_deliver(permd_client *c, const char *group, const permd_slice *s, uint64_t count,
-                                  uint64_t *got, uint32_t *width, uint64_t *next_offset);
+                                  uint32_t id_width, uint64_t *got, uint32_t *width, uint64_t *next_offset);
 PERMD_API int permd_group_leave(permd_client *c, const char *group);
 
 /* ---- Offline: spec v1 computed in this process, no daemon ------------------

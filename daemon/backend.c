@@ -50,6 +50,8 @@ struct pd_backend {
     uint64_t plan_clock;
     uint64_t gpu_min_ids;
     _Atomic uint64_t cpu_ids, gpu_ids;
+    _Atomic uint64_t gpu_fallbacks; /* requests the GPU failed, served by the CPU */
+    atomic_int gpu_off;             /* a CUDA error: no request tries the GPU again */
     char desc[512];
 };
 
@@ -186,6 +188,12 @@ void pd_backend_counts(const pd_backend *b, uint64_t *cpu_ids, uint64_t *gpu_ids
     *gpu_ids = atomic_load(&b->gpu_ids);
 }
 
+void pd_backend_gpu_health(const pd_backend *b, uint64_t *fallbacks, int *off)
+{
+    *fallbacks = atomic_load(&b->gpu_fallbacks);
+    *off = atomic_load(&b->gpu_off);
+}
+
 void pd_backend_pool_counts(const pd_backend *b, uint64_t *caught, uint64_t *slept)
 {
     pd_pool_counts(b->pool, caught, slept);
@@ -211,20 +219,46 @@ static void pd_to_le(void *out, uint64_t n, unsigned width)
 }
 #endif
 
+/* Whether a request may try the GPU: there is one, it has not failed for good, and the request is large. */
+static int pd_gpu_usable(const pd_backend *b, uint64_t count)
+{
+    return b->gpu && count >= b->gpu_min_ids && !atomic_load(&b->gpu_off);
+}
+
+/* A GPU generation's result: an argument error is the caller's, as on the CPU; anything else sends the request to
+ * the CPU (PD_EBUSY). Out of device memory may pass (another process's allocation): said at the 1st, 10th, 100th...
+ * time. Any other failure is a CUDA error, which is sticky (the context is lost): every later request would try,
+ * fail and log, so the GPU is turned off until permd restarts, said once. */
+static int pd_gpu_result(pd_backend *b, int rc, const char *what)
+{
+    if (rc == 0 || rc == PD_EINVAL || rc == PD_ERANGE || rc == PD_EOVERFLOW)
+        return rc;
+    const uint64_t n = atomic_fetch_add(&b->gpu_fallbacks, 1) + 1;
+    if (rc != PD_ENOMEM) {
+        if (!atomic_exchange(&b->gpu_off, 1))
+            pd_log_error("gpu", "err=%s request=%s msg=\"the GPU failed: it is off until permd restarts, and every "
+                         "request is served by the CPU\"", pd_errname(rc), what);
+    } else {
+        uint64_t p = 1;
+        while (p < n && p <= UINT64_MAX / 10)
+            p *= 10;
+        if (p == n)
+            pd_log_warn("gpu", "err=%s request=%s fallbacks=%llu msg=\"served by the CPU instead\"", pd_errname(rc),
+                        what, (unsigned long long)n);
+    }
+    return PD_EBUSY;
+}
+
 /* Large requests try the GPU; one that is busy with another request leaves
  * this one to the CPU rather than queueing behind it. */
 static int pd_gpu_slice(pd_backend *b, const pd_perm *perm, const pd_slice *slice, uint64_t count, unsigned width,
                         void *out, uint64_t *written)
 {
-    if (!b->gpu || count < b->gpu_min_ids || pthread_mutex_trylock(&b->gpu_lock))
+    if (!pd_gpu_usable(b, count) || pthread_mutex_trylock(&b->gpu_lock))
         return PD_EBUSY;
     int rc = b->api.slice_fill_host(b->gpu, perm, slice, count, out, width, written);
     pthread_mutex_unlock(&b->gpu_lock);
-    if (rc && rc != PD_EINVAL && rc != PD_ERANGE && rc != PD_EOVERFLOW) {
-        pd_log_warn("gpu", "err=%s msg=\"request served by the CPU instead\"", pd_errname(rc));
-        return PD_EBUSY;
-    }
-    return rc;
+    return pd_gpu_result(b, rc, "flat");
 }
 
 static void pd_store_le64(uint8_t *p, uint64_t v)
@@ -265,18 +299,13 @@ static int pd_gpu_shard_slice(pd_backend *b, const pd_shard_plan *plan, uint64_t
                               uint64_t count, unsigned width, void *out, uint64_t *written)
 {
     pd_gpu_plan *dp;
-    if (!b->gpu || !b->api.plan_upload || plan_id == 0 || count < b->gpu_min_ids ||
-        pthread_mutex_trylock(&b->gpu_lock))
+    if (!pd_gpu_usable(b, count) || !b->api.plan_upload || plan_id == 0 || pthread_mutex_trylock(&b->gpu_lock))
         return PD_EBUSY;
     int rc = pd_gpu_plan_get(b, plan, plan_id, &dp);
     if (rc == 0)
         rc = b->api.shard_fill_host(b->gpu, dp, slice, count, out, width, written);
     pthread_mutex_unlock(&b->gpu_lock);
-    if (rc && rc != PD_EINVAL && rc != PD_ERANGE && rc != PD_EOVERFLOW) {
-        pd_log_warn("gpu", "err=%s msg=\"sharded request served by the CPU instead\"", pd_errname(rc));
-        return PD_EBUSY;
-    }
-    return rc;
+    return pd_gpu_result(b, rc, "sharded");
 }
 
 /* Locations on the CPU, through a small buffer: pd_shard_loc is wider than the wire's (shard, offset) pair. */

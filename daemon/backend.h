@@ -55,6 +55,10 @@ const char *pd_backend_describe(const pd_backend *b);
 /* Ids served by each side so far (for Stats and metrics). */
 void pd_backend_counts(const pd_backend *b, uint64_t *cpu_ids, uint64_t *gpu_ids);
 
+/* The GPU's failures: requests it failed that the CPU served instead, and whether a CUDA error (sticky: the
+ * context is lost) turned it off until restart. */
+void pd_backend_gpu_health(const pd_backend *b, uint64_t *fallbacks, int *off);
+
 /* The CPU pool's helpers: requests caught while polling, and sleeps (pd_pool_counts). */
 void pd_backend_pool_counts(const pd_backend *b, uint64_t *caught, uint64_t *slept);
 

@@ -466,6 +466,20 @@ static void pd_on_deliver_locked(pd_session *c, uint64_t id, const Permd__V1__De
         pd_target_release(&t);
         return;
     }
+    /* The receiver's width: an int64 buffer takes any dataset's ids; NCCL writes count * width bytes, so a
+     * width the buffer does not have would overrun it. */
+    if (m->id_width != 0 && m->id_width != 4 && m->id_width != 8) {
+        pd_target_release(&t);
+        pd_reply_error(c, id, PD_EINVAL, "id_width must be 0 (the dataset's), 4 or 8, not %u", m->id_width);
+        return;
+    }
+    if (m->id_width == 4 && t.width == 8) {
+        pd_reply_error(c, id, PD_EINVAL, "id_width 4: dataset '%s' has %llu samples, whose ids need 8 bytes "
+                       "(receive into int64)", t.ds.name, (unsigned long long)t.ds.size);
+        pd_target_release(&t);
+        return;
+    }
+    const unsigned width = m->id_width ? m->id_width : t.width;
     const uint64_t max_sends = c->svc->groups->cfg->max_group_sends;
     pthread_mutex_lock(&g->lock);
     const uint64_t queued = g->queued;
@@ -483,14 +497,14 @@ static void pd_on_deliver_locked(pd_session *c, uint64_t id, const Permd__V1__De
         return;
     }
     Permd__V1__DeliverReply r = PERMD__V1__DELIVER_REPLY__INIT;
-    r.id_width = t.width;
+    r.id_width = width;
     r.count = got;
     r.next_offset = pd_target_next_offset(&t, t.slice.offset, got);
     r.remaining = t.remaining - got;
     pd_reply(c, id, PERMD__V1__ENVELOPE__BODY_DELIVER_REPLY, &r);
     if (!job)
         return;
-    job->job = (pd_delivery_job){.perm = t.perm, .slice = t.slice, .count = got, .width = t.width, .peer = (int)rank};
+    job->job = (pd_delivery_job){.perm = t.perm, .slice = t.slice, .count = got, .width = width, .peer = (int)rank};
     pthread_mutex_lock(&g->lock);
     if (g->tail)
         g->tail->next = job;

@@ -123,6 +123,7 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     v->uptime_ms = pd_clock_ms() - s->svc.started_ms;
     if (s->backend) {
         pd_backend_counts(s->backend, &v->cpu_ids, &v->gpu_ids);
+        pd_backend_gpu_health(s->backend, &v->gpu_fallbacks, &v->gpu_off);
         pd_backend_pool_counts(s->backend, &v->pool_caught, &v->pool_slept);
     }
     v->ring_bytes = atomic_load(&s->svc.ring_bytes);

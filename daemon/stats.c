@@ -143,6 +143,12 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
     pd_text_family(&t, "permd_ids_generated_total", "counter", "Sample ids generated, by backend (cpu, gpu).");
     pd_text_add(&t, "permd_ids_generated_total{backend=\"cpu\"} %llu\n", (unsigned long long)v->cpu_ids);
     pd_text_add(&t, "permd_ids_generated_total{backend=\"gpu\"} %llu\n", (unsigned long long)v->gpu_ids);
+    pd_text_u64(&t, "permd_gpu_fallbacks_total", "counter",
+                "Requests the GPU failed (out of device memory, or a CUDA error), served by the CPU instead.",
+                v->gpu_fallbacks);
+    pd_text_u64(&t, "permd_gpu_off", "gauge",
+                "1 once a CUDA error turned the GPU off: every request runs on the CPU until permd restarts.",
+                (uint64_t)v->gpu_off);
     pd_text_u64(&t, "permd_cpu_pool_spin_catches_total", "counter",
                 "Times a CPU pool helper found a split request's work while polling (cpu_spin_us) or "
                 "in the yield before it, without a wake-up (one request can count once per helper).",

@@ -20,6 +20,8 @@ typedef struct pd_stats_view {
     unsigned workers;
     uint64_t uptime_ms;
     uint64_t cpu_ids, gpu_ids; /* ids each backend generated */
+    uint64_t gpu_fallbacks;    /* requests the GPU failed, served by the CPU */
+    int gpu_off;               /* a CUDA error turned the GPU off until restart */
     uint64_t pool_caught, pool_slept; /* CPU pool helpers: work found polling, sleeps (cpu_spin_us) */
     uint64_t ring_bytes;       /* shared-memory stream rings alive */
     uint64_t ring_fds;         /* their descriptors permd holds */

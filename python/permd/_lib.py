@@ -92,7 +92,7 @@ def _load():
         "from a tree where build/lib/libpermd.so exists.")
 
 
-ABI_VERSION = 4  # client/permd.h's PERMD_ABI_VERSION: the struct layouts mirrored in this file
+ABI_VERSION = 5  # client/permd.h's PERMD_ABI_VERSION: the struct layouts mirrored here (and in nccl.py, a signature)
 
 
 def _check_abi(library, path):

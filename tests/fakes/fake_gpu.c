@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/error.h"
@@ -39,7 +40,8 @@ const char *pd_gpu_describe(const pd_gpu *g)
     return "fake GPU (tests/fakes/fake_gpu.c): its first request stalls, then every request fails over to the CPU";
 }
 
-/* The first call sleeps PERMD_FAKE_GPU_STALL_MS (default 2000) before failing; later ones fail at once. */
+/* The first call sleeps PERMD_FAKE_GPU_STALL_MS (default 2000) before failing; later ones fail at once. Each fails
+ * with PD_EIO (as a CUDA error would), or PD_ENOMEM while PERMD_FAKE_GPU_ERR is "enomem". */
 int pd_gpu_slice_fill_host(pd_gpu *g, const pd_perm *p, const pd_slice *s, uint64_t count, void *host_out,
                            unsigned width, uint64_t *written)
 {
@@ -50,5 +52,6 @@ int pd_gpu_slice_fill_host(pd_gpu *g, const pd_perm *p, const pd_slice *s, uint6
         struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
-    return PD_EIO;
+    const char *err = getenv("PERMD_FAKE_GPU_ERR");
+    return err && !strcmp(err, "enomem") ? PD_ENOMEM : PD_EIO;
 }

@@ -68,14 +68,14 @@ static void trainer(uint32_t members, int device, const char *group, uint64_t pi
         uint64_t got, next, want_n;
         uint32_t width;
         if (stall) { /* ask, then never receive: permd's send must time out and abort the group */
-            CHECK(permd_group_deliver(c, group, &s, piece, &got, &width, &next) == 0, "deliver");
+            CHECK(permd_group_deliver(c, group, &s, piece, 4, &got, &width, &next) == 0, "deliver");
             sleep((unsigned)stall);
-            int rc = permd_group_deliver(c, group, &s, piece, &got, &width, &next);
+            int rc = permd_group_deliver(c, group, &s, piece, 4, &got, &width, &next);
             CHECK(rc == PERMD_EUNAVAILABLE, "a stalled member should find its group aborted, got %d", rc);
             CHECK(strstr(permd_last_error(c), "aborted") != NULL, "message: %s", permd_last_error(c));
             _exit(0);
         }
-        int rc = permd_nccl_recv(g, &s, piece, dev, NULL, &got, &width, &next);
+        int rc = permd_nccl_recv(g, &s, piece, 4, dev, NULL, &got, &width, &next);
         CHECK(rc == 0, "recv: %d %s", rc, permd_last_error(c));
         if (got == 0)
             break;
@@ -119,7 +119,7 @@ static void survivor(uint32_t members, int device, const char *group)
     uint64_t got, next, pieces = 0;
     uint32_t width;
     int rc;
-    while ((rc = permd_nccl_recv(g, &s, piece, dev, NULL, &got, &width, &next)) == 0) {
+    while ((rc = permd_nccl_recv(g, &s, piece, 4, dev, NULL, &got, &width, &next)) == 0) {
         pieces++;
         CHECK(pieces < 200000, "still receiving after %llu pieces: the group was never aborted",
               (unsigned long long)pieces);

@@ -40,7 +40,7 @@ static void unavailable_and_unharmed(void **state)
     assert_non_null(strstr(permd_last_error(c), "nonexistent"));
     assert_int_equal(permd_put_dataset(c, "d", 100, NULL, NULL), 0);
     permd_slice s = {.dataset = "d", .world = 2, .mode = PERMD_MODE_PAD};
-    assert_int_equal(permd_group_deliver(c, "trainers", &s, 4, &got, &width, NULL), PERMD_EUNAVAILABLE);
+    assert_int_equal(permd_group_deliver(c, "trainers", &s, 4, 0, &got, &width, NULL), PERMD_EUNAVAILABLE);
     assert_int_equal(permd_group_leave(c, "trainers"), PERMD_EUNAVAILABLE);
     /* bad arguments are typed before availability matters */
     assert_int_equal(permd_group_join(c, "bad name", 2, id, &rank, &nranks), PERMD_EINVAL);
@@ -79,7 +79,7 @@ static void groups_and_their_queues_are_bounded(void **state)
     uint64_t got;
     int accepted = 0, rc = 0;
     for (int i = 0; i < 40 && rc == 0; i++) {
-        rc = permd_group_deliver(c[0], "g0", &s, 4, &got, &width, &s.offset);
+        rc = permd_group_deliver(c[0], "g0", &s, 4, 0, &got, &width, &s.offset);
         accepted += rc == 0;
     }
     assert_int_equal(rc, PERMD_EBUSY);
@@ -97,7 +97,7 @@ static void groups_and_their_queues_are_bounded(void **state)
     const uint32_t weights[2] = {1, 1};
     assert_int_equal(permd_put_mixture(c[2], "mx", parts, 2, starts, weights, 1, 0, 0, NULL, NULL), 0);
     permd_slice ms = {.dataset = "mx", .world = 1, .mode = PERMD_MODE_EXACT};
-    assert_int_equal(permd_group_deliver(c[2], "g2", &ms, 4, &got, &width, NULL), PERMD_EUNAVAILABLE);
+    assert_int_equal(permd_group_deliver(c[2], "g2", &ms, 4, 0, &got, &width, NULL), PERMD_EUNAVAILABLE);
     assert_non_null(strstr(permd_last_error(c[2]), "'mx' is a mixture"));
     for (int i = 0; i < 3; i++)
         permd_close(c[i]); /* members gone: their groups abort, the stand-in's waiting sends end */
@@ -131,14 +131,14 @@ static void a_group_that_never_forms_frees_its_slot(void **state)
     permd_slice s = {.dataset = "d", .world = 1, .mode = PERMD_MODE_EXACT};
     uint64_t got;
     uint32_t width;
-    assert_int_equal(permd_group_deliver(c[0], "stuck", &s, 4, &got, &width, NULL), PERMD_ENOTFOUND); /* it ended */
+    assert_int_equal(permd_group_deliver(c[0], "stuck", &s, 4, 0, &got, &width, NULL), PERMD_ENOTFOUND); /* it ended */
     /* A group that formed outlives a failed send (the stand-in's time out after 300 ms): its members are told why,
      * and leave it as usual. */
     assert_int_equal(permd_put_dataset(c[1], "d", 1000, NULL, NULL), 0);
-    assert_int_equal(permd_group_deliver(c[1], "next", &s, 4, &got, &width, NULL), 0);
+    assert_int_equal(permd_group_deliver(c[1], "next", &s, 4, 0, &got, &width, NULL), 0);
     rc = 0;
     for (int i = 0; i < 500 && rc == 0; i++)
-        if ((rc = permd_group_deliver(c[1], "next", &s, 4, &got, &width, NULL)) == 0)
+        if ((rc = permd_group_deliver(c[1], "next", &s, 4, 0, &got, &width, NULL)) == 0)
             usleep(10000);
     assert_int_equal(rc, PERMD_EUNAVAILABLE);
     assert_non_null(strstr(permd_last_error(c[1]), "an NCCL send failed"));
@@ -148,12 +148,53 @@ static void a_group_that_never_forms_frees_its_slot(void **state)
     assert_int_equal(harness_finish(&g), 0);
 }
 
+/* Ids arrive in the width of the receiver's buffer (Deliver.id_width): NCCL writes count * width bytes, so a dataset
+ * over 2^32 samples delivered into an int32 tensor overran it by half. 8 takes any dataset; 4 is refused for one over
+ * 2^32 before anything is sent; 0 is the dataset's own, as before. */
+static void delivery_in_the_receivers_width(void **state)
+{
+    (void)state;
+    harness g;
+    harness_init(&g);
+    const char *extra[] = {"--delivery-library", PERMD_FAKE_DELIVERY, "--delivery-timeout-ms", "600000", NULL};
+    assert_int_equal(harness_start(&g, 0, extra, NULL), 0);
+    permd_client *c;
+    uint8_t id[PERMD_NCCL_ID_BYTES];
+    uint32_t rank, nranks, width;
+    uint64_t got, next;
+    assert_int_equal(permd_connect_unix(g.sock, &c), 0);
+    assert_int_equal(permd_group_join(c, "w", 1, id, &rank, &nranks), 0);
+    assert_int_equal(permd_put_dataset(c, "small", 1000, NULL, NULL), 0);
+    assert_int_equal(permd_put_dataset(c, "big", (uint64_t)1 << 33, NULL, NULL), 0);
+    permd_slice small = {.dataset = "small", .world = 1, .mode = PERMD_MODE_EXACT};
+    permd_slice big = {.dataset = "big", .world = 1, .mode = PERMD_MODE_EXACT};
+
+    assert_int_equal(permd_group_deliver(c, "w", &big, 4, 4, &got, &width, &next), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(c), "need 8 bytes"));
+    assert_int_equal(permd_group_deliver(c, "w", &small, 4, 5, &got, &width, &next), PERMD_EINVAL); /* client-side */
+    assert_int_equal(permd_group_deliver(c, "w", &small, 4, 8, &got, &width, &next), 0);
+    assert_int_equal(width, 8);
+    assert_int_equal(got, 4);
+    assert_int_equal(next, 4);
+    assert_int_equal(permd_group_deliver(c, "w", &small, 4, 4, &got, &width, &next), 0);
+    assert_int_equal(width, 4);
+    assert_int_equal(permd_group_deliver(c, "w", &small, 4, 0, &got, &width, &next), 0);
+    assert_int_equal(width, 4);
+    assert_int_equal(permd_group_deliver(c, "w", &big, 4, 0, &got, &width, &next), 0);
+    assert_int_equal(width, 8);
+    assert_int_equal(permd_group_deliver(c, "w", &big, 4, 8, &got, &width, &next), 0);
+    assert_int_equal(width, 8);
+    permd_close(c);
+    assert_int_equal(harness_finish(&g), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(unavailable_and_unharmed),
         cmocka_unit_test(groups_and_their_queues_are_bounded),
         cmocka_unit_test(a_group_that_never_forms_frees_its_slot),
+        cmocka_unit_test(delivery_in_the_receivers_width),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

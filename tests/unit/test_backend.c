@@ -162,6 +162,47 @@ static void test_gpu_when_present(void **state)
         check_sharded(id, id, 1 + id % 3, 1 + id % 4);
     pd_backend_counts(b, &cpu, &gpu);
     assert_true(gpu > gpu_flat);
+    uint64_t fallbacks; /* every request above took the GPU: a failure would have been served by the CPU, unseen */
+    int off;
+    pd_backend_gpu_health(b, &fallbacks, &off);
+    assert_int_equal(fallbacks, 0);
+    assert_int_equal(off, 0);
+    pd_backend_close(b);
+    backend = NULL;
+}
+
+/* A GPU that fails hands its requests to the CPU, which gives the right ids. Out of device memory may pass (another
+ * process's allocation), so the GPU is tried again; any other failure is a CUDA error, sticky (the context is lost):
+ * the GPU is turned off, where every request used to try it, fail and log a warning. Both counted for metrics. */
+static void test_failing_gpu(void **state)
+{
+    (void)state;
+    pd_backend *b = NULL;
+    pd_backend_opts o = {.cpu_isa = "auto", .gpu = "auto", .gpu_min_ids = 1, .gpu_library = PERMD_FAKE_GPU};
+    setenv("PERMD_FAKE_GPU_STALL_MS", "0", 1);
+    setenv("PERMD_FAKE_GPU_ERR", "enomem", 1);
+    assert_int_equal(pd_backend_open(&o, &b), PD_OK);
+    assert_null(strstr(pd_backend_describe(b), "gpu=none"));
+    backend = b;
+    uint64_t fallbacks, cpu, gpu;
+    int off;
+    check(1001, 8, 3, PD_MODE_PAD, 0, 200); /* two requests, each tried on the GPU */
+    pd_backend_gpu_health(b, &fallbacks, &off);
+    assert_int_equal(fallbacks, 2);
+    assert_int_equal(off, 0);
+    setenv("PERMD_FAKE_GPU_ERR", "cuda", 1);
+    check(1001, 8, 3, PD_MODE_PAD, 0, 200); /* the first fails as a CUDA error would: the second stays on the CPU */
+    pd_backend_gpu_health(b, &fallbacks, &off);
+    assert_int_equal(fallbacks, 3);
+    assert_int_equal(off, 1);
+    check(1001, 8, 3, PD_MODE_PAD, 0, 200);
+    pd_backend_gpu_health(b, &fallbacks, &off);
+    assert_int_equal(fallbacks, 3);
+    pd_backend_counts(b, &cpu, &gpu);
+    assert_int_equal(cpu, 6 * 126); /* six requests of rank 3's 126 ids (1001 over 8, padded) */
+    assert_int_equal(gpu, 0);
+    unsetenv("PERMD_FAKE_GPU_STALL_MS");
+    unsetenv("PERMD_FAKE_GPU_ERR");
     pd_backend_close(b);
     backend = NULL;
 }
@@ -191,6 +232,7 @@ int main(void)
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_missing_gpu_library_falls_back),
         cmocka_unit_test(test_gpu_when_present),
+        cmocka_unit_test(test_failing_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
