@@ -22,6 +22,7 @@
 typedef struct pd_gpu_api {
     void *dl;
     int (*device_count)(int *);
+    int (*devices)(int *, char *, size_t); /* with the reason for none (a library older than it lacks it) */
     int (*open)(int, pd_gpu **);
     void (*close)(pd_gpu *);
     const char *(*describe)(const pd_gpu *);
@@ -93,6 +94,7 @@ static int pd_gpu_try(pd_backend *b, const pd_backend_opts *o, char *why, size_t
     if (!(a->dl = pd_gpu_dlopen(o->gpu_library, why, whylen)))
         return PD_EUNSUPPORTED;
     *(void **)&a->device_count = dlsym(a->dl, "pd_gpu_device_count");
+    *(void **)&a->devices = dlsym(a->dl, "pd_gpu_devices");
     *(void **)&a->open = dlsym(a->dl, "pd_gpu_open");
     *(void **)&a->close = dlsym(a->dl, "pd_gpu_close");
     *(void **)&a->describe = dlsym(a->dl, "pd_gpu_describe");
@@ -106,9 +108,13 @@ static int pd_gpu_try(pd_backend *b, const pd_backend_opts *o, char *why, size_t
         snprintf(why, whylen, "libpermd_gpu.so lacks the expected symbols");
         return PD_EUNSUPPORTED;
     }
-    a->device_count(&count);
+    char none[256] = "";
+    if (a->devices)
+        a->devices(&count, none, sizeof none);
+    else
+        a->device_count(&count);
     if (count == 0) {
-        snprintf(why, whylen, "no CUDA device (or no driver)");
+        snprintf(why, whylen, "no CUDA device (or no driver)%s%s", none[0] ? ": " : "", none);
         return PD_EUNSUPPORTED;
     }
     int rc = a->open((int)o->gpu_device, &b->gpu);

@@ -129,7 +129,6 @@ static int pd_groups_load(pd_groups *t)
     if (t->loaded)
         return t->loaded > 0 ? 0 : PD_EUNAVAILABLE;
     const pd_config *cfg = t->cfg;
-    setenv("NCCL_NVLS_ENABLE", "0", 1); /* never NVLink multicast: it can take a shared host's GPUs down */
     t->loaded = -1;
     if (!(t->dl = pd_delivery_dlopen(cfg->delivery_library, t->why, sizeof t->why)))
         goto fail;

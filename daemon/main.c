@@ -127,6 +127,10 @@ int main(int argc, char **argv)
     char nbuf[16];
     snprintf(nbuf, sizeof nbuf, "%u", workers);
     setenv("UV_THREADPOOL_SIZE", nbuf, 1);
+    /* Never NVLink multicast (docs/nccl.md): it can take a shared host's GPUs down, and point-to-point sends have no
+     * use for it. NCCL reads it when the first group forms; set here, before any thread, since setenv is not safe
+     * beside a getenv on another thread. */
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
 
     uv_loop_t loop;
     pd_server *srv;

@@ -99,6 +99,7 @@ extern "C" int pd_delivery_send_jobs(pd_delivery *d, const pd_delivery_job *jobs
 {
     size_t at[PD_DELIVERY_JOBS], total = 0;
     int rc;
+    ncclResult_t r, end; /* declared before the first goto: C++ does not jump past an initialization */
     if (!d || !jobs || n == 0 || n > PD_DELIVERY_JOBS)
         return PD_EINVAL;
     for (unsigned i = 0; i < n; i++) {
@@ -113,28 +114,38 @@ extern "C" int pd_delivery_send_jobs(pd_delivery *d, const pd_delivery_job *jobs
         pd_delivery_abort(d);
         return PD_ECLOSED;
     }
-    CUDACHECK(cudaSetDevice(d->device));
+    /* The trainers were told `count` ids are coming and post their receives: from here on a failure aborts the
+     * communicator, so that theirs fail now rather than wait out their own timeouts. */
+    if (cudaSetDevice(d->device) != cudaSuccess) {
+        rc = PD_EINTERNAL;
+        goto fail;
+    }
     if ((rc = pd_gpu__reserve(&d->buf, &d->cap, total)))
-        return rc;
+        goto fail;
     for (unsigned i = 0; i < n; i++) { /* queued on d->stream, ahead of the sends */
         uint64_t written = 0;
         if ((rc = pd_gpu_slice_fill(d->gpu, &jobs[i].perm, &jobs[i].slice, jobs[i].count, (char *)d->buf + at[i],
                                     jobs[i].width, &written)))
-            return rc;
-        if (written != jobs[i].count)
-            return PD_EINTERNAL; /* the daemon told the trainer `count`: it must be exact */
+            goto fail;
+        if (written != jobs[i].count) { /* the daemon told the trainer `count`: it must be exact */
+            rc = PD_EINTERNAL;
+            goto fail;
+        }
     }
-    ncclResult_t r = ncclGroupStart();
+    r = ncclGroupStart();
     for (unsigned i = 0; i < n && (r == ncclSuccess || r == ncclInProgress); i++)
         r = ncclSend((char *)d->buf + at[i], (size_t)jobs[i].count * jobs[i].width, ncclUint8, jobs[i].peer, d->comm,
                      d->stream);
-    ncclResult_t end = ncclGroupEnd();
+    end = ncclGroupEnd();
     if ((r != ncclSuccess && r != ncclInProgress) || (end != ncclSuccess && end != ncclInProgress)) {
         pd_delivery_abort(d);
         return PD_EIO;
     }
     if ((rc = pd_nccl_wait(d->comm, d->stream, timeout_ms, cancel)))
         pd_delivery_abort(d);
+    return rc;
+fail:
+    pd_delivery_abort(d);
     return rc;
 }
 

@@ -37,18 +37,28 @@ int check_width(const pd_perm *p, unsigned width)
 
 } // namespace
 
-extern "C" int pd_gpu_device_count(int *count)
+extern "C" int pd_gpu_devices(int *count, char *why, size_t len)
 {
     if (!count)
         return PD_EINVAL;
     int n = 0;
     /* No driver or no device is an answer (zero), not an error. */
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
         cudaGetLastError();
         n = 0;
+        if (why && len)
+            snprintf(why, len, "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+    } else if (n == 0 && why && len) {
+        snprintf(why, len, "the driver reports no device");
     }
     *count = n;
     return PD_OK;
+}
+
+extern "C" int pd_gpu_device_count(int *count)
+{
+    return pd_gpu_devices(count, NULL, 0);
 }
 
 extern "C" int pd_gpu_open(int device, pd_gpu **out)

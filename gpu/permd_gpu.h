@@ -28,6 +28,11 @@ typedef enum pd_gpu_walk {
 /* Number of usable CUDA devices; 0 (and PD_OK) when there is no driver or no GPU. */
 int pd_gpu_device_count(int *count);
 
+/* The same, and with 0 devices why (up to len bytes): CUDA's error ("no CUDA-capable device is detected", a
+ * driver too old for this runtime, device nodes this process may not open), so that a GPU host that sees none
+ * says which, where "no GPU" hid it. */
+int pd_gpu_devices(int *count, char *why, size_t len);
+
 /* Open a device. PD_EUNSUPPORTED when it does not exist or CUDA is unusable. */
 int pd_gpu_open(int device, pd_gpu **out);
 void pd_gpu_close(pd_gpu *g);
@@ -62,7 +67,9 @@ int pd_gpu_slice_fill_host(pd_gpu *g, const pd_perm *p, const pd_slice *s, uint6
                            void *host_out, unsigned width, uint64_t *written);
 
 /* Payload shuffle in σ order: out[i] = in[σ(i)] for i < n, elements of
- * elem_size ∈ {1, 2, 4, 8, 16} bytes; in and out are device pointers. */
+ * elem_size ∈ {1, 2, 4, 8, 16} bytes; in and out are device pointers, each
+ * aligned to elem_size, and distinct (PD_EINVAL otherwise: a misaligned load
+ * is a sticky CUDA error, and in place would read what it overwrote). */
 int pd_gpu_gather(pd_gpu *g, const pd_perm *p, const void *dev_in, void *dev_out, size_t elem_size);
 
 /* Mitchell et al.'s Algorithm 1 (fused bijective shuffle: f over [0, 2^b),

@@ -2,6 +2,7 @@
  * form at once (but groups of FAKE_NEVER_FORMS members, which time out forming) and every send waits until it
  * is cancelled or times out. Lets CI test delivery groups' limits without a GPU or NCCL. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,11 +16,15 @@ struct pd_delivery {
     int unused;
 };
 
+/* Like NCCL, it would read NCCL_NVLS_ENABLE now: permd must have set it to 0, whatever its environment said. */
 int pd_delivery_probe(int device, char *why, size_t whylen)
 {
     (void)device;
-    (void)why;
-    (void)whylen;
+    const char *nvls = getenv("NCCL_NVLS_ENABLE");
+    if (!nvls || strcmp(nvls, "0")) {
+        snprintf(why, whylen, "NCCL_NVLS_ENABLE is %s, not 0", nvls ? nvls : "unset");
+        return PD_EUNSUPPORTED;
+    }
     return PD_OK;
 }
 

@@ -28,6 +28,7 @@ export LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-}
 export PATH=$sys/usr/bin:$PATH # protoc-c, pkg-config
 export PKG_CONFIG_PATH=$lib/pkgconfig:$sys/usr/share/pkgconfig PKG_CONFIG_SYSROOT_DIR=$sys
 export NCCL_NVLS_ENABLE=0 # never NVLink multicast on shared machines
+export PERMD_REQUIRE_GPU=1 # a GPU test that finds no GPU here fails (it skips in CI)
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/machine.txt"
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DPERMD_CUDA=ON -DPERMD_WERROR=ON \

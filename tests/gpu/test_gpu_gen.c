@@ -125,11 +125,65 @@ static void slices_match_core(void **state)
             assert_true(got[j] == want[j]);
             assert_true(host[j] == want[j]);
         }
+        if (pd_id_width(n) == 4) { /* the daemon's width for datasets up to 2^32 */
+            assert_int_equal(pd_gpu_slice_fill_host(gpu, &p, &s, count, host, 4, &w3), PD_OK);
+            assert_int_equal(w1, w3);
+            for (uint64_t j = 0; j < w1; j++)
+                assert_true(((uint32_t *)host)[j] == want[j]);
+        }
     }
     pd_gpu_free(gpu, dev);
     free(want);
     free(got);
     free(host);
+}
+
+/* Past what one launch covers: the host fill's 2^24-id chunks (the second holding a pad position's wrap) and
+ * grid-stride loops that go round more than once (every walk, n = 2^k, which takes NAIVE, and 2^k + 1). The
+ * tests above stay below both. */
+static void large_requests_match_core(void **state)
+{
+    (void)state;
+    const uint64_t count = (UINT64_C(1) << 24) + 1000;
+    uint64_t *want = malloc(count * 8), *got = malloc(count * 8), w1, w2;
+    void *dev = NULL;
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_int_equal(pd_gpu_alloc(gpu, count * 8, &dev), PD_OK);
+    /* rank 1 of 2, pad mode, n odd: its last position is n, which wraps to σ(0) */
+    const uint64_t n = 50000017, left = (n + 1) / 2;
+    pd_perm p;
+    pd_slice s = {.world = 2, .rank = 1, .mode = PD_MODE_PAD, .offset = 2 * (left - count)};
+    assert_int_equal(pd_perm_init(&p, 31, 4, 0, n), PD_OK);
+    assert_int_equal(pd_slice_fill_u64(&p, &s, count, want, &w1), PD_OK);
+    assert_int_equal(w1, count);
+    assert_int_equal(want[count - 1], pd_perm_at(&p, 0));
+    for (unsigned width = 4; width <= 8; width += 4) {
+        memset(got, 0, count * 8);
+        assert_int_equal(pd_gpu_slice_fill_host(gpu, &p, &s, count, got, width, &w2), PD_OK);
+        assert_int_equal(w2, count);
+        for (uint64_t j = 0; j < count; j++)
+            if ((width == 4 ? ((uint32_t *)got)[j] : got[j]) != want[j])
+                fail_msg("host fill, width %u: id %llu differs", width, (unsigned long long)j);
+    }
+    static const pd_gpu_walk walks[] = {PD_GPU_WALK_AUTO, PD_GPU_WALK_NAIVE, PD_GPU_WALK_REFILL, PD_GPU_WALK_STAGED};
+    for (int k = 0; k < 2; k++) {
+        const uint64_t m = (UINT64_C(1) << 26) + (uint64_t)k, start = 12345;
+        assert_int_equal(pd_perm_init(&p, 7, 9, 0, m), PD_OK);
+        assert_int_equal(pd_perm_fill_u64(&p, start, count, want), PD_OK);
+        for (size_t w = 0; w < sizeof walks / sizeof walks[0]; w++) {
+            assert_int_equal(pd_gpu_set_walk(gpu, walks[w]), PD_OK);
+            assert_int_equal(pd_gpu_perm_fill(gpu, &p, start, count, dev, 8), PD_OK);
+            assert_int_equal(pd_gpu_sync(gpu), PD_OK);
+            assert_int_equal(pd_gpu_copy_to_host(gpu, got, dev, count * 8), PD_OK);
+            if (memcmp(got, want, count * 8))
+                fail_msg("n = 2^26 + %d, walk %d: the ids differ from the core's", k, (int)walks[w]);
+        }
+    }
+    assert_int_equal(pd_gpu_set_walk(gpu, PD_GPU_WALK_AUTO), PD_OK);
+    pd_gpu_free(gpu, dev);
+    free(want);
+    free(got);
 }
 
 /* Gather: out[i] = in[σ(i)], for every element width. */
@@ -221,6 +275,16 @@ static void bad_arguments(void **state)
     s.offset = 101;
     assert_int_equal(pd_gpu_slice_fill(gpu, &p, &s, 10, dev, 8, &w), PD_ERANGE);
     assert_int_equal(pd_gpu_gather(gpu, &p, dev, dev, 3), PD_EINVAL);
+    /* misaligned or in place: refused before a launch (a misaligned load is a sticky error: the context is lost) */
+    void *other;
+    assert_int_equal(pd_gpu_alloc(gpu, 100 * 16 + 16, &other), PD_OK);
+    assert_int_equal(pd_gpu_gather(gpu, &p, dev, dev, 8), PD_EINVAL);
+    assert_int_equal(pd_gpu_gather(gpu, &p, (char *)other + 8, dev, 16), PD_EINVAL);
+    assert_int_equal(pd_gpu_gather(gpu, &p, other, (char *)dev + 2, 4), PD_EINVAL);
+    assert_int_equal(pd_gpu_shuffle_fused(gpu, &p, (char *)other + 1, dev, 2), PD_EINVAL);
+    assert_int_equal(pd_gpu_gather(gpu, &p, other, dev, 8), PD_OK); /* the context is fine */
+    assert_int_equal(pd_gpu_sync(gpu), PD_OK);
+    pd_gpu_free(gpu, other);
     assert_int_equal(pd_gpu_set_walk(gpu, (pd_gpu_walk)7), PD_EINVAL);
     pd_gpu *none = NULL;
     assert_int_equal(pd_gpu_open(1000, &none), PD_EUNSUPPORTED);
@@ -239,6 +303,7 @@ int main(void)
         cmocka_unit_test(ranges_match_core_staged),
         cmocka_unit_test(ranges_match_core_naive),
         cmocka_unit_test(slices_match_core),
+        cmocka_unit_test(large_requests_match_core),
         cmocka_unit_test(gather_follows_sigma),
         cmocka_unit_test(fused_is_compaction_order),
         cmocka_unit_test(bad_arguments),

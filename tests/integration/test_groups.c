@@ -157,7 +157,9 @@ static void delivery_in_the_receivers_width(void **state)
     harness g;
     harness_init(&g);
     const char *extra[] = {"--delivery-library", PERMD_FAKE_DELIVERY, "--delivery-timeout-ms", "600000", NULL};
+    setenv("NCCL_NVLS_ENABLE", "1", 1); /* permd overrides it: the stand-in refuses to load otherwise */
     assert_int_equal(harness_start(&g, 0, extra, NULL), 0);
+    unsetenv("NCCL_NVLS_ENABLE");
     permd_client *c;
     uint8_t id[PERMD_NCCL_ID_BYTES];
     uint32_t rank, nranks, width;

@@ -146,6 +146,9 @@ static void test_gpu_when_present(void **state)
     pd_backend_opts o = {.cpu_isa = "auto", .gpu = "auto", .gpu_min_ids = 1};
     assert_int_equal(pd_backend_open(&o, &b), PD_OK);
     if (strstr(pd_backend_describe(b), "gpu=none")) {
+        const char *require = getenv("PERMD_REQUIRE_GPU"); /* tests/gpu/run.sh: on a GPU host none is a failure */
+        if (require && *require && strcmp(require, "0"))
+            fail_msg("PERMD_REQUIRE_GPU is set, but the backend has no GPU: %s", pd_backend_describe(b));
         pd_backend_close(b);
         skip(); /* no GPU here: the fallback test above covers this machine */
     }
