@@ -180,37 +180,67 @@ static int pd_sizes_line(pd_layout *l, const char *path, uint64_t lineno, char *
     return rc;
 }
 
+static int pd_sizes_line_bounded(pd_layout *l, const char *path, uint64_t lineno, char *line, size_t len, char *err,
+                                 size_t errlen)
+{
+    if (len > PD_SIZES_LINE_MAX)
+        return pd_layout_fail(PD_EINVAL, err, errlen, "%s:%" PRIu64 ": a line longer than %d bytes (a size and a "
+                              "path): not a sizes file", path, lineno, PD_SIZES_LINE_MAX);
+    return pd_sizes_line(l, path, lineno, line, len, err, errlen);
+}
+
 int pd_layout_read_sizes(const char *path, uint64_t max_shards, pd_layout **out, char *err, size_t errlen)
 {
     FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "r");
     if (!f)
         return pd_layout_fail(errno == ENOENT ? PD_ENOTFOUND : PD_EIO, err, errlen, "%s: cannot read it: %s", path,
                               strerror(errno));
+    enum { CAP = PD_SIZES_LINE_MAX + 2 }; /* a longest line, its end, and the \n of a \r\n */
     pd_layout *l = pd_layout_new(max_shards);
-    char *chunk = NULL;
-    size_t cap = 0;
-    ssize_t n;
+    char *buf = malloc(CAP + 1);
+    size_t have = 0;
     uint64_t lineno = 0;
-    int rc = l ? 0 : pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path);
-    /* Lines end at \n, \r\n or a lone \r, as Python's universal newlines read them (a file written with
-     * old Mac line ends must not read as one line). getline splits at \n only, and a \r\n never straddles
-     * two of its chunks, so each chunk is split again at every \r. */
-    while (!rc && (n = getline(&chunk, &cap, f)) > 0) {
-        for (char *p = chunk, *end = chunk + n; !rc && p < end;) {
+    int rc = l && buf ? 0 : pd_layout_fail(PD_ENOMEM, err, errlen, "%s: out of memory", path), eof = 0;
+    /* Lines end at \n, \r\n or a lone \r, as Python's universal newlines read them (a file written with old Mac
+     * line ends must not read as one line), and hold at most PD_SIZES_LINE_MAX bytes: a line is read into one
+     * buffer of that size, so that a file with no line end (/dev/zero, a binary given by mistake) is refused
+     * rather than read into memory without bound. */
+    while (!rc) {
+        const size_t got = eof ? 0 : fread(buf + have, 1, CAP - have, f);
+        if (got == 0 && !eof && ferror(f)) {
+            rc = pd_layout_fail(PD_EIO, err, errlen, "%s: read failed: %s", path, strerror(errno));
+            break;
+        }
+        eof |= got == 0;
+        have += got;
+        char *p = buf, *end = buf + have;
+        while (!rc) {
             char *e = p;
             while (e < end && *e != '\n' && *e != '\r')
                 e++;
-            char *next = e < end ? e + 1 + (*e == '\r' && e + 1 < end && e[1] == '\n') : end;
-            *e = '\0'; /* the line end, or (last line without one) the terminator getline put there */
-            rc = pd_sizes_line(l, path, ++lineno, p, (size_t)(e - p), err, errlen);
+            if (e == end || (*e == '\r' && e + 1 == end && !eof)) /* no end yet, or a \r\n that may straddle */
+                break;
+            char *next = e + 1 + (*e == '\r' && e + 1 < end && e[1] == '\n');
+            *e = '\0';
+            rc = pd_sizes_line_bounded(l, path, ++lineno, p, (size_t)(e - p), err, errlen);
             p = next;
         }
+        if (rc)
+            break;
+        have = (size_t)(end - p);
+        memmove(buf, p, have);
+        if (eof) { /* the last line, without an end */
+            buf[have] = '\0';
+            if (have)
+                rc = pd_sizes_line_bounded(l, path, ++lineno, buf, have, err, errlen);
+            break;
+        }
+        if (have > PD_SIZES_LINE_MAX) /* no end in sight */
+            rc = pd_sizes_line_bounded(l, path, ++lineno, buf, have, err, errlen);
     }
-    if (!rc && ferror(f))
-        rc = pd_layout_fail(PD_EIO, err, errlen, "%s: read failed", path);
     if (!rc && l->n == 0)
         rc = pd_layout_fail(PD_EINVAL, err, errlen, "%s lists no shard sizes", path);
-    free(chunk);
+    free(buf);
     if (f != stdin)
         fclose(f);
     if (rc) {
@@ -463,8 +493,17 @@ static int pd_glob_list(pd_specs *s, const char *prefix, int first, const pd_pat
         struct stat st;
         if (!last && (stat(out->v[out->n - 1], &st) || !S_ISDIR(st.st_mode))) /* a part before the last: dirs */
             free(out->v[--out->n]);
-        if (out->n > s->l->max) /* stop listing: the add says why */
+        /* Past max_shards, the last part's matches stop here, and the add says why. Directories matched by a part
+         * before it are bounded apart, by the default max_shards whatever --max-shards says: a directory may hold
+         * no shard, and stopping at max_shards dropped the shards under those not listed yet, silently. */
+        if (last && out->n > s->l->max - s->l->n)
             break;
+        if (!last && out->n > PD_LAYOUT_MAX_SHARDS_DEFAULT) {
+            rc = pd_layout_fail(PD_ETOOBIG, s->err, s->errlen, "'%s': more than %llu directories match its parts "
+                                "before the last: narrow the pattern", s->spec,
+                                (unsigned long long)PD_LAYOUT_MAX_SHARDS_DEFAULT);
+            break;
+        }
     }
     if (!rc && errno)
         rc = pd_layout_fail(PD_EIO, s->err, s->errlen, "'%s': cannot list %s: %s", s->spec, dir, strerror(errno));
@@ -566,9 +605,14 @@ static int pd_specs_dir(pd_specs *s, const char *dir)
             free(p);
             break;
         }
-        if (!S_ISREG(st.st_mode)) { /* subdirectories and other non-files: not shards */
+        if (S_ISDIR(st.st_mode)) { /* subdirectories: not shards */
             free(p);
             continue;
+        }
+        if (!S_ISREG(st.st_mode)) { /* a FIFO or a device named *.tar: refused as when named, never skipped */
+            rc = pd_layout_fail(PD_EINVAL, s->err, s->errlen, "%s: not a regular file", p);
+            free(p);
+            break;
         }
         if (n == cap) {
             char **v = realloc(names, (cap = cap ? cap * 2 : 64) * sizeof *v);

@@ -29,9 +29,10 @@ typedef struct pd_layout pd_layout;
 
 /* A sizes file: one decimal sample count per line, optionally followed by blanks and the
  * shard's path (what permctl shards prints); blank lines and lines starting with # are skipped.
- * Lines end at \n, \r\n or a lone \r (Python's universal newlines); a line holding a NUL byte is
- * refused (PD_EINVAL).
+ * Lines end at \n, \r\n or a lone \r (Python's universal newlines); a line holding a NUL byte, or
+ * longer than PD_SIZES_LINE_MAX bytes, is refused (PD_EINVAL).
  * "-" reads standard input. Shards of 0 samples are allowed here. */
+#define PD_SIZES_LINE_MAX 65536 /* bytes of one sizes line, its end excluded: a size and a path (16 PATH_MAX) */
 int pd_layout_read_sizes(const char *path, uint64_t max_shards, pd_layout **out, char *err, size_t errlen);
 
 /* A MosaicML Streaming index.json (version 2): its "shards" in order, each shard's "samples",

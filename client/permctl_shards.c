@@ -77,14 +77,21 @@ int permctl_cmd_shards(int argc, char **argv)
         return rc;
     static permctl_out out;
     permctl_out_init(&out, stdout);
+    /* What is printed must read back as the same shards: a sizes line ends at \r as at \n (a path holding
+     * "\r999 b" read back as a shard of 999 samples more), and the blanks before a path are the separator's. All
+     * are checked before a line is printed: no sizes file is left half written. */
     for (uint64_t i = 0; i < pd_layout_shards(l); i++) {
         const char *path = pd_layout_path(l, i);
-        if (path && strchr(path, '\n')) {
-            fprintf(stderr, "permctl: shard %llu's path holds a newline: it cannot be printed as a line\n",
-                    (unsigned long long)i);
+        if (path && (strpbrk(path, "\n\r") || path[0] == ' ' || path[0] == '\t')) {
+            fprintf(stderr, "permctl: shard %llu's path %s: it cannot be printed as a sizes line that reads back "
+                    "the same; rename the file\n", (unsigned long long)i,
+                    strpbrk(path, "\n\r") ? "holds a line end (\\n or \\r)" : "starts with a blank");
             pd_layout_free(l);
             return PERMCTL_EXIT_FAIL;
         }
+    }
+    for (uint64_t i = 0; i < pd_layout_shards(l); i++) {
+        const char *path = pd_layout_path(l, i);
         permctl_out_u64_sep(&out, pd_layout_sizes(l)[i], path ? '\t' : '\n');
         if (path) {
             permctl_out_str(&out, path);

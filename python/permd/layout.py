@@ -281,14 +281,19 @@ def expand_braces(pattern, max_names=MAX_SHARDS):
 # ---- Tar specs -----------------------------------------------------------------------------------------------------
 
 def _is_file_in_dir(path):
-    """Whether a directory's entry is a file to count: subdirectories and other non-files are skipped, as in C,
-    but a shard behind a broken link (or a link loop) must not go missing quietly."""
+    """Whether a directory's entry is a file to count: subdirectories are skipped, as in C, but a shard behind a
+    broken link (or a link loop), or a FIFO or a device named as one, must not go missing quietly."""
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise LayoutError(ENOTFOUND, path, "a broken link") from None
     except OSError as e:
         raise LayoutError(EIO, path, e.strerror) from None
+    if stat.S_ISDIR(mode):
+        return False
+    if not stat.S_ISREG(mode):
+        raise LayoutError(EINVAL, path, "not a regular file")
+    return True
 
 
 def _list_dir(name):
@@ -506,8 +511,14 @@ def glob_shards(pattern, max_names=MAX_SHARDS):
                         except OSError:
                             continue
                     nxt.append(p)
-                    if len(nxt) > max_names:
+                    # past max_names the last part's matches stop (the add says why); directories matched before it
+                    # are bounded apart, by MAX_SHARDS, as in C (a directory may hold no shard: stopping at
+                    # max_names dropped the shards under those not listed yet)
+                    if last and len(nxt) > max_names:
                         break
+                    if not last and len(nxt) > MAX_SHARDS:
+                        raise LayoutError(ETOOBIG, pattern, f"more than {MAX_SHARDS} directories match its parts "
+                                          "before the last: narrow the pattern")
         cur = nxt
     if not cur:
         raise LayoutError(ENOTFOUND, pattern, "matches no file")
@@ -1046,6 +1057,7 @@ def count_tar(path):
 
 # ---- Sizes files ----------------------------------------------------------------------------------------------------
 
+SIZES_LINE_MAX = 65536  # bytes of one sizes line, its end excluded (client/layout.h's PD_SIZES_LINE_MAX)
 _SIZE_LINE = re.compile(r"([^ \t]*)[ \t]*(.*)", re.S)  # SIZE, then blanks and a path (maybe none)
 
 
@@ -1058,9 +1070,17 @@ def _read_sizes(path, max_shards):
     except OSError as e:
         raise LayoutError(EIO, path, f"cannot read it: {e.strerror}") from None
     with f:  # universal newlines: lines end at \n, \r\n or a lone \r, as in C
-        for lineno, line in enumerate(f, 1):
+        for lineno in itertools.count(1):
+            # At most SIZES_LINE_MAX bytes a line, as in C: a file with no line end (/dev/zero) is refused, not
+            # read into memory (a bare MemoryError). A character takes 1 to 4 bytes (undecodable ones 1).
+            line = f.readline(SIZES_LINE_MAX + 2)
+            if not line:
+                break
             line = line.rstrip("\r\n")
             where = f"{path}:{lineno}"
+            if len(line) > SIZES_LINE_MAX // 4 and len(line.encode("utf-8", "surrogateescape")) > SIZES_LINE_MAX:
+                raise LayoutError(EINVAL, where, f"a line longer than {SIZES_LINE_MAX} bytes (a size and a path): "
+                                  "not a sizes file")
             if "\0" in line:  # C's strings would end there: refused by both
                 raise LayoutError(EINVAL, where, "a NUL byte in the line")
             if not line or line.startswith("#"):

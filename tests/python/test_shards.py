@@ -567,6 +567,38 @@ class Tars(LayoutCase):
             self.assert_same_as_permctl("--tars", self.path(name), code=layout.EIO)
             self.assert_layout_error(layout.EIO, why, permd.ShardLayout.from_tars, self.path(name))
         self.assert_same_as_permctl("--tars", self.path("f.tar/x*.tar"), code=layout.EIO)  # ENOTDIR, not a glob
+        # a directory's FIFO or device named *.tar is refused, as when named (it was skipped: a shard quietly
+        # missing); its subdirectories are no shards and still skipped
+        os.mkdir(self.path("special"))
+        samples_tar(self.path("special", "a.tar"), 1)
+        os.mkdir(self.path("special", "sub.tar"))
+        self.assert_same_as_permctl("--tars", self.path("special"))
+        os.mkfifo(self.path("special", "b.tar"))
+        self.assert_same_as_permctl("--tars", self.path("special"), code=layout.EINVAL)
+        self.assert_layout_error(layout.EINVAL, "b.tar: not a regular file", permd.ShardLayout.from_tars,
+                                 self.path("special"))
+        os.unlink(self.path("special", "b.tar"))
+        os.symlink("/dev/null", self.path("special", "c.tar"))
+        self.assert_same_as_permctl("--tars", self.path("special"), code=layout.EINVAL)
+
+    def test_glob_directories_past_max_shards(self):
+        """A glob's parts before the last may match more directories than max_shards while its shards fit: both
+        readers stopped listing directories at max_shards, and the shards under the others went missing
+        silently (2 of 20 directories hold x.tar, the 17th one; --max-shards 2 found 1 shard)."""
+        for i in range(20):
+            os.makedirs(self.path("many", f"d{i:02}"))
+        for i in (5, 17):
+            samples_tar(self.path("many", f"d{i:02}", "x.tar"), i)
+        spec = self.path("many", "*", "x.tar")
+        want = [(5, self.path("many", "d05", "x.tar")), (17, self.path("many", "d17", "x.tar"))]
+        got = permd.ShardLayout.from_tars(spec, max_shards=2)
+        self.assertEqual(list(zip(got.sizes, got.paths)), want)
+        if PERMCTL_READS:
+            self.assertEqual(permctl_shards("--tars", spec, "--max-shards", "2"), (want, None))
+        self.assert_layout_error(layout.ETOOBIG, "more than 1 shards", permd.ShardLayout.from_tars, spec,
+                                 max_shards=1)
+        if PERMCTL_READS:
+            self.assertEqual(permctl_shards("--tars", spec, "--max-shards", "1"), (None, "PD_ETOOBIG"))
 
     def test_bad_tars(self):
         samples_tar(self.path("t.tar"), 3, size=1000)
@@ -1055,6 +1087,15 @@ class Mapping(LayoutCase):
         lay = permd.ShardLayout.from_sizes(self.path("sizes.txt"))
         self.assertEqual((lay.sizes, lay.paths), ([2, 3, 4], [self.path(f"q-{i}.tar") for i in range(3)]))
         self.assertEqual(permd.ShardLayout.from_sizes([4, 0, 2]).samples, 6)
+        # a path that would not read back the same is refused, not printed: "x\r999 b.tar" read back as a shard
+        # of 999 samples more, " y.tar" as "y.tar"
+        for odd, says in [("x\r999 b.tar", "holds a line end"), (" y.tar", "starts with a blank")]:
+            samples_tar(self.path(odd), 2)
+            r = subprocess.run([PERMCTL, "shards", "--tars", "q-0.tar::" + odd], cwd=self.dir, capture_output=True,
+                               text=True)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(says, r.stderr)
+            self.assertEqual(r.stdout, "")  # not a half-written sizes file
         # line ends \n, \r\n and a lone \r, in Python as in C (C read a file of lone \r as one line)
         self.put("cr.txt", b"5\r3\r\n7 a b.tar\r\r# c\n\n1")
         lay = permd.ShardLayout.from_sizes(self.path("cr.txt"))
@@ -1074,6 +1115,24 @@ class Mapping(LayoutCase):
         self.put("zeros.txt", b"5\n" + b"0" * 5000 + b"7\n")
         self.assertEqual(permd.ShardLayout.from_sizes(self.path("zeros.txt")).sizes, [5, 7])
         self.assertEqual(permctl_sizes(self.path("zeros.txt")), ([5, 7], None))
+        # a line holds at most SIZES_LINE_MAX bytes, in C and Python alike (a file with no line end was read into
+        # memory: a bare MemoryError here, in C a cut-short layout when memory ran out); counted in bytes: a path of
+        # 3-byte characters passes at a third of the characters
+        top = layout.SIZES_LINE_MAX
+        self.assertEqual(top, 65536)
+        for name, body, ok in [("fit.txt", b"5 " + b"a" * (top - 2) + b"\r\n7", True),
+                               ("over.txt", b"5 " + b"a" * (top - 1) + b"\n7", False),
+                               ("wide.txt", b"5 " + "\u20ac".encode() * ((top - 2) // 3) + b"\n7", True),
+                               ("wider.txt", b"5 " + "\u20ac".encode() * ((top - 2) // 3 + 1) + b"\n7", False),
+                               ("noend.txt", b"1" * (3 * top), False)]:
+            self.put(name, body)
+            if ok:
+                self.assertEqual(permd.ShardLayout.from_sizes(self.path(name)).sizes, [5, 7])
+                self.assertEqual(permctl_sizes(self.path(name)), ([5, 7], None))
+            else:
+                self.assert_layout_error(layout.EINVAL, f"{name}:1", permd.ShardLayout.from_sizes, self.path(name))
+                self.assertEqual(permctl_sizes(self.path(name)), (None, 2))
+        self.assert_layout_error(layout.EINVAL, "/dev/zero:1", permd.ShardLayout.from_sizes, "/dev/zero")
 
 
 if __name__ == "__main__":

@@ -883,6 +883,63 @@ static void test_sizes_file(void **state)
     expect_error(pd_layout_read_sizes(at("huge.txt"), 0, &l, err, sizeof err), PD_EINVAL, "huge.txt:1");
     write_text(at("many.txt"), "1\n2\n3\n");
     expect_error(pd_layout_read_sizes(at("many.txt"), 2, &l, err, sizeof err), PD_ETOOBIG, "many.txt:3");
+
+    /* Lines are read into one buffer: a line past PD_SIZES_LINE_MAX is refused, where a file without line ends
+     * (/dev/zero) was read into memory without bound, and one whose read ran out of memory ended there silently,
+     * its later shards dropped. Lines of every length up to it, their \r\n across the buffer's reads, still
+     * read whole. */
+    const size_t big = PD_SIZES_LINE_MAX + 100;
+    char *text = malloc(3 * big);
+    assert_non_null(text);
+    for (size_t len = PD_SIZES_LINE_MAX - 3; len <= PD_SIZES_LINE_MAX; len++) {
+        /* "5 <path of len - 2 bytes>\r\n" three times, then "7": lines of exactly len bytes */
+        size_t k = 0;
+        for (int i = 0; i < 3; i++) {
+            text[k++] = '5';
+            text[k++] = ' ';
+            memset(text + k, 'a' + i, len - 2);
+            k += len - 2;
+            text[k++] = '\r';
+            text[k++] = '\n';
+        }
+        text[k++] = '7';
+        FILE *f = fopen(at("long.txt"), "w");
+        assert_non_null(f);
+        assert_int_equal(fwrite(text, 1, k, f), k);
+        assert_int_equal(fclose(f), 0);
+        assert_int_equal(pd_layout_read_sizes(at("long.txt"), 0, &l, err, sizeof err), 0);
+        assert_int_equal(pd_layout_shards(l), 4);
+        assert_int_equal(pd_layout_samples(l), 22);
+        assert_int_equal(strlen(pd_layout_path(l, 2)), len - 2);
+        pd_layout_free(l);
+    }
+    /* a short line, then one whose \r is the last byte of the buffer's first read, its \n the first of the next */
+    memcpy(text, "5\r\n5 ", 5);
+    memset(text + 5, 'x', PD_SIZES_LINE_MAX - 4);
+    memcpy(text + PD_SIZES_LINE_MAX + 1, "\r\n7", 3);
+    FILE *s = fopen(at("straddle.txt"), "w");
+    assert_non_null(s);
+    assert_int_equal(fwrite(text, 1, PD_SIZES_LINE_MAX + 4, s), PD_SIZES_LINE_MAX + 4);
+    assert_int_equal(fclose(s), 0);
+    assert_int_equal(pd_layout_read_sizes(at("straddle.txt"), 0, &l, err, sizeof err), 0);
+    assert_int_equal(pd_layout_shards(l), 3);
+    assert_int_equal(strlen(pd_layout_path(l, 1)), PD_SIZES_LINE_MAX - 4);
+    pd_layout_free(l);
+    text[PD_SIZES_LINE_MAX + 3] = 'x'; /* line 3, not 4: that \r\n is one line end, not \r and then \n */
+    s = fopen(at("straddle.txt"), "w");
+    assert_non_null(s);
+    assert_int_equal(fwrite(text, 1, PD_SIZES_LINE_MAX + 4, s), PD_SIZES_LINE_MAX + 4);
+    assert_int_equal(fclose(s), 0);
+    expect_error(pd_layout_read_sizes(at("straddle.txt"), 0, &l, err, sizeof err), PD_EINVAL, "straddle.txt:3: 'x'");
+    memset(text, '1', big); /* one line past the bound */
+    FILE *f = fopen(at("toolong.txt"), "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, big, f), big);
+    assert_int_equal(fclose(f), 0);
+    expect_error(pd_layout_read_sizes(at("toolong.txt"), 0, &l, err, sizeof err), PD_EINVAL,
+                 "toolong.txt:1: a line longer than 65536 bytes");
+    free(text);
+    expect_error(pd_layout_read_sizes("/dev/zero", 0, &l, err, sizeof err), PD_EINVAL, "/dev/zero:1: a line longer");
 }
 
 /* ---- MDS indexes ----------------------------------------------------------------------------------------- */
