@@ -171,11 +171,13 @@ static const pd_opt pd_opts[] = {
            "seed, epoch, window and lanes; a mixture's per seed)."),
     PD_OPT(plan_cache_bytes, PD_OPT_U64, "1073741824", 4096, UINT64_C(1) << 40,
            "Bytes all plans may take together (16 a shard; 12 a mixture component a\n"
-           "stage): kept ones, those requests and streams use, those being built. For a\n"
-           "new plan, unused ones go first (least recently used), then the tables of\n"
-           "streams waiting for credit or for their client to read (rebuilt when they\n"
-           "go on); when the plans in use leave no room, the request is answered\n"
-           "OVERLOADED. One plan alone may take more."),
+           "stage), and mixtures' cursors (32 a shard of each sharded component, one\n"
+           "per request reading the mixture at once): kept ones, those requests and\n"
+           "streams use, those being built. For a new plan, unused ones go first (least\n"
+           "recently used), then the tables of streams waiting for credit or for their\n"
+           "client to read (rebuilt when they go on); when the plans in use leave no\n"
+           "room, the request is answered OVERLOADED. One plan and one cursor of it\n"
+           "alone may take more."),
     PD_OPT(output_cap, PD_OPT_U64, "4194304", 65536, UINT64_C(1) << 34,
            "Bytes queued for one connection before permd stops reading its requests and\n"
            "pauses its streams (a client that stops reading costs at most this, plus one\n"

@@ -543,8 +543,12 @@ int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out)
     if (k) { /* the most recently given: its orders are the likeliest to serve this request */
         p->cursors = k->next;
         p->ncursors--;
-    } else if (!pd_plans_room(c, p, bytes) && atomic_load(&c->bytes) != (p->charged ? p->size : 0) + p->cursor_bytes) {
-        rc = PD_EBUSY; /* the plans in use fill max_bytes, and not with p's alone */
+    } else if (!pd_plans_room(c, p, bytes) &&
+               (p->cursor_bytes || atomic_load(&c->bytes) != (p->charged ? p->size : 0))) {
+        /* The plans in use fill max_bytes. One plan alone may pass it, with one cursor: a mixture larger than the
+         * cache is still served, a request at a time. Every concurrent request used to add a cursor beyond it (32
+         * bytes a shard of each sharded component: 25 times plan_cache_bytes with four at once). */
+        rc = PD_EBUSY;
     } else {
         atomic_fetch_add(&c->bytes, bytes);
         atomic_fetch_add(&c->cursor_bytes, bytes);

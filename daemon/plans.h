@@ -18,7 +18,7 @@ typedef struct pd_plan pd_plan;
 int pd_plans_open(unsigned max_entries, uint64_t max_bytes, pd_plans **out);
 void pd_plans_close(pd_plans *c);
 /* Bytes of plan tables alive or admitted to be built, and of mixture cursors kept with their plans
- * (permd_plan_bytes): at most max_bytes, or one plan and its cursors. */
+ * (permd_plan_bytes): at most max_bytes, or one plan and one cursor of it. */
 uint64_t pd_plans_bytes(pd_plans *c);
 /* Of pd_plans_bytes, those of mixtures' cursors (pd_plan_cursor_take), idle or taken. */
 uint64_t pd_plans_cursor_bytes(pd_plans *c);

@@ -138,6 +138,7 @@ void pd_server_totals(pd_server *s, pd_stats_view *v)
     v->layout_bytes = s->reg ? pd_registry_layout_bytes(s->reg) : 0;
     v->registry_checkpoint_failures = s->reg ? pd_registry_checkpoint_failures(s->reg) : 0;
     v->plan_bytes = pd_plans_bytes(s->plans);
+    v->plan_cursor_bytes = pd_plans_cursor_bytes(s->plans);
     pthread_mutex_lock(&s->http_lock);
     v->http_evicted = pd_http_evicted(s->http);
     v->http_expired = pd_http_expired(s->http);

@@ -240,9 +240,13 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "readahead_bytes) for each that read its slice in order with Fetches that fit it.",
                 st->readahead_bytes);
     pd_text_u64(&t, "permd_plan_bytes", "gauge",
-                "Bytes of sharded epoch and mixture plans alive: cached, in use, or admitted and being built (at most "
-                "plan_cache_bytes, or one larger plan).",
+                "Bytes of sharded epoch and mixture plans alive: cached, in use, or admitted and being built, and "
+                "mixtures' cursors (at most plan_cache_bytes, or one larger plan and one cursor of it).",
                 v->plan_bytes);
+    pd_text_u64(&t, "permd_plan_cursor_bytes", "gauge",
+                "Of permd_plan_bytes, mixtures' cursors: 32 bytes a shard of each sharded component, one per "
+                "request reading the mixture at once (and a few kept idle with their plan).",
+                v->plan_cursor_bytes);
     pd_text_u64(&t, "permd_datasets", "gauge", "Datasets registered (stored and declared).",
                 v->datasets);
     pd_text_u64(&t, "permd_mixtures", "gauge", "Mixtures registered.", v->mixtures);

@@ -31,6 +31,7 @@ typedef struct pd_stats_view {
     uint64_t group_sends;      /* Delivers queued in them, not yet sent (max_group_sends each) */
     uint64_t layout_bytes;     /* shard layouts the registry holds */
     uint64_t plan_bytes;       /* sharded epoch plans alive */
+    uint64_t plan_cursor_bytes; /* of plan_bytes, mixtures' cursors */
     uint64_t http_evicted;     /* metrics scrapers evicted to make room */
     uint64_t http_expired;     /* metrics scrapers closed at metrics_timeout_ms, their request unfinished */
     uint64_t http_cache_hits;  /* scrapes answered with a body rendered earlier (metrics_cache_ms) */

@@ -8,13 +8,14 @@
 #include "core/error.h"
 #include "cpu/mix.h"
 
-/* The plan cache refused a new plan (PD_EBUSY): the plans in use fill plan_cache_bytes. */
+/* The plan cache refused a new plan or cursor (PD_EBUSY): the plans in use fill plan_cache_bytes. */
 static int pd_target_plans_full(pd_plans *plans, char *msg, size_t len)
 {
     snprintf(msg, len,
-             "plan memory is full: plans in use take %llu bytes of plan_cache_bytes (%llu); retry when some are "
-             "done, or raise plan_cache_bytes",
-             (unsigned long long)pd_plans_bytes(plans), (unsigned long long)pd_plans_limit(plans));
+             "plan memory is full: plans and mixtures' cursors take %llu bytes (%llu of them cursors) of "
+             "plan_cache_bytes (%llu); retry when some requests are done, or raise plan_cache_bytes",
+             (unsigned long long)pd_plans_bytes(plans), (unsigned long long)pd_plans_cursor_bytes(plans),
+             (unsigned long long)pd_plans_limit(plans));
     return PD_EBUSY;
 }
 

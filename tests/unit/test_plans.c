@@ -115,7 +115,7 @@ static void test_cursor_reused(void **state)
 }
 
 /* With the cache full of plans in use, a new cursor is PD_EBUSY; idle cursors give way to a new plan
- * before any table does; a plan and its cursors alone may pass the bound. */
+ * before any table does; a plan and one cursor alone may pass the bound. */
 static void test_cursor_bounded(void **state)
 {
     (void)state;
@@ -142,10 +142,14 @@ static void test_cursor_bounded(void **state)
     assert_int_equal(pd_plan_cursor_take(p, &cur2), PD_EBUSY);
     assert_null(cur2);
     pd_plan_release(q);
-    /* The unused sharded plan gives way to it. */
-    assert_int_equal(pd_plan_cursor_take(p, &cur2), 0);
-    pd_plan_cursor_give(p, cur2);
+    /* The unused sharded plan gives way to it, and still there is no room for a second cursor: with everything
+     * charged p's, one cursor may pass the bound, not two. The first, given back, serves the next request. */
+    assert_int_equal(pd_plan_cursor_take(p, &cur2), PD_EBUSY);
+    assert_int_equal(pd_plans_bytes(c), one);
     pd_plan_cursor_give(p, cur);
+    assert_int_equal(pd_plan_cursor_take(p, &cur2), 0);
+    assert_ptr_equal(cur2, cur);
+    pd_plan_cursor_give(p, cur2);
     pd_plan_release(p);
     /* The idle cursors give way to a new sharded plan; the mixture's table stays cached. */
     assert_int_equal(pd_plans_get(c, layouts[1], 1, 1, 4, 2, &q), 0);
@@ -156,11 +160,17 @@ static void test_cursor_bounded(void **state)
     pd_plan_release(p);
     pd_plans_close(c);
 
-    /* Alone, a plan and its cursor may pass the bound. */
+    /* Alone, a plan and one cursor may pass the bound; a second cursor at once may not (each concurrent request
+     * added one beyond it: 25 times plan_cache_bytes with four), and is taken once the first is given back. */
     open_mix(d, layouts, 1, &c, &p);
     assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
     assert_int_equal(pd_plans_bytes(c), one);
+    assert_int_equal(pd_plan_cursor_take(p, &cur2), PD_EBUSY);
+    assert_int_equal(pd_plans_bytes(c), one);
     pd_plan_cursor_give(p, cur);
+    assert_int_equal(pd_plan_cursor_take(p, &cur2), 0);
+    assert_true(pd_plans_cursor_bytes(c) > 0 && pd_plans_cursor_bytes(c) < one);
+    pd_plan_cursor_give(p, cur2);
     pd_plan_release(p);
     pd_plans_close(c);
 
