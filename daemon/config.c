@@ -140,6 +140,12 @@ static const pd_opt pd_opts[] = {
            "once asked but by closing its connection (the work stops at the next\n"
            "job_slice_ids). Clients digest longer slices in parts; libpermd does it for\n"
            "them."),
+    PD_OPT(max_inverse_work, PD_OPT_U64, "1073741824", 1, UINT64_C(1) << 63,
+           "Most work one Inverse on a mixture may take, counted in ids: one a sample,\n"
+           "plus a sharded component's shards for each of its component epochs the\n"
+           "samples name (each needs that component's order, built from all its shards:\n"
+           "about 80 ns a shard). Past it the request is TOO_LARGE: ask in parts, fewer\n"
+           "samples or fewer component epochs at once."),
     PD_OPT(max_shards, PD_OPT_U64, "16777216", 1, PD_SHARDS_MAX,
            "Most shards a sharded dataset may have (its upload is held in memory, 8\n"
            "bytes a shard, until it is complete)."),

@@ -46,6 +46,7 @@ typedef struct pd_config {
     uint64_t error_linger_ms; /* after a closing error: how long to discard input, waiting for the peer's EOF */
     uint64_t max_count;
     uint64_t max_digest;
+    uint64_t max_inverse_work;
     uint64_t max_shards;
     uint64_t upload_memory;
     uint64_t upload_timeout_ms;

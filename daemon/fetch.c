@@ -428,6 +428,17 @@ static int pd_inverse_mix_setup(pd_session *s, uint64_t id, const Permd__V1__Inv
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
         return PD_ENOMEM;
     }
+    /* Each component epoch of a sharded component costs an order of its shards: a request of max_count samples
+     * at as many epochs of a component of 200,000 shards held a worker for hours. */
+    if (v->cost > svc->cfg->max_inverse_work) {
+        pd_reply_error(s, id, PD_ETOOBIG,
+                       "this inverse would take the work of %llu ids (%llu samples, and the orders of their sharded "
+                       "components' epochs), past max_inverse_work (%llu): ask in parts, fewer samples or fewer "
+                       "component epochs at once",
+                       (unsigned long long)v->cost, (unsigned long long)v->count,
+                       (unsigned long long)svc->cfg->max_inverse_work);
+        return PD_ETOOBIG;
+    }
     int rc = pd_target_mix_plan(svc->reg, svc->plans, def, m->seed, &v->plan, msg, sizeof msg);
     if (rc) {
         pd_reply_error(s, id, rc, "%s", msg);

@@ -412,7 +412,8 @@ static void test_sharded_component_warm(void **state)
     permd_client *c, *d;
     char addr[32];
     int port = harness_metrics_addr(addr);
-    const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", NULL}; /* each scrape follows an action */
+    /* each scrape follows an action; room for the cancelled Inverse below (20000 orders of 2^17 shards) */
+    const char *extra[] = {"--metrics", addr, "--metrics-cache-ms", "0", "--max-inverse-work", "3000000000", NULL};
     harness_init(&h);
     assert_int_equal(harness_start(&h, 0, extra, NULL), 0);
     assert_int_equal(permd_connect_unix(h.sock, &c), 0);
@@ -532,6 +533,25 @@ static void test_sharded_component_warm(void **state)
     const long long cancelled = built(port) - before_cancel;
     print_message("cancelled inverse built %lld of %d orders\n", cancelled, CANCEL_EPOCHS);
     assert_true(cancelled < CANCEL_EPOCHS);
+
+    /* Past max_inverse_work: 23000 component epochs of big cost 23000 orders of 2^17 shards, over 3e9 ids of work
+     * (hours of a worker at max_count samples): TOO_LARGE before any is built, and the connection serves on. */
+    enum { TOO_MANY = 23000 };
+    uint64_t *many = malloc(TOO_MANY * 8), *many_epochs = malloc(TOO_MANY * 8), *out = malloc(TOO_MANY * 8);
+    assert_true(many && many_epochs && out);
+    for (uint64_t i = 0; i < TOO_MANY; i++) {
+        many[i] = 1000 + i % 1000;
+        many_epochs[i] = 90000 + i;
+    }
+    const long long before_refused = built(port);
+    assert_int_equal(permd_inverse_mixture(c, "mb", SEED, 1, -1, many, many_epochs, TOO_MANY, out, out, NULL),
+                     PERMD_ETOOBIG);
+    assert_non_null(strstr(permd_last_error(c), "max_inverse_work"));
+    assert_int_equal(built(port), before_refused);
+    assert_int_equal(permd_inverse_mixture(c, "mb", SEED, 1, -1, many, many_epochs, 2, out, out, NULL), 0);
+    free(many);
+    free(many_epochs);
+    free(out);
     free(ids);
     free(samples);
     free(epochs);
