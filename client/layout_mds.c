@@ -114,7 +114,14 @@ static int mds_check_file(mds_ctx *c, size_t i, const char *name, uint64_t bytes
     if (!header)
         goto done;
     unsigned char b[4];
-    ssize_t got = (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 ? -1 : read(fd, b, 4);
+    /* Non-blocking, and checked again once open: a file swapped for a FIFO since the stat above would hold the
+     * open (and the read) until something wrote to it. */
+    struct stat opened;
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) >= 0 && (fstat(fd, &opened) || !S_ISREG(opened.st_mode))) {
+        rc = MDS_FAIL(c, PD_EINVAL, i, "%s is not a regular file", path);
+        goto done;
+    }
+    ssize_t got = fd < 0 ? -1 : read(fd, b, 4);
     if (got < 0) {
         rc = MDS_FAIL(c, PD_EIO, i, "%s: cannot read its header: %s", path, strerror(errno));
         goto done;

@@ -1737,7 +1737,10 @@ static int pd_mix_record_components(pd_registry *r, pd_mixdef *d, char *err, siz
         pd_mixcomp *c = &d->comp[j];
         size_t at = pd_table_find(r, c->name, &found);
         if (!found) {
-            pd_errf(err, errlen, "component '%s' is not a registered dataset", pd_name_printable(c->name));
+            int mixture;
+            pd_mix_find(r, c->name, &mixture);
+            pd_errf(err, errlen, "component '%s' is %s", pd_name_printable(c->name),
+                    mixture ? "a mixture: a mixture's components are datasets" : "not a registered dataset");
             rc = PD_ENOTFOUND;
             break;
         }

@@ -207,6 +207,10 @@ static void test_refusals(void **state)
     /* A component that does not exist, a stage not on a block boundary, a zero-sum stage. */
     static const char *const missing[] = {"a", "nope"};
     assert_int_equal(permd_put_mixture(c, "x", missing, 2, starts1, weights1, 1, 0, 0, NULL, NULL), PERMD_ENOTFOUND);
+    assert_non_null(strstr(permd_last_error(c), "'nope' is not a registered dataset"));
+    static const char *const nested[] = {"a", "m"}; /* a mixture of mixtures: said so, not "not registered" */
+    assert_int_equal(permd_put_mixture(c, "x", nested, 2, starts1, weights1, 1, 0, 0, NULL, NULL), PERMD_ENOTFOUND);
+    assert_non_null(strstr(permd_last_error(c), "'m' is a mixture: a mixture's components are datasets"));
     static const uint64_t off_block[] = {0, 100};
     assert_int_equal(permd_put_mixture(c, "x", comp_ab, 2, off_block, weights2, 2, 0, 0, NULL, NULL), PERMD_EINVAL);
     assert_non_null(strstr(permd_last_error(c), "stage 1 starts at 100")); /* which rule, not all of them */
