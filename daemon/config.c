@@ -251,7 +251,8 @@ static const pd_opt pd_opts[] = {
     PD_OPT(gpu, PD_OPT_STR, "auto", 0, 0,
            "auto: serve large requests from a GPU when libpermd_gpu.so loads and a\n"
            "device opens (otherwise one log line, and the CPU serves everything);\n"
-           "off: never."),
+           "off: never. NCCL delivery (delivery_library) is apart: trainers ask for\n"
+           "it, and it uses gpu_device whatever this says."),
     PD_OPT(gpu_device, PD_OPT_U64, "0", 0, 1023, "CUDA device index for gpu: auto."),
     PD_OPT(gpu_min_ids, PD_OPT_U64, "1048576", 1, UINT64_C(1) << 40,
            "Requests (a Fetch or a Stream batch) of at least this many ids go to the\n"

@@ -40,7 +40,10 @@ void pd_gpu_close(pd_gpu *g);
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"; valid until pd_gpu_close. */
 const char *pd_gpu_describe(const pd_gpu *g);
 
-/* The kernels run on this stream (a cudaStream_t; NULL = the pd_gpu's own). */
+/* The kernels run on this stream (a cudaStream_t; NULL = the pd_gpu's own). One stream at a time: a
+ * pd_gpu's scratch (the shard fill's tile counter, the scan's buffer) is shared by its calls, so work queued
+ * on another stream must be done before the stream changes (two fills in flight on two streams would race
+ * on it). A pd_gpu serves one thread; open one per stream for concurrent work. */
 int pd_gpu_set_stream(pd_gpu *g, void *cuda_stream);
 int pd_gpu_set_walk(pd_gpu *g, pd_gpu_walk walk);
 /* Wait for the stream; reports any asynchronous kernel failure. */
