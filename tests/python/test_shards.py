@@ -783,6 +783,35 @@ class TarsAsTarfile(LayoutCase):
             tarfile.TarInfo._proc_pax = real
 
     @unittest.skipUnless(PERMCTL_READS, "permctl was built without --tars")
+    def test_gzip_compressing_more_than_16_to_1(self):
+        """A gzip shard whose 64 KiB of input make more than 1 MiB of tar (text, zeros): Python's reader counted
+        its trailer as unread bytes (zlib reports what follows a member in unconsumed_tail too, once a call hit
+        the output bound) and refused a well-formed shard as junk after the stream; C read it."""
+        samples_tar(self.path("dense.tar"), 4, size=3 << 20)
+        with open(self.path("dense.tar"), "rb") as f:
+            data = f.read()
+        self.put("dense.tar.gz", gzip.compress(data))
+        self.put("twice.tar.gz", gzip.compress(data[:len(data) // 2]) + gzip.compress(data[len(data) // 2:]))
+        for name in ("dense.tar.gz", "twice.tar.gz"):
+            self.assertEqual(layout.count_tar(self.path(name)), 4)
+            self.assert_same_as_permctl("--tars", self.path(name))
+
+    def test_a_samples_extensions_are_bounded(self):
+        """A sample's extensions are kept to find a repeat: past SAMPLE_EXT_BYTES of them (or SAMPLE_EXTS) the shard
+        is refused, in C and Python alike, where 300 members of 1 MiB extensions (pax paths, a 2 KB bzip2) took
+        300 MB. 16 of them fit, 17 do not."""
+        self.assertEqual(layout.SAMPLE_EXT_BYTES, 1 << 24)
+        for n, code in [(16, None), (17, layout.EINVAL)]:
+            name = self.path(f"exts{n}.tar.gz")
+            with tarfile.open(name, "w:gz", format=tarfile.PAX_FORMAT, compresslevel=1) as t:
+                for i in range(n):
+                    ti = tarfile.TarInfo("a." + "x" * 1_000_000 + "%06d" % i)
+                    t.addfile(ti, io.BytesIO(b""))
+            self.assert_same_as_permctl("--tars", name, code=code)
+            if code:
+                self.assert_layout_error(code, "more than 65536 extensions or 16777216 bytes", layout.count_tar,
+                                         name)
+
     def test_extended_headers_share_global_values(self):
         """Each extended header starts from the global pax values: C copied them whole at each, so 60 headers
         after 4 MiB of global values held 240 MB (from a 5 MB tar); shared, as Python's dict.copy() shares them."""
