@@ -2,11 +2,12 @@
 (seed, epoch, offset) and resumable under any world size; over a dataset or a mixture of datasets."""
 import copy
 import ctypes
+import time
 import warnings
 
 from . import _args, _lib
 from . import mixture as _mixture
-from .errors import Conflict, ConnectionFailed, NoProcessGroup, NotFound, ProtocolError, Timeout
+from .errors import Conflict, ConnectionFailed, NoProcessGroup, NotFound, Overloaded, ProtocolError, Timeout
 
 try:
     import numpy as np
@@ -21,6 +22,7 @@ except ImportError:  # torch is optional: the protocol is just __iter__, __len__
 _FIRST_CHUNK = 256  # small, so the first batch is ready at once
 _CHUNK = 8192       # then bounded memory per rank, whatever the dataset size
 STATE_VERSION = 1
+OVERLOAD_WAIT = 60.0  # seconds a daemon-backed sampler asks again while permd answers Overloaded
 _STATE_KEYS = {"version", "seed", "epoch", "offset", "size"}
 
 
@@ -405,10 +407,21 @@ class Sampler(_Base):
 
     def _fetch_daemon(self, epoch, offset, count):
         """Ids from permd, naming the definition this sampler read: when the name was re-defined since, read it
-        again (_reread) and go on, or raise."""
+        again (_reread) and go on, or raise. Overloaded (permd shedding load: its plan memory or queues full of
+        other requests) is asked again, waiting 10 ms doubling to 1 s, for up to OVERLOAD_WAIT seconds: a training
+        loop waits out a burst rather than dies in it."""
         def ask():  # under the definition read last
-            return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode, offset,
-                                     count, window=self.window, lanes=self.lanes, definition=self._definition)
+            delay, deadline = 0.01, time.monotonic() + OVERLOAD_WAIT
+            while True:
+                try:
+                    return self.client.fetch(self.name, self.seed, epoch, self.num_replicas, self.rank, self.mode,
+                                             offset, count, window=self.window, lanes=self.lanes,
+                                             definition=self._definition)
+                except Overloaded:
+                    if time.monotonic() + delay > deadline:
+                        raise
+                    time.sleep(delay)
+                    delay = min(2 * delay, 1.0)
 
         try:
             ids, nxt = ask()

@@ -694,6 +694,41 @@ class DaemonBacked(unittest.TestCase):
                     on.set_epoch(2)
                     self.assertEqual(list(off), list(on), (mode, r))
 
+    def test_overloaded_is_waited_out(self):
+        """permd answers Overloaded while its plan memory or queues are full of other requests: a daemon-backed
+        sampler asks again (10 ms doubling) for up to OVERLOAD_WAIT seconds, where the training loop died at the
+        first one; past the wait it raises."""
+        from permd import sampler as sampler_mod
+        with permd.Client(socket=self.daemon.socket) as c:
+            c.put_dataset("busy", 1000)
+            want = list(permd.Sampler(size=1000, num_replicas=2, rank=1, seed=5))
+            real, refusals = c.fetch, []
+
+            def flaky(*args, **kw):
+                if len(refusals) < 3:
+                    refusals.append(args)
+                    raise permd.Overloaded(-10, "plan memory is full (a test's stand-in)")
+                return real(*args, **kw)
+
+            c.fetch = flaky
+            s = permd.Sampler(size=1000, num_replicas=2, rank=1, seed=5, client=c, name="busy")
+            self.assertEqual(list(s), want)
+            self.assertEqual(len(refusals), 3)
+
+            def always(*args, **kw):
+                raise permd.Overloaded(-10, "plan memory is full (a test's stand-in)")
+
+            c.fetch = always
+            saved, sampler_mod.OVERLOAD_WAIT = sampler_mod.OVERLOAD_WAIT, 0.05
+            try:
+                t0 = time.monotonic()
+                with self.assertRaises(permd.Overloaded):
+                    list(permd.Sampler(size=1000, num_replicas=2, rank=1, seed=5, client=c, name="busy"))
+                self.assertLess(time.monotonic() - t0, 5)
+            finally:
+                sampler_mod.OVERLOAD_WAIT = saved
+                c.fetch = real
+
     def test_client_calls(self):
         with permd.Client(socket=self.daemon.socket) as c:
             d = c.put_dataset("small", 10)
