@@ -235,7 +235,8 @@ int pd_layout_read_sizes(const char *path, uint64_t max_shards, pd_layout **out,
                 rc = pd_sizes_line_bounded(l, path, ++lineno, buf, have, err, errlen);
             break;
         }
-        if (have > PD_SIZES_LINE_MAX) /* no end in sight */
+        /* no end in sight (a \r last is the line's end, waiting to see whether a \n follows) */
+        if (have - (have && buf[have - 1] == '\r') > PD_SIZES_LINE_MAX)
             rc = pd_sizes_line_bounded(l, path, ++lineno, buf, have, err, errlen);
     }
     if (!rc && l->n == 0)

@@ -902,8 +902,9 @@ int permd_group_deliver(permd_client *c, const char *group, const permd_slice *s
     if ((rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DELIVER_REPLY, &rep)))
         return rc;
     const Permd__V1__DeliverReply *r = rep->deliver_reply;
-    /* A width other than the buffer's would have NCCL overrun it: the connection is dropped (the group then
-     * fails) rather than a receive posted. A permd older than id_width answers with the dataset's own. */
+    /* A width other than the buffer's would have NCCL overrun it: no receive is posted, and the connection is
+     * marked broken (the send permd queued then fails at delivery_timeout_ms, and the group with it). A permd
+     * older than id_width answers with the dataset's own. */
     if ((r->id_width != 4 && r->id_width != 8) || r->count > count)
         return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent DeliverReply");
     if (id_width && r->id_width != id_width)

@@ -171,8 +171,9 @@ typedef struct permd_stats {
 PERMD_API const char *permd_strerror(int err);
 /* "0.1.0" */
 PERMD_API const char *permd_version(void);
-/* The layout of this header's structs: raised whenever a struct gains, loses or moves a field.
- * Bindings that mirror the structs (the Python package's ctypes) refuse a library of another one. */
+/* The layout of this header's structs: raised whenever a struct gains, loses or moves a field, or a
+ * function a binding calls changes its arguments. Bindings that mirror them (the Python package's
+ * ctypes) refuse a library of another one. */
 #define PERMD_ABI_VERSION 5 /* 3: permd_dataset.layout_hash, permd_mixture_def.component_layout_hashes;
                              * 4: permd_dataset.definition, permd_slice.definition, permd_mixture_def.definition;
                              * 5: permd_group_deliver's and permd_nccl_recv's id_width */

@@ -233,8 +233,8 @@ static int pd_gpu_usable(const pd_backend *b, uint64_t count)
 
 /* A GPU generation's result: an argument error is the caller's, as on the CPU; anything else sends the request to
  * the CPU (PD_EBUSY). Out of device memory may pass (another process's allocation): said at the 1st, 10th, 100th...
- * time. Any other failure is a CUDA error, which is sticky (the context is lost): every later request would try,
- * fail and log, so the GPU is turned off until permd restarts, said once. */
+ * time. Any other failure is a CUDA error, and many are sticky (the context is lost: every later request would
+ * try, fail and log), so any turns the GPU off until permd restarts, said once. */
 static int pd_gpu_result(pd_backend *b, int rc, const char *what)
 {
     if (rc == 0 || rc == PD_EINVAL || rc == PD_ERANGE || rc == PD_EOVERFLOW)

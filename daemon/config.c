@@ -142,10 +142,11 @@ static const pd_opt pd_opts[] = {
            "them."),
     PD_OPT(max_inverse_work, PD_OPT_U64, "1073741824", 1, UINT64_C(1) << 63,
            "Most work one Inverse on a mixture may take, counted in ids: one a sample,\n"
-           "plus a sharded component's shards for each of its component epochs the\n"
-           "samples name (each needs that component's order, built from all its shards:\n"
-           "about 80 ns a shard). Past it the request is TOO_LARGE: ask in parts, fewer\n"
-           "samples or fewer component epochs at once."),
+           "plus a sharded component's shards each time the samples, in order, name one\n"
+           "of its component epochs that the two last named (one of each parity) are not\n"
+           "(it needs that component's order, built from all its shards: about 80 ns a\n"
+           "shard). Past it the request is TOO_LARGE: ask in parts, or sort the samples\n"
+           "by component epoch, which costs the least."),
     PD_OPT(max_shards, PD_OPT_U64, "16777216", 1, PD_SHARDS_MAX,
            "Most shards a sharded dataset may have (its upload is held in memory, 8\n"
            "bytes a shard, until it is complete)."),

@@ -66,6 +66,7 @@ struct pd_plans {
     uint64_t max_bytes;
     _Atomic uint64_t bytes; /* charged: tables built or admitted to be, cached or in use, and cursors */
     _Atomic uint64_t cursor_bytes; /* of bytes, mixtures' cursors' */
+    pthread_cond_t cursor_back;    /* a cursor was given back or freed (pd_plan_cursor_take waits for one) */
     uint64_t next_id;
 };
 
@@ -82,6 +83,7 @@ static void pd_plans_uncharge_cursor(pd_plans *c, pd_plan *p, uint64_t bytes)
     p->cursor_bytes -= bytes;
     atomic_fetch_sub(&c->bytes, bytes);
     atomic_fetch_sub(&c->cursor_bytes, bytes);
+    pthread_cond_broadcast(&c->cursor_back);
 }
 
 /* Free p's idle cursors. Caller holds c->lock (or has the last reference). */
@@ -200,6 +202,7 @@ int pd_plans_open(unsigned max_entries, uint64_t max_bytes, pd_plans **out)
     if (!c)
         return PD_ENOMEM;
     pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cursor_back, NULL);
     c->max = max_entries ? max_entries : 1;
     c->max_bytes = max_bytes;
     *out = c;
@@ -213,6 +216,7 @@ void pd_plans_close(pd_plans *c)
     while (c->head)
         pd_plans_unlist(c, &c->head);
     pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cursor_back);
     free(c);
 }
 
@@ -534,22 +538,31 @@ int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out)
     pd_plans *c = p->cache;
     const pd_mix *mix;
     *out = NULL;
-    int rc = pd_plan_use_mix(p, &mix);
-    if (rc)
+    int rc;
+    pd_plan_cursor *k;
+again:
+    if ((rc = pd_plan_use_mix(p, &mix)))
         return rc;
     const size_t bytes = sizeof(pd_plan_cursor) + pd_mix_cursor_bytes(mix);
     pthread_mutex_lock(&c->lock);
-    pd_plan_cursor *k = p->cursors;
-    if (k) { /* the most recently given: its orders are the likeliest to serve this request */
+    if ((k = p->cursors)) { /* the most recently given: its orders are the likeliest to serve this request */
         p->cursors = k->next;
         p->ncursors--;
-    } else if (!pd_plans_room(c, p, bytes) &&
-               (p->cursor_bytes || atomic_load(&c->bytes) != (p->charged ? p->size : 0))) {
+    } else if (!pd_plans_room(c, p, bytes)) {
         /* The plans in use fill max_bytes. One plan alone may pass it, with one cursor: a mixture larger than the
-         * cache is still served, a request at a time. Every concurrent request used to add a cursor beyond it (32
-         * bytes a shard of each sharded component: 25 times plan_cache_bytes with four at once). */
-        rc = PD_EBUSY;
-    } else {
+         * cache is still served, a request at a time, each waiting here for the cursor (held for one generation:
+         * a stream's batches ahead share it too). Every concurrent request used to add a cursor past the bound
+         * (32 bytes a shard of each sharded component: 25 times plan_cache_bytes with four at once). */
+        const int alone = atomic_load(&c->bytes) == (p->charged ? p->size : 0) + p->cursor_bytes;
+        if (alone && p->cursor_bytes) {
+            pthread_cond_wait(&c->cursor_back, &c->lock);
+            pthread_mutex_unlock(&c->lock);
+            goto again; /* its table may have gone meanwhile */
+        }
+        if (!alone)
+            rc = PD_EBUSY; /* other plans in use fill it */
+    }
+    if (!k && !rc) {
         atomic_fetch_add(&c->bytes, bytes);
         atomic_fetch_add(&c->cursor_bytes, bytes);
         p->cursor_bytes += bytes;
@@ -589,6 +602,7 @@ void pd_plan_cursor_give(pd_plan *p, pd_mix_cursor *cur)
         p->cursors = k;
         p->ncursors++;
         k = NULL;
+        pthread_cond_broadcast(&c->cursor_back);
     } else {
         pd_plans_uncharge_cursor(c, p, k->bytes);
     }

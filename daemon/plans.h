@@ -75,7 +75,10 @@ int pd_plan_use_mix(pd_plan *p, const pd_mix **out);
  * pd_plan_cursor_give: one given back earlier, with the component orders it built (a sharded
  * component's O(S_j) plan for each of its last two component epochs), else a new one. A new cursor's
  * bytes (pd_mix_cursor_bytes) are admitted within max_bytes as a plan's are, idle cursors giving way
- * first: PD_EBUSY when the plans in use leave no room, unless p and its cursors would be alone.
+ * first: PD_EBUSY when other plans in use leave no room. With p alone past max_bytes, it has one cursor:
+ * a second take waits until it is given back (held for one generation), so requests on a plan larger
+ * than the cache run one at a time. The loop thread takes one only when pd_plan_cursor_warm said one
+ * is idle; another thread taking it first makes that loop wait too (rare, and one generation long).
  * PD_ENOMEM; PD_EINVAL for a sharded epoch's plan. The caller must hold a reference it uses (not idle). */
 int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out);
 /* Give the cursor back to p (before releasing p): kept for the next request while p has few idle ones

@@ -1220,11 +1220,12 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
                 pd_registry_advice(rc));
         return rc;
     }
-    /* The version before the first write: a newer schema is refused untouched (no WAL switch, no table). */
+    /* Whose file, then the version, before the first write: another program's file (whatever user_version it
+     * sets) and a newer schema are refused untouched (no WAL switch, no table). */
     int version;
     int adopt;
-    if ((rc = pd_registry_version(r, path, &version, err, errlen)) ||
-        (rc = pd_registry_owner(r, path, &adopt, err, errlen)))
+    if ((rc = pd_registry_owner(r, path, &adopt, err, errlen)) ||
+        (rc = pd_registry_version(r, path, &version, err, errlen)))
         return rc;
     /* WAL: readers never block the writer; synchronous=FULL: a commit is on disk (fsync of the WAL)
      * before sqlite3_step returns, so an ack means durable; every commit is then checkpointed into
@@ -1741,7 +1742,7 @@ static int pd_mix_record_components(pd_registry *r, pd_mixdef *d, char *err, siz
             pd_mix_find(r, c->name, &mixture);
             pd_errf(err, errlen, "component '%s' is %s", pd_name_printable(c->name),
                     mixture ? "a mixture: a mixture's components are datasets" : "not a registered dataset");
-            rc = PD_ENOTFOUND;
+            rc = mixture ? PD_EINVAL : PD_ENOTFOUND;
             break;
         }
         const pd_entry *e = &r->sets[at];

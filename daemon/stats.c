@@ -147,7 +147,8 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "Requests the GPU failed (out of device memory, or a CUDA error), served by the CPU instead.",
                 v->gpu_fallbacks);
     pd_text_u64(&t, "permd_gpu_off", "gauge",
-                "1 once a CUDA error turned the GPU off: every request runs on the CPU until permd restarts.",
+                "1 once a CUDA error turned the GPU off (many are sticky: the context is lost): every request runs "
+                "on the CPU until permd restarts.",
                 (uint64_t)v->gpu_off);
     pd_text_u64(&t, "permd_cpu_pool_spin_catches_total", "counter",
                 "Times a CPU pool helper found a split request's work while polling (cpu_spin_us) or "

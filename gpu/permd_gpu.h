@@ -71,8 +71,8 @@ int pd_gpu_slice_fill_host(pd_gpu *g, const pd_perm *p, const pd_slice *s, uint6
 
 /* Payload shuffle in σ order: out[i] = in[σ(i)] for i < n, elements of
  * elem_size ∈ {1, 2, 4, 8, 16} bytes; in and out are device pointers, each
- * aligned to elem_size, and distinct (PD_EINVAL otherwise: a misaligned load
- * is a sticky CUDA error, and in place would read what it overwrote). */
+ * aligned to elem_size, and not overlapping (PD_EINVAL otherwise: a misaligned
+ * load is a sticky CUDA error, and in place would read what it overwrote). */
 int pd_gpu_gather(pd_gpu *g, const pd_perm *p, const void *dev_in, void *dev_out, size_t elem_size);
 
 /* Mitchell et al.'s Algorithm 1 (fused bijective shuffle: f over [0, 2^b),

@@ -112,19 +112,24 @@ int dispatch(size_t elem_size, int (*f1)(pd_gpu *, const pd_perm *, const void *
 
 } // namespace
 
-/* Elements are loaded and stored whole (a 16-byte one as a uint4): a pointer off their alignment would fault. */
-static int pd_gather_args(const void *dev_in, void *dev_out, size_t elem_size)
+/* Elements are loaded and stored whole (a 16-byte one as a uint4): a pointer off their alignment would fault. The
+ * two buffers of n elements must not overlap: out would be read after it was written. */
+static int pd_gather_args(uint64_t n, const void *dev_in, void *dev_out, size_t elem_size)
 {
-    if (!dev_in || !dev_out || dev_in == dev_out)
+    if (!dev_in || !dev_out || elem_size == 0 || (elem_size & (elem_size - 1)))
         return PD_EINVAL;
-    if (elem_size == 0 || (elem_size & (elem_size - 1)) || ((uintptr_t)dev_in | (uintptr_t)dev_out) % elem_size)
+    const uintptr_t in = (uintptr_t)dev_in, out = (uintptr_t)dev_out;
+    if ((in | out) % elem_size || n > UINTPTR_MAX / elem_size)
+        return PD_EINVAL;
+    const uintptr_t bytes = (uintptr_t)n * elem_size;
+    if (in < out ? out - in < bytes : in - out < bytes)
         return PD_EINVAL;
     return PD_OK;
 }
 
 extern "C" int pd_gpu_gather(pd_gpu *g, const pd_perm *p, const void *dev_in, void *dev_out, size_t elem_size)
 {
-    if (!g || !p || pd_gather_args(dev_in, dev_out, elem_size))
+    if (!g || !p || pd_gather_args(p->n, dev_in, dev_out, elem_size))
         return PD_EINVAL;
     CUDACHECK(cudaSetDevice(g->device));
     return dispatch(elem_size, gather_as<uint8_t>, gather_as<uint16_t>, gather_as<uint32_t>, gather_as<uint64_t>,
@@ -134,7 +139,7 @@ extern "C" int pd_gpu_gather(pd_gpu *g, const pd_perm *p, const void *dev_in, vo
 extern "C" int pd_gpu_shuffle_fused(pd_gpu *g, const pd_perm *p, const void *dev_in, void *dev_out,
                                     size_t elem_size)
 {
-    if (!g || !p || pd_gather_args(dev_in, dev_out, elem_size))
+    if (!g || !p || pd_gather_args(p->n, dev_in, dev_out, elem_size))
         return PD_EINVAL;
     if (p->n > (UINT64_C(1) << 31)) /* 32-bit tile counts and one block per tile */
         return PD_EUNSUPPORTED;

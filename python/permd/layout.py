@@ -1482,11 +1482,17 @@ def _mds_check_file(fail, folder, name, size, samples):
     if actual != size:
         fail(EINVAL, f"{path} is {actual} bytes but the index lists {size} (a partial or stale file?)")
     if samples is not None:
-        try:
-            with open(path, "rb") as f:
-                head = f.read(4)
+        try:  # non-blocking, and regular once open: a file swapped for a FIFO since the check above would block
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as e:
             fail(EIO, f"{path}: cannot read its header: {e.strerror}")
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                fail(EINVAL, f"{path} is not a regular file")
+            try:
+                head = f.read(4)
+            except OSError as e:
+                fail(EIO, f"{path}: cannot read its header: {e.strerror}")
         if len(head) != 4:  # the index lists so few bytes: malformed, as a wrong count is
             fail(EINVAL, f"{path} is {len(head)} bytes, too short for its header (4 bytes: the sample count)")
         n = int.from_bytes(head, "little")

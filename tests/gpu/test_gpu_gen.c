@@ -282,6 +282,9 @@ static void bad_arguments(void **state)
     assert_int_equal(pd_gpu_gather(gpu, &p, (char *)other + 8, dev, 16), PD_EINVAL);
     assert_int_equal(pd_gpu_gather(gpu, &p, other, (char *)dev + 2, 4), PD_EINVAL);
     assert_int_equal(pd_gpu_shuffle_fused(gpu, &p, (char *)other + 1, dev, 2), PD_EINVAL);
+    assert_int_equal(pd_gpu_gather(gpu, &p, other, (char *)other + 400, 8), PD_EINVAL); /* overlapping by half */
+    assert_int_equal(pd_gpu_gather(gpu, &p, (char *)other + 792, other, 8), PD_EINVAL); /* by one element */
+    assert_int_equal(pd_gpu_gather(gpu, &p, other, (char *)other + 800, 8), PD_OK);     /* end to end */
     assert_int_equal(pd_gpu_gather(gpu, &p, other, dev, 8), PD_OK); /* the context is fine */
     assert_int_equal(pd_gpu_sync(gpu), PD_OK);
     pd_gpu_free(gpu, other);

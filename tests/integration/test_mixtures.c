@@ -209,7 +209,7 @@ static void test_refusals(void **state)
     assert_int_equal(permd_put_mixture(c, "x", missing, 2, starts1, weights1, 1, 0, 0, NULL, NULL), PERMD_ENOTFOUND);
     assert_non_null(strstr(permd_last_error(c), "'nope' is not a registered dataset"));
     static const char *const nested[] = {"a", "m"}; /* a mixture of mixtures: said so, not "not registered" */
-    assert_int_equal(permd_put_mixture(c, "x", nested, 2, starts1, weights1, 1, 0, 0, NULL, NULL), PERMD_ENOTFOUND);
+    assert_int_equal(permd_put_mixture(c, "x", nested, 2, starts1, weights1, 1, 0, 0, NULL, NULL), PERMD_EINVAL);
     assert_non_null(strstr(permd_last_error(c), "'m' is a mixture: a mixture's components are datasets"));
     static const uint64_t off_block[] = {0, 100};
     assert_int_equal(permd_put_mixture(c, "x", comp_ab, 2, off_block, weights2, 2, 0, 0, NULL, NULL), PERMD_EINVAL);

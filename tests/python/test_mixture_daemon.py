@@ -338,5 +338,42 @@ class OnTheDaemon(unittest.TestCase):
         self.assertEqual(ids, list(off))
 
 
+class LargerThanThePlanCache(unittest.TestCase):
+    """A mixture whose plan and cursor pass plan_cache_bytes (4096 here) is served a request at a time, each
+    waiting for its one cursor: a lone stream's batches ahead and concurrent Fetches all get their ids. Every
+    request at once used to add a cursor past the bound (25 times it with four Fetches); refusing them failed a
+    lone stream with OVERLOADED, its own batches ahead taking cursors at once."""
+
+    def test_served_a_request_at_a_time(self):
+        import threading
+        sizes = [1 + i % 3 for i in range(3000)]
+        d = Daemon(extra=["--plan-cache-bytes", "4096", "--inline-ids", "1"])
+        self.addCleanup(d.stop)
+        with permd.Client(socket=d.socket) as c:
+            c.put_dataset("s1", shards=sizes)
+            c.put_dataset("s2", shards=sizes[::-1])
+            c.put_mixture("big", ["s1", "s2"], [1, 1])
+            mix = permd.Mixture(0, 1, [Sharded(sizes), Sharded(sizes[::-1])], [1, 1])
+            want = mix.rank(1, 0, "exact", 0, len(mix)).tolist()
+            for _ in range(3):
+                got = np.concatenate(list(c.stream("big", 0, 1, 1, 0, "exact", batch=500))).tolist()
+                self.assertEqual(got, want)
+            errors, results = [], {}
+
+            def fetch(r):
+                try:
+                    with permd.Client(socket=d.socket) as own:
+                        results[r] = own.fetch("big", 0, 1, 4, r, "pad", 0, 5000)[0].tolist()
+                except Exception as e:  # noqa: BLE001 (reported below)
+                    errors.append(e)
+
+            threads = [threading.Thread(target=fetch, args=(r,)) for r in range(4)]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            self.assertEqual(errors, [])
+            for r in range(4):
+                self.assertEqual(results[r], mix.rank(4, r, "pad", 0, 5000).tolist())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -931,6 +931,29 @@ static void test_sizes_file(void **state)
     assert_int_equal(fwrite(text, 1, PD_SIZES_LINE_MAX + 4, s), PD_SIZES_LINE_MAX + 4);
     assert_int_equal(fclose(s), 0);
     expect_error(pd_layout_read_sizes(at("straddle.txt"), 0, &l, err, sizeof err), PD_EINVAL, "straddle.txt:3: 'x'");
+    /* a line of exactly PD_SIZES_LINE_MAX bytes whose \r is the last byte of a read: at the file's end, and with
+     * its \n in the next read (after an empty line, so the line starts a byte into the buffer) */
+    text[0] = '5';
+    text[1] = ' ';
+    memset(text + 2, 'y', PD_SIZES_LINE_MAX - 2);
+    text[PD_SIZES_LINE_MAX] = '\r';
+    s = fopen(at("exact.txt"), "w");
+    assert_non_null(s);
+    assert_int_equal(fwrite(text, 1, PD_SIZES_LINE_MAX + 1, s), PD_SIZES_LINE_MAX + 1);
+    assert_int_equal(fclose(s), 0);
+    assert_int_equal(pd_layout_read_sizes(at("exact.txt"), 0, &l, err, sizeof err), 0);
+    assert_int_equal(strlen(pd_layout_path(l, 0)), PD_SIZES_LINE_MAX - 2);
+    pd_layout_free(l);
+    s = fopen(at("exact.txt"), "w");
+    assert_non_null(s);
+    assert_int_equal(fwrite("\n", 1, 1, s), 1);
+    assert_int_equal(fwrite(text, 1, PD_SIZES_LINE_MAX + 1, s), PD_SIZES_LINE_MAX + 1);
+    assert_int_equal(fwrite("\n7", 1, 2, s), 2);
+    assert_int_equal(fclose(s), 0);
+    assert_int_equal(pd_layout_read_sizes(at("exact.txt"), 0, &l, err, sizeof err), 0);
+    assert_int_equal(pd_layout_shards(l), 2);
+    assert_int_equal(strlen(pd_layout_path(l, 0)), PD_SIZES_LINE_MAX - 2);
+    pd_layout_free(l);
     memset(text, '1', big); /* one line past the bound */
     FILE *f = fopen(at("toolong.txt"), "w");
     assert_non_null(f);

@@ -401,7 +401,8 @@ static void test_schema_versions(void **state)
     /* A newer schema is refused before anything is written: no switch to WAL, no table of ours. */
     snprintf(other, sizeof other, "%s/newer", dir);
     assert_int_equal(mkdir(other, 0700), 0);
-    exec_sql_in(other, "CREATE TABLE datasets_v4 (name TEXT PRIMARY KEY, size INTEGER); PRAGMA user_version=4;");
+    exec_sql_in(other, "CREATE TABLE datasets_v4 (name TEXT PRIMARY KEY, size INTEGER); PRAGMA user_version=4;"
+                       "PRAGMA application_id=1885696612;"); /* a newer permd's: marked as permd's */
     assert_int_equal(pd_registry_open(other, &r, err, sizeof err), PD_EUNSUPPORTED);
     assert_non_null(strstr(err, "schema 4"));
     query_in(other, "PRAGMA journal_mode", v, sizeof v);
@@ -420,6 +421,8 @@ static void test_foreign_sqlite_file(void **state)
         const char *sql, *says;
     } foreign[] = {
         {"CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT); PRAGMA user_version=2;", "holds users"},
+        /* a user_version past permd's: said to be another program's, not "a newer permd's schema" */
+        {"CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT); PRAGMA user_version=7;", "holds users"},
         {"CREATE TABLE datasets (id INTEGER PRIMARY KEY, path TEXT);", "other columns than permd's"},
         /* permd's own shape, but stamped by another program */
         {"CREATE TABLE datasets (name TEXT PRIMARY KEY NOT NULL, size INTEGER NOT NULL, created_ms INTEGER NOT NULL)"
