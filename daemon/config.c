@@ -90,8 +90,9 @@ static const pd_opt pd_opts[] = {
     PD_OPT(registry_busy_ms, PD_OPT_U64, "5000", 0, 600000,
            "How long startup and each put or delete wait for a lock another process\n"
            "holds on the registry (sqlite3 writing to it) before failing: startup exits\n"
-           "1, a request is answered OVERLOADED. A reader (a backup) never makes them\n"
-           "wait: its WAL is folded in by a later commit."),
+           "1 (at once if SIGTERM or SIGINT comes meanwhile), a request is answered\n"
+           "OVERLOADED. A reader (a backup) never makes them wait: its WAL is folded in\n"
+           "by a later commit."),
     PD_OPT(log_level, PD_OPT_LEVEL, "info", 0, 0, "error, warn, info or debug; logs go to stderr."),
     PD_OPT(peer_log_rate, PD_OPT_U64, "10", 0, 1000000,
            "Lines a second each warning a peer can cause at will may write: auth_fail\n"

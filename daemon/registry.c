@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -56,6 +58,8 @@ struct pd_registry {
     int has_pending;            /* that file exists */
     int opened;                 /* loaded whole: a close may checkpoint (a damaged registry is left as found) */
     unsigned busy_ms;           /* how long a commit or startup waits for a lock another process holds */
+    uint64_t busy_since;        /* when the wait for one began (pd_registry_busy) */
+    int busy_stopped;           /* that wait ended early: a stop signal is pending */
 };
 
 /* Bytes a layout of S shards holds in memory. */
@@ -71,6 +75,32 @@ static uint64_t pd_layout_bytes(uint64_t shards)
 static _Atomic uint64_t pd_layouts_held;
 
 /* What a failed SQLite write means, in words for the client: the cause, not "I/O error". */
+/* SQLite's busy handler: wait for a lock another process holds, registry_busy_ms at most, as sqlite3_busy_timeout
+ * does, but give up at once when SIGTERM or SIGINT is pending. Startup runs with them blocked (sigmask.h: only the
+ * loop takes them, once it runs), so a stop during a long wait (registry_busy_ms allows 10 minutes) used to wait
+ * it out. At run time they are taken at once by the loop, never left pending. */
+static int pd_registry_busy(void *arg, int tries)
+{
+    pd_registry *r = arg;
+    const uint64_t now = pd_clock_ms();
+    if (tries == 0)
+        r->busy_since = now;
+    sigset_t pending;
+    r->busy_stopped = sigpending(&pending) == 0 && (sigismember(&pending, SIGTERM) || sigismember(&pending, SIGINT));
+    if (r->busy_stopped || now - r->busy_since >= r->busy_ms)
+        return 0;
+    const uint64_t left = r->busy_ms - (now - r->busy_since), ms = left < 5 ? left : 5;
+    const struct timespec nap = {0, (long)ms * 1000000L};
+    nanosleep(&nap, NULL);
+    return 1;
+}
+
+/* Commits and startup wait for other processes' locks (pd_registry_busy); a checkpoint tries once (timeout 0). */
+static void pd_registry_wait_for_locks(pd_registry *r)
+{
+    sqlite3_busy_handler(r->db, pd_registry_busy, r);
+}
+
 static void pd_registry_why(sqlite3 *db, int code, char *err, size_t errlen)
 {
     const char *cause = NULL;
@@ -853,7 +883,7 @@ static void pd_registry_after_commit(pd_registry *r, const char *op, const char 
      * for as long as it reads, and waiting for it made every put take 5 s. What it leaves is durable. */
     sqlite3_busy_timeout(r->db, 0);
     int code = pd_registry_checkpoint(r);
-    sqlite3_busy_timeout(r->db, (int)r->busy_ms);
+    pd_registry_wait_for_locks(r);
     if (code == SQLITE_OK) {
         pd_pending_clear(r);
         return;
@@ -1197,7 +1227,7 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK)
         goto fail_db;
-    sqlite3_busy_timeout(r->db, (int)r->busy_ms);
+    pd_registry_wait_for_locks(r);
     if (sqlite3_db_readonly(r->db, "main") == 1) {
         pd_errf(err, errlen, "%s can only be opened read-only: permd must be able to store datasets", path);
         return PD_EIO;
@@ -1211,7 +1241,9 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
             sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
         if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
             pd_registry_why(r->db, code, why, sizeof why);
-            pd_errf(err, errlen, "%s: %s%s", path, why, pd_registry_advice(PD_EBUSY));
+            pd_errf(err, errlen, "%s: %s%s", path, why,
+                    r->busy_stopped ? ": permd was asked to stop while it waited for another process's lock"
+                                    : pd_registry_advice(PD_EBUSY));
             return PD_EBUSY;
         }
     }
@@ -1259,7 +1291,7 @@ static int pd_registry_open_db(pd_registry *r, const char *state_dir, char *err,
      * and a later commit's checkpoint folds it in. It used to wait registry_busy_ms and exit 1. */
     sqlite3_busy_timeout(r->db, 0);
     int code = pd_registry_checkpoint(r);
-    sqlite3_busy_timeout(r->db, (int)r->busy_ms);
+    pd_registry_wait_for_locks(r);
     if (code == SQLITE_OK) {
         pd_pending_clear(r);
         return 0;

@@ -2,10 +2,12 @@
  * directory's lock, open errors (damaged or not), failed writes and checkpoints, rows that must not load. */
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -854,6 +856,21 @@ static void test_writer_at_startup(void **state)
     print_message("startup beside a writer holding the lock: %.3f s (%s)\n", took, err);
     assert_true(took >= 0.25);
     assert_non_null(strstr(err, "locked"));
+    /* A stop asked during the wait ends it at once: startup runs with SIGTERM blocked (the loop takes it once it
+     * runs), and a 10-minute registry_busy_ms was waited out whole. */
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    assert_int_equal(pthread_sigmask(SIG_BLOCK, &term, &old), 0);
+    assert_int_equal(kill(getpid(), SIGTERM), 0); /* pending, as when systemd stops a starting permd */
+    t0 = test_now_s();
+    assert_int_equal(pd_registry_open_with(dir, 0, 600000, &r, err, sizeof err), PD_EBUSY);
+    took = test_now_s() - t0;
+    assert_true(took < 5);
+    assert_non_null(strstr(err, "asked to stop"));
+    const struct timespec none = {0, 0};
+    assert_int_equal(sigtimedwait(&term, NULL, &none), SIGTERM); /* taken: the test goes on */
+    assert_int_equal(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
     assert_int_equal(sqlite3_exec(writer, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(writer);
     assert_int_equal(pd_registry_open_with(dir, 0, 300, &r, err, sizeof err), 0);
