@@ -186,6 +186,35 @@ static void delivery_in_the_receivers_width(void **state)
     assert_int_equal(width, 8);
     assert_int_equal(permd_group_deliver(c, "w", &big, 4, 8, &got, &width, &next), 0);
     assert_int_equal(width, 8);
+    /* a width libpermd would not send: permd refuses it too */
+    int fd = raw_connect_unix(g.sock);
+    assert_true(fd >= 0);
+    Permd__V1__JoinGroup join = PERMD__V1__JOIN_GROUP__INIT;
+    join.group = "raw";
+    join.members = 1;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT, *reply;
+    env.id = 1;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_JOIN_GROUP;
+    env.join_group = &join;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    assert_int_equal(raw_recv_env(fd, 5000, &reply), 0);
+    assert_int_equal(reply->body_case, PERMD__V1__ENVELOPE__BODY_JOIN_GROUP_REPLY);
+    protobuf_c_message_free_unpacked(&reply->base, NULL);
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "small";
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    Permd__V1__Deliver del = PERMD__V1__DELIVER__INIT;
+    del.group = "raw";
+    del.slice = &sl;
+    del.count = 4;
+    del.id_width = 5;
+    env.id = 2;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_DELIVER;
+    env.deliver = &del;
+    assert_int_equal(raw_send_env(fd, &env), 0);
+    raw_expect_error(fd, PERMD__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT);
+    close(fd);
     permd_close(c);
     assert_int_equal(harness_finish(&g), 0);
 }
