@@ -35,13 +35,58 @@ static void permctl_help(FILE *f)
                "first answer, permd's Hello; later answers unbounded).\n");
 }
 
+/* Write s to f with the bytes a terminal would act on shown as \xNN: C0 controls, DEL and UTF-8's C1
+ * controls (U+0080-U+009F). Messages quote paths, file contents and what a server answered, any of which may
+ * hold an escape sequence that would rewrite the user's screen or title. */
+void permctl_put_escaped(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) {
+            fprintf(f, "\\x%02x", *p);
+        } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            fprintf(f, "\\xc2\\x%02x", p[1]);
+            p++;
+        } else {
+            fputc(*p, f);
+        }
+    }
+}
+
+/* fmt formatted in a buffer of its own (the caller frees it), or NULL out of memory. */
+static char *permctl_vformat(const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (msg)
+        vsnprintf(msg, (size_t)n + 1, fmt, again);
+    va_end(again);
+    return msg;
+}
+
+void permctl_vsay(const char *fmt, va_list ap)
+{
+    char *msg = permctl_vformat(fmt, ap);
+    fputs("permctl: ", stderr);
+    permctl_put_escaped(stderr, msg ? msg : "(out of memory formatting the message)");
+    fputc('\n', stderr);
+    free(msg);
+}
+
+void permctl_say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    permctl_vsay(fmt, ap);
+    va_end(ap);
+}
+
 int permctl_usage_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("permctl: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    permctl_vsay(fmt, ap);
     va_end(ap);
     return PERMCTL_EXIT_USAGE;
 }
@@ -50,10 +95,11 @@ int permctl_fail(int err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("permctl: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, ": %s (%s)\n", pd_strerror(err), pd_errname(err));
+    char *what = permctl_vformat(fmt, ap);
     va_end(ap);
+    permctl_say("%s: %s (%s)", what ? what : "(out of memory formatting the message)", pd_strerror(err),
+                pd_errname(err));
+    free(what);
     return PERMCTL_EXIT_FAIL;
 }
 

@@ -2,6 +2,7 @@
 #ifndef PERMCTL_H
 #define PERMCTL_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -20,7 +21,12 @@ typedef struct permctl_cmd {
     const char *summary;
 } permctl_cmd;
 
-/* Print "permctl: <fmt>" to stderr and return PERMCTL_EXIT_USAGE. */
+/* Print "permctl: <fmt>\n" to stderr, control bytes shown as \xNN (permctl_put_escaped). */
+void permctl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void permctl_vsay(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+/* Write s to f, the bytes a terminal acts on (C0, DEL, UTF-8 C1) shown as \xNN. */
+void permctl_put_escaped(FILE *f, const char *s);
+/* permctl_say, then return PERMCTL_EXIT_USAGE. */
 int permctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print "permctl: <what>: <pd_strerror(err)> (<PD_E...>)" to stderr and return PERMCTL_EXIT_FAIL. */
 int permctl_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

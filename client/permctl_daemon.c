@@ -79,8 +79,8 @@ static int permctl_read_token(const char *what, const char *path, pd_token_file 
 {
     if (!pd_token_read(path, f)) {
         if (f->mode & 0077) /* as permd warns of its own: anyone who can read the file can be permd's client */
-            fprintf(stderr, "permctl: warning: %s: %s is open to group or others (mode %04o); chmod 600 it\n", what,
-                    path, f->mode);
+            permctl_say("warning: %s: %s is open to group or others (mode %04o); chmod 600 it", what, path,
+                        f->mode);
         return 0;
     }
     switch (f->fault) {
@@ -134,7 +134,7 @@ int permctl_connect(const permctl_args *a, permd_client **c)
     if (rc == PERMD_EINVAL && a->s[PERMCTL_OPT_TCP]) /* the address itself: the command line is wrong */
         return permctl_usage_error("--tcp: %s", permd_last_error(NULL));
     if (rc) {
-        fprintf(stderr, "permctl: %s\n", permd_last_error(NULL));
+        permctl_say("%s", permd_last_error(NULL));
         return PERMCTL_EXIT_FAIL;
     }
     return 0;
@@ -151,7 +151,7 @@ int permctl_name(const char *what, const char *name)
 /* Report a failed call: the server's typed error and message. */
 int permctl_call_failed(permd_client *c, const char *what)
 {
-    fprintf(stderr, "permctl: %s: %s\n", what, permd_last_error(c));
+    permctl_say("%s: %s", what, permd_last_error(c));
     permd_close(c);
     return PERMCTL_EXIT_FAIL;
 }
@@ -1001,7 +1001,7 @@ int permctl_cmd_health(int argc, char **argv)
     uint64_t ms = a.set & PERMCTL_BIT(TIMEOUT_MS) ? a.u[PERMCTL_OPT_TIMEOUT_MS] : PERMCTL_HEALTH_TIMEOUT_MS;
     uint64_t deadline = pd_endpoint_now_ms() + ms;
     if (permctl_http_healthz(hp, host, port, deadline, answer, sizeof answer, &why)) {
-        fprintf(stderr, "permctl: health: GET http://%s/healthz: %s\n", hp, why);
+        permctl_say("health: GET http://%s/healthz: %s", hp, why);
         return PERMCTL_EXIT_FAIL;
     }
     /* "HTTP/1.1 200 OK\r\n...\r\n\r\nok\n": the status line decides; the body says why (ok, stopping). */
@@ -1009,10 +1009,14 @@ int permctl_cmd_health(int argc, char **argv)
     body = body ? body + 4 : "";
     size_t line = strcspn(answer, "\r\n");
     if (strlen(answer) >= 13 && !strncmp(answer, "HTTP/1.", 7) && !strncmp(answer + 8, " 200 ", 5)) {
-        printf("%s", *body ? body : "ok\n");
+        /* Its first line, as a server's bytes are printed anywhere: escaped. */
+        char first[256];
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(body, "\r\n"), *body ? body : "ok");
+        permctl_put_escaped(stdout, first);
+        putchar('\n');
         return PERMCTL_EXIT_OK;
     }
-    fprintf(stderr, "permctl: health: GET http://%s/healthz answered '%.*s'%s%.*s\n", hp, (int)line, answer,
-            *body ? ": " : "", (int)strcspn(body, "\r\n"), body);
+    permctl_say("health: GET http://%s/healthz answered '%.*s'%s%.*s", hp, (int)line, answer, *body ? ": " : "",
+                (int)strcspn(body, "\r\n"), body);
     return PERMCTL_EXIT_FAIL;
 }

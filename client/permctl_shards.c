@@ -83,9 +83,9 @@ int permctl_cmd_shards(int argc, char **argv)
     for (uint64_t i = 0; i < pd_layout_shards(l); i++) {
         const char *path = pd_layout_path(l, i);
         if (path && (strpbrk(path, "\n\r") || path[0] == ' ' || path[0] == '\t')) {
-            fprintf(stderr, "permctl: shard %llu's path %s: it cannot be printed as a sizes line that reads back "
-                    "the same; rename the file\n", (unsigned long long)i,
-                    strpbrk(path, "\n\r") ? "holds a line end (\\n or \\r)" : "starts with a blank");
+            permctl_say("shard %llu's path %s %s: it cannot be printed as a sizes line that reads back the same; "
+                        "rename the file", (unsigned long long)i, path,
+                        strpbrk(path, "\n\r") ? "holds a line end (\\n or \\r)" : "starts with a blank");
             pd_layout_free(l);
             return PERMCTL_EXIT_FAIL;
         }

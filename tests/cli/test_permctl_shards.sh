@@ -102,6 +102,11 @@ expect_fail PD_ENOTFOUND "shard-000010.tar" datasets put bad --tars "$DIR/wds/sh
 head -c 2000 "$DIR/wds/shard-000003.tar" >"$DIR/wds/cut.tar"
 expect_fail PD_EIO "cut.tar: truncated" datasets put bad --tars "$DIR/wds/cut.tar"
 expect_fail PD_EINVAL "bad.txt: not a tar" datasets put bad --tars "$DIR/bad.txt"
+# a path's escape sequence (here one retitling the terminal) is shown as \xNN, never sent to the terminal raw
+odd=$'x\e]0;owned\a.tar'
+cp "$DIR/bad.txt" "$DIR/$odd"
+expect_fail PD_EINVAL 'x\x1b]0;owned\x07.tar: not a tar' shards --tars "$DIR/$odd"
+! grep -q $'\e' "$DIR/err" || fail "a raw escape byte reached stderr"
 expect_fail PD_ENOTFOUND "matches no file" shards --tars "$DIR/wds/none-*.tar"
 # one file listed twice, however spelled, would have its samples counted twice
 expect_fail PD_EINVAL "shard 1 is $DIR/wds/shard-000000.tar (shard 0) again" \
