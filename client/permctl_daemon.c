@@ -189,13 +189,20 @@ static void permctl_json_dataset(FILE *f, const permd_dataset *d)
 
 static void permctl_table_header(void)
 {
-    printf("%-32s %20s %8s %6s\n", "NAME", "SIZE", "ID_WIDTH", "SOURCE");
+    printf("%-32s %20s %8s %6s %10s %6s %5s\n", "NAME", "SIZE", "ID_WIDTH", "SOURCE", "SHARDS", "WINDOW", "LANES");
 }
 
+/* A flat dataset's shard columns read "-": it has no shards (0 would read as a sharded one holding none). */
 static void permctl_table_row(const permd_dataset *d)
 {
-    printf("%-32s %20llu %8u %6s\n", d->name, (unsigned long long)d->size, d->id_width,
-           d->from_config ? "config" : "api");
+    char shards[24] = "-", window[24] = "-", lanes[24] = "-";
+    if (d->shards) {
+        snprintf(shards, sizeof shards, "%llu", (unsigned long long)d->shards);
+        snprintf(window, sizeof window, "%llu", (unsigned long long)d->window);
+        snprintf(lanes, sizeof lanes, "%u", d->lanes);
+    }
+    printf("%-32s %20llu %8u %6s %10s %6s %5s\n", d->name, (unsigned long long)d->size, d->id_width,
+           d->from_config ? "config" : "api", shards, window, lanes);
 }
 
 /* ---- datasets ------------------------------------------------------------------------ */

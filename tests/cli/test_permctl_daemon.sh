@@ -18,7 +18,7 @@ expect() {
 # The quickstart session (docs/quickstart-daemon.md) works as printed.
 "$PERMCTL" datasets put imagenet --size 1281167 | grep -qx "created imagenet (size 1281167)" || fail "put"
 "$PERMCTL" datasets put imagenet --size 1281167 | grep -qx "exists imagenet (size 1281167)" || fail "put again"
-"$PERMCTL" datasets list | grep -qE "^imagenet +1281167 +4 +api$" || fail "list"
+"$PERMCTL" datasets list | grep -qE "^imagenet +1281167 +4 +api +- +- +-$" || fail "list"
 "$PERMCTL" datasets get imagenet --json | grep -qF '"name":"imagenet","size":1281167,"id_width":4,"source":"api"' \
   || fail "get --json"
 "$PERMCTL" datasets list --json | grep -q '^{"datasets":\[{"name":"imagenet"' || fail "list --json"

@@ -12,6 +12,7 @@ for i in $(seq 0 299); do echo $(( i % 7 == 0 ? 0 : (i * 37) % 50 )); done >"$DI
 "$PERMCTL" datasets put web --shards-file "$DIR/shards.txt" --window 4 --lanes 2 \
   | grep -q "^created web (size [0-9]*, 300 shards, window 4, lanes 2)$" || fail "put sharded"
 "$PERMCTL" datasets get web --json | grep -qF '"shards":300,"window":4,"lanes":2' || fail "get --json"
+"$PERMCTL" datasets get web | grep -qE "^web +[0-9]+ +4 +api +300 +4 +2$" || fail "get's table"
 
 slice=(--seed 7 --epoch 2 --world 3 --rank 1 --mode pad)
 offline=("$PERMCTL" rank --shards-file "$DIR/shards.txt" --window 4 --lanes 2 "${slice[@]}")
