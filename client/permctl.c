@@ -236,6 +236,7 @@ static const struct {
     [PERMCTL_OPT_COMPONENTS] = {"components", PERMCTL_STR, 0, 0},
     [PERMCTL_OPT_HTTP] = {"http", PERMCTL_STR, 0, 0},
     [PERMCTL_OPT_TIMEOUT_MS] = {"timeout-ms", PERMCTL_U64, 1, 3600000},
+    [PERMCTL_OPT_IDS] = {"ids", PERMCTL_STR, 0, 0},
 };
 
 int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, const char *usage,

@@ -85,6 +85,7 @@ enum permctl_opt {
     PERMCTL_OPT_COMPONENTS, /* a mixture's components on the daemon: NAME0,NAME1,... */
     PERMCTL_OPT_HTTP,       /* permd's metrics endpoint HOST:PORT (health) */
     PERMCTL_OPT_TIMEOUT_MS, /* how long health waits for its answer */
+    PERMCTL_OPT_IDS,        /* verify: the file of ids (where every argument is a --tars SPEC) */
     PERMCTL_OPT__COUNT
 };
 #define PERMCTL_BIT(o) (1u << PERMCTL_OPT_##o)

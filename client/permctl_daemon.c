@@ -806,9 +806,13 @@ int permctl_cmd_stats(int argc, char **argv)
 /* ---- verify ------------------------------------------------------------------------------------ */
 
 static const char permctl_verify_usage[] =
-    "usage: permctl verify NAME --seed S --epoch E --world W --rank R --mode M [--offset O] [FILE]\n"
-    "       permctl verify (--size N | (--shards-file F | --mds INDEX | --tars SPEC) [--window K] [--lanes G])\n"
-    "                      --seed S --epoch E --world W --rank R --mode M [--offset O] [FILE]\n"
+    "usage: permctl verify NAME --seed S --epoch E --world W --rank R --mode M [--offset O]\n"
+    "                      [--window K] [--lanes G] [FILE | --ids FILE]\n"
+    "       permctl verify (--size N | (--shards-file F | --mds INDEX) [SHARD_OPTS]) --seed S --epoch E\n"
+    "                      --world W --rank R --mode M [--offset O] [FILE | --ids FILE]\n"
+    "       permctl verify --tars SPEC [SPEC...] [SHARD_OPTS] --seed S --epoch E --world W --rank R\n"
+    "                      --mode M [--offset O] [--ids FILE]\n"
+    "SHARD_OPTS: [--window K] [--lanes G] [--max-shards M]\n"
     "\n"
     "Check that the ids in FILE (default: standard input; one per line) are exactly\n"
     "what rank R reads from offset O to the end of the epoch — no id missing,\n"
@@ -816,6 +820,8 @@ static const char permctl_verify_usage[] =
     "(count, sum, hash). The expected digest comes from permd (NAME) or is computed\n"
     "here (--size, or the shards). Exit 0 when they match, 1 when not, 2 when FILE\n"
     "cannot be read or a line of it is not a sample id (nothing was compared).\n"
+    "With --tars every argument is a SPEC, as for permctl rank: give the ids as\n"
+    "--ids FILE or on standard input.\n"
     "Connection (with NAME): " PERMCTL_CONN_FLAGS;
 
 /* Digest the ids in a file (or stdin): one decimal id per line. */
@@ -861,15 +867,20 @@ int permctl_cmd_verify(int argc, char **argv)
     const unsigned req = PERMCTL_SLICE_OPTS;
     int rc = permctl_parse(argc, argv,
                            req | PERMCTL_BIT(OFFSET) | PERMCTL_BIT(SIZE) | PERMCTL_LAYOUT_OPTS |
-                               PERMCTL_SHARD_OPTS | PERMCTL_CONN_OPTS,
+                               PERMCTL_SHARD_OPTS | PERMCTL_CONN_OPTS | PERMCTL_BIT(IDS),
                            req, permctl_verify_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
     int offline = (a.set & (PERMCTL_BIT(SIZE) | PERMCTL_SOURCE_OPTS)) != 0;
+    /* --tars takes any number of SPECs as arguments (as rank does): none of them can be the ids file. */
+    int tars = (a.set & PERMCTL_BIT(TARS)) != 0, ids_opt = (a.set & PERMCTL_BIT(IDS)) != 0;
+    int named = offline ? 0 : 1;                     /* arguments before the ids file: NAME */
+    int most = tars ? a.npos : named + (ids_opt ? 0 : 1); /* arguments allowed */
     if ((a.set & PERMCTL_BIT(SIZE)) && (a.set & PERMCTL_SOURCE_OPTS))
         return permctl_usage_error("verify: give --size or the shards, not both");
-    if (a.npos > (offline ? 1 : 2))
-        return permctl_usage_error("verify: unexpected argument '%s'", a.pos[a.npos - 1]);
+    if (a.npos > most)
+        return permctl_usage_error("verify: unexpected argument '%s'%s", a.pos[a.npos - 1],
+                                   ids_opt ? " (the ids are --ids' file)" : "");
     if (!offline && a.npos < 1)
         return permctl_usage_error("verify: give a dataset NAME, or --size / --shards-file to compute offline");
     if (!offline && (a.set & PERMCTL_BIT(MAX_SHARDS)))
@@ -877,14 +888,14 @@ int permctl_cmd_verify(int argc, char **argv)
     if (a.u[PERMCTL_OPT_RANK] >= a.u[PERMCTL_OPT_WORLD])
         return permctl_usage_error("--rank: %llu must be below --world %llu", (unsigned long long)a.u[PERMCTL_OPT_RANK],
                                    (unsigned long long)a.u[PERMCTL_OPT_WORLD]);
-    const char *file = a.npos > (offline ? 0 : 1) ? a.pos[offline ? 0 : 1] : NULL;
+    const char *file = ids_opt ? a.s[PERMCTL_OPT_IDS] : !tars && a.npos > named ? a.pos[named] : NULL;
     permd_digest want, got;
     uint32_t world = (uint32_t)a.u[PERMCTL_OPT_WORLD], rank = (uint32_t)a.u[PERMCTL_OPT_RANK];
     if (offline) {
         uint64_t *sizes = NULL, nshards = 0;
         if (a.set & PERMCTL_SOURCE_OPTS) {
             permd_plan *plan;
-            if ((rc = permctl_read_shards(&a, a.npos, &sizes, &nshards))) /* positionals: the ids FILE */
+            if ((rc = permctl_read_shards(&a, tars ? 0 : a.npos, &sizes, &nshards))) /* else: the ids FILE */
                 return rc;
             rc = permd_plan_new(a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], sizes, nshards,
                                 a.u[PERMCTL_OPT_WINDOW], (uint32_t)a.u[PERMCTL_OPT_LANES], &plan);

@@ -37,7 +37,8 @@ const char permctl_inverse_usage[] =
 static const char permctl_rank_usage[] =
     "usage: permctl rank --seed S --epoch E (--size N | SHARDS [--window K] [--lanes G] [--locations])\n"
     "                    --world W --rank R --mode pad|drop|exact [--offset O] [--count C]\n"
-    "       SHARDS: --shards-file F | --mds INDEX | --tars SPEC [SPEC...]  (see permctl shards --help)\n"
+    "       SHARDS: (--shards-file F | --mds INDEX | --tars SPEC [SPEC...]) [--max-shards M]\n"
+    "               (see permctl shards --help)\n"
     "\n"
     "Print the sample ids rank R of W reads after O global positions were\n"
     "consumed (positions O + R + k·W), one per line. pad repeats samples so every\n"

@@ -86,6 +86,15 @@ cmp -s "$DIR/want" "$DIR/got" || fail "stream of a --tars dataset differs from t
 "$PERMCTL" datasets put wds2 --tars "$DIR/wds/shard-00000[0-4].tar" "$DIR/wds/shard-{000005..000009}.tar" \
   | grep -q "^created wds2 (size 75, 10 shards" || fail "put --tars with two SPECs"
 "$PERMCTL" datasets put wds2 --tars "$DIR/wds" | grep -q "^exists wds2" || fail "put --tars DIR, the same layout"
+# verify takes rank's SPECs, all of them (a second SPEC was read as the ids file); the ids by --ids or stdin
+two=("$DIR/wds/shard-00000[0-4].tar" "$DIR/wds/shard-{000005..000009}.tar")
+"$PERMCTL" rank --tars "${two[@]}" "${wslice[@]}" >"$DIR/ids2"
+"$PERMCTL" verify --tars "${two[@]}" "${wslice[@]}" --ids "$DIR/ids2" | grep -q "^ok: $(wc -l <"$DIR/ids2") ids" || fail "verify --tars A B --ids"
+"$PERMCTL" verify --tars "${two[@]}" "${wslice[@]}" <"$DIR/ids2" | grep -q "^ok: " || fail "verify --tars A B <ids"
+rc=0; "$PERMCTL" verify --tars "${two[0]}" "${wslice[@]}" --ids "$DIR/ids2" >/dev/null || rc=$?
+[ "$rc" = 1 ] || fail "verify --tars with one SPEC of two should mismatch (rc=$rc)"
+rc=0; "$PERMCTL" verify --mds "$DIR/mds" "${wslice[@]}" --ids "$DIR/ids2" "$DIR/ids2" 2>"$DIR/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "unexpected argument" "$DIR/err" || fail "an ids file twice: rc=$rc"
 "$PERMCTL" datasets put mds --mds "$DIR/mds" | grep -q "^created mds (size 1190, 20 shards, window 8, lanes 1)$" \
   || fail "put --mds"
 mslice=(--seed 5 --epoch 0 --world 4 --rank 3 --mode exact)
