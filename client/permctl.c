@@ -267,7 +267,7 @@ int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, co
                !(strlen(permctl_opt_info[o].name) == nlen && !strncmp(name, permctl_opt_info[o].name, nlen)))
             o++;
         if (o == PERMCTL_OPT__COUNT || !(allowed & (1u << o)))
-            return permctl_usage_error("%s: unknown option '--%.*s' (see %s --help)", argv[0], (int)nlen,
+            return permctl_usage_error("%s: unknown option '--%.*s' (see permctl %s --help)", argv[0], (int)nlen,
                                        name, argv[0]);
         if (a->set & (1u << o))
             return permctl_usage_error("--%s given twice", permctl_opt_info[o].name);
@@ -302,7 +302,7 @@ int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, co
     unsigned missing = required & ~a->set;
     for (int o = 0; o < PERMCTL_OPT__COUNT; o++)
         if (missing & (1u << o))
-            return permctl_usage_error("%s: --%s is required (see %s --help)", argv[0],
+            return permctl_usage_error("%s: --%s is required (see permctl %s --help)", argv[0],
                                        permctl_opt_info[o].name, argv[0]);
     a->pos = argv + 1;
     a->npos = npos;

@@ -28,7 +28,8 @@ static const char permctl_datasets_usage[] =
     "       permctl datasets rm NAME\n"
     "\n"
     "Register, show and remove datasets on permd. put is idempotent; a different\n"
-    "size for an existing name is a conflict. Names: 1-128 of A-Z a-z 0-9 . _ -\n"
+    "size (or shards, window, lanes) for an existing name is a conflict. Names:\n"
+    "1-128 of A-Z a-z 0-9 . _ -, the first a letter, a digit or _.\n"
     "A sharded dataset (docs/spec/shards-v1.md) is put from its SHARDS:\n"
     "  --shards-file FILE         shard sizes, one per line (what permctl shards prints)\n"
     "  --mds INDEX                a MosaicML Streaming index.json (or its directory)\n"
@@ -45,17 +46,18 @@ static const char permctl_fetch_usage[] =
     "Print the next C sample ids of rank R (fewer at the end of the epoch), one per\n"
     "line, exactly as the offline 'permctl rank' prints them. --json prints\n"
     "{\"ids\":[...],\"next_offset\":N}, next_offset being the checkpoint to resume from.\n"
-    "Sharded datasets: --locations prints \"SHARD OFFSET\" per line instead of ids;\n"
-    "--window and --lanes override the dataset's K and G.\n" PERMCTL_CONN_HELP;
+    "--locations prints each id's place instead: \"SHARD OFFSET\" on a sharded dataset,\n"
+    "\"COMPONENT LOCAL_ID\" on a mixture (--json: {\"locations\":[[a,b],...],...}).\n"
+    "Sharded datasets: --window and --lanes override the dataset's K and G.\n" PERMCTL_CONN_HELP;
 
 static const char permctl_stream_usage[] =
     "usage: permctl stream NAME --seed S --epoch E --world W --rank R --mode pad|drop|exact\n"
     "                      [--offset O] [--batch B] [--count C] [--locations] [--window K] [--lanes G]\n"
     "\n"
     "Stream every id rank R has left (or the first C), one per line, exactly as the\n"
-    "offline 'permctl rank' prints them. --batch sets ids per message (default 65536,\n"
-    "or the server's max_count when that is lower).\n"
-    "Sharded datasets: --locations, --window, --lanes as for fetch.\n" PERMCTL_CONN_HELP;
+    "offline 'permctl rank' prints them. --batch sets ids per message, at most the\n"
+    "server's max_count (default 65536, or max_count when that is lower).\n"
+    "--locations, --window and --lanes as for fetch.\n" PERMCTL_CONN_HELP;
 
 static const char permctl_stats_usage[] =
     "usage: permctl stats [--json]\n"
@@ -131,8 +133,11 @@ int permctl_connect(const permctl_args *a, permd_client **c)
             return permctl_usage_error("--socket: path too long: %s", path);
         rc = permd_connect_timeout(path ? endpoint : NULL, NULL, ms, c);
     }
-    if (rc == PERMD_EINVAL && a->s[PERMCTL_OPT_TCP]) /* the address itself: the command line is wrong */
-        return permctl_usage_error("--tcp: %s", permd_last_error(NULL));
+    /* The address itself (a bad HOST:PORT, a socket path too long): the command line, or its environment, is wrong. */
+    const char *given = a->s[PERMCTL_OPT_TCP] ? "--tcp" : a->s[PERMCTL_OPT_SOCKET] ? "--socket"
+                        : getenv("PERMD_SOCKET") && *getenv("PERMD_SOCKET") ? "$PERMD_SOCKET" : NULL;
+    if (rc == PERMD_EINVAL && given)
+        return permctl_usage_error("%s: %s", given, permd_last_error(NULL));
     if (rc) {
         permctl_say("%s", permd_last_error(NULL));
         return PERMCTL_EXIT_FAIL;
@@ -475,6 +480,11 @@ int permctl_cmd_stream(int argc, char **argv)
     permd_server_info_get(c, &info);
     if (!(a.set & PERMCTL_BIT(BATCH)) && info.max_count && batch > info.max_count)
         batch = info.max_count; /* a server may allow fewer ids a batch than the default; the output is the same */
+    if (info.max_count && batch > info.max_count) { /* asked for: said so, in the option's terms */
+        permd_close(c);
+        return permctl_usage_error("--batch: %llu is above this permd's max_count, %llu ids a message",
+                                   (unsigned long long)batch, (unsigned long long)info.max_count);
+    }
     uint32_t flags = (a.set & PERMCTL_BIT(LOCATIONS)) ? PERMD_LOCATIONS : 0;
     if (permd_stream_open_ex(c, &s, batch, a.u[PERMCTL_OPT_COUNT], flags, &st))
         return permctl_call_failed(c, "stream");
@@ -599,7 +609,18 @@ int permctl_cmd_inverse_daemon(int argc, char **argv)
     if (a.npos < 2)
         return permctl_usage_error("inverse: give a dataset NAME and at least one SAMPLE (or --size N for the "
                                    "offline form; see permctl inverse --help)");
-    if (strchr(a.pos[1], ':')) { /* SAMPLE:COMPONENT_EPOCH: a mixture */
+    if ((rc = permctl_name("inverse", a.pos[0])))
+        return rc;
+    const char *pair = NULL, *alone = NULL; /* SAMPLE:COMPONENT_EPOCH: a mixture's; all of them or none */
+    for (int i = 1; i < a.npos; i++) {
+        const char **first = strchr(a.pos[i], ':') ? &pair : &alone;
+        if (!*first)
+            *first = a.pos[i];
+    }
+    if (pair && alone)
+        return permctl_usage_error("inverse: give every SAMPLE as GLOBAL_ID:COMPONENT_EPOCH (on a mixture) or "
+                                   "none (on a dataset), not both ('%s', '%s')", pair, alone);
+    if (pair) {
         if (a.set & (PERMCTL_BIT(EPOCH) | PERMCTL_BIT(JSON)))
             return permctl_usage_error("inverse on a mixture: each SAMPLE:COMPONENT_EPOCH finds its own epoch "
                                        "(no --epoch, no --json)");
@@ -831,7 +852,7 @@ static int permctl_digest_file(const char *path, permd_digest *d)
     char line[64];
     uint64_t lineno = 0;
     if (!f)
-        return permctl_usage_error("verify: cannot read %s", path);
+        return permctl_usage_error("verify: cannot read %s: %s", path, strerror(errno));
     memset(d, 0, sizeof *d);
     while (fgets(line, sizeof line, f)) {
         uint64_t id;
@@ -934,7 +955,8 @@ int permctl_cmd_verify(int argc, char **argv)
     if (got.count == want.count && got.sum == want.sum && got.hash == want.hash) {
         printf("ok: %llu ids, each exactly once (digest %016llx)\n", (unsigned long long)got.count,
                (unsigned long long)got.hash);
-        return PERMCTL_EXIT_OK;
+        /* A verdict nobody could read is no verdict: a failed write fails, as every command's does. */
+        return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
     }
     printf("MISMATCH: got %llu ids (sum %llu, hash %016llx), expected %llu ids (sum %llu, hash %016llx)\n",
            (unsigned long long)got.count, (unsigned long long)got.sum, (unsigned long long)got.hash,
@@ -1032,7 +1054,7 @@ int permctl_cmd_health(int argc, char **argv)
         snprintf(first, sizeof first, "%.*s", (int)strcspn(body, "\r\n"), *body ? body : "ok");
         permctl_put_escaped(stdout, first);
         putchar('\n');
-        return PERMCTL_EXIT_OK;
+        return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
     }
     permctl_say("health: GET http://%s/healthz answered '%.*s'%s%.*s", hp, (int)line, answer, *body ? ": " : "",
                 (int)strcspn(body, "\r\n"), body);

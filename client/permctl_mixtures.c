@@ -75,6 +75,11 @@ static int permctl_components(const char *text, char **copy, const char ***names
         (*names)[(*n)++] = tok;
     if (*n == 0 || *n != cap)
         return permctl_usage_error("mixtures put: --components must be NAME0,NAME1,... with no empty name");
+    for (uint32_t j = 0; j < *n; j++) { /* a name permd would refuse is the command line's fault */
+        int rc = permctl_name("mixtures put: --components", (*names)[j]);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
@@ -103,8 +108,8 @@ int permctl_cmd_mixtures(int argc, char **argv)
     if (!is_put && !is_list && !is_get && !is_rm)
         return permctl_usage_error("mixtures: unknown action '%s' (put, list, get or rm)", action);
     if (is_list ? a.npos != 1 : a.npos != 2)
-        return permctl_usage_error(is_list ? "mixtures list: unexpected argument" : "mixtures %s: give one NAME",
-                                   action);
+        return is_list ? permctl_usage_error("mixtures list: unexpected argument '%s'", a.pos[1])
+                       : permctl_usage_error("mixtures %s: give one NAME", action);
     if (!is_list && (rc = permctl_name("mixtures", a.pos[1])))
         return rc;
     if (!is_put && ((a.set & def_opts) || nstages))

@@ -117,9 +117,14 @@ int permctl_cmd_inverse(int argc, char **argv)
         help |= !strcmp(argv[i], "-h");
     if (!help && !permctl_has_option(argc, argv, "size"))
         return permctl_cmd_inverse_daemon(argc, argv); /* a dataset NAME instead of --size */
-    int rc = permctl_parse(argc, argv, PERMCTL_KEY_OPTS, PERMCTL_KEY_OPTS, permctl_inverse_usage, &a);
+    /* --world and --mode are parsed to say what they belong to: the daemon's form has ranks, this one does not. */
+    int rc = permctl_parse(argc, argv, PERMCTL_KEY_OPTS | PERMCTL_BIT(WORLD) | PERMCTL_BIT(MODE), PERMCTL_KEY_OPTS,
+                           permctl_inverse_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
+    if (a.set & (PERMCTL_BIT(WORLD) | PERMCTL_BIT(MODE)))
+        return permctl_usage_error("inverse --size N computes positions here, without ranks: drop --world and "
+                                   "--mode, or give a dataset NAME instead of --size to ask permd");
     if (!a.npos)
         return permctl_usage_error("inverse: give at least one SAMPLE (see permctl inverse --help)");
     if ((rc = permctl_init_perm(&a, &p)))

@@ -1336,7 +1336,7 @@ int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t 
             return rc == PERMD_ENOTFOUND ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", dataset)
                                          : rc;
         permd_mixture_def_free(mx);
-        return pd_cl_fail(c, PD_EINVAL, "'%s' is a mixture: its inverse takes component epochs "
+        return pd_cl_fail(c, PD_EINVAL, "'%s' is a mixture: give each sample as GLOBAL_ID:COMPONENT_EPOCH "
                           "(permd_inverse_mixture)", dataset);
     }
     const unsigned w = d.id_width;
@@ -1615,8 +1615,15 @@ int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, u
         return pd_cl_fail(c, PD_EINVAL, "count %llu is above %llu (the server's max_count)", (unsigned long long)count,
                           (unsigned long long)most);
     permd_mixture_def *d;
-    if ((rc = permd_get_mixture(c, mixture, &d))) /* samples travel at the mixture's id width */
-        return rc;
+    if ((rc = permd_get_mixture(c, mixture, &d))) { /* samples travel at the mixture's id width */
+        permd_dataset ds;
+        if (rc != PERMD_ENOTFOUND || permd_get_dataset(c, mixture, &ds)) /* one namespace: say which it is */
+            return rc == PERMD_ENOTFOUND
+                       ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", mixture)
+                       : rc;
+        return pd_cl_fail(c, PD_EINVAL, "'%s' is a dataset: give each sample id alone, without a component epoch "
+                          "(permd_inverse)", mixture);
+    }
     unsigned w = d->id_width;
     permd_mixture_def_free(d);
     uint8_t *buf = malloc(count * w + 1);

@@ -235,6 +235,8 @@ class BadArguments(unittest.TestCase):
         self.assert_usage_error("perm", *key_args(1, 2, 10), "--start", 5, "--count", 6, mention="--count")
         self.assert_usage_error("inverse", *key_args(1, 2, 10), 3, 10, mention="not below")
         self.assert_usage_error("inverse", *key_args(1, 2, 10), "x", mention="not an unsigned")
+        # the daemon's options on the offline form: said so, not "unknown option"
+        self.assert_usage_error("inverse", "imagenet", *key_args(1, 2, 10), "--world", "8", 3, mention="without ranks")
 
     def test_bad_rank_arguments(self):
         base = [*key_args(1, 2, 10), "--mode", "exact"]

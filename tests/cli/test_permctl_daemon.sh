@@ -74,6 +74,9 @@ expect 2 "'' is not a name" "$PERMCTL" datasets put "" --size 5
 expect 2 "is not a name" "$PERMCTL" datasets get "$(printf 'n%.0s' $(seq 129))"
 expect 2 "'a b' is not a name" "$PERMCTL" fetch "a b" --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 1
 expect 2 "is not a name" "$PERMCTL" mixtures get "-x"
+expect 2 "--components: 'b c' is not a name" "$PERMCTL" mixtures put m --components "a,b c" --weights 1,1
+expect 2 "--socket: socket path too long" "$PERMCTL" stats --socket "/tmp/$(printf 'x%.0s' $(seq 120))"
+PERMD_SOCKET="/tmp/$(printf 'x%.0s' $(seq 120))" expect 2 "\$PERMD_SOCKET: the default socket path is too long" "$PERMCTL" stats
 expect 2 "--tcp: '127.0.0.1:99999' is not HOST:PORT" "$PERMCTL" stats --tcp 127.0.0.1:99999
 expect 2 "is above 2^64 - 1" "$PERMCTL" inverse imagenet --seed 42 --epoch 3 --world 8 18446744073709551616
 expect 2 "give --size N or --shards-file FILE" "$PERMCTL" datasets put other
@@ -100,6 +103,11 @@ expect 1 "NOT_FOUND" "$PERMCTL" stream nope --seed 1 --epoch 0 --world 1 --rank 
 # verify: a line too long for an id is refused (it was read as two ids); exit 2, nothing compared.
 "$PERMCTL" perm --seed 1 --epoch 0 --size 3 | sed 's/^0$/0000000000000000000000000000000000000000000000000000000000000000000000/' >"$DIR/long"
 expect 2 "a line longer than" "$PERMCTL" verify --size 3 --seed 1 --epoch 0 --world 1 --rank 0 --mode exact "$DIR/long"
+# a verdict that cannot be written is a failure (exit 1), not a silent ok
+"$PERMCTL" perm --seed 1 --epoch 0 --size 3 >"$DIR/three"
+rc=0; "$PERMCTL" verify --size 3 --seed 1 --epoch 0 --world 1 --rank 0 --mode exact "$DIR/three" >/dev/full 2>"$DIR/err" \
+  || rc=$?
+[ "$rc" = 1 ] && grep -q "writing output" "$DIR/err" || fail "verify into /dev/full: exit $rc"
 
 # A fetch --json that fails leaves stdout empty (no JSON prefix for a parser to choke on); stderr says why.
 expect 1 "past the end of the epoch" "$PERMCTL" fetch imagenet --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --offset 2000000 --count 3 --json
@@ -132,6 +140,11 @@ for _ in $(seq 200); do [ -S "$DIR/small.sock" ] && break; sleep 0.05; done
 "$PERMCTL" stream a --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --socket "$DIR/small.sock" >"$DIR/got" \
   || fail "stream with max_count 1000"
 cmp -s "$DIR/want" "$DIR/got" || fail "stream with max_count 1000 differs from rank"
+# a --batch above it is the command line's fault, said in its terms
+rc=0; "$PERMCTL" stream a --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --socket "$DIR/small.sock" --batch 1001 \
+  >/dev/null 2>"$DIR/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "^permctl: --batch: 1001 is above this permd's max_count, 1000" "$DIR/err" \
+  || fail "stream --batch above max_count: rc=$rc $(cat "$DIR/err")"
 # and inverse asks for more samples than max_count in pieces.
 samples=$(seq 0 2 2999)
 "$PERMCTL" inverse --size 5000 --seed 1 --epoch 0 $samples | sed 's/$/ 0/' >"$DIR/want"
@@ -201,6 +214,8 @@ HPID=$!
 trap 'kill "$HPID" ${HOLD:+"$HOLD"} 2>/dev/null || true; permd_fixture_cleanup' EXIT
 for _ in $(seq 200); do "$PERMCTL" health --http "127.0.0.1:$MPORT" >/dev/null 2>&1 && break; sleep 0.05; done
 [ "$(timeout 20 "$PERMCTL" health --http "127.0.0.1:$MPORT")" = ok ] || fail "health of an idle permd"
+rc=0; timeout 20 "$PERMCTL" health --http "127.0.0.1:$MPORT" >/dev/full 2>/dev/null || rc=$?
+[ "$rc" = 1 ] || fail "health into /dev/full: exit $rc"
 python3 -c 'import socket, sys, time
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print("held", flush=True); time.sleep(600)' \
   "$DIR/h.sock" >"$DIR/held" &

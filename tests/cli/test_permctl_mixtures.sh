@@ -40,6 +40,17 @@ global=$(( comp == 0 ? local : 3000 + local ))
 [ "$("$PERMCTL" inverse mix --seed 5 --world 4 "$global:$cepoch")" = "1 2000 0" ] || fail "inverse on a mixture"
 rc=0; "$PERMCTL" inverse mix --seed 5 --world 4 5:1:2 2>"$DIR/err" || rc=$?
 [ "$rc" = 2 ] && grep -q "'5:1:2' is not SAMPLE:COMPONENT_EPOCH" "$DIR/err" || fail "inverse 5:1:2 (rc $rc): $(cat "$DIR/err")"
+# the two forms mixed up: each says which kind the name is, in permctl's terms; a mix of forms, a bad name: exit 2
+expect_inverse() { # expect_inverse RC TEXT permctl-inverse-args...
+  local want=$1 text=$2; shift 2
+  rc=0; "$PERMCTL" inverse "$@" >/dev/null 2>"$DIR/err" || rc=$?
+  [ "$rc" = "$want" ] && grep -qF -- "$text" "$DIR/err" || fail "inverse $*: rc=$rc, want $want and '$text': $(cat "$DIR/err")"
+}
+expect_inverse 1 "'books' is a dataset: give each sample id alone" books --seed 5 --world 4 7:0
+expect_inverse 1 "'mix' is a mixture: give each sample as GLOBAL_ID:COMPONENT_EPOCH" mix --seed 5 --epoch 1 --world 4 7
+expect_inverse 1 "no dataset or mixture named 'nope'" nope --seed 5 --world 4 7:0
+expect_inverse 2 "not both ('7:0', '8')" mix --seed 5 --world 4 7:0 8
+expect_inverse 2 "is not a name" 'bad name' --seed 5 --world 4 7:0
 
 "$PERMCTL" mixtures get mix --json | grep -qF '"stages":[{"start":0,"weights":[3,1]},{"start":5056,"weights":[1,1]}]' \
   || fail "get --json"
