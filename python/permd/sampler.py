@@ -48,6 +48,9 @@ class _Pass:
         self.epoch, self.start, self.count, self.floor, self.handed = epoch, start, count, floor, handed
         self.undo = undo
         self.yielded, self.done, self.dropped = 0, False, False
+        self.resumed = False     # begun from a loaded state, where it left off (Sampler._restarted)
+        self.after_load = False  # begun while a loaded state was pending, from it or not
+        self.calls = 0  # the sampler's set_epoch/load_state_dict calls when it began
 
 
 class Sampler(_Base):
@@ -180,6 +183,11 @@ class Sampler(_Base):
             sharded = info["shards"] > 0
             if shards is not None and len(shards) != info["shards"]:
                 raise ValueError(f"dataset {name!r} has {info['shards']} shards on the daemon, not {len(shards)}")
+            if shards is not None and info.get("layout") is not None:  # the same count split otherwise: another order
+                from .shards import layout_fingerprint
+                if layout_fingerprint(shards) != info["layout"]:
+                    raise ValueError(f"dataset {name!r} has other shard sizes on the daemon (layout "
+                                     f"{info['layout']}) than shards= gives ({layout_fingerprint(shards)})")
         if (window is not None or lanes is not None) and not sharded:
             raise ValueError("window and lanes apply to sharded datasets (shards=)")
         if sharded and not self.shuffle:
@@ -201,6 +209,8 @@ class Sampler(_Base):
         self._pass = None         # the pass state_dict() describes; None: the one about to begin
         self._dropped = None      # a provisional pass set_epoch() dropped, until another pass begins
         self._reading = set()     # passes whose iterators are begun and neither ran out nor were closed
+        self._last = None         # the pass begun last, read or not (see _restarted)
+        self._calls = 0           # set_epoch() and load_state_dict() calls so far
 
     # ---- DistributedSampler's protocol
 
@@ -223,6 +233,7 @@ class Sampler(_Base):
         (its iterator, if read again, runs the epoch named). A pass begun after set_epoch() of another epoch
         is left behind: its iterator goes on with its own epoch, as DistributedSampler's does."""
         epoch = self._epoch_checked(_args.torch_wrapped("epoch", epoch))
+        self._calls += 1
         p = self._pass
         if p is not None and p.undo is not None:  # provisional
             if p.epoch == epoch:
@@ -283,17 +294,44 @@ class Sampler(_Base):
         undo = None
         if self._named != epoch:  # no set_epoch() named it (yet): provisional, undone if one names another
             undo = (self._loaded, self._named, self._named_last, self._next_epoch)
+        loaded, last, restart = self._loaded, self._last, self._restarted()
+        if restart == "done":
+            start = self._epoch_length()  # its epoch is done: an empty pass, as the one it repeats
         p = _Pass(epoch, start, self._remaining(start), floor, handed, undo)
-        busy = [q for q in self._reading if q.yielded and not (q.done or q.dropped)]
+        p.resumed = loaded is not None and (epoch, start, floor) == loaded[:3]
+        p.after_load = loaded is not None
+        p.calls = self._calls
+        busy = [q for q in self._reading if q.yielded and not (q.done or q.dropped) and not (restart and q is last)]
         if busy:
             warnings.warn(f"permd.Sampler: a pass of epoch {epoch} began while another iterator of this sampler "
                           f"(epoch {busy[0].epoch}, {busy[0].yielded} ids read) is still being read; state_dict() "
                           "describes the new one from now on. Give a peek or an evaluation loop a sampler of its "
                           "own (docs/python.md, \"Passes and epochs\").", RuntimeWarning, stacklevel=4)
         self._reading.add(p)
-        self._pass, self._dropped, self._next_epoch = p, None, epoch
+        self._pass, self._last, self._dropped, self._next_epoch = p, p, None, epoch
         self._loaded, self._named, self._named_last = None, None, False
         return p
+
+    def _restarted(self):
+        """Whether the pass about to begin repeats the first one begun after a load_state_dict(), with no set_epoch()
+        or load_state_dict() since: "done" when that one resumed its state and handed out all it had left, of an
+        epoch set_epoch() named (that epoch is done), "same" when it began its epoch where this one would (the
+        next epoch's start); else None.
+
+        torchdata's StatefulDataLoader with workers restores a state saved once its loop had ended that way: its
+        restore begins a pass (prefetch, and the replay of the steps after its snapshot), then drops that iterator
+        and begins another. The second must not run the state's epoch again from its start (set_epoch of that
+        epoch before the load: nothing), nor warn of the first (dropped) as of an iterator still being read."""
+        last = self._last
+        if last is None or last.calls != self._calls or last.dropped or not last.after_load:
+            return None
+        epoch, start, _ = self._pending()
+        if last.undo is None and last.yielded >= last.count and epoch == last.epoch and start == 0 \
+                and (last.resumed or last.count == 0):
+            return "done"
+        if (last.epoch, last.start) == (epoch, start):
+            return "same"
+        return None
 
     def _run(self):
         p = self._begin()
@@ -336,15 +374,16 @@ class Sampler(_Base):
 
     def _chunks(self, epoch, offset, left):
         """The pass's ids in chunks, one fetch (one round trip with client=) per chunk and no more."""
-        cap = self.client.max_count if self.client is not None else left  # a permd's max_count may be low
-        count = min(_FIRST_CHUNK, cap)
+        count = _FIRST_CHUNK
         while left > 0:
-            ids, offset = self._fetch(epoch, offset, min(count, left))
+            # a permd's max_count may be low, and lower after it restarted: asked at every chunk (it is kept)
+            cap = self.client.max_count if self.client is not None else left
+            ids, offset = self._fetch(epoch, offset, min(count, left, cap))
             if not len(ids):
                 raise RuntimeError(f"permd.Sampler: no ids at offset {offset} where {left} were expected")
             left -= len(ids)
             yield ids.tolist() if np is not None else ids
-            count = min(_CHUNK, cap)
+            count = _CHUNK
 
     def _shard_plan(self, epoch):
         if self._plan is None or self._plan.epoch != epoch or self._plan.seed != self.seed:
@@ -375,8 +414,9 @@ class Sampler(_Base):
                 return self._fetch_daemon(epoch, offset, count)
             except (ConnectionFailed, Timeout):
                 # The connection failed (permd restarted, a timeout): a Fetch is idempotent, so ask once more on a
-                # new connection (the Client opens one); if permd is not back, the error stands.
-                return self._fetch_daemon(epoch, offset, count)
+                # new connection (the Client opens one); if permd is not back, the error stands. A restarted permd
+                # may take fewer ids a request: fewer are asked for, and the caller goes on from where they end.
+                return self._fetch_daemon(epoch, offset, min(count, self.client.max_count))
         if self._mix is not None:
             ids = self._mixture_at(epoch).rank(self.num_replicas, self.rank, self.mode, offset, count)
             return ids, min(offset + len(ids) * self.num_replicas, self._epoch_length())
@@ -573,6 +613,7 @@ class Sampler(_Base):
             self.mixture, self._definition = mixture, definition
         self.seed = seed
         self._loaded, self._pass, self._dropped, self._plan = (epoch, start, floor, at_end), None, None, None
+        self._calls += 1
         self._named_last = False  # a set_epoch() before this load names its epoch only if it is the state's
 
     def _resume_offset(self, offset, state):
@@ -664,9 +705,22 @@ class Sampler(_Base):
                 raise ValueError("the state does not say its world size (saved by an older permd)")
             world = _args.integer("num_replicas", state["num_replicas"], 1, _args.U32_MAX)
             n = state["mixture"]["length"] if isinstance(state.get("mixture"), dict) else state["size"]
-            t = _epoch_length(_args.integer("size", n, 0, _args.N_MAX), world, _args.mode(state["mode"]))
-            moved = min(state["offset"] + steps * _args.integer("batch_size", batch_size, 1) * world, t)
-            state["offset"] = max(state["offset"], moved)  # a drop-mode offset may lie past its world's T
+            n = _args.integer("size", n, 0, _args.N_MAX)
+            mode = _args.mode(state["mode"])
+            t = _epoch_length(n, world, mode)
+            offset = _args.integer("offset", state["offset"])
+            # The steps count from where the snapshot's pass started on its world, which is the offset but at a
+            # resumed pass's step 0: there the state says the offset it resumed, and pad mode started below it
+            # (rounded down to W), drop mode above it (up) (_resume_offset). Moving from the offset itself would
+            # skip samples in pad mode and repeat them in drop mode.
+            if mode == "pad":
+                start = t if offset >= n else offset - offset % world
+            elif mode == "drop":
+                start = min(t, -(-offset // world) * world)
+            else:
+                start = offset
+            moved = min(start + steps * _args.integer("batch_size", batch_size, 1) * world, t)
+            state["offset"] = max(offset, moved)  # a drop-mode offset may lie past its world's T
         return state
 
     # ---- copies: a daemon-backed sampler pickles with its Client's address and reconnects there

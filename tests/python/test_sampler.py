@@ -475,6 +475,24 @@ class ClientRobustness(unittest.TestCase):
         off.set_epoch(1)
         self.assertEqual(list(s), list(off))
 
+    def test_a_sampler_goes_on_after_permd_restarts_with_a_lower_max_count(self):
+        d = Daemon()  # max_count 2**20: the sampler asks 8192 ids a chunk
+        try:
+            c = permd.Client(socket=d.socket)
+            c.put_dataset("lowered", 50_000)
+            s = permd.Sampler(size=50_000, num_replicas=1, rank=0, seed=4, client=c, name="lowered")
+            it = iter(s)
+            head = [next(it) for _ in range(300)]  # the first chunk (256), and 8192 more
+            d.extra = ["--max-count", "1000"]
+            d.restart()
+            rest = list(it)  # asked again on a new connection, in chunks of 1000: before, ValueError (8192 > 1000)
+            self.assertEqual(head + rest, list(permd.Sampler(size=50_000, num_replicas=1, rank=0, seed=4)))
+            s.set_epoch(1)
+            self.assertEqual(len(list(s)), 50_000)  # a new pass reads the new max_count too
+            c.close()
+        finally:
+            d.stop()
+
     def _run_on_a_shared_client(self, *workers):
         """Each worker(client) in a thread of its own, all on one Client; the errors they raised (none expected)."""
         shared, errors = permd.Client(socket=self.daemon.socket, timeout=30), []

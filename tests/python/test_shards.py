@@ -210,6 +210,12 @@ class DaemonSharded(unittest.TestCase):
                 off.set_epoch(1)
                 on.set_epoch(1)
                 self.assertEqual(list(off), list(on), r)
+            # shards= naming the daemon's dataset is checked whole: the same count and total split otherwise would be
+            # served in the daemon's order, and a resume offline with these sizes refused
+            on = permd.Sampler(size=N, num_replicas=3, rank=0, seed=8, client=c, name="tars", shards=SIZES)
+            self.assertEqual(on.num_samples, -(-N // 3))
+            with self.assertRaisesRegex(ValueError, "other shard sizes on the daemon"):
+                permd.Sampler(size=N, num_replicas=3, rank=0, seed=8, client=c, name="tars", shards=SIZES[::-1])
             (shards, offsets), nxt = c.fetch("tars", 8, 1, 3, 1, "pad", 0, 20, locations=True)
             plan = permd.ShardPlan(8, 1, SIZES, 4, 2)
             self.assertEqual(list(zip(shards.tolist(), offsets.tolist())),
