@@ -114,6 +114,26 @@ class SystemdTest(unittest.TestCase):
         # The socket the unit passes is inside its RuntimeDirectory.
         self.assertIn("--socket /run/permd/permd.sock", unit)
 
+    def test_dynamic_user_is_not_a_group_only_name(self):
+        # systemd refuses DynamicUser=yes with User=NAME where a group NAME exists and no user NAME does
+        # (dynamic-user.c: EILSEQ, the unit fails 217/USER): the sysusers file makes the group permd alone.
+        unit = read("systemd", "permd.service")
+        user = re.search(r"^User=(\S+)$", unit, re.M).group(1)
+        group = re.search(r"^Group=(\S+)$", unit, re.M).group(1)
+        entries = [line.split() for line in read("systemd", "permd.sysusers").splitlines()
+                   if line.strip() and not line.startswith("#")]
+        groups = {e[1] for e in entries if e[0] == "g"}
+        users = {e[1] for e in entries if e[0] == "u"}
+        self.assertIn(group, groups)
+        self.assertTrue(user in users or user not in groups, f"User={user} names a group that is no user")
+
+    def test_gpu_drop_in(self):
+        conf = read("systemd", "permd-gpu.conf")
+        # the device nodes under either driver's names, and what NCCL's bootstrap needs
+        for line in ("DeviceAllow=char-nvidia rw", "DeviceAllow=char-nvidiactl rw", "DeviceAllow=char-nvidia-frontend rw",
+                     "DeviceAllow=char-nvidia-uvm rw", "RestrictAddressFamilies=AF_NETLINK", "NCCL_NVLS_ENABLE=0"):
+            self.assertIn(line, conf)
+
 
 class KubernetesTest(unittest.TestCase):
     def docs(self, name):
@@ -254,7 +274,7 @@ class DockerfileTest(unittest.TestCase):
         stages = []
         with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
             options = set(re.findall(r"option\((PERMD_\w+)", f.read()))
-        options |= {"PERMD_CUDA"}
+        options |= {"PERMD_CUDA", "PERMD_IMPORT"}  # cache strings (AUTO, ON, OFF), not option()s
         for i in ins:
             word = i.split()[0]
             self.assertIn(word, self.INSTRUCTIONS, i)
@@ -276,11 +296,14 @@ class DockerfileTest(unittest.TestCase):
     def test_debian(self):
         _, runtime = self.check("Dockerfile")
         apt = " ".join(i for i in runtime if "apt-get install" in i)
-        # Every library permd links (its NEEDED entries) comes from a package the runtime installs.
-        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
-                            subprocess.run(["readelf", "-d", PERMD], capture_output=True, text=True).stdout)
-        self.assertGreater(len(needed), 3)
-        for lib in needed:
+        # Every library permd and permctl link (their NEEDED entries) comes from a package the runtime installs.
+        needed = set()
+        for exe in (PERMD, PERMCTL):
+            found = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
+                               subprocess.run(["readelf", "-d", exe], capture_output=True, text=True).stdout)
+            self.assertGreater(len(found), 3, exe)
+            needed |= set(found)
+        for lib in sorted(needed):
             if lib.startswith(("libc.so", "libm.so", "libdl.so", "libpthread.so", "ld-linux", "libgcc_s")):
                 continue  # in every Debian image
             owner = subprocess.run(["dpkg", "-S", lib], capture_output=True, text=True).stdout.split(":")[0]
@@ -347,13 +370,30 @@ class DockerfileTest(unittest.TestCase):
         ins, runtime = self.check("Dockerfile.cuda")
         self.assertTrue(any("-DPERMD_CUDA=ON" in i for i in ins))
         self.assertTrue(any("NCCL_NVLS_ENABLE=0" in i for i in runtime))
-        self.assertTrue(any(re.match(r"FROM nvidia/cuda:\$\{CUDA\}-base-", i) for i in runtime))
+        # "runtime", not "base": libpermd_delivery.so links NCCL, which "base" does not hold
+        self.assertTrue(any(re.match(r"FROM nvidia/cuda:\$\{CUDA\}-runtime-", i) for i in runtime))
+        # permctl's shard import: --tars and --mds, required, not left out when a -dev package is missing
+        for dockerfile in ("Dockerfile", "Dockerfile.cuda"):
+            ins, _ = self.check(dockerfile)
+            self.assertTrue(any("-DPERMD_IMPORT=ON" in i for i in ins), dockerfile)
 
     def test_dockerignore(self):
         with open(os.path.join(ROOT, ".dockerignore")) as f:
             ignored = f.read().split()
         self.assertIn("build-*", ignored)
         self.assertIn(".git", ignored)
+
+
+def write_srun(shim):
+    """A stand-in srun that runs its command here and handles signals as srun does: SIGTERM (and SIGINT, SIGHUP,
+    SIGQUIT) kills the tasks ("forcing job termination"), SIGUSR1 and SIGUSR2 are forwarded to them."""
+    with open(os.path.join(shim, "srun"), "w") as f:
+        f.write('#!/bin/bash\nwhile [[ $# -gt 0 && $1 == --* ]]; do shift; done\n'
+                '"$@" &\nchild=$!\n'
+                "trap 'kill -KILL $child' TERM INT HUP QUIT\n"
+                "trap 'kill -USR1 $child' USR1\ntrap 'kill -USR2 $child' USR2\n"
+                'wait $child; rc=$?\nwhile kill -0 $child 2>/dev/null; do wait $child; rc=$?; done\nexit $rc\n')
+    os.chmod(os.path.join(shim, "srun"), 0o755)
 
 
 class SlurmTest(unittest.TestCase):
@@ -364,10 +404,7 @@ class SlurmTest(unittest.TestCase):
         try:
             shim = os.path.join(tmp, "bin")
             os.makedirs(shim)
-            with open(os.path.join(shim, "srun"), "w") as f:
-                f.write('#!/bin/bash\n# stand-in: drop the options, run the command\n'
-                        'while [[ $# -gt 0 && $1 == --* ]]; do shift; done\nexec "$@"\n')
-            os.chmod(os.path.join(shim, "srun"), 0o755)
+            write_srun(shim)
             # The trainer: fetch rank 1 of 2 through the node's permd, and compare with the offline ids.
             trainer = os.path.join(tmp, "trainer.sh")
             with open(trainer, "w") as f:
@@ -402,9 +439,7 @@ class SlurmRunDirTest(unittest.TestCase):
     def run_job(self, tmp, run):
         shim = os.path.join(tmp, "bin")
         os.makedirs(shim, exist_ok=True)
-        with open(os.path.join(shim, "srun"), "w") as f:
-            f.write('#!/bin/bash\nwhile [[ $# -gt 0 && $1 == --* ]]; do shift; done\nexec "$@"\n')
-        os.chmod(os.path.join(shim, "srun"), 0o755)
+        write_srun(shim)
         env = dict(os.environ, PATH=shim + ":" + os.environ["PATH"], SLURM_JOB_ID="4243", SLURM_JOB_NUM_NODES="1",
                    PERMD=PERMD, PERMCTL=PERMCTL, PERMD_DATASETS="toy:10", PERMD_RUN_DIR=run)
         return subprocess.run(["bash", os.path.join(DEPLOY, "slurm", "permd-job.sbatch"), "true"], env=env,
