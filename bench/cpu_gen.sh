@@ -17,6 +17,7 @@ cmake --build "$build" --target cpu_gen -j "$(nproc)" >/dev/null
 mkdir -p "$results"
 raw=$results/cpu_gen.tsv # kept: the report can be rebuilt from it with bench/cpu_gen_report.py
 echo "# measured $(date -u '+%Y-%m-%d %H:%M UTC')" >"$raw"
+"$python" bench/cpu_gen_report.py --describe >>"$raw" # the machine, with its data: a rebuilt page keeps it
 nargs=()
 ints=()
 for s in $sizes; do

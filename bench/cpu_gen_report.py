@@ -48,8 +48,25 @@ def size_name(n):
     return str(n)
 
 
+def describe():
+    """The machine, compiler and Python peers of this host, as cpu_gen.sh records them beside its data."""
+    model = sh("lscpu | sed -n 's/^Model name: *//p'") or platform.processor()
+    flags = sh("grep -m1 -o -w -E 'avx2|avx512f' /proc/cpuinfo | sort -u | tr '\\n' ' '")
+    python = os.environ.get("PYTHON", "/usr/bin/python3")
+    return {"machine": f"{model}, {os.cpu_count()} cores (`nproc`), SIMD flags seen: {flags.strip() or 'none'}; "
+                       f"{platform.system()} {platform.release()}",
+            "compiler": sh("gcc --version | head -1"),
+            "peers": sh(python + " -c 'import numpy, torch; print(\"numpy\", numpy.__version__, \"torch\", "
+                                 "torch.__version__)'")}
+
+
 def main():
+    if sys.argv[1:] == ["--describe"]:  # "# machine: ..." lines for the .tsv, written where the data is measured
+        for key, value in describe().items():
+            print(f"# {key}: {value}")
+        return
     raw, command = sys.argv[1], sys.argv[2]
+    recorded = {}  # machine, compiler, peers: as the .tsv recorded them
     rows = {}  # (case, threads) -> {n: M/s of the median run}
     best = {}  # (case, threads) -> {n: M/s of the fastest run}
     order, sizes = [], []
@@ -60,6 +77,9 @@ def main():
                 started = line[len("# measured "):].strip()
             if line.startswith("# finished "):
                 finished = line[len("# finished "):].strip()
+            for key in ("machine", "compiler", "peers"):
+                if line.startswith(f"# {key}: "):
+                    recorded[key] = line[len(f"# {key}: "):].strip()
             if not line.strip() or line.startswith("#"):
                 continue
             case, n, threads, _, mps, top = line.rstrip("\n").split("\t")
@@ -72,19 +92,16 @@ def main():
             if int(n) not in sizes:
                 sizes.append(int(n))
 
-    model = sh("lscpu | sed -n 's/^Model name: *//p'") or platform.processor()
-    flags = sh("grep -m1 -o -w -E 'avx2|avx512f' /proc/cpuinfo | sort -u | tr '\\n' ' '")
-    cores = os.cpu_count()
-    gcc = sh("gcc --version | head -1")
-    python = os.environ.get("PYTHON", "/usr/bin/python3")
-    pyver = sh(python + " -c 'import numpy, torch; print(\"numpy\", numpy.__version__, \"torch\", torch.__version__)'")
+    if not recorded.get("machine"):  # data of an older cpu_gen.sh, which did not record them: said so
+        live = describe()
+        recorded = {k: f"{v} (read when this page was rebuilt, not recorded with the data)" for k, v in live.items()}
     out = []
     w = out.append
     w("# CPU generation: permd against Fisher–Yates, numpy and torch\n")
     now = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
     w(f"- Date: measured {started or '?'} to {finished or now}")
-    w(f"- Machine: {model}, {cores} cores (`nproc`), SIMD flags seen: {flags.strip() or 'none'}; {platform.system()} {platform.release()}")
-    w(f"- Compiler: {gcc}; peers: {pyver}")
+    w(f"- Machine: {recorded['machine']}")
+    w(f"- Compiler: {recorded['compiler']}; peers: {recorded['peers']}")
     w(f"- Command: `{command}`")
     w("- Each cell: M indices/s producing a full permutation of [0, n), for the median run and (in brackets) the")
     w("  fastest run, of at least REPS runs and at least 1 s of runs after one warm-up. permd's cases of one size")
@@ -143,7 +160,7 @@ def main():
             w(f"- {LABELS[base]}, n = {size_name(hard)}: median {med:.1f}, fastest {top:.1f} M indices/s: {verdict}.")
     w("- At n = 2^k + 1 every id costs two evaluations of the 24-round bijection on average (one at n = 2^k),")
     w("  so the walk's own overhead is what separates the AVX2 walks; `lockstep` pays for the slowest of its 24 lanes.")
-    w(f"- This is a virtual machine ({cores} vCPUs) that other work may share: runs of one case can vary from one")
+    w("- This is a virtual machine that other work may share: runs of one case can vary from one")
     w("  minute to the next, hence the fastest run beside the median. Only ratios taken in the same run mean much.")
     print("\n".join(out))
 

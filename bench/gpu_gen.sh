@@ -11,7 +11,7 @@ tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 
 "$build/bin/gpu_gen" "$@" >"$tmp"
-python3 "$here/gpu_peers.py" >>"$tmp" 2>&1 || echo "(torch.randperm: not available: $(tail -1 "$tmp"))" >>"$tmp"
+python3 "$here/gpu_peers.py" "$tmp" >>"$tmp" 2>&1 || echo "(torch.randperm: not available: $(tail -1 "$tmp"))" >>"$tmp"
 kept=$(bench_kept "$out") # hand-written sections survive a rerun
 
 {

@@ -128,7 +128,7 @@ kept=$(bench_kept "$out") # hand-written sections survive a rerun
   echo
   echo "## Time to the first batch and memory, against what users build today"
   echo
-  echo "\`PYTHONPATH=python PERMD_LIB=$build/lib/libpermd.so PERMD_SOCKET=... python3 bench/mixtures_peers.py $lengths\`"
+  echo "\`PYTHONPATH=python PERMD_LIB=$build/lib/libpermd.so PERMD_SOCKET=... ${PYTHON:-/usr/bin/python3} bench/mixtures_peers.py $lengths\`"
   echo "(the daemon row uses the permd above)"
   echo
   PYTHONPATH=python PERMD_LIB="$build/lib/libpermd.so" PERMD_SOCKET="$tmp/permd.sock" \

@@ -112,7 +112,8 @@ def main(out_path):
         "",
         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%MZ')}",
         f"- machine: {cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, torch {torch.__version__}",
-        f"- command: `PYTHONPATH=python PERMD_LIB=build/lib/libpermd.so python3 bench/python_sampler.py {out_path}`",
+        f"- command: `PYTHONPATH=python PERMD_LIB=build/lib/libpermd.so {sys.executable} bench/python_sampler.py "
+        f"{out_path}`",
         f"- what: rank 0 of {WORLD}, set_epoch(3), first batch of {BATCH} through a DataLoader (num_workers=0); "
         f"each in a fresh process, best of {REPS}; memory is the growth of peak RSS (ru_maxrss) over the "
         "process's peak before the sampler existed",
