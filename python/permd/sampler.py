@@ -23,6 +23,7 @@ _FIRST_CHUNK = 256  # small, so the first batch is ready at once
 _CHUNK = 8192       # then bounded memory per rank, whatever the dataset size
 STATE_VERSION = 1
 OVERLOAD_WAIT = 60.0  # seconds a daemon-backed sampler asks again while permd answers Overloaded
+RECONNECT_WAIT = 60.0  # seconds it asks again while permd cannot be reached (restarting: systemd waits 2 s)
 _STATE_KEYS = {"version", "seed", "epoch", "offset", "size"}
 
 
@@ -413,10 +414,20 @@ class Sampler(_Base):
             try:
                 return self._fetch_daemon(epoch, offset, count)
             except (ConnectionFailed, Timeout):
-                # The connection failed (permd restarted, a timeout): a Fetch is idempotent, so ask once more on a
-                # new connection (the Client opens one); if permd is not back, the error stands. A restarted permd
-                # may take fewer ids a request: fewer are asked for, and the caller goes on from where they end.
-                return self._fetch_daemon(epoch, offset, min(count, self.client.max_count))
+                # The connection failed (permd restarted, a timeout): a Fetch is idempotent, so ask again on a new
+                # connection (the Client opens one), at once, then 10 ms apart doubling to 1 s, for up to
+                # RECONNECT_WAIT seconds: a permd restarting (systemd's RestartSec, a registry to open) is waited
+                # for, and only a permd gone for longer ends the training loop. A restarted permd may take fewer
+                # ids a request: fewer are asked for, and the caller goes on from where they end.
+                delay, deadline = 0.0, time.monotonic() + RECONNECT_WAIT
+                while True:
+                    try:
+                        return self._fetch_daemon(epoch, offset, min(count, self.client.max_count))
+                    except (ConnectionFailed, Timeout):
+                        if time.monotonic() + delay > deadline:
+                            raise
+                    time.sleep(delay)
+                    delay = min(max(2 * delay, 0.01), 1.0)
         if self._mix is not None:
             ids = self._mixture_at(epoch).rank(self.num_replicas, self.rank, self.mode, offset, count)
             return ids, min(offset + len(ids) * self.num_replicas, self._epoch_length())

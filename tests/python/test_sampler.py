@@ -493,6 +493,27 @@ class ClientRobustness(unittest.TestCase):
         finally:
             d.stop()
 
+    def test_a_sampler_waits_for_a_permd_that_restarts_slowly(self):
+        # permd down for ~1.5 s (systemd's RestartSec is 2 s): the sampler waits for it; it gave up after one retry
+        d = Daemon()
+        try:
+            c = permd.Client(socket=d.socket)
+            c.put_dataset("slow", 20_000)
+            s = permd.Sampler(size=20_000, num_replicas=2, rank=0, seed=6, client=c, name="slow")
+            it = iter(s)
+            head = [next(it) for _ in range(300)]
+            d._end()
+            back = threading.Timer(1.5, d._start)
+            back.start()
+            try:
+                rest = list(it)
+            finally:
+                back.join()
+            self.assertEqual(head + rest, list(permd.Sampler(size=20_000, num_replicas=2, rank=0, seed=6)))
+            c.close()
+        finally:
+            d.stop()
+
     def _run_on_a_shared_client(self, *workers):
         """Each worker(client) in a thread of its own, all on one Client; the errors they raised (none expected)."""
         shared, errors = permd.Client(socket=self.daemon.socket, timeout=30), []
