@@ -152,6 +152,9 @@ extern const char permctl_inverse_usage[]; /* both forms of inverse */
  * an exit code); print a failed call's error (closing c) and return its exit code; a JSON string. */
 int permctl_connect(const permctl_args *a, permd_client **c);
 int permctl_call_failed(permd_client *c, const char *what);
+/* permctl_call_failed for a call on NAME that failed with rc; NOT_FOUND says whether NAME is of the other kind
+ * (a mixture where a dataset was wanted, or the reverse), naming the command for it. Closes c. */
+int permctl_name_failed(permd_client *c, const char *what, int rc, const char *name, int wanted_mixture);
 /* 0 when name may name a dataset or mixture (core/name.h), else a usage error (exit 2) saying what one is. */
 int permctl_name(const char *what, const char *name);
 void permctl_json_string(FILE *f, const char *s);

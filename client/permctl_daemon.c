@@ -153,6 +153,27 @@ int permctl_name(const char *what, const char *name)
                                "a digit or _", what, name, PD_NAME_MAX);
 }
 
+int permctl_name_failed(permd_client *c, const char *what, int rc, const char *name, int wanted_mixture)
+{
+    if (rc != PERMD_ENOTFOUND)
+        return permctl_call_failed(c, what);
+    /* Datasets and mixtures share one namespace: a name of the other kind is said so, with the command for it. */
+    permd_dataset ds;
+    permd_mixture_def *mx = NULL;
+    int other = wanted_mixture ? permd_get_dataset(c, name, &ds) == 0 : permd_get_mixture(c, name, &mx) == 0;
+    permd_mixture_def_free(mx);
+    if (!other) {
+        permctl_say("%s: NOT_FOUND: no dataset or mixture named '%s'", what, name);
+        permd_close(c);
+        return PERMCTL_EXIT_FAIL;
+    }
+    permctl_say("%s: NOT_FOUND: '%s' is a %s, not a %s (permctl %s ... %s)", what, name,
+                wanted_mixture ? "dataset" : "mixture", wanted_mixture ? "mixture" : "dataset",
+                wanted_mixture ? "datasets" : "mixtures", name);
+    permd_close(c);
+    return PERMCTL_EXIT_FAIL;
+}
+
 /* Report a failed call: the server's typed error and message. */
 int permctl_call_failed(permd_client *c, const char *what)
 {
@@ -275,8 +296,8 @@ int permctl_cmd_datasets(int argc, char **argv)
             printf("%s %s (size %llu)\n", created ? "created" : "exists", d.name, (unsigned long long)d.size);
         }
     } else if (is_get) {
-        if (permd_get_dataset(c, a.pos[1], &d))
-            return permctl_call_failed(c, "datasets get");
+        if ((rc = permd_get_dataset(c, a.pos[1], &d)))
+            return permctl_name_failed(c, "datasets get", rc, a.pos[1], 0);
         if (json) {
             permctl_json_dataset(stdout, &d);
             fputc('\n', stdout);
@@ -285,8 +306,8 @@ int permctl_cmd_datasets(int argc, char **argv)
             permctl_table_row(&d);
         }
     } else if (is_rm) {
-        if (permd_delete_dataset(c, a.pos[1]))
-            return permctl_call_failed(c, "datasets rm");
+        if ((rc = permd_delete_dataset(c, a.pos[1])))
+            return permctl_name_failed(c, "datasets rm", rc, a.pos[1], 0);
         printf("deleted %s\n", a.pos[1]);
     } else {
         size_t total, cap = 64;

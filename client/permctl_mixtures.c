@@ -146,16 +146,16 @@ int permctl_cmd_mixtures(int argc, char **argv)
         if (json) /* as datasets put --json says "created" */
             printf(",\"created\":%s,\"result\":\"%s\"}\n", created == 1 ? "true" : "false", said);
     } else if (is_get) {
-        if (permd_get_mixture(c, a.pos[1], &d)) {
-            rc = permctl_call_failed(c, "mixtures get");
+        if ((rc = permd_get_mixture(c, a.pos[1], &d))) {
+            rc = permctl_name_failed(c, "mixtures get", rc, a.pos[1], 1);
             goto done;
         }
         permctl_mixture_print(d, json);
         if (json)
             fputc('\n', stdout);
     } else if (is_rm) {
-        if (permd_delete_mixture(c, a.pos[1])) {
-            rc = permctl_call_failed(c, "mixtures rm");
+        if ((rc = permd_delete_mixture(c, a.pos[1]))) {
+            rc = permctl_name_failed(c, "mixtures rm", rc, a.pos[1], 1);
             goto done;
         }
         printf("deleted %s\n", a.pos[1]);

@@ -454,8 +454,12 @@ static int pd_cl_connect_tcp(const char *host_port, const char *token, uint32_t 
         return pd_cl_fail(NULL, PD_EINVAL, "'%s' is not HOST:PORT", host_port ? host_port : "(null)");
     char why[320];
     int fd, rc = pd_endpoint_connect_tcp(host, p, ms ? ms : PD_CL_HELLO_TIMEOUT_MS, 0, &fd, why, sizeof why);
-    if (rc)
-        return pd_cl_fail(NULL, rc, "cannot connect to %s: %s", host_port, why);
+    if (rc) { /* without a port the default was tried: say which, as "127.0.0.1" alone hides it */
+        int given = strchr(host_port, ']') ? strstr(host_port, "]:") != NULL : strchr(host_port, ':') != NULL;
+        return given ? pd_cl_fail(NULL, rc, "cannot connect to %s: %s", host_port, why)
+                     : pd_cl_fail(NULL, rc, "cannot connect to %s (port %u, permd's default): %s", host_port,
+                                  (unsigned)p, why);
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* requests are small and latency-bound */
     return pd_cl_start(fd, token, ms, out);

@@ -78,6 +78,10 @@ expect 2 "--components: 'b c' is not a name" "$PERMCTL" mixtures put m --compone
 expect 2 "--socket: socket path too long" "$PERMCTL" stats --socket "/tmp/$(printf 'x%.0s' $(seq 120))"
 PERMD_SOCKET="/tmp/$(printf 'x%.0s' $(seq 120))" expect 2 "\$PERMD_SOCKET: the default socket path is too long" "$PERMCTL" stats
 expect 2 "--tcp: '127.0.0.1:99999' is not HOST:PORT" "$PERMCTL" stats --tcp 127.0.0.1:99999
+# without a port, the default one is tried: the error names it (where nothing listens there)
+if ! (exec 3<>/dev/tcp/127.0.0.1/7470) 2>/dev/null; then
+  expect 1 "cannot connect to 127.0.0.1 (port 7470, permd's default)" "$PERMCTL" stats --tcp 127.0.0.1
+fi
 expect 2 "is above 2^64 - 1" "$PERMCTL" inverse imagenet --seed 42 --epoch 3 --world 8 18446744073709551616
 expect 2 "give --size N or --shards-file FILE" "$PERMCTL" datasets put other
 expect 2 "not both" "$PERMCTL" stats --socket "$PERMD_SOCKET" --tcp 127.0.0.1:1

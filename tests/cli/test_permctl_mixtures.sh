@@ -51,6 +51,18 @@ expect_inverse 1 "'mix' is a mixture: give each sample as GLOBAL_ID:COMPONENT_EP
 expect_inverse 1 "no dataset or mixture named 'nope'" nope --seed 5 --world 4 7:0
 expect_inverse 2 "not both ('7:0', '8')" mix --seed 5 --world 4 7:0 8
 expect_inverse 2 "is not a name" 'bad name' --seed 5 --world 4 7:0
+# get and rm of a name of the other kind say which kind it is
+for args in "datasets get mix" "datasets rm mix" "mixtures get books" "mixtures rm books" "mixtures get nope"; do
+  rc=0; "$PERMCTL" $args >/dev/null 2>"$DIR/err" || rc=$?
+  case $args in
+    datasets*mix) want="'mix' is a mixture, not a dataset (permctl mixtures ... mix)" ;;
+    mixtures*books) want="'books' is a dataset, not a mixture (permctl datasets ... books)" ;;
+    *) want="no dataset or mixture named 'nope'" ;;
+  esac
+  [ "$rc" = 1 ] && grep -qF "NOT_FOUND: $want" "$DIR/err" || fail "$args: rc=$rc $(cat "$DIR/err")"
+done
+"$PERMCTL" datasets get books >/dev/null || fail "mixtures rm books removed the dataset"
+"$PERMCTL" mixtures get mix >/dev/null || fail "datasets rm mix removed the mixture"
 
 "$PERMCTL" mixtures get mix --json | grep -qF '"stages":[{"start":0,"weights":[3,1]},{"start":5056,"weights":[1,1]}]' \
   || fail "get --json"
