@@ -272,6 +272,8 @@ int permctl_parse(int argc, char **argv, unsigned allowed, unsigned required, co
         if (a->set & (1u << o))
             return permctl_usage_error("--%s given twice", permctl_opt_info[o].name);
         a->set |= 1u << o;
+        if (o == PERMCTL_OPT_TARS)
+            a->npos_before_tars = npos;
         if (permctl_opt_info[o].kind == PERMCTL_FLAG) {
             if (eq)
                 return permctl_usage_error("--%s takes no value", permctl_opt_info[o].name);

@@ -96,6 +96,7 @@ typedef struct permctl_args {
     pd_mode mode;
     unsigned set;                   /* PERMCTL_BIT of each option given */
     int npos;                       /* positional arguments, in order, wherever they appeared */
+    int npos_before_tars;           /* of those, the ones before --tars (which are not its SPECs) */
     char **pos;
 } permctl_args;
 

@@ -25,6 +25,9 @@ int permctl_read_layout(const permctl_args *a, int first_spec, pd_layout **out)
         return permctl_usage_error("give one of --shards-file FILE, --mds INDEX or --tars SPEC...");
     if (!(src & PERMCTL_BIT(TARS)) && first_spec < a->npos)
         return permctl_usage_error("unexpected argument '%s'", a->pos[first_spec]);
+    if ((src & PERMCTL_BIT(TARS)) && first_spec < a->npos_before_tars) /* its place would change the shards' order */
+        return permctl_usage_error("--tars: SPEC '%s' comes before --tars; give every SPEC after it, in order",
+                                   a->pos[first_spec]);
     uint64_t max = (a->set & PERMCTL_BIT(MAX_SHARDS)) ? a->u[PERMCTL_OPT_MAX_SHARDS] : 0;
     char err[1024];
     int rc;

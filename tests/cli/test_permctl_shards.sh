@@ -86,6 +86,10 @@ cmp -s "$DIR/want" "$DIR/got" || fail "stream of a --tars dataset differs from t
 "$PERMCTL" datasets put wds2 --tars "$DIR/wds/shard-00000[0-4].tar" "$DIR/wds/shard-{000005..000009}.tar" \
   | grep -q "^created wds2 (size 75, 10 shards" || fail "put --tars with two SPECs"
 "$PERMCTL" datasets put wds2 --tars "$DIR/wds" | grep -q "^exists wds2" || fail "put --tars DIR, the same layout"
+# a SPEC before --tars would be read after its value, in another order: refused
+rc=0; "$PERMCTL" rank "$DIR/wds/shard-000001.tar" --tars "$DIR/wds/shard-000000.tar" "${wslice[@]}" >/dev/null \
+  2>"$DIR/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "comes before --tars" "$DIR/err" || fail "a SPEC before --tars: rc=$rc $(cat "$DIR/err")"
 # verify takes rank's SPECs, all of them (a second SPEC was read as the ids file); the ids by --ids or stdin
 two=("$DIR/wds/shard-00000[0-4].tar" "$DIR/wds/shard-{000005..000009}.tar")
 "$PERMCTL" rank --tars "${two[@]}" "${wslice[@]}" >"$DIR/ids2"
