@@ -411,17 +411,36 @@ class SlurmTest(unittest.TestCase):
                 f.write('#!/bin/bash\nset -e\n'
                         'a=$("$PERMCTL" fetch toy --seed 7 --epoch 2 --world 2 --rank 1 --mode exact --count 5)\n'
                         'b=$("$PERMCTL" rank --seed 7 --epoch 2 --size 1000 --world 2 --rank 1 --mode exact --count 5)\n'
-                        '[ "$a" = "$b" ] && [ -n "$a" ] && echo "trainer ok: $(echo $a)"\n')
+                        '[ "$a" = "$b" ] && [ -n "$a" ] && echo "trainer ok: $(echo $a)"\n'
+                        # the sharded dataset PERMD_SETUP put on the node
+                        f'c=$("$PERMCTL" fetch web --seed 1 --epoch 0 --world 1 --rank 0 --mode exact --count 9)\n'
+                        f'd=$("$PERMCTL" rank --shards-file {tmp}/web.txt --window 2 --seed 1 --epoch 0 --world 1 '
+                        '--rank 0 --mode exact --count 9)\n'
+                        '[ "$c" = "$d" ] && [ -n "$c" ] && echo "sharded ok"\n')
             os.chmod(trainer, 0o755)
+            with open(os.path.join(tmp, "web.txt"), "w") as f:
+                f.write("3\n0\n5\n4\n")
             env = dict(os.environ, PATH=shim + ":" + os.environ["PATH"], SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="1",
-                       PERMD=PERMD, PERMCTL=PERMCTL, PERMD_DATASETS="toy:1000 other:5", PERMD_RUN_DIR=tmp + "/run")
+                       PERMD=PERMD, PERMCTL=PERMCTL, PERMD_DATASETS="toy:1000 other:5", PERMD_RUN_DIR=tmp + "/run",
+                       PERMD_ARGS="--gpu off --max-count 4096",
+                       PERMD_SETUP=f'"$PERMCTL" datasets put web --shards-file {tmp}/web.txt --window 2')
             r = subprocess.run(["bash", os.path.join(DEPLOY, "slurm", "permd-job.sbatch"), trainer], env=env,
                                capture_output=True, text=True, timeout=120)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("trainer ok:", r.stdout)
+            self.assertIn("sharded ok", r.stdout)
             with open(os.path.join(tmp, "run", "permd.log")) as f:
                 log = f.read()
             self.assertIn("event=stopped", log)  # the job stopped its permd cleanly
+            self.assertIn("gpu=none", log)  # PERMD_ARGS reached permd (--gpu off)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "run", "permd.sock")))
+            # A setup that fails fails the job before any trainer runs, and permd is stopped.
+            bad = dict(env, PERMD_SETUP='"$PERMCTL" datasets put web --size 0')
+            r = subprocess.run(["bash", os.path.join(DEPLOY, "slurm", "permd-job.sbatch"), trainer], env=bad,
+                               capture_output=True, text=True, timeout=120)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("PERMD_SETUP failed", r.stderr)
+            self.assertNotIn("trainer ok", r.stdout)
             self.assertFalse(os.path.exists(os.path.join(tmp, "run", "permd.sock")))
             # A trainer that fails fails the job, and permd is still stopped.
             r = subprocess.run(["bash", os.path.join(DEPLOY, "slurm", "permd-job.sbatch"), "false"], env=env,
