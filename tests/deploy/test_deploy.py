@@ -130,8 +130,9 @@ class SystemdTest(unittest.TestCase):
     def test_gpu_drop_in(self):
         conf = read("systemd", "permd-gpu.conf")
         # the device nodes under either driver's names, and what NCCL's bootstrap needs
-        for line in ("DeviceAllow=char-nvidia rw", "DeviceAllow=char-nvidiactl rw", "DeviceAllow=char-nvidia-frontend rw",
-                     "DeviceAllow=char-nvidia-uvm rw", "RestrictAddressFamilies=AF_NETLINK", "NCCL_NVLS_ENABLE=0"):
+        for line in ("DeviceAllow=char-nvidia rw", "DeviceAllow=char-nvidiactl rw",
+                     "DeviceAllow=char-nvidia-frontend rw", "DeviceAllow=char-nvidia-uvm rw",
+                     "RestrictAddressFamilies=AF_NETLINK", "NCCL_NVLS_ENABLE=0"):
             self.assertIn(line, conf)
 
 
