@@ -623,7 +623,9 @@ int permctl_cmd_inverse_daemon(int argc, char **argv)
     permctl_args a;
     permd_client *c;
     const unsigned req = PERMCTL_BIT(SEED) | PERMCTL_BIT(WORLD);
-    int rc = permctl_parse(argc, argv, req | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(MODE) | PERMCTL_BIT(JSON) | PERMCTL_CONN_OPTS,
+    int rc = permctl_parse(argc, argv,
+                           req | PERMCTL_BIT(EPOCH) | PERMCTL_BIT(MODE) | PERMCTL_BIT(JSON) | PERMCTL_CONN_OPTS |
+                               PERMCTL_SHARD_OPTS,
                            req, permctl_inverse_usage, &a);
     if (rc)
         return rc < 0 ? PERMCTL_EXIT_OK : rc;
@@ -642,9 +644,9 @@ int permctl_cmd_inverse_daemon(int argc, char **argv)
         return permctl_usage_error("inverse: give every SAMPLE as GLOBAL_ID:COMPONENT_EPOCH (on a mixture) or "
                                    "none (on a dataset), not both ('%s', '%s')", pair, alone);
     if (pair) {
-        if (a.set & (PERMCTL_BIT(EPOCH) | PERMCTL_BIT(JSON)))
+        if (a.set & (PERMCTL_BIT(EPOCH) | PERMCTL_BIT(JSON) | PERMCTL_SHARD_OPTS))
             return permctl_usage_error("inverse on a mixture: each SAMPLE:COMPONENT_EPOCH finds its own epoch "
-                                       "(no --epoch, no --json)");
+                                       "(no --epoch, no --json; its components' window and lanes are their own)");
         return permctl_inverse_mixture(&a);
     }
     if (!(a.set & PERMCTL_BIT(EPOCH)))
@@ -671,8 +673,9 @@ int permctl_cmd_inverse_daemon(int argc, char **argv)
     uint64_t chunk = permctl_inverse_chunk(c);
     for (size_t i = 0; i < n; i += chunk) { /* more samples than one request takes go in pieces */
         size_t k = n - i < chunk ? n - i : (size_t)chunk;
-        if (permd_inverse(c, a.pos[0], a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH], (uint32_t)a.u[PERMCTL_OPT_WORLD],
-                          mode, samples + i, k, pos + i, ranks + i)) {
+        if (permd_inverse_sharded(c, a.pos[0], a.u[PERMCTL_OPT_SEED], a.u[PERMCTL_OPT_EPOCH],
+                                  (uint32_t)a.u[PERMCTL_OPT_WORLD], mode, a.u[PERMCTL_OPT_WINDOW],
+                                  (uint32_t)a.u[PERMCTL_OPT_LANES], samples + i, k, pos + i, ranks + i)) {
             rc = permctl_call_failed(c, "inverse");
             goto done;
         }

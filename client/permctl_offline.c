@@ -22,7 +22,8 @@ static const char permctl_perm_usage[] =
 
 const char permctl_inverse_usage[] =
     "usage: permctl inverse --seed S --epoch E --size N SAMPLE...              (offline)\n"
-    "       permctl inverse NAME --seed S --epoch E --world W [--mode M] SAMPLE... [--json]\n"
+    "       permctl inverse NAME --seed S --epoch E --world W [--mode M] [--window K] [--lanes G]\n"
+    "                       SAMPLE... [--json]\n"
     "       permctl inverse MIXTURE --seed S --world W [--mode M] SAMPLE:COMPONENT_EPOCH...\n"
     "\n"
     "Print σ⁻¹(SAMPLE): the global position of each sample id, one per line.\n"
@@ -31,7 +32,8 @@ const char permctl_inverse_usage[] =
     "(position mod W; '-' when drop mode discards it). On a mixture each global\n"
     "id comes with the component epoch it is drawn in, and each line is\n"
     "'EPOCH POSITION RANK' (the mixture epoch that draws it), or '-' when the\n"
-    "run never does (its component's weight fell to 0).\n"
+    "run never does (its component's weight fell to 0). --window and --lanes: a\n"
+    "sharded dataset's order under other K and G, as fetch's override them.\n"
     "Connection (with NAME or MIXTURE): " PERMCTL_CONN_FLAGS;
 
 static const char permctl_rank_usage[] =

@@ -1282,8 +1282,8 @@ int permd_stream_close(permd_stream *st)
 
 /* One Inverse request of n samples at id width w (the dataset's). */
 static int pd_cl_inverse_part(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world,
-                              int32_t mode, unsigned w, const uint64_t *samples, size_t n, uint64_t *positions,
-                              uint32_t *ranks)
+                              int32_t mode, uint64_t window, uint32_t lanes, unsigned w, const uint64_t *samples,
+                              size_t n, uint64_t *positions, uint32_t *ranks)
 {
     uint8_t *buf = malloc(n * w + 1);
     if (!buf)
@@ -1302,6 +1302,8 @@ static int pd_cl_inverse_part(permd_client *c, const char *dataset, uint64_t see
     m.mode = mode < 0 ? PERMD__V1__MODE__MODE_UNSPECIFIED : pd_wire_mode_from_pd(mode);
     m.samples.data = buf;
     m.samples.len = n * w;
+    m.window = window;
+    m.lanes = lanes;
     pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
     req.body_case = PERMD__V1__ENVELOPE__BODY_INVERSE;
     req.inverse = &m;
@@ -1321,6 +1323,13 @@ static int pd_cl_inverse_part(permd_client *c, const char *dataset, uint64_t see
 
 int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world, int32_t mode,
                   const uint64_t *samples, size_t n, uint64_t *positions, uint32_t *ranks)
+{
+    return permd_inverse_sharded(c, dataset, seed, epoch, world, mode, 0, 0, samples, n, positions, ranks);
+}
+
+int permd_inverse_sharded(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world,
+                          int32_t mode, uint64_t window, uint32_t lanes, const uint64_t *samples, size_t n,
+                          uint64_t *positions, uint32_t *ranks)
 {
     int rc = pd_cl_check_name(c, dataset);
     if (rc)
@@ -1357,8 +1366,9 @@ int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t 
     size_t at = 0;
     do {
         const size_t k = n - at < chunk ? n - at : chunk;
-        if ((rc = pd_cl_inverse_part(c, dataset, seed, epoch, world, mode, w, n ? samples + at : samples, k,
-                                     n ? positions + at : positions, ranks && n ? ranks + at : ranks)))
+        if ((rc = pd_cl_inverse_part(c, dataset, seed, epoch, world, mode, window, lanes, w,
+                                     n ? samples + at : samples, k, n ? positions + at : positions,
+                                     ranks && n ? ranks + at : ranks)))
             return rc;
         at += k;
     } while (at < n);

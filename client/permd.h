@@ -174,9 +174,10 @@ PERMD_API const char *permd_version(void);
 /* The layout of this header's structs: raised whenever a struct gains, loses or moves a field, or a
  * function a binding calls changes its arguments. Bindings that mirror them (the Python package's
  * ctypes) refuse a library of another one. */
-#define PERMD_ABI_VERSION 5 /* 3: permd_dataset.layout_hash, permd_mixture_def.component_layout_hashes;
+#define PERMD_ABI_VERSION 6 /* 3: permd_dataset.layout_hash, permd_mixture_def.component_layout_hashes;
                              * 4: permd_dataset.definition, permd_slice.definition, permd_mixture_def.definition;
-                             * 5: permd_group_deliver's and permd_nccl_recv's id_width */
+                             * 5: permd_group_deliver's and permd_nccl_recv's id_width;
+                             * 6: permd_inverse_sharded, which the Python package binds */
 PERMD_API unsigned permd_abi_version(void);
 
 /* Connect and say Hello (waiting at most 10 s for the answer). endpoint: NULL or "" for the default socket
@@ -269,6 +270,11 @@ PERMD_API int permd_stream_shared(const permd_stream *st);
  * several; the dataset's id width is looked up at each call. */
 PERMD_API int permd_inverse(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch, uint32_t world,
                             int32_t mode, const uint64_t *samples, size_t n, uint64_t *positions, uint32_t *ranks);
+/* permd_inverse on a sharded dataset's order under another window K and lanes G than its own (as a slice's
+ * window and lanes override them; 0: the dataset's). On a flat dataset only 0, 0 is accepted. */
+PERMD_API int permd_inverse_sharded(permd_client *c, const char *dataset, uint64_t seed, uint64_t epoch,
+                                    uint32_t world, int32_t mode, uint64_t window, uint32_t lanes,
+                                    const uint64_t *samples, size_t n, uint64_t *positions, uint32_t *ranks);
 
 PERMD_API int permd_stats_get(permd_client *c, permd_stats *out);
 

@@ -92,7 +92,7 @@ def _load():
         "from a tree where build/lib/libpermd.so exists.")
 
 
-ABI_VERSION = 5  # client/permd.h's PERMD_ABI_VERSION: the struct layouts mirrored here (and in nccl.py, a signature)
+ABI_VERSION = 6  # client/permd.h's PERMD_ABI_VERSION: the struct layouts mirrored here (and in nccl.py, a signature)
 
 
 def _check_abi(library, path):
@@ -172,7 +172,8 @@ stream_next = _sig("permd_stream_next", [p, ctypes.POINTER(p), P32, P64])
 stream_offset = _sig("permd_stream_offset", [p], u64)
 stream_close = _sig("permd_stream_close", [p])
 stream_shared = _sig("permd_stream_shared", [p], i32)
-inverse = _sig("permd_inverse", [p, ctypes.c_char_p, u64, u64, u32, i32, P64, ctypes.c_size_t, P64, P32])
+inverse = _sig("permd_inverse_sharded", [p, ctypes.c_char_p, u64, u64, u32, i32, u64, u32, P64, ctypes.c_size_t, P64,
+                                         P32])
 stats_get = _sig("permd_stats_get", [p, ctypes.POINTER(Stats)])
 # mixtures on the daemon
 PMixtureDef = ctypes.POINTER(MixtureDef)

@@ -496,8 +496,9 @@ class Client:
         return {"count": d.count, "sum": d.sum, "hash": d.hash}
 
     @_serialized
-    def inverse(self, name, seed, epoch, world, samples, mode=None):
-        """Positions (σ⁻¹) of sample ids and the rank that reads each (None where drop mode drops it)."""
+    def inverse(self, name, seed, epoch, world, samples, mode=None, *, window=None, lanes=None):
+        """Positions (σ⁻¹) of sample ids and the rank that reads each (None where drop mode drops it). Sharded
+        datasets: window and lanes override the dataset's K and G, as fetch's do."""
         world = _args.integer("world", world, 1, _args.U32_MAX)
         values = [_args.integer("sample", s) for s in samples]
         n = len(values)
@@ -505,7 +506,8 @@ class Client:
         pos, ranks = (ctypes.c_uint64 * max(n, 1))(), (ctypes.c_uint32 * max(n, 1))()
         m = -1 if mode is None else _lib.MODES[_args.mode(mode)]
         rc = _lib.inverse(self._handle(), _name(name), _args.integer("seed", seed), _args.integer("epoch", epoch),
-                          world, m, arr, n, pos, ranks)
+                          world, m, _args.integer("window", window or 0),
+                          _args.integer("lanes", lanes or 0, 0, _args.U32_MAX), arr, n, pos, ranks)
         self._check(rc, "inverse")
         return [pos[i] for i in range(n)], [None if ranks[i] == 0xFFFFFFFF else ranks[i] for i in range(n)]
 

@@ -30,6 +30,12 @@ cmp -s "$DIR/want_loc" "$DIR/got_loc" || fail "stream --locations differs"
 "$PERMCTL" fetch web "${slice[@]}" --window 9 --lanes 3 --count 100000 >"$DIR/got"
 "$PERMCTL" rank --shards-file "$DIR/shards.txt" --window 9 --lanes 3 "${slice[@]}" | cmp -s - "$DIR/got" \
   || fail "window/lanes override"
+# and inverse takes them too: the ids fetched under window 9, lanes 3 map back to their positions there
+"$PERMCTL" fetch web --seed 7 --epoch 2 --world 1 --rank 0 --mode exact --window 9 --lanes 3 --count 6 >"$DIR/ids6"
+"$PERMCTL" inverse web --seed 7 --epoch 2 --world 1 --window 9 --lanes 3 $(cat "$DIR/ids6") | cut -d' ' -f1 \
+  | tr '\n' ' ' | grep -qx "0 1 2 3 4 5 " || fail "inverse with window/lanes"
+"$PERMCTL" inverse web --seed 7 --epoch 2 --world 1 $(cat "$DIR/ids6") | cut -d' ' -f1 | tr '\n' ' ' \
+  | grep -qx "0 1 2 3 4 5 " && fail "inverse without the override gave the override's positions"
 
 # verify: exactly once for the exact mode, mismatch for a repeated id
 vslice=(--seed 7 --epoch 2 --world 3 --rank 1 --mode exact --offset 30)

@@ -222,6 +222,10 @@ class DaemonSharded(unittest.TestCase):
                              [plan.locate(p)[1:] for p in range(1, 60, 3)])
             ids, _ = c.fetch("tars", 8, 1, 3, 1, "exact", 0, N)
             self.assertEqual(c.digest("tars", 8, 1, 3, 1, "exact"), permd.digest(ids))
+            # inverse under the same window and lanes overrides as a fetch: the ids map back to their positions
+            ids, _ = c.fetch("tars", 8, 1, 1, 0, "exact", 0, 10, window=5, lanes=3)
+            self.assertEqual(c.inverse("tars", 8, 1, 1, ids.tolist(), window=5, lanes=3)[0], list(range(10)))
+            self.assertNotEqual(c.inverse("tars", 8, 1, 1, ids.tolist())[0], list(range(10)))
             with self.assertRaises(TypeError):
                 c.fetch("tars", 8, 1, 3, 1, "pad", 0, 5, window=0.5)
 
