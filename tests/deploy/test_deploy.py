@@ -304,6 +304,8 @@ class DockerfileTest(unittest.TestCase):
                                subprocess.run(["readelf", "-d", exe], capture_output=True, text=True).stdout)
             self.assertGreater(len(found), 3, exe)
             needed |= set(found)
+        if any(lib.startswith("libasan.so") for lib in needed):  # a sanitizer build links more than a Release one
+            self.skipTest("permd is a sanitizer build here; the image's libraries are checked against a Release one")
         for lib in sorted(needed):
             if lib.startswith(("libc.so", "libm.so", "libdl.so", "libpthread.so", "ld-linux", "libgcc_s")):
                 continue  # in every Debian image
