@@ -1075,7 +1075,8 @@ int permctl_cmd_health(int argc, char **argv)
     if (strlen(answer) >= 13 && !strncmp(answer, "HTTP/1.", 7) && !strncmp(answer + 8, " 200 ", 5)) {
         /* Its first line, as a server's bytes are printed anywhere: escaped. */
         char first[256];
-        snprintf(first, sizeof first, "%.*s", (int)strcspn(body, "\r\n"), *body ? body : "ok");
+        const char *said = *body ? body : "ok";
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(said, "\r\n"), said);
         permctl_put_escaped(stdout, first);
         putchar('\n');
         return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;

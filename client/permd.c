@@ -1349,8 +1349,8 @@ int permd_inverse_sharded(permd_client *c, const char *dataset, uint64_t seed, u
             return rc == PERMD_ENOTFOUND ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", dataset)
                                          : rc;
         permd_mixture_def_free(mx);
-        return pd_cl_fail(c, PD_EINVAL, "'%s' is a mixture: give each sample as GLOBAL_ID:COMPONENT_EPOCH "
-                          "(permd_inverse_mixture)", dataset);
+        return pd_cl_fail(c, PD_EINVAL, "'%s' is a mixture: its inverse takes each global id with its component "
+                          "epoch (an inverse on a mixture)", dataset);
     }
     const unsigned w = d.id_width;
     for (size_t i = 0; w == 4 && i < n; i++)
@@ -1635,8 +1635,8 @@ int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, u
             return rc == PERMD_ENOTFOUND
                        ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", mixture)
                        : rc;
-        return pd_cl_fail(c, PD_EINVAL, "'%s' is a dataset: give each sample id alone, without a component epoch "
-                          "(permd_inverse)", mixture);
+        return pd_cl_fail(c, PD_EINVAL, "'%s' is a dataset: its inverse takes sample ids alone, without "
+                          "component epochs (an inverse on a dataset)", mixture);
     }
     unsigned w = d->id_width;
     permd_mixture_def_free(d);

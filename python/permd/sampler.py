@@ -49,9 +49,11 @@ class _Pass:
         self.epoch, self.start, self.count, self.floor, self.handed = epoch, start, count, floor, handed
         self.undo = undo
         self.yielded, self.done, self.dropped = 0, False, False
-        self.resumed = False     # begun from a loaded state, where it left off (Sampler._restarted)
-        self.after_load = False  # begun while a loaded state was pending, from it or not
-        self.calls = 0  # the sampler's set_epoch/load_state_dict calls when it began
+        self.resumed = False     # begun from a loaded state, where it left off (Sampler._replay_restore)
+        self.after_load = False  # the first pass begun after a load_state_dict(), from its state or not
+        self.superseded = False  # the pass after it went on from it (_replay_restore): no longer being read
+        self.calls = 0           # the sampler's set_epoch/load_state_dict calls when it began
+        self.before = None       # what was pending before it began
 
 
 class Sampler(_Base):
@@ -210,8 +212,10 @@ class Sampler(_Base):
         self._pass = None         # the pass state_dict() describes; None: the one about to begin
         self._dropped = None      # a provisional pass set_epoch() dropped, until another pass begins
         self._reading = set()     # passes whose iterators are begun and neither ran out nor were closed
-        self._last = None         # the pass begun last, read or not (see _restarted)
+        self._last = None         # the pass begun last, read or not (_replay_restore)
         self._calls = 0           # set_epoch() and load_state_dict() calls so far
+        self._replayed = False    # _replay_restore has acted since the last load_state_dict()
+        self._load_calls = -1     # _calls right after the last load_state_dict()
 
     # ---- DistributedSampler's protocol
 
@@ -259,6 +263,7 @@ class Sampler(_Base):
         # Until it begins, state_dict() describes the pass about to begin; but while another iterator of this
         # sampler is being read mid-pass, that pass: an iter() never read (a second loader iterator) must not lose
         # its progress. If this one begins, it takes over then (_begin warns).
+        self._replay_restore()
         p = self._pass
         if p is None or p not in self._reading or not p.yielded or p.done or p.dropped:
             self._pass = None
@@ -292,17 +297,16 @@ class Sampler(_Base):
         """The pass that begins now (at its iterator's first next(), not at iter(): DataLoaders, torch's and
         torchdata's, call iter() more than once before they read, and torchdata's again after load_state_dict)."""
         epoch, start, floor = self._pending()
-        undo = None
-        if self._named != epoch:  # no set_epoch() named it (yet): provisional, undone if one names another
-            undo = (self._loaded, self._named, self._named_last, self._next_epoch)
-        loaded, last, restart = self._loaded, self._last, self._restarted()
-        if restart == "done":
-            start = self._epoch_length()  # its epoch is done: an empty pass, as the one it repeats
-        p = _Pass(epoch, start, self._remaining(start), floor, handed, undo)
-        p.resumed = loaded is not None and (epoch, start, floor) == loaded[:3]
-        p.after_load = loaded is not None
-        p.calls = self._calls
-        busy = [q for q in self._reading if q.yielded and not (q.done or q.dropped) and not (restart and q is last)]
+        before = (self._loaded, self._named, self._named_last, self._next_epoch)
+        p = _Pass(epoch, start, self._remaining(start), floor, handed,
+                  before if self._named != epoch else None)  # not named (yet): provisional, undone if one names another
+        loaded = self._loaded
+        p.before, p.calls = before, self._calls
+        # torchdata's restore loads the state last (the loop's set_epoch came before): a set_epoch() between the
+        # load and this pass means a loop of its own (load, then set_epoch each epoch), not a restore
+        p.after_load = loaded is not None and not self._replayed and self._calls == self._load_calls
+        p.resumed = p.after_load and (epoch, start, floor) == loaded[:3]
+        busy = [q for q in self._reading if q.yielded and not (q.done or q.dropped or q.superseded)]
         if busy:
             warnings.warn(f"permd.Sampler: a pass of epoch {epoch} began while another iterator of this sampler "
                           f"(epoch {busy[0].epoch}, {busy[0].yielded} ids read) is still being read; state_dict() "
@@ -313,26 +317,30 @@ class Sampler(_Base):
         self._loaded, self._named, self._named_last = None, None, False
         return p
 
-    def _restarted(self):
-        """Whether the pass about to begin repeats the first one begun after a load_state_dict(), with no set_epoch()
-        or load_state_dict() since: "done" when that one resumed its state and handed out all it had left, of an
-        epoch set_epoch() named (that epoch is done), "same" when it began its epoch where this one would (the
-        next epoch's start); else None.
-
-        torchdata's StatefulDataLoader with workers restores a state saved once its loop had ended that way: its
-        restore begins a pass (prefetch, and the replay of the steps after its snapshot), then drops that iterator
-        and begins another. The second must not run the state's epoch again from its start (set_epoch of that
-        epoch before the load: nothing), nor warn of the first (dropped) as of an iterator still being read."""
-        last = self._last
-        if last is None or last.calls != self._calls or last.dropped or not last.after_load:
-            return None
-        epoch, start, _ = self._pending()
-        if last.undo is None and last.yielded >= last.count and epoch == last.epoch and start == 0 \
-                and (last.resumed or last.count == 0):
-            return "done"
-        if (last.epoch, last.start) == (epoch, start):
-            return "same"
-        return None
+    def _replay_restore(self):
+        """At iter(): when the last pass was the first one after a load_state_dict(), with no set_epoch() between
+        the load and it nor since, the pass about to begin goes on from it, as torchdata's StatefulDataLoader with
+        workers needs: it restores a state saved once its loop had ended by loading it, beginning a pass (prefetch,
+        and the replay of the steps after its snapshot), then dropping that iterator for a fresh one. The first's ids
+        were trained before the checkpoint, or are dropped unread, so the fresh one must neither train its epoch
+        again from the start (set_epoch of the epoch that ended: nothing) nor skip what the first only prefetched:
+        - the first resumed the state and handed out all it had left: that epoch is done (an empty pass; the state
+          says so until set_epoch names another);
+        - the first began an epoch from its start (set_epoch of the next epoch, or a state at its end): it is undone,
+          and the fresh one begins that epoch as it did;
+        - the first resumed the state and is mid-way: nothing here (an evaluation loop's iter(): _begin warns).
+        Once per load: after it, passes follow one another as DistributedSampler's do."""
+        p = self._last
+        if p is None or not p.after_load or p.calls != self._calls or p.dropped or p.superseded or \
+                self._pass not in (p, None):
+            return
+        if p.resumed and p.yielded < p.count:
+            return
+        self._loaded, self._named, self._named_last, self._next_epoch = p.before
+        if p.resumed:  # done: its state, moved to the epoch's end
+            t = self._epoch_length()
+            self._loaded = (p.epoch, t, max(p.floor, t), True)
+        p.superseded, self._replayed, self._pass = True, True, None
 
     def _run(self):
         p = self._begin()
@@ -377,9 +385,8 @@ class Sampler(_Base):
         """The pass's ids in chunks, one fetch (one round trip with client=) per chunk and no more."""
         count = _FIRST_CHUNK
         while left > 0:
-            # a permd's max_count may be low, and lower after it restarted: asked at every chunk (it is kept)
-            cap = self.client.max_count if self.client is not None else left
-            ids, offset = self._fetch(epoch, offset, min(count, left, cap))
+            # (a permd's max_count may be low, and lower after it restarted: _fetch fits each request to it)
+            ids, offset = self._fetch(epoch, offset, min(count, left))
             if not len(ids):
                 raise RuntimeError(f"permd.Sampler: no ids at offset {offset} where {left} were expected")
             left -= len(ids)
@@ -411,23 +418,22 @@ class Sampler(_Base):
         if self.size == 0:
             return [], offset
         if self.client is not None:  # a dataset's or a mixture's name: the same request
-            try:
-                return self._fetch_daemon(epoch, offset, count)
-            except (ConnectionFailed, Timeout):
-                # The connection failed (permd restarted, a timeout): a Fetch is idempotent, so ask again on a new
-                # connection (the Client opens one), at once, then 10 ms apart doubling to 1 s, for up to
-                # RECONNECT_WAIT seconds: a permd restarting (systemd's RestartSec, a registry to open) is waited
-                # for, and only a permd gone for longer ends the training loop. A restarted permd may take fewer
-                # ids a request: fewer are asked for, and the caller goes on from where they end.
-                delay, deadline = 0.0, time.monotonic() + RECONNECT_WAIT
-                while True:
-                    try:
-                        return self._fetch_daemon(epoch, offset, min(count, self.client.max_count))
-                    except (ConnectionFailed, Timeout):
-                        if time.monotonic() + delay > deadline:
-                            raise
-                    time.sleep(delay)
-                    delay = min(max(2 * delay, 0.01), 1.0)
+            # At most the permd's max_count (read from the connection: a permd restarted with a lower one takes
+            # fewer; the caller goes on from where they end). A failed connection (permd restarting, a timeout) is
+            # asked again on a new one (the Client opens it; a Fetch is idempotent), at once, then 10 ms apart
+            # doubling to 1 s, for up to RECONNECT_WAIT seconds: systemd's RestartSec or a registry to open is
+            # waited for, and only a permd gone for longer ends the training loop.
+            delay, deadline = 0.0, None
+            while True:
+                try:
+                    return self._fetch_daemon(epoch, offset, min(count, self.client.max_count))
+                except (ConnectionFailed, Timeout):
+                    now = time.monotonic()
+                    deadline = now + RECONNECT_WAIT if deadline is None else deadline
+                    if now + delay > deadline:
+                        raise
+                time.sleep(delay)
+                delay = min(max(2 * delay, 0.01), 1.0)
         if self._mix is not None:
             ids = self._mixture_at(epoch).rank(self.num_replicas, self.rank, self.mode, offset, count)
             return ids, min(offset + len(ids) * self.num_replicas, self._epoch_length())
@@ -625,6 +631,7 @@ class Sampler(_Base):
         self.seed = seed
         self._loaded, self._pass, self._dropped, self._plan = (epoch, start, floor, at_end), None, None, None
         self._calls += 1
+        self._replayed, self._load_calls = False, self._calls
         self._named_last = False  # a set_epoch() before this load names its epoch only if it is the state's
 
     def _resume_offset(self, offset, state):

@@ -220,6 +220,16 @@ for _ in $(seq 200); do "$PERMCTL" health --http "127.0.0.1:$MPORT" >/dev/null 2
 [ "$(timeout 20 "$PERMCTL" health --http "127.0.0.1:$MPORT")" = ok ] || fail "health of an idle permd"
 rc=0; timeout 20 "$PERMCTL" health --http "127.0.0.1:$MPORT" >/dev/full 2>/dev/null || rc=$?
 [ "$rc" = 1 ] || fail "health into /dev/full: exit $rc"
+# another server's 200 with an empty body (a proxy's) reads "ok", not an empty line
+EPORT=$(free_port)
+python3 -c 'import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(1); print("up", flush=True); c, _ = s.accept(); c.recv(4096)
+c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"); c.close()' "$EPORT" >"$DIR/eup" &
+EMPTY=$!
+for _ in $(seq 200); do grep -q up "$DIR/eup" && break; sleep 0.05; done
+[ "$(timeout 20 "$PERMCTL" health --http "127.0.0.1:$EPORT")" = ok ] || fail "health of an empty 200"
+wait "$EMPTY" 2>/dev/null || true
 python3 -c 'import socket, sys, time
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print("held", flush=True); time.sleep(600)' \
   "$DIR/h.sock" >"$DIR/held" &

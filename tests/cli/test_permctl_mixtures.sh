@@ -46,8 +46,9 @@ expect_inverse() { # expect_inverse RC TEXT permctl-inverse-args...
   rc=0; "$PERMCTL" inverse "$@" >/dev/null 2>"$DIR/err" || rc=$?
   [ "$rc" = "$want" ] && grep -qF -- "$text" "$DIR/err" || fail "inverse $*: rc=$rc, want $want and '$text': $(cat "$DIR/err")"
 }
-expect_inverse 1 "'books' is a dataset: give each sample id alone" books --seed 5 --world 4 7:0
-expect_inverse 1 "'mix' is a mixture: give each sample as GLOBAL_ID:COMPONENT_EPOCH" mix --seed 5 --epoch 1 --world 4 7
+expect_inverse 1 "'books' is a dataset: its inverse takes sample ids alone" books --seed 5 --world 4 7:0
+expect_inverse 1 "'mix' is a mixture: its inverse takes each global id with its component epoch" mix --seed 5 \
+  --epoch 1 --world 4 7
 expect_inverse 1 "no dataset or mixture named 'nope'" nope --seed 5 --world 4 7:0
 expect_inverse 2 "not both ('7:0', '8')" mix --seed 5 --world 4 7:0 8
 expect_inverse 2 "is not a name" 'bad name' --seed 5 --world 4 7:0

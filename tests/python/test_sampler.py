@@ -510,6 +510,23 @@ class ClientRobustness(unittest.TestCase):
             finally:
                 back.join()
             self.assertEqual(head + rest, list(permd.Sampler(size=20_000, num_replicas=2, rank=0, seed=6)))
+            # the same when other code on the shared Client met the failure first (the Client marked broken: the
+            # next use reconnects, which the sampler's first read of max_count did outside the wait)
+            s.set_epoch(1)
+            it = iter(s)
+            head = [next(it) for _ in range(256)]  # the first chunk: the next next() fetches
+            d._end()
+            with self.assertRaises(permd.ConnectionFailed):
+                c.get_dataset("slow")
+            back = threading.Timer(1.5, d._start)
+            back.start()
+            try:
+                rest = list(it)
+            finally:
+                back.join()
+            off = permd.Sampler(size=20_000, num_replicas=2, rank=0, seed=6)
+            off.set_epoch(1)
+            self.assertEqual(head + rest, list(off))
             c.close()
         finally:
             d.stop()

@@ -227,6 +227,31 @@ class StatefulDataLoaderResume(unittest.TestCase):
                     warnings.simplefilter("error")
                     self.assertEqual(train(loader)[0], list(fresh), (every, r))
 
+    def test_a_crash_early_in_the_epoch_after_an_epoch_end_resume(self):
+        # resumed from a checkpoint saved after epoch 0 ended (set_epoch(1)), the job dies 0 or 1 steps into epoch 1
+        # and resumes from the loader's state then: the fresh iterator's step-0 snapshot was taken while the
+        # restore's dropped pass (which had prefetched epoch 1's first ids) was still current, and said so
+        for every in [1, 3]:
+            s = sampler(2, 0)
+            s.set_epoch(0)
+            loader = StatefulLoader(s, BS, every)
+            train(loader)
+            end = loader.state_dict()
+            for stop in [0, 1]:
+                s = sampler(2, 0)
+                s.set_epoch(1)
+                loader = StatefulLoader(s, BS, every)
+                loader.load_state_dict(end)
+                trained, crash = train(loader, stop)
+                s = sampler(2, 0)
+                s.set_epoch(1)
+                loader = StatefulLoader(s, BS, every)
+                loader.load_state_dict(crash)
+                trained += train(loader)[0]
+                fresh = sampler(2, 0)
+                fresh.set_epoch(1)
+                self.assertEqual(sorted(trained), sorted(fresh), (every, stop))
+
     def test_epoch_end_named_again(self):
         # the same checkpoint resumed with set_epoch of the epoch that ended (docs/python.md: nothing runs): the
         # restore's pass (prefetch, replay) hands out that epoch's tail or nothing, then is dropped for a fresh
@@ -245,6 +270,13 @@ class StatefulDataLoaderResume(unittest.TestCase):
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 self.assertEqual(train(loader)[0], [], every)
+            # and the loader's state after that empty pass still says epoch 0 is done: resumed again, nothing runs
+            again = loader.state_dict()
+            s2 = sampler(2, 0)
+            s2.set_epoch(0)
+            loader2 = StatefulLoader(s2, BS, every)
+            loader2.load_state_dict(again)
+            self.assertEqual(train(loader2)[0], [], every)
             s.set_epoch(1)
             fresh = sampler(2, 0)
             fresh.set_epoch(1)
