@@ -160,13 +160,15 @@ int permctl_name_failed(permd_client *c, const char *what, int rc, const char *n
     /* Datasets and mixtures share one namespace: a name of the other kind is said so, with the command for it. */
     permd_dataset ds;
     permd_mixture_def *mx = NULL;
-    int other = wanted_mixture ? permd_get_dataset(c, name, &ds) == 0 : permd_get_mixture(c, name, &mx) == 0;
+    int other = wanted_mixture ? permd_get_dataset(c, name, &ds) : permd_get_mixture(c, name, &mx);
     permd_mixture_def_free(mx);
-    if (!other) {
+    if (other == PERMD_ENOTFOUND) {
         permctl_say("%s: NOT_FOUND: no dataset or mixture named '%s'", what, name);
         permd_close(c);
         return PERMCTL_EXIT_FAIL;
     }
+    if (other) /* the second question failed otherwise (the connection): that error */
+        return permctl_call_failed(c, what);
     permctl_say("%s: NOT_FOUND: '%s' is a %s, not a %s (permctl %s ... %s)", what, name,
                 wanted_mixture ? "dataset" : "mixture", wanted_mixture ? "mixture" : "dataset",
                 wanted_mixture ? "datasets" : "mixtures", name);
