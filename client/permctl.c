@@ -35,20 +35,38 @@ static void permctl_help(FILE *f)
                "first answer, permd's Hello; later answers unbounded).\n");
 }
 
-/* Write s to f with the bytes a terminal would act on shown as \xNN: C0 controls, DEL and UTF-8's C1
- * controls (U+0080-U+009F). Messages quote paths, file contents and what a server answered, any of which may
- * hold an escape sequence that would rewrite the user's screen or title. */
+/* Bytes of the well-formed UTF-8 sequence at p (2-4; overlong forms and surrogates are not well formed), else 0. */
+static size_t permctl_utf8_len(const unsigned char *p)
+{
+    size_t n = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
+               : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+               : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                              : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((n == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f))) ||
+        (n == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))))
+        return 0;
+    return n;
+}
+
+/* Write s to f with the bytes a terminal would act on shown as \xNN: C0 controls, DEL, UTF-8's C1 controls
+ * (U+0080-U+009F), and every byte outside well-formed UTF-8 (a lone 0x9b is CSI to an 8-bit terminal). Messages
+ * quote paths, file contents and what a server answered, any of which may hold an escape sequence that would
+ * rewrite the user's screen or title. */
 void permctl_put_escaped(FILE *f, const char *s)
 {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p < 0x20 || *p == 0x7f) {
-            fprintf(f, "\\x%02x", *p);
-        } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
-            fprintf(f, "\\xc2\\x%02x", p[1]);
-            p++;
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        size_t n = *p < 0x80 ? 1 : permctl_utf8_len(p);
+        if (n == 0 || *p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] <= 0x9f)) {
+            n = n ? n : 1; /* a C1 control's two bytes, or one stray byte */
+            for (size_t i = 0; i < n; i++)
+                fprintf(f, "\\x%02x", p[i]);
         } else {
-            fputc(*p, f);
+            fwrite(p, 1, n, f);
         }
+        p += n;
     }
 }
 

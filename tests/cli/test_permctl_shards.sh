@@ -127,6 +127,10 @@ odd=$'x\e]0;owned\a.tar'
 cp "$DIR/bad.txt" "$DIR/$odd"
 expect_fail PD_EINVAL 'x\x1b]0;owned\x07.tar: not a tar' shards --tars "$DIR/$odd"
 ! grep -q $'\e' "$DIR/err" || fail "a raw escape byte reached stderr"
+# a lone 0x9b (CSI to an 8-bit terminal) too, while well-formed UTF-8 (é) stays as it is
+odd=$'caf\xc3\xa9\x9b2J.tar'
+cp "$DIR/bad.txt" "$DIR/$odd"
+expect_fail PD_EINVAL $'caf\xc3\xa9\\x9b2J.tar: not a tar' shards --tars "$DIR/$odd"
 expect_fail PD_ENOTFOUND "matches no file" shards --tars "$DIR/wds/none-*.tar"
 # one file listed twice, however spelled, would have its samples counted twice
 expect_fail PD_EINVAL "shard 1 is $DIR/wds/shard-000000.tar (shard 0) again" \
