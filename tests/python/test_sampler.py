@@ -493,6 +493,16 @@ class ClientRobustness(unittest.TestCase):
         finally:
             d.stop()
 
+    @staticmethod
+    def _read_while_restarting(d, it):
+        """The rest of iterator `it`, read while stopped permd `d` takes 1.5 s to come back."""
+        back = threading.Timer(1.5, d._start)
+        back.start()
+        try:
+            return list(it)
+        finally:
+            back.join()
+
     def test_a_sampler_waits_for_a_permd_that_restarts_slowly(self):
         # permd down for ~1.5 s (systemd's RestartSec is 2 s): the sampler waits for it; it gave up after one retry
         d = Daemon()
@@ -503,12 +513,7 @@ class ClientRobustness(unittest.TestCase):
             it = iter(s)
             head = [next(it) for _ in range(300)]
             d._end()
-            back = threading.Timer(1.5, d._start)
-            back.start()
-            try:
-                rest = list(it)
-            finally:
-                back.join()
+            rest = self._read_while_restarting(d, it)
             self.assertEqual(head + rest, list(permd.Sampler(size=20_000, num_replicas=2, rank=0, seed=6)))
             # the same when other code on the shared Client met the failure first (the Client marked broken: the
             # next use reconnects, which the sampler's first read of max_count did outside the wait)
@@ -518,12 +523,7 @@ class ClientRobustness(unittest.TestCase):
             d._end()
             with self.assertRaises(permd.ConnectionFailed):
                 c.get_dataset("slow")
-            back = threading.Timer(1.5, d._start)
-            back.start()
-            try:
-                rest = list(it)
-            finally:
-                back.join()
+            rest = self._read_while_restarting(d, it)
             off = permd.Sampler(size=20_000, num_replicas=2, rank=0, seed=6)
             off.set_epoch(1)
             self.assertEqual(head + rest, list(off))

@@ -227,27 +227,33 @@ class StatefulDataLoaderResume(unittest.TestCase):
                     warnings.simplefilter("error")
                     self.assertEqual(train(loader)[0], list(fresh), (every, r))
 
+    @staticmethod
+    def finished_epoch_0(every):
+        """Rank 0 of 2 trains epoch 0 whole: its loader's state then (the iterator finished)."""
+        s = sampler(2, 0)
+        s.set_epoch(0)
+        loader = StatefulLoader(s, BS, every)
+        train(loader)
+        return loader.state_dict()
+
+    @staticmethod
+    def resumed(epoch, state, every):
+        """A new rank 0 of 2 after set_epoch(epoch), and its loader restoring `state`."""
+        s = sampler(2, 0)
+        s.set_epoch(epoch)
+        loader = StatefulLoader(s, BS, every)
+        loader.load_state_dict(state)
+        return s, loader
+
     def test_a_crash_early_in_the_epoch_after_an_epoch_end_resume(self):
         # resumed from a checkpoint saved after epoch 0 ended (set_epoch(1)), the job dies 0 or 1 steps into epoch 1
         # and resumes from the loader's state then: the fresh iterator's step-0 snapshot was taken while the
         # restore's dropped pass (which had prefetched epoch 1's first ids) was still current, and said so
         for every in [1, 3]:
-            s = sampler(2, 0)
-            s.set_epoch(0)
-            loader = StatefulLoader(s, BS, every)
-            train(loader)
-            end = loader.state_dict()
+            end = self.finished_epoch_0(every)
             for stop in [0, 1]:
-                s = sampler(2, 0)
-                s.set_epoch(1)
-                loader = StatefulLoader(s, BS, every)
-                loader.load_state_dict(end)
-                trained, crash = train(loader, stop)
-                s = sampler(2, 0)
-                s.set_epoch(1)
-                loader = StatefulLoader(s, BS, every)
-                loader.load_state_dict(crash)
-                trained += train(loader)[0]
+                trained, crash = train(self.resumed(1, end, every)[1], stop)
+                trained += train(self.resumed(1, crash, every)[1])[0]
                 fresh = sampler(2, 0)
                 fresh.set_epoch(1)
                 self.assertEqual(sorted(trained), sorted(fresh), (every, stop))
@@ -257,31 +263,18 @@ class StatefulDataLoaderResume(unittest.TestCase):
         # restore's pass (prefetch, replay) hands out that epoch's tail or nothing, then is dropped for a fresh
         # iterator, which must not run the epoch again from its start; the epoch after it then runs whole
         for every in [1, 3]:
-            s = sampler(2, 0)
-            s.set_epoch(0)
-            loader = StatefulLoader(s, BS, every)
-            train(loader)
-            state = loader.state_dict()
+            state = self.finished_epoch_0(every)
             self.assertTrue(state["_iterator_finished"])
-            s = sampler(2, 0)
-            s.set_epoch(0)
-            loader = StatefulLoader(s, BS, every)
-            loader.load_state_dict(state)
+            s, loader = self.resumed(0, state, every)
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 self.assertEqual(train(loader)[0], [], every)
             # and the loader's state after that empty pass still says epoch 0 is done: resumed again, nothing runs
-            again = loader.state_dict()
-            s2 = sampler(2, 0)
-            s2.set_epoch(0)
-            loader2 = StatefulLoader(s2, BS, every)
-            loader2.load_state_dict(again)
-            self.assertEqual(train(loader2)[0], [], every)
+            self.assertEqual(train(self.resumed(0, loader.state_dict(), every)[1])[0], [], every)
             s.set_epoch(1)
             fresh = sampler(2, 0)
             fresh.set_epoch(1)
             self.assertEqual(train(loader)[0], list(fresh), every)
-
 
 if __name__ == "__main__":
     unittest.main()
