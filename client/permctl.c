@@ -100,6 +100,11 @@ void permctl_say(const char *fmt, ...)
     va_end(ap);
 }
 
+int permctl_stdout_done(void)
+{
+    return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+}
+
 int permctl_usage_error(const char *fmt, ...)
 {
     va_list ap;

@@ -24,8 +24,12 @@ typedef struct permctl_cmd {
 /* Print "permctl: <fmt>\n" to stderr, control bytes shown as \xNN (permctl_put_escaped). */
 void permctl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void permctl_vsay(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
-/* Write s to f, the bytes a terminal acts on (C0, DEL, UTF-8 C1) shown as \xNN. */
+/* Write s to f, the bytes a terminal acts on (C0, DEL, UTF-8 C1, any byte outside well-formed UTF-8) shown as
+ * \xNN. */
 void permctl_put_escaped(FILE *f, const char *s);
+/* Flush stdout: PERMCTL_EXIT_OK, or PERMCTL_EXIT_FAIL saying so when a write failed (a full disk, a closed pipe):
+ * a command's answer that could not be written is no answer. */
+int permctl_stdout_done(void);
 /* permctl_say, then return PERMCTL_EXIT_USAGE. */
 int permctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print "permctl: <what>: <pd_strerror(err)> (<PD_E...>)" to stderr and return PERMCTL_EXIT_FAIL. */

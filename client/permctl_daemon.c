@@ -346,9 +346,7 @@ int permctl_cmd_datasets(int argc, char **argv)
         free(all);
     }
     permd_close(c);
-    if (fflush(stdout) || ferror(stdout))
-        return permctl_fail(PD_EIO, "writing output");
-    return PERMCTL_EXIT_OK;
+    return permctl_stdout_done();
 }
 
 /* ---- fetch and stream ---------------------------------------------------------------------- */
@@ -611,7 +609,7 @@ static int permctl_inverse_mixture(const permctl_args *a)
         else
             printf("%llu %llu %u\n", (unsigned long long)epochs[i], (unsigned long long)pos[i], ranks[i]);
     }
-    rc = fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+    rc = permctl_stdout_done();
 done:
     free(q);
     free(epochs);
@@ -706,7 +704,7 @@ int permctl_cmd_inverse_daemon(int argc, char **argv)
                 printf("%llu %u\n", (unsigned long long)pos[i], ranks[i]);
         }
     }
-    rc = fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+    rc = permctl_stdout_done();
 done:
     free(samples);
     free(pos);
@@ -847,7 +845,7 @@ int permctl_cmd_stats(int argc, char **argv)
     permctl_stats_tables(&st, json);
     if (json)
         fputs("}\n", stdout);
-    return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+    return permctl_stdout_done();
 }
 
 /* ---- verify ------------------------------------------------------------------------------------ */
@@ -982,7 +980,7 @@ int permctl_cmd_verify(int argc, char **argv)
         printf("ok: %llu ids, each exactly once (digest %016llx)\n", (unsigned long long)got.count,
                (unsigned long long)got.hash);
         /* A verdict nobody could read is no verdict: a failed write fails, as every command's does. */
-        return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+        return permctl_stdout_done();
     }
     printf("MISMATCH: got %llu ids (sum %llu, hash %016llx), expected %llu ids (sum %llu, hash %016llx)\n",
            (unsigned long long)got.count, (unsigned long long)got.sum, (unsigned long long)got.hash,
@@ -1081,7 +1079,7 @@ int permctl_cmd_health(int argc, char **argv)
         snprintf(first, sizeof first, "%.*s", (int)strcspn(said, "\r\n"), said);
         permctl_put_escaped(stdout, first);
         putchar('\n');
-        return fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+        return permctl_stdout_done();
     }
     permctl_say("health: GET http://%s/healthz answered '%.*s'%s%.*s", hp, (int)line, answer, *body ? ": " : "",
                 (int)strcspn(body, "\r\n"), body);

@@ -194,7 +194,7 @@ int permctl_cmd_mixtures(int argc, char **argv)
     }
     permd_mixture_def_free(d);
     permd_close(c);
-    rc = fflush(stdout) || ferror(stdout) ? permctl_fail(PD_EIO, "writing output") : PERMCTL_EXIT_OK;
+    rc = permctl_stdout_done();
 done:
     free(copy);
     free(names);
