@@ -9,14 +9,10 @@ peers that do less work than a user's full build, to bound the comparison from b
 from the .npy files of an earlier build (Megatron caches its blended index so; memory-mapped, the page cache
 warm, the build not timed), and torch.multinomial drawing only the first batch's datasets (no epoch order, no
 resume: the least any sampler can do).
-Each case runs in a fresh process whose address space is capped (PEER_MEM_GIB, default 20 GiB, lowered to 85% of
-the memory available when the run starts, so that a peer that needs more fails with MemoryError rather than
-bringing in the kernel's OOM killer on a shared machine); memory is the growth of its peak RSS over the
-interpreter with the libraries imported; a case that fails reports why, after how long and at what peak. Cases
-that take under 0.1 s run REPEAT times (fresh processes each) and report the median run.
+Each case runs in a fresh process under an address-space cap (PEER_MEM_GIB), its memory the growth of its peak
+RSS over the interpreter with the libraries imported: bench/peerlib.py.
 usage: python3 bench/mixtures_peers.py [L ...]  (default 10^7 10^8 10^9; PYTHONPATH=python)
 """
-import json
 import os
 import resource
 import shutil
@@ -25,18 +21,19 @@ import sys
 import tempfile
 import time
 
+import peerlib
+
 SIZES = [20_000_000, 17_000_000, 3_000_000, 10_000_000]
 WEIGHTS = [4, 3, 2, 1]
 BATCH, WORLD = 1024, 8
-REPEAT = 5  # cases under 0.1 s run this many times, each in a fresh process: the median is reported
 
 
 def case_permd(length):
     import permd
     t0 = time.perf_counter()
     m = permd.Mixture(1, 0, SIZES, WEIGHTS, length=length)
-    first = m.rank(WORLD, 0, "exact", 0, BATCH)
-    return time.perf_counter() - t0, int(first[0])
+    m.rank(WORLD, 0, "exact", 0, BATCH)
+    return {"first": time.perf_counter() - t0}
 
 
 def case_permd_sampler(length):
@@ -45,8 +42,8 @@ def case_permd_sampler(length):
     t0 = time.perf_counter()
     m = permd.Mixture(1, 0, SIZES, WEIGHTS, length=length)
     it = iter(permd.Sampler(mixture=m, num_replicas=WORLD, rank=0, mode="exact"))
-    first = [next(it) for _ in range(BATCH)]
-    return time.perf_counter() - t0, first[0]
+    [next(it) for _ in range(BATCH)]
+    return {"first": time.perf_counter() - t0}
 
 
 def case_permd_daemon(length):
@@ -60,8 +57,8 @@ def case_permd_daemon(length):
     client.put_mixture(f"peers-{length}", names, WEIGHTS, length=length)
     t0 = time.perf_counter()
     it = iter(permd.Sampler(num_replicas=WORLD, rank=0, seed=1, mode="exact", client=client, name=f"peers-{length}"))
-    first = [next(it) for _ in range(BATCH)]
-    return time.perf_counter() - t0, first[0]
+    [next(it) for _ in range(BATCH)]
+    return {"first": time.perf_counter() - t0}
 
 
 def build_numpy_index(length):
@@ -85,8 +82,8 @@ def build_numpy_index(length):
 def case_numpy_index(length):
     t0 = time.perf_counter()
     _, sample_index = build_numpy_index(length)
-    first = sample_index[0:BATCH * WORLD:WORLD]
-    return time.perf_counter() - t0, int(first[0])
+    sample_index[0:BATCH * WORLD:WORLD].copy()
+    return {"first": time.perf_counter() - t0}
 
 
 def cache_files(length):
@@ -107,9 +104,9 @@ def case_numpy_cached(length):
     import numpy as np
     t0 = time.perf_counter()
     dataset_index, sample_index = (np.load(p, mmap_mode="r") for p in cache_files(length))
-    first = np.array(sample_index[0:BATCH * WORLD:WORLD])
-    _ = np.array(dataset_index[0:BATCH * WORLD:WORLD])
-    return time.perf_counter() - t0, int(first[0])
+    np.array(sample_index[0:BATCH * WORLD:WORLD])
+    np.array(dataset_index[0:BATCH * WORLD:WORLD])
+    return {"first": time.perf_counter() - t0}
 
 
 def case_torch_sampler(length):
@@ -118,8 +115,8 @@ def case_torch_sampler(length):
     t0 = time.perf_counter()
     weights = torch.cat([torch.full((n,), w / n, dtype=torch.double) for n, w in zip(SIZES, WEIGHTS)])
     it = iter(WeightedRandomSampler(weights, length, replacement=True, generator=torch.Generator().manual_seed(1)))
-    first = [next(it) for _ in range(BATCH)]
-    return time.perf_counter() - t0, int(first[0])
+    [next(it) for _ in range(BATCH)]
+    return {"first": time.perf_counter() - t0}
 
 
 def case_torch_two_level(length):
@@ -132,8 +129,8 @@ def case_torch_two_level(length):
                                                        replacement=True, generator=g)))
     offsets = torch.tensor([0] + SIZES[:-1]).cumsum(0)
     sizes = torch.tensor(SIZES)
-    first = offsets[datasets[:BATCH]] + (torch.rand(BATCH, generator=g) * sizes[datasets[:BATCH]]).long()
-    return time.perf_counter() - t0, int(first[0])
+    offsets[datasets[:BATCH]] + (torch.rand(BATCH, generator=g) * sizes[datasets[:BATCH]]).long()
+    return {"first": time.perf_counter() - t0}
 
 
 def case_torch_first_batch(length):
@@ -145,8 +142,8 @@ def case_torch_first_batch(length):
                                  generator=g)[0::WORLD]
     offsets = torch.tensor([0] + SIZES[:-1]).cumsum(0)
     sizes = torch.tensor(SIZES)
-    first = offsets[datasets] + (torch.rand(BATCH, generator=g) * sizes[datasets]).long()
-    return time.perf_counter() - t0, int(first[0])
+    offsets[datasets] + (torch.rand(BATCH, generator=g) * sizes[datasets]).long()
+    return {"first": time.perf_counter() - t0}
 
 
 CASES = {"permd.Mixture": case_permd, "permd.Sampler(mixture=...)": case_permd_sampler,
@@ -158,41 +155,14 @@ CASES = {"permd.Mixture": case_permd, "permd.Sampler(mixture=...)": case_permd_s
          "torch.multinomial for the first batch only (no order, no resume)": case_torch_first_batch}
 
 
-def child(name, length, cap):
-    import numpy  # noqa: F401  (the baseline holds the libraries every case may use)
-    import torch  # noqa: F401
-    import permd  # noqa: F401
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.perf_counter()
-    try:
-        seconds, _ = CASES[name](length)
-        error = None
-    except MemoryError as e:  # numpy's _ArrayMemoryError is one; torch's and the interpreter's say nothing more
-        seconds = time.perf_counter() - t0
-        error = f"MemoryError ({str(e) or 'no message'}) at the {cap / 2 ** 30:.1f} GiB address-space cap"
-    except RuntimeError as e:
-        seconds, error = time.perf_counter() - t0, f"RuntimeError: {e}"
-    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
-    print(json.dumps({"seconds": seconds, "kib": grown, "error": error}))
-
-
-def memory_cap():
-    """Bytes of address space a case may use: PEER_MEM_GIB, at most 85% of what is available now."""
-    want = float(os.environ.get("PEER_MEM_GIB", 20)) * 2 ** 30
-    with open("/proc/meminfo") as f:
-        avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    return int(min(want, 0.85 * avail))
-
-
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        return child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return peerlib.child(CASES, sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     if len(sys.argv) == 4 and sys.argv[1] == "--build-cache":
         resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[3]), int(sys.argv[3])))
         return build_cache(int(sys.argv[2]))
     lengths = [int(float(x)) for x in sys.argv[1:]] or [10 ** 7, 10 ** 8, 10 ** 9]
-    cap = memory_cap()
+    cap = peerlib.memory_cap()
     print(f"Components {SIZES} (N = {sum(SIZES)}), weights {WEIGHTS}; the first batch: rank 0 of {WORLD}, "
           f"{BATCH} ids; each case in a fresh process, its address space capped at {cap / 2 ** 30:.1f} GiB\n")
     print("| L | method | first batch (ms) | memory (MiB) | vs permd.Mixture (time) | vs permd.Mixture (memory) |\n"
@@ -206,30 +176,19 @@ def main():
         shutil.rmtree(os.environ["PEERS_CACHE"], ignore_errors=True)
 
 
-def times(x):
-    """A ratio as the table prints it: whole numbers from 10 up, else two significant digits."""
-    return f"{x:.0f}x" if x >= 10 else f"{x:.2g}x"
-
-
 def run_case(name, length, cap):
-    """The median of a case's runs (each a fresh process; REPEAT of them when they are quick), or its error."""
-    if CASES[name] is case_numpy_cached:  # the cache is built first, untimed
+    """peerlib.run_case, the numpy cache built first (untimed) for the case that loads it, and removed after."""
+    if CASES[name] is case_numpy_cached:
         out = subprocess.run([sys.executable, __file__, "--build-cache", str(length), str(cap)],
                              capture_output=True, text=True, env=os.environ)
         if out.returncode:
             why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
             return {"error": f"building the cache: {why}"}
-    runs = []
-    while len(runs) < (REPEAT if all(r["seconds"] < 0.1 and not r["error"] for r in runs) else 1):
-        out = subprocess.run([sys.executable, __file__, "--child", name, str(length), str(cap)],
-                             capture_output=True, text=True, env=os.environ)
-        if out.returncode:  # killed, or an error the child does not catch
-            return {"error": (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]}
-        runs.append(json.loads(out.stdout))
+    r = peerlib.run_case(__file__, name, length, cap)
     if CASES[name] is case_numpy_cached:  # this length's cache is done with (10^9 would hold 9 GB)
         for path in cache_files(length):
             os.remove(path)
-    return sorted(runs, key=lambda x: x["seconds"])[len(runs) // 2]
+    return r
 
 
 def run_length(length, cases, cap):
@@ -237,18 +196,17 @@ def run_length(length, cases, cap):
     for name in cases:
         r = run_case(name, length, cap)
         if r["error"]:
-            where = f" after {r['seconds']:.1f} s at {r['kib'] / 1024:.0f} MiB" if "seconds" in r else ""
-            print(f"| {length:.0e} | {name} | failed{where}: {r['error']} | | | |", flush=True)
+            print(f"| {length:.0e} | {name} | {peerlib.failed(r)} | | | |", flush=True)
             continue
-        mib = r["kib"] / 1024
+        mib, seconds = r["kib"] / 1024, r["times"]["first"]
         if base is None:  # permd.Mixture: the ratios' baseline (its RSS growth is at the noise floor)
-            base = (r["seconds"], max(mib, 0.1))
+            base = (seconds, max(mib, 0.1))
             ratios = "| 1x | 1x |"
         elif name.startswith("permd"):
-            ratios = f"| {times(r['seconds'] / base[0])} | |"
+            ratios = f"| {peerlib.times(seconds / base[0])} | |"
         else:
-            ratios = f"| {times(r['seconds'] / base[0])} | {times(max(mib, 0.1) / base[1])} |"
-        print(f"| {length:.0e} | {name} | {r['seconds'] * 1e3:.2f} | {mib:.1f} {ratios}", flush=True)
+            ratios = f"| {peerlib.times(seconds / base[0])} | {peerlib.times(max(mib, 0.1) / base[1])} |"
+        print(f"| {length:.0e} | {name} | {seconds * 1e3:.2f} | {mib:.1f} {ratios}", flush=True)
 
 
 if __name__ == "__main__":
