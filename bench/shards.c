@@ -69,14 +69,18 @@ static void run_flat(void *p)
 typedef struct plan_build {
     const layout *l;
     shape sh;
+    const pd_gen *gen; /* NULL: the core's loop */
 } plan_build;
 
 static void run_build(void *p)
 {
     plan_build *b = p;
     pd_shard_plan plan;
-    if (pd_shard_plan_init(&plan, b->l->start, b->l->shards, 1, 2, b->sh.window, b->sh.lanes, b->l->mem,
-                           pd_shard_plan_bytes(b->l->shards)))
+    int rc = b->gen ? pd_gen_shard_plan_init(b->gen, &plan, b->l->start, b->l->shards, 1, 2, b->sh.window,
+                                             b->sh.lanes, b->l->mem, pd_shard_plan_bytes(b->l->shards))
+                    : pd_shard_plan_init(&plan, b->l->start, b->l->shards, 1, 2, b->sh.window, b->sh.lanes,
+                                         b->l->mem, pd_shard_plan_bytes(b->l->shards));
+    if (rc)
         abort();
 }
 
@@ -128,7 +132,7 @@ static void cpu_table(const layout *l, uint64_t count)
     printf("| order | K | G | W | σ work ÷ flat |");
     for (size_t b = 0; b < nb; b++)
         printf(" %s M ids/s | ÷ flat |", names[b]);
-    printf(" plan build |\n|---|---|---|---|---|");
+    printf(" plan build: core / %s |\n|---|---|---|---|---|", names[nb - 1]);
     for (size_t b = 0; b < nb; b++)
         printf("---|---|");
     printf("---|\n");
@@ -143,8 +147,9 @@ static void cpu_table(const layout *l, uint64_t count)
     fflush(stdout);
     for (size_t s = 0; s < NSHAPES; s++) {
         pd_shard_plan plan;
-        plan_build pb = {.l = l, .sh = shapes[s]};
-        const double build = median_seconds(run_build, &pb);
+        plan_build pb = {.l = l, .sh = shapes[s]}, pg = {.l = l, .sh = shapes[s], .gen = backends[nb - 1]};
+        double build, build_gen;
+        median_seconds_paired(run_build, &pb, run_build, &pg, &build, &build_gen);
         if (pd_shard_plan_init(&plan, l->start, l->shards, 1, 2, shapes[s].window, shapes[s].lanes, l->mem,
                                pd_shard_plan_bytes(l->shards)))
             abort();
@@ -161,7 +166,7 @@ static void cpu_table(const layout *l, uint64_t count)
             printf(" %.1f | %.2f |", count / ts / 1e6, tf / ts);
             fflush(stdout);
         }
-        printf(" %.1f ms |\n", build * 1e3);
+        printf(" %.2f / %.2f ms |\n", build * 1e3, build_gen * 1e3);
         fflush(stdout);
     }
     free(j.out);
@@ -227,6 +232,32 @@ static void gpu_table(pd_gpu *gpu, const layout *l, uint64_t count)
 }
 #endif
 
+static void layout_init(layout *l, const char *name, uint64_t shards, uint64_t per, int uneven);
+
+/* A plan's build (once per epoch, before its first id) at the shard counts sharding is for: the core's loop
+ * against pd_gen_shard_plan_init on the fastest kernel here, timed alternately. */
+static void build_table(int quick)
+{
+    pd_gen g;
+    if (pd_gen_init(&g, PD_ISA_AUTO))
+        abort();
+    printf("\n### Plan build: uneven shards of 512-1535, window 8, one lane; one thread\n\n"
+           "| shards | core ms | %s ms | core / %s |\n|---:|---:|---:|---:|\n", pd_isa_name(g.isa),
+           pd_isa_name(g.isa));
+    for (unsigned k = 16; k <= (quick ? 16u : 24u); k += 4) {
+        layout l;
+        layout_init(&l, "", UINT64_C(1) << k, 1024, 1);
+        plan_build core = {.l = &l, .sh = {.window = 8, .lanes = 1}}, fast = core;
+        fast.gen = &g;
+        double tc, tg;
+        median_seconds_paired(run_build, &core, run_build, &fast, &tc, &tg);
+        printf("| 2^%u | %.2f | %.2f | %.1f |\n", k, tc * 1e3, tg * 1e3, tc / tg);
+        fflush(stdout);
+        free(l.start);
+        free(l.mem);
+    }
+}
+
 /* Shards of `per` samples each (uniform), or of per/2 .. 3·per/2 - 1 at random (uneven: windows
  * of any size, so τ_w cycle-walks as flat σ over N does). */
 static void layout_init(layout *l, const char *name, uint64_t shards, uint64_t per, int uneven)
@@ -273,6 +304,8 @@ int main(int argc, char **argv)
            "times on average) over flat σ's on N: σ alone would make \"÷ flat\" about 1 / that.\n");
     for (int i = 0; cpu && i < 2; i++)
         cpu_table(&layouts[i], layouts[i].n / 8);
+    if (cpu)
+        build_table(quick);
 #ifdef PERMD_BENCH_GPU
     pd_gpu *gpu;
     int devices = 0;

@@ -166,15 +166,18 @@ static int permctl_rank_sharded(const permctl_args *a, pd_slice *s, uint64_t wan
     size_t bytes = pd_shard_plan_bytes(nshards);
     void *mem = malloc(bytes);
     pd_shard_plan plan;
+    pd_gen gen;
+    pd_gen_init(&gen, PD_ISA_AUTO); /* π on the fastest kernel here: the core's plan */
     uint64_t left;
     int locations = (a->set & PERMCTL_BIT(LOCATIONS)) != 0;
     if (!start || !mem)
         rc = permctl_fail(PD_ENOMEM, "rank");
     else if (pd_shard_layout_build(sizes, nshards, start))
         rc = permctl_usage_error("rank: the shard sizes must sum to between 1 and 2^63 samples");
-    else if ((rc = pd_shard_plan_init(&plan, start, nshards, a->u[PERMCTL_OPT_SEED], a->u[PERMCTL_OPT_EPOCH],
-                                      (a->set & PERMCTL_BIT(WINDOW)) ? a->u[PERMCTL_OPT_WINDOW] : 8,
-                                      (a->set & PERMCTL_BIT(LANES)) ? a->u[PERMCTL_OPT_LANES] : 1, mem, bytes)))
+    else if ((rc = pd_gen_shard_plan_init(&gen, &plan, start, nshards, a->u[PERMCTL_OPT_SEED],
+                                          a->u[PERMCTL_OPT_EPOCH],
+                                          (a->set & PERMCTL_BIT(WINDOW)) ? a->u[PERMCTL_OPT_WINDOW] : 8,
+                                          (a->set & PERMCTL_BIT(LANES)) ? a->u[PERMCTL_OPT_LANES] : 1, mem, bytes)))
         rc = permctl_fail(rc, "rank");
     else if ((rc = pd_slice_remaining(plan.n, s, &left)))
         rc = rc == PD_ERANGE ? permctl_usage_error("--offset: %llu is past the end of the epoch",

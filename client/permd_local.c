@@ -150,10 +150,11 @@ int permd_plan_new(uint64_t seed, uint64_t epoch, const uint64_t *sizes, uint64_
     size_t bytes = pd_shard_plan_bytes(nshards);
     p->start = malloc((size_t)(nshards + 1) * sizeof *p->start);
     p->mem = malloc(bytes);
+    pd_gen g;
     int rc = !p->start || !p->mem ? PD_ENOMEM : pd_shard_layout_build(sizes, nshards, p->start);
-    if (rc == 0)
-        rc = pd_shard_plan_init(&p->plan, p->start, nshards, seed, epoch, window ? window : 8, lanes ? lanes : 1,
-                                p->mem, bytes);
+    if (rc == 0 && (rc = pd_gen_init(&g, PD_ISA_AUTO)) == 0) /* π on the SIMD kernel: 2^20 shards in ms */
+        rc = pd_gen_shard_plan_init(&g, &p->plan, p->start, nshards, seed, epoch, window ? window : 8,
+                                    lanes ? lanes : 1, p->mem, bytes);
     if (rc) {
         permd_plan_free(p);
         return rc;

@@ -35,8 +35,8 @@ size_t pd_shard_plan_bytes(uint64_t shards)
     return (size_t)(2 * shards + 1) * sizeof(uint64_t);
 }
 
-int pd_shard_plan_init(pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
-                       uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes)
+int pd__shard_plan_begin(pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
+                         uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes)
 {
     if (!plan || !start || !mem || shards == 0 || shards > PD_SHARDS_MAX || window == 0 || lanes == 0 ||
         lanes > UINT32_MAX || start[0] != 0 || start[shards] == 0 || start[shards] > PD_N_MAX)
@@ -55,17 +55,29 @@ int pd_shard_plan_init(pd_shard_plan *plan, const uint64_t *start, uint64_t shar
     plan->epoch = epoch;
     plan->slot_shard = mem;
     plan->slot_start = plan->slot_shard + shards;
-    int rc = pd_perm_init(&plan->order, seed, epoch, PD_STREAM_SHARD_ORDER, shards);
+    return pd_perm_init(&plan->order, seed, epoch, PD_STREAM_SHARD_ORDER, shards);
+}
+
+void pd__shard_plan_end(pd_shard_plan *plan)
+{
+    uint64_t acc = 0;
+    for (uint64_t t = 0; t < plan->shards; t++) {
+        const uint64_t s = plan->slot_shard[t];
+        plan->slot_start[t] = acc;
+        acc += plan->start[s + 1] - plan->start[s];
+    }
+    plan->slot_start[plan->shards] = acc;
+}
+
+int pd_shard_plan_init(pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
+                       uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes)
+{
+    int rc = pd__shard_plan_begin(plan, start, shards, seed, epoch, window, lanes, mem, mem_bytes);
     if (rc)
         return rc;
-    uint64_t acc = 0;
-    for (uint64_t t = 0; t < shards; t++) {
-        uint64_t s = pd_perm_at(&plan->order, t);
-        plan->slot_shard[t] = s;
-        plan->slot_start[t] = acc;
-        acc += start[s + 1] - start[s];
-    }
-    plan->slot_start[shards] = acc;
+    for (uint64_t t = 0; t < shards; t++)
+        plan->slot_shard[t] = pd_perm_at(&plan->order, t);
+    pd__shard_plan_end(plan);
     return PD_OK;
 }
 

@@ -50,6 +50,14 @@ size_t pd_shard_plan_bytes(uint64_t shards);
 int pd_shard_plan_init(pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
                        uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes);
 
+/* pd_shard_plan_init in three steps, for a caller that computes the shard order in bulk (cpu/'s σ kernels:
+ * pd_gen_shard_plan_init): pd__shard_plan_begin checks the arguments and sets every field but the two tables,
+ * with the same errors; the caller then writes slot_shard[t] = pd_perm_at(&plan->order, t) for every t < S; and
+ * pd__shard_plan_end fills slot_start from them. */
+int pd__shard_plan_begin(pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
+                         uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes);
+void pd__shard_plan_end(pd_shard_plan *plan);
+
 /* Where a sample lives. */
 typedef struct pd_shard_loc {
     uint64_t sample; /* global id: start[shard] + offset */

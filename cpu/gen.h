@@ -132,6 +132,13 @@ int pd_pool_slice_fill_u32(pd_pool *pool, const pd_perm *p, const pd_slice *s, u
 
 /* ---- Sharded epochs (docs/spec/shards-v1.md) */
 
+/* pd_shard_plan_init with the shard order π computed by g's σ kernel: the same plan and errors, besides those
+ * of g. The core evaluates π one shard at a time (~70 ns each on a Zen 3); this is the plan build of a sharded
+ * dataset's first request of each epoch (bench/shards: plan build). */
+int pd_gen_shard_plan_init(const pd_gen *g, pd_shard_plan *plan, const uint64_t *start, uint64_t shards,
+                           uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes, void *mem,
+                           size_t mem_bytes);
+
 /* A rank's next min(count, remaining) ids of a sharded epoch, as pd_shard_slice_fill_u64/u32 and
  * with the same errors (PD_EOVERFLOW for u32 when N > 2^32), besides those of g or pool above.
  * The rank's positions are cut into runs that stay inside one window; batches of runs go through

@@ -620,6 +620,19 @@ void pd_gen_shard_gather_u64(const pd_gen *g, const pd_shard_plan *plan, uint64_
     }
 }
 
+int pd_gen_shard_plan_init(const pd_gen *g, pd_shard_plan *plan, const uint64_t *start, uint64_t shards,
+                           uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes, void *mem,
+                           size_t mem_bytes)
+{
+    int rc = pd__shard_plan_begin(plan, start, shards, seed, epoch, window, lanes, mem, mem_bytes);
+    if (rc)
+        return rc;
+    if ((rc = pd_gen_fill_u64(g, &plan->order, 0, shards, plan->slot_shard)))
+        return rc;
+    pd__shard_plan_end(plan);
+    return PD_OK;
+}
+
 /* Validate like pd_shard_slice_fill_* (same codes, same order) and split off the wrapped tail. */
 static int pd_shard_req_init(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, void *out,
                              unsigned width, const uint64_t *written, pd_shard_req *r)

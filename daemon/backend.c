@@ -183,6 +183,11 @@ void pd_backend_close(pd_backend *b)
     free(b);
 }
 
+const pd_gen *pd_backend_gen(const pd_backend *b)
+{
+    return &b->gen;
+}
+
 const char *pd_backend_describe(const pd_backend *b)
 {
     return b ? b->desc : "";

@@ -68,6 +68,8 @@ struct pd_plans {
     _Atomic uint64_t cursor_bytes; /* of bytes, mixtures' cursors' */
     pthread_cond_t cursor_back;    /* a cursor was given back or freed (pd_plan_cursor_take waits for one) */
     uint64_t next_id;
+    pd_gen gen;  /* builds sharded plans' shard orders, when has_gen */
+    int has_gen;
 };
 
 /* Whether nobody but the list and idle holders has p (no table is being read or built). Caller holds
@@ -196,11 +198,15 @@ static void pd_plans_trim(pd_plans *c)
     }
 }
 
-int pd_plans_open(unsigned max_entries, uint64_t max_bytes, pd_plans **out)
+int pd_plans_open(unsigned max_entries, uint64_t max_bytes, const pd_gen *gen, pd_plans **out)
 {
     pd_plans *c = calloc(1, sizeof *c);
     if (!c)
         return PD_ENOMEM;
+    if (gen) {
+        c->gen = *gen;
+        c->has_gen = 1;
+    }
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cursor_back, NULL);
     c->max = max_entries ? max_entries : 1;
@@ -505,6 +511,9 @@ static int pd_plan_build(pd_plan *p)
         else if (d)
             rc = pd_mix_init(&p->mix, p->seed, p->comps, d->components, d->length, d->block, d->starts, d->weights,
                              d->stages, p->mem, p->size);
+        else if (p->cache->has_gen) /* π on the SIMD kernel: 2^20 shards in ms, not the core's ~0.1 s */
+            rc = pd_gen_shard_plan_init(&p->cache->gen, &p->plan, p->layout->start, p->layout->shards, p->seed,
+                                        p->epoch, p->window, p->lanes, p->mem, p->size);
         else
             rc = pd_shard_plan_init(&p->plan, p->layout->start, p->layout->shards, p->seed, p->epoch, p->window,
                                     p->lanes, p->mem, p->size);

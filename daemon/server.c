@@ -680,7 +680,8 @@ static int pd_server_start(pd_server *s, uv_loop_t *loop, unsigned workers)
                      cfg->cpu_isa);
         return rc;
     }
-    if ((rc = pd_plans_open((unsigned)cfg->plan_cache, cfg->plan_cache_bytes, &s->plans)) ||
+    if ((rc = pd_plans_open((unsigned)cfg->plan_cache, cfg->plan_cache_bytes, pd_backend_gen(s->backend),
+                            &s->plans)) ||
         (rc = pd_groups_open(cfg, &s->groups))) {
         pd_log_error("startup", "msg=\"out of memory\"");
         return rc;

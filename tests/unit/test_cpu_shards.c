@@ -620,6 +620,56 @@ static void batch_kernels_match_scalar(void **state)
     }
 }
 
+/* pd_gen_shard_plan_init: the core's plan, table for table, from every ISA and walk (one shard, small counts whose
+ * π has 1 to 3 bits, a power of two, and enough shards for whole vectors and a cycle walk); the core's errors. */
+static void plan_build_matches_core(void **state)
+{
+    (void)state;
+    const uint64_t counts[] = {1, 2, 3, 5, 8, 64, 100, 1000, 4097, 65536};
+    uint64_t rng = 7;
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        layout l;
+        layout_random(&l, &rng, counts[c], c % 2 ? P2(33) : 0); /* some with N > 2^32 */
+        pd_shard_plan want, got;
+        void *mem = xmalloc(pd_shard_plan_bytes(l.shards));
+        plan_for(&want, &l, 11, 3 + c, 4, 2);
+        for (size_t i = 0; i < ngens; i++) {
+            memset(mem, 0xA5, pd_shard_plan_bytes(l.shards));
+            assert_int_equal(pd_gen_shard_plan_init(&gens[i].g, &got, l.start, l.shards, 11, 3 + c, 4, 2, mem,
+                                                    pd_shard_plan_bytes(l.shards)),
+                             PD_OK);
+            if (memcmp(got.slot_shard, want.slot_shard, l.shards * 8) ||
+                memcmp(got.slot_start, want.slot_start, (l.shards + 1) * 8) || got.n != want.n ||
+                got.windows != want.windows || got.lane_q != want.lane_q || got.lane_r != want.lane_r) {
+                print_error("%s: %llu shards: another plan than the core's\n", gens[i].name,
+                            (unsigned long long)l.shards);
+                fail();
+            }
+        }
+        free(mem);
+        layout_free(&l);
+    }
+    /* the core's errors, in its order */
+    const uint64_t sizes[2] = {3, 4};
+    layout l, none;
+    layout_from(&l, sizes, 2);
+    none.start = xmalloc(3 * 8);
+    none.start[0] = none.start[1] = none.start[2] = 0; /* N = 0 */
+    pd_shard_plan plan;
+    pd_gen g;
+    assert_int_equal(pd_gen_init(&g, PD_ISA_AUTO), PD_OK);
+    const size_t bytes = pd_shard_plan_bytes(2);
+    assert_int_equal(pd_gen_shard_plan_init(&g, &plan, l.start, 2, 1, 2, 0, 1, l.mem, bytes), PD_EINVAL);
+    assert_int_equal(pd_gen_shard_plan_init(&g, &plan, l.start, 2, 1, 2, 1, 0, l.mem, bytes), PD_EINVAL);
+    assert_int_equal(pd_gen_shard_plan_init(&g, &plan, l.start, 0, 1, 2, 1, 1, l.mem, bytes), PD_EINVAL);
+    assert_int_equal(pd_gen_shard_plan_init(&g, &plan, none.start, 2, 1, 2, 1, 1, l.mem, bytes), PD_EINVAL);
+    assert_int_equal(pd_gen_shard_plan_init(&g, &plan, l.start, 2, 1, 2, 1, 1, l.mem, bytes - 1), PD_ERANGE);
+    assert_int_equal(pd_gen_shard_plan_init(NULL, &plan, l.start, 2, 1, 2, 1, 1, l.mem, bytes), PD_EINVAL);
+    assert_int_equal(pd_gen_shard_plan_init(&g, &plan, l.start, 2, 1, 2, 1, 1, l.mem, bytes), PD_OK);
+    free(none.start);
+    layout_free(&l);
+}
+
 /* A negative control for the comparison: ids of another epoch's plan differ from the core's. */
 static void comparison_can_fail(void **state)
 {
@@ -649,6 +699,7 @@ int main(void)
         printf("checking %s\n", gens[i].name);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_arguments_match_core),
+        cmocka_unit_test(plan_build_matches_core),
         cmocka_unit_test(comparison_can_fail),
         cmocka_unit_test(m0_words_carry_free),
         cmocka_unit_test(batch_kernels_match_scalar),

@@ -87,7 +87,7 @@ static int setup_with(void **state, const char *inline_ids)
         fail_msg("registry: %s", err);
     pd_backend_opts bo = {.cpu_isa = "auto", .cpu_threads = 1, .gpu = "off"};
     assert_int_equal(pd_backend_open(&bo, &f->backend), 0);
-    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &f->plans), 0);
+    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, pd_backend_gen(f->backend), &f->plans), 0);
     assert_int_equal(pd_groups_open(&f->cfg, &f->groups), 0);
     f->svc.cfg = &f->cfg;
     f->svc.reg = f->reg;
@@ -819,7 +819,7 @@ static void test_plans_bounded(void **state)
     pd_plans *c;
     pd_plan *p[4], *q;
     const pd_shard_plan *sp;
-    assert_int_equal(pd_plans_open(16, 3 * size, &c), 0);
+    assert_int_equal(pd_plans_open(16, 3 * size, NULL, &c), 0);
     for (unsigned i = 0; i < 3; i++) {
         assert_int_equal(pd_plans_get(c, l, 100 + i, 0, 8, 1, &p[i]), 0);
         assert_int_equal(pd_plan_use(p[i], &sp), 0);
@@ -839,7 +839,7 @@ static void test_plans_bounded(void **state)
     pd_plans_close(c);
 
     /* One plan larger than the bound is served, alone. */
-    assert_int_equal(pd_plans_open(16, size / 2, &c), 0);
+    assert_int_equal(pd_plans_open(16, size / 2, NULL, &c), 0);
     assert_int_equal(pd_plans_get(c, l, 1, 0, 8, 1, &p[0]), 0);
     assert_int_equal(pd_plans_get(c, l, 2, 0, 8, 1, &p[1]), PD_EBUSY);
     pd_plan_release(p[0]);
@@ -861,7 +861,7 @@ static void test_plans_idle_reclaim(void **state)
     pd_plan *a, *b, *b2;
     const pd_shard_plan *sp;
     uint64_t want[PLAN_SHARDS * PLAN_PER_SHARD], pos;
-    assert_int_equal(pd_plans_open(16, size, &c), 0);
+    assert_int_equal(pd_plans_open(16, size, NULL, &c), 0);
     assert_int_equal(pd_plans_get(c, l, 7, 3, 8, 1, &a), 0);
     assert_int_equal(pd_plan_use(a, &sp), 0);
     for (uint64_t i = 0; i < PLAN_SHARDS * PLAN_PER_SHARD; i++)
@@ -904,7 +904,7 @@ static void test_plans_retired(void **state)
     pd_plans *c;
     pd_plan *cached, *idle, *used, *kept;
     const pd_shard_plan *sp;
-    assert_int_equal(pd_plans_open(16, 8 * size, &c), 0);
+    assert_int_equal(pd_plans_open(16, 8 * size, NULL, &c), 0);
     assert_int_equal(pd_plans_get(c, l, 1, 0, 8, 1, &cached), 0);
     assert_int_equal(pd_plan_use(cached, &sp), 0);
     pd_plan_release(cached); /* listed only */
@@ -1006,7 +1006,7 @@ static void test_idle_streams_release_plans(void **state)
     snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)(2 * size));
     set(f, "plan_cache_bytes", bytes);
     pd_plans_close(f->plans);
-    assert_int_equal(pd_plans_open(16, 2 * size, &f->plans), 0);
+    assert_int_equal(pd_plans_open(16, 2 * size, NULL, &f->plans), 0);
     f->svc.plans = f->plans;
     connect_client(f, 0);
     put_sharded(f, "sh");
@@ -1060,7 +1060,7 @@ static void test_readahead_lends_its_plan(void **state)
     fixture *f = *state;
     const uint64_t size = pd_shard_plan_bytes(PLAN_SHARDS);
     pd_plans_close(f->plans);
-    assert_int_equal(pd_plans_open(16, size, &f->plans), 0); /* room for one plan */
+    assert_int_equal(pd_plans_open(16, size, NULL, &f->plans), 0); /* room for one plan */
     f->svc.plans = f->plans;
     assert_int_equal(pd_readahead_loop_open(&f->sl), 0);
     connect_client(f, 0);
@@ -1275,7 +1275,7 @@ static void test_woken_stream_of_deleted_dataset(void **state)
     fixture *f = *state;
     const uint64_t size = pd_shard_plan_bytes(PLAN_SHARDS);
     pd_plans_close(f->plans);
-    assert_int_equal(pd_plans_open(16, size, &f->plans), 0); /* room for one plan */
+    assert_int_equal(pd_plans_open(16, size, NULL, &f->plans), 0); /* room for one plan */
     f->svc.plans = f->plans;
     connect_client(f, 0);
     put_sharded(f, "sh");

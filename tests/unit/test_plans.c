@@ -1,4 +1,4 @@
-/* Tests for daemon/plans.c's mixture cursors: kept warm with their plan, charged against the cache's bytes, given up for room. */
+/* Tests for daemon/plans.c: sharded plans built on the CPU kernels; mixture cursors kept warm with their plan, charged against the cache's bytes, given up for room. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -43,7 +43,7 @@ static pd_mixdef *mix_def(pd_layout **layouts)
 /* A cache of max_bytes with mixture d's plan (seed 7) in *p. */
 static void open_mix(pd_mixdef *d, pd_layout **layouts, uint64_t max_bytes, pd_plans **c, pd_plan **p)
 {
-    assert_int_equal(pd_plans_open(4, max_bytes, c), 0);
+    assert_int_equal(pd_plans_open(4, max_bytes, NULL, c), 0);
     assert_int_equal(pd_plans_get_mix(*c, d, layouts, 7, p), 0);
 }
 
@@ -288,9 +288,48 @@ static void test_cursor_missing(void **state)
     free_def(d, layouts);
 }
 
+/* A cache given a generator builds a sharded plan on its σ kernel: the core's plan (a cache without one builds
+ * that), table for table; another epoch's differs (the comparison can fail). */
+static void test_sharded_plan_on_gen(void **state)
+{
+    (void)state;
+    enum { S = 5000 };
+    uint64_t *sizes = malloc(S * sizeof *sizes);
+    assert_non_null(sizes);
+    for (int i = 0; i < S; i++)
+        sizes[i] = 1 + (uint64_t)(i * 7919) % 13;
+    pd_layout *layout;
+    assert_int_equal(pd_layout_create(sizes, S, &layout), 0);
+    free(sizes);
+    pd_gen g;
+    assert_int_equal(pd_gen_init(&g, PD_ISA_AUTO), 0);
+    pd_plans *with, *without;
+    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, &g, &with), 0);
+    assert_int_equal(pd_plans_open(4, UINT64_C(1) << 30, NULL, &without), 0);
+    pd_plan *a, *b, *other;
+    const pd_shard_plan *pa, *pb, *po;
+    assert_int_equal(pd_plans_get(with, layout, 3, 9, 8, 2, &a), 0);
+    assert_int_equal(pd_plans_get(without, layout, 3, 9, 8, 2, &b), 0);
+    assert_int_equal(pd_plans_get(with, layout, 3, 10, 8, 2, &other), 0);
+    assert_int_equal(pd_plan_use(a, &pa), 0);
+    assert_int_equal(pd_plan_use(b, &pb), 0);
+    assert_int_equal(pd_plan_use(other, &po), 0);
+    assert_memory_equal(pa->slot_shard, pb->slot_shard, S * sizeof *pa->slot_shard);
+    assert_memory_equal(pa->slot_start, pb->slot_start, (S + 1) * sizeof *pa->slot_start);
+    assert_int_equal(pa->n, pb->n);
+    assert_true(memcmp(pa->slot_shard, po->slot_shard, S * sizeof *pa->slot_shard) != 0);
+    pd_plan_release(a);
+    pd_plan_release(b);
+    pd_plan_release(other);
+    pd_plans_close(with);
+    pd_plans_close(without);
+    pd_layout_release(layout);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sharded_plan_on_gen),
         cmocka_unit_test(test_cursor_reused),
         cmocka_unit_test(test_cursor_bounded),
         cmocka_unit_test(test_cursor_freed_with_plan),
