@@ -1,4 +1,4 @@
-/* Sharded ids vs flat σ per backend, in one run: the core's scalar loop, the CPU kernels (scalar, AVX2, AVX-512) and the GPU; plan build and upload.
+/* Sharded ids vs flat σ per backend, in one run: the core's scalar loop, the CPU kernels (scalar, AVX2, AVX-512) and the GPU; plan build (core vs kernel) and upload.
  * usage: shards [--quick] [--gpu-only]; prints markdown tables (bench/shards.sh writes bench/results/shards.md). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -132,10 +132,10 @@ static void cpu_table(const layout *l, uint64_t count)
     printf("| order | K | G | W | σ work ÷ flat |");
     for (size_t b = 0; b < nb; b++)
         printf(" %s M ids/s | ÷ flat |", names[b]);
-    printf(" plan build: core / %s |\n|---|---|---|---|---|", names[nb - 1]);
+    printf("\n|---|---|---|---|---|");
     for (size_t b = 0; b < nb; b++)
         printf("---|---|");
-    printf("---|\n");
+    printf("\n");
 
     j.slice = (pd_slice){.world = 8, .rank = 3, .mode = PD_MODE_EXACT};
     printf("| flat σ | | | 8 | 1.00 |");
@@ -143,13 +143,10 @@ static void cpu_table(const layout *l, uint64_t count)
         j.gen = backends[b];
         printf(" %.1f | 1.00 |", count / median_seconds(run_flat, &j) / 1e6);
     }
-    printf(" |\n");
+    printf("\n");
     fflush(stdout);
     for (size_t s = 0; s < NSHAPES; s++) {
         pd_shard_plan plan;
-        plan_build pb = {.l = l, .sh = shapes[s]}, pg = {.l = l, .sh = shapes[s], .gen = backends[nb - 1]};
-        double build, build_gen;
-        median_seconds_paired(run_build, &pb, run_build, &pg, &build, &build_gen);
         if (pd_shard_plan_init(&plan, l->start, l->shards, 1, 2, shapes[s].window, shapes[s].lanes, l->mem,
                                pd_shard_plan_bytes(l->shards)))
             abort();
@@ -166,7 +163,7 @@ static void cpu_table(const layout *l, uint64_t count)
             printf(" %.1f | %.2f |", count / ts / 1e6, tf / ts);
             fflush(stdout);
         }
-        printf(" %.2f / %.2f ms |\n", build * 1e3, build_gen * 1e3);
+        printf("\n");
         fflush(stdout);
     }
     free(j.out);

@@ -10,7 +10,7 @@ build=${1:-build}
 shift || true
 out=${SHARDS_MD:-bench/results/shards.md}
 tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
+trap 'rm -f "$tmp" "$out.new"' EXIT # a run cut short leaves the page as it was
 . bench/pagelib.sh
 "$build/bench/shards" "$@" >"$tmp"
 peers=${PEER_SHARDS:-65536 1048576}
@@ -34,11 +34,12 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 ||
     echo
     echo "## A rank's ids of a sharded epoch, against what users build today"
     echo
-    echo "\`PYTHONPATH=python PERMD_LIB=$build/lib/libpermd.so $python bench/shards_peers.py $peers\`: an order"
+    echo "\`PYTHONPATH=python PERMD_LIB=$build/lib/libpermd.so $python bench/shards_peers.py $peers\`: orders"
     echo "of one kind (shards shuffled, samples shuffled within windows of 8 shards) from permd and from a numpy"
-    echo "build of all N ids, each rank taking its stride; and torch's DistributedSampler, the exact order"
-    echo "trainers use today, which reads shards at random. Single-threaded peers (OMP_NUM_THREADS=1);"
-    echo "permd's CPU kernel on one thread."
+    echo "build of all N ids (MosaicML streaming's py1b shuffles so), each rank taking its stride; and torch's"
+    echo "DistributedSampler, the exact order trainers use today, which reads shards at random. Peers on one"
+    echo "thread (OMP_NUM_THREADS=1), permd's CPU kernel on one thread. What each row measures, and why runs"
+    echo "of seconds vary: bench/shards_peers.py's opening comment."
     echo
     PYTHONPATH=python PERMD_LIB="$build/lib/libpermd.so" "$python" bench/shards_peers.py $peers
   fi

@@ -624,7 +624,9 @@ int pd_gen_shard_plan_init(const pd_gen *g, pd_shard_plan *plan, const uint64_t 
                            uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes, void *mem,
                            size_t mem_bytes)
 {
-    int rc = pd__shard_plan_begin(plan, start, shards, seed, epoch, window, lanes, mem, mem_bytes);
+    int rc = pd__gen_check(g); /* first, as every pd_gen_* entry: a bad g leaves the plan untouched */
+    if (!rc)
+        rc = pd__shard_plan_begin(plan, start, shards, seed, epoch, window, lanes, mem, mem_bytes);
     if (rc)
         return rc;
     if ((rc = pd_gen_fill_u64(g, &plan->order, 0, shards, plan->slot_shard)))

@@ -185,7 +185,7 @@ void pd_backend_close(pd_backend *b)
 
 const pd_gen *pd_backend_gen(const pd_backend *b)
 {
-    return &b->gen;
+    return b ? &b->gen : NULL;
 }
 
 const char *pd_backend_describe(const pd_backend *b)

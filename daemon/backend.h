@@ -50,7 +50,8 @@ int pd_backend_shard_slice(pd_backend *b, const pd_shard_plan *plan, uint64_t pl
 int pd_backend_mix_slice(pd_backend *b, pd_mix_cursor *cur, uint64_t epoch, const pd_slice *slice, uint64_t count,
                          unsigned width, void *out, uint64_t *written);
 
-/* The CPU kernels' generator (cpu_isa), for work outside the requests: building sharded plans (pd_plans_open). */
+/* The CPU kernels' generator (cpu_isa), for work outside the requests: building sharded plans (pd_plans_open).
+ * NULL for a NULL b. */
 const pd_gen *pd_backend_gen(const pd_backend *b);
 
 /* "cpu=avx2 threads=16 spin_us=500 gpu=NVIDIA H100 80GB HBM3 (sm_90, 132 SMs) gpu_min_ids=1048576", for logs. */

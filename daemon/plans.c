@@ -511,7 +511,7 @@ static int pd_plan_build(pd_plan *p)
         else if (d)
             rc = pd_mix_init(&p->mix, p->seed, p->comps, d->components, d->length, d->block, d->starts, d->weights,
                              d->stages, p->mem, p->size);
-        else if (p->cache->has_gen) /* π on the SIMD kernel: 2^20 shards in ms, not the core's ~0.1 s */
+        else if (p->cache->has_gen) /* π on the SIMD kernel: several times the core's speed */
             rc = pd_gen_shard_plan_init(&p->cache->gen, &p->plan, p->layout->start, p->layout->shards, p->seed,
                                         p->epoch, p->window, p->lanes, p->mem, p->size);
         else

@@ -620,8 +620,9 @@ static void batch_kernels_match_scalar(void **state)
     }
 }
 
-/* pd_gen_shard_plan_init: the core's plan, table for table, from every ISA and walk (one shard, small counts whose
- * π has 1 to 3 bits, a power of two, and enough shards for whole vectors and a cycle walk); the core's errors. */
+/* pd_gen_shard_plan_init: the core's plan, table for table, from every ISA and walk (one shard, counts below the
+ * SIMD kernels' minimum whose π cycle-walks a 64-value domain, powers of two, and enough shards for whole
+ * vectors); the core's errors, and a bad g's before them. */
 static void plan_build_matches_core(void **state)
 {
     (void)state;
@@ -664,7 +665,11 @@ static void plan_build_matches_core(void **state)
     assert_int_equal(pd_gen_shard_plan_init(&g, &plan, l.start, 0, 1, 2, 1, 1, l.mem, bytes), PD_EINVAL);
     assert_int_equal(pd_gen_shard_plan_init(&g, &plan, none.start, 2, 1, 2, 1, 1, l.mem, bytes), PD_EINVAL);
     assert_int_equal(pd_gen_shard_plan_init(&g, &plan, l.start, 2, 1, 2, 1, 1, l.mem, bytes - 1), PD_ERANGE);
+    pd_shard_plan untouched;
+    memset(&plan, 0xA5, sizeof plan);
+    untouched = plan;
     assert_int_equal(pd_gen_shard_plan_init(NULL, &plan, l.start, 2, 1, 2, 1, 1, l.mem, bytes), PD_EINVAL);
+    assert_memory_equal(&plan, &untouched, sizeof plan); /* g is checked before the plan is written */
     assert_int_equal(pd_gen_shard_plan_init(&g, &plan, l.start, 2, 1, 2, 1, 1, l.mem, bytes), PD_OK);
     free(none.start);
     layout_free(&l);
