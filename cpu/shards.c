@@ -310,24 +310,27 @@ static void pd_run_ids(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch 
     }
 }
 
-/* Whether a run of len positions in window win goes through g's σ kernel on its own rather than in a batch: on
- * AVX2, runs of PD_SHARD_ALONE or more in windows of 12 to 17 bits. Flat σ's word lanes (broadcast keys) came
- * after the batch kernel's (a key per lane, gathered each round), and beat them: on a Zen 3, one rank of 8,
- * uneven windows of 8 shards 118 → 155 M ids/s, uniform 239 → 284, of 64 shards 121 → 146 (shorter runs, 64
- * and 128, lost up to 45% where windows are single shards). Byte-lane windows (b ≤ 11) stay in batches, whose
- * byte lanes win; AVX-512 was not measured, and stays as it was. */
-static int pd_run_alone(const pd_gen *g, const pd_window *win, uint64_t len)
+/* Whether a run of len positions in window win, its ids ks apart in the output, goes through g's σ kernel on its
+ * own rather than in a batch: on AVX2, contiguous runs (|ks| = 1) of PD_SHARD_ALONE or more in windows of 12 to
+ * 17 bits. Flat σ's word lanes (broadcast keys) came after the batch kernel's (a key per lane, gathered each
+ * round), and beat them: on a Zen 3, one rank of 8, uneven windows of 8 shards 118 → 155 M ids/s, uniform
+ * 239 → 284, of 64 shards 121 → 146 (shorter runs, 64 and 128, lost up to 45% where windows are single shards).
+ * Strided runs (G = 3, W = 8: ids 3 apart) lost instead, uniform 194 → 164, and stay batched (157 → 198 in an
+ * A/B run); why is not settled: one suspect is that a run alone is flushed as soon as it is queued, so its
+ * scattered stores no longer find their lines prefetched (pd_prefetch_out) during other runs' σ. Byte-lane
+ * windows (b ≤ 11) stay in batches, whose byte lanes win; AVX-512 was not measured, and stays as it was. */
+static int pd_run_alone(const pd_gen *g, const pd_window *win, uint64_t len, int64_t ks)
 {
-    return g->isa == PD_ISA_AVX2 && len >= PD_SHARD_ALONE && win->tau.bits > PD__BATCH_BYTES_AVX2 &&
-           win->tau.bits <= PD__BATCH_WORDS_AVX2;
+    return g->isa == PD_ISA_AVX2 && (ks == 1 || ks == -1) && len >= PD_SHARD_ALONE &&
+           win->tau.bits > PD__BATCH_BYTES_AVX2 && win->tau.bits <= PD__BATCH_WORDS_AVX2;
 }
 
 /* σ of the batch's runs, then their ids; the batch is empty afterwards. */
 static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc)
 {
-    if (sc->nruns == 1 && (!pd__batch_narrow(g, &sc->runs[0].win.tau) ||
-                           pd_run_alone(g, &sc->runs[0].win, sc->runs[0].len))) { /* one window: g's own kernel */
-        const pd_run *ru = &sc->runs[0];
+    const pd_run *ru = &sc->runs[0];
+    if (sc->nruns == 1 && (!pd__batch_narrow(g, &ru->win.tau) ||
+                           pd_run_alone(g, &ru->win, ru->len, ru->ks))) { /* one window: g's own kernel */
         const pd__run run = {.perm = &ru->win.tau, .first = ru->v0, .stride = ru->d, .count = ru->len,
                              .out = sc->v, .width = 4, .walk = g->walk, .unflipped = 1};
         pd__gen_run(g, &run);
@@ -364,7 +367,7 @@ static void pd_prefetch_out(const pd_shard_req *r, uint64_t kb, uint64_t len, in
 static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc, const pd_window *win,
                          uint64_t v0, uint64_t d, uint64_t len, uint64_t kb, int64_t ks)
 {
-    const int narrow = pd__batch_narrow(g, &win->tau), alone = pd_run_alone(g, win, len);
+    const int narrow = pd__batch_narrow(g, &win->tau), alone = pd_run_alone(g, win, len, ks);
     if (alone && sc->nruns) /* it goes on its own: the runs before it go first */
         pd_batch_flush(g, r, sc);
     while (len) {
