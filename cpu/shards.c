@@ -66,6 +66,7 @@ typedef struct pd_run {
     uint64_t v0, d, kb;
     int64_t ks;
     uint32_t at, len;
+    int alone; /* σ by g's own kernel, this run alone in its batch (pd_run_alone) */
 } pd_run;
 
 /* One subsequence k = c + i·m (i < n) of a chunk: window-stream indices x0 + i·d, or x0 − i·d on
@@ -329,8 +330,7 @@ static int pd_run_alone(const pd_gen *g, const pd_window *win, uint64_t len, int
 static void pd_batch_flush(const pd_gen *g, const pd_shard_req *r, pd_shard_scratch *sc)
 {
     const pd_run *ru = &sc->runs[0];
-    if (sc->nruns == 1 && (!pd__batch_narrow(g, &ru->win.tau) ||
-                           pd_run_alone(g, &ru->win, ru->len, ru->ks))) { /* one window: g's own kernel */
+    if (sc->nruns == 1 && (ru->alone || !pd__batch_narrow(g, &ru->win.tau))) { /* one window: g's own kernel */
         const pd__run run = {.perm = &ru->win.tau, .first = ru->v0, .stride = ru->d, .count = ru->len,
                              .out = sc->v, .width = 4, .walk = g->walk, .unflipped = 1};
         pd__gen_run(g, &run);
@@ -379,7 +379,7 @@ static void pd_batch_add(const pd_gen *g, const pd_shard_req *r, pd_shard_scratc
         sc->narrow = all_narrow;
         const uint32_t take = (uint32_t)(len < PD__BATCH_ITEMS - sc->items ? len : PD__BATCH_ITEMS - sc->items);
         pd_run *ru = &sc->runs[sc->nruns];
-        *ru = (pd_run){.win = *win, .v0 = v0, .d = d, .kb = kb, .ks = ks, .at = sc->items, .len = take};
+        *ru = (pd_run){.win = *win, .v0 = v0, .d = d, .kb = kb, .ks = ks, .at = sc->items, .len = take, .alone = alone};
         uint32_t *v = sc->v + sc->items;
         uint32_t x = (uint32_t)v0; /* exact: positions are below n ≤ 2^32 */
         for (uint32_t j = 0; j < take; j++, x += (uint32_t)d)
