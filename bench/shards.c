@@ -229,7 +229,26 @@ static void gpu_table(pd_gpu *gpu, const layout *l, uint64_t count)
 }
 #endif
 
-static void layout_init(layout *l, const char *name, uint64_t shards, uint64_t per, int uneven);
+/* Shards of `per` samples each (uniform), or of per/2 .. 3·per/2 - 1 at random (uneven: windows
+ * of any size, so τ_w cycle-walks as flat σ over N does). */
+static void layout_init(layout *l, const char *name, uint64_t shards, uint64_t per, int uneven)
+{
+    uint64_t *sizes = malloc(shards * sizeof *sizes), rng = 0x5eed;
+    l->name = name;
+    l->shards = shards;
+    l->start = malloc((shards + 1) * sizeof *l->start);
+    l->mem = malloc(pd_shard_plan_bytes(shards));
+    if (!sizes || !l->start || !l->mem)
+        abort();
+    for (uint64_t s = 0; s < shards; s++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        sizes[s] = uneven ? per / 2 + (rng >> 33) % per : per;
+    }
+    if (pd_shard_layout_build(sizes, shards, l->start))
+        abort();
+    l->n = l->start[shards];
+    free(sizes);
+}
 
 /* A plan's build (once per epoch, before its first id) at the shard counts sharding is for: the core's loop
  * against pd_gen_shard_plan_init on the fastest kernel here, timed alternately. */
@@ -253,27 +272,6 @@ static void build_table(int quick)
         free(l.start);
         free(l.mem);
     }
-}
-
-/* Shards of `per` samples each (uniform), or of per/2 .. 3·per/2 - 1 at random (uneven: windows
- * of any size, so τ_w cycle-walks as flat σ over N does). */
-static void layout_init(layout *l, const char *name, uint64_t shards, uint64_t per, int uneven)
-{
-    uint64_t *sizes = malloc(shards * sizeof *sizes), rng = 0x5eed;
-    l->name = name;
-    l->shards = shards;
-    l->start = malloc((shards + 1) * sizeof *l->start);
-    l->mem = malloc(pd_shard_plan_bytes(shards));
-    if (!sizes || !l->start || !l->mem)
-        abort();
-    for (uint64_t s = 0; s < shards; s++) {
-        rng = rng * 6364136223846793005u + 1442695040888963407u;
-        sizes[s] = uneven ? per / 2 + (rng >> 33) % per : per;
-    }
-    if (pd_shard_layout_build(sizes, shards, l->start))
-        abort();
-    l->n = l->start[shards];
-    free(sizes);
 }
 
 int main(int argc, char **argv)
