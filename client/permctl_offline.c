@@ -83,7 +83,8 @@ int permctl_cmd_perm(int argc, char **argv)
     static uint64_t ids[PERMCTL_CHUNK];
     static permctl_out out;
     pd_gen gen;
-    pd_gen_init(&gen, PD_ISA_AUTO); /* the fastest kernel here: same ids as the core */
+    if ((rc = pd_gen_init(&gen, PD_ISA_AUTO))) /* the fastest kernel here: same ids as the core */
+        return permctl_fail(rc, "perm");
     permctl_out_init(&out, stdout);
     while (count) {
         uint64_t c = count < PERMCTL_CHUNK ? count : PERMCTL_CHUNK;
@@ -167,11 +168,12 @@ static int permctl_rank_sharded(const permctl_args *a, pd_slice *s, uint64_t wan
     void *mem = malloc(bytes);
     pd_shard_plan plan;
     pd_gen gen;
-    pd_gen_init(&gen, PD_ISA_AUTO); /* π on the fastest kernel here: the core's plan */
     uint64_t left;
     int locations = (a->set & PERMCTL_BIT(LOCATIONS)) != 0;
     if (!start || !mem)
         rc = permctl_fail(PD_ENOMEM, "rank");
+    else if ((rc = pd_gen_init(&gen, PD_ISA_AUTO))) /* π on the fastest kernel here: the core's plan */
+        rc = permctl_fail(rc, "rank");
     else if (pd_shard_layout_build(sizes, nshards, start))
         rc = permctl_usage_error("rank: the shard sizes must sum to between 1 and 2^63 samples");
     else if ((rc = pd_gen_shard_plan_init(&gen, &plan, start, nshards, a->u[PERMCTL_OPT_SEED],
@@ -247,8 +249,6 @@ int permctl_cmd_rank(int argc, char **argv)
         return rc;
     uint64_t left, len;
     pd_epoch_length(p.n, s.world, s.mode, &len);
-    if (s.rank >= s.world)
-        return permctl_usage_error("--rank: %u must be below --world %u", s.rank, s.world);
     if (s.offset > len)
         return permctl_usage_error("--offset: %llu is past the end of the epoch (%llu positions in %s mode)",
                                    (unsigned long long)s.offset, (unsigned long long)len,
@@ -260,7 +260,8 @@ int permctl_cmd_rank(int argc, char **argv)
     static uint64_t ids[PERMCTL_CHUNK];
     static permctl_out out;
     pd_gen gen;
-    pd_gen_init(&gen, PD_ISA_AUTO); /* the fastest kernel here: same ids as the core */
+    if ((rc = pd_gen_init(&gen, PD_ISA_AUTO))) /* the fastest kernel here: same ids as the core */
+        return permctl_fail(rc, "rank");
     permctl_out_init(&out, stdout);
     while (count) {
         uint64_t c = count < PERMCTL_CHUNK ? count : PERMCTL_CHUNK, got;

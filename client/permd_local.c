@@ -29,7 +29,8 @@ int permd_perm_fill(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t start, u
     if (count && !out)
         return PD_EINVAL;
     pd_gen g;
-    pd_gen_init(&g, PD_ISA_AUTO);
+    if ((rc = pd_gen_init(&g, PD_ISA_AUTO)))
+        return rc;
     if (width == 4)
         return pd_gen_fill_u32(&g, &p, start, count, out);
     if (width == 8)
@@ -81,7 +82,8 @@ int permd_rank_fill(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t world, u
     if (!written || pd_local_mode(mode, &s.mode))
         return PD_EINVAL;
     pd_gen g;
-    pd_gen_init(&g, PD_ISA_AUTO);
+    if ((rc = pd_gen_init(&g, PD_ISA_AUTO)))
+        return rc;
     if (width == 4)
         return pd_gen_slice_fill_u32(&g, &p, &s, count, out, written);
     if (width == 8)
@@ -206,7 +208,9 @@ int permd_plan_rank_fill(const permd_plan *p, uint32_t world, uint32_t rank, int
     if (!p || pd_local_mode(mode, &s.mode))
         return PD_EINVAL;
     pd_gen g;
-    pd_gen_init(&g, PD_ISA_AUTO);
+    int rc = pd_gen_init(&g, PD_ISA_AUTO);
+    if (rc)
+        return rc;
     if (width == 4)
         return pd_gen_shard_slice_fill_u32(&g, &p->plan, &s, count, out, written);
     if (width == 8)
