@@ -73,7 +73,11 @@ static int mix_setup(job *j, uint64_t block)
     size_t bytes = pd_mix_bytes(C, 1);
     if (pd_mix_init(&j->mix, 1, j->comps, C, 0, block, &start, weights, 1, j->mem, bytes))
         return -1;
-    return pd_mix_cursor_init(&j->cur, &j->mix, j->cmem, pd_mix_cursor_bytes(&j->mix));
+    if (pd_mix_cursor_init(&j->cur, &j->mix, j->cmem, pd_mix_cursor_bytes(&j->mix)))
+        return -1;
+    if (j->gen) /* sharded orders as the daemon's cursors build them */
+        pd_mix_cursor_set_planner(&j->cur, pd_gen_shard_planner, j->gen);
+    return 0;
 }
 
 /* A new job's first 1024 ids: plan, cursor and one fill, as a trainer's first batch after a restart. */
@@ -83,6 +87,71 @@ static void run_first_batch(void *p)
     uint64_t got;
     if (mix_setup(j, j->block) || pd_gen_mix_fill_u32(j->gen, &j->cur, 7, &j->slice, 1024, j->out, &got))
         abort();
+}
+
+/* A first batch of a mixture with a sharded component: its order for the component epoch read (O(S), built into
+ * a new cursor) dominates. One job per planner: the core's loop, or pd_gen_shard_planner (the daemon's cursors). */
+typedef struct sharded_first {
+    const pd_gen *gen;
+    const pd_mix *mix;
+    void *cmem;
+    int planned;
+    uint64_t epoch;
+    uint32_t out[1024];
+} sharded_first;
+
+static void run_sharded_first(void *p)
+{
+    sharded_first *f = p;
+    pd_mix_cursor cur;
+    uint64_t got;
+    const pd_slice s = {.world = 8, .rank = 0, .mode = PD_MODE_PAD};
+    if (pd_mix_cursor_init(&cur, f->mix, f->cmem, pd_mix_cursor_bytes(f->mix)))
+        abort();
+    if (f->planned)
+        pd_mix_cursor_set_planner(&cur, pd_gen_shard_planner, f->gen);
+    if (pd_gen_mix_fill_u32(f->gen, &cur, f->epoch++, &s, 1024, f->out, &got) || got != 1024)
+        abort();
+}
+
+static void sharded_first_table(const pd_gen *g, int quick)
+{
+    printf("\n| first batch (new cursor + 1024 ids, rank 0 of 8) of a mixture 3:1 of a sharded dataset (shards of "
+           "512-1535, K = 8) and a flat one of 10^7 | core µs | %s µs | core / %s |\n|---:|---:|---:|---:|\n",
+           pd_isa_name(g->isa), pd_isa_name(g->isa));
+    for (unsigned k = 16; k <= (quick ? 16u : 20u); k += 4) {
+        const uint64_t S = UINT64_C(1) << k, one = 0;
+        const uint32_t w[2] = {3, 1};
+        uint64_t *shard_sizes = malloc(S * sizeof *shard_sizes), *start = malloc((S + 1) * sizeof *start), rng = 0x5eed;
+        pd_mix mix;
+        void *mem = malloc(pd_mix_bytes(2, 1));
+        if (!shard_sizes || !start || !mem)
+            abort();
+        for (uint64_t i = 0; i < S; i++) {
+            rng = rng * 6364136223846793005u + 1442695040888963407u;
+            shard_sizes[i] = 512 + (rng >> 33) % 1024;
+        }
+        if (pd_shard_layout_build(shard_sizes, S, start))
+            abort();
+        const pd_mix_component comps[2] = {
+            {.size = start[S], .shard_start = start, .shards = S, .window = 8, .lanes = 1}, {.size = 10000000}};
+        if (pd_mix_init(&mix, 1, comps, 2, 0, 64, &one, w, 1, mem, pd_mix_bytes(2, 1)))
+            abort();
+        sharded_first core = {.gen = g, .mix = &mix, .cmem = malloc(pd_mix_cursor_bytes(&mix))}, fast = core;
+        fast.planned = 1;
+        fast.cmem = malloc(pd_mix_cursor_bytes(&mix));
+        if (!core.cmem || !fast.cmem)
+            abort();
+        double tc, tf;
+        median_seconds_paired(run_sharded_first, &core, run_sharded_first, &fast, &tc, &tf);
+        printf("| 2^%u shards | %.0f | %.0f | %.1f |\n", k, tc * 1e6, tf * 1e6, tc / tf);
+        fflush(stdout);
+        free(core.cmem);
+        free(fast.cmem);
+        free(mem);
+        free(start);
+        free(shard_sizes);
+    }
 }
 
 int main(int argc, char **argv)
@@ -100,7 +169,8 @@ int main(int argc, char **argv)
     j.out = malloc(want * sizeof *j.out);
     pd_perm_init(&j.perm, 1, 2, PD_STREAM_SAMPLES, n);
     pd_gen gen;
-    pd_gen_init(&gen, PD_ISA_AUTO);
+    if (pd_gen_init(&gen, PD_ISA_AUTO))
+        abort();
 
     printf("%d flat components, N = %llu samples, weights 4:3:2:1; rank 3 of W reads min(%llu, N/W) ids (u32), "
            "exact mode, one thread; flat: σ over N\n\n",
@@ -179,6 +249,7 @@ int main(int argc, char **argv)
         printf("| mixture | %llu | %.1f | %zu | %zu |\n", (unsigned long long)blocks[b], t * 1e6, pd_mix_bytes(C, 1),
                pd_mix_cursor_bytes(&j.mix));
     }
+    sharded_first_table(&gen, quick);
     free(j.mem);
     free(j.cmem);
     free(j.out);

@@ -332,8 +332,8 @@ int permd_mixture_new_ex(uint64_t seed, const permd_mix_component *components, u
         const size_t cbytes = pd_mix_cursor_bytes(&m->mix);
         rc = (m->cmem = malloc(cbytes)) ? pd_mix_cursor_init(&m->cur, &m->mix, m->cmem, cbytes) : PD_ENOMEM;
     }
-    if (!rc)
-        rc = pd_gen_init(&m->gen, PD_ISA_AUTO);
+    if (!rc && !(rc = pd_gen_init(&m->gen, PD_ISA_AUTO)))
+        pd_mix_cursor_set_planner(&m->cur, pd_gen_shard_planner, &m->gen); /* sharded orders on the SIMD kernel */
     if (rc) {
         permd_mixture_free(m);
         return rc;

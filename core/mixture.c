@@ -274,6 +274,8 @@ int pd_mix_cursor_init(pd_mix_cursor *c, const pd_mix *m, void *mem, size_t mem_
     c->mix = m;
     c->orders = mem;
     c->built = 0;
+    c->planner = NULL;
+    c->planner_ctx = NULL;
     char *plans = (char *)mem + 2 * m->components * sizeof(pd_mix_order);
     for (uint64_t i = 0; i < 2 * m->components; i++) {
         pd_mix_order *o = &c->orders[i];
@@ -288,10 +290,17 @@ int pd_mix_cursor_init(pd_mix_cursor *c, const pd_mix *m, void *mem, size_t mem_
     return PD_OK;
 }
 
+void pd_mix_cursor_set_planner(pd_mix_cursor *c, pd_shard_planner *planner, const void *ctx)
+{
+    c->planner = planner;
+    c->planner_ctx = planner ? ctx : NULL;
+}
+
 int pd_mix_cursor_share(pd_mix_cursor *c, const pd_mix_cursor *from)
 {
     if (!c || !from || c->mix != from->mix)
         return PD_EINVAL;
+    pd_mix_cursor_set_planner(c, from->planner, from->planner_ctx);
     for (uint64_t i = 0; i < 2 * c->mix->components; i++) {
         void *own = c->orders[i].mem; /* where c builds: a shared order's tables stay from's */
         c->orders[i] = from->orders[i];
@@ -375,9 +384,12 @@ const pd_mix_order *pd_mix_order_get(pd_mix_cursor *c, uint64_t component, uint6
     if (o->valid && o->epoch == epoch)
         return o;
     const uint64_t seed = m->comp_seed[component];
-    if (comp->shard_start) { /* validated by pd_mix_init: cannot fail */
-        pd_shard_plan_init(&o->plan, comp->shard_start, comp->shards, seed, epoch, comp->window, comp->lanes, o->mem,
-                           pd_shard_plan_bytes(comp->shards));
+    if (comp->shard_start) {
+        const size_t bytes = pd_shard_plan_bytes(comp->shards);
+        if (!c->planner || c->planner(c->planner_ctx, &o->plan, comp->shard_start, comp->shards, seed, epoch,
+                                      comp->window, comp->lanes, o->mem, bytes))
+            pd_shard_plan_init(&o->plan, comp->shard_start, comp->shards, seed, epoch, comp->window, comp->lanes,
+                               o->mem, bytes); /* validated by pd_mix_init: cannot fail */
         c->built++;
     } else
         pd_perm_init(&o->perm, seed, epoch, PD_STREAM_SAMPLES, comp->size);

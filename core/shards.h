@@ -50,6 +50,13 @@ size_t pd_shard_plan_bytes(uint64_t shards);
 int pd_shard_plan_init(pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
                        uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes);
 
+/* A builder of shard plans with pd_shard_plan_init's contract and result, and a context of its own: the hook
+ * through which a layer above the core builds them faster (cpu/'s pd_gen_shard_planner, its context a pd_gen)
+ * where the core builds them for a caller (a mixture's sharded components: pd_mix_cursor_set_planner). */
+typedef int pd_shard_planner(const void *ctx, pd_shard_plan *plan, const uint64_t *start, uint64_t shards,
+                             uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes, void *mem,
+                             size_t mem_bytes);
+
 /* pd_shard_plan_init in three steps, for a caller that computes the shard order in bulk (cpu/'s σ kernels:
  * pd_gen_shard_plan_init): pd__shard_plan_begin checks the arguments and sets every field but the two tables,
  * with the same errors; the caller then writes slot_shard[t] = pd_perm_at(&plan->order, t) for every t < S; and

@@ -140,6 +140,10 @@ int pd_gen_shard_plan_init(const pd_gen *g, pd_shard_plan *plan, const uint64_t 
                            uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes, void *mem,
                            size_t mem_bytes);
 
+/* pd_gen_shard_plan_init as a pd_shard_planner, its context a const pd_gen * (pd_mix_cursor_set_planner). */
+int pd_gen_shard_planner(const void *g, pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
+                         uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes);
+
 /* A rank's next min(count, remaining) ids of a sharded epoch, as pd_shard_slice_fill_u64/u32 and
  * with the same errors (PD_EOVERFLOW for u32 when N > 2^32), besides those of g or pool above.
  * The rank's positions are cut into runs that stay inside one window; batches of runs go through

@@ -656,6 +656,12 @@ int pd_gen_shard_plan_init(const pd_gen *g, pd_shard_plan *plan, const uint64_t 
     return PD_OK;
 }
 
+int pd_gen_shard_planner(const void *g, pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
+                         uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes)
+{
+    return pd_gen_shard_plan_init(g, plan, start, shards, seed, epoch, window, lanes, mem, mem_bytes);
+}
+
 /* Validate like pd_shard_slice_fill_* (same codes, same order) and split off the wrapped tail. */
 static int pd_shard_req_init(const pd_shard_plan *plan, const pd_slice *s, uint64_t count, void *out,
                              unsigned width, const uint64_t *written, pd_shard_req *r)

@@ -589,6 +589,8 @@ again:
     k->next = NULL;
     if ((rc = pd_mix_cursor_init(&k->cur, mix, k + 1, bytes - sizeof *k)))
         goto fail;
+    if (c->has_gen) /* sharded components' orders on the SIMD kernel, as sharded datasets' plans */
+        pd_mix_cursor_set_planner(&k->cur, pd_gen_shard_planner, &c->gen);
     *out = &k->cur;
     return 0;
 fail:

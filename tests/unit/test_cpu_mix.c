@@ -2,6 +2,7 @@
  * components, any world, mode and offset, component epochs and stages inside a request), and the same errors. */
 #include "test_util.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -250,6 +251,71 @@ static void sharded_sparse_fills_match_core(void **state)
     assert_int_equal(o.cur.built, warm); /* counted from every part's view: none built */
     pd_pool_destroy(pool);
     free(ids);
+    mix_free(&o);
+}
+
+/* pd_gen_shard_planner behind a count of its calls (the pool's parts call it from their threads). */
+typedef struct counted_planner {
+    const pd_gen *g;
+    _Atomic uint64_t *calls;
+} counted_planner;
+
+static int counted_plan(const void *ctx, pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
+                        uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes)
+{
+    const counted_planner *t = ctx;
+    atomic_fetch_add(t->calls, 1);
+    return pd_gen_shard_planner(t->g, plan, start, shards, seed, epoch, window, lanes, mem, mem_bytes);
+}
+
+/* A cursor whose sharded orders pd_gen_shard_planner builds (as the daemon's and libpermd's cursors do) reads
+ * the core's ids, through every generator and through the pool, whose parts' views build with it too. */
+static void planned_orders_match_core(void **state)
+{
+    (void)state;
+    enum { SHARDS = 2000 };
+    static uint64_t shard_sizes[SHARDS];
+    uint64_t rng = 77, total = 0;
+    for (int i = 0; i < SHARDS; i++)
+        total += shard_sizes[i] = 20 + test_below(&rng, 60); /* component epochs turn often: orders are rebuilt */
+    const uint64_t *shards[2] = {shard_sizes, NULL};
+    const uint64_t sizes[2] = {total, 5000}, nshards[2] = {SHARDS, 0}, windows[2] = {8, 0}, lanes[2] = {2, 0},
+                   starts[1] = {0};
+    const uint32_t weights[2] = {7, 1};
+    owned_mix core, o;
+    assert_int_equal(mix_make_ex(&core, 5, sizes, shards, nshards, windows, lanes, 2, 0, 64, starts, weights, 1),
+                     PD_OK);
+    assert_int_equal(mix_make_ex(&o, 5, sizes, shards, nshards, windows, lanes, 2, 0, 64, starts, weights, 1), PD_OK);
+    pd_gen gens[16];
+    const size_t ngens = all_gens(gens);
+    pd_pool *pool;
+    assert_int_equal(pd_pool_create(4, NULL, &pool), PD_OK);
+    enum { COUNT = 30000 };
+    uint64_t *want = malloc((COUNT + GUARD) * sizeof *want), *got = malloc((COUNT + GUARD) * sizeof *got), n_want;
+    uint32_t *got32 = malloc((COUNT + GUARD) * sizeof *got32);
+    assert_true(want && got && got32);
+    _Atomic uint64_t calls = 0;
+    for (size_t i = 0; i < ngens; i++) {
+        const counted_planner t = {.g = &gens[i], .calls = &calls};
+        pd_mix_cursor_set_planner(&o.cur, counted_plan, &t);
+        for (uint64_t k = 0; k < 6; k++) { /* W = 1, 8, 100, each through g, then through the pool */
+            const uint32_t world = k / 2 == 0 ? 1 : k / 2 == 1 ? 8 : 100;
+            const uint64_t epoch = 6 * i + k;
+            const pd_slice s = {.world = world, .rank = world / 3, .mode = PD_MODE_PAD, .offset = 7 * world};
+            assert_int_equal(pd_mix_slice_fill_u64(&core.cur, epoch, &s, COUNT, want, &n_want), PD_OK);
+            if (k % 2 == 0)
+                compare(&gens[i], &o, epoch, &s, COUNT, want, n_want, got, got32);
+            else
+                compare_pool(pool, &o, epoch, &s, COUNT, want, n_want, got, got32);
+        }
+    }
+    assert_true(core.cur.built > 0);
+    assert_int_equal(atomic_load(&calls), o.cur.built); /* every order o's cursor and its views built */
+    pd_pool_destroy(pool);
+    free(want);
+    free(got);
+    free(got32);
+    mix_free(&core);
     mix_free(&o);
 }
 
@@ -706,6 +772,7 @@ int main(void)
         cmocka_unit_test(segment_runs_match_core),
         cmocka_unit_test(dense_fills_match_core),
         cmocka_unit_test(sharded_sparse_fills_match_core),
+        cmocka_unit_test(planned_orders_match_core),
         cmocka_unit_test(block_slots_match_core),
         cmocka_unit_test(block_groups_match_core),
         cmocka_unit_test(group_reads_match_definition),

@@ -478,6 +478,78 @@ static void cursor_views_share_orders(void **state)
     mix_free(&other);
 }
 
+/* A planner for cursor_planner: counts its calls, then builds as the core does, with the seed moved by shift (a
+ * planner whose plans differ: the control), or fails (fail: the core builds instead). */
+typedef struct test_planner {
+    uint64_t *calls;
+    uint64_t shift;
+    int fail;
+} test_planner;
+
+static int test_plan(const void *ctx, pd_shard_plan *plan, const uint64_t *start, uint64_t shards, uint64_t seed,
+                     uint64_t epoch, uint64_t window, uint64_t lanes, void *mem, size_t mem_bytes)
+{
+    const test_planner *t = ctx;
+    ++*t->calls;
+    if (t->fail) {
+        memset(plan, 0xA5, sizeof *plan); /* what it leaves must not be read */
+        return PD_ENOMEM;
+    }
+    return pd_shard_plan_init(plan, start, shards, seed + t->shift, epoch, window, lanes, mem, mem_bytes);
+}
+
+/* A cursor's sharded orders come from its planner (pd_mix_cursor_set_planner), called once per order it builds
+ * and passed its context; a view takes its source's planner; an order the planner fails to build is the core's.
+ * Control: a planner building other plans changes the samples, so the comparison sees which one built them. */
+static void cursor_planner(void **state)
+{
+    (void)state;
+    const uint64_t shards0[7] = {3, 0, 5, 1, 0, 7, 2}, shards2[40] = {[0] = 9, [3] = 1, [17] = 30, [39] = 4};
+    const uint64_t *shards[3] = {shards0, NULL, shards2};
+    const uint64_t sizes[3] = {18, 25, 44}, nshards[3] = {7, 0, 40}, windows[3] = {2, 0, 3}, lanes[3] = {1, 0, 2};
+    const uint64_t starts[1] = {0};
+    const uint32_t weights[3] = {3, 1, 2};
+    owned_mix core, o;
+    assert_int_equal(mix_make_ex(&core, 8, sizes, shards, nshards, windows, lanes, 3, 0, 64, starts, weights, 1), PD_OK);
+    for (int kind = 0; kind < 3; kind++) { /* 0: the core's plans, 1: a failing planner, 2: the control */
+        assert_int_equal(mix_make_ex(&o, 8, sizes, shards, nshards, windows, lanes, 3, 0, 64, starts, weights, 1),
+                         PD_OK);
+        uint64_t calls = 0, differ = 0;
+        const test_planner t = {.calls = &calls, .shift = kind == 2, .fail = kind == 1};
+        pd_mix_cursor_set_planner(&o.cur, test_plan, &t);
+        for (uint64_t e = 0; e < 4; e++)
+            for (uint64_t p = 0; p < o.mix.length; p++) {
+                pd_mix_loc want, got;
+                assert_int_equal(pd_mix_locate(&core.cur, e, p, &want), PD_OK);
+                assert_int_equal(pd_mix_locate(&o.cur, e, p, &got), PD_OK);
+                differ += got.sample != want.sample;
+                assert_true(got.component == want.component && got.epoch == want.epoch);
+            }
+        assert_true(o.cur.built > 0);
+        assert_int_equal(calls, o.cur.built);
+        if (kind == 2)
+            assert_true(differ > 0);
+        else
+            assert_int_equal(differ, 0);
+        const size_t bytes = pd_mix_cursor_bytes(&o.mix); /* a view builds with its source's planner */
+        void *mem = malloc(bytes);
+        pd_mix_cursor view;
+        assert_int_equal(pd_mix_cursor_init(&view, &o.mix, mem, bytes), PD_OK);
+        assert_null(view.planner);
+        assert_int_equal(pd_mix_cursor_share(&view, &o.cur), PD_OK);
+        const uint64_t before = calls;
+        pd_mix_order_get(&view, 0, 100);
+        assert_int_equal(calls, before + 1);
+        pd_mix_cursor_set_planner(&view, NULL, &t); /* the core's again */
+        pd_mix_order_get(&view, 0, 101);
+        assert_int_equal(calls, before + 1);
+        assert_null(view.planner_ctx);
+        free(mem);
+        mix_free(&o);
+    }
+    mix_free(&core);
+}
+
 /* pd_mix_cursor_missing says what reading the blocks that hold positions through a cursor would build,
  * exactly (the test reads every position of those blocks in order and counts), from any state the cursor
  * was left in; after pd_mix_cursor_prepare nothing is missing; bad ranges and epochs are refused. */
@@ -628,6 +700,7 @@ int main(void)
         cmocka_unit_test(ranks_modes_and_digests),
         cmocka_unit_test(sharded_components),
         cmocka_unit_test(cursor_views_share_orders),
+        cmocka_unit_test(cursor_planner),
         cmocka_unit_test(cursor_missing_and_prepare),
         cmocka_unit_test(bad_input),
     };
