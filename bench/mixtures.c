@@ -1,5 +1,6 @@
 /* Mixtures vs a flat dataset on the CPU, in one run: ids/s of a rank's slice per world size and block size,
- * time to the first batch and memory. usage: mixtures [--quick]; prints markdown (bench/mixtures.sh). */
+ * time to the first batch and memory, and a sharded component's first batch with its order built by the core or
+ * on the σ kernel. usage: mixtures [--quick]; prints markdown (bench/mixtures.sh). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,11 +74,7 @@ static int mix_setup(job *j, uint64_t block)
     size_t bytes = pd_mix_bytes(C, 1);
     if (pd_mix_init(&j->mix, 1, j->comps, C, 0, block, &start, weights, 1, j->mem, bytes))
         return -1;
-    if (pd_mix_cursor_init(&j->cur, &j->mix, j->cmem, pd_mix_cursor_bytes(&j->mix)))
-        return -1;
-    if (j->gen) /* sharded orders as the daemon's cursors build them */
-        pd_mix_cursor_set_planner(&j->cur, pd_gen_shard_planner, j->gen);
-    return 0;
+    return pd_mix_cursor_init(&j->cur, &j->mix, j->cmem, pd_mix_cursor_bytes(&j->mix));
 }
 
 /* A new job's first 1024 ids: plan, cursor and one fill, as a trainer's first batch after a restart. */
@@ -117,7 +114,7 @@ static void run_sharded_first(void *p)
 static void sharded_first_table(const pd_gen *g, int quick)
 {
     printf("\n| first batch (new cursor + 1024 ids, rank 0 of 8) of a mixture 3:1 of a sharded dataset (shards of "
-           "512-1535, K = 8) and a flat one of 10^7 | core µs | %s µs | core / %s |\n|---:|---:|---:|---:|\n",
+           "512-1535, K = 8) and a flat one of 10^7 | µs, order by the core | µs, order on %s | core / %s |\n|---:|---:|---:|---:|\n",
            pd_isa_name(g->isa), pd_isa_name(g->isa));
     for (unsigned k = 16; k <= (quick ? 16u : 20u); k += 4) {
         const uint64_t S = UINT64_C(1) << k, one = 0;

@@ -114,7 +114,8 @@ int pd_mix_cursor_init(pd_mix_cursor *c, const pd_mix *m, void *mem, size_t mem_
 
 /* Have c build its sharded components' orders with planner (ctx passed along; it must outlive c's use), not
  * with the core's pd_shard_plan_init: cpu/'s pd_gen_shard_planner builds them 4-11x faster. An order the planner
- * fails to build is built by the core instead. planner NULL: the core's again. */
+ * fails to build is built by the core instead (the same order, slower; built counts it alike). planner NULL:
+ * the core's again, as after pd_mix_cursor_init. */
 void pd_mix_cursor_set_planner(pd_mix_cursor *c, pd_shard_planner *planner, const void *ctx);
 
 /* Make c, initialized over from's plan, a view of from: each order from holds now serves c too (its tables

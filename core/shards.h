@@ -52,7 +52,9 @@ int pd_shard_plan_init(pd_shard_plan *plan, const uint64_t *start, uint64_t shar
 
 /* A builder of shard plans with pd_shard_plan_init's contract and result, and a context of its own: the hook
  * through which a layer above the core builds them faster (cpu/'s pd_gen_shard_planner, its context a pd_gen)
- * where the core builds them for a caller (a mixture's sharded components: pd_mix_cursor_set_planner). */
+ * where the core builds them for a caller (a mixture's sharded components: pd_mix_cursor_set_planner). It
+ * must be reentrant: the pool's threads call one planner with one context at once (cursor views), so the
+ * context is read, never written. */
 typedef int pd_shard_planner(const void *ctx, pd_shard_plan *plan, const uint64_t *start, uint64_t shards,
                              uint64_t seed, uint64_t epoch, uint64_t window, uint64_t lanes, void *mem,
                              size_t mem_bytes);

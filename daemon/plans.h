@@ -17,8 +17,9 @@ typedef struct pd_plan pd_plan;
  * and those being built (one plan alone may take more); of those nobody uses, at most max_entries are
  * kept listed (least recently used go first; the most recent is always kept). gen (copied): the kernels
  * that build a sharded plan's shard order (pd_gen_shard_plan_init: the backend's, which pd_gen_init set
- * up; a bad one would fail every sharded build), or NULL for the core's loop; the plan is the same.
- * PD_ENOMEM. */
+ * up; a bad one would fail every sharded build) and those of mixture cursors' sharded components (their
+ * planner: a bad gen there falls back to the core's loop), or NULL for the core's loop; the plan is the
+ * same. PD_ENOMEM. */
 int pd_plans_open(unsigned max_entries, uint64_t max_bytes, const pd_gen *gen, pd_plans **out);
 void pd_plans_close(pd_plans *c);
 /* Bytes of plan tables alive or admitted to be built, and of mixture cursors kept with their plans
