@@ -403,17 +403,27 @@ static void ranks_modes_and_digests(void **state)
     mix_free(&o);
 }
 
+/* Three components, sharded (7 shards, some empty, K = 2), flat, sharded (40 shards, K = 3, G = 2), weights 3:1:2;
+ * sizes: 18, 25, 44. */
+static const uint64_t sharded3_sizes[3] = {18, 25, 44};
+
+static void make_sharded3(owned_mix *o)
+{
+    static const uint64_t shards0[7] = {3, 0, 5, 1, 0, 7, 2}, shards2[40] = {[0] = 9, [3] = 1, [17] = 30, [39] = 4};
+    const uint64_t *shards[3] = {shards0, NULL, shards2};
+    const uint64_t nshards[3] = {7, 0, 40}, windows[3] = {2, 0, 3}, lanes[3] = {1, 0, 2}, starts[1] = {0};
+    const uint32_t weights[3] = {3, 1, 2};
+    assert_int_equal(mix_make_ex(o, 8, sharded3_sizes, shards, nshards, windows, lanes, 3, 0, 64, starts, weights, 1),
+                     PD_OK);
+}
+
 /* Sharded components: each component epoch holds every sample once, and the inverse undoes the forward map. */
 static void sharded_components(void **state)
 {
     (void)state;
-    const uint64_t shards0[7] = {3, 0, 5, 1, 0, 7, 2}, shards2[40] = {[0] = 9, [3] = 1, [17] = 30, [39] = 4};
-    const uint64_t *shards[3] = {shards0, NULL, shards2};
-    const uint64_t sizes[3] = {18, 25, 44}, nshards[3] = {7, 0, 40}, windows[3] = {2, 0, 3}, lanes[3] = {1, 0, 2};
-    const uint64_t starts[1] = {0};
-    const uint32_t weights[3] = {3, 1, 2};
+    const uint64_t *sizes = sharded3_sizes;
     owned_mix o;
-    assert_int_equal(mix_make_ex(&o, 8, sizes, shards, nshards, windows, lanes, 3, 0, 64, starts, weights, 1), PD_OK);
+    make_sharded3(&o);
     uint64_t hits[3][32][44] = {{{0}}}, drawn[3];
     const uint64_t epochs = 6;
     for (uint64_t e = 0; e < epochs; e++)
@@ -504,16 +514,10 @@ static int test_plan(const void *ctx, pd_shard_plan *plan, const uint64_t *start
 static void cursor_planner(void **state)
 {
     (void)state;
-    const uint64_t shards0[7] = {3, 0, 5, 1, 0, 7, 2}, shards2[40] = {[0] = 9, [3] = 1, [17] = 30, [39] = 4};
-    const uint64_t *shards[3] = {shards0, NULL, shards2};
-    const uint64_t sizes[3] = {18, 25, 44}, nshards[3] = {7, 0, 40}, windows[3] = {2, 0, 3}, lanes[3] = {1, 0, 2};
-    const uint64_t starts[1] = {0};
-    const uint32_t weights[3] = {3, 1, 2};
     owned_mix core, o;
-    assert_int_equal(mix_make_ex(&core, 8, sizes, shards, nshards, windows, lanes, 3, 0, 64, starts, weights, 1), PD_OK);
+    make_sharded3(&core);
     for (int kind = 0; kind < 3; kind++) { /* 0: the core's plans, 1: a failing planner, 2: the control */
-        assert_int_equal(mix_make_ex(&o, 8, sizes, shards, nshards, windows, lanes, 3, 0, 64, starts, weights, 1),
-                         PD_OK);
+        make_sharded3(&o);
         uint64_t calls = 0, differ = 0;
         const test_planner t = {.calls = &calls, .shift = kind == 2, .fail = kind == 1};
         pd_mix_cursor_set_planner(&o.cur, test_plan, &t);
