@@ -32,7 +32,48 @@ static void permctl_help(FILE *f)
                "--socket PATH, else $PERMD_SOCKET, else $XDG_RUNTIME_DIR/permd.sock, else\n"
                "/tmp/permd-<uid>/permd.sock; or to --tcp HOST:PORT (--token-file FILE). --timeout-ms MS\n"
                "bounds the connection and each answer (without it: 10 s to connect and 10 s for the\n"
-               "first answer, permd's Hello; later answers unbounded).\n");
+               "first answer, permd's Hello; later answers unbounded). These four may also come before\n"
+               "COMMAND: permctl --socket PATH datasets list.\n");
+}
+
+/* The connection options, which may come before COMMAND as well as among its options. */
+static const char *const permctl_leading_opts[] = {"--socket", "--tcp", "--token-file", "--timeout-ms"};
+
+/* How many of argv's words the connection option at argv[i] takes (1 for --NAME=VALUE, 2 for --NAME VALUE), or 0
+ * if argv[i] is not one. */
+static int permctl_leading_opt(int argc, char **argv, int i)
+{
+    for (size_t k = 0; k < sizeof permctl_leading_opts / sizeof permctl_leading_opts[0]; k++) {
+        const size_t n = strlen(permctl_leading_opts[k]);
+        if (strncmp(argv[i], permctl_leading_opts[k], n) != 0)
+            continue;
+        if (argv[i][n] == '=')
+            return 1;
+        if (argv[i][n] == '\0')
+            return i + 1 < argc ? 2 : 1; /* no value: the command's parser says so */
+    }
+    return 0;
+}
+
+/* The command line with the connection options before COMMAND (argv[1 .. first)) moved behind the command's own
+ * words, before its "--" if it has one, where its parser takes them as it would have there; NULL without memory.
+ * The caller frees the array (not the strings: they are argv's). */
+static char **permctl_move_leading(int argc, char **argv, int first, int *out_argc)
+{
+    char **v = malloc(((size_t)argc + 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    int n = 0, end = first;
+    v[n++] = argv[0];
+    while (end < argc && strcmp(argv[end], "--") != 0)
+        v[n++] = argv[end++];
+    for (int i = 1; i < first; i++)
+        v[n++] = argv[i];
+    while (end < argc)
+        v[n++] = argv[end++];
+    v[n] = NULL;
+    *out_argc = n;
+    return v;
 }
 
 /* Bytes of the well-formed UTF-8 sequence at p (2-4; overlong forms and surrogates are not well formed), else 0. */
@@ -202,23 +243,39 @@ int permctl_out_flush(permctl_out *o)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
+    int first = 1; /* COMMAND's place, past any connection options before it */
+    for (int k; first < argc && (k = permctl_leading_opt(argc, argv, first)) > 0;)
+        first += k;
+    if (first >= argc) {
         permctl_usage_error("missing COMMAND");
         permctl_help(stderr);
         return PERMCTL_EXIT_USAGE;
     }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    const char *cmd = argv[first];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         permctl_help(stdout);
         return PERMCTL_EXIT_OK;
     }
-    if (!strcmp(argv[1], "--version")) {
+    if (!strcmp(cmd, "--version")) {
         printf("permctl %s (permutation spec v1)\n", PERMD_VERSION);
         return PERMCTL_EXIT_OK;
     }
-    for (size_t i = 0; i < sizeof permctl_cmds / sizeof permctl_cmds[0]; i++)
-        if (!strcmp(argv[1], permctl_cmds[i].name))
+    for (size_t i = 0; i < sizeof permctl_cmds / sizeof permctl_cmds[0]; i++) {
+        if (strcmp(cmd, permctl_cmds[i].name) != 0)
+            continue;
+        if (first == 1)
             return permctl_cmds[i].run(argc - 1, argv + 1);
-    permctl_usage_error("unknown command '%s'", argv[1]);
+        int n;
+        char **moved = permctl_move_leading(argc, argv, first, &n);
+        if (!moved) {
+            fprintf(stderr, "permctl: out of memory\n");
+            return PERMCTL_EXIT_FAIL;
+        }
+        const int rc = permctl_cmds[i].run(n - 1, moved + 1);
+        free(moved);
+        return rc;
+    }
+    permctl_usage_error("unknown command '%s'", cmd);
     permctl_help(stderr);
     return PERMCTL_EXIT_USAGE;
 }

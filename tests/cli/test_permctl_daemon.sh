@@ -89,6 +89,22 @@ expect 2 "unknown option '--bogus'" "$PERMCTL" stats --bogus
 expect 2 "not an unsigned decimal" "$PERMCTL" inverse imagenet --seed 1 --epoch 0 --world 2 x
 expect 2 "give an action" "$PERMCTL" datasets
 
+# Connection options may come before COMMAND (permctl --socket PATH datasets list), each form, with the
+# command's own options, a "--" and its positionals; one given before and after is given twice.
+(sock=$PERMD_SOCKET; unset PERMD_SOCKET
+ "$PERMCTL" --socket "$sock" datasets list | grep -q "^imagenet " || fail "--socket before datasets list"
+ "$PERMCTL" --socket="$sock" --timeout-ms 5000 fetch imagenet --seed 42 --epoch 3 --world 7 --rank 5 \
+   --mode pad --count 3 >"$DIR/got" || fail "--socket= --timeout-ms before fetch"
+ "$PERMCTL" rank --size 1281167 --seed 42 --epoch 3 --world 7 --rank 5 --mode pad --count 3 | cmp -s - "$DIR/got" \
+   || fail "fetch with leading options differs from rank"
+ "$PERMCTL" --socket "$sock" inverse imagenet --seed 42 --epoch 3 --world 7 -- 17 >"$DIR/got" \
+   && [ "$(wc -l <"$DIR/got")" = 1 ] || fail "--socket before inverse with --"
+ expect 1 "is permd running?" "$PERMCTL" --socket "$DIR/absent.sock" stats
+ expect 2 "not both" "$PERMCTL" --tcp 127.0.0.1:1 stats --socket "$sock"
+ expect 2 "--socket given twice" "$PERMCTL" --socket "$DIR/absent.sock" stats --socket "$sock"
+ expect 2 "rank: unknown option '--socket'" "$PERMCTL" --socket "$sock" rank --size 5
+ expect 2 "missing COMMAND" "$PERMCTL" --socket "$sock")
+
 # The daemon's errors: exit 1 with the typed error and its message.
 expect 1 "NOT_FOUND: dataset 'nope' does not exist" "$PERMCTL" fetch nope --seed 1 --epoch 0 --world 1 --rank 0 --mode pad --count 1
 expect 1 "CONFLICT: dataset 'imagenet' exists with size 1281167, not 5" "$PERMCTL" datasets put imagenet --size 5
