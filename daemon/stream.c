@@ -2,6 +2,7 @@
 #include "daemon/stream.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ typedef struct pd_stream {
     unsigned inflight;      /* batch jobs running */
     pd_batch *ready;        /* finished out of order, sorted by seq */
     int ended;              /* StreamEnd sent or connection gone: freed once inflight is 0 */
+    _Atomic int stopped;    /* ended, for its batch jobs: one not yet started skips its generation */
     int plan_idle;          /* waiting for credit: its plan's table may be reclaimed (pd_plan_idle) */
     /* A ring stream's batch seq k is written to slot k % slots of the ring
      * and announced by a StreamBatch without ids; ring.base is NULL otherwise. */
@@ -122,6 +124,7 @@ static int pd_stream_stop(pd_stream *st)
 {
     if (!st->ended) {
         st->ended = 1;
+        atomic_store_explicit(&st->stopped, 1, memory_order_relaxed);
         st->s->streams->live--;
         st->s->loop->stats.streams_active--;
     }
@@ -188,6 +191,13 @@ static void pd_batch_run(pd_job *job)
     pd_batch *b = (pd_batch *)job;
     pd_stream *st = b->st;
     uint64_t got;
+    /* Ended (Cancel, an error, the connection gone) before this job started: nobody will send its ids (done frees
+     * it unsent; st stays allocated while a job is in flight). A client that opened streams and cancelled them at
+     * once used to cost up to stream_ahead batches of max_count ids each per stream, generated for nothing. */
+    if (atomic_load_explicit(&st->stopped, memory_order_relaxed)) {
+        b->rc = PD_ECLOSED;
+        return;
+    }
     /* Its name must still have the definition the stream resolved: never a batch of a deleted or re-defined
      * dataset or mixture (the stream's plan would keep serving the old one). */
     if ((b->rc = pd_target_current(st->s->svc->reg, &st->t, b->msg, sizeof b->msg)))
@@ -623,6 +633,7 @@ static int pd_stream_start(pd_session *s, uint64_t id, const Permd__V1__Stream *
         pd_reply_error(s, id, PD_EINTERNAL, "out of memory");
         return -1;
     }
+    atomic_init(&st->stopped, 0);
     st->s = s;
     st->id = id;
     st->ring = PD_RING_NONE;

@@ -389,6 +389,56 @@ static void test_out_of_order_batches_bounded(void **state)
     assert_int_equal(harness_finish(&own), 0);
 }
 
+/* A stream cancelled while its batches wait for a worker: those not started are never generated. With one worker,
+ * batch 0 held in the fake GPU for 1.5 s and the others queued behind it, the client cancels; a Fetch queued after
+ * them returns once they are done, and by then at most batch 0 and the Fetch were generated. Before, every batch
+ * queued (stream_ahead of them, up to max_count ids each) was generated for nobody, so a client cycling streams
+ * and Cancels made the daemon compute without bound. */
+static void test_cancelled_batches_not_generated(void **state)
+{
+    (void)state;
+    enum { BATCH = BIG_BATCH, CREDITS = 8, FETCH = 70000 };
+    const uint64_t n = UINT64_C(1) << 24;
+    setenv("PERMD_FAKE_GPU_STALL_MS", "1500", 1);
+    harness own;
+    harness_init(&own);
+    const char *extra[] = {"--gpu-library", PERMD_FAKE_GPU, "--gpu-min-ids", "65536", "--stream-ahead", "4",
+                           "--workers", "1", NULL};
+    assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
+    unsetenv("PERMD_FAKE_GPU_STALL_MS");
+    assert_int_equal(harness_put(&own, "big", n), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(own.sock, &c), 0);
+    int fd = raw_connect_unix(own.sock);
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "big";
+    sl.seed = 3;
+    sl.epoch = 1;
+    sl.world = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    send_stream_slice(fd, 1, &sl, BATCH, CREDITS, 0);
+    usleep(300000); /* batch 0 stalls on the one worker; batches 1-4 are queued behind it */
+    permd_stats st;
+    assert_int_equal(permd_stats_get(c, &st), 0);
+    assert_int_equal(st.cpu_ids_total, 0);
+    send_cancel(fd, 1);
+    expect_end(fd, 1, PERMD__V1__END_REASON__END_REASON_CANCELLED, 0, 0);
+    const permd_slice fs = {.dataset = "big", .seed = 3, .epoch = 2, .world = 1, .mode = PERMD_MODE_EXACT};
+    uint32_t *ids = malloc(FETCH * sizeof *ids);
+    uint64_t got;
+    assert_non_null(ids);
+    assert_int_equal(permd_fetch_u32(c, &fs, FETCH, ids, &got, NULL), 0); /* on the worker, after the batches */
+    assert_int_equal(got, FETCH);
+    free(ids);
+    assert_int_equal(permd_stats_get(c, &st), 0);
+    if (st.cpu_ids_total > BATCH + FETCH)
+        fail_msg("%llu ids generated: batches of the cancelled stream were generated after its Cancel (batch 0 and "
+                 "the Fetch are %d)", (unsigned long long)st.cpu_ids_total, BATCH + FETCH);
+    close(fd);
+    permd_close(c);
+    assert_int_equal(harness_finish(&own), 0);
+}
+
 /* Receive a batch of `count` ids of stream `id` (0: either of streams 1 and 2, whose orders are p[0], p[1]
  * and next seqs seq[0], seq[1]; else stream id of order *p, seq 0), checked against the order at a
  * sample of its ids; returns its stream. */
@@ -519,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_unread_stream_lends_its_plan),
         cmocka_unit_test(test_cap_filled_inline_resumes),
         cmocka_unit_test(test_out_of_order_batches_bounded),
+        cmocka_unit_test(test_cancelled_batches_not_generated),
         cmocka_unit_test(test_streams_share_the_cap),
         cmocka_unit_test(test_large_batches_reuse_a_block),
     };
