@@ -19,8 +19,8 @@ try:  # a subclass, so that frameworks which keep only isinstance(s, Distributed
 except ImportError:  # torch is optional: the protocol is just __iter__, __len__ and set_epoch
     _Base = object
 
-_FIRST_CHUNK = 256  # small, so the first batch is ready at once
-_CHUNK = 8192       # then bounded memory per rank, whatever the dataset size
+_FIRST_CHUNK = 256  # small, so the first batch is ready at once; each next chunk 4x the last, up to
+_CHUNK = 8192       # this: bounded memory per rank, whatever the dataset size
 STATE_VERSION = 1
 OVERLOAD_WAIT = 60.0  # seconds a daemon-backed sampler asks again while permd answers Overloaded
 RECONNECT_WAIT = 60.0  # seconds it asks again while permd cannot be reached (restarting: systemd waits 2 s)
@@ -391,7 +391,9 @@ class Sampler(_Base):
                 raise RuntimeError(f"permd.Sampler: no ids at offset {offset} where {left} were expected")
             left -= len(ids)
             yield ids.tolist() if np is not None else ids
-            count = _CHUNK
+            # 256, 1024, 4096, 8192, ...: a first batch of 1024 ids waited for 256 and then 8192 (0.2 of its 0.38 ms
+            # on a Zen 3 core: a mixture's 8192 ids and their tolist())
+            count = min(4 * count, _CHUNK)
 
     def _shard_plan(self, epoch):
         if self._plan is None or self._plan.epoch != epoch or self._plan.seed != self.seed:

@@ -254,7 +254,7 @@ class OnTheDaemon(unittest.TestCase):
         self.put("swap", [1, 1, 1], length=3000)
         s = permd.Sampler(num_replicas=1, rank=0, seed=2, mode="exact", client=self.c, name="swap")
         it = iter(s)
-        [next(it) for _ in range(300)]  # 256, then a chunk of 8192 fetched: all 3000 positions
+        [next(it) for _ in range(300)]  # chunks of 256 and 1024 fetched
         s2 = permd.Sampler(num_replicas=2, rank=0, seed=2, mode="exact", client=self.c, name="swap")
         it2 = iter(s2)
         next(it2)  # 256 ids fetched of 1500
@@ -327,9 +327,9 @@ class OnTheDaemon(unittest.TestCase):
         self.assertEqual((requests(self.c, "get_dataset"), requests(self.c, "get_mixture")), (gets + 1, mixes + 1))
         ids = list(s)
         self.assertEqual(len(ids), 20_000)
-        # 256 ids, then 8192 at a time: 1 + ceil((20000 - 256) / 8192) = 4 fetches, no other request
+        # 256, 1024 and 4096 ids, then 8192 at a time: 3 + ceil((20000 - 5376) / 8192) = 5 fetches, no other request
         self.assertEqual((requests(self.c, "get_dataset"), requests(self.c, "get_mixture"), requests(self.c, "fetch")),
-                         (gets + 1, mixes + 1, fetches + 4))
+                         (gets + 1, mixes + 1, fetches + 5))
         # what its checkpoints record of the mixture (a sharded component's shards, K, G included) is the
         # offline mixture's, and so are its ids
         off = permd.Sampler(num_replicas=1, rank=0, mode="exact",

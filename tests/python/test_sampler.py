@@ -482,10 +482,10 @@ class ClientRobustness(unittest.TestCase):
             c.put_dataset("lowered", 50_000)
             s = permd.Sampler(size=50_000, num_replicas=1, rank=0, seed=4, client=c, name="lowered")
             it = iter(s)
-            head = [next(it) for _ in range(300)]  # the first chunk (256), and 8192 more
+            head = [next(it) for _ in range(300)]  # the first chunk (256), and 1024 more
             d.extra = ["--max-count", "1000"]
             d.restart()
-            rest = list(it)  # asked again on a new connection, in chunks of 1000: before, ValueError (8192 > 1000)
+            rest = list(it)  # asked again on a new connection, in chunks of 1000: before, ValueError (4096 > 1000)
             self.assertEqual(head + rest, list(permd.Sampler(size=50_000, num_replicas=1, rank=0, seed=4)))
             s.set_epoch(1)
             self.assertEqual(len(list(s)), 50_000)  # a new pass reads the new max_count too
@@ -858,8 +858,9 @@ class DaemonBacked(unittest.TestCase):
             s = permd.Sampler(size=n, num_replicas=1, rank=0, mode="exact", client=c, name="trips")
             self.assertEqual(requests(c, "get_dataset"), gets + 1)  # the construction's check of the size
             self.assertEqual(sorted(s), list(range(n)))
-            # 256 ids, then 8192 at a time: 1 + ceil((50000 - 256) / 8192) = 8 fetches, and no GetDataset
-            self.assertEqual((requests(c, "get_dataset"), requests(c, "fetch")), (gets + 1, fetches + 8))
+            # 256, 1024 and 4096 ids, then 8192 at a time: 3 + ceil((50000 - 5376) / 8192) = 9 fetches, and no
+            # GetDataset
+            self.assertEqual((requests(c, "get_dataset"), requests(c, "fetch")), (gets + 1, fetches + 9))
 
     def test_size_from_the_daemon(self):
         # client= and name= name a dataset whose size the daemon holds: size= is not needed (it was a TypeError),
