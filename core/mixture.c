@@ -162,8 +162,15 @@ int pd_mix_draws_before(const pd_mix *m, uint64_t run_position, uint64_t *drawn)
 {
     if (!m || !drawn)
         return PD_EINVAL;
-    if (run_position >= PD_MIX_RUN_END)
+    if (run_position > PD_MIX_RUN_END)
         return PD_ERANGE;
+    if (run_position == PD_MIX_RUN_END) { /* the run's end: the draws before its last position, and that one's */
+        pd_mix_draw d;
+        int rc = pd_mix_draws_before(m, run_position - 1, drawn);
+        if (rc == PD_OK && (rc = pd_mix_draw_at(m, run_position - 1, &d)) == PD_OK)
+            drawn[d.component]++;
+        return rc;
+    }
     const uint64_t g = run_position, k = pd__mix_stage_of(m, g), C = m->components;
     const uint64_t block_start = g & ~(m->block - 1), x0 = block_start - m->start[k];
     pd_mix_tree_counts(m->cum + k * (C + 1), 0, C, x0, drawn);
@@ -327,14 +334,7 @@ int pd_mix_reach(const pd_mix *m, uint64_t epoch, uint64_t first, uint64_t last,
     const uint64_t g0 = (epoch * m->length + first) & ~(m->block - 1);
     const uint64_t g1 = ((epoch * m->length + last) | (m->block - 1)) + 1;
     int rc = pd_mix_draws_before(m, g0, drawn);
-    if (rc == PD_OK && g1 < PD_MIX_RUN_END) {
-        rc = pd_mix_draws_before(m, g1, drawn + C);
-    } else if (rc == PD_OK) { /* the run's last block: the draws before its last position, and that one's */
-        pd_mix_draw d;
-        if ((rc = pd_mix_draws_before(m, g1 - 1, drawn + C)) == PD_OK && (rc = pd_mix_draw_at(m, g1 - 1, &d)) == PD_OK)
-            drawn[C + d.component]++;
-    }
-    return rc;
+    return rc == PD_OK ? pd_mix_draws_before(m, g1, drawn + C) : rc;
 }
 
 uint64_t pd_mix_cursor_missing(const pd_mix_cursor *c, const uint64_t *drawn)

@@ -79,7 +79,8 @@ typedef struct pd_mix_draw {
 /* The draw at run position g < 2^63 (PD_ERANGE otherwise). */
 int pd_mix_draw_at(const pd_mix *m, uint64_t run_position, pd_mix_draw *out);
 
-/* drawn[j] = how many of run positions [0, g) draw from j, for every j (C values). O(C + B·log C). */
+/* drawn[j] = how many of run positions [0, g) draw from j, for every j (C values), g ≤ 2^63 (the run's end;
+ * PD_ERANGE past it). O(C + B·log C). */
 int pd_mix_draws_before(const pd_mix *m, uint64_t run_position, uint64_t *drawn);
 
 /* The run position of component j's draw D; PD_ENOTFOUND if the run never makes it (weight 0 in the

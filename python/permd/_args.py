@@ -94,7 +94,11 @@ def wrapped(name, value):
 
 
 def _numpy_bool(value):
-    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+    """numpy's bool scalars, and any array or tensor of bools (operator.index takes torch.tensor(True) as 1)."""
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and (getattr(dtype, "kind", None) == "b" or str(dtype) == "torch.bool")
 
 
 def _torch_tensor(value):

@@ -340,6 +340,25 @@ class Mixture(_args.Frozen):
                                    if np is not None else [])
         return int(self._fill(1, 0, _lib.MODES["exact"], self._index(key), 1, 8)[0])
 
+    def __contains__(self, sample):
+        """Whether this epoch draws global id `sample` (without this, `in` walked the whole epoch). Component j's
+        draws in it are those counted from drawn(0)[j] to drawn()[j]; its sample is drawn once in each of their
+        component epochs, and in a component epoch they cover whole, surely."""
+        v = _args._as_int(sample)
+        if v is None or v < 0:
+            return False
+        for j, c in enumerate(self.components):
+            n = _comp_size(c)
+            if v >= n:
+                v -= n
+                continue
+            first, end = self.drawn(0)[j], self.drawn()[j]
+            if end - first >= 2 * n - 1:  # a whole component epoch lies between them
+                return True
+            return any(self.position(j, v, e) is not None for e in range(first // n, (end - 1) // n + 1)
+                       if end > first)
+        return False
+
     def __iter__(self):
         for start in range(0, self.length, _CHUNK):
             yield from (int(x) for x in self[start:min(start + _CHUNK, self.length)])

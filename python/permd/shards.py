@@ -1,6 +1,5 @@
 """permd.ShardPlan: one epoch of a sharded dataset (docs/spec/shards-v1.md), computed in-process, and digests."""
 import ctypes
-import numbers
 
 from . import _args, _lib
 
@@ -121,7 +120,8 @@ class ShardPlan(_args.Frozen):
 
     def __contains__(self, sample):
         """Whether `sample` is an id of this dataset (every one is at some position: the plan is a permutation)."""
-        return (isinstance(sample, numbers.Integral) and not isinstance(sample, bool)) and 0 <= sample < self.size
+        v = _args._as_int(sample)  # as Permutation's: numpy integers and one-element integer tensors too
+        return v is not None and 0 <= v < self.size
 
     def position(self, sample):
         s = _args.integer("sample", sample, 0, self.size - 1)

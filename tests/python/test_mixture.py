@@ -78,6 +78,32 @@ class MatchesReference(unittest.TestCase):
         with self.assertRaises(ValueError):
             m.with_epoch(1)
 
+    def test_membership(self):
+        # `id in m` is whether this epoch draws it: the ids of m[:], at once (it walked the whole epoch), for
+        # components whose draws in an epoch span part of a component epoch, several, or none at all
+        for sizes, weights, stages, length in [([5, 7, 100], [1, 2, 3], [(128, [0, 5, 1])], None),
+                                               ([3, 40, 1000], [5, 1, 1], [], 97), ([10, 20], [1, 0], [], 64)]:
+            for epoch in (0, 3):
+                m = permd.Mixture(4, epoch, sizes, weights, stages=stages, length=length)
+                drawn = set(m[:].tolist())
+                self.assertEqual({x for x in range(sum(sizes) + 2) if x in m}, drawn, (sizes, epoch))
+        m = permd.Mixture(4, 0, [3, 40], [5, 1], length=97)
+        self.assertNotIn(-1, m)
+        self.assertNotIn(True, m)  # not id 1: a bool is no index
+        self.assertNotIn("1", m)
+        self.assertIn(np.int64(m[0]), m)
+        big = permd.Mixture(1, 0, [1 << 62, 1 << 62], [1, 1])
+        self.assertIn(1 << 62, big)  # at once, at 2^63 positions
+
+    def test_drawn_at_the_run_end(self):
+        # the last epoch that exists ends at run position 2^63: its drawn() counts that far (it was OutOfRange)
+        m = permd.Mixture(1, 1, [5, 7], [1, 1], length=1 << 62)
+        last = m.locate((1 << 62) - 1)[0]
+        want = m.drawn((1 << 62) - 1)
+        want[last] += 1
+        self.assertEqual(m.drawn(), want)
+        self.assertEqual(sum(permd.Mixture(1, 0, [1 << 62, 1 << 62], [1, 1]).drawn()), 1 << 63)
+
     def test_len_at_2_63(self):
         # 2^63 positions: valid, one more than len() can return; the error says what to use instead
         m = permd.Mixture(1, 0, [1 << 62, 1 << 62], [1, 1])

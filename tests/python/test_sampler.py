@@ -312,6 +312,12 @@ class Offline(unittest.TestCase):
         self.assertEqual(p[np.int64(-1)], int(arr[-1]))
         with self.assertRaises(TypeError):
             p[torch.tensor(3.0)]
+        for flag in (True, np.bool_(True), torch.tensor(True), np.array(True)):  # a bool is no index (it read 1)
+            with self.assertRaises(TypeError):
+                p[flag]
+            self.assertNotIn(flag, p)
+        self.assertIn(torch.tensor(5), p)
+        self.assertIn(np.array(5), p)
         samples = np.array([[int(arr[0]), int(arr[1])], [int(arr[2]), int(arr[3])]])
         self.assertEqual(p.inverse(samples).tolist(), [[0, 1], [2, 3]])  # every element, in its shape
         self.assertEqual(p.inverse(torch.tensor([int(arr[7])])).tolist(), [7])

@@ -169,6 +169,11 @@ class ShardedSampler(unittest.TestCase):
             self.assertEqual(list(plan[key]), ids[key], key)
         self.assertIn(0, plan)
         self.assertNotIn(N, plan)
+        import torch
+        for sample in (torch.tensor(3), np.array(3), np.uint8(3)):  # as Permutation takes them (they read False)
+            self.assertIn(sample, plan)
+        for flag in (True, torch.tensor(True)):
+            self.assertNotIn(flag, plan)
         self.assertEqual(plan[-1], ids[-1])
         with self.assertRaises(IndexError):
             plan[N]

@@ -661,7 +661,16 @@ static void bad_input(void **state)
     assert_int_equal(pd_mix_locate(&o.cur, PD_MIX_RUN_END / 30, 0, &loc), PD_EINVAL); /* no such epoch */
     assert_int_equal(pd_mix_locate(&o.cur, PD_MIX_RUN_END / 30 - 1, 29, &loc), PD_OK);
     assert_int_equal(pd_mix_draw_at(&o.mix, PD_MIX_RUN_END, &d), PD_ERANGE);
-    assert_int_equal(pd_mix_draws_before(&o.mix, PD_MIX_RUN_END, drawn), PD_ERANGE);
+    /* the run's end counts every position of the run: those before its last one, and that one's draw */
+    uint64_t before_last[2];
+    pd_mix_draw last;
+    assert_int_equal(pd_mix_draws_before(&o.mix, PD_MIX_RUN_END, drawn), PD_OK);
+    assert_int_equal(pd_mix_draws_before(&o.mix, PD_MIX_RUN_END - 1, before_last), PD_OK);
+    assert_int_equal(pd_mix_draw_at(&o.mix, PD_MIX_RUN_END - 1, &last), PD_OK);
+    before_last[last.component]++;
+    assert_memory_equal(drawn, before_last, sizeof drawn);
+    assert_int_equal(drawn[0] + drawn[1], PD_MIX_RUN_END);
+    assert_int_equal(pd_mix_draws_before(&o.mix, PD_MIX_RUN_END + 1, drawn), PD_ERANGE);
     assert_int_equal(pd_mix_sample(&o.cur, &d, &loc), PD_ERANGE);
     assert_int_equal(pd_mix_position(&o.cur, 2, 0, 0, &e, &p), PD_ERANGE);
     assert_int_equal(pd_mix_position(&o.cur, 0, 10, 0, &e, &p), PD_ERANGE);
