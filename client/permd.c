@@ -113,16 +113,31 @@ int permd_usable(const permd_client *c)
     return c && !c->broken;
 }
 
+/* The message permd_last_error(c) returns from now on. */
+static void pd_cl_vsay(permd_client *c, const char *fmt, va_list ap)
+{
+    _Static_assert(sizeof pd_cl_tls_err == sizeof ((permd_client *)0)->err, "one size for both messages");
+    vsnprintf(c ? c->err : pd_cl_tls_err, sizeof pd_cl_tls_err, fmt, ap);
+}
+
 static int pd_cl_fail(permd_client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int pd_cl_fail(permd_client *c, int err, const char *fmt, ...)
 {
-    char *buf = c ? c->err : pd_cl_tls_err;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof c->err, fmt, ap);
+    pd_cl_vsay(c, fmt, ap);
     va_end(ap);
     if (c && (err == PD_EIO || err == PD_ECLOSED || err == PD_ETIMEDOUT || err == PD_EPROTO))
         c->broken = 1;
+    return err;
+}
+
+int permd_set_error(permd_client *c, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pd_cl_vsay(c, fmt, ap);
+    va_end(ap);
     return err;
 }
 

@@ -205,6 +205,14 @@ PERMD_API void permd_close(permd_client *c);
 PERMD_API int permd_set_timeout(permd_client *c, uint32_t ms);
 /* The message of the last failure on c (the server's text when it sent one). */
 PERMD_API const char *permd_last_error(const permd_client *c);
+/* Record why a call of a library built on libpermd (libpermd_nccl) failed on c, so that permd_last_error(c)
+ * says so, as it does after libpermd's own calls; c NULL: the calling thread's message (permd_last_error(NULL)).
+ * It does not end the connection. Returns err. */
+PERMD_API int permd_set_error(permd_client *c, int err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 /* 1 while c may still be used; 0 once a failure ended its connection (a timeout, an I/O error, a
  * malformed reply, or an error permd sent before closing it, e.g. a frame above its max_frame): close it
  * and connect again. */

@@ -12,6 +12,12 @@ extern "C" {
 
 typedef struct permd_nccl permd_nccl;
 
+/* The PERMD_ABI_VERSION of the permd.h this library was built with. A binding checks it against libpermd's
+ * permd_abi_version() before it calls anything here; permd_nccl_join refuses (PERMD_EINVAL) to run on a libpermd
+ * of another one (a libpermd_nccl left from an older build). Failures of these calls are described by
+ * permd_last_error() of the member's connection, as libpermd's own are. */
+PERMD_API unsigned permd_nccl_abi_version(void);
+
 /* Join group (created by the first joiner) of `members` trainers on CUDA
  * device `device`, over the connection c (which must outlive the member).
  * Blocks until every member and permd have joined the communicator, or

@@ -23,6 +23,14 @@ def _load():
         if not os.path.isfile(path):
             raise ImportError(f"permd.nccl: {path} not found (build permd with CUDA and NCCL, or set PERMD_NCCL_LIB)")
         nl = ctypes.CDLL(path)
+        # A libpermd_nccl left from an older build would pass this package's structs in another layout
+        abi = getattr(nl, "permd_nccl_abi_version", None)
+        if abi is None:
+            raise ImportError(f"permd.nccl: {path} predates the ABI check (rebuild permd with CUDA and NCCL)")
+        abi.restype = ctypes.c_uint
+        if abi() != _lib.ABI_VERSION:
+            raise ImportError(f"permd.nccl: {path} was built for libpermd ABI {abi()}, this package and its libpermd "
+                              f"({_lib.lib._name}) are ABI {_lib.ABI_VERSION}: rebuild it from this package's tree")
         p = ctypes.c_void_p
         nl.permd_nccl_join.argtypes = [p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint32,
                                        ctypes.POINTER(p)]

@@ -263,6 +263,31 @@ int main(void)
             fails++;
         }
     }
+    /* 5. a member's own failures say why in permd_last_error (they said the connection's last message): a device
+     * that does not exist, then a receive into host memory */
+    pid_t own = fork();
+    if (own == 0) {
+        permd_client *oc;
+        permd_nccl *g;
+        uint64_t host[4], got;
+        uint32_t width;
+        CHECK(permd_connect_unix(h.sock, &oc) == 0, "connect: %s", permd_last_error(NULL));
+        int rc = permd_nccl_join(oc, "g6", 1, 99, 20000, &g);
+        CHECK(rc == PERMD_EUNAVAILABLE && strstr(permd_last_error(oc), "CUDA device 99"), "join on device 99: %d, %s",
+              rc, permd_last_error(oc));
+        CHECK(permd_nccl_join(oc, "g7", 1, 1, 20000, &g) == 0, "join: %s", permd_last_error(oc));
+        permd_slice s = {.dataset = "big", .seed = 1, .world = 1, .mode = PERMD_MODE_EXACT};
+        rc = permd_nccl_recv(g, &s, 4, 8, host, NULL, &got, &width, NULL);
+        CHECK(rc == PERMD_EINVAL && strstr(permd_last_error(oc), "host memory"), "recv into host memory: %d, %s", rc,
+              permd_last_error(oc));
+        CHECK(permd_nccl_leave(g) == 0, "leave: %s", permd_last_error(oc));
+        permd_close(oc);
+        _exit(0);
+    }
+    if (!wait_ok(own)) {
+        fprintf(stderr, "FAIL: a member's own errors\n");
+        fails++;
+    }
     if (!socket_serves()) {
         fprintf(stderr, "FAIL: socket clients not served after the faults\n");
         fails++;

@@ -414,6 +414,14 @@ static void test_endpoints_and_arguments(void **state)
     assert_int_equal(permd_stream_open(c, &any_slice, 0, 0, &st), PERMD_EINVAL);
     assert_int_equal(permd_inverse(c, "d", 1, 1, 1, 5, NULL, 0, NULL, NULL), PERMD_EINVAL);
     assert_int_equal(permd_stats_get(c, NULL), PERMD_EINVAL);
+    /* A library built on libpermd (libpermd_nccl) records its own failures: the message is c's (or the thread's
+     * for NULL) and the connection stays usable, whatever the code. */
+    assert_int_equal(permd_set_error(c, PERMD_EIO, "cuda device %d: %s", 9, "invalid device ordinal"), PERMD_EIO);
+    assert_string_equal(permd_last_error(c), "cuda device 9: invalid device ordinal");
+    assert_int_equal(permd_usable(c), 1);
+    assert_int_equal(permd_set_error(NULL, PERMD_ETIMEDOUT, "no %s", "answer"), PERMD_ETIMEDOUT);
+    assert_string_equal(permd_last_error(NULL), "no answer");
+    assert_string_equal(permd_last_error(c), "cuda device 9: invalid device ordinal");
     permd_close(c); /* none of those reached the fake, which just hangs up */
     fake_stop(&f);
 }
