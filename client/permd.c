@@ -162,41 +162,6 @@ static int pd_cl_poll(permd_client *c, short events)
     return pd_cl_fail(c, PD_EIO, "poll: %s", strerror(errno));
 }
 
-static int pd_cl_write_all(permd_client *c, const uint8_t *p, size_t len)
-{
-    if (c->broken)
-        return pd_cl_fail(c, PD_ECLOSED, "the connection is no longer usable");
-    while (len) {
-        int rc = pd_cl_poll(c, POLLOUT);
-        if (rc)
-            return rc;
-        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) /* what "Broken pipe" means here */
-            return pd_cl_fail(c, PD_ECLOSED, "permd closed the connection (sending: %s)", strerror(errno));
-        if (n < 0)
-            return pd_cl_fail(c, PD_EIO, "sending to permd: %s", strerror(errno));
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-/* Pack and send one envelope, giving it the next request id. */
-static int pd_cl_send(permd_client *c, pd_envelope *env)
-{
-    size_t n = pd_frame_size(env);
-    if (n > c->wcap) {
-        uint8_t *p = realloc(c->wbuf, n);
-        if (!p)
-            return pd_cl_fail(c, PD_ENOMEM, "out of memory");
-        c->wbuf = p;
-        c->wcap = n;
-    }
-    pd_frame_pack(env, c->wbuf);
-    return pd_cl_write_all(c, c->wbuf, n);
-}
 
 /* Keep the latest descriptor received; close any other (never leak one the
  * protocol did not announce). */
@@ -279,6 +244,18 @@ static int pd_cl_queue_stream_frame(permd_stream *st, const uint8_t *payload, ui
     return 0;
 }
 
+/* A frame that does not answer request id (0: none awaited, one is being sent): the open stream's is queued for
+ * it; any other is the server's mistake. */
+static int pd_cl_aside(permd_client *c, const uint8_t *payload, uint32_t len, const pd_bulk_view *v, uint64_t id)
+{
+    if (v->id == 0)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent a reply (message %u) for request id 0", v->body_field);
+    if (!c->stream || v->id != c->stream->id)
+        return pd_cl_fail(c, PD_EPROTO, "permd answered request %llu while request %llu waited",
+                          (unsigned long long)v->id, (unsigned long long)id);
+    return pd_cl_queue_stream_frame(c->stream, payload, len);
+}
+
 /* Read until the frame answering id (or a connection-level error, id 0);
  * the open stream's frames are queued for it on the way. Replies come in order and a request is abandoned only
  * with its connection, so a frame for any other id is the server's mistake. */
@@ -291,16 +268,9 @@ static int pd_cl_wait(permd_client *c, uint64_t id, const uint8_t **payload, uin
             return rc;
         if (pd_frame_scan_bulk(*payload, *len, 0, &v) < 0)
             return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed frame");
-        if (v.id == id)
-            return 0;
-        if (v.id == 0) /* for the connection: only an Error (the reason it is about to close) */
-            return v.body_field == PERMD__V1__ENVELOPE__BODY_ERROR
-                       ? 0
-                       : pd_cl_fail(c, PD_EPROTO, "permd sent a reply (message %u) for request id 0", v.body_field);
-        if (!c->stream || v.id != c->stream->id)
-            return pd_cl_fail(c, PD_EPROTO, "permd answered request %llu while request %llu waited",
-                              (unsigned long long)v.id, (unsigned long long)id);
-        if ((rc = pd_cl_queue_stream_frame(c->stream, *payload, *len)))
+        if (v.id == id || (v.id == 0 && v.body_field == PERMD__V1__ENVELOPE__BODY_ERROR))
+            return 0; /* id 0: for the connection, the reason it is about to close */
+        if ((rc = pd_cl_aside(c, *payload, *len, &v, id)))
             return rc;
     }
 }
@@ -326,6 +296,95 @@ static int pd_cl_unpack(permd_client *c, const uint8_t *payload, uint32_t len, i
     if ((int)(*env)->body_case != want)
         return pd_cl_fail(c, PD_EPROTO, "unexpected reply (message %d)", (int)(*env)->body_case);
     return 0;
+}
+
+/* Wait until the socket takes bytes or holds some to read (*revents), until the armed deadline (none: as long as
+ * it takes). */
+static int pd_cl_poll_io(permd_client *c, short *revents)
+{
+    for (;;) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLOUT};
+        int ms = -1;
+        if (c->deadline) {
+            const uint64_t now = pd_endpoint_now_ms();
+            if (now >= c->deadline)
+                return pd_cl_fail(c, PD_ETIMEDOUT, "no answer from permd within %u ms", c->timeout_ms);
+            ms = c->deadline - now > INT32_MAX ? INT32_MAX : (int)(c->deadline - now);
+        }
+        const int n = poll(&p, 1, ms);
+        if (n > 0) {
+            *revents = p.revents;
+            return 0;
+        }
+        if (n < 0 && errno != EINTR)
+            return pd_cl_fail(c, PD_EIO, "poll: %s", strerror(errno));
+    }
+}
+
+/* Read one frame that came while a request was being sent: an open stream's batch or end (queued for it), or the
+ * Error permd sends before it closes the connection. */
+static int pd_cl_read_aside(permd_client *c)
+{
+    const uint8_t *payload;
+    uint32_t len;
+    pd_bulk_view v;
+    int rc = pd_cl_read_frame(c, &payload, &len);
+    if (rc)
+        return rc;
+    if (pd_frame_scan_bulk(payload, len, 0, &v) < 0)
+        return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed frame");
+    if (v.id == 0 && v.body_field == PERMD__V1__ENVELOPE__BODY_ERROR) {
+        pd_envelope *env;
+        rc = pd_cl_unpack(c, payload, len, 0, &env);
+        return rc ? rc : pd_cl_fail(c, PD_EPROTO, "permd sent an Error without a code");
+    }
+    return pd_cl_aside(c, payload, len, &v, 0);
+}
+
+/* Send all of p. The socket is never written blocking: the armed deadline holds while a request larger than the
+ * socket's buffer goes out, and what permd sends meanwhile is read (protocol.md: "read while you write").
+ * A client with a stream open used to block in send() on a large request while permd, its output for the
+ * connection past output_cap, had stopped reading it: neither moved again. */
+static int pd_cl_write_all(permd_client *c, const uint8_t *p, size_t len)
+{
+    if (c->broken)
+        return pd_cl_fail(c, PD_ECLOSED, "the connection is no longer usable");
+    while (len) {
+        short ev = 0;
+        int rc = pd_cl_poll_io(c, &ev);
+        if (rc)
+            return rc;
+        if ((ev & POLLIN) && !(ev & POLLOUT)) { /* full: read what holds permd up (POLLHUP too: send says why) */
+            if ((rc = pd_cl_read_aside(c)))
+                return rc;
+            continue;
+        }
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue;
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) /* what "Broken pipe" means here */
+            return pd_cl_fail(c, PD_ECLOSED, "permd closed the connection (sending: %s)", strerror(errno));
+        if (n < 0)
+            return pd_cl_fail(c, PD_EIO, "sending to permd: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Pack and send one envelope, giving it the next request id. */
+static int pd_cl_send(permd_client *c, pd_envelope *env)
+{
+    size_t n = pd_frame_size(env);
+    if (n > c->wcap) {
+        uint8_t *p = realloc(c->wbuf, n);
+        if (!p)
+            return pd_cl_fail(c, PD_ENOMEM, "out of memory");
+        c->wbuf = p;
+        c->wcap = n;
+    }
+    pd_frame_pack(env, c->wbuf);
+    return pd_cl_write_all(c, c->wbuf, n);
 }
 
 /* Send a request and unpack its reply of type want. */
@@ -420,7 +479,7 @@ static int pd_cl_connect_unix(const char *path, uint32_t ms, permd_client **out)
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     char def[sizeof sa.sun_path];
     if (!out)
-        return pd_cl_fail(NULL, PD_EINVAL, "out is NULL");
+        return pd_cl_fail(NULL, PD_EINVAL, "permd_connect: out is required");
     if (!path || !*path) {
         char why[160];
         if (pd_endpoint_default_socket(def, sizeof def))
@@ -465,7 +524,9 @@ static int pd_cl_connect_tcp(const char *host_port, const char *token, uint32_t 
 {
     char host[256];
     uint16_t p;
-    if (!out || pd_endpoint_parse_hostport(host_port, host, sizeof host, &p))
+    if (!out)
+        return pd_cl_fail(NULL, PD_EINVAL, "permd_connect: out is required");
+    if (pd_endpoint_parse_hostport(host_port, host, sizeof host, &p))
         return pd_cl_fail(NULL, PD_EINVAL, "'%s' is not HOST:PORT", host_port ? host_port : "(null)");
     char why[320];
     int fd, rc = pd_endpoint_connect_tcp(host, p, ms ? ms : PD_CL_HELLO_TIMEOUT_MS, 0, &fd, why, sizeof why);
@@ -723,7 +784,7 @@ static int pd_cl_page_end(permd_client *c, pd_cl_pager *pg, size_t got, const ch
 int permd_list_datasets(permd_client *c, permd_dataset *out, size_t cap, size_t *total)
 {
     if (!c || !total || (cap && !out))
-        return PD_EINVAL;
+        return c ? pd_cl_fail(c, PD_EINVAL, "permd_list_datasets: total, and out for a cap, are required") : PD_EINVAL;
     pd_cl_pager pg = {.what = "dataset"};
     Permd__V1__ListDatasets m = PERMD__V1__LIST_DATASETS__INIT;
     m.paged = 1;
@@ -1121,7 +1182,7 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     Permd__V1__Slice sm;
     int rc;
     if (!c || !out)
-        return PD_EINVAL;
+        return c ? pd_cl_fail(c, PD_EINVAL, "permd_stream_open: out is required") : PD_EINVAL;
     if (c->stream) /* the caller's to fix, not the server's load: not PD_EBUSY */
         return pd_cl_fail(c, PD_EINVAL, "this client already has an open stream: close it first (one stream a "
                                         "client)");
@@ -1133,7 +1194,10 @@ int permd_stream_open_ex(permd_client *c, const permd_slice *s, uint64_t batch, 
     if (!st)
         return pd_cl_fail(c, PD_ENOMEM, "out of memory");
     st->want_ring = c->is_unix && c->server_ring && !(flags & PERMD_STREAM_SOCKET);
-    uint64_t window = (st->want_ring ? PD_CL_RING_BYTES : PD_CL_STREAM_BYTES) / (batch * 4 + 1);
+    /* The id width is the dataset's, unknown here: 4 bytes assumed (8-byte ids run twice as far ahead); a
+     * location is 16 */
+    const uint64_t item = (flags & PERMD_LOCATIONS) ? 16 : 4;
+    uint64_t window = (st->want_ring ? PD_CL_RING_BYTES : PD_CL_STREAM_BYTES) / (batch * item + 1);
     uint64_t max_window = c->info.max_credits && c->info.max_credits < PD_CL_MAX_WINDOW ? c->info.max_credits
                                                                                        : PD_CL_MAX_WINDOW;
     if (window < 2) /* a Credit every other batch */
@@ -1208,7 +1272,7 @@ int permd_stream_shared(const permd_stream *st)
 int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint64_t *count)
 {
     if (!st || !ids || !width || !count)
-        return PD_EINVAL;
+        return st ? pd_cl_fail(st->c, PD_EINVAL, "permd_stream_next: ids, width and count are required") : PD_EINVAL;
     permd_client *c = st->c;
     *count = 0;
     *ids = NULL;
@@ -1430,7 +1494,7 @@ static void pd_cl_stats_tables(const Permd__V1__StatsReply *r, permd_stats *out)
 int permd_stats_get(permd_client *c, permd_stats *out)
 {
     if (!c || !out)
-        return PD_EINVAL;
+        return c ? pd_cl_fail(c, PD_EINVAL, "permd_stats_get: out is required") : PD_EINVAL;
     Permd__V1__Stats m = PERMD__V1__STATS__INIT;
     pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
     req.body_case = PERMD__V1__ENVELOPE__BODY_STATS;
@@ -1588,7 +1652,8 @@ int permd_get_mixture(permd_client *c, const char *name, permd_mixture_def **out
 int permd_list_mixtures(permd_client *c, char (*names)[PERMD_NAME_MAX + 1], size_t cap, size_t *total)
 {
     if (!c || !total || (cap && !names))
-        return PD_EINVAL;
+        return c ? pd_cl_fail(c, PD_EINVAL, "permd_list_mixtures: total, and names for a cap, are required")
+                 : PD_EINVAL;
     pd_cl_pager pg = {.what = "mixture"};
     Permd__V1__ListMixtures m = PERMD__V1__LIST_MIXTURES__INIT;
     m.paged = 1;
@@ -1628,42 +1693,15 @@ int permd_delete_mixture(permd_client *c, const char *name)
     return pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_DELETE_DATASET_REPLY, &rep);
 }
 
-int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, uint32_t world, int mode,
-                          const uint64_t *samples, const uint64_t *component_epochs, uint64_t count, uint64_t *epochs,
-                          uint64_t *positions, uint32_t *ranks)
+/* One Inverse request of n global ids of a mixture (at its id width w) with their component epochs. */
+static int pd_cl_inverse_mixture_part(permd_client *c, const char *mixture, uint64_t seed, uint32_t world, int mode,
+                                      unsigned w, const uint64_t *samples, const uint64_t *component_epochs, size_t n,
+                                      uint64_t *epochs, uint64_t *positions, uint32_t *ranks)
 {
-    int rc = pd_cl_check_name(c, mixture);
-    if (rc)
-        return rc;
-    if (count && (!samples || !component_epochs || !epochs || !positions))
-        return pd_cl_fail(c, PD_EINVAL, "samples, component_epochs, epochs and positions are required");
-    if (mode > PERMD_MODE_EXACT)
-        return pd_cl_fail(c, PD_EINVAL, "mode %d is not a PERMD_MODE_* (or negative for none)", mode);
-    const uint64_t most = c->info.max_count ? c->info.max_count : UINT32_MAX; /* and count × 8 cannot wrap */
-    if (count > most)
-        return pd_cl_fail(c, PD_EINVAL, "count %llu is above %llu (the server's max_count)", (unsigned long long)count,
-                          (unsigned long long)most);
-    permd_mixture_def *d;
-    if ((rc = permd_get_mixture(c, mixture, &d))) { /* samples travel at the mixture's id width */
-        permd_dataset ds;
-        if (rc != PERMD_ENOTFOUND || permd_get_dataset(c, mixture, &ds)) /* one namespace: say which it is */
-            return rc == PERMD_ENOTFOUND
-                       ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", mixture)
-                       : rc;
-        return pd_cl_fail(c, PD_EINVAL, "'%s' is a dataset: its inverse takes sample ids alone, without "
-                          "component epochs (an inverse on a dataset)", mixture);
-    }
-    unsigned w = d->id_width;
-    permd_mixture_def_free(d);
-    uint8_t *buf = malloc(count * w + 1);
+    uint8_t *buf = malloc(n * w + 1);
     if (!buf)
         return pd_cl_fail(c, PD_ENOMEM, "out of memory");
-    for (uint64_t i = 0; i < count; i++) {
-        if (w == 4 && samples[i] > UINT32_MAX) {
-            free(buf);
-            return pd_cl_fail(c, PD_EINVAL, "samples[%llu] = %llu is not a sample id of '%s'", (unsigned long long)i,
-                              (unsigned long long)samples[i], mixture);
-        }
+    for (size_t i = 0; i < n; i++) {
         if (w == 4)
             pd_store_le32(buf + 4 * i, (uint32_t)samples[i]);
         else
@@ -1675,25 +1713,75 @@ int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, u
     m.world = world;
     m.mode = mode < 0 ? PERMD__V1__MODE__MODE_UNSPECIFIED : pd_wire_mode_from_pd(mode);
     m.samples.data = buf;
-    m.samples.len = count * w;
-    m.n_component_epochs = count;
+    m.samples.len = n * w;
+    m.n_component_epochs = n;
     m.component_epochs = (uint64_t *)component_epochs;
     pd_envelope req = PERMD__V1__ENVELOPE__INIT, *rep;
     req.body_case = PERMD__V1__ENVELOPE__BODY_INVERSE;
     req.inverse = &m;
-    rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &rep);
+    int rc = pd_cl_call(c, &req, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY, &rep);
     free(buf);
     if (rc)
         return rc;
     const Permd__V1__InverseReply *r = rep->inverse_reply;
-    if (r->count != count || r->id_width != 8 || r->positions.len != count * 8 || r->ranks.len != count * 4 ||
-        r->n_epochs != count)
+    if (r->count != n || r->id_width != 8 || r->positions.len != n * 8 || r->ranks.len != n * 4 || r->n_epochs != n)
         return pd_cl_fail(c, PD_EPROTO, "permd sent an inconsistent InverseReply for a mixture");
-    for (uint64_t i = 0; i < count; i++) {
+    for (size_t i = 0; i < n; i++) {
         epochs[i] = r->epochs[i];
         positions[i] = pd_load_le64(r->positions.data + 8 * i);
         if (ranks)
             ranks[i] = pd_load_le32(r->ranks.data + 4 * i);
     }
+    return 0;
+}
+
+int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, uint32_t world, int mode,
+                          const uint64_t *samples, const uint64_t *component_epochs, uint64_t count, uint64_t *epochs,
+                          uint64_t *positions, uint32_t *ranks)
+{
+    int rc = pd_cl_check_name(c, mixture);
+    if (rc)
+        return rc;
+    if (count && (!samples || !component_epochs || !epochs || !positions))
+        return pd_cl_fail(c, PD_EINVAL, "samples, component_epochs, epochs and positions are required");
+    if (mode > PERMD_MODE_EXACT)
+        return pd_cl_fail(c, PD_EINVAL, "mode %d is not a PERMD_MODE_* (or negative for none)", mode);
+    if (count > SIZE_MAX / 16)
+        return pd_cl_fail(c, PD_EINVAL, "count %llu is more than this process can address",
+                          (unsigned long long)count);
+    permd_mixture_def *d;
+    if ((rc = permd_get_mixture(c, mixture, &d))) { /* samples travel at the mixture's id width */
+        permd_dataset ds;
+        if (rc != PERMD_ENOTFOUND || permd_get_dataset(c, mixture, &ds)) /* one namespace: say which it is */
+            return rc == PERMD_ENOTFOUND
+                       ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", mixture)
+                       : rc;
+        return pd_cl_fail(c, PD_EINVAL, "'%s' is a dataset: its inverse takes sample ids alone, without "
+                          "component epochs (an inverse on a dataset)", mixture);
+    }
+    const unsigned w = d->id_width;
+    permd_mixture_def_free(d);
+    for (uint64_t i = 0; w == 4 && i < count; i++)
+        if (samples[i] > UINT32_MAX)
+            return pd_cl_fail(c, PD_EINVAL, "samples[%llu] = %llu is not a sample id of '%s'", (unsigned long long)i,
+                              (unsigned long long)samples[i], mixture);
+    /* More than one request may carry go in pieces, as permd_inverse's: each id takes w bytes and its component
+     * epoch a varint of up to 10 (one request of 256,000 ids was a frame past max_frame, which ended the
+     * connection). */
+    permd_server_info info;
+    permd_server_info_get(c, &info);
+    size_t chunk = info.max_frame > 8192 ? (info.max_frame - 4096) / (w + 10) : 128;
+    if (info.max_count && chunk > info.max_count)
+        chunk = (size_t)info.max_count;
+    size_t at = 0;
+    do {
+        const size_t k = count - at < chunk ? (size_t)count - at : chunk;
+        if ((rc = pd_cl_inverse_mixture_part(c, mixture, seed, world, mode, w, count ? samples + at : samples,
+                                             count ? component_epochs + at : component_epochs, k,
+                                             count ? epochs + at : epochs, count ? positions + at : positions,
+                                             ranks && count ? ranks + at : ranks)))
+            return rc;
+        at += k;
+    } while (at < count);
     return 0;
 }

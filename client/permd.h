@@ -258,8 +258,8 @@ PERMD_API int permd_fetch_u64(permd_client *c, const permd_slice *s, uint64_t co
 PERMD_API int permd_stream_open(permd_client *c, const permd_slice *s, uint64_t batch, uint64_t max_count,
                                 permd_stream **out);
 /* The next batch: *ids points at *count little-endian ids of *width bytes,
- * aligned to *width, valid until the next call on the client. *count = 0:
- * the stream is over. */
+ * aligned to *width (locations, two u64s of 16 bytes: to 8), valid until the
+ * next call on the client. *count = 0: the stream is over. */
 PERMD_API int permd_stream_next(permd_stream *st, const void **ids, uint32_t *width, uint64_t *count);
 /* The offset that resumes after the batches returned so far (a checkpoint). */
 PERMD_API uint64_t permd_stream_offset(const permd_stream *st);
@@ -438,8 +438,8 @@ PERMD_API int permd_delete_mixture(permd_client *c, const char *name);
 /* Where global ids `samples` of component epochs `component_epochs` are
  * drawn, for mixture seed `seed` read by `world` ranks in `mode` (negative:
  * none): the mixture epoch (UINT64_MAX: never drawn), the position in it, and
- * the reading rank (UINT32_MAX: never, or dropped). count <= max_count; ranks
- * may be NULL. */
+ * the reading rank (UINT32_MAX: never, or dropped). Any count: more than
+ * one request carries (max_frame, max_count) go in pieces. ranks may be NULL. */
 PERMD_API int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, uint32_t world, int mode,
                                     const uint64_t *samples, const uint64_t *component_epochs, uint64_t count,
                                     uint64_t *epochs, uint64_t *positions, uint32_t *ranks);

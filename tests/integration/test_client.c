@@ -26,6 +26,7 @@ typedef enum {
     FAKE_ERROR0,
     FAKE_GONE,  /* closes right after the Hello: the next request is sent to nobody (EPIPE) */
     FAKE_RESET, /* closes with the request unread: the client's read is reset (ECONNRESET) */
+    FAKE_DEAF,  /* reads nothing after the Hello, until the client hangs up */
     /* Stream replies a client must refuse (the fake offers stream rings from here on): */
     FAKE_RING_NOFD,     /* a StreamRing without its descriptor */
     FAKE_RING_UNSEALED, /* a ring that could shrink under the client's reads */
@@ -48,11 +49,11 @@ static int read_frame(int fd, pd_envelope **env)
     return raw_recv_env(fd, 10000, env);
 }
 
-static void send_hello_reply(int fd, uint64_t id, uint32_t spec, int ring)
+static void send_hello_reply(int fd, uint64_t id, uint32_t spec, int ring, uint32_t max_frame)
 {
     char *features[] = {"stream", "stream_ring"};
     Permd__V1__Limits lim = PERMD__V1__LIMITS__INIT;
-    lim.max_frame = 4096;
+    lim.max_frame = max_frame;
     lim.max_count = 1000;
     lim.max_credits = 4;
     Permd__V1__HelloReply r = PERMD__V1__HELLO_REPLY__INIT;
@@ -154,12 +155,17 @@ static void *fake_main(void *arg)
         close(fd);
         return NULL;
     }
-    send_hello_reply(fd, id, f->kind == FAKE_SPEC2 ? 2 : 1, f->kind >= FAKE_RING_NOFD && f->kind != FAKE_BATCH_WRAP);
+    send_hello_reply(fd, id, f->kind == FAKE_SPEC2 ? 2 : 1, f->kind >= FAKE_RING_NOFD && f->kind != FAKE_BATCH_WRAP,
+                     f->kind == FAKE_DEAF ? 1u << 22 : 4096); /* the deaf one: requests in one frame */
     if (f->kind == FAKE_RESET) { /* wait for the request, leave it unread, and close: a kill -9 mid-request */
         struct pollfd p = {.fd = fd, .events = POLLIN};
         poll(&p, 1, 10000);
     }
-    if (f->kind == FAKE_GONE || f->kind == FAKE_RESET) {
+    if (f->kind == FAKE_DEAF) { /* the client's request fills the socket's buffer and stays there */
+        struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+        poll(&p, 1, 10000);
+    }
+    if (f->kind == FAKE_GONE || f->kind == FAKE_RESET || f->kind == FAKE_DEAF) {
         close(fd);
         return NULL;
     }
@@ -218,6 +224,31 @@ static void test_timeout(void **state)
     assert_non_null(strstr(permd_last_error(c), "200 ms"));
     /* after a timeout the connection is not reused: its reply could still come */
     assert_int_equal(permd_fetch_u64(c, &any_slice, 4, ids, &got, NULL), PERMD_ECLOSED);
+    permd_close(c);
+    fake_stop(&f);
+}
+
+/* A request larger than the socket's buffer, to a server that reads none of it: the deadline holds while it is
+ * sent (the client sat in a blocking send() for as long as the server read nothing). */
+static void test_timeout_while_sending(void **state)
+{
+    (void)state;
+    fake f;
+    fake_start(&f, FAKE_DEAF);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(f.path, &c), 0);
+    assert_int_equal(permd_set_timeout(c, 300), 0);
+    const size_t n = 1 << 18; /* ~1 MiB of varints: far more than a Unix socket buffers */
+    uint64_t *sizes = malloc(n * sizeof *sizes);
+    assert_non_null(sizes);
+    for (size_t i = 0; i < n; i++)
+        sizes[i] = 1000000 + i;
+    const double t0 = test_now_s();
+    assert_int_equal(permd_put_dataset_sharded(c, "big", sizes, n, 0, 0, NULL, NULL), PERMD_ETIMEDOUT);
+    const double took = test_now_s() - t0;
+    assert_true(took >= 0.25 && took < 5);
+    assert_non_null(strstr(permd_last_error(c), "within 300 ms"));
+    free(sizes);
     permd_close(c);
     fake_stop(&f);
 }
@@ -413,7 +444,18 @@ static void test_endpoints_and_arguments(void **state)
     permd_stream *st;
     assert_int_equal(permd_stream_open(c, &any_slice, 0, 0, &st), PERMD_EINVAL);
     assert_int_equal(permd_inverse(c, "d", 1, 1, 1, 5, NULL, 0, NULL, NULL), PERMD_EINVAL);
+    /* a caller's mistake caught here says so, not the last failure's message */
     assert_int_equal(permd_stats_get(c, NULL), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(c), "permd_stats_get: out is required"));
+    size_t total;
+    assert_int_equal(permd_list_datasets(c, NULL, 0, NULL), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(c), "permd_list_datasets"));
+    assert_int_equal(permd_list_mixtures(c, NULL, 3, &total), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(c), "permd_list_mixtures"));
+    assert_int_equal(permd_stream_open(c, &any_slice, 4, 0, NULL), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(c), "permd_stream_open: out is required"));
+    assert_int_equal(permd_connect("127.0.0.1:7470", NULL, NULL), PERMD_EINVAL);
+    assert_non_null(strstr(permd_last_error(NULL), "out is required"));
     /* A library built on libpermd (libpermd_nccl) records its own failures: the message is c's (or the thread's
      * for NULL) and the connection stays usable, whatever the code. */
     assert_int_equal(permd_set_error(c, PERMD_EIO, "cuda device %d: %s", 9, "invalid device ordinal"), PERMD_EIO);
@@ -430,6 +472,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_timeout_while_sending),
         cmocka_unit_test(test_peer_closes),
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_garbage_reply),

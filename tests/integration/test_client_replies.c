@@ -362,7 +362,7 @@ static void test_id_widths(void **state)
     /* A count whose buffer size would wrap: refused before anything is allocated or sent. */
     expect_error(c, permd_inverse_mixture(c, "m", 1, 1, -1, samples, ce, (UINT64_C(1) << 62) + 1, epochs, positions,
                                           NULL),
-                 PERMD_EINVAL, "max_count");
+                 PERMD_EINVAL, "more than this process can address");
     fake_done(&f, c);
 }
 

@@ -148,6 +148,24 @@ static void test_serve_like_offline(void **state)
         assert_int_equal(pos[i], (uint64_t)i * 31);
         assert_int_equal(ranks[i], (uint32_t)(pos[i] % 4));
     }
+    /* More than one request carries goes in pieces (256,000 ids were one frame past max_frame, which ended the
+     * connection). */
+    enum { LOTS = 300000 };
+    uint64_t *lots = malloc(4 * LOTS * sizeof *lots);
+    assert_non_null(lots);
+    uint64_t *lce = lots + LOTS, *le = lots + 2 * LOTS, *lp = lots + 3 * LOTS;
+    for (uint64_t i = 0; i < LOTS; i++) {
+        uint32_t comp;
+        uint64_t local;
+        assert_int_equal(permd_mixture_locate(off, i / 1000, i * 7 % 1000, &lots[i], &comp, &local, &lce[i]), 0);
+    }
+    assert_int_equal(permd_inverse_mixture(c, "m", SEED, 1, -1, lots, lce, LOTS, le, lp, NULL), 0);
+    for (uint64_t i = 0; i < LOTS; i++)
+        if (le[i] != i / 1000 || lp[i] != i * 7 % 1000)
+            fail_msg("inverse %llu: (%llu, %llu)", (unsigned long long)i, (unsigned long long)le[i],
+                     (unsigned long long)lp[i]);
+    assert_int_equal(permd_usable(c), 1);
+    free(lots);
     permd_mixture_free(off);
     permd_close(c);
     assert_int_equal(harness_finish(&h), 0);

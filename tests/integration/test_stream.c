@@ -439,6 +439,58 @@ static void test_cancelled_batches_not_generated(void **state)
     assert_int_equal(harness_finish(&own), 0);
 }
 
+static void stuck(int sig)
+{
+    (void)sig;
+    static const char msg[] = "FAIL: a large request beside a running stream did not finish in 30 s (deadlock)\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {
+    }
+    _exit(1);
+}
+
+/* A large request while a socket stream runs ahead of the client (batches of 2^20 ids, 4 MiB each: permd's
+ * output for the connection passes output_cap and it stops reading): libpermd reads the stream's batches while it
+ * sends. It sat in send() while permd waited for it to read, and neither moved again. The stream goes on. */
+static void test_large_request_beside_a_stream(void **state)
+{
+    (void)state;
+    const uint64_t n = UINT64_C(1) << 30;
+    harness own;
+    harness_init(&own);
+    assert_int_equal(harness_start(&own, 0, NULL, NULL), 0);
+    assert_int_equal(harness_put(&own, "big", n), 0);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(own.sock, &c), 0);
+    const permd_slice s = {.dataset = "big", .seed = 4, .epoch = 1, .world = 1, .mode = PERMD_MODE_EXACT};
+    permd_stream *st;
+    assert_int_equal(permd_stream_open_ex(c, &s, UINT64_C(1) << 20, 0, PERMD_STREAM_SOCKET, &st), 0);
+    usleep(500000); /* the trainer does something else; permd runs ahead */
+    const size_t shards = 100000; /* a ~300 kB frame: more than the socket buffers */
+    uint64_t *sizes = malloc(shards * sizeof *sizes);
+    assert_non_null(sizes);
+    for (size_t i = 0; i < shards; i++)
+        sizes[i] = 1000000 + i;
+    signal(SIGALRM, stuck);
+    alarm(30);
+    assert_int_equal(permd_put_dataset_sharded(c, "sharded", sizes, shards, 0, 0, NULL, NULL), 0);
+    alarm(0);
+    free(sizes);
+    pd_perm p;
+    pd_perm_init(&p, 4, 1, PD_STREAM_SAMPLES, n);
+    const void *ids;
+    uint32_t width;
+    uint64_t count;
+    for (uint64_t seq = 0; seq < 3; seq++) { /* the batches read aside come first, in order */
+        assert_int_equal(permd_stream_next(st, &ids, &width, &count), 0);
+        assert_int_equal(count, UINT64_C(1) << 20);
+        for (uint64_t k = 0; k < count; k += 65537)
+            assert_int_equal(((const uint32_t *)ids)[k], pd_stream_sample(&p, (seq << 20) + k));
+    }
+    assert_int_equal(permd_stream_close(st), 0);
+    permd_close(c);
+    assert_int_equal(harness_finish(&own), 0);
+}
+
 /* Receive a batch of `count` ids of stream `id` (0: either of streams 1 and 2, whose orders are p[0], p[1]
  * and next seqs seq[0], seq[1]; else stream id of order *p, seq 0), checked against the order at a
  * sample of its ids; returns its stream. */
@@ -570,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_cap_filled_inline_resumes),
         cmocka_unit_test(test_out_of_order_batches_bounded),
         cmocka_unit_test(test_cancelled_batches_not_generated),
+        cmocka_unit_test(test_large_request_beside_a_stream),
         cmocka_unit_test(test_streams_share_the_cap),
         cmocka_unit_test(test_large_batches_reuse_a_block),
     };
