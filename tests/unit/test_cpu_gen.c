@@ -528,13 +528,16 @@ typedef struct pool_client {
 static void *pool_client_main(void *arg)
 {
     pool_client *c = arg;
-    const uint64_t count = 150001, n = P2(26) + 1;
-    uint32_t *want = malloc(count * 4), *got = malloc(count * 4);
+    /* requests of two chunks up to many: how many helpers join each (tickets, the polling bound) varies */
+    static const uint64_t req_counts[] = {150001, 2 * PD_POOL_CHUNK_MIN, 3 * PD_POOL_CHUNK_MIN + 7, 5000};
+    const uint64_t n = P2(26) + 1;
+    uint32_t *want = malloc(req_counts[0] * 4), *got = malloc(req_counts[0] * 4);
     if (!want || !got) {
         c->bad = UINT64_MAX;
         goto out;
     }
-    for (uint64_t round = 0; round < 4; round++) {
+    for (uint64_t round = 0; round < 8; round++) {
+        const uint64_t count = req_counts[(round + c->seed) % 4];
         pd_perm p;
         const uint64_t start = (c->seed * 7919 + round * 100003) % (n - count);
         if (pd_perm_init(&p, c->seed, round, 0, n) || pd_perm_fill_u32(&p, start, count, want) ||
@@ -555,20 +558,23 @@ static void pool_shared_by_threads(void **state)
 {
     (void)state;
     enum { CLIENTS = 4 };
-    pd_pool *pool;
-    pthread_t tid[CLIENTS];
-    pool_client clients[CLIENTS];
-    assert_int_equal(pd_pool_create(3, NULL, &pool), PD_OK);
-    assert_int_equal(pd_pool_set_spin(pool, 200000), PD_OK); /* helpers poll between the clients' requests */
-    for (int i = 0; i < CLIENTS; i++) {
-        clients[i] = (pool_client){.pool = pool, .seed = (uint64_t)i + 1};
-        assert_int_equal(pthread_create(&tid[i], NULL, pool_client_main, &clients[i]), 0);
+    static const unsigned pool_threads[] = {3, 6}; /* 6: more helpers than most requests have chunks for */
+    for (size_t t = 0; t < sizeof pool_threads / sizeof pool_threads[0]; t++) {
+        pd_pool *pool;
+        pthread_t tid[CLIENTS];
+        pool_client clients[CLIENTS];
+        assert_int_equal(pd_pool_create(pool_threads[t], NULL, &pool), PD_OK);
+        assert_int_equal(pd_pool_set_spin(pool, 200000), PD_OK); /* helpers poll between the clients' requests */
+        for (int i = 0; i < CLIENTS; i++) {
+            clients[i] = (pool_client){.pool = pool, .seed = (uint64_t)i + 1};
+            assert_int_equal(pthread_create(&tid[i], NULL, pool_client_main, &clients[i]), 0);
+        }
+        for (int i = 0; i < CLIENTS; i++) {
+            assert_int_equal(pthread_join(tid[i], NULL), 0);
+            assert_int_equal(clients[i].bad, 0);
+        }
+        pd_pool_destroy(pool);
     }
-    for (int i = 0; i < CLIENTS; i++) {
-        assert_int_equal(pthread_join(tid[i], NULL), 0);
-        assert_int_equal(clients[i].bad, 0);
-    }
-    pd_pool_destroy(pool);
 }
 
 /* Polling (pd_pool_set_spin). Requests of two trivial chunks, the first of which waits (up to 10 s) until
