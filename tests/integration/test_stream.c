@@ -346,28 +346,40 @@ static void expect_big_batch(int fd, const pd_perm *p, uint64_t seq, int timeout
     check_sampled_batch(env, p, seq, BIG_BATCH, 4099);
 }
 
-static void test_out_of_order_batches_bounded(void **state)
+#define STALLED_N (UINT64_C(1) << 24)
+
+/* A permd (extra: its options, the fake GPU's among them) whose first GPU request stalls stall_ms, with "big"
+ * (STALLED_N samples, exact mode, seed 3, epoch 1) put, a client *c, and stream 1 of that slice in batches of
+ * BIG_BATCH with `credits` opened on the raw connection *fd. */
+static void start_stalled_stream(harness *own, const char *stall_ms, const char *const *extra, uint32_t credits,
+                                 permd_client **c, int *fd)
 {
-    (void)state;
-    enum { BATCH = BIG_BATCH, CREDITS = 64, AHEAD = 2 };
-    const uint64_t n = UINT64_C(1) << 24;
-    setenv("PERMD_FAKE_GPU_STALL_MS", "3000", 1);
-    harness own;
-    harness_init(&own);
-    const char *extra[] = {"--gpu-library", PERMD_FAKE_GPU, "--gpu-min-ids", "65536", "--stream-ahead", "2", NULL};
-    assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
+    setenv("PERMD_FAKE_GPU_STALL_MS", stall_ms, 1);
+    harness_init(own);
+    assert_int_equal(harness_start(own, 0, extra, NULL), 0);
     unsetenv("PERMD_FAKE_GPU_STALL_MS");
-    assert_int_equal(harness_put(&own, "big", n), 0);
-    permd_client *c;
-    assert_int_equal(permd_connect_unix(own.sock, &c), 0);
-    int fd = raw_connect_unix(own.sock);
+    assert_int_equal(harness_put(own, "big", STALLED_N), 0);
+    assert_int_equal(permd_connect_unix(own->sock, c), 0);
+    *fd = raw_connect_unix(own->sock);
     Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
     sl.dataset = "big";
     sl.seed = 3;
     sl.epoch = 1;
     sl.world = 1;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
-    send_stream_slice(fd, 1, &sl, BATCH, CREDITS, 0);
+    send_stream_slice(*fd, 1, &sl, BIG_BATCH, credits, 0);
+}
+
+static void test_out_of_order_batches_bounded(void **state)
+{
+    (void)state;
+    enum { BATCH = BIG_BATCH, CREDITS = 64, AHEAD = 2 };
+    const uint64_t n = STALLED_N;
+    harness own;
+    permd_client *c;
+    int fd;
+    const char *extra[] = {"--gpu-library", PERMD_FAKE_GPU, "--gpu-min-ids", "65536", "--stream-ahead", "2", NULL};
+    start_stalled_stream(&own, "3000", extra, CREDITS, &c, &fd);
     usleep(500000); /* batch 0 is held for 3 s; the others would take a few ms */
     permd_stats st;
     assert_int_equal(permd_stats_get(c, &st), 0);
@@ -398,25 +410,12 @@ static void test_cancelled_batches_not_generated(void **state)
 {
     (void)state;
     enum { BATCH = BIG_BATCH, CREDITS = 8, FETCH = 70000 };
-    const uint64_t n = UINT64_C(1) << 24;
-    setenv("PERMD_FAKE_GPU_STALL_MS", "1500", 1);
     harness own;
-    harness_init(&own);
+    permd_client *c;
+    int fd;
     const char *extra[] = {"--gpu-library", PERMD_FAKE_GPU, "--gpu-min-ids", "65536", "--stream-ahead", "4",
                            "--workers", "1", NULL};
-    assert_int_equal(harness_start(&own, 0, extra, NULL), 0);
-    unsetenv("PERMD_FAKE_GPU_STALL_MS");
-    assert_int_equal(harness_put(&own, "big", n), 0);
-    permd_client *c;
-    assert_int_equal(permd_connect_unix(own.sock, &c), 0);
-    int fd = raw_connect_unix(own.sock);
-    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
-    sl.dataset = "big";
-    sl.seed = 3;
-    sl.epoch = 1;
-    sl.world = 1;
-    sl.mode = PERMD__V1__MODE__MODE_EXACT;
-    send_stream_slice(fd, 1, &sl, BATCH, CREDITS, 0);
+    start_stalled_stream(&own, "1500", extra, CREDITS, &c, &fd);
     usleep(300000); /* batch 0 stalls on the one worker; batches 1-4 are queued behind it */
     permd_stats st;
     assert_int_equal(permd_stats_get(c, &st), 0);
