@@ -341,35 +341,71 @@ static int pd_cl_read_aside(permd_client *c)
     return pd_cl_aside(c, payload, len, &v, 0);
 }
 
+/* After a send found the connection closed: the Error permd sent before it closed (TOO_LARGE, a frame it
+ * refused), when that is already here, as its code with its message; else 0. Reads without waiting; any other
+ * frame is dropped with the connection. */
+static int pd_cl_closing_error(permd_client *c)
+{
+    for (;;) {
+        const uint8_t *payload;
+        uint32_t len;
+        const int got = pd_frame_reader_next(&c->in, &payload, &len);
+        if (got < 0)
+            return 0;
+        if (got == 1) {
+            pd_bulk_view v;
+            pd_envelope *env;
+            if (pd_frame_scan_bulk(payload, len, 0, &v) == 0 && v.id == 0 &&
+                v.body_field == PERMD__V1__ENVELOPE__BODY_ERROR)
+                return pd_cl_unpack(c, payload, len, 0, &env);
+            continue;
+        }
+        uint8_t *p;
+        size_t room;
+        if (pd_frame_reader_space(&c->in, &p, &room))
+            return 0;
+        const ssize_t n = recv(c->fd, p, room, MSG_DONTWAIT);
+        if (n <= 0)
+            return 0;
+        pd_frame_reader_commit(&c->in, (size_t)n);
+    }
+}
+
 /* Send all of p. The socket is never written blocking: the armed deadline holds while a request larger than the
  * socket's buffer goes out, and what permd sends meanwhile is read (protocol.md: "read while you write").
  * A client with a stream open used to block in send() on a large request while permd, its output for the
- * connection past output_cap, had stopped reading it: neither moved again. */
+ * connection past output_cap, had stopped reading it: neither moved again. Any failure ends the connection:
+ * part of the request may be out, or a frame read aside lost. */
 static int pd_cl_write_all(permd_client *c, const uint8_t *p, size_t len)
 {
+    int rc = 0;
     if (c->broken)
         return pd_cl_fail(c, PD_ECLOSED, "the connection is no longer usable");
-    while (len) {
+    while (len && rc == 0) {
         short ev = 0;
-        int rc = pd_cl_poll_io(c, &ev);
-        if (rc)
-            return rc;
+        if ((rc = pd_cl_poll_io(c, &ev)))
+            break;
         if ((ev & POLLIN) && !(ev & POLLOUT)) { /* full: read what holds permd up (POLLHUP too: send says why) */
-            if ((rc = pd_cl_read_aside(c)))
-                return rc;
+            rc = pd_cl_read_aside(c);
             continue;
         }
         ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
             continue;
-        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) /* what "Broken pipe" means here */
-            return pd_cl_fail(c, PD_ECLOSED, "permd closed the connection (sending: %s)", strerror(errno));
-        if (n < 0)
-            return pd_cl_fail(c, PD_EIO, "sending to permd: %s", strerror(errno));
-        p += n;
-        len -= (size_t)n;
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) { /* what "Broken pipe" means here */
+            const int e = errno;
+            if (!(rc = pd_cl_closing_error(c)))
+                rc = pd_cl_fail(c, PD_ECLOSED, "permd closed the connection (sending: %s)", strerror(e));
+        } else if (n < 0) {
+            rc = pd_cl_fail(c, PD_EIO, "sending to permd: %s", strerror(errno));
+        } else {
+            p += n;
+            len -= (size_t)n;
+        }
     }
-    return 0;
+    if (rc)
+        c->broken = 1;
+    return rc;
 }
 
 /* Pack and send one envelope, giving it the next request id. */

@@ -146,8 +146,8 @@ static int pd_pool_spin(const _Atomic uint64_t *flag, uint64_t want, uint64_t ns
 /* Whether a polling helper may go for mu: a request split in k chunks lets k − 1 of them (its caller runs
  * chunks too). Every polling helper used to go at once (31 on a 32-core host for a request of 16 chunks), and
  * the convoy on the mutex, not the chunks, set the request's time: an 8192-id mixture Fetch at W = 8 took
- * 110-130 µs with 32 threads, 46-54 with 8 or 16. A ticket is a hint, not a claim: one that finds no chunk
- * left under mu goes back to polling. */
+ * 110-130 µs with 32 threads, 46-54 with 8 or 16. A ticket is a hint, not a claim: a helper that finds no chunk
+ * left under mu sleeps (counted in sleepers, so the next request wakes it). */
 static int pd_pool_ticket(pd_pool *pool)
 {
     if (atomic_fetch_sub_explicit(&pool->tickets, 1, memory_order_relaxed) > 0)

@@ -38,7 +38,7 @@ def uint_array(name, a, flat=False):
 def _as_int(value):
     """An integer as Python's sequences take one (operator.index: int, numpy's integers, a one-element integer
     tensor), or None; never a bool (numpy's included), a float or a string."""
-    if isinstance(value, bool) or _numpy_bool(value):
+    if isinstance(value, bool) or _numpy_bool(value) or _bool_array(value):
         return None
     if isinstance(value, numbers.Integral):
         return int(value)
@@ -94,9 +94,11 @@ def wrapped(name, value):
 
 
 def _numpy_bool(value):
-    """numpy's bool scalars, and any array or tensor of bools (operator.index takes torch.tensor(True) as 1)."""
-    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
-        return True
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+
+
+def _bool_array(value):
+    """An array or tensor of bools: no index, though operator.index takes torch.tensor(True) as 1."""
     dtype = getattr(value, "dtype", None)
     return dtype is not None and (getattr(dtype, "kind", None) == "b" or str(dtype) == "torch.bool")
 

@@ -27,6 +27,7 @@ typedef enum {
     FAKE_GONE,  /* closes right after the Hello: the next request is sent to nobody (EPIPE) */
     FAKE_RESET, /* closes with the request unread: the client's read is reset (ECONNRESET) */
     FAKE_DEAF,  /* reads nothing after the Hello, until the client hangs up */
+    FAKE_REFUSE, /* refuses the next frame by its length (TOO_LARGE, id 0) and closes, its body unread */
     /* Stream replies a client must refuse (the fake offers stream rings from here on): */
     FAKE_RING_NOFD,     /* a StreamRing without its descriptor */
     FAKE_RING_UNSEALED, /* a ring that could shrink under the client's reads */
@@ -156,16 +157,28 @@ static void *fake_main(void *arg)
         return NULL;
     }
     send_hello_reply(fd, id, f->kind == FAKE_SPEC2 ? 2 : 1, f->kind >= FAKE_RING_NOFD && f->kind != FAKE_BATCH_WRAP,
-                     f->kind == FAKE_DEAF ? 1u << 22 : 4096); /* the deaf one: requests in one frame */
+                     f->kind == FAKE_DEAF || f->kind == FAKE_REFUSE ? 1u << 22 : 4096); /* requests in one frame */
     if (f->kind == FAKE_RESET) { /* wait for the request, leave it unread, and close: a kill -9 mid-request */
         struct pollfd p = {.fd = fd, .events = POLLIN};
         poll(&p, 1, 10000);
+    }
+    if (f->kind == FAKE_REFUSE) { /* as permd with error_linger_ms 0: the answer, then the close */
+        uint8_t prefix[4];
+        if (recv(fd, prefix, sizeof prefix, MSG_WAITALL) == (ssize_t)sizeof prefix) {
+            Permd__V1__Error e = PERMD__V1__ERROR__INIT;
+            e.code = PERMD__V1__ERROR_CODE__ERROR_CODE_TOO_LARGE;
+            e.message = "frame exceeds max_frame";
+            pd_envelope out = PERMD__V1__ENVELOPE__INIT;
+            out.body_case = PERMD__V1__ENVELOPE__BODY_ERROR;
+            out.error = &e;
+            raw_send_env(fd, &out);
+        }
     }
     if (f->kind == FAKE_DEAF) { /* the client's request fills the socket's buffer and stays there */
         struct pollfd p = {.fd = fd, .events = POLLRDHUP};
         poll(&p, 1, 10000);
     }
-    if (f->kind == FAKE_GONE || f->kind == FAKE_RESET || f->kind == FAKE_DEAF) {
+    if (f->kind == FAKE_GONE || f->kind == FAKE_RESET || f->kind == FAKE_DEAF || f->kind == FAKE_REFUSE) {
         close(fd);
         return NULL;
     }
@@ -248,6 +261,30 @@ static void test_timeout_while_sending(void **state)
     const double took = test_now_s() - t0;
     assert_true(took >= 0.25 && took < 5);
     assert_non_null(strstr(permd_last_error(c), "within 300 ms"));
+    free(sizes);
+    permd_close(c);
+    fake_stop(&f);
+}
+
+/* A server that refuses a request by its length and closes while the client is still sending it: the client
+ * reports the server's error (it said "permd closed the connection (sending: Broken pipe)"), and the connection
+ * is over. */
+static void test_refused_while_sending(void **state)
+{
+    (void)state;
+    fake f;
+    fake_start(&f, FAKE_REFUSE);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(f.path, &c), 0);
+    assert_int_equal(permd_set_timeout(c, 10000), 0);
+    const size_t n = 1 << 18;
+    uint64_t *sizes = malloc(n * sizeof *sizes);
+    assert_non_null(sizes);
+    for (size_t i = 0; i < n; i++)
+        sizes[i] = 1000000 + i;
+    assert_int_equal(permd_put_dataset_sharded(c, "big", sizes, n, 0, 0, NULL, NULL), PERMD_ETOOBIG);
+    assert_non_null(strstr(permd_last_error(c), "frame exceeds max_frame"));
+    assert_int_equal(permd_usable(c), 0);
     free(sizes);
     permd_close(c);
     fake_stop(&f);
@@ -473,6 +510,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_timeout_while_sending),
+        cmocka_unit_test(test_refused_while_sending),
         cmocka_unit_test(test_peer_closes),
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_garbage_reply),
