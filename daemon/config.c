@@ -249,7 +249,8 @@ static const pd_opt pd_opts[] = {
            "request takes; one asking every few ms costs no polling). The\n"
            "splitting thread polls at most 50 of them for its helpers' parts. Waking a\n"
            "sleeper costs tens of microseconds on some VMs, as much as a mixture Fetch's\n"
-           "part. 0: sleep at once."),
+           "part. Only as many helpers poll as the last split request had parts for\n"
+           "(less one); the others sleep. 0: sleep at once."),
     PD_OPT(gpu, PD_OPT_STR, "auto", 0, 0,
            "auto: serve large requests from a GPU when libpermd_gpu.so loads and a\n"
            "device opens (otherwise one log line, and the CPU serves everything);\n"
