@@ -52,9 +52,8 @@ struct pd_pool {
     _Alignas(64) uint64_t last_done; /* when the last split request's chunks had all finished (ns), under mu */
     unsigned sleepers;                /* helpers in cond_wait(work), under mu: only then is a wake-up sent */
     /* Helpers polling for the next request, and how many may (the last split request's chunks but its caller's),
-     * under mu. All idle helpers used to poll: on a 32-core host the 31 of a pool of 32 took the CPUs from
-     * the threads that had work (permd's loop, its workers, the clients), and a 65536-id mixture Fetch at W = 8
-     * ran at 2,400 Fetch/s with polling against 4,650 without it. */
+     * under mu. All idle helpers used to poll: on a 32-core host the 31 of a pool of 32 held CPUs that the
+     * threads with work needed (permd's loop, its workers, the clients). */
     unsigned spinning, spin_want;
     _Atomic uint64_t caught, slept;   /* pd_pool_counts */
     unsigned nthreads; /* per request, the caller included */
