@@ -305,12 +305,8 @@ static int pd_cl_poll_io(permd_client *c, short *revents)
     for (;;) {
         struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLOUT};
         int ms = -1;
-        if (c->deadline) {
-            const uint64_t now = pd_endpoint_now_ms();
-            if (now >= c->deadline)
-                return pd_cl_fail(c, PD_ETIMEDOUT, "no answer from permd within %u ms", c->timeout_ms);
-            ms = c->deadline - now > INT32_MAX ? INT32_MAX : (int)(c->deadline - now);
-        }
+        if (c->deadline && !(ms = pd_endpoint_ms_left(c->deadline)))
+            return pd_cl_fail(c, PD_ETIMEDOUT, "no answer from permd within %u ms", c->timeout_ms);
         const int n = poll(&p, 1, ms);
         if (n > 0) {
             *revents = p.revents;

@@ -241,6 +241,18 @@ static void test_timeout(void **state)
     fake_stop(&f);
 }
 
+#define BIG_PUT_SHARDS ((size_t)1 << 18) /* a sharded put of ~1 MiB of varints: far more than a socket buffers */
+
+/* The shard sizes of that put (the caller frees them). */
+static uint64_t *big_put_sizes(void)
+{
+    uint64_t *sizes = malloc(BIG_PUT_SHARDS * sizeof *sizes);
+    assert_non_null(sizes);
+    for (size_t i = 0; i < BIG_PUT_SHARDS; i++)
+        sizes[i] = 1000000 + i;
+    return sizes;
+}
+
 /* A request larger than the socket's buffer, to a server that reads none of it: the deadline holds while it is
  * sent (the client sat in a blocking send() for as long as the server read nothing). */
 static void test_timeout_while_sending(void **state)
@@ -251,11 +263,8 @@ static void test_timeout_while_sending(void **state)
     permd_client *c;
     assert_int_equal(permd_connect_unix(f.path, &c), 0);
     assert_int_equal(permd_set_timeout(c, 300), 0);
-    const size_t n = 1 << 18; /* ~1 MiB of varints: far more than a Unix socket buffers */
-    uint64_t *sizes = malloc(n * sizeof *sizes);
-    assert_non_null(sizes);
-    for (size_t i = 0; i < n; i++)
-        sizes[i] = 1000000 + i;
+    const size_t n = BIG_PUT_SHARDS;
+    uint64_t *sizes = big_put_sizes();
     const double t0 = test_now_s();
     assert_int_equal(permd_put_dataset_sharded(c, "big", sizes, n, 0, 0, NULL, NULL), PERMD_ETIMEDOUT);
     const double took = test_now_s() - t0;
@@ -277,11 +286,8 @@ static void test_refused_while_sending(void **state)
     permd_client *c;
     assert_int_equal(permd_connect_unix(f.path, &c), 0);
     assert_int_equal(permd_set_timeout(c, 10000), 0);
-    const size_t n = 1 << 18;
-    uint64_t *sizes = malloc(n * sizeof *sizes);
-    assert_non_null(sizes);
-    for (size_t i = 0; i < n; i++)
-        sizes[i] = 1000000 + i;
+    const size_t n = BIG_PUT_SHARDS;
+    uint64_t *sizes = big_put_sizes();
     assert_int_equal(permd_put_dataset_sharded(c, "big", sizes, n, 0, 0, NULL, NULL), PERMD_ETOOBIG);
     assert_non_null(strstr(permd_last_error(c), "frame exceeds max_frame"));
     assert_int_equal(permd_usable(c), 0);
