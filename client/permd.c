@@ -1659,9 +1659,17 @@ int permd_put_mixture(permd_client *c, const char *name, const char *const *comp
     free(stp);
     if (rc)
         return rc;
+    /* The reply is checked whole before *created says anything: a malformed one leaves both alone. */
+    permd_mixture_def *d = NULL;
+    if ((rc = pd_cl_mixture_def(c, rep->mixture_reply->mixture, &d)))
+        return rc;
     if (created)
         *created = rep->mixture_reply->updated ? 2 : rep->mixture_reply->created ? 1 : 0;
-    return out ? pd_cl_mixture_def(c, rep->mixture_reply->mixture, out) : 0;
+    if (out)
+        *out = d;
+    else
+        permd_mixture_def_free(d);
+    return 0;
 }
 
 int permd_get_mixture(permd_client *c, const char *name, permd_mixture_def **out)
@@ -1784,10 +1792,11 @@ int permd_inverse_mixture(permd_client *c, const char *mixture, uint64_t seed, u
     permd_mixture_def *d;
     if ((rc = permd_get_mixture(c, mixture, &d))) { /* samples travel at the mixture's id width */
         permd_dataset ds;
-        if (rc != PERMD_ENOTFOUND || permd_get_dataset(c, mixture, &ds)) /* one namespace: say which it is */
-            return rc == PERMD_ENOTFOUND
-                       ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", mixture)
-                       : rc;
+        if (rc != PERMD_ENOTFOUND)
+            return rc;
+        if ((rc = permd_get_dataset(c, mixture, &ds))) /* one namespace: say which it is not */
+            return rc == PERMD_ENOTFOUND ? pd_cl_fail(c, PD_ENOTFOUND, "no dataset or mixture named '%s'", mixture)
+                                         : rc; /* a broken connection is not "no such name" */
         return pd_cl_fail(c, PD_EINVAL, "'%s' is a dataset: its inverse takes sample ids alone, without "
                           "component epochs (an inverse on a dataset)", mixture);
     }

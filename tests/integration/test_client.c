@@ -28,6 +28,8 @@ typedef enum {
     FAKE_RESET, /* closes with the request unread: the client's read is reset (ECONNRESET) */
     FAKE_DEAF,  /* reads nothing after the Hello, until the client hangs up */
     FAKE_REFUSE, /* refuses the next frame by its length (TOO_LARGE, id 0) and closes, its body unread */
+    FAKE_MIX_HOLLOW, /* answers a PutMixture "created" without the mixture */
+    FAKE_UNKNOWN,    /* answers the request NOT_FOUND, then closes */
     /* Stream replies a client must refuse (the fake offers stream rings from here on): */
     FAKE_RING_NOFD,     /* a StreamRing without its descriptor */
     FAKE_RING_UNSEALED, /* a ring that could shrink under the client's reads */
@@ -191,6 +193,25 @@ static void *fake_main(void *arg)
             const uint8_t junk[] = {3, 0, 0, 0, 0xff, 0xff, 0xff};
             raw_send(fd, junk, sizeof junk);
         }
+        if (f->kind == FAKE_UNKNOWN) {
+            Permd__V1__Error e = PERMD__V1__ERROR__INIT;
+            e.code = PERMD__V1__ERROR_CODE__ERROR_CODE_NOT_FOUND;
+            e.message = "no such mixture";
+            pd_envelope out = PERMD__V1__ENVELOPE__INIT;
+            out.id = id;
+            out.body_case = PERMD__V1__ENVELOPE__BODY_ERROR;
+            out.error = &e;
+            raw_send_env(fd, &out);
+        }
+        if (f->kind == FAKE_MIX_HOLLOW) {
+            Permd__V1__MixtureReply r = PERMD__V1__MIXTURE_REPLY__INIT;
+            r.created = 1;
+            pd_envelope out = PERMD__V1__ENVELOPE__INIT;
+            out.id = id;
+            out.body_case = PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY;
+            out.mixture_reply = &r;
+            raw_send_env(fd, &out);
+        }
         if (f->kind == FAKE_SILENT) {
             char b;
             while (recv(fd, &b, 1, 0) > 0) /* until the client hangs up */
@@ -344,6 +365,44 @@ static void test_garbage_reply(void **state)
     assert_int_equal(permd_connect_unix(f.path, &c), 0);
     uint64_t ids[4], got;
     assert_int_equal(permd_fetch_u64(c, &any_slice, 4, ids, &got, NULL), PERMD_EPROTO);
+    permd_close(c);
+    fake_stop(&f);
+}
+
+/* A PutMixture answered "created" without the mixture: a protocol error, and *created says nothing (it said 1,
+ * where the caller passed no out to have the reply checked). */
+static void test_hollow_mixture_reply(void **state)
+{
+    (void)state;
+    fake f;
+    fake_start(&f, FAKE_MIX_HOLLOW);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(f.path, &c), 0);
+    const char *comps[] = {"a", "b"};
+    const uint64_t starts[] = {0};
+    const uint32_t weights[] = {1, 1};
+    int32_t created = -7;
+    assert_int_equal(permd_put_mixture(c, "m", comps, 2, starts, weights, 1, 0, 0, NULL, &created), PERMD_EPROTO);
+    assert_int_equal(created, -7);
+    assert_non_null(strstr(permd_last_error(c), "incomplete mixture"));
+    permd_close(c);
+    fake_stop(&f);
+}
+
+/* An inverse on a name that is no mixture looks the name up as a dataset too, to say which it is; when the
+ * connection breaks there, the caller hears that, not "no dataset or mixture named" (it did). */
+static void test_inverse_lookup_broken(void **state)
+{
+    (void)state;
+    fake f;
+    fake_start(&f, FAKE_UNKNOWN);
+    permd_client *c;
+    assert_int_equal(permd_connect_unix(f.path, &c), 0);
+    const uint64_t samples[] = {1}, component_epochs[] = {0};
+    uint64_t epochs[1], positions[1];
+    assert_int_equal(permd_inverse_mixture(c, "m", 1, 1, -1, samples, component_epochs, 1, epochs, positions, NULL),
+                     PERMD_ECLOSED);
+    assert_null(strstr(permd_last_error(c), "no dataset or mixture"));
     permd_close(c);
     fake_stop(&f);
 }
@@ -520,6 +579,8 @@ int main(void)
         cmocka_unit_test(test_peer_closes),
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_garbage_reply),
+        cmocka_unit_test(test_hollow_mixture_reply),
+        cmocka_unit_test(test_inverse_lookup_broken),
         cmocka_unit_test(test_handshake_refusals),
         cmocka_unit_test(test_connect_timeout),
         cmocka_unit_test(test_connect_timeout_tcp),
