@@ -192,7 +192,9 @@ PERMD_API int permd_connect_tcp(const char *host_port, const char *token, permd_
 /* permd_connect with a timeout of ms milliseconds for the connection, for the Hello, and then for every
  * reply, as permd_set_timeout sets it (0: the connection and the Hello wait 10 s each, replies forever,
  * as permd_connect). PERMD_ETIMEDOUT when the connection is not made in time (a TCP peer that drops
- * SYNs, a Unix socket whose backlog stays full) or the Hello is not answered in time. */
+ * SYNs, a Unix socket whose backlog stays full) or the Hello is not answered in time. A TCP HOST that is a
+ * name is looked up first by the system's resolver, outside ms: its own timeouts bound that (resolv.conf's
+ * timeout and attempts); give a numeric address where a stalled DNS server must not hold the caller. */
 PERMD_API int permd_connect_timeout(const char *endpoint, const char *token, uint32_t ms, permd_client **out);
 /* Close the connection, and free what a stream still open on it holds (its queued batches and its
  * shared-memory ring): the stream's handle stays valid, its next permd_stream_next says PERMD_ECLOSED,

@@ -50,12 +50,19 @@ _rank_digest = _sig("permd_mixture_rank_digest", [_p, _u64, _u32, _u32, ctypes.c
 _NOT_FOUND = -7  # PERMD_ENOTFOUND
 
 
-class Sharded:
+class Sharded(_args.Frozen):
     """A sharded component (docs/spec/shards-v1.md): its shard sizes (zero allowed), window K and lanes G.
-    Its local ids are offsets in the natural order of the shards."""
+    Its local ids are offsets in the natural order of the shards. Frozen: a Mixture copies the shard sizes
+    when it is built, and its identity (in a Sampler's state) is computed from them; `shards` is a tuple."""
 
     def __init__(self, shards, window=8, lanes=1):
-        self.shards = [_args.integer("shard size", s) for s in shards]
+        if isinstance(shards, (str, bytes, Mapping)):
+            raise TypeError(f"shards must be a sequence of shard sizes, not {type(shards).__name__}")
+        try:
+            values = list(shards)
+        except TypeError:  # Sharded(5), or a 0-d array
+            raise TypeError(f"shards must be a sequence of shard sizes, not {type(shards).__name__}") from None
+        self.shards = tuple(_args.integer("shard size", s) for s in values)
         if not self.shards:
             raise ValueError("a sharded component needs at least one shard")
         self.window = _args.integer("window", window, 1)
@@ -63,13 +70,15 @@ class Sharded:
         self.size = sum(self.shards)
         if self.size == 0:  # as a flat component of 0 samples (spec §1: n_j ≥ 1)
             raise ValueError("a component needs at least one sample: these shards hold none")
+        self._layout = None
+        self._freeze()
 
     def __repr__(self):
         return f"Sharded({len(self.shards)} shards, size={self.size}, window={self.window}, lanes={self.lanes})"
 
     def layout(self):
         """The fingerprint of its shard sizes (permd.shards.layout_fingerprint), computed once."""
-        if getattr(self, "_layout", None) is None:
+        if self._layout is None:
             from .shards import layout_fingerprint
             self._layout = layout_fingerprint(self.shards)
         return self._layout

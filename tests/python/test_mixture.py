@@ -232,6 +232,18 @@ class Sharing(unittest.TestCase):
         self.assertNotEqual(m.with_epoch(1), m)
         self.assertTrue(permd.Mixture(1, 0, [1 << 62, 1 << 62], [1, 1]))  # truth without len()
         self.assertEqual(hash(Sharded([1, 2])), hash(Sharded([1, 2])))
+        # a component is frozen too: a Mixture copied its shard sizes, and its identity is computed from them
+        sh = Sharded(np.array([3, 4]), window=2)
+        self.assertEqual(sh.shards, (3, 4))
+        for name in ("shards", "window", "lanes", "size"):
+            with self.assertRaises(AttributeError, msg=name):
+                setattr(sh, name, 1)
+        with self.assertRaises(AttributeError):
+            sh.shards.append(5)
+        self.assertEqual(pickle.loads(pickle.dumps(sh)), sh)
+        for bad in (5, "12", {0: 3}, np.int64(7)):  # not a raw "'int' object is not iterable"
+            with self.assertRaisesRegex(TypeError, "sequence of shard sizes", msg=repr(bad)):
+                Sharded(bad)
 
 
 class Weights(unittest.TestCase):
