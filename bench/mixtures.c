@@ -9,6 +9,7 @@
 
 #include "core/mixture.h"
 #include "cpu/mix.h"
+#include "shard_sizes.h"
 #include "timing.h"
 
 #define C 4
@@ -119,15 +120,12 @@ static void sharded_first_table(const pd_gen *g, int quick)
     for (unsigned k = 16; k <= (quick ? 16u : 20u); k += 4) {
         const uint64_t S = UINT64_C(1) << k, one = 0;
         const uint32_t w[2] = {3, 1};
-        uint64_t *shard_sizes = malloc(S * sizeof *shard_sizes), *start = malloc((S + 1) * sizeof *start), rng = 0x5eed;
+        uint64_t *shard_sizes = malloc(S * sizeof *shard_sizes), *start = malloc((S + 1) * sizeof *start);
         pd_mix mix;
         void *mem = malloc(pd_mix_bytes(2, 1));
         if (!shard_sizes || !start || !mem)
             abort();
-        for (uint64_t i = 0; i < S; i++) {
-            rng = rng * 6364136223846793005u + 1442695040888963407u;
-            shard_sizes[i] = 512 + (rng >> 33) % 1024;
-        }
+        bench_shard_sizes(shard_sizes, S, 512, 1024);
         if (pd_shard_layout_build(shard_sizes, S, start))
             abort();
         const pd_mix_component comps[2] = {

@@ -8,6 +8,7 @@
 
 #include "core/shards.h"
 #include "cpu/gen.h"
+#include "shard_sizes.h"
 #include "timing.h"
 #ifdef PERMD_BENCH_GPU
 #include "gpu/permd_gpu.h"
@@ -233,17 +234,14 @@ static void gpu_table(pd_gpu *gpu, const layout *l, uint64_t count)
  * of any size, so τ_w cycle-walks as flat σ over N does). */
 static void layout_init(layout *l, const char *name, uint64_t shards, uint64_t per, int uneven)
 {
-    uint64_t *sizes = malloc(shards * sizeof *sizes), rng = 0x5eed;
+    uint64_t *sizes = malloc(shards * sizeof *sizes);
     l->name = name;
     l->shards = shards;
     l->start = malloc((shards + 1) * sizeof *l->start);
     l->mem = malloc(pd_shard_plan_bytes(shards));
     if (!sizes || !l->start || !l->mem)
         abort();
-    for (uint64_t s = 0; s < shards; s++) {
-        rng = rng * 6364136223846793005u + 1442695040888963407u;
-        sizes[s] = uneven ? per / 2 + (rng >> 33) % per : per;
-    }
+    bench_shard_sizes(sizes, shards, uneven ? per / 2 : per, uneven ? per : 0);
     if (pd_shard_layout_build(sizes, shards, l->start))
         abort();
     l->n = l->start[shards];
