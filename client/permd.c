@@ -244,6 +244,12 @@ static int pd_cl_queue_stream_frame(permd_stream *st, const uint8_t *payload, ui
     return 0;
 }
 
+/* Whether a scanned frame is the connection's Error (id 0): the reason permd is about to close it. */
+static int pd_cl_is_closing_error(const pd_bulk_view *v)
+{
+    return v->id == 0 && v->body_field == PERMD__V1__ENVELOPE__BODY_ERROR;
+}
+
 /* A frame that does not answer request id (0: none awaited, one is being sent): the open stream's is queued for
  * it; any other is the server's mistake. */
 static int pd_cl_aside(permd_client *c, const uint8_t *payload, uint32_t len, const pd_bulk_view *v, uint64_t id)
@@ -268,8 +274,8 @@ static int pd_cl_wait(permd_client *c, uint64_t id, const uint8_t **payload, uin
             return rc;
         if (pd_frame_scan_bulk(*payload, *len, 0, &v) < 0)
             return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed frame");
-        if (v.id == id || (v.id == 0 && v.body_field == PERMD__V1__ENVELOPE__BODY_ERROR))
-            return 0; /* id 0: for the connection, the reason it is about to close */
+        if (v.id == id || pd_cl_is_closing_error(&v))
+            return 0;
         if ((rc = pd_cl_aside(c, *payload, *len, &v, id)))
             return rc;
     }
@@ -329,7 +335,7 @@ static int pd_cl_read_aside(permd_client *c)
         return rc;
     if (pd_frame_scan_bulk(payload, len, 0, &v) < 0)
         return pd_cl_fail(c, PD_EPROTO, "permd sent a malformed frame");
-    if (v.id == 0 && v.body_field == PERMD__V1__ENVELOPE__BODY_ERROR) {
+    if (pd_cl_is_closing_error(&v)) {
         pd_envelope *env;
         rc = pd_cl_unpack(c, payload, len, 0, &env);
         return rc ? rc : pd_cl_fail(c, PD_EPROTO, "permd sent an Error without a code");
@@ -351,8 +357,7 @@ static int pd_cl_closing_error(permd_client *c)
         if (got == 1) {
             pd_bulk_view v;
             pd_envelope *env;
-            if (pd_frame_scan_bulk(payload, len, 0, &v) == 0 && v.id == 0 &&
-                v.body_field == PERMD__V1__ENVELOPE__BODY_ERROR)
+            if (pd_frame_scan_bulk(payload, len, 0, &v) == 0 && pd_cl_is_closing_error(&v))
                 return pd_cl_unpack(c, payload, len, 0, &env);
             continue;
         }

@@ -87,17 +87,22 @@ void pd_on_fetch(pd_session *s, uint64_t id, const Permd__V1__Fetch *m)
      * than generating them. The rest go to the pool, so big requests spread over every core while
      * the loop moves bytes. A sharded plan not built yet always goes to the pool. */
     const uint8_t *ahead = got ? pd_readahead_find(s, &t, count, got) : NULL; /* generated while the loop was idle */
+    int deferred = 0;
     if (got == 0 || ahead || (!pd_target_may_block(&t) && pd_loop_take_inline(s->loop, pd_target_cost(&t, got)))) {
-        int rc = pd_reply_bulk_inline(s, hdr, hlen, &t, &t.slice, got, ahead);
-        if (rc == 0) {
+        int rc = pd_reply_bulk_inline(s, hdr, hlen, &t, &t.slice, got, ahead, &deferred);
+        if (deferred) {
+            s->loop->stats.inline_deferred++;
+        } else if (rc == 0) {
             s->loop->stats.ids_served_total += got;
             s->loop->stats.readahead_hits += ahead != NULL;
             pd_readahead_note(s, &t, count, got, head.remaining);
         } else {
             pd_reply_generation_error(s, id, rc);
         }
-        pd_target_release(&t);
-        return;
+        if (!deferred) {
+            pd_target_release(&t);
+            return;
+        }
     }
 
     pd_fetch_job *j = calloc(1, sizeof *j);

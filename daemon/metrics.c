@@ -84,6 +84,7 @@ void pd_stats_add(pd_stats *into, const pd_stats *what)
     into->output_memory_pauses += what->output_memory_pauses;
     into->mix_orders_built += what->mix_orders_built;
     into->readahead_hits += what->readahead_hits;
+    into->inline_deferred += what->inline_deferred;
     into->stream_rings_total += what->stream_rings_total;
     into->uploads_expired += what->uploads_expired;
     into->jobs_total += what->jobs_total;

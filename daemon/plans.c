@@ -542,7 +542,9 @@ int pd_plan_use_mix(pd_plan *p, const pd_mix **out)
     return rc;
 }
 
-int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out)
+/* pd_plan_cursor_take (wait) and pd_plan_cursor_try_take (!wait: *out NULL where it would build a table or
+ * a sharded component's orders, or wait for the cursor). */
+static int pd_plan_cursor_get(pd_plan *p, int wait, pd_mix_cursor **out)
 {
     pd_plans *c = p->cache;
     const pd_mix *mix;
@@ -550,6 +552,8 @@ int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out)
     int rc;
     pd_plan_cursor *k;
 again:
+    if (!wait && p->mixdef && !pd_plan_ready(p))
+        return 0; /* its table went since the caller looked (pd_target_may_block) */
     if ((rc = pd_plan_use_mix(p, &mix)))
         return rc;
     const size_t bytes = sizeof(pd_plan_cursor) + pd_mix_cursor_bytes(mix);
@@ -557,12 +561,19 @@ again:
     if ((k = p->cursors)) { /* the most recently given: its orders are the likeliest to serve this request */
         p->cursors = k->next;
         p->ncursors--;
+    } else if (!wait && p->sharded) { /* a new cursor would build its sharded components' orders */
+        pthread_mutex_unlock(&c->lock);
+        return 0;
     } else if (!pd_plans_room(c, p, bytes)) {
         /* The plans in use fill max_bytes. One plan alone may pass it, with one cursor: a mixture larger than the
          * cache is still served, a request at a time, each waiting here for the cursor (held for one generation:
          * a stream's batches ahead share it too). Every concurrent request used to add a cursor past the bound
          * (32 bytes a shard of each sharded component: 25 times plan_cache_bytes with four at once). */
         const int alone = atomic_load(&c->bytes) == (p->charged ? p->size : 0) + p->cursor_bytes;
+        if (alone && p->cursor_bytes && !wait) {
+            pthread_mutex_unlock(&c->lock);
+            return 0;
+        }
         if (alone && p->cursor_bytes) {
             pthread_cond_wait(&c->cursor_back, &c->lock);
             pthread_mutex_unlock(&c->lock);
@@ -599,6 +610,16 @@ fail:
     pd_plans_uncharge_cursor(c, p, bytes);
     pthread_mutex_unlock(&c->lock);
     return rc;
+}
+
+int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out)
+{
+    return pd_plan_cursor_get(p, 1, out);
+}
+
+int pd_plan_cursor_try_take(pd_plan *p, pd_mix_cursor **out)
+{
+    return pd_plan_cursor_get(p, 0, out);
 }
 
 void pd_plan_cursor_give(pd_plan *p, pd_mix_cursor *cur)

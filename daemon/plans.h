@@ -82,10 +82,14 @@ int pd_plan_use_mix(pd_plan *p, const pd_mix **out);
  * bytes (pd_mix_cursor_bytes) are admitted within max_bytes as a plan's are, idle cursors giving way
  * first: PD_EBUSY when other plans in use leave no room. With p alone past max_bytes, it has one cursor:
  * a second take waits until it is given back (held for one generation), so requests on a plan larger
- * than the cache run one at a time. The loop thread takes one only when pd_plan_cursor_warm said one
- * is idle; another thread taking it first makes that loop wait too (rare, and one generation long).
- * PD_ENOMEM; PD_EINVAL for a sharded epoch's plan. The caller must hold a reference it uses (not idle). */
+ * than the cache run one at a time. PD_ENOMEM; PD_EINVAL for a sharded epoch's plan. The caller must hold a
+ * reference it uses (not idle). The event loop calls pd_plan_cursor_try_take instead. */
 int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out);
+/* The same without blocking, for the event loop: 0 with *out NULL where pd_plan_cursor_take would build p's
+ * table, start a cursor whose sharded components' orders are still to build, or wait for p's one cursor. The
+ * loop asks pd_plan_cursor_warm first, but another thread may take the idle cursor (or the cache drop the
+ * table) before it does: the loop used to wait for that thread's generation, or build the orders itself. */
+int pd_plan_cursor_try_take(pd_plan *p, pd_mix_cursor **out);
 /* Give the cursor back to p (before releasing p): kept for the next request while p has few idle ones
  * and stays cached (freed with p, with its table, or when the cache needs room), else freed. NULL is a
  * no-op. */

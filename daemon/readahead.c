@@ -131,8 +131,9 @@ static void pd_on_readahead(uv_idle_t *h)
             return; /* this iteration's budget is spent: the next one refills it */
         pd_ra_unqueue(q, s);
         uint64_t w = 0;
-        ra->ready = pd_target_generate(s->svc->backend, &ra->t, &ra->t.slice, ra->got, ra->buf, &w) == 0 &&
-                    w == ra->got;
+        int deferred = 0; /* then nothing is ready: the Fetch, when it comes, goes its own way */
+        ra->ready = pd_target_generate_now(s->svc->backend, &ra->t, &ra->t.slice, ra->got, ra->buf, &w, &deferred) ==
+                        0 && !deferred && w == ra->got;
         pd_ra_plan_idle(ra); /* generated: the plan is only compared with the next Fetch's */
     }
     uv_idle_stop(h);

@@ -131,12 +131,13 @@ int pd_reply_bulk_header(pd_session *s, uint64_t id, int body_case, const Protob
 }
 
 int pd_reply_bulk_inline(pd_session *s, const uint8_t *hdr, size_t hlen, const pd_target *t, const pd_slice *slice,
-                         uint64_t count, const uint8_t *ready)
+                         uint64_t count, const uint8_t *ready, int *deferred)
 {
     size_t bytes = (size_t)count * t->width;
     uint8_t *payload = pd_conn_bulk_begin(s->conn, hdr, hlen, bytes, t->width);
     uint64_t got = 0;
     int rc;
+    *deferred = 0;
     if (!payload)
         return PD_ENOMEM;
     if (ready) {
@@ -144,7 +145,9 @@ int pd_reply_bulk_inline(pd_session *s, const uint8_t *hdr, size_t hlen, const p
         got = count;
         rc = 0;
     } else {
-        rc = pd_target_generate(s->svc->backend, t, slice, count, payload, &got);
+        rc = pd_target_generate_now(s->svc->backend, t, slice, count, payload, &got, deferred);
+        if (rc == 0 && *deferred)
+            return 0; /* nothing committed: the caller hands it to a worker */
     }
     if (rc == 0 && got != count)
         rc = PD_EINTERNAL;

@@ -40,9 +40,10 @@ int pd_reply_bulk_header(pd_session *s, uint64_t id, int body_case, const Protob
 
 /* A bulk frame built inline in the output buffer: the header, then count items of t's slice,
  * generated (or copied from `ready` when not NULL). On failure nothing is committed and the error
- * is returned (the caller replies). */
+ * is returned (the caller replies). Where generating would block the loop (pd_target_generate_now),
+ * nothing is committed either: *deferred is set, 0 returned, and the caller hands the work to a worker. */
 int pd_reply_bulk_inline(pd_session *s, const uint8_t *hdr, size_t hlen, const pd_target *t, const pd_slice *slice,
-                         uint64_t count, const uint8_t *ready);
+                         uint64_t count, const uint8_t *ready, int *deferred);
 
 /* A bulk frame built in its own buffer off the loop (a worker fills payload, 16-byte aligned), then
  * sent as one owned write (pd_conn_write_owned(conn, base, frame, frame_len)). */

@@ -190,6 +190,10 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "Fetches answered from a readahead: generated while the loop was idle, because the "
                 "connection reads its slice in order.",
                 st->readahead_hits);
+    pd_text_u64(&t, "permd_inline_deferred_total", "counter",
+                "Fetches and stream batches the loop began to generate itself and handed to a worker "
+                "instead: a mixture's idle cursor, or a plan's table, went to another thread meanwhile.",
+                st->inline_deferred);
     pd_text_u64(&t, "permd_accept_errors_total", "counter",
                 "Connections permd could not accept: out of descriptors (RLIMIT_NOFILE) or memory. Each is "
                 "logged (accept, warn).",

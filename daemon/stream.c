@@ -278,7 +278,7 @@ static void pd_batch_done(pd_job *job)
 
 /* Generate the next batch inline (small batches, nothing in flight, so order holds): into the
  * output buffer after its frame's header, or into its ring slot. */
-static int pd_stream_inline(pd_stream *st, uint64_t count)
+static int pd_stream_inline(pd_stream *st, uint64_t count, int *deferred)
 {
     pd_session *s = st->s;
     pd_batch b = {.seq = st->next_seq, .count = count, .width = st->t.width};
@@ -287,7 +287,9 @@ static int pd_stream_inline(pd_stream *st, uint64_t count)
     if (st->ring.base) {
         uint64_t got;
         uint8_t *slot = st->ring.base + pd_stream_slot_offset(st, b.seq);
-        rc = pd_target_generate(s->svc->backend, &st->t, &st->t.slice, count, slot, &got);
+        rc = pd_target_generate_now(s->svc->backend, &st->t, &st->t.slice, count, slot, &got, deferred);
+        if (rc == 0 && *deferred)
+            return 0;
         if (rc == 0 && got != count)
             rc = PD_EINTERNAL;
         if (rc == 0)
@@ -297,9 +299,9 @@ static int pd_stream_inline(pd_stream *st, uint64_t count)
         size_t hlen;
         rc = pd_batch_header(st, &b, hdr, &hlen);
         if (rc == 0)
-            rc = pd_reply_bulk_inline(s, hdr, hlen, &st->t, &st->t.slice, count, NULL);
+            rc = pd_reply_bulk_inline(s, hdr, hlen, &st->t, &st->t.slice, count, NULL, deferred);
     }
-    if (rc)
+    if (rc || *deferred)
         return rc;
     st->next_seq++;
     st->send_seq++;
@@ -423,7 +425,13 @@ static void pd_stream_produce(pd_stream *st, uint64_t most)
             pd_stream_stop(st);
             return;
         }
-        rc = inl ? pd_stream_inline(st, count) : pd_stream_schedule(st, count);
+        int deferred = 0;
+        rc = inl ? pd_stream_inline(st, count, &deferred) : pd_stream_schedule(st, count);
+        if (rc == 0 && deferred) { /* its cursor or table went to another thread meanwhile: a worker waits */
+            s->loop->stats.inline_deferred++;
+            inl = 0;
+            rc = pd_stream_schedule(st, count);
+        }
         if (rc == PD_EBUSY && inl) { /* no room for a mixture's cursor */
             pd_stream_error(st, pd_target_error(s->svc->plans, rc, msg, sizeof msg), "%s", msg);
             pd_stream_stop(st);

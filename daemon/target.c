@@ -76,12 +76,16 @@ int pd_target_error(pd_plans *plans, int rc, char *msg, size_t len)
 /* A mixture's ids through a cursor kept with the shared plan: its component orders (a sharded one's
  * O(S_j) plan) serve the next request of the same component epochs. */
 static int pd_target_generate_mix(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count,
-                                  void *out, uint64_t *written)
+                                  void *out, uint64_t *written, int *deferred)
 {
     pd_mix_cursor *cur;
-    int rc = pd_plan_cursor_take(t->plan, &cur);
+    int rc = deferred ? pd_plan_cursor_try_take(t->plan, &cur) : pd_plan_cursor_take(t->plan, &cur);
     if (rc)
         return rc;
+    if (!cur) { /* the loop's, and no cursor is free to use without blocking */
+        *deferred = 1;
+        return 0;
+    }
     const uint64_t built = cur->built;
     rc = pd_backend_mix_slice(b, cur, t->epoch, slice, count, t->width, out, written);
     if (t->orders_built)
@@ -90,16 +94,35 @@ static int pd_target_generate_mix(pd_backend *b, const pd_target *t, const pd_sl
     return rc;
 }
 
-int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
-                       uint64_t *written)
+/* pd_target_generate, and with deferred (the loop's) pd_target_generate_now. */
+static int pd_target_generate_on(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
+                                 uint64_t *written, int *deferred)
 {
     const pd_shard_plan *plan;
+    if (deferred)
+        *deferred = 0;
     if (!t->plan)
         return pd_backend_slice(b, &t->perm, slice, count, t->width, out, written);
     if (t->mixture)
-        return pd_target_generate_mix(b, t, slice, count, out, written);
+        return pd_target_generate_mix(b, t, slice, count, out, written, deferred);
+    if (deferred && !pd_plan_ready(t->plan)) { /* its table went since pd_target_may_block */
+        *deferred = 1;
+        return 0;
+    }
     int rc = pd_plan_use(t->plan, &plan);
     return rc ? rc : pd_backend_shard_slice(b, plan, pd_plan_id(t->plan), slice, count, t->width, out, written);
+}
+
+int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
+                       uint64_t *written)
+{
+    return pd_target_generate_on(b, t, slice, count, out, written, NULL);
+}
+
+int pd_target_generate_now(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
+                           uint64_t *written, int *deferred)
+{
+    return pd_target_generate_on(b, t, slice, count, out, written, deferred);
 }
 
 int pd_target_mix_plan(pd_registry *reg, pd_plans *plans, pd_mixdef *def, uint64_t seed, pd_plan **out, char *msg,

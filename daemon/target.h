@@ -82,6 +82,13 @@ int pd_target_may_block(const pd_target *t);
 int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
                        uint64_t *written);
 
+/* pd_target_generate on the event loop: the same, except that where it would block (t's table dropped since
+ * pd_target_may_block said no, or a mixture's idle cursor taken meanwhile by another thread:
+ * pd_plan_cursor_try_take) it writes nothing, sets *deferred and returns 0, and the caller hands the work
+ * to a worker. */
+int pd_target_generate_now(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
+                           uint64_t *written, int *deferred);
+
 /* The wire code and message for a generation that failed with rc (pd_target_generate's): PD_EBUSY is
  * "plan memory is full", anything else PD_EINTERNAL "generation failed". Returns the code. */
 int pd_target_error(pd_plans *plans, int rc, char *msg, size_t len);

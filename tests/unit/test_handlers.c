@@ -24,6 +24,7 @@
 #include "daemon/service.h"
 #include "daemon/session.h"
 #include "daemon/stats.h"
+#include "daemon/target.h"
 #include "proto/frame.h"
 
 /* One daemon's worth of service state on one loop, and one client on a memory connection. */
@@ -753,6 +754,70 @@ static void test_mixture_reply_memory_released(void **state)
     mixture_free(&m);
 }
 
+/* A Fetch the loop would run inline (a flat mixture: its cursors need no order built) whose plan's one cursor is
+ * taken meanwhile (here by the test, as by another thread): the loop hands it to a worker, which waits for the
+ * cursor, instead of waiting for it itself (it blocked the loop for the other thread's whole generation). */
+static void test_inline_mixture_deferred(void **state)
+{
+    fixture *f = *state;
+    connect_client(f, 0);
+    put_dataset(f, "d", 1000000);
+    free_env(next_reply(f));
+    one_component_mixture m;
+    mixture_init(&m, 1, "m");
+    send_put_mixture(f, 9, &m);
+    free_env(expect_reply(f, 9, PERMD__V1__ENVELOPE__BODY_MIXTURE_REPLY));
+    mixture_free(&m);
+    pd_plans_close(f->plans); /* a cache of 1 byte: the mixture's plan alone past it, with one cursor */
+    assert_int_equal(pd_plans_open(4, 1, pd_backend_gen(f->backend), &f->plans), 0);
+    f->svc.plans = f->plans;
+    pd_mixdef *def;
+    pd_plan *p;
+    pd_mix_cursor *cur;
+    char msg[200];
+    assert_int_equal(pd_registry_mixture(f->reg, "m", &def), 0);
+    assert_int_equal(pd_target_mix_plan(f->reg, f->plans, def, 42, &p, msg, sizeof msg), 0); /* send_fetch's seed */
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+
+    send_fetch(f, 20, "m", 4, 1, 0, 100);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(atomic_load(&f->sl.stats.inline_deferred), 1);
+    assert_null(take_reply(f)); /* its worker waits for the cursor */
+    pd_plan_cursor_give(p, cur);
+    pd_envelope *r = expect_reply(f, 20, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
+    uint32_t deferred_ids[100], inline_ids[100];
+    load_ids(&r->fetch_reply->ids, deferred_ids, 100);
+    free_env(r);
+
+    send_fetch(f, 21, "m", 4, 1, 0, 100); /* the cursor idle again: inline, the same ids */
+    r = expect_reply(f, 21, PERMD__V1__ENVELOPE__BODY_FETCH_REPLY);
+    load_ids(&r->fetch_reply->ids, inline_ids, 100);
+    free_env(r);
+    assert_memory_equal(deferred_ids, inline_ids, sizeof inline_ids);
+    assert_int_equal(atomic_load(&f->sl.stats.inline_deferred), 1);
+
+    /* A stream's batch the same way: scheduled on a worker, which gets the cursor once it is given back. */
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
+    sl.dataset = "m";
+    sl.seed = 42;
+    sl.epoch = 3;
+    sl.world = 4;
+    sl.rank = 1;
+    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    send_stream_slice(f, 22, &sl, 100, 1, 100);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(atomic_load(&f->sl.stats.inline_deferred), 2);
+    pd_plan_cursor_give(p, cur);
+    r = expect_reply(f, 22, PERMD__V1__ENVELOPE__BODY_STREAM_BATCH);
+    load_ids(&r->stream_batch->ids, deferred_ids, 100);
+    free_env(r);
+    assert_memory_equal(deferred_ids, inline_ids, sizeof inline_ids);
+    free_env(expect_reply(f, 22, PERMD__V1__ENVELOPE__BODY_STREAM_END));
+    pd_plan_release(p);
+    pd_mixdef_release(def);
+}
+
 /* An Inverse answered by a worker job keeps its request until the job is done, then lets it go; one
  * answered on the loop lets it go when answered. */
 static void test_inverse_memory_released(void **state)
@@ -1439,6 +1504,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_request_memory_released, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_memory_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixture_reply_memory_released, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inline_mixture_deferred, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inverse_memory_released, setup_no_inline, teardown),
         cmocka_unit_test(test_plans_bounded),
         cmocka_unit_test(test_plans_idle_reclaim),

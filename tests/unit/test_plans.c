@@ -202,6 +202,49 @@ static void test_cursor_bounded(void **state)
     free_def(d, layouts);
 }
 
+/* The loop's take never blocks: where pd_plan_cursor_take would start a cursor with sharded orders to build, or
+ * wait for a plan's one cursor, pd_plan_cursor_try_take gives none at once (the loop then hands the request to a
+ * worker); an idle cursor it gives as take does. */
+static void test_cursor_try_take(void **state)
+{
+    (void)state;
+    pd_layout *layouts[2];
+    pd_mixdef *d = mix_def(layouts);
+    pd_plans *c;
+    pd_plan *p;
+    pd_mix_cursor *cur, *got;
+    open_mix(d, layouts, UINT64_C(1) << 30, &c, &p);
+    assert_int_equal(pd_plan_use_mix(p, &(const pd_mix *){NULL}), 0); /* the table built: only the cursor is missing */
+    got = (pd_mix_cursor *)1;
+    assert_int_equal(pd_plan_cursor_try_take(p, &got), 0);
+    assert_null(got); /* no idle cursor, and a new one would build the sharded component's orders */
+    assert_int_equal(pd_plans_cursor_bytes(c), 0); /* nothing charged */
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    assert_int_equal(pd_plan_cursor_try_take(p, &got), 0);
+    assert_null(got); /* the one cursor is taken (by "another thread") */
+    pd_plan_cursor_give(p, cur);
+    assert_int_equal(pd_plan_cursor_try_take(p, &got), 0);
+    assert_ptr_equal(got, cur); /* idle: the loop gets it */
+    pd_plan_cursor_give(p, got);
+    pd_plan_release(p);
+    pd_plans_close(c);
+
+    /* A plan alone past the bound, its one cursor taken: take would wait for it, try_take does not. */
+    open_mix(d, layouts, 1, &c, &p);
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    const uint64_t one = pd_plans_bytes(c);
+    assert_int_equal(pd_plan_cursor_try_take(p, &got), 0);
+    assert_null(got);
+    assert_int_equal(pd_plans_bytes(c), one);
+    pd_plan_cursor_give(p, cur);
+    assert_int_equal(pd_plan_cursor_try_take(p, &got), 0);
+    assert_ptr_equal(got, cur);
+    pd_plan_cursor_give(p, got);
+    pd_plan_release(p);
+    pd_plans_close(c);
+    free_def(d, layouts);
+}
+
 /* A mixture whose plan loses its table (a dataset deleted under it) frees its cursors and their
  * charge; a plan released for the last time does too. */
 static void test_cursor_freed_with_plan(void **state)
@@ -332,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_sharded_plan_on_gen),
         cmocka_unit_test(test_cursor_reused),
         cmocka_unit_test(test_cursor_bounded),
+        cmocka_unit_test(test_cursor_try_take),
         cmocka_unit_test(test_cursor_freed_with_plan),
         cmocka_unit_test(test_cursor_missing),
     };
