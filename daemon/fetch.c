@@ -250,6 +250,7 @@ typedef struct pd_inverse {
     uint64_t slice;              /* a mixture's on a worker: the cost one turn may spend (0: no limit) */
     uint64_t next;               /* a mixture's: samples done (the turns so far) */
     int rc;                      /* a mixture's: no cursor (PD_EBUSY, PD_ENOMEM), or cancelled (PD_ECLOSED) */
+    int deferred;                /* a mixture's inline: no cursor free without blocking the loop (a worker's turn) */
 } pd_inverse;
 
 /* A mixture's inverse (spec §7): each global id and component epoch to (mixture epoch, position),
@@ -261,8 +262,14 @@ static void pd_inverse_compute_mix(pd_inverse *v)
 {
     const pd_mix *mix;
     pd_mix_cursor *cur;
-    if ((v->rc = pd_plan_use_mix(v->plan, &mix)) || (v->rc = pd_plan_cursor_take(v->plan, &cur)))
+    /* Inline, the loop takes an idle cursor or none (pd_plan_cursor_try_take); a worker may wait or build. */
+    if ((v->rc = v->job ? pd_plan_cursor_take(v->plan, &cur) : pd_plan_cursor_try_take(v->plan, &cur)))
         return;
+    if (!cur) {
+        v->deferred = 1;
+        return;
+    }
+    mix = cur->mix;
     uint64_t built = cur->built, spent = 0;
     for (uint64_t i = v->next; i < v->count; i++, v->next = i) {
         if (v->slice && spent >= v->slice)
@@ -561,9 +568,13 @@ run:
     v.orders_built = &s->loop->stats.mix_orders_built;
     if ((!v.plan || pd_plan_ready(v.plan)) && pd_loop_take_inline(s->loop, v.cost)) {
         pd_inverse_compute(&v);
-        pd_send_inverse(s, id, &v);
-        pd_plan_release(v.plan);
-        return;
+        if (!v.deferred) {
+            pd_send_inverse(s, id, &v);
+            pd_plan_release(v.plan);
+            return;
+        }
+        s->loop->stats.inline_deferred++; /* a worker's, from its first sample */
+        v.deferred = 0;
     }
     pd_inverse_job *j = calloc(1, sizeof *j);
     if (!j) {

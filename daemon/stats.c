@@ -191,7 +191,7 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 "connection reads its slice in order.",
                 st->readahead_hits);
     pd_text_u64(&t, "permd_inline_deferred_total", "counter",
-                "Fetches and stream batches the loop began to generate itself and handed to a worker "
+                "Fetches, stream batches and Inverses the loop began itself and handed to a worker "
                 "instead: a mixture's idle cursor, or a plan's table, went to another thread meanwhile.",
                 st->inline_deferred);
     pd_text_u64(&t, "permd_accept_errors_total", "counter",

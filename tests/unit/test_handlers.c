@@ -814,6 +814,40 @@ static void test_inline_mixture_deferred(void **state)
     free_env(r);
     assert_memory_equal(deferred_ids, inline_ids, sizeof inline_ids);
     free_env(expect_reply(f, 22, PERMD__V1__ENVELOPE__BODY_STREAM_END));
+
+    /* And an Inverse of those ids (one component as long as the mixture: component epoch 3 is mixture epoch 3):
+     * on a worker, each at its position 1 + 4k. */
+    assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
+    uint8_t samples[4 * 100];
+    uint64_t comp_epochs[100];
+    for (unsigned i = 0; i < 100; i++) {
+        pd_store_le32(samples + 4 * i, inline_ids[i]);
+        comp_epochs[i] = 3;
+    }
+    Permd__V1__Inverse inv = PERMD__V1__INVERSE__INIT;
+    inv.dataset = "m";
+    inv.seed = 42;
+    inv.world = 4;
+    inv.samples.data = samples;
+    inv.samples.len = sizeof samples;
+    inv.n_component_epochs = 100;
+    inv.component_epochs = comp_epochs;
+    pd_envelope env = PERMD__V1__ENVELOPE__INIT;
+    env.id = 23;
+    env.body_case = PERMD__V1__ENVELOPE__BODY_INVERSE;
+    env.inverse = &inv;
+    send_env(f, &env);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(atomic_load(&f->sl.stats.inline_deferred), 3);
+    pd_plan_cursor_give(p, cur);
+    r = expect_reply(f, 23, PERMD__V1__ENVELOPE__BODY_INVERSE_REPLY);
+    assert_int_equal(r->inverse_reply->count, 100);
+    assert_int_equal(r->inverse_reply->n_epochs, 100);
+    for (unsigned i = 0; i < 100; i++) {
+        assert_int_equal(r->inverse_reply->epochs[i], 3); /* the Fetches' mixture epoch */
+        assert_int_equal(pd_load_le64(r->inverse_reply->positions.data + 8 * i), 1 + 4 * i); /* u64 for a mixture */
+    }
+    free_env(r);
     pd_plan_release(p);
     pd_mixdef_release(def);
 }
