@@ -566,7 +566,9 @@ run:
     if (!v.mixture)
         v.cost = v.count;
     v.orders_built = &s->loop->stats.mix_orders_built;
-    if ((!v.plan || pd_plan_ready(v.plan)) && pd_loop_take_inline(s->loop, v.cost)) {
+    /* Inline only with the plan built and, for a mixture, a cursor idle (a sharded one's orders start from it). */
+    if ((!v.plan || (pd_plan_ready(v.plan) && (!v.mixture || pd_plan_cursor_warm(v.plan)))) &&
+        pd_loop_take_inline(s->loop, v.cost)) {
         pd_inverse_compute(&v);
         if (!v.deferred) {
             pd_send_inverse(s, id, &v);

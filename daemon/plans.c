@@ -553,7 +553,7 @@ static int pd_plan_cursor_get(pd_plan *p, int wait, pd_mix_cursor **out)
     pd_plan_cursor *k;
 again:
     if (!wait && p->mixdef && !pd_plan_ready(p))
-        return 0; /* its table went since the caller looked (pd_target_may_block) */
+        return 0; /* defensive: the loop's callers ask pd_plan_ready first, and hold p in use */
     if ((rc = pd_plan_use_mix(p, &mix)))
         return rc;
     const size_t bytes = sizeof(pd_plan_cursor) + pd_mix_cursor_bytes(mix);

@@ -87,8 +87,9 @@ int pd_plan_use_mix(pd_plan *p, const pd_mix **out);
 int pd_plan_cursor_take(pd_plan *p, pd_mix_cursor **out);
 /* The same without blocking, for the event loop: 0 with *out NULL where pd_plan_cursor_take would build p's
  * table, start a cursor whose sharded components' orders are still to build, or wait for p's one cursor. The
- * loop asks pd_plan_cursor_warm first, but another thread may take the idle cursor (or the cache drop the
- * table) before it does: the loop used to wait for that thread's generation, or build the orders itself. */
+ * loop asks pd_plan_cursor_warm first, but another thread may take the idle cursor before the loop does: the
+ * loop used to wait for that thread's generation, or start a cursor and build its orders itself. An idle cursor
+ * is given as it is, whatever orders it lacks. */
 int pd_plan_cursor_try_take(pd_plan *p, pd_mix_cursor **out);
 /* Give the cursor back to p (before releasing p): kept for the next request while p has few idle ones
  * and stays cached (freed with p, with its table, or when the cache needs room), else freed. NULL is a

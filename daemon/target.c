@@ -101,11 +101,15 @@ static int pd_target_generate_on(pd_backend *b, const pd_target *t, const pd_sli
     const pd_shard_plan *plan;
     if (deferred)
         *deferred = 0;
+    if (count == 0) { /* a Fetch at the end of its slice: nothing to generate, no plan or cursor to touch */
+        *written = 0;
+        return 0;
+    }
     if (!t->plan)
         return pd_backend_slice(b, &t->perm, slice, count, t->width, out, written);
     if (t->mixture)
         return pd_target_generate_mix(b, t, slice, count, out, written, deferred);
-    if (deferred && !pd_plan_ready(t->plan)) { /* its table went since pd_target_may_block */
+    if (deferred && !pd_plan_ready(t->plan)) { /* defensive: the loop comes here after pd_target_may_block */
         *deferred = 1;
         return 0;
     }

@@ -82,10 +82,11 @@ int pd_target_may_block(const pd_target *t);
 int pd_target_generate(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
                        uint64_t *written);
 
-/* pd_target_generate on the event loop: the same, except that where it would block (t's table dropped since
- * pd_target_may_block said no, or a mixture's idle cursor taken meanwhile by another thread:
- * pd_plan_cursor_try_take) it writes nothing, sets *deferred and returns 0, and the caller hands the work
- * to a worker. */
+/* pd_target_generate on the event loop: the same, except that where it would block (a mixture's idle cursor
+ * taken by another thread since pd_target_may_block said one was idle: pd_plan_cursor_try_take; or, defensively,
+ * a table not built) it writes nothing, sets *deferred and returns 0, and the caller hands the work to a worker.
+ * Not closed: a worker may give back, between pd_target_cost and the take, an idle cursor that lacks an order the
+ * estimate counted as built; the loop then builds that one order itself (a narrow window, once). */
 int pd_target_generate_now(pd_backend *b, const pd_target *t, const pd_slice *slice, uint64_t count, void *out,
                            uint64_t *written, int *deferred);
 

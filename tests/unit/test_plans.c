@@ -229,8 +229,24 @@ static void test_cursor_try_take(void **state)
     pd_plan_release(p);
     pd_plans_close(c);
 
-    /* A plan alone past the bound, its one cursor taken: take would wait for it, try_take does not. */
-    open_mix(d, layouts, 1, &c, &p);
+    free_def(d, layouts);
+
+    /* A plan alone past the bound, its one cursor taken: take would wait for it, try_take does not. A flat
+     * mixture's, whose new cursors build nothing (the sharded one's is refused before this rule applies). */
+    pd_layout *none[1] = {NULL};
+    assert_int_equal(pd_mixdef_alloc("mf", 1, 1, &d), 0);
+    strcpy(d->comp[0].name, "flat");
+    d->comp[0].size = 1000;
+    d->starts[0] = 0;
+    d->weights[0] = 1;
+    assert_int_equal(pd_mixdef_check(d, NULL, 0), 0);
+    open_mix(d, none, 1, &c, &p);
+    assert_int_equal(pd_plan_cursor_try_take(p, &got), 0);
+    assert_null(got); /* its table not built yet: the loop does not build it */
+    assert_int_equal(pd_plan_use_mix(p, &(const pd_mix *){NULL}), 0);
+    assert_int_equal(pd_plan_cursor_try_take(p, &got), 0); /* nothing taken yet: a new cursor, on the loop too */
+    assert_non_null(got);
+    pd_plan_cursor_give(p, got);
     assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
     const uint64_t one = pd_plans_bytes(c);
     assert_int_equal(pd_plan_cursor_try_take(p, &got), 0);
@@ -242,7 +258,7 @@ static void test_cursor_try_take(void **state)
     pd_plan_cursor_give(p, got);
     pd_plan_release(p);
     pd_plans_close(c);
-    free_def(d, layouts);
+    pd_mixdef_release(d);
 }
 
 /* A mixture whose plan loses its table (a dataset deleted under it) frees its cursors and their
