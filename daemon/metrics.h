@@ -61,7 +61,7 @@ typedef struct pd_stats {
     pd_counter output_memory_pauses; /* those of connections within output_cap: every connection's output past output_memory */
     pd_counter mix_orders_built;   /* sharded component orders mixtures' cursors built, O(S_j) each (daemon/target.c) */
     pd_counter readahead_hits;     /* Fetches answered from a readahead (daemon/readahead.c) */
-    pd_counter inline_deferred;    /* loop work handed to a worker: it would have blocked (pd_target_generate_now, Inverse) */
+    pd_counter inline_deferred;    /* loop work handed to a worker, which would have blocked (daemon/target.h) */
     pd_counter stream_rings_total; /* streams delivered through a shared-memory ring (daemon/ring.c) */
     pd_counter uploads_expired;    /* sharded uploads dropped at upload_timeout_ms (daemon/datasets.c) */
     pd_counter jobs_total;         /* worker-pool jobs queued, each turn of a long one (daemon/conn.c) */

@@ -192,7 +192,7 @@ int pd_stats_render(const pd_stats_view *v, char **out, size_t *len)
                 st->readahead_hits);
     pd_text_u64(&t, "permd_inline_deferred_total", "counter",
                 "Fetches, stream batches and Inverses the loop began itself and handed to a worker "
-                "instead: a mixture's idle cursor, or a plan's table, went to another thread meanwhile.",
+                "instead: a mixture's idle cursor went to another thread between the loop's check and its use.",
                 st->inline_deferred);
     pd_text_u64(&t, "permd_accept_errors_total", "counter",
                 "Connections permd could not accept: out of descriptors (RLIMIT_NOFILE) or memory. Each is "
