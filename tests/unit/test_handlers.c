@@ -320,8 +320,8 @@ static void send_stream_slice(fixture *f, uint64_t id, Permd__V1__Slice *sl, uin
     send_env(f, &env);
 }
 
-static void send_fetch(fixture *f, uint64_t id, const char *name, uint32_t world, uint32_t rank, uint64_t offset,
-                       uint64_t count)
+/* Rank `rank` of `world` of name's epoch 3 under seed 42, exact mode, from offset: what send_fetch asks. */
+static Permd__V1__Slice exact_slice(const char *name, uint32_t world, uint32_t rank, uint64_t offset)
 {
     Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
     sl.dataset = (char *)name;
@@ -331,6 +331,13 @@ static void send_fetch(fixture *f, uint64_t id, const char *name, uint32_t world
     sl.rank = rank;
     sl.mode = PERMD__V1__MODE__MODE_EXACT;
     sl.offset = offset;
+    return sl;
+}
+
+static void send_fetch(fixture *f, uint64_t id, const char *name, uint32_t world, uint32_t rank, uint64_t offset,
+                       uint64_t count)
+{
+    Permd__V1__Slice sl = exact_slice(name, world, rank, offset);
     send_fetch_slice(f, id, &sl, count);
 }
 
@@ -798,13 +805,7 @@ static void test_inline_mixture_deferred(void **state)
 
     /* A stream's batch the same way: scheduled on a worker, which gets the cursor once it is given back. */
     assert_int_equal(pd_plan_cursor_take(p, &cur), 0);
-    Permd__V1__Slice sl = PERMD__V1__SLICE__INIT;
-    sl.dataset = "m";
-    sl.seed = 42;
-    sl.epoch = 3;
-    sl.world = 4;
-    sl.rank = 1;
-    sl.mode = PERMD__V1__MODE__MODE_EXACT;
+    Permd__V1__Slice sl = exact_slice("m", 4, 1, 0); /* the Fetches' slice */
     send_stream_slice(f, 22, &sl, 100, 1, 100);
     uv_run(&f->loop, UV_RUN_NOWAIT);
     assert_int_equal(atomic_load(&f->sl.stats.inline_deferred), 2);
