@@ -133,6 +133,8 @@ int pd_gen_init(pd_gen *g, pd_isa isa)
     g->walk = PD_WALK_AUTO;
     g->vbmi = g->isa == PD_ISA_AVX512 && (pd_cpu_isas() & PD_CPU_VBMI);
     g->bw = g->isa == PD_ISA_AVX512 && (pd_cpu_isas() & PD_CPU_BW);
+    /* an emulated AVX-512 (a test build) may run where AVX2 does not */
+    g->avx2 = (g->isa == PD_ISA_AVX2 || g->isa == PD_ISA_AVX512) && pd_cpu_has_isa(PD_ISA_AVX2);
     return PD_OK;
 }
 

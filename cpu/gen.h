@@ -43,6 +43,8 @@ typedef struct pd_gen {
                      (sharded windows, b ≤ 17) walk on byte lanes. */
     int bw;       /* AVX-512 only, set by pd_gen_init: without vbmi, small τ walk on 16-bit lanes. Clear
                      both to walk them on 32-bit lanes (PD_SMALL), the way before word lanes. */
+    int avx2;     /* set by pd_gen_init where isa is AVX2, or AVX-512 on a CPU with AVX2 (every real one): the
+                     helpers that have no AVX-512 version (a mixture's sparse grouping) run their AVX2 one */
 } pd_gen;
 
 /* ---- Instruction sets */

@@ -319,7 +319,7 @@ static inline void pd__segment_draw(const pd__segment_draws *x, uint64_t i)
 #if defined(PD_CPU_HAVE_AVX2)
 void pd__segment_draws_avx2(const pd__segment_draws *x);
 #endif
-/* The kernel for g: AVX2's on AVX2, else pd__segment_draw read by read. */
+/* The kernel for g: AVX2's where g->avx2 (AVX-512 hosts too), else pd__segment_draw read by read. */
 void pd__segment_draws_run(const pd_gen *g, const pd__segment_draws *x);
 
 /* A segment's tables for pd__segment_reads (cpu/mix.c, pd_mix_runs_segment) from every component's count at its
@@ -386,7 +386,7 @@ uint64_t pd__group_reads_scalar(const uint32_t *comp, uint64_t n, uint32_t j, ui
 #if defined(PD_CPU_HAVE_AVX2)
 uint64_t pd__group_reads_avx2(const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx);
 #endif
-/* The kernel for g: AVX2's on AVX2 (mix.c groups by this pass on AVX2 only), else the scalar one. */
+/* The kernel for g: AVX2's where g->avx2 (AVX-512 hosts too), else the scalar one. */
 uint64_t pd__group_reads_run(const pd_gen *g, const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx);
 
 #if defined(PD_CPU_HAVE_AVX2)

@@ -133,7 +133,7 @@ uint64_t pd__group_reads_scalar(const uint32_t *comp, uint64_t n, uint32_t j, ui
 uint64_t pd__group_reads_run(const pd_gen *g, const uint32_t *comp, uint64_t n, uint32_t j, uint32_t *idx)
 {
 #if defined(PD_CPU_HAVE_AVX2)
-    if (g->isa == PD_ISA_AVX2)
+    if (g->avx2)
         return pd__group_reads_avx2(comp, n, j, idx);
 #endif
     (void)g;
@@ -161,7 +161,7 @@ void pd__gather_run(const pd_gen *g, const pd__run *run, const uint64_t *positio
 void pd__segment_draws_run(const pd_gen *g, const pd__segment_draws *x)
 {
 #if defined(PD_CPU_HAVE_AVX2)
-    if (g->isa == PD_ISA_AVX2) {
+    if (g->avx2) {
         pd__segment_draws_avx2(x);
         return;
     }

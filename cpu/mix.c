@@ -41,8 +41,8 @@
  *     keys: no grouping and no scatter;
  *   - by groups (AVX2; the other components' reads beside runs, sharded ones or flat ones outside 2 to
  *     2^32, where blocks go a block at a time, and every read of such a mixture otherwise): the reads
- *     are grouped by component and component epoch (pd_mix_sparse_groups; on AVX2 with C ≤ 16, a compress
- *     pass per component and one division per component, pd_mix_sparse_scan), and σ is
+ *     are grouped by component and component epoch (pd_mix_sparse_groups; with C ≤ 16 where the CPU has AVX2,
+ *     AVX-512 hosts too, a compress pass per component and one division per component, pd_mix_sparse_scan), and σ is
  *     gathered at their draws (pd__gather_*), then scattered back (AVX2's batch kernel, 8 runs and a vpermd
  *     per round, loses to this); a sharded component's reads are gathered too, a window's stretch at a time
  *     (pd_gen_shard_gather_u64).
@@ -1235,7 +1235,7 @@ static void pd_mix_sparse_groups(const pd_gen *g, pd_mix_cursor *c, pd_mix_work 
     }
 }
 
-/* pd_mix_sparse_groups for every read of a chunk with few components (AVX2): each component's reads picked
+/* pd_mix_sparse_groups for every read of a chunk with few components (where g->avx2): each component's reads picked
  * out by one pass of compares (pd__group_reads_*), where the counting sort's per-read increments, chained through
  * memory, cost a quarter of an AVX2 W = 8 read; then one division for the component epoch of all of them where their
  * lowest and highest draws share one (a component's draws grow from block to block), else one a read. */
@@ -1294,7 +1294,7 @@ static void pd_mix_sparse_chunk(const pd_gen *g, pd_mix_cursor *c, pd_mix_work *
             w->draw[t] = d;
         }
     }
-    if (g->isa == PD_ISA_AVX2 && m->components <= PD_MIX_SCAN_COMPONENTS)
+    if (g->avx2 && m->components <= PD_MIX_SCAN_COMPONENTS)
         pd_mix_sparse_scan(g, c, w, n, out, width);
     else
         pd_mix_sparse_groups(g, c, w, chunk, NULL, n, out, width);
