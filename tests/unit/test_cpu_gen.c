@@ -343,10 +343,14 @@ static void bad_generators(void **state)
     pd_gen g;
     assert_int_equal(pd_gen_init(NULL, PD_ISA_AUTO), PD_EINVAL);
     assert_int_equal(pd_gen_init(&g, (pd_isa)7), PD_EINVAL);
-    for (int i = PD_ISA_AVX2; i <= PD_ISA_AVX512; i++)
+    for (int i = PD_ISA_AVX2; i <= PD_ISA_AVX512; i++) {
         assert_int_equal(pd_gen_init(&g, (pd_isa)i), pd_cpu_has_isa((pd_isa)i) ? PD_OK : PD_EUNSUPPORTED);
+        if (pd_cpu_has_isa((pd_isa)i)) /* AVX2's helpers serve AVX-512 too, where the CPU (not SIMDe) has AVX2 */
+            assert_int_equal(g.avx2, pd_cpu_has_isa(PD_ISA_AVX2));
+    }
 
     assert_int_equal(pd_gen_init(&g, PD_ISA_SCALAR), PD_OK);
+    assert_int_equal(g.avx2, 0); /* the scalar generator runs no SIMD helper */
     assert_int_equal(pd_gen_set_walk(&g, PD_WALK_REFILL), PD_EUNSUPPORTED);
     assert_int_equal(pd_gen_set_walk(&g, PD_WALK_AUTO), PD_OK);
     assert_int_equal(pd_gen_set_walk(&g, (pd_walk)17), PD_EINVAL);
