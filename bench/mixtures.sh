@@ -15,7 +15,7 @@ out=${OUT:-bench/results/mixtures.md}
 tree=$(bench_tree)
 run_s=${SECONDS_PER_RUN:-3}
 reps=${REPS:-5}
-worlds=${FETCH_WORLDS:-1 8 64} # W = 64 = B: every read of a rank in its own block, the costliest case
+read -ra worlds <<<"${FETCH_WORLDS:-1 8 64}" # W = 64 = B: every read of a rank in its own block, the costliest case
 lengths=${PEER_LENGTHS:-1e7 1e8 1e9}
 for tool in "$build/bench/mixtures" "$build/bench/serve" "$build/bin/permd" "$build/bin/permctl"; do
   [ -x "$tool" ] || { echo "mixtures.sh: build first: $tool" >&2; exit 2; }
@@ -53,7 +53,7 @@ for rep in $(seq "$reps"); do # rounds interleave the names, so other load hits 
   order="flat mix mixsh"
   [ $((rep % 2)) = 0 ] && order="mixsh mix flat" # and alternate which goes first
   for count in 1024 8192 65536; do
-    for world in $worlds; do
+    for world in "${worlds[@]}"; do
       for name in $order; do
         line=$("$build/bench/serve" fetch --socket "$tmp/permd.sock" --dataset "$name" --world "$world" \
           --count "$count" --seconds "$run_s")
@@ -72,7 +72,7 @@ kept=$(bench_kept "$out") # hand-written sections survive a rerun
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 2^20}' /proc/meminfo);"
   echo "  load average before the run $load (other jobs share these cores: compare rows of this run only)"
-  echo "- command: \`bash bench/mixtures.sh $build $*\` (Release build; SECONDS_PER_RUN=$run_s, REPS=$reps, FETCH_WORLDS=\"$worlds\", PEER_LENGTHS=\"$lengths\"), tree $tree"
+  echo "- command: \`bash bench/mixtures.sh $build $*\` (Release build; SECONDS_PER_RUN=$run_s, REPS=$reps, FETCH_WORLDS=\"${worlds[*]}\", PEER_LENGTHS=\"$lengths\"), tree $tree"
   echo
   echo "## CPU generation (no daemon)"
   echo
@@ -103,13 +103,15 @@ kept=$(bench_kept "$out") # hand-written sections survive a rerun
   echo "mixture above (4 components, 4:3:2:1, L = N = 5·10^7), \`flat\` a dataset of N = 5·10^7. Each row is"
   echo "the fastest of $reps interleaved rounds of ${run_s} s (each round runs the names in the other order). Two ratios: of the Fetch rates, and of the median"
   echo "latencies (flat p50 / mixture p50), which a burst of other work on these cores moves less."
-  echo "With W = 64 = B each of a rank's reads lies in its own block and pays that block's Philox, slot and"
-  echo "counts alone: the costliest case of a mixture id (the CPU table's W = 64 rows)."
+  if [[ " ${worlds[*]} " == *" 64 "* ]]; then
+    echo "With W = 64, the mixture's B, each of a rank's reads lies in its own block and pays that block's Philox,"
+    echo "slot and counts alone: the costliest case of a mixture id (the CPU table's W = 64 rows)."
+  fi
   echo
   echo "| W | ids per Fetch | flat: Fetch/s | flat p50 µs | mixture: Fetch/s | mixture p50 µs | mixture p99 µs | mixture / flat (rate) | mixture / flat (p50) |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for count in 1024 8192 65536; do
-    for world in $worlds; do
+    for world in "${worlds[@]}"; do
       read -r fr fp50 _ <<<"$(best "${V[flat.$count.$world]}")"
       read -r mr mp50 mp99 <<<"$(best "${V[mix.$count.$world]}")"
       echo "| $world | $count | $fr | $fp50 | $mr | $mp50 | $mp99 | $(ratio "$mr" "$fr") | $(ratio "$fp50" "$mp50") |"
@@ -122,7 +124,7 @@ kept=$(bench_kept "$out") # hand-written sections survive a rerun
   echo "| W | ids per Fetch | flat: Fetch/s | mixsh: Fetch/s | mixsh p50 µs | mixsh p99 µs | mixsh / flat (rate) | mixsh / mix (rate) |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
   for count in 1024 8192 65536; do
-    for world in $worlds; do
+    for world in "${worlds[@]}"; do
       read -r fr _ _ <<<"$(best "${V[flat.$count.$world]}")"
       read -r mr _ _ <<<"$(best "${V[mix.$count.$world]}")"
       read -r sr sp50 sp99 <<<"$(best "${V[mixsh.$count.$world]}")"

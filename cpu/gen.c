@@ -160,6 +160,8 @@ int pd__gen_check(const pd_gen *g)
         return PD_EUNSUPPORTED;
     if (g->bw && (g->isa != PD_ISA_AVX512 || !(pd_cpu_isas() & PD_CPU_BW)))
         return PD_EUNSUPPORTED;
+    if (g->avx2 && !pd_cpu_has_isa(PD_ISA_AVX2))
+        return PD_EUNSUPPORTED;
     return pd_cpu_has_isa(g->isa) ? PD_OK : PD_EUNSUPPORTED;
 }
 

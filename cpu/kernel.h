@@ -170,7 +170,7 @@ void pd__block_group_avx2(const pd__block_group *t);
 /* Whole bytes, a vpermb and an xor a round per 64 slots (cpu/blocks_vbmi.c). */
 void pd__block_group_vbmi(const pd__block_group *t);
 #endif
-/* The kernel for g: VBMI's where g->vbmi, else AVX2's for AVX2 and AVX-512 (where built), else the scalar one. */
+/* The kernel for g: VBMI's where g->vbmi, else AVX2's where g->avx2 (AVX2 and AVX-512), else the scalar one. */
 void pd__block_group_run(const pd_gen *g, const pd__block_group *t);
 
 /* Gather: out[i] = σ(positions[i]) for i < run->count (run->first and stride are not used), every position

@@ -87,7 +87,7 @@ void pd__block_group_run(const pd_gen *g, const pd__block_group *t)
     }
 #endif
 #if defined(PD_CPU_HAVE_AVX2)
-    if (g->isa == PD_ISA_AVX2 || g->isa == PD_ISA_AVX512) {
+    if (g->avx2) { /* AVX-512 without VBMI too; never an emulated AVX-512 on a CPU without AVX2 */
         pd__block_group_avx2(t);
         return;
     }

@@ -55,7 +55,7 @@
 #define PD_MIX_GROUPS_WORLD_AVX512 4u /* block groups up to this W on AVX-512 without VBMI (pd_mix_by_groups) */
 #define PD_MIX_GROUPS_WORLD_VBMI 1u   /* with VBMI (its block-slot kernel wins from W = 2: 120 against 107 M ids/s) */
 #define PD_MIX_GROUPS_WORLD_AVX2 4u   /* on AVX2 (W = 64: its per-read kernel runs 2× the groups) */
-#define PD_MIX_SCAN_COMPONENTS 16u /* AVX2: a sparse chunk grouped by a pass per component up to this C */
+#define PD_MIX_SCAN_COMPONENTS 16u /* where g->avx2: a sparse chunk grouped by a pass per component up to this C */
 
 /* pd__mix_left with the node's weight S as a divisor: ⌊(y·a + ⌊S/2⌋)/S⌋ = q·a + ⌊(t·a + ⌊S/2⌋)/S⌋, y = qS + t. */
 static inline uint64_t pd_mix_left(uint64_t y, uint64_t a, const pd_divisor *S)

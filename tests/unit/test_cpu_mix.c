@@ -27,6 +27,11 @@ static size_t all_gens(pd_gen *out)
             if (pd_gen_set_walk(&out[n], (pd_walk)w) == PD_OK)
                 n++;
         }
+        if (isa == PD_ISA_AVX512 && n && out[n - 1].avx2) { /* and without AVX2's helpers (a generator built by hand):
+                                                               the counting sort, each read's draw read by read */
+            out[n] = out[n - 1];
+            out[n++].avx2 = 0;
+        }
     }
     return n;
 }
