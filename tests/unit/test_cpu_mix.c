@@ -15,8 +15,9 @@
 #define GUARD 8
 #define SENTINEL UINT64_C(0xA5A5A5A5A5A5A5A5)
 
-/* Every generator this CPU can run: each ISA with each walk it has. */
-static size_t all_gens(pd_gen *out)
+/* Every generator this CPU can run: each ISA with each walk it has; with without_avx2, and an AVX-512 one without
+ * AVX2's helpers (a generator built by hand: the counting sort, each read's draw read by read). */
+static size_t all_gens(pd_gen *out, int without_avx2)
 {
     size_t n = 0;
     for (int isa = PD_ISA_SCALAR; isa <= PD_ISA_AVX512; isa++) {
@@ -27,8 +28,7 @@ static size_t all_gens(pd_gen *out)
             if (pd_gen_set_walk(&out[n], (pd_walk)w) == PD_OK)
                 n++;
         }
-        if (isa == PD_ISA_AVX512 && n && out[n - 1].avx2) { /* and without AVX2's helpers (a generator built by hand):
-                                                               the counting sort, each read's draw read by read */
+        if (without_avx2 && isa == PD_ISA_AVX512 && n && out[n - 1].avx2) {
             out[n] = out[n - 1];
             out[n++].avx2 = 0;
         }
@@ -101,11 +101,11 @@ static void compare_pool(pd_pool *pool, owned_mix *o, uint64_t epoch, const pd_s
         check_u32("pool", NULL, pool, o, epoch, s, count, want, n_want, got32);
 }
 
-/* One long request of slice s over epoch through every generator against the core. */
-static void compare_all(owned_mix *o, uint64_t epoch, const pd_slice *s, uint64_t count)
+/* One long request of slice s over epoch through every generator (all_gens) against the core. */
+static void compare_gens(owned_mix *o, uint64_t epoch, const pd_slice *s, uint64_t count, int without_avx2)
 {
     pd_gen gens[16];
-    const size_t ngens = all_gens(gens);
+    const size_t ngens = all_gens(gens, without_avx2);
     uint64_t *want = malloc((count + GUARD) * sizeof *want), *got = malloc((count + GUARD) * sizeof *got), n_want;
     uint32_t *got32 = malloc((count + GUARD) * sizeof *got32);
     assert_true(want && got && got32);
@@ -117,12 +117,17 @@ static void compare_all(owned_mix *o, uint64_t epoch, const pd_slice *s, uint64_
     free(got32);
 }
 
+static void compare_all(owned_mix *o, uint64_t epoch, const pd_slice *s, uint64_t count)
+{
+    compare_gens(o, epoch, s, count, 0);
+}
+
 /* Random mixtures of flat and sharded components; random slices over random epochs. */
 static void matches_core(void **state)
 {
     (void)state;
     pd_gen gens[16];
-    const size_t ngens = all_gens(gens);
+    const size_t ngens = all_gens(gens, 0);
     uint64_t rng = 77;
     const size_t cap = 40000;
     uint64_t *want = malloc((cap + GUARD) * sizeof *want), *got = malloc((cap + GUARD) * sizeof *got);
@@ -239,7 +244,7 @@ static void sharded_sparse_fills_match_core(void **state)
     assert_int_equal(mix_make_ex(&o, 12, sizes, shards, nshards, windows, lanes, 3, 0, 64, starts, weights, 1), PD_OK);
     for (size_t w = 0; w < 4; w++) {
         const pd_slice s = {.world = worlds[w], .rank = worlds[w] / 2, .mode = PD_MODE_PAD, .offset = 11 * worlds[w]};
-        compare_all(&o, 1, &s, 40000);
+        compare_gens(&o, 1, &s, 40000, 1); /* W ≥ 16: the sharded component's chunks do not go by runs */
     }
     pd_pool *pool;
     assert_int_equal(pd_pool_create(4, NULL, &pool), PD_OK);
@@ -292,7 +297,7 @@ static void planned_orders_match_core(void **state)
                      PD_OK);
     assert_int_equal(mix_make_ex(&o, 5, sizes, shards, nshards, windows, lanes, 2, 0, 64, starts, weights, 1), PD_OK);
     pd_gen gens[16];
-    const size_t ngens = all_gens(gens);
+    const size_t ngens = all_gens(gens, 0);
     pd_pool *pool;
     assert_int_equal(pd_pool_create(4, NULL, &pool), PD_OK);
     enum { COUNT = 30000 };
@@ -441,7 +446,7 @@ static void huge_components_match_core(void **state)
     assert_int_equal(mix_make(&o, 21, sizes, 4, 0, 64, starts, weights, 1), PD_OK);
     for (size_t w = 0; w < 4; w++) {
         const pd_slice s = {.world = worlds[w], .rank = worlds[w] / 2, .mode = PD_MODE_EXACT, .offset = 5 * worlds[w]};
-        compare_all(&o, 0, &s, 3000);
+        compare_gens(&o, 0, &s, 3000, 1); /* no component the batch kernel runs: never by runs */
     }
     mix_free(&o);
     /* A component of exactly 2^31 (b = 31, no walk): AVX2's signed compare read n as negative there too, and its
@@ -487,7 +492,7 @@ static void group_reads_match_definition(void **state)
 {
     (void)state;
     pd_gen gens[16];
-    const size_t ngens = all_gens(gens);
+    const size_t ngens = all_gens(gens, 0);
     static const uint64_t counts[] = {0, 1, 7, 8, 9, 15, 16, 17, 64, 1000, 4096};
     static const uint32_t comps[] = {1, 2, 4, 16};
     uint64_t rng = 5;
@@ -522,7 +527,7 @@ static void segment_draws_match_scalar(void **state)
 {
     (void)state;
     pd_gen gens[16];
-    const size_t ngens = all_gens(gens);
+    const size_t ngens = all_gens(gens, 0);
     enum { C = 16, COLS = PD__SEGMENT_BLOCKS };
     uint32_t start[C * COLS], slot[4096], comp[4096], want_comp[4096];
     uint64_t base[C * COLS], draw[4096], want_draw[4096];
