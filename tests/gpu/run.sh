@@ -14,9 +14,10 @@
 #  with its pool of one thread and of one per CPU, and of an earlier tree's permd carried in .bench-before,
 #  alternating)
 # (mixbench: bench/mixtures.sh's whole page on this host's CPUs, into $OUT/mixtures.md; PEER_LENGTHS defaults
-#  to 1e7 1e8 here, since the 10^9 peers take minutes; PERMD_TREE names the tree measured (a copy may carry a stale .git);
-#  with FETCH_WORLDS' three W, SECONDS_PER_RUN=2 REPS=3 on a 16-core host passed `timeout 580` two peer cases short
-#  (the peers alone take ~5 min of it): one device call fits the page with PEER_LENGTHS=1e7 or REPS=2)
+#  to 1e7 1e8 here, since the 10^9 peers take minutes; PERMD_TREE names the tree measured (a copy may carry a
+#  stale .git); with FETCH_WORLDS' three W, SECONDS_PER_RUN=2 REPS=3 on a 16-core host passed `timeout 580` two
+#  peer cases short (the peers alone take ~5 min of it): one device call fits the page with PEER_LENGTHS=1e7 or
+#  REPS=2)
 # (hostbench: serve, Python sampler and shard benchmarks on this host's many cores; needs redis in the
 #  sysroot: scripts/device-sysroot.sh redis-server redis-tools libjemalloc2 liblzf1)
 set -uo pipefail
